@@ -1,0 +1,155 @@
+// Package apierr is the OpenAI-shaped error every surface of the gateway emits.
+//
+// The wire shape is {"error":{"message":…,"type":…,"code":…,"param":…}}; Status
+// is the HTTP status the error is sent with (or carried in a WebSocket error
+// frame's "status").
+package apierr
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+)
+
+// Error types used by the gateway.
+const (
+	TypeInvalidRequest = "invalid_request_error"
+	TypeServer         = "server_error"
+)
+
+// Codes the gateway itself emits (DESIGN.md §3).
+const (
+	CodeStreamIncomplete    = "stream_incomplete"
+	CodeUpstreamUnavailable = "upstream_unavailable"
+	CodePayloadTooLarge     = "payload_too_large"
+	CodeInvalidJSON         = "invalid_json"
+	CodeMissingField        = "missing_required_parameter"
+	CodeInvalidType         = "invalid_type"
+	CodeNotFound            = "not_found"
+)
+
+// Error is an OpenAI-style error with the HTTP status it travels with.
+type Error struct {
+	Status  int    `json:"-"`
+	Message string `json:"message"`
+	Type    string `json:"type"`
+	Code    string `json:"code"`
+	Param   string `json:"param"`
+}
+
+// Error implements the error interface.
+func (e *Error) Error() string {
+	if e.Param != "" {
+		return fmt.Sprintf("%s (%s, param %s): %s", e.Code, e.Type, e.Param, e.Message)
+	}
+	return fmt.Sprintf("%s (%s): %s", e.Code, e.Type, e.Message)
+}
+
+// Retryable reports whether a client may retry the same request unchanged.
+func (e *Error) Retryable() bool {
+	return e.Type == TypeServer || e.Status == http.StatusTooManyRequests || e.Status >= 500
+}
+
+// MarshalJSON renders the error as the OpenAI envelope {"error":{…}}, with a
+// JSON null for an empty param or code, as the OpenAI API does.
+func (e *Error) MarshalJSON() ([]byte, error) {
+	return json.Marshal(e.Envelope())
+}
+
+// Envelope is the {"error":{…}} value for embedding in other JSON documents.
+func (e *Error) Envelope() map[string]any {
+	return map[string]any{"error": e.Object()}
+}
+
+// Object is the inner error object (message, type, code, param).
+func (e *Error) Object() map[string]any {
+	obj := map[string]any{"message": e.Message, "type": e.Type, "code": nullable(e.Code), "param": nullable(e.Param)}
+	return obj
+}
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// Write sends the error as a JSON response with its status.
+func (e *Error) Write(w http.ResponseWriter) {
+	status := e.Status
+	if status == 0 {
+		status = http.StatusInternalServerError
+	}
+	body, _ := e.MarshalJSON()
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", fmt.Sprint(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// Invalid is a 400 invalid_request_error naming the offending parameter.
+func Invalid(param, code, format string, args ...any) *Error {
+	return &Error{Status: http.StatusBadRequest, Type: TypeInvalidRequest, Code: code, Param: param, Message: fmt.Sprintf(format, args...)}
+}
+
+// TooLarge is the 413 payload_too_large error.
+func TooLarge(limit int64) *Error {
+	return &Error{Status: http.StatusRequestEntityTooLarge, Type: TypeInvalidRequest, Code: CodePayloadTooLarge, Param: "input",
+		Message: fmt.Sprintf("request body exceeds the gateway limit of %d bytes", limit)}
+}
+
+// StreamIncomplete is the retryable error for a stream the upstream cut or lost.
+func StreamIncomplete(format string, args ...any) *Error {
+	return &Error{Status: http.StatusBadGateway, Type: TypeServer, Code: CodeStreamIncomplete, Message: fmt.Sprintf(format, args...)}
+}
+
+// UpstreamUnavailable is the retryable error for no usable upstream or an unusable pinned owner.
+func UpstreamUnavailable(status int, format string, args ...any) *Error {
+	return &Error{Status: status, Type: TypeServer, Code: CodeUpstreamUnavailable, Message: fmt.Sprintf(format, args...)}
+}
+
+// Parse reads an OpenAI-style error from an error body or event. It accepts
+// {"error":{…}}, a bare {"message","type","code","param"} object, and
+// {"type":"error","error":{…}} / response.failed shapes are handled by callers.
+// ok is false when the bytes carry no recognisable error.
+func Parse(b []byte) (e Error, ok bool) {
+	var env struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(b, &env) == nil && len(env.Error) > 0 && env.Error[0] == '{' {
+		return parseObject(env.Error)
+	}
+	return parseObject(b)
+}
+
+func parseObject(b []byte) (Error, bool) {
+	var raw struct {
+		Message any `json:"message"`
+		Type    any `json:"type"`
+		Code    any `json:"code"`
+		Param   any `json:"param"`
+	}
+	if json.Unmarshal(b, &raw) != nil {
+		return Error{}, false
+	}
+	e := Error{Message: str(raw.Message), Type: str(raw.Type), Code: str(raw.Code), Param: str(raw.Param)}
+	if e.Message == "" && e.Code == "" && e.Type == "" {
+		return Error{}, false
+	}
+	return e, true
+}
+
+// str renders a loosely typed JSON scalar (codes are sometimes numbers) as a string.
+func str(v any) string {
+	switch t := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return t
+	case float64:
+		return fmt.Sprint(t)
+	default:
+		b, _ := json.Marshal(t)
+		return string(b)
+	}
+}

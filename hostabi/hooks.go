@@ -1,0 +1,135 @@
+// Package hostabi is the contract between the Sluice host and its WebAssembly
+// policies: hook inputs and verdicts as Go types, their wire encodings, and the
+// built-in default decisions the host falls back to when no policy answers or a
+// policy faults. The document for policy authors is ABI.md in this folder.
+//
+// This package imports only the standard library so that guests (GOOS=wasip1)
+// and the host share one definition.
+package hostabi
+
+// Surface names the client-facing protocol a hook call is made for.
+const (
+	SurfaceResponsesStream = "responses_stream" // POST /v1/responses with stream:true (SSE)
+	SurfaceResponsesJSON   = "responses_json"   // POST /v1/responses without stream
+	SurfaceChatStream      = "chat_stream"      // POST /v1/chat/completions with stream:true
+	SurfaceChatJSON        = "chat_json"        // POST /v1/chat/completions without stream
+	SurfaceWebSocket       = "websocket"        // GET /v1/responses upgraded to WebSocket
+)
+
+// RecoverInput describes one upstream error-shaped answer: an `error` event, a
+// `response.failed` event, a non-2xx HTTP answer or a transport fault.
+type RecoverInput struct {
+	Surface    string `json:"surface"`
+	Upstream   string `json:"upstream"`              // the upstream's configured name
+	HTTPStatus int    `json:"http_status,omitempty"` // the upstream's HTTP status (or an error event's "status"), 0 if none
+	EventType  string `json:"event_type,omitempty"`  // "error", "response.failed", or "" for a status/transport fault
+	Code       string `json:"code,omitempty"`
+	Type       string `json:"type,omitempty"`
+	Param      string `json:"param,omitempty"`
+	Message    string `json:"message,omitempty"`
+	Transport  bool   `json:"transport,omitempty"` // a connection-level fault, no error body
+}
+
+// RecoverVerdict is what the host does with an upstream error.
+type RecoverVerdict uint32
+
+// Recover verdicts. The numeric values are part of the ABI.
+const (
+	RecoverPass       RecoverVerdict = 0 // forward the error to the client as it is
+	RecoverRecover    RecoverVerdict = 1 // rewrite to the retryable stream_incomplete contract, drop the upstream connection
+	RecoverFailClosed RecoverVerdict = 2 // answer the retryable upstream_unavailable error
+)
+
+// String names the verdict as ABI.md does.
+func (v RecoverVerdict) String() string {
+	switch v {
+	case RecoverPass:
+		return "pass"
+	case RecoverRecover:
+		return "recover"
+	case RecoverFailClosed:
+		return "fail_closed"
+	}
+	return "unknown"
+}
+
+// RecoverOutput is a recover hook's answer. Code and Message, when set,
+// replace the gateway's default code/message for the rewritten error.
+type RecoverOutput struct {
+	Verdict RecoverVerdict `json:"verdict"`
+	Code    string         `json:"code,omitempty"`
+	Message string         `json:"message,omitempty"`
+}
+
+// ReplayInput is the context of a request that failed before its response was
+// committed to the client.
+type ReplayInput struct {
+	Surface               string `json:"surface"`
+	Upstream              string `json:"upstream"`
+	Code                  string `json:"code"`                  // the failure code; "transport" for a connect/send/close fault
+	HTTPStatus            int    `json:"http_status,omitempty"` // upstream status when there was one
+	ReplayCount           int    `json:"replay_count"`          // replays already made for this request
+	ResponseCreatedSeen   bool   `json:"response_created_seen"` // a response.created reached the gateway
+	ResponseIDAssigned    bool   `json:"response_id_assigned"`  // the upstream assigned a response id
+	PendingRequests       int    `json:"pending_requests"`      // other requests pending on the same upstream connection
+	HasPreviousResponseID bool   `json:"has_previous_response_id"`
+	PinnedOwner           string `json:"pinned_owner,omitempty"` // the owner upstream of previous_response_id, if known
+	RetryAfterMillis      int64  `json:"retry_after_ms,omitempty"`
+}
+
+// ReplayVerdict is whether and where a failed request is sent again.
+type ReplayVerdict uint32
+
+// Replay verdicts. The numeric values are part of the ABI.
+const (
+	ReplayNo            ReplayVerdict = 0
+	ReplayOtherUpstream ReplayVerdict = 1
+	ReplaySameUpstream  ReplayVerdict = 2
+)
+
+// String names the verdict as ABI.md does.
+func (v ReplayVerdict) String() string {
+	switch v {
+	case ReplayNo:
+		return "no"
+	case ReplayOtherUpstream:
+		return "replay_other_upstream"
+	case ReplaySameUpstream:
+		return "replay_same_upstream"
+	}
+	return "unknown"
+}
+
+// ReplayOutput is a replay hook's answer; PenaltyMillis puts the failed
+// upstream in cooldown for that long (0: the host's own cooldown rules apply).
+type ReplayOutput struct {
+	Verdict       ReplayVerdict `json:"verdict"`
+	PenaltyMillis int64         `json:"penalty_ms,omitempty"`
+}
+
+// RewriteInput is a request before an upstream is chosen. Body is the raw
+// client body; it stays in the host and guests edit it by path.
+type RewriteInput struct {
+	Surface  string
+	Endpoint string // "/v1/responses" or "/v1/chat/completions"
+	Body     []byte
+	Headers  map[string]string // lower-cased client headers a policy may read (never Authorization)
+}
+
+// RewriteOutput is the result of the rewrite hooks. A nil Reject means go on.
+type RewriteOutput struct {
+	Body          []byte            // the (possibly edited) body; nil means unchanged
+	SetHeaders    map[string]string // extra or replaced upstream request headers
+	RemoveHeaders []string          // upstream request headers to drop
+	Upstream      string            // a named upstream to use, "" for normal selection
+	Reject        *RejectError      // answer the client with this error and call no upstream
+}
+
+// RejectError is an OpenAI-style error a rewrite policy answers with.
+type RejectError struct {
+	Status  int    `json:"status"`
+	Message string `json:"message"`
+	Type    string `json:"type"`
+	Code    string `json:"code"`
+	Param   string `json:"param,omitempty"`
+}
