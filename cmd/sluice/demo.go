@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+
+	"github.com/sluice-gw/sluice/gateway/config"
+	"github.com/sluice-gw/sluice/gateway/upstreamtest"
+)
+
+// runDemo serves the gateway in front of the in-repo fake upstream, with a
+// temporary data dir, so a fresh machine can try Sluice with one command.
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:8080", "listen address")
+	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	fake := upstreamtest.NewServer(upstreamtest.Options{Name: "demo"})
+	defer fake.Close()
+	dir, err := os.MkdirTemp("", "sluice-demo-*")
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice demo: %v\n", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+
+	cfg := config.Defaults()
+	cfg.Listen, cfg.DataDir, cfg.Log.Level = *listen, dir, *logLevel
+	cfg.Upstreams = []config.Upstream{{Name: "demo", BaseURL: fake.URL}}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "sluice demo: %v\n", err)
+		return 2
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice demo: %v (try --listen 127.0.0.1:0)\n", err)
+		return 1
+	}
+	addr := ln.Addr().String()
+	fmt.Fprintf(stdout, "Sluice demo: fake upstream at %s, data in %s\nTry:\n\n", fake.URL, dir)
+	fmt.Fprintf(stdout, "  curl -N http://%s/v1/responses -H 'Content-Type: application/json' \\\n    -d '{\"model\":\"gpt-fake-1\",\"input\":\"Say hello\",\"stream\":true}'\n\n", addr)
+	fmt.Fprintf(stdout, "  curl http://%s/v1/models\n\nCtrl-C drains and stops.\n", addr)
+	return serve(ctx, cfg, ln, newLogger(cfg.Log, stderr), stdout)
+}
+

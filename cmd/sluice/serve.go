@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/sluice-gw/sluice/gateway"
+	"github.com/sluice-gw/sluice/gateway/config"
+	"github.com/sluice-gw/sluice/gateway/upstream"
+)
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "YAML config file")
+	listen := fs.String("listen", "", "listen address (overrides listen:)")
+	dataDir := fs.String("data-dir", "", "state directory (overrides data_dir:)")
+	policyDir := fs.String("policy-dir", "", "watched policy directory (overrides policy_dir:)")
+	wasmCache := fs.String("wasm-cache-dir", "", "Wasm compilation cache (overrides wasm_cache_dir:)")
+	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text")
+	logLevel := fs.String("log-level", "", "trace, debug, info, warn or error (overrides log.level:)")
+	var upstreams stringList
+	fs.Var(&upstreams, "upstream", "upstream base URL, e.g. https://api.openai.com/v1 (repeatable; replaces upstreams:)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg := config.Defaults()
+	if *configPath != "" {
+		var err error
+		if cfg, err = config.Load(*configPath); err != nil {
+			fmt.Fprintf(stderr, "sluice: %v\n", err)
+			return 1
+		}
+	}
+	if len(upstreams) > 0 {
+		cfg.Upstreams = nil
+		for i, raw := range upstreams {
+			u, err := config.UpstreamFromURL(raw, i)
+			if err != nil {
+				fmt.Fprintf(stderr, "sluice: %v\n", err)
+				return 2
+			}
+			if u.APIKey == "" {
+				u.APIKey = os.Getenv("SLUICE_UPSTREAM_API_KEY")
+			}
+			cfg.Upstreams = append(cfg.Upstreams, u)
+		}
+	}
+	override(&cfg.Listen, *listen)
+	override(&cfg.DataDir, *dataDir)
+	override(&cfg.PolicyDir, *policyDir)
+	override(&cfg.WasmCacheDir, *wasmCache)
+	override(&cfg.Log.Level, *logLevel)
+	if *logJSON {
+		cfg.Log.JSON = true
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "sluice: config: %v\n", err)
+		return 1
+	}
+	if len(cfg.Upstreams) == 0 {
+		fmt.Fprintln(stderr, "sluice: config: upstreams: at least one upstream is required (or pass --upstream URL)")
+		return 1
+	}
+	logger := newLogger(cfg.Log, stderr)
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		logger.Error("cannot listen", "addr", cfg.Listen, "error", err)
+		return 1
+	}
+	return serve(ctx, cfg, ln, logger, stdout)
+}
+
+func override(dst *string, v string) {
+	if v != "" {
+		*dst = v
+	}
+}
+
+func newLogger(c config.Log, w io.Writer) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Name: "sluice", Level: hclog.LevelFromString(c.Level), JSONFormat: c.JSON, Output: w})
+}
+
+// serve runs the gateway on ln until ctx ends, then drains. It returns the
+// process exit code.
+func serve(ctx context.Context, cfg config.Config, ln net.Listener, logger hclog.Logger, stdout io.Writer) int {
+	gw, cleanup, err := assemble(ctx, cfg, logger)
+	if err != nil {
+		logger.Error("startup failed", "error", err)
+		_ = ln.Close()
+		return 1
+	}
+	defer cleanup()
+
+	errc := make(chan error, 1)
+	go func() { errc <- gw.Serve(ln) }()
+	logger.Info("listening", "addr", ln.Addr().String(), "upstreams", len(cfg.Upstreams))
+	fmt.Fprintf(stdout, "sluice listening on http://%s\n", ln.Addr())
+
+	select {
+	case err := <-errc:
+		if err != nil {
+			logger.Error("server stopped", "error", err)
+			return 1
+		}
+		return 0
+	case <-ctx.Done():
+	}
+	grace := cfg.Timeouts.DrainGrace.D()
+	sctx, cancel := context.WithTimeout(context.Background(), grace+10*time.Second)
+	defer cancel()
+	if err := gw.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		logger.Error("drain", "error", err)
+	}
+	<-errc
+	logger.Info("stopped")
+	return 0
+}
+
+// assemble builds the gateway and everything it needs from cfg. cleanup
+// releases what assemble started, in reverse order.
+func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger) (*gateway.Server, func(), error) {
+	var closers []func()
+	cleanup := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	transport := gateway.NewTransport(cfg.Timeouts.Connect.D(), cfg.Timeouts.Header.D())
+	ups := make([]upstream.Config, 0, len(cfg.Upstreams))
+	for _, u := range cfg.Upstreams {
+		ups = append(ups, upstream.Config{Name: u.Name, BaseURL: u.BaseURL, APIKey: u.APIKey, Weight: u.Weight, Protocol: u.Protocol, Transport: u.Transport})
+	}
+	pool, err := upstream.NewPool(ups, upstream.Options{
+		Client:        &http.Client{Transport: transport, Timeout: 30 * time.Second},
+		ProbeInterval: cfg.Timeouts.ProbeInterval.D(),
+		Logger:        logger.Named("upstream"),
+	})
+	if err != nil {
+		return nil, cleanup, err
+	}
+	probeCtx, stopProbes := context.WithCancel(context.WithoutCancel(ctx))
+	probesDone := make(chan struct{})
+	go func() { defer close(probesDone); pool.Run(probeCtx) }()
+	closers = append(closers, func() { stopProbes(); <-probesDone })
+
+	gw, err := gateway.New(gateway.Options{
+		Pool:           pool,
+		Logger:         logger.Named("gateway"),
+		MaxBodyBytes:   cfg.Limits.MaxBodyBytes,
+		MaxEventBytes:  cfg.Limits.MaxEventBytes,
+		ConnectTimeout: cfg.Timeouts.Connect.D(),
+		HeaderTimeout:  cfg.Timeouts.Header.D(),
+		IdleTimeout:    cfg.Timeouts.Idle.D(),
+		ReadHeader:     cfg.Timeouts.ReadHeader.D(),
+		DrainGrace:     cfg.Timeouts.DrainGrace.D(),
+		Transport:      transport,
+	})
+	if err != nil {
+		return nil, cleanup, err
+	}
+	return gw, cleanup, nil
+}

@@ -1,0 +1,291 @@
+// Package config loads and validates the gateway's YAML configuration.
+//
+// String values may reference the environment as ${VAR} or ${VAR:-default};
+// a reference to an unset variable without a default is an error that names
+// the key. Every error names the offending key.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the whole gateway configuration.
+type Config struct {
+	Listen       string         `yaml:"listen"`
+	DataDir      string         `yaml:"data_dir"`
+	PolicyDir    string         `yaml:"policy_dir"`
+	WasmCacheDir string         `yaml:"wasm_cache_dir"`
+	Log          Log            `yaml:"log"`
+	Limits       Limits         `yaml:"limits"`
+	Timeouts     Timeouts       `yaml:"timeouts"`
+	Continuity   Continuity     `yaml:"continuity"`
+	Policies     map[string]any `yaml:"policies"` // per-policy config, keyed by policy name
+	Upstreams    []Upstream     `yaml:"upstreams"`
+}
+
+// Log configures logging.
+type Log struct {
+	Level string `yaml:"level"` // trace, debug, info, warn, error
+	JSON  bool   `yaml:"json"`
+}
+
+// Limits bound what clients and upstreams may send.
+type Limits struct {
+	MaxBodyBytes    int64 `yaml:"max_body_bytes"`     // request body cap (413 beyond)
+	MaxEventBytes   int   `yaml:"max_event_bytes"`    // one upstream SSE event
+	MaxWSFrameBytes int64 `yaml:"max_ws_frame_bytes"` // one response.create frame
+}
+
+// Timeouts bound every wait.
+type Timeouts struct {
+	Connect       Duration `yaml:"connect"`        // TCP+TLS to an upstream
+	Header        Duration `yaml:"header"`         // upstream response headers
+	Idle          Duration `yaml:"idle"`           // between upstream stream events
+	ReadHeader    Duration `yaml:"read_header"`    // client request headers (slow-loris)
+	DrainGrace    Duration `yaml:"drain_grace"`    // in-flight streams on shutdown
+	ProbeInterval Duration `yaml:"probe_interval"` // upstream readiness probe period
+}
+
+// Continuity configures previous_response_id owner pinning.
+type Continuity struct {
+	Disabled  bool     `yaml:"disabled"`
+	AnchorTTL Duration `yaml:"anchor_ttl"`
+}
+
+// Upstream is one entry of upstreams:.
+type Upstream struct {
+	Name      string `yaml:"name"`
+	BaseURL   string `yaml:"base_url"`
+	APIKey    string `yaml:"api_key"`
+	Weight    int    `yaml:"weight"`
+	Protocol  string `yaml:"protocol"`
+	Transport string `yaml:"transport"`
+}
+
+// Duration is a time.Duration written as "5s", "1m30s" or "168h".
+type Duration time.Duration
+
+// UnmarshalYAML parses a Go duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return fmt.Errorf("%q is not a duration (like 30s or 5m)", s)
+	}
+	if v < 0 {
+		return fmt.Errorf("%q is negative", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// D returns the duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Defaults returns the configuration used when a key is absent.
+func Defaults() Config {
+	return Config{
+		Listen:  "127.0.0.1:8080",
+		DataDir: "./sluice-data",
+		Log:     Log{Level: "info"},
+		Limits:  Limits{MaxBodyBytes: 32 << 20, MaxEventBytes: 16 << 20, MaxWSFrameBytes: 15 << 20},
+		Timeouts: Timeouts{
+			Connect:       Duration(5 * time.Second),
+			Header:        Duration(120 * time.Second),
+			Idle:          Duration(300 * time.Second),
+			ReadHeader:    Duration(10 * time.Second),
+			DrainGrace:    Duration(30 * time.Second),
+			ProbeInterval: Duration(15 * time.Second),
+		},
+		Continuity: Continuity{AnchorTTL: Duration(7 * 24 * time.Hour)},
+	}
+}
+
+// Load reads, expands and validates a config file.
+func Load(path string) (Config, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	cfg, err := Parse(raw, os.LookupEnv)
+	if err != nil {
+		return Config{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Parse decodes YAML over the defaults, expanding ${VAR} with lookup.
+// Unknown keys are errors, so a typo never silently falls back to a default.
+func Parse(raw []byte, lookup func(string) (string, bool)) (Config, error) {
+	cfg := Defaults()
+	var root yaml.Node
+	if err := yaml.Unmarshal(raw, &root); err != nil {
+		return cfg, fmt.Errorf("invalid YAML: %w", err)
+	}
+	if len(root.Content) == 0 { // empty file: all defaults
+		return cfg, cfg.Validate()
+	}
+	if err := expandNode(&root, "", lookup); err != nil {
+		return cfg, err
+	}
+	expanded, err := yaml.Marshal(&root)
+	if err != nil {
+		return cfg, fmt.Errorf("re-encoding expanded YAML: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(expanded))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil {
+		return cfg, fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	return cfg, cfg.Validate()
+}
+
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
+
+// expandNode replaces ${VAR} references in scalar values, tracking the key
+// path so that an unset variable is reported against its key.
+func expandNode(n *yaml.Node, path string, lookup func(string) (string, bool)) error {
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			if err := expandNode(c, path, lookup); err != nil {
+				return err
+			}
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			key := n.Content[i].Value
+			p := key
+			if path != "" {
+				p = path + "." + key
+			}
+			if err := expandNode(n.Content[i+1], p, lookup); err != nil {
+				return err
+			}
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			if err := expandNode(c, fmt.Sprintf("%s[%d]", path, i), lookup); err != nil {
+				return err
+			}
+		}
+	case yaml.ScalarNode:
+		if !strings.Contains(n.Value, "${") {
+			return nil
+		}
+		var missing string
+		n.Value = envRef.ReplaceAllStringFunc(n.Value, func(ref string) string {
+			m := envRef.FindStringSubmatch(ref)
+			if v, ok := lookup(m[1]); ok && v != "" {
+				return v
+			}
+			if m[2] != "" {
+				return m[3]
+			}
+			if missing == "" {
+				missing = m[1]
+			}
+			return ""
+		})
+		if missing != "" {
+			return fmt.Errorf("%s: environment variable %s is not set", path, missing)
+		}
+		// An expanded value is data, never YAML structure or a tag.
+		n.Tag = "!!str"
+		if n.Style == 0 {
+			n.Style = yaml.DoubleQuotedStyle
+		}
+	}
+	return nil
+}
+
+// Validate checks every value and names the key of the first problem.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		bad("listen", "%q is not host:port", c.Listen)
+	}
+	switch strings.ToLower(c.Log.Level) {
+	case "trace", "debug", "info", "warn", "error":
+	default:
+		bad("log.level", "%q is not one of trace, debug, info, warn, error", c.Log.Level)
+	}
+	if c.Limits.MaxBodyBytes <= 0 {
+		bad("limits.max_body_bytes", "must be positive")
+	}
+	if c.Limits.MaxEventBytes <= 0 {
+		bad("limits.max_event_bytes", "must be positive")
+	}
+	if c.Limits.MaxWSFrameBytes <= 0 {
+		bad("limits.max_ws_frame_bytes", "must be positive")
+	}
+	for key, d := range map[string]Duration{"timeouts.connect": c.Timeouts.Connect, "timeouts.header": c.Timeouts.Header,
+		"timeouts.idle": c.Timeouts.Idle, "timeouts.read_header": c.Timeouts.ReadHeader, "timeouts.probe_interval": c.Timeouts.ProbeInterval} {
+		if d <= 0 {
+			bad(key, "must be positive")
+		}
+	}
+	names := map[string]bool{}
+	for i, u := range c.Upstreams {
+		key := fmt.Sprintf("upstreams[%d]", i)
+		if u.Name == "" {
+			bad(key+".name", "is required")
+		} else if names[u.Name] {
+			bad(key+".name", "%q is used twice", u.Name)
+		}
+		names[u.Name] = true
+		if pu, err := url.Parse(u.BaseURL); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			bad(key+".base_url", "%q is not an http(s) URL", u.BaseURL)
+		} else if strings.HasSuffix(u.BaseURL, "/") {
+			bad(key+".base_url", "%q must not end with a slash (the probe is GET {base_url}/models)", u.BaseURL)
+		}
+		switch u.Protocol {
+		case "", "responses", "chat":
+		default:
+			bad(key+".protocol", "%q is not responses or chat", u.Protocol)
+		}
+		switch u.Transport {
+		case "", "http", "websocket", "auto":
+		default:
+			bad(key+".transport", "%q is not http, websocket or auto", u.Transport)
+		}
+		if u.Weight < 0 {
+			bad(key+".weight", "must not be negative")
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// UpstreamFromURL builds an upstream entry for a --upstream flag: the name is
+// derived from the host so several flags stay distinct.
+func UpstreamFromURL(raw string, index int) (Upstream, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return Upstream{}, fmt.Errorf("--upstream %q: not an http(s) URL", raw)
+	}
+	key := ""
+	if u.User != nil {
+		key, _ = u.User.Password()
+		if key == "" {
+			key = u.User.Username()
+		}
+		u.User = nil
+	}
+	return Upstream{Name: fmt.Sprintf("%s-%d", u.Hostname(), index+1), BaseURL: strings.TrimRight(u.String(), "/"), APIKey: key}, nil
+}

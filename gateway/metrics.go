@@ -1,0 +1,46 @@
+package gateway
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the gateway's Prometheus series, registered on a per-server
+// registry (no global state).
+type metrics struct {
+	requests         *prometheus.CounterVec   // surface, code
+	upstreamAttempts *prometheus.CounterVec   // upstream, outcome
+	streamTerminal   *prometheus.CounterVec   // surface, reason
+	activeStreams    prometheus.Gauge         // streams open to clients now
+	firstEvent       *prometheus.HistogramVec // surface: request start → first event to client
+	ownerResolution  *prometheus.CounterVec   // surface, source, outcome
+	failClosed       *prometheus.CounterVec   // surface, reason
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_requests_total", Help: "Client requests by surface and HTTP status.",
+		}, []string{"surface", "code"}),
+		upstreamAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_upstream_attempts_total", Help: "Requests sent to upstreams, by upstream and outcome.",
+		}, []string{"upstream", "outcome"}),
+		streamTerminal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_stream_terminal_total", Help: "Client streams ended, by surface and the reason they ended.",
+		}, []string{"surface", "reason"}),
+		activeStreams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_active_streams", Help: "Streams open to clients now.",
+		}),
+		firstEvent: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "sluice_time_to_first_event_seconds", Help: "From request arrival to the first event written to the client.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
+		}, []string{"surface"}),
+		ownerResolution: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "continuity_owner_resolution_total", Help: "previous_response_id owner resolutions by surface, source and outcome.",
+		}, []string{"surface", "source", "outcome"}),
+		failClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "continuity_fail_closed_total", Help: "Requests failed closed to keep continuity, by surface and reason.",
+		}, []string{"surface", "reason"}),
+	}
+	reg.MustRegister(m.requests, m.upstreamAttempts, m.streamTerminal, m.activeStreams, m.firstEvent, m.ownerResolution, m.failClosed)
+	return m
+}

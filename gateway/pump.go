@@ -1,0 +1,309 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/sluice-gw/sluice/gateway/sse"
+	"github.com/sluice-gw/sluice/gateway/upstream"
+	"github.com/sluice-gw/sluice/hostabi"
+)
+
+// eventSink is where a pump writes client-facing events: SSE here, WebSocket
+// frames in the WebSocket bridge.
+type eventSink interface {
+	// Event writes one Responses event or one Chat Completions chunk.
+	Event(name string, data []byte) error
+	// Done writes the Chat Completions [DONE] sentinel.
+	Done() error
+}
+
+type sseSink struct{ w *sse.Writer }
+
+func newSSESink(w http.ResponseWriter) *sseSink { return &sseSink{w: sse.NewWriter(w)} }
+
+func (s *sseSink) Event(name string, data []byte) error { return s.w.WriteEvent(name, data) }
+func (s *sseSink) Done() error                          { return s.w.WriteDone() }
+
+// Reasons a client stream ended, as counted in sluice_stream_terminal_total.
+const (
+	reasonCompleted     = "completed"
+	reasonFailed        = "failed"
+	reasonIncomplete    = "incomplete"
+	reasonDone          = "done"
+	reasonUpstreamError = "upstream_error"
+	reasonRecovered     = "recovered"
+	reasonCut           = "upstream_cut"
+	reasonIdle          = "idle_timeout"
+	reasonOversize      = "oversize_event"
+	reasonGarbage       = "unparseable_event"
+	reasonDrain         = "drain"
+	reasonClientGone    = "client_gone"
+)
+
+// pump moves one upstream stream to the client and guarantees the client
+// exactly one terminal event, whatever the upstream does.
+type pump struct {
+	s       *Server
+	ctx     context.Context // the client's
+	upCtx   context.Context // the upstream attempt's (carries the cancel cause)
+	req     *clientRequest
+	u       *upstream.Upstream
+	sink    eventSink
+	surface string
+
+	lastSeq    int64
+	responseID string
+	created    bool
+	sawFinish  bool // chat: a chunk carried a finish_reason
+
+	// onEvent observes every forwarded Responses event (continuity recording).
+	onEvent func(typ string, data []byte)
+}
+
+// run forwards first and every later event until a terminal one.
+func (p *pump) run(src *sse.Reader, first sse.Event, start time.Time) string {
+	ev := first
+	firstWritten := false
+	for {
+		reason, done, wrote := p.handle(ev)
+		if wrote && !firstWritten {
+			firstWritten = true
+			p.s.metrics.firstEvent.WithLabelValues(p.surface).Observe(time.Since(start).Seconds())
+		}
+		if done {
+			return reason
+		}
+		var err error
+		ev, err = src.Next()
+		if err != nil {
+			if p.ctx.Err() != nil {
+				return reasonClientGone
+			}
+			reason, e := p.readFailure(err)
+			return p.terminate(reason, e)
+		}
+	}
+}
+
+// readFailure classifies why reading the upstream stopped.
+func (p *pump) readFailure(err error) (string, *apierr.Error) {
+	switch cause := context.Cause(p.upCtx); {
+	case errors.Is(cause, errDraining):
+		return reasonDrain, apierr.StreamIncomplete("the gateway is shutting down; retry the request")
+	case errors.Is(cause, errIdleTimeout):
+		return reasonIdle, apierr.StreamIncomplete("the upstream sent nothing for %s", p.s.opts.IdleTimeout)
+	case errors.Is(err, sse.ErrEventTooLarge):
+		return reasonOversize, apierr.StreamIncomplete("the upstream sent an event larger than %d bytes", p.s.opts.MaxEventBytes)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return reasonCut, apierr.StreamIncomplete("the upstream closed the stream before it was complete")
+	default:
+		return reasonCut, apierr.StreamIncomplete("the upstream stream broke: %s", upstream.RedactError(err))
+	}
+}
+
+// terminate writes the one terminal event for a stream that did not end on
+// its own, and returns the reason.
+func (p *pump) terminate(reason string, e *apierr.Error) string {
+	if p.ctx.Err() != nil {
+		return reasonClientGone
+	}
+	p.s.log.Warn("stream ended by the gateway", "surface", p.surface, "upstream", p.u.Name(), "reason", reason, "response_id", LogID(p.responseID))
+	if p.req.ep.chat {
+		_ = p.sink.Event("", chatErrorChunk(e))
+		_ = p.sink.Done()
+		return reason
+	}
+	_ = p.sink.Event("response.failed", p.failedEvent(e))
+	return reason
+}
+
+// handle forwards one event. done reports that the stream is over (a
+// terminal event was written, or the client is gone).
+func (p *pump) handle(ev sse.Event) (reason string, done, wrote bool) {
+	if p.req.ep.chat {
+		return p.handleChat(ev)
+	}
+	return p.handleResponses(ev)
+}
+
+func (p *pump) handleResponses(ev sse.Event) (string, bool, bool) {
+	if ev.Error != nil {
+		return p.upstreamError(ev.Error, "error"), true, true
+	}
+	if ev.Done {
+		return p.terminate(reasonCut, apierr.StreamIncomplete("the upstream ended the stream without a terminal event")), true, true
+	}
+	if !gjson.ValidBytes(ev.Data) {
+		return p.terminate(reasonGarbage, apierr.StreamIncomplete("the upstream sent an unparseable event")), true, true
+	}
+	obj := gjson.ParseBytes(ev.Data)
+	typ := obj.Get("type").Str
+	if seq := obj.Get("sequence_number"); seq.Type == gjson.Number {
+		p.lastSeq = seq.Int()
+	}
+	switch typ {
+	case "error":
+		return p.upstreamError(ev.Data, typ), true, true
+	case "response.created":
+		p.created = true
+		p.responseID = obj.Get("response.id").Str
+	case "response.failed":
+		e := obj.Get("response.error")
+		verdict := p.s.policy.Recover(p.ctx, hostabi.RecoverInput{Surface: p.surface, Upstream: p.u.Name(), EventType: typ,
+			Code: e.Get("code").String(), Type: e.Get("type").String(), Param: e.Get("param").String(), Message: e.Get("message").String()})
+		if ce := p.s.recoveredError(verdict, true); ce != nil {
+			p.observe(typ, ev.Data)
+			return p.terminate(verdictReason(verdict), ce), true, true
+		}
+	}
+	if p.responseID == "" {
+		if id := obj.Get("response.id"); id.Type == gjson.String {
+			p.responseID = id.Str
+		}
+	}
+	name := ev.Name
+	if name == "" {
+		name = typ
+	}
+	if err := p.sink.Event(name, ev.Data); err != nil {
+		return reasonClientGone, true, false
+	}
+	p.observe(typ, ev.Data)
+	switch typ {
+	case "response.completed":
+		return reasonCompleted, true, true
+	case "response.failed":
+		return reasonFailed, true, true
+	case "response.incomplete":
+		return reasonIncomplete, true, true
+	}
+	return "", false, true
+}
+
+func (p *pump) observe(typ string, data []byte) {
+	if p.onEvent != nil {
+		p.onEvent(typ, data)
+	}
+}
+
+// upstreamError turns an upstream error payload into the client's terminal
+// event through the recover policy: a bare `error` never reaches a Responses
+// client (Codex ignores it); it becomes response.failed with the upstream's
+// code, or stream_incomplete when recovered.
+func (p *pump) upstreamError(payload []byte, eventType string) string {
+	perr, _ := apierr.Parse(payload)
+	obj := gjson.ParseBytes(payload)
+	if perr.Code == "" && perr.Message == "" {
+		// Responses error events carry code/message at the top level.
+		perr.Code, perr.Message, perr.Param = obj.Get("code").String(), obj.Get("message").String(), obj.Get("param").String()
+	}
+	if perr.Message == "" && perr.Code == "" {
+		perr.Message = strings.TrimSpace(string(payload))
+	}
+	verdict := p.s.policy.Recover(p.ctx, hostabi.RecoverInput{Surface: p.surface, Upstream: p.u.Name(), EventType: eventType,
+		HTTPStatus: int(obj.Get("status").Int()), Code: perr.Code, Type: perr.Type, Param: perr.Param, Message: perr.Message})
+	if ce := p.s.recoveredError(verdict, true); ce != nil {
+		return p.terminate(verdictReason(verdict), ce)
+	}
+	if perr.Type == "" {
+		perr.Type = apierr.TypeServer
+	}
+	if perr.Code == "" {
+		perr.Code = "upstream_error"
+	}
+	p.terminate(reasonUpstreamError, &perr)
+	return reasonUpstreamError
+}
+
+func verdictReason(v hostabi.RecoverOutput) string {
+	if v.Verdict == hostabi.RecoverFailClosed {
+		return "fail_closed"
+	}
+	return reasonRecovered
+}
+
+func (p *pump) handleChat(ev sse.Event) (string, bool, bool) {
+	if ev.Error != nil {
+		return p.chatError(ev.Error), true, true
+	}
+	if ev.Done {
+		if !p.sawFinish {
+			return p.terminate(reasonCut, apierr.StreamIncomplete("the upstream ended the stream before a finish chunk")), true, true
+		}
+		if err := p.sink.Done(); err != nil {
+			return reasonClientGone, true, false
+		}
+		return reasonDone, true, true
+	}
+	if !gjson.ValidBytes(ev.Data) {
+		return p.terminate(reasonGarbage, apierr.StreamIncomplete("the upstream sent an unparseable chunk")), true, true
+	}
+	obj := gjson.ParseBytes(ev.Data)
+	if obj.Get("error").Exists() {
+		return p.chatError(ev.Data), true, true
+	}
+	for _, fr := range obj.Get("choices.#.finish_reason").Array() {
+		if fr.Type == gjson.String && fr.Str != "" {
+			p.sawFinish = true
+		}
+	}
+	if err := p.sink.Event("", ev.Data); err != nil {
+		return reasonClientGone, true, false
+	}
+	return "", false, true
+}
+
+// chatError relays an upstream error chunk, through the recover policy, then
+// ends the stream with [DONE].
+func (p *pump) chatError(payload []byte) string {
+	perr, _ := apierr.Parse(payload)
+	verdict := p.s.policy.Recover(p.ctx, hostabi.RecoverInput{Surface: p.surface, Upstream: p.u.Name(), EventType: "error",
+		Code: perr.Code, Type: perr.Type, Param: perr.Param, Message: perr.Message})
+	if ce := p.s.recoveredError(verdict, true); ce != nil {
+		return p.terminate(verdictReason(verdict), ce)
+	}
+	if perr.Message == "" && perr.Code == "" {
+		perr = apierr.Error{Type: apierr.TypeServer, Code: "upstream_error", Message: strings.TrimSpace(string(payload))}
+	}
+	p.terminate(reasonUpstreamError, &perr)
+	return reasonUpstreamError
+}
+
+// failedEvent is a response.failed event carrying e, numbered after the last
+// event the client saw.
+func (p *pump) failedEvent(e *apierr.Error) []byte {
+	id := p.responseID
+	if id == "" {
+		id = "resp_sluice_failed"
+	}
+	ev := map[string]any{
+		"type":            "response.failed",
+		"sequence_number": p.lastSeq + 1,
+		"response": map[string]any{
+			"id": id, "object": "response", "created_at": time.Now().Unix(), "status": "failed",
+			"model": p.req.model, "output": []any{},
+			"error": map[string]any{"code": e.Code, "message": e.Message},
+		},
+	}
+	b, _ := json.Marshal(ev)
+	return b
+}
+
+// chatErrorChunk is the Chat Completions in-stream error chunk.
+func chatErrorChunk(e *apierr.Error) []byte {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return []byte(fmt.Sprintf(`{"error":{"message":%q,"type":"server_error","code":"stream_incomplete","param":null}}`, e.Message))
+	}
+	return b
+}

@@ -1,0 +1,200 @@
+package gateway
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/tidwall/gjson"
+)
+
+// endpoint is a client-facing API the pipeline serves.
+type endpoint struct {
+	path        string // upstream path suffix after the base URL, e.g. "/responses"
+	chat        bool   // Chat Completions framing ([DONE], error chunks)
+	streamLabel string // surface label when streaming
+	jsonLabel   string // surface label when not streaming
+}
+
+var (
+	responsesEndpoint = endpoint{path: "/responses", streamLabel: hostabi.SurfaceResponsesStream, jsonLabel: hostabi.SurfaceResponsesJSON}
+	chatEndpoint      = endpoint{path: "/chat/completions", chat: true, streamLabel: hostabi.SurfaceChatStream, jsonLabel: hostabi.SurfaceChatJSON}
+)
+
+// clientRequest is a validated client request on its way to an upstream.
+type clientRequest struct {
+	ep                 endpoint
+	body               []byte
+	model              string
+	stream             bool
+	previousResponseID string
+	header             http.Header // the client's headers
+	setHeaders         map[string]string
+	removeHeaders      []string
+	upstreamName       string // chosen by a rewrite policy
+	clientKeyHash      string // sha256 of the client's credential, for scoping
+}
+
+func (r *clientRequest) surface() string {
+	if r.stream {
+		return r.ep.streamLabel
+	}
+	return r.ep.jsonLabel
+}
+
+// readBody reads at most limit bytes; a larger body is payload_too_large.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *apierr.Error) {
+	if r.ContentLength > limit {
+		return nil, apierr.TooLarge(limit)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, apierr.TooLarge(limit)
+		}
+		return nil, apierr.Invalid("", "invalid_body", "could not read the request body: %v", err)
+	}
+	return body, nil
+}
+
+// parseRequest validates the fields the gateway relies on and leaves every
+// other field untouched, so unknown fields pass through to the upstream.
+func parseRequest(ep endpoint, body []byte) (*clientRequest, *apierr.Error) {
+	if !gjson.ValidBytes(body) {
+		return nil, apierr.Invalid("", apierr.CodeInvalidJSON, "the request body is not valid JSON")
+	}
+	root := gjson.ParseBytes(body)
+	if !root.IsObject() {
+		return nil, apierr.Invalid("", apierr.CodeInvalidType, "the request body must be a JSON object")
+	}
+	req := &clientRequest{ep: ep, body: body}
+	if err := req.readFields(root); err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
+// readFields (re)reads model, stream and previous_response_id, and checks
+// the endpoint's required input field.
+func (r *clientRequest) readFields(root gjson.Result) *apierr.Error {
+	// One pass over the top-level keys: the body may be megabytes of history.
+	var model, stream, prev, input, messages gjson.Result
+	root.ForEach(func(key, value gjson.Result) bool {
+		switch key.Str {
+		case "model":
+			model = value
+		case "stream":
+			stream = value
+		case "previous_response_id":
+			prev = value
+		case "input":
+			input = value
+		case "messages":
+			messages = value
+		}
+		return true
+	})
+	switch {
+	case !model.Exists() || model.Type == gjson.Null:
+		return apierr.Invalid("model", apierr.CodeMissingField, "you must provide a model parameter")
+	case model.Type != gjson.String:
+		return apierr.Invalid("model", apierr.CodeInvalidType, "model must be a string, got %s", jsonKind(model))
+	case strings.TrimSpace(model.Str) == "":
+		return apierr.Invalid("model", apierr.CodeMissingField, "model must not be empty")
+	}
+	r.model = model.Str
+	switch {
+	case !stream.Exists() || stream.Type == gjson.Null:
+		r.stream = false
+	case stream.Type == gjson.True || stream.Type == gjson.False:
+		r.stream = stream.Bool()
+	default:
+		return apierr.Invalid("stream", apierr.CodeInvalidType, "stream must be a boolean, got %s", jsonKind(stream))
+	}
+	r.previousResponseID = ""
+	if prev.Exists() && prev.Type != gjson.Null {
+		if prev.Type != gjson.String {
+			return apierr.Invalid("previous_response_id", apierr.CodeInvalidType, "previous_response_id must be a string, got %s", jsonKind(prev))
+		}
+		r.previousResponseID = prev.Str
+	}
+	if r.ep.chat {
+		switch {
+		case !messages.Exists() || messages.Type == gjson.Null:
+			return apierr.Invalid("messages", apierr.CodeMissingField, "you must provide a messages parameter")
+		case !messages.IsArray():
+			return apierr.Invalid("messages", apierr.CodeInvalidType, "messages must be an array, got %s", jsonKind(messages))
+		case messages.Raw == "[]" || strings.TrimSpace(messages.Raw[1:len(messages.Raw)-1]) == "":
+			return apierr.Invalid("messages", apierr.CodeMissingField, "messages must not be empty")
+		}
+		return nil
+	}
+	switch {
+	case !input.Exists() || input.Type == gjson.Null:
+		return apierr.Invalid("input", apierr.CodeMissingField, "you must provide an input parameter")
+	case input.Type != gjson.String && !input.IsArray():
+		return apierr.Invalid("input", apierr.CodeInvalidType, "input must be a string or an array of items, got %s", jsonKind(input))
+	}
+	return nil
+}
+
+func jsonKind(v gjson.Result) string {
+	switch {
+	case v.IsObject():
+		return "an object"
+	case v.IsArray():
+		return "an array"
+	case v.Type == gjson.String:
+		return "a string"
+	case v.Type == gjson.Number:
+		return "a number"
+	case v.Type == gjson.True || v.Type == gjson.False:
+		return "a boolean"
+	}
+	return "null"
+}
+
+// clientKeyHash identifies a client credential without keeping it.
+func clientKeyHash(h http.Header) string {
+	cred := h.Get("Authorization")
+	if cred == "" {
+		cred = h.Get("Api-Key")
+	}
+	if cred == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(cred))
+	return hex.EncodeToString(sum[:16])
+}
+
+// LogID renders an identifier for logs as sha256:<12 hex>, never raw.
+func LogID(id string) string {
+	if id == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(id))
+	return fmt.Sprintf("sha256:%x", sum[:6])
+}
+
+// policyHeaders is the subset of client headers a rewrite policy may read.
+func policyHeaders(h http.Header) map[string]string {
+	out := make(map[string]string, 8)
+	for k, v := range h {
+		lk := strings.ToLower(k)
+		switch lk {
+		case "authorization", "api-key", "cookie", "proxy-authorization":
+			continue
+		}
+		if len(v) > 0 {
+			out[lk] = v[0]
+		}
+	}
+	return out
+}

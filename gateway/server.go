@@ -1,0 +1,275 @@
+// Package gateway is Sluice's HTTP surface: routing, the request pipeline,
+// the upstream attempt loop and the event pump that keeps the terminal-event
+// promise on every stream.
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/julienschmidt/httprouter"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/sluice-gw/sluice/gateway/upstream"
+)
+
+// Options configure a Server. Zero values take the documented defaults.
+type Options struct {
+	Pool   *upstream.Pool // required
+	Policy Policy         // nil: BuiltinPolicy
+	Logger hclog.Logger   // nil: discard
+
+	// Registry receives the gateway's metrics and is served on /metrics;
+	// nil creates one with the Go and process collectors.
+	Registry *prometheus.Registry
+
+	MaxBodyBytes   int64         // client request body cap; default 32 MiB
+	MaxEventBytes  int           // one upstream SSE event; default 16 MiB
+	ConnectTimeout time.Duration // default 5s
+	HeaderTimeout  time.Duration // upstream response headers; default 120s
+	IdleTimeout    time.Duration // between upstream events; default 300s
+	ReadHeader     time.Duration // client request headers; default 10s
+	DrainGrace     time.Duration // in-flight streams on shutdown; default 30s
+	MaxAttempts    int           // upstream attempts per request before the first byte; default 3
+
+	// Transport carries upstream requests; nil builds one from the timeouts.
+	Transport http.RoundTripper
+	// Ready reports extra readiness conditions (e.g. policies loaded).
+	Ready func() bool
+	// Admin mounts extra admin handlers, keyed by path (e.g. "/admin/policies").
+	Admin map[string]http.Handler
+}
+
+// Server is the gateway. Create it with New, serve it with Serve or mount
+// Handler, and stop it with Shutdown.
+type Server struct {
+	opts    Options
+	pool    *upstream.Pool
+	policy  Policy
+	log     hclog.Logger
+	reg     *prometheus.Registry
+	metrics *metrics
+	client  *http.Client
+	handler http.Handler
+
+	draining atomic.Bool
+	// streamsCtx is canceled (with cause errDraining) when the drain grace
+	// ends: every in-flight stream then writes its terminal event and returns.
+	streamsCtx    context.Context
+	cancelStreams context.CancelCauseFunc
+
+	mu  sync.Mutex
+	srv *http.Server
+}
+
+var (
+	errDraining    = errors.New("the gateway is shutting down")
+	errIdleTimeout = errors.New("no upstream event within the idle timeout")
+)
+
+// New builds a Server.
+func New(opts Options) (*Server, error) {
+	if opts.Pool == nil {
+		return nil, errors.New("gateway: an upstream pool is required")
+	}
+	if opts.Policy == nil {
+		opts.Policy = BuiltinPolicy{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+		opts.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	setDefault(&opts.MaxBodyBytes, 32<<20)
+	setDefault(&opts.MaxEventBytes, 16<<20)
+	setDefault(&opts.ConnectTimeout, 5*time.Second)
+	setDefault(&opts.HeaderTimeout, 120*time.Second)
+	setDefault(&opts.IdleTimeout, 300*time.Second)
+	setDefault(&opts.ReadHeader, 10*time.Second)
+	setDefault(&opts.DrainGrace, 30*time.Second)
+	setDefault(&opts.MaxAttempts, 3)
+	if opts.Transport == nil {
+		opts.Transport = NewTransport(opts.ConnectTimeout, opts.HeaderTimeout)
+	}
+	s := &Server{
+		opts:    opts,
+		pool:    opts.Pool,
+		policy:  opts.Policy,
+		log:     opts.Logger,
+		reg:     opts.Registry,
+		metrics: newMetrics(opts.Registry),
+		client:  &http.Client{Transport: opts.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
+	}
+	s.streamsCtx, s.cancelStreams = context.WithCancelCause(context.Background())
+	s.handler = s.routes()
+	return s, nil
+}
+
+func setDefault[T int | int64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}
+
+// NewTransport is the upstream transport: pooled keep-alive connections,
+// bounded connect and header waits, and no transparent compression (the
+// gateway parses streams as they arrive).
+func NewTransport(connect, header time.Duration) *http.Transport {
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout:   connect,
+		ResponseHeaderTimeout: header,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		ForceAttemptHTTP2:     true,
+		DisableCompression:    true,
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+// Handler is the gateway's HTTP handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Registry is the registry the gateway's metrics are on.
+func (s *Server) Registry() *prometheus.Registry { return s.reg }
+
+func (s *Server) routes() http.Handler {
+	r := httprouter.New()
+	r.HandleMethodNotAllowed = true
+	r.POST("/v1/responses", s.handleResponses)
+	r.POST("/v1/chat/completions", s.handleChat)
+	r.GET("/v1/models", s.handleModels)
+	r.GET("/healthz", s.handleHealthz)
+	r.GET("/readyz", s.handleReadyz)
+	r.Handler(http.MethodGet, "/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	r.GET("/admin/upstreams", s.handleUpstreams)
+	for path, h := range s.opts.Admin {
+		r.Handler(http.MethodGet, path, h)
+	}
+	r.NotFound = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		(&apierr.Error{Status: http.StatusNotFound, Type: apierr.TypeInvalidRequest, Code: apierr.CodeNotFound,
+			Message: fmt.Sprintf("unknown endpoint %s %s", req.Method, req.URL.Path)}).Write(w)
+	})
+	r.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		(&apierr.Error{Status: http.StatusMethodNotAllowed, Type: apierr.TypeInvalidRequest, Code: "method_not_allowed",
+			Message: fmt.Sprintf("%s is not allowed on %s", req.Method, req.URL.Path)}).Write(w)
+	})
+	r.PanicHandler = func(w http.ResponseWriter, req *http.Request, v any) {
+		if v == http.ErrAbortHandler {
+			panic(v)
+		}
+		s.log.Error("handler panic", "path", req.URL.Path, "panic", fmt.Sprint(v))
+		(&apierr.Error{Status: http.StatusInternalServerError, Type: apierr.TypeServer, Code: "internal_error",
+			Message: "the gateway hit an internal error"}).Write(w)
+	}
+	return r
+}
+
+// Handle mounts an extra handler (e.g. a WebSocket upgrade) on the router.
+// It must be called before serving.
+func (s *Server) Handle(method, path string, h http.Handler) {
+	s.handler.(*httprouter.Router).Handler(method, path, h)
+}
+
+func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) handleReadyz(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
+	switch {
+	case s.draining.Load():
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
+	case s.opts.Ready != nil && !s.opts.Ready():
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "policies not loaded"})
+	case !s.pool.Healthy():
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "no healthy upstream"})
+	default:
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	}
+}
+
+func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
+	type model struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"`
+		OwnedBy string `json:"owned_by"`
+	}
+	owners := s.pool.ModelOwners()
+	data := make([]model, 0, len(owners))
+	for _, id := range s.pool.Models() {
+		data = append(data, model{ID: id, Object: "model", OwnedBy: owners[id][0]})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+func (s *Server) handleUpstreams(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
+	now := time.Now()
+	out := make([]upstream.Status, 0, len(s.pool.Upstreams()))
+	for _, u := range s.pool.Upstreams() {
+		out = append(out, u.Status(now))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"upstreams": out})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// Serve accepts connections on ln until Shutdown. It returns nil after a
+// clean shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: s.opts.ReadHeader,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+	}
+	s.mu.Lock()
+	s.srv = srv
+	s.mu.Unlock()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("gateway: serve: %w", err)
+	}
+	return nil
+}
+
+// Draining reports whether Shutdown has begun.
+func (s *Server) Draining() bool { return s.draining.Load() }
+
+// Shutdown drains the gateway: it stops accepting, fails /readyz, lets
+// in-flight streams run for up to DrainGrace and then ends each one with its
+// terminal event. It returns when every handler has returned or ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.draining.Store(true)
+	s.log.Info("draining", "grace", s.opts.DrainGrace.String())
+	grace := time.AfterFunc(s.opts.DrainGrace, func() { s.cancelStreams(errDraining) })
+	defer grace.Stop()
+	s.mu.Lock()
+	srv := s.srv
+	s.mu.Unlock()
+	var err error
+	if srv != nil {
+		err = srv.Shutdown(ctx)
+	}
+	s.cancelStreams(errDraining)
+	return err
+}

@@ -1,0 +1,48 @@
+// Package translate makes a Chat-Completions-only upstream (llama.cpp's server,
+// vLLM, any OpenAI-compatible /v1/chat/completions) look like a Responses
+// upstream.
+//
+// Requests go one way: [ToChat] turns a Responses request body (plus the
+// already-expanded history of a previous_response_id chain) into a Chat
+// Completions body, rejecting with a 400 what Chat cannot express and dropping
+// what it does not need. Answers come back the other way: a [Stream] turns the
+// `data:` payloads of a Chat stream into Responses SSE events — item ids that
+// stay stable from added to done, sequence numbers, output and content
+// indexes, and exactly one terminal event (DESIGN.md §3) whatever the order of
+// calls — and [FromChatResponse] does the same for a non-streamed
+// chat.completion.
+//
+// Everything here is pure and deterministic: no I/O, no goroutines, ids and
+// the clock come in through the options.
+//
+// Mapping decisions, in one place:
+//
+//   - Roles. instructions and system messages become "system"; developer
+//     messages become RequestOptions.DeveloperRole, "system" by default,
+//     because llama.cpp and vLLM chat templates often reject "developer".
+//   - Content. One text part becomes a plain string (what every template
+//     handles); several become an array of text parts. input_image with an
+//     image_url becomes an image_url part (user messages only); file_id images,
+//     input_file and audio are rejected with the part's param.
+//   - Assistant history. Output messages, function_call items and reasoning
+//     items that follow each other form one assistant message: content,
+//     refusal, tool_calls and reasoning_content. A reasoning item attaches to
+//     the assistant message or tool call that follows it (or, failing that, to
+//     the assistant message before it); its text is its reasoning_text content
+//     or else its summary texts, joined by a blank line. encrypted_content
+//     cannot be used by another model and is dropped.
+//   - Tools. Function tools are kept (strict is forwarded only when sent);
+//     every other tool type is dropped and reported in RequestInfo.DroppedTools.
+//     A tool_choice that needs a dropped or unknown tool is a 400.
+//   - Fields. See forwardedFields in request.go for the fields that reach the
+//     upstream; the rest are dropped (RequestInfo.DroppedFields), except
+//     background, conversation and prompt, which are rejected because dropping
+//     them would silently change the answer.
+//   - Stream. delta.reasoning_content (or delta.reasoning) becomes a reasoning
+//     item with one reasoning_text part; content a message item with an
+//     output_text part (refusal a refusal part); tool calls function_call items.
+//     A reasoning or message item is done when something else starts; tool
+//     calls, which Chat may interleave by index, are done at the finish_reason.
+//     stop and tool_calls complete the response; length and content_filter
+//     make it incomplete; an error chunk fails it.
+package translate

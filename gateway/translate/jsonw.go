@@ -1,0 +1,130 @@
+package translate
+
+import (
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/tidwall/gjson"
+)
+
+// This file holds the small append-style JSON writer both directions use. The
+// package never builds maps or reflects over structs to produce JSON: bodies
+// and events are assembled by appending, and values taken from the input are
+// copied as their raw JSON text (already validated), which keeps a 1 MiB
+// Codex history to a couple of copies.
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string literal. Control characters, quotes
+// and backslashes are escaped; invalid UTF-8 becomes U+FFFD, as encoding/json
+// does. HTML characters are left alone (the output is never embedded in HTML).
+func appendString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// appendInt appends n in decimal.
+func appendInt(dst []byte, n int64) []byte { return strconv.AppendInt(dst, n, 10) }
+
+// appendKey appends `,"key":` (or `"key":` right after an opening brace).
+func appendKey(dst []byte, key string) []byte {
+	if n := len(dst); n > 0 && dst[n-1] != '{' && dst[n-1] != '[' {
+		dst = append(dst, ',')
+	}
+	dst = append(dst, '"')
+	dst = append(dst, key...)
+	return append(dst, '"', ':')
+}
+
+// appendStringOrNull appends s as a string, or null when it is empty.
+func appendStringOrNull(dst []byte, s string) []byte {
+	if s == "" {
+		return append(dst, "null"...)
+	}
+	return appendString(dst, s)
+}
+
+// rawOr returns the raw JSON of r when it exists and is not null, else def.
+func rawOr(r gjson.Result, def string) string {
+	if !r.Exists() || r.Type == gjson.Null {
+		return def
+	}
+	return r.Raw
+}
+
+// present reports whether a JSON value exists and is not null; the Responses
+// API treats an explicit null like an absent field.
+func present(r gjson.Result) bool { return r.Exists() && r.Type != gjson.Null }
+
+// maxDepth bounds object/array nesting in the JSON this package accepts.
+// Real requests nest a tool schema a few dozen levels at most; the bound keeps
+// hostile input from driving the recursive validator deep into the stack.
+const maxDepth = 512
+
+// tooDeep reports whether b nests objects/arrays deeper than maxDepth. It is a
+// linear scan that only tracks strings and brackets; validity is checked
+// separately.
+func tooDeep(b []byte) bool {
+	depth := 0
+	inStr := false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if inStr {
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inStr = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inStr = true
+		case '{', '[':
+			depth++
+			if depth > maxDepth {
+				return true
+			}
+		case '}', ']':
+			depth--
+		}
+	}
+	return false
+}

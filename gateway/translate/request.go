@@ -1,0 +1,1299 @@
+package translate
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/tidwall/gjson"
+)
+
+// Error codes used for 400s beyond the ones apierr defines.
+const (
+	codeInvalidValue         = "invalid_value"
+	codeUnsupportedValue     = "unsupported_value"
+	codeUnsupportedParameter = "unsupported_parameter"
+)
+
+// RequestOptions tune [ToChat].
+type RequestOptions struct {
+	// DeveloperRole is the Chat role that developer messages become. Empty
+	// means "system" (llama.cpp and vLLM templates often reject "developer");
+	// "developer" keeps the role for upstreams that know it; any other value is
+	// used as given.
+	DeveloperRole string
+	// DefaultModel is the model sent when the request names none. With
+	// neither, ToChat answers 400 missing_required_parameter (param model).
+	DefaultModel string
+	// OmitReasoning leaves reasoning items out of the Chat body instead of
+	// sending their text back as assistant reasoning_content (some upstreams
+	// reject reasoning_content in requests).
+	OmitReasoning bool
+}
+
+// RequestInfo is what ToChat learned about the request that the gateway needs
+// beyond the Chat body: continuity fields, the items to store, and what was
+// left out.
+type RequestInfo struct {
+	// Model is the model sent upstream.
+	Model string
+	// Stream reports whether the client asked for a stream.
+	Stream bool
+	// PreviousResponseID is the request's previous_response_id, if any.
+	PreviousResponseID string
+	// Store is the request's store flag; nil when absent (the API default is true).
+	Store *bool
+	// InputItems is this turn's input normalised to Responses item shape
+	// (type "message" made explicit, string content turned into one text
+	// part), ready to be stored as history. The slices do not alias body.
+	InputItems []json.RawMessage
+	// DroppedTools names the tools Chat cannot express and that were left out:
+	// the tool type, followed by ":name" when the tool has a name.
+	DroppedTools []string
+	// DroppedFields names the top-level request fields that were not forwarded
+	// (including previous_response_id and store, which the gateway handles), in
+	// request order.
+	DroppedFields []string
+	// Echo holds the request fields a Response object repeats; pass it as
+	// StreamOptions.Request.
+	Echo RequestEcho
+}
+
+// RequestEcho holds the request fields that a Response object echoes back,
+// each as raw JSON. A nil or invalid field is rendered with the API's default
+// (null, [], "auto", true, 1, {} as appropriate).
+type RequestEcho struct {
+	// Instructions is the request's instructions (a string) or nil.
+	Instructions json.RawMessage
+	// Tools is the array of tools that were forwarded, in Responses shape.
+	Tools json.RawMessage
+	// ToolChoice is the request's tool_choice.
+	ToolChoice json.RawMessage
+	// ParallelToolCalls is the request's parallel_tool_calls.
+	ParallelToolCalls json.RawMessage
+	// Temperature is the request's temperature.
+	Temperature json.RawMessage
+	// TopP is the request's top_p.
+	TopP json.RawMessage
+	// MaxOutputTokens is the request's max_output_tokens.
+	MaxOutputTokens json.RawMessage
+	// PreviousResponseID is the request's previous_response_id.
+	PreviousResponseID json.RawMessage
+	// Reasoning is the request's reasoning object.
+	Reasoning json.RawMessage
+	// Text is the request's text object.
+	Text json.RawMessage
+	// Metadata is the request's metadata object.
+	Metadata json.RawMessage
+	// Store is the request's store flag.
+	Store json.RawMessage
+}
+
+// reqFields holds the top-level fields ToChat reads.
+type reqFields struct {
+	model, input, instructions, tools, toolChoice, parallelToolCalls gjson.Result
+	maxOutputTokens, temperature, topP, reasoning, text, stream      gjson.Result
+	user, promptCacheKey, safetyIdentifier, serviceTier              gjson.Result
+	previousResponseID, store, metadata                              gjson.Result
+	background, conversation, prompt                                 gjson.Result
+}
+
+// forwardedFields lists every top-level Responses field that reaches the Chat
+// body, with the Chat field it becomes. Every other field is dropped and
+// reported in RequestInfo.DroppedFields; of those, previous_response_id,
+// store and metadata are read for the gateway (RequestInfo, RequestEcho) and
+// background, conversation and prompt are rejected when set (see set).
+var forwardedFields = map[string]string{
+	"model":               "model",
+	"input":               "messages",
+	"instructions":        "messages[0] (role system)",
+	"tools":               "tools (function tools only)",
+	"tool_choice":         "tool_choice",
+	"parallel_tool_calls": "parallel_tool_calls",
+	"max_output_tokens":   "max_tokens",
+	"temperature":         "temperature",
+	"top_p":               "top_p",
+	"reasoning":           "reasoning_effort (from reasoning.effort)",
+	"text":                "response_format (from text.format), verbosity (from text.verbosity)",
+	"stream":              "stream, stream_options.include_usage",
+	"user":                "user",
+	"prompt_cache_key":    "prompt_cache_key",
+	"safety_identifier":   "safety_identifier",
+	"service_tier":        "service_tier",
+}
+
+// set records a top-level field. It reports whether the field is forwarded
+// to the upstream in some form.
+func (f *reqFields) set(key string, v gjson.Result) bool {
+	switch key {
+	case "model":
+		f.model = v
+	case "input":
+		f.input = v
+	case "instructions":
+		f.instructions = v
+	case "tools":
+		f.tools = v
+	case "tool_choice":
+		f.toolChoice = v
+	case "parallel_tool_calls":
+		f.parallelToolCalls = v
+	case "max_output_tokens":
+		f.maxOutputTokens = v
+	case "temperature":
+		f.temperature = v
+	case "top_p":
+		f.topP = v
+	case "reasoning":
+		f.reasoning = v
+	case "text":
+		f.text = v
+	case "stream":
+		f.stream = v
+	case "user":
+		f.user = v
+	case "prompt_cache_key":
+		f.promptCacheKey = v
+	case "safety_identifier":
+		f.safetyIdentifier = v
+	case "service_tier":
+		f.serviceTier = v
+	// Read for the gateway, not forwarded.
+	case "previous_response_id":
+		f.previousResponseID = v
+		return false
+	case "store":
+		f.store = v
+		return false
+	case "metadata":
+		f.metadata = v
+		return false
+	// Rejected when set.
+	case "background":
+		f.background = v
+		return false
+	case "conversation":
+		f.conversation = v
+		return false
+	case "prompt":
+		f.prompt = v
+		return false
+	default:
+		return false
+	}
+	return true
+}
+
+// ToChat converts a Responses request body to a Chat Completions body. history
+// holds earlier conversation items (the already-expanded previous_response_id
+// chain: input and output items in Responses item shape) that go before this
+// request's input. Every error is a 400 invalid_request_error whose param
+// names the offending field (input[3], input[3].content[1], tools[0].name, …);
+// errors in history items name previous_response_id.
+func ToChat(body []byte, history []json.RawMessage, opts RequestOptions) (chat []byte, info RequestInfo, err *apierr.Error) {
+	if tooDeep(body) {
+		return nil, info, apierr.Invalid("", apierr.CodeInvalidJSON, "The request body nests objects or arrays deeper than %d levels.", maxDepth)
+	}
+	if !gjson.ValidBytes(body) {
+		return nil, info, apierr.Invalid("", apierr.CodeInvalidJSON, "The request body is not valid JSON.")
+	}
+	root := gjson.ParseBytes(body)
+	if !root.IsObject() {
+		return nil, info, apierr.Invalid("", apierr.CodeInvalidType, "The request body must be a JSON object.")
+	}
+	var f reqFields
+	root.ForEach(func(k, v gjson.Result) bool {
+		if !f.set(k.Str, v) {
+			info.DroppedFields = append(info.DroppedFields, k.Str)
+		}
+		return true
+	})
+
+	// Fields Chat cannot honour and that change the answer if ignored.
+	if present(f.background) {
+		if !f.background.IsBool() {
+			return nil, info, typeErr("background", "a boolean")
+		}
+		if f.background.Type == gjson.True {
+			return nil, info, apierr.Invalid("background", codeUnsupportedParameter, "Background responses are not supported by this upstream.")
+		}
+	}
+	if present(f.conversation) {
+		return nil, info, apierr.Invalid("conversation", codeUnsupportedParameter, "Conversations are not supported by this upstream; use previous_response_id.")
+	}
+	if present(f.prompt) {
+		return nil, info, apierr.Invalid("prompt", codeUnsupportedParameter, "Prompt templates are not supported by this upstream.")
+	}
+
+	// Scalars first: they are cheap and their errors are the easiest to read.
+	model := opts.DefaultModel
+	if present(f.model) {
+		if f.model.Type != gjson.String {
+			return nil, info, typeErr("model", "a string")
+		}
+		if f.model.Str != "" {
+			model = f.model.Str
+		}
+	}
+	if model == "" {
+		return nil, info, apierr.Invalid("model", apierr.CodeMissingField, "Missing required parameter: 'model'.")
+	}
+	info.Model = model
+	if present(f.stream) {
+		if !f.stream.IsBool() {
+			return nil, info, typeErr("stream", "a boolean")
+		}
+		info.Stream = f.stream.Type == gjson.True
+	}
+	if present(f.previousResponseID) {
+		if f.previousResponseID.Type != gjson.String {
+			return nil, info, typeErr("previous_response_id", "a string")
+		}
+		info.PreviousResponseID = f.previousResponseID.Str
+	}
+	if present(f.store) {
+		if !f.store.IsBool() {
+			return nil, info, typeErr("store", "a boolean")
+		}
+		b := f.store.Type == gjson.True
+		info.Store = &b
+	}
+	if present(f.metadata) && !f.metadata.IsObject() {
+		return nil, info, typeErr("metadata", "an object")
+	}
+	for _, chk := range []struct {
+		name string
+		v    gjson.Result
+		kind gjson.Type
+	}{
+		{"instructions", f.instructions, gjson.String},
+		{"user", f.user, gjson.String},
+		{"prompt_cache_key", f.promptCacheKey, gjson.String},
+		{"safety_identifier", f.safetyIdentifier, gjson.String},
+		{"service_tier", f.serviceTier, gjson.String},
+		{"temperature", f.temperature, gjson.Number},
+		{"top_p", f.topP, gjson.Number},
+	} {
+		if present(chk.v) && chk.v.Type != chk.kind {
+			want := "a string"
+			if chk.kind == gjson.Number {
+				want = "a number"
+			}
+			return nil, info, typeErr(chk.name, want)
+		}
+	}
+	if present(f.parallelToolCalls) && !f.parallelToolCalls.IsBool() {
+		return nil, info, typeErr("parallel_tool_calls", "a boolean")
+	}
+	if present(f.maxOutputTokens) {
+		if f.maxOutputTokens.Type != gjson.Number {
+			return nil, info, typeErr("max_output_tokens", "an integer")
+		}
+		if _, perr := strconv.ParseInt(f.maxOutputTokens.Raw, 10, 64); perr != nil {
+			return nil, info, typeErr("max_output_tokens", "an integer")
+		}
+	}
+	effort, aerr := reasoningEffort(f.reasoning)
+	if aerr != nil {
+		return nil, info, aerr
+	}
+	responseFormat, verbosity, aerr := textFormat(f.text)
+	if aerr != nil {
+		return nil, info, aerr
+	}
+
+	// Tools and tool_choice.
+	tools, aerr := convertTools(f.tools)
+	if aerr != nil {
+		return nil, info, aerr
+	}
+	info.DroppedTools = tools.dropped
+	toolChoice, aerr := convertToolChoice(f.toolChoice, &tools)
+	if aerr != nil {
+		return nil, info, aerr
+	}
+
+	// Messages: instructions, then history, then this turn's input.
+	c := converter{opts: opts}
+	if present(f.instructions) {
+		c.msgs = append(c.msgs, chatMsg{role: "system", content: f.instructions.Raw})
+	}
+	c.hist = true
+	for i, h := range history {
+		if !gjson.ValidBytes(h) {
+			return nil, info, apierr.Invalid("previous_response_id", apierr.CodeInvalidJSON, "Stored conversation item %d is not valid JSON.", i)
+		}
+		if _, aerr := c.item(i, gjson.ParseBytes(h)); aerr != nil {
+			return nil, info, aerr
+		}
+	}
+	c.hist = false
+	if present(f.input) {
+		switch {
+		case f.input.Type == gjson.String:
+			c.msgs = append(c.msgs, chatMsg{role: "user", content: f.input.Raw})
+			item := make([]byte, 0, len(f.input.Raw)+80)
+			item = append(item, `{"type":"message","role":"user","content":[{"type":"input_text","text":`...)
+			item = append(item, f.input.Raw...)
+			item = append(item, "}]}"...)
+			info.InputItems = []json.RawMessage{item}
+		case f.input.IsArray():
+			var aerr *apierr.Error
+			i := 0
+			f.input.ForEach(func(_, it gjson.Result) bool {
+				var fields itemFields
+				if fields, aerr = c.item(i, it); aerr != nil {
+					return false
+				}
+				info.InputItems = append(info.InputItems, normaliseItem(it, fields))
+				i++
+				return true
+			})
+			if aerr != nil {
+				return nil, info, aerr
+			}
+		default:
+			return nil, info, typeErr("input", "a string or an array of items")
+		}
+	}
+	c.flushReasoning()
+	if len(c.msgs) == 0 {
+		return nil, info, apierr.Invalid("input", apierr.CodeMissingField, "Missing required parameter: 'input'.")
+	}
+
+	// Render the Chat body.
+	size := len(body) + 256
+	for _, h := range history {
+		size += len(h)
+	}
+	out := make([]byte, 0, size)
+	out = append(out, '{')
+	out = appendKey(out, "model")
+	out = appendString(out, model)
+	out = appendKey(out, "messages")
+	out = c.appendMessages(out)
+	if len(tools.chat) > 0 {
+		out = appendKey(out, "tools")
+		out = append(out, tools.chat...)
+		if toolChoice != "" {
+			out = appendKey(out, "tool_choice")
+			out = append(out, toolChoice...)
+		}
+		if present(f.parallelToolCalls) {
+			out = appendKey(out, "parallel_tool_calls")
+			out = append(out, f.parallelToolCalls.Raw...)
+		}
+	}
+	for _, kv := range [...]struct {
+		key string
+		v   gjson.Result
+	}{
+		{"max_tokens", f.maxOutputTokens},
+		{"temperature", f.temperature},
+		{"top_p", f.topP},
+		{"user", f.user},
+		{"prompt_cache_key", f.promptCacheKey},
+		{"safety_identifier", f.safetyIdentifier},
+		{"service_tier", f.serviceTier},
+	} {
+		if present(kv.v) {
+			out = appendKey(out, kv.key)
+			out = append(out, kv.v.Raw...)
+		}
+	}
+	if effort != "" {
+		out = appendKey(out, "reasoning_effort")
+		out = append(out, effort...)
+	}
+	if responseFormat != nil {
+		out = appendKey(out, "response_format")
+		out = append(out, responseFormat...)
+	}
+	if verbosity != "" {
+		out = appendKey(out, "verbosity")
+		out = append(out, verbosity...)
+	}
+	if info.Stream {
+		out = append(out, `,"stream":true,"stream_options":{"include_usage":true}`...)
+	}
+	out = append(out, '}')
+
+	info.Echo = RequestEcho{
+		Instructions:       rawMsg(f.instructions),
+		Tools:              tools.echo,
+		ToolChoice:         rawMsg(f.toolChoice),
+		ParallelToolCalls:  rawMsg(f.parallelToolCalls),
+		Temperature:        rawMsg(f.temperature),
+		TopP:               rawMsg(f.topP),
+		MaxOutputTokens:    rawMsg(f.maxOutputTokens),
+		PreviousResponseID: rawMsg(f.previousResponseID),
+		Reasoning:          rawMsg(f.reasoning),
+		Text:               rawMsg(f.text),
+		Metadata:           rawMsg(f.metadata),
+		Store:              rawMsg(f.store),
+	}
+	return out, info, nil
+}
+
+// rawMsg copies a present value's raw JSON; nil when absent or null.
+func rawMsg(r gjson.Result) json.RawMessage {
+	if !present(r) {
+		return nil
+	}
+	return json.RawMessage(strings.Clone(r.Raw))
+}
+
+func typeErr(param, want string) *apierr.Error {
+	return apierr.Invalid(param, apierr.CodeInvalidType, "Invalid type for '%s': expected %s.", param, want)
+}
+
+// reasoningEffort returns reasoning.effort as a raw JSON string, or "".
+func reasoningEffort(r gjson.Result) (string, *apierr.Error) {
+	if !present(r) {
+		return "", nil
+	}
+	if !r.IsObject() {
+		return "", typeErr("reasoning", "an object")
+	}
+	e := r.Get("effort")
+	if !present(e) {
+		return "", nil
+	}
+	if e.Type != gjson.String {
+		return "", typeErr("reasoning.effort", "a string")
+	}
+	return e.Raw, nil
+}
+
+// textFormat converts text.format to a Chat response_format (nil for plain
+// text) and returns text.verbosity as a raw string ("" when absent).
+func textFormat(t gjson.Result) (format []byte, verbosity string, err *apierr.Error) {
+	if !present(t) {
+		return nil, "", nil
+	}
+	if !t.IsObject() {
+		return nil, "", typeErr("text", "an object")
+	}
+	if v := t.Get("verbosity"); present(v) {
+		if v.Type != gjson.String {
+			return nil, "", typeErr("text.verbosity", "a string")
+		}
+		verbosity = v.Raw
+	}
+	fm := t.Get("format")
+	if !present(fm) {
+		return nil, verbosity, nil
+	}
+	if !fm.IsObject() {
+		return nil, "", typeErr("text.format", "an object")
+	}
+	typ := fm.Get("type")
+	if typ.Type != gjson.String {
+		return nil, "", typeErr("text.format.type", "a string")
+	}
+	switch typ.Str {
+	case "text":
+		return nil, verbosity, nil
+	case "json_object":
+		return []byte(`{"type":"json_object"}`), verbosity, nil
+	case "json_schema":
+		name, schema := fm.Get("name"), fm.Get("schema")
+		if name.Type != gjson.String {
+			return nil, "", apierr.Invalid("text.format.name", apierr.CodeMissingField, "Missing required parameter: 'text.format.name'.")
+		}
+		if !schema.IsObject() {
+			return nil, "", apierr.Invalid("text.format.schema", apierr.CodeMissingField, "Missing required parameter: 'text.format.schema' (an object).")
+		}
+		out := append([]byte(nil), `{"type":"json_schema","json_schema":{"name":`...)
+		out = append(out, name.Raw...)
+		if d := fm.Get("description"); present(d) {
+			if d.Type != gjson.String {
+				return nil, "", typeErr("text.format.description", "a string")
+			}
+			out = append(out, `,"description":`...)
+			out = append(out, d.Raw...)
+		}
+		out = append(out, `,"schema":`...)
+		out = append(out, schema.Raw...)
+		if s := fm.Get("strict"); present(s) {
+			if !s.IsBool() {
+				return nil, "", typeErr("text.format.strict", "a boolean")
+			}
+			out = append(out, `,"strict":`...)
+			out = append(out, s.Raw...)
+		}
+		return append(out, "}}"...), verbosity, nil
+	default:
+		return nil, "", apierr.Invalid("text.format.type", codeInvalidValue, "Invalid value for 'text.format.type': %q is not one of text, json_object, json_schema.", typ.Str)
+	}
+}
+
+// toolSet is the outcome of converting the tools array.
+type toolSet struct {
+	chat    []byte          // the Chat tools array; nil when no tool is kept
+	echo    json.RawMessage // the kept tools in Responses shape
+	names   map[string]bool // kept function names
+	dropped []string
+}
+
+func convertTools(t gjson.Result) (ts toolSet, err *apierr.Error) {
+	if !present(t) {
+		return ts, nil
+	}
+	if !t.IsArray() {
+		return ts, typeErr("tools", "an array")
+	}
+	var chat, echo []byte
+	i := 0
+	t.ForEach(func(_, tool gjson.Result) bool {
+		p := "tools[" + strconv.Itoa(i) + "]"
+		i++
+		if !tool.IsObject() {
+			err = typeErr(p, "an object")
+			return false
+		}
+		var typ, name, desc, params, strict gjson.Result
+		tool.ForEach(func(k, v gjson.Result) bool {
+			switch k.Str {
+			case "type":
+				typ = v
+			case "name":
+				name = v
+			case "description":
+				desc = v
+			case "parameters":
+				params = v
+			case "strict":
+				strict = v
+			}
+			return true
+		})
+		if typ.Type != gjson.String {
+			err = apierr.Invalid(p+".type", apierr.CodeMissingField, "Missing required parameter: '%s.type'.", p)
+			return false
+		}
+		if typ.Str != "function" {
+			label := typ.Str
+			if name.Type == gjson.String && name.Str != "" {
+				label += ":" + name.Str
+			}
+			ts.dropped = append(ts.dropped, label)
+			return true
+		}
+		if name.Type != gjson.String || name.Str == "" {
+			err = apierr.Invalid(p+".name", apierr.CodeMissingField, "Missing required parameter: '%s.name'.", p)
+			return false
+		}
+		if present(desc) && desc.Type != gjson.String {
+			err = typeErr(p+".description", "a string")
+			return false
+		}
+		if present(params) && !params.IsObject() {
+			err = typeErr(p+".parameters", "an object")
+			return false
+		}
+		if present(strict) && !strict.IsBool() {
+			err = typeErr(p+".strict", "a boolean")
+			return false
+		}
+		if ts.names == nil {
+			ts.names = make(map[string]bool)
+		}
+		ts.names[name.Str] = true
+		if len(chat) == 0 {
+			chat = append(chat, '[')
+			echo = append(echo, '[')
+		} else {
+			chat = append(chat, ',')
+			echo = append(echo, ',')
+		}
+		chat = append(chat, `{"type":"function","function":{"name":`...)
+		chat = append(chat, name.Raw...)
+		if present(desc) {
+			chat = append(chat, `,"description":`...)
+			chat = append(chat, desc.Raw...)
+		}
+		if present(params) {
+			chat = append(chat, `,"parameters":`...)
+			chat = append(chat, params.Raw...)
+		}
+		if present(strict) {
+			chat = append(chat, `,"strict":`...)
+			chat = append(chat, strict.Raw...)
+		}
+		chat = append(chat, "}}"...)
+		echo = append(echo, tool.Raw...)
+		return true
+	})
+	if err != nil {
+		return ts, err
+	}
+	if len(chat) > 0 {
+		ts.chat = append(chat, ']')
+		ts.echo = append(echo, ']')
+	}
+	return ts, nil
+}
+
+// convertToolChoice returns the Chat tool_choice as raw JSON ("" to omit it).
+// An allowed_tools choice narrows ts.chat to the allowed functions.
+func convertToolChoice(tc gjson.Result, ts *toolSet) (string, *apierr.Error) {
+	if !present(tc) {
+		return "", nil
+	}
+	switch {
+	case tc.Type == gjson.String:
+		switch tc.Str {
+		case "none", "auto":
+			return tc.Raw, nil
+		case "required":
+			if len(ts.names) == 0 {
+				return "", apierr.Invalid("tool_choice", codeInvalidValue, "tool_choice 'required' needs at least one function tool; this upstream supports no other kind of tool.")
+			}
+			return tc.Raw, nil
+		}
+		return "", apierr.Invalid("tool_choice", codeInvalidValue, "Invalid value for 'tool_choice': %q is not one of none, auto, required.", tc.Str)
+	case tc.IsObject():
+		typ := tc.Get("type")
+		if typ.Type != gjson.String {
+			return "", apierr.Invalid("tool_choice.type", apierr.CodeMissingField, "Missing required parameter: 'tool_choice.type'.")
+		}
+		switch typ.Str {
+		case "function":
+			name := tc.Get("name")
+			if name.Type != gjson.String {
+				return "", apierr.Invalid("tool_choice.name", apierr.CodeMissingField, "Missing required parameter: 'tool_choice.name'.")
+			}
+			if !ts.names[name.Str] {
+				return "", apierr.Invalid("tool_choice", codeInvalidValue, "tool_choice names function %q, which is not among the function tools.", name.Str)
+			}
+			return `{"type":"function","function":{"name":` + name.Raw + `}}`, nil
+		case "allowed_tools":
+			return allowedTools(tc, ts)
+		}
+		return "", apierr.Invalid("tool_choice", codeUnsupportedValue, "tool_choice requires a %q tool, which this upstream (Chat Completions) does not support.", typ.Str)
+	default:
+		return "", typeErr("tool_choice", "a string or an object")
+	}
+}
+
+// allowedTools maps an allowed_tools choice onto Chat by keeping only the
+// allowed functions in the tools array and using the choice's mode.
+func allowedTools(tc gjson.Result, ts *toolSet) (string, *apierr.Error) {
+	mode := tc.Get("mode")
+	if mode.Type != gjson.String || (mode.Str != "auto" && mode.Str != "required") {
+		return "", apierr.Invalid("tool_choice.mode", codeInvalidValue, "tool_choice.mode must be 'auto' or 'required'.")
+	}
+	list := tc.Get("tools")
+	if !list.IsArray() {
+		return "", typeErr("tool_choice.tools", "an array")
+	}
+	allowed := map[string]bool{}
+	var err *apierr.Error
+	i := 0
+	list.ForEach(func(_, t gjson.Result) bool {
+		p := "tool_choice.tools[" + strconv.Itoa(i) + "]"
+		i++
+		typ, name := t.Get("type"), t.Get("name")
+		if typ.Type != gjson.String {
+			err = apierr.Invalid(p+".type", apierr.CodeMissingField, "Missing required parameter: '%s.type'.", p)
+			return false
+		}
+		if typ.Str != "function" {
+			return true // a dropped tool kind: it cannot be called anyway
+		}
+		if name.Type != gjson.String || !ts.names[name.Str] {
+			err = apierr.Invalid(p, codeInvalidValue, "tool_choice allows function %q, which is not among the function tools.", name.Str)
+			return false
+		}
+		allowed[name.Str] = true
+		return true
+	})
+	if err != nil {
+		return "", err
+	}
+	if len(allowed) == 0 {
+		return "", apierr.Invalid("tool_choice", codeUnsupportedValue, "tool_choice allows no function tool; this upstream supports no other kind of tool.")
+	}
+	// Rebuild the Chat tools array with the allowed functions only.
+	var chat []byte
+	gjson.ParseBytes(ts.chat).ForEach(func(_, t gjson.Result) bool {
+		if allowed[t.Get("function.name").Str] {
+			if len(chat) == 0 {
+				chat = append(chat, '[')
+			} else {
+				chat = append(chat, ',')
+			}
+			chat = append(chat, t.Raw...)
+		}
+		return true
+	})
+	ts.chat = append(chat, ']')
+	return mode.Raw, nil
+}
+
+// chatMsg is one Chat message under construction. Raw fields hold JSON text.
+type chatMsg struct {
+	role       string
+	content    string // raw JSON (string or array); "" means none
+	refusal    string // raw JSON string; "" means none
+	toolCallID string // raw JSON string (tool messages)
+	toolCalls  []byte // comma-separated raw tool call objects
+	reasoning  string // plain text
+}
+
+// converter turns Responses items into Chat messages.
+type converter struct {
+	opts      RequestOptions
+	msgs      []chatMsg
+	reasoning string // text of reasoning items waiting for their assistant message
+	hist      bool   // converting history items (errors name previous_response_id)
+}
+
+// itemFields are the item keys the converter reads, gathered in one pass.
+type itemFields struct {
+	typ, role, content, callID, name, arguments, output, summary gjson.Result
+}
+
+func readItem(it gjson.Result) (f itemFields) {
+	it.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "type":
+			f.typ = v
+		case "role":
+			f.role = v
+		case "content":
+			f.content = v
+		case "call_id":
+			f.callID = v
+		case "name":
+			f.name = v
+		case "arguments":
+			f.arguments = v
+		case "output":
+			f.output = v
+		case "summary":
+			f.summary = v
+		}
+		return true
+	})
+	return f
+}
+
+// param names item i (plus a suffix such as ".content[1]") for an error.
+func (c *converter) param(i int, suffix string) string {
+	if c.hist {
+		return "previous_response_id"
+	}
+	return "input[" + strconv.Itoa(i) + "]" + suffix
+}
+
+// where describes item i in an error message.
+func (c *converter) where(i int, suffix string) string {
+	if c.hist {
+		return "stored conversation item " + strconv.Itoa(i) + suffix
+	}
+	return "input[" + strconv.Itoa(i) + "]" + suffix
+}
+
+func (c *converter) missing(i int, field string) *apierr.Error {
+	return apierr.Invalid(c.param(i, "."+field), apierr.CodeMissingField, "Missing required parameter: '%s'.", c.where(i, "."+field))
+}
+
+func (c *converter) wrongType(i int, suffix, want string) *apierr.Error {
+	return apierr.Invalid(c.param(i, suffix), apierr.CodeInvalidType, "Invalid type for '%s': expected %s.", c.where(i, suffix), want)
+}
+
+func (c *converter) unsupported(i int, suffix, format string, args ...any) *apierr.Error {
+	return apierr.Invalid(c.param(i, suffix), codeUnsupportedValue, "%s: %s", c.where(i, suffix), fmt.Sprintf(format, args...))
+}
+
+// item converts one Responses item and returns the fields it read.
+func (c *converter) item(i int, it gjson.Result) (itemFields, *apierr.Error) {
+	if !it.IsObject() {
+		return itemFields{}, c.wrongType(i, "", "an object")
+	}
+	f := readItem(it)
+	typ := ""
+	if present(f.typ) {
+		if f.typ.Type != gjson.String {
+			return f, c.wrongType(i, ".type", "a string")
+		}
+		typ = f.typ.Str
+	} else if present(f.role) {
+		typ = "message"
+	}
+	switch typ {
+	case "message":
+		return f, c.message(i, f)
+	case "function_call":
+		return f, c.functionCall(i, f)
+	case "function_call_output":
+		return f, c.functionCallOutput(i, f)
+	case "reasoning":
+		return f, c.reasoningItem(i, f)
+	case "":
+		return f, c.missing(i, "type")
+	default:
+		return f, c.unsupported(i, "", "item type %q is not supported by this upstream (Chat Completions).", typ)
+	}
+}
+
+// lastAssistant returns the last message when it is an assistant message.
+func (c *converter) lastAssistant() *chatMsg {
+	if n := len(c.msgs); n > 0 && c.msgs[n-1].role == "assistant" {
+		return &c.msgs[n-1]
+	}
+	return nil
+}
+
+// takeReasoning hands the pending reasoning text to m.
+func (c *converter) takeReasoning(m *chatMsg) {
+	if c.reasoning == "" {
+		return
+	}
+	m.reasoning = joinReasoning(m.reasoning, c.reasoning)
+	c.reasoning = ""
+}
+
+// flushReasoning attaches pending reasoning at a non-assistant boundary: to
+// the assistant message just before it, or nowhere.
+func (c *converter) flushReasoning() {
+	if m := c.lastAssistant(); m != nil {
+		c.takeReasoning(m)
+	}
+	c.reasoning = ""
+}
+
+func joinReasoning(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "\n\n" + b
+}
+
+func (c *converter) message(i int, f itemFields) *apierr.Error {
+	if f.role.Type != gjson.String {
+		if !present(f.role) {
+			return c.missing(i, "role")
+		}
+		return c.wrongType(i, ".role", "a string")
+	}
+	role := f.role.Str
+	switch role {
+	case "user", "system", "developer", "assistant":
+	default:
+		return apierr.Invalid(c.param(i, ".role"), codeInvalidValue, "Invalid value for '%s': %q is not one of user, system, developer, assistant.", c.where(i, ".role"), role)
+	}
+	if !present(f.content) {
+		return c.missing(i, "content")
+	}
+	if f.content.Type != gjson.String && !f.content.IsArray() {
+		return c.wrongType(i, ".content", "a string or an array of content parts")
+	}
+	if role == "assistant" {
+		return c.assistantMessage(i, f.content)
+	}
+	content, err := c.inputContent(i, role, f.content)
+	if err != nil {
+		return err
+	}
+	switch role {
+	case "developer":
+		role = c.opts.DeveloperRole
+		if role == "" {
+			role = "system"
+		}
+	}
+	c.flushReasoning()
+	c.msgs = append(c.msgs, chatMsg{role: role, content: content})
+	return nil
+}
+
+// inputContent converts user/system/developer content to Chat content.
+func (c *converter) inputContent(i int, role string, content gjson.Result) (string, *apierr.Error) {
+	if content.Type == gjson.String {
+		return content.Raw, nil
+	}
+	var parts []byte
+	n, texts, single := 0, 0, ""
+	var err *apierr.Error
+	content.ForEach(func(_, p gjson.Result) bool {
+		suffix := ".content[" + strconv.Itoa(n) + "]"
+		n++
+		if !p.IsObject() {
+			err = c.wrongType(i, suffix, "an object")
+			return false
+		}
+		typ := p.Get("type")
+		if typ.Type != gjson.String {
+			err = apierr.Invalid(c.param(i, suffix+".type"), apierr.CodeMissingField, "Missing required parameter: '%s'.", c.where(i, suffix+".type"))
+			return false
+		}
+		if len(parts) == 0 {
+			parts = append(parts, '[')
+		} else {
+			parts = append(parts, ',')
+		}
+		switch typ.Str {
+		case "input_text", "output_text", "text":
+			text := p.Get("text")
+			if text.Type != gjson.String {
+				err = c.wrongType(i, suffix+".text", "a string")
+				return false
+			}
+			parts = append(parts, `{"type":"text","text":`...)
+			parts = append(parts, text.Raw...)
+			parts = append(parts, '}')
+			texts++
+			single = text.Raw
+		case "input_image":
+			if role != "user" {
+				err = c.unsupported(i, suffix, "images are only supported in user messages by this upstream.")
+				return false
+			}
+			url, fileID, detail := p.Get("image_url"), p.Get("file_id"), p.Get("detail")
+			if !present(url) {
+				if present(fileID) {
+					err = c.unsupported(i, suffix, "input_image with file_id is not supported by this upstream; send image_url (a URL or a data: URL).")
+				} else {
+					err = apierr.Invalid(c.param(i, suffix+".image_url"), apierr.CodeMissingField, "Missing required parameter: '%s'.", c.where(i, suffix+".image_url"))
+				}
+				return false
+			}
+			if url.Type != gjson.String {
+				err = c.wrongType(i, suffix+".image_url", "a string")
+				return false
+			}
+			parts = append(parts, `{"type":"image_url","image_url":{"url":`...)
+			parts = append(parts, url.Raw...)
+			if present(detail) {
+				if detail.Type != gjson.String {
+					err = c.wrongType(i, suffix+".detail", "a string")
+					return false
+				}
+				parts = append(parts, `,"detail":`...)
+				if detail.Str == "original" { // Chat knows auto, low and high
+					parts = append(parts, `"high"`...)
+				} else {
+					parts = append(parts, detail.Raw...)
+				}
+			}
+			parts = append(parts, "}}"...)
+		default:
+			err = c.unsupported(i, suffix, "content part type %q is not supported by this upstream (Chat Completions).", typ.Str)
+			return false
+		}
+		return true
+	})
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case n == 0:
+		return `""`, nil
+	case n == 1 && texts == 1:
+		return single, nil
+	}
+	return string(append(parts, ']')), nil
+}
+
+func (c *converter) assistantMessage(i int, content gjson.Result) *apierr.Error {
+	m := chatMsg{role: "assistant"}
+	if content.Type == gjson.String {
+		m.content = content.Raw
+	} else {
+		var texts []gjson.Result
+		var refusal []string
+		n := 0
+		var err *apierr.Error
+		content.ForEach(func(_, p gjson.Result) bool {
+			suffix := ".content[" + strconv.Itoa(n) + "]"
+			n++
+			if !p.IsObject() {
+				err = c.wrongType(i, suffix, "an object")
+				return false
+			}
+			typ := p.Get("type")
+			if typ.Type != gjson.String {
+				err = apierr.Invalid(c.param(i, suffix+".type"), apierr.CodeMissingField, "Missing required parameter: '%s'.", c.where(i, suffix+".type"))
+				return false
+			}
+			switch typ.Str {
+			case "output_text", "input_text", "text":
+				text := p.Get("text")
+				if text.Type != gjson.String {
+					err = c.wrongType(i, suffix+".text", "a string")
+					return false
+				}
+				texts = append(texts, text)
+			case "refusal":
+				r := p.Get("refusal")
+				if r.Type != gjson.String {
+					err = c.wrongType(i, suffix+".refusal", "a string")
+					return false
+				}
+				refusal = append(refusal, r.Str)
+			default:
+				err = c.unsupported(i, suffix, "content part type %q is not supported in assistant messages by this upstream (Chat Completions).", typ.Str)
+				return false
+			}
+			return true
+		})
+		if err != nil {
+			return err
+		}
+		switch len(texts) {
+		case 0:
+		case 1:
+			m.content = texts[0].Raw
+		default:
+			b := []byte{'['}
+			for k, t := range texts {
+				if k > 0 {
+					b = append(b, ',')
+				}
+				b = append(b, `{"type":"text","text":`...)
+				b = append(b, t.Raw...)
+				b = append(b, '}')
+			}
+			m.content = string(append(b, ']'))
+		}
+		if len(refusal) > 0 {
+			m.refusal = string(appendString(nil, strings.Join(refusal, "")))
+		}
+	}
+	c.takeReasoning(&m)
+	c.msgs = append(c.msgs, m)
+	return nil
+}
+
+func (c *converter) functionCall(i int, f itemFields) *apierr.Error {
+	for _, r := range []struct {
+		name string
+		v    gjson.Result
+	}{{"call_id", f.callID}, {"name", f.name}, {"arguments", f.arguments}} {
+		if !present(r.v) {
+			return c.missing(i, r.name)
+		}
+		if r.v.Type != gjson.String {
+			return c.wrongType(i, "."+r.name, "a string")
+		}
+	}
+	m := c.lastAssistant()
+	if m == nil {
+		c.msgs = append(c.msgs, chatMsg{role: "assistant"})
+		m = &c.msgs[len(c.msgs)-1]
+	}
+	c.takeReasoning(m)
+	if len(m.toolCalls) > 0 {
+		m.toolCalls = append(m.toolCalls, ',')
+	}
+	m.toolCalls = append(m.toolCalls, `{"id":`...)
+	m.toolCalls = append(m.toolCalls, f.callID.Raw...)
+	m.toolCalls = append(m.toolCalls, `,"type":"function","function":{"name":`...)
+	m.toolCalls = append(m.toolCalls, f.name.Raw...)
+	m.toolCalls = append(m.toolCalls, `,"arguments":`...)
+	m.toolCalls = append(m.toolCalls, f.arguments.Raw...)
+	m.toolCalls = append(m.toolCalls, "}}"...)
+	return nil
+}
+
+func (c *converter) functionCallOutput(i int, f itemFields) *apierr.Error {
+	if !present(f.callID) {
+		return c.missing(i, "call_id")
+	}
+	if f.callID.Type != gjson.String {
+		return c.wrongType(i, ".call_id", "a string")
+	}
+	if !present(f.output) {
+		return c.missing(i, "output")
+	}
+	var content string
+	switch {
+	case f.output.Type == gjson.String:
+		content = f.output.Raw
+	case f.output.IsArray():
+		var parts []byte
+		n := 0
+		single := ""
+		var err *apierr.Error
+		f.output.ForEach(func(_, p gjson.Result) bool {
+			suffix := ".output[" + strconv.Itoa(n) + "]"
+			n++
+			if !p.IsObject() {
+				err = c.wrongType(i, suffix, "an object")
+				return false
+			}
+			typ := p.Get("type")
+			switch typ.Str {
+			case "input_text", "output_text", "text":
+			default:
+				err = c.unsupported(i, suffix, "function_call_output part type %q is not supported by this upstream (Chat tool messages carry text only).", typ.Str)
+				return false
+			}
+			text := p.Get("text")
+			if text.Type != gjson.String {
+				err = c.wrongType(i, suffix+".text", "a string")
+				return false
+			}
+			if len(parts) == 0 {
+				parts = append(parts, '[')
+			} else {
+				parts = append(parts, ',')
+			}
+			parts = append(parts, `{"type":"text","text":`...)
+			parts = append(parts, text.Raw...)
+			parts = append(parts, '}')
+			single = text.Raw
+			return true
+		})
+		if err != nil {
+			return err
+		}
+		switch n {
+		case 0:
+			content = `""`
+		case 1:
+			content = single
+		default:
+			content = string(append(parts, ']'))
+		}
+	default:
+		return c.wrongType(i, ".output", "a string or an array of content parts")
+	}
+	c.flushReasoning()
+	c.msgs = append(c.msgs, chatMsg{role: "tool", toolCallID: f.callID.Raw, content: content})
+	return nil
+}
+
+func (c *converter) reasoningItem(i int, f itemFields) *apierr.Error {
+	collect := func(field string, v gjson.Result) (string, *apierr.Error) {
+		if !present(v) {
+			return "", nil
+		}
+		if !v.IsArray() {
+			return "", c.wrongType(i, "."+field, "an array")
+		}
+		var texts []string
+		n := 0
+		var err *apierr.Error
+		v.ForEach(func(_, p gjson.Result) bool {
+			suffix := "." + field + "[" + strconv.Itoa(n) + "]"
+			n++
+			if !p.IsObject() {
+				err = c.wrongType(i, suffix, "an object")
+				return false
+			}
+			t := p.Get("text")
+			if t.Type != gjson.String {
+				err = c.wrongType(i, suffix+".text", "a string")
+				return false
+			}
+			if t.Str != "" {
+				texts = append(texts, t.Str)
+			}
+			return true
+		})
+		return strings.Join(texts, "\n\n"), err
+	}
+	content, err := collect("content", f.content)
+	if err != nil {
+		return err
+	}
+	summary, err := collect("summary", f.summary)
+	if err != nil {
+		return err
+	}
+	if c.opts.OmitReasoning {
+		return nil
+	}
+	text := content
+	if text == "" {
+		text = summary
+	}
+	c.reasoning = joinReasoning(c.reasoning, text)
+	return nil
+}
+
+// appendMessages renders the messages array.
+func (c *converter) appendMessages(out []byte) []byte {
+	out = append(out, '[')
+	for k := range c.msgs {
+		m := &c.msgs[k]
+		if k > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, `{"role":`...)
+		out = appendString(out, m.role)
+		if m.role == "tool" {
+			out = append(out, `,"tool_call_id":`...)
+			out = append(out, m.toolCallID...)
+		}
+		out = append(out, `,"content":`...)
+		switch {
+		case m.content != "":
+			out = append(out, m.content...)
+		case m.role == "assistant" && (len(m.toolCalls) > 0 || m.refusal != ""):
+			out = append(out, "null"...)
+		default:
+			out = append(out, `""`...)
+		}
+		if m.refusal != "" {
+			out = append(out, `,"refusal":`...)
+			out = append(out, m.refusal...)
+		}
+		if m.reasoning != "" {
+			out = append(out, `,"reasoning_content":`...)
+			out = appendString(out, m.reasoning)
+		}
+		if len(m.toolCalls) > 0 {
+			out = append(out, `,"tool_calls":[`...)
+			out = append(out, m.toolCalls...)
+			out = append(out, ']')
+		}
+		out = append(out, '}')
+	}
+	return append(out, ']')
+}
+
+// normaliseItem returns an input item in stored Responses shape: a message
+// gets an explicit type and its string content becomes one text part; other
+// items are copied as they are.
+func normaliseItem(it gjson.Result, f itemFields) json.RawMessage {
+	typed := present(f.typ)
+	isMessage := f.typ.Str == "message" || (!typed && f.role.Type == gjson.String)
+	if !isMessage || (typed && f.content.Type != gjson.String) {
+		return json.RawMessage(strings.Clone(it.Raw))
+	}
+	part := "input_text"
+	if f.role.Str == "assistant" {
+		part = "output_text"
+	}
+	out := make([]byte, 0, len(it.Raw)+64)
+	out = append(out, `{"type":"message","role":`...)
+	out = append(out, f.role.Raw...)
+	if id := it.Get("id"); id.Type == gjson.String {
+		out = append(out, `,"id":`...)
+		out = append(out, id.Raw...)
+	}
+	out = append(out, `,"content":`...)
+	if f.content.Type == gjson.String {
+		out = append(out, `[{"type":"`...)
+		out = append(out, part...)
+		out = append(out, `","text":`...)
+		out = append(out, f.content.Raw...)
+		if part == "output_text" {
+			out = append(out, `,"annotations":[]`...)
+		}
+		out = append(out, "}]"...)
+	} else {
+		out = append(out, f.content.Raw...)
+	}
+	return append(out, '}')
+}

@@ -1,0 +1,98 @@
+package upstream
+
+import (
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// MaxCooldown bounds any cooldown derived from an upstream's own hint, so a
+// bogus Retry-After cannot take an upstream out for hours.
+const MaxCooldown = 10 * time.Minute
+
+// tryAgainIn matches OpenAI's "Please try again in 1.5s" / "in 20ms" / "in 2m3s" hints.
+var tryAgainIn = regexp.MustCompile(`(?i)try again in\s+((?:\d+(?:\.\d+)?\s*(?:ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h)\s*)+)`)
+
+var durationPart = regexp.MustCompile(`(?i)(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h)`)
+
+// RetryAfter extracts how long an upstream asked us to wait, from the
+// retry-after-ms and Retry-After headers or a "try again in Ns" phrase in the
+// error message. ok is false when there is no usable hint.
+func RetryAfter(h http.Header, message string, now time.Time) (d time.Duration, ok bool) {
+	if h != nil {
+		if v := strings.TrimSpace(h.Get("Retry-After-Ms")); v != "" {
+			if ms, err := strconv.ParseFloat(v, 64); err == nil && ms >= 0 {
+				return clampCooldown(time.Duration(ms * float64(time.Millisecond))), true
+			}
+		}
+		if v := strings.TrimSpace(h.Get("Retry-After")); v != "" {
+			if secs, err := strconv.ParseFloat(v, 64); err == nil && secs >= 0 {
+				return clampCooldown(time.Duration(secs * float64(time.Second))), true
+			}
+			if t, err := http.ParseTime(v); err == nil {
+				return clampCooldown(t.Sub(now)), true
+			}
+		}
+	}
+	if m := tryAgainIn.FindStringSubmatch(message); m != nil {
+		var total time.Duration
+		for _, part := range durationPart.FindAllStringSubmatch(m[1], -1) {
+			n, err := strconv.ParseFloat(part[1], 64)
+			if err != nil {
+				continue
+			}
+			total += time.Duration(n * float64(unit(part[2])))
+		}
+		if total > 0 {
+			return clampCooldown(total), true
+		}
+	}
+	return 0, false
+}
+
+func unit(s string) time.Duration {
+	s = strings.ToLower(s)
+	switch {
+	case s == "ms" || strings.HasPrefix(s, "milli"):
+		return time.Millisecond
+	case s == "h":
+		return time.Hour
+	case strings.HasPrefix(s, "m"):
+		return time.Minute
+	default:
+		return time.Second
+	}
+}
+
+func clampCooldown(d time.Duration) time.Duration {
+	if d < 0 {
+		return 0
+	}
+	if d > MaxCooldown {
+		return MaxCooldown
+	}
+	return d
+}
+
+// IsQuotaCode reports whether an error code means the upstream account is out
+// of quota or capacity, which cools the upstream down like a 429 does.
+func IsQuotaCode(code string) bool {
+	switch code {
+	case "insufficient_quota", "usage_limit_reached", "quota_exceeded", "usage_not_included", "rate_limit_exceeded":
+		return true
+	}
+	return false
+}
+
+// IsAuthCode reports whether an error code means the upstream rejects our
+// credentials, which parks the upstream until a probe succeeds again.
+func IsAuthCode(code string) bool {
+	switch code {
+	case "invalid_api_key", "account_deactivated", "account_disabled", "organization_deactivated",
+		"invalid_organization", "unauthorized", "permission_denied":
+		return true
+	}
+	return false
+}

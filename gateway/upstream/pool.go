@@ -1,0 +1,399 @@
+// Package upstream is the pool of upstream LLM APIs the gateway forwards to:
+// their configuration, health (probes, cooldowns, auth failures), load and
+// selection.
+package upstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Protocols an upstream may speak.
+const (
+	ProtocolResponses = "responses"
+	ProtocolChat      = "chat"
+)
+
+// Transports an upstream may be reached over.
+const (
+	TransportHTTP      = "http"
+	TransportWebSocket = "websocket"
+	TransportAuto      = "auto"
+)
+
+// Config describes one upstream.
+type Config struct {
+	Name      string
+	BaseURL   string // e.g. https://api.openai.com/v1, no trailing slash
+	APIKey    string
+	Weight    int // relative share of load; <=0 means 1
+	Protocol  string
+	Transport string
+}
+
+// State is an upstream's health as the pool sees it.
+type State string
+
+// Health states.
+const (
+	StateUnknown State = "unknown" // not probed yet; usable
+	StateHealthy State = "healthy"
+	StateDown    State = "down"   // the last probe failed
+	StateFailed  State = "failed" // credentials rejected; parked until a probe succeeds
+)
+
+// Upstream is one member of the pool. Its methods are safe for concurrent use.
+type Upstream struct {
+	cfg      Config
+	inflight atomic.Int64
+
+	mu         sync.Mutex
+	state      State
+	reason     string
+	coolUntil  time.Time
+	coolReason string
+	models     []string
+	lastProbe  time.Time
+}
+
+// Name is the upstream's configured name.
+func (u *Upstream) Name() string { return u.cfg.Name }
+
+// Config returns the upstream's configuration.
+func (u *Upstream) Config() Config { return u.cfg }
+
+// URL joins the base URL and an API path such as "/responses".
+func (u *Upstream) URL(path string) string { return u.cfg.BaseURL + path }
+
+// Inflight is the number of requests currently in flight to this upstream.
+func (u *Upstream) Inflight() int64 { return u.inflight.Load() }
+
+// Acquire counts a request in flight; call the returned func when it ends.
+func (u *Upstream) Acquire() (release func()) {
+	u.inflight.Add(1)
+	var once sync.Once
+	return func() { once.Do(func() { u.inflight.Add(-1) }) }
+}
+
+// Usable reports whether requests may be sent now, and if not, why.
+func (u *Upstream) Usable(now time.Time) (ok bool, why string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	switch u.state {
+	case StateDown:
+		return false, "down: " + u.reason
+	case StateFailed:
+		return false, "failed: " + u.reason
+	}
+	if now.Before(u.coolUntil) {
+		return false, fmt.Sprintf("cooling down for %s: %s", u.coolUntil.Sub(now).Round(time.Millisecond), u.coolReason)
+	}
+	return true, ""
+}
+
+// Status is a point-in-time view of an upstream for admin endpoints and tests.
+type Status struct {
+	Name        string    `json:"name"`
+	State       State     `json:"state"`
+	Reason      string    `json:"reason,omitempty"`
+	CoolingFor  string    `json:"cooling_for,omitempty"`
+	CoolReason  string    `json:"cool_reason,omitempty"`
+	Inflight    int64     `json:"inflight"`
+	Models      []string  `json:"models,omitempty"`
+	LastProbeAt time.Time `json:"last_probe_at,omitzero"`
+}
+
+// Status returns the upstream's current status.
+func (u *Upstream) Status(now time.Time) Status {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	s := Status{Name: u.cfg.Name, State: u.state, Reason: u.reason, Inflight: u.inflight.Load(),
+		Models: append([]string(nil), u.models...), LastProbeAt: u.lastProbe}
+	if now.Before(u.coolUntil) {
+		s.CoolingFor = u.coolUntil.Sub(now).Round(time.Millisecond).String()
+		s.CoolReason = u.coolReason
+	}
+	return s
+}
+
+// Options tune the pool.
+type Options struct {
+	Client        *http.Client  // used for probes
+	ProbeInterval time.Duration // default 15s
+	ProbeTimeout  time.Duration // default 5s
+	Logger        hclog.Logger
+	Now           func() time.Time
+}
+
+// Pool selects upstreams and tracks their health.
+type Pool struct {
+	ups    []*Upstream
+	byName map[string]*Upstream
+	opts   Options
+	next   atomic.Uint64 // rotates tie-breaks so equal upstreams share load
+}
+
+// ErrNoUpstream is returned by Pick when no upstream is usable.
+var ErrNoUpstream = errors.New("no healthy upstream")
+
+// NewPool validates the upstream configs and builds a pool.
+func NewPool(cfgs []Config, opts Options) (*Pool, error) {
+	if len(cfgs) == 0 {
+		return nil, errors.New("upstream: at least one upstream is required")
+	}
+	if opts.Client == nil {
+		opts.Client = &http.Client{}
+	}
+	if opts.ProbeInterval <= 0 {
+		opts.ProbeInterval = 15 * time.Second
+	}
+	if opts.ProbeTimeout <= 0 {
+		opts.ProbeTimeout = 5 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	p := &Pool{byName: make(map[string]*Upstream), opts: opts}
+	for i, c := range cfgs {
+		if c.Name == "" {
+			c.Name = fmt.Sprintf("upstream-%d", i+1)
+		}
+		if _, dup := p.byName[c.Name]; dup {
+			return nil, fmt.Errorf("upstream: duplicate name %q", c.Name)
+		}
+		u, err := url.Parse(c.BaseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("upstream %q: base_url %q is not an http(s) URL", c.Name, c.BaseURL)
+		}
+		c.BaseURL = strings.TrimRight(c.BaseURL, "/")
+		if c.Weight <= 0 {
+			c.Weight = 1
+		}
+		if c.Protocol == "" {
+			c.Protocol = ProtocolResponses
+		}
+		if c.Transport == "" {
+			c.Transport = TransportHTTP
+		}
+		up := &Upstream{cfg: c, state: StateUnknown}
+		p.ups = append(p.ups, up)
+		p.byName[c.Name] = up
+	}
+	return p, nil
+}
+
+// Upstreams returns the pool's members in configuration order.
+func (p *Pool) Upstreams() []*Upstream { return p.ups }
+
+// Get returns the upstream with that name, or nil.
+func (p *Pool) Get(name string) *Upstream { return p.byName[name] }
+
+// Pick chooses the usable upstream with the least load per unit of weight,
+// skipping any for which skip returns true. Ties rotate.
+func (p *Pool) Pick(skip func(*Upstream) bool) (*Upstream, error) {
+	now := p.opts.Now()
+	n := len(p.ups)
+	start := int(p.next.Add(1) % uint64(n))
+	var best *Upstream
+	var bestScore float64
+	for i := 0; i < n; i++ {
+		u := p.ups[(start+i)%n]
+		if skip != nil && skip(u) {
+			continue
+		}
+		if ok, _ := u.Usable(now); !ok {
+			continue
+		}
+		score := float64(u.inflight.Load()) / float64(u.cfg.Weight)
+		if best == nil || score < bestScore {
+			best, bestScore = u, score
+		}
+	}
+	if best == nil {
+		return nil, ErrNoUpstream
+	}
+	return best, nil
+}
+
+// Healthy reports whether at least one upstream is usable now.
+func (p *Pool) Healthy() bool {
+	now := p.opts.Now()
+	for _, u := range p.ups {
+		if ok, _ := u.Usable(now); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Cooldown keeps u out of selection for d.
+func (p *Pool) Cooldown(u *Upstream, d time.Duration, reason string) {
+	if d <= 0 {
+		return
+	}
+	until := p.opts.Now().Add(d)
+	u.mu.Lock()
+	if until.After(u.coolUntil) {
+		u.coolUntil = until
+		u.coolReason = reason
+	}
+	u.mu.Unlock()
+	p.opts.Logger.Warn("upstream cooling down", "upstream", u.cfg.Name, "for", d.String(), "reason", reason)
+}
+
+// MarkFailed parks u after an authentication failure until a probe succeeds.
+func (p *Pool) MarkFailed(u *Upstream, reason string) {
+	u.mu.Lock()
+	u.state, u.reason = StateFailed, reason
+	u.mu.Unlock()
+	p.opts.Logger.Error("upstream credentials rejected; parked until the next successful probe", "upstream", u.cfg.Name, "reason", reason)
+}
+
+// Models is the de-duplicated, sorted union of the models listed by usable upstreams.
+func (p *Pool) Models() []string {
+	now := p.opts.Now()
+	seen := map[string]bool{}
+	var out []string
+	for _, u := range p.ups {
+		if ok, _ := u.Usable(now); !ok {
+			continue
+		}
+		u.mu.Lock()
+		for _, m := range u.models {
+			if !seen[m] {
+				seen[m] = true
+				out = append(out, m)
+			}
+		}
+		u.mu.Unlock()
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ModelOwners maps each model to the usable upstreams that list it.
+func (p *Pool) ModelOwners() map[string][]string {
+	now := p.opts.Now()
+	out := map[string][]string{}
+	for _, u := range p.ups {
+		if ok, _ := u.Usable(now); !ok {
+			continue
+		}
+		u.mu.Lock()
+		for _, m := range u.models {
+			out[m] = append(out[m], u.cfg.Name)
+		}
+		u.mu.Unlock()
+	}
+	return out
+}
+
+// Run probes every upstream now and then every ProbeInterval until ctx ends.
+func (p *Pool) Run(ctx context.Context) {
+	p.ProbeAll(ctx)
+	t := time.NewTicker(p.opts.ProbeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			p.ProbeAll(ctx)
+		}
+	}
+}
+
+// ProbeAll probes every upstream concurrently and waits for the answers.
+func (p *Pool) ProbeAll(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, u := range p.ups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.Probe(ctx, u)
+		}()
+	}
+	wg.Wait()
+}
+
+// Probe asks GET {base_url}/models and updates u's state and model list.
+func (p *Pool) Probe(ctx context.Context, u *Upstream) {
+	models, state, reason := p.probe(ctx, u)
+	u.mu.Lock()
+	prev := u.state
+	u.state, u.reason, u.lastProbe = state, reason, p.opts.Now()
+	if state == StateHealthy {
+		u.models = models
+	}
+	u.mu.Unlock()
+	if prev != state {
+		p.opts.Logger.Info("upstream state changed", "upstream", u.cfg.Name, "from", string(prev), "to", string(state), "reason", reason)
+	}
+}
+
+func (p *Pool) probe(ctx context.Context, u *Upstream) ([]string, State, string) {
+	ctx, cancel := context.WithTimeout(ctx, p.opts.ProbeTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.URL("/models"), nil)
+	if err != nil {
+		return nil, StateDown, err.Error()
+	}
+	if u.cfg.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+u.cfg.APIKey)
+	}
+	resp, err := p.opts.Client.Do(req)
+	if err != nil {
+		return nil, StateDown, "probe: " + RedactError(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return nil, StateDown, "probe: reading body: " + err.Error()
+	}
+	switch {
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		return nil, StateFailed, fmt.Sprintf("probe: HTTP %d", resp.StatusCode)
+	case resp.StatusCode/100 != 2:
+		return nil, StateDown, fmt.Sprintf("probe: HTTP %d", resp.StatusCode)
+	}
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		return nil, StateDown, "probe: model list is not JSON: " + err.Error()
+	}
+	models := make([]string, 0, len(list.Data))
+	for _, m := range list.Data {
+		if m.ID != "" {
+			models = append(models, m.ID)
+		}
+	}
+	return models, StateHealthy, ""
+}
+
+// RedactError renders a client error without its URL: the URL may carry
+// credentials in userinfo, and the upstream name already says where.
+func RedactError(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Op + ": " + ue.Err.Error()
+	}
+	return err.Error()
+}

@@ -1,0 +1,52 @@
+// Package store keeps Sluice's continuity state in an embedded Pebble
+// database: response anchors and session scopes (who owns a
+// previous_response_id), conversation items (to expand previous_response_id
+// in front of upstreams that only speak Chat Completions), and streaming-input
+// sessions (a request sent in pieces). Everything has a time to live and is
+// removed by a background sweeper.
+//
+// # Guarantees
+//
+// Every acknowledged write is one Pebble batch committed with pebble.Sync, so
+// a write that returned nil survives kill -9 of the process and a power loss
+// (as far as fsync does). Concurrent synced commits are grouped by Pebble into
+// one WAL sync, so many streams finishing at once share fsyncs.
+//
+// A record whose ExpiresAt is not after the store's clock reads as
+// ErrNotFound, whether or not the sweeper has removed it yet. The sweeper
+// only reclaims space; it never changes what a read returns.
+//
+// After Close, every method returns an error wrapping ErrClosed; none panics.
+//
+// Raw response, session and scope ids and client keys never appear in logs
+// or error messages: they are shown as RedactID renders them,
+// "sha256:<12 hex>".
+//
+// # Key families
+//
+// Every key starts with a one-byte family prefix. Numbers inside keys are
+// big-endian so that byte order is numeric order. keys.go has the exact
+// encodings; values are described in records.go.
+//
+//	family  prefix  key                                        value
+//	meta     'm'    'm' name                                   schema version (1 byte)
+//	anchor   'a'    'a' response_id                            anchor record
+//	scope    's'    's' kind(1) sha256(scope_id)(32)           scope record
+//	turn     't'    't' response_id                            turn record (input+output items)
+//	session  'i'    'i' session_id                             input-session record
+//	chunk    'c'    'c' len(session_id)(2) session_id seq(8)   chunk record
+//	expiry   'x'    'x' expiry_unix_nanos(8) primary_key       empty
+//
+// The expiry family indexes every record that expires (anchors, scopes,
+// turns, input sessions) by its expiry time rounded up to the minute, so a
+// sweep reads only the part of the index that is due instead of scanning all
+// records. An index entry can be stale (the record was rewritten with a later
+// expiry, or deleted); the sweeper checks the record itself before deleting
+// it. Chunks have no index entries: they go with their session, by a range
+// deletion.
+//
+// Values are a compact versioned binary encoding: one version byte (1), then
+// the fields in a fixed order; strings and byte slices are uvarint-length
+// prefixed, counters are uvarints and times are zig-zag varints of Unix
+// nanoseconds (0 for the zero time).
+package store

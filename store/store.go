@@ -1,0 +1,415 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/cockroachdb/pebble"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Errors returned by the store. Callers test for them with errors.Is; the
+// returned errors wrap them with context.
+var (
+	// ErrNotFound means the record does not exist or has expired.
+	ErrNotFound = errors.New("store: not found")
+	// ErrClosed means the store has been closed.
+	ErrClosed = errors.New("store: closed")
+	// ErrInvalid means an argument was rejected (empty or overlong id,
+	// unknown scope kind, …).
+	ErrInvalid = errors.New("store: invalid argument")
+	// ErrTooLarge means a turn, chunk, template or history exceeds its cap.
+	ErrTooLarge = errors.New("store: too large")
+	// ErrExists means CreateInputSession found a live session with that id.
+	ErrExists = errors.New("store: already exists")
+	// ErrCorrupt means a stored value could not be decoded.
+	ErrCorrupt = errors.New("store: corrupt value")
+)
+
+// Store is the continuity store the gateway depends on: response anchors
+// and session scopes. It is an interface so that a distributed backend can
+// be added later; PebbleStore is the embedded implementation.
+type Store interface {
+	// PutAnchor stores a's anchor and points a's scope at it, in one
+	// synced batch.
+	PutAnchor(ctx context.Context, a Anchor) error
+	// GetAnchor loads the anchor of responseID; ErrNotFound when absent
+	// or expired.
+	GetAnchor(ctx context.Context, responseID string) (Anchor, error)
+	// DeleteAnchor removes the anchor of responseID and the scope record
+	// if it points at responseID. Deleting an absent anchor is not an
+	// error.
+	DeleteAnchor(ctx context.Context, responseID string) error
+	// GetScope loads the scope record of (kind, id); ErrNotFound when
+	// absent or expired.
+	GetScope(ctx context.Context, kind ScopeKind, id string) (ScopeRecord, error)
+	// Sweep removes the records expired at now and returns how many.
+	Sweep(ctx context.Context, now time.Time) (removed int, err error)
+	// Close releases the store. Later calls return ErrClosed.
+	Close() error
+}
+
+// ConversationStore keeps conversation items so that previous_response_id
+// can be expanded for upstreams that do not keep state.
+type ConversationStore interface {
+	// PutConversation stores one turn in one synced batch.
+	PutConversation(ctx context.Context, t Turn) error
+	// GetTurn loads one turn; ErrNotFound when absent or expired.
+	GetTurn(ctx context.Context, responseID string) (Turn, error)
+	// History returns the items of the conversation ending at responseID,
+	// oldest first.
+	History(ctx context.Context, responseID string, maxItems, maxBytes int) ([]json.RawMessage, error)
+}
+
+// InputSessionStore persists streaming-input sessions and their chunks.
+type InputSessionStore interface {
+	// CreateInputSession stores a new session; ErrExists if a live one
+	// has the same id.
+	CreateInputSession(ctx context.Context, s InputSession) error
+	// GetInputSession loads a session; ErrNotFound when absent or expired.
+	GetInputSession(ctx context.Context, id string) (InputSession, error)
+	// UpdateInputSession replaces a live session's record.
+	UpdateInputSession(ctx context.Context, s InputSession) error
+	// PutChunk stores a chunk and the session's new record in one synced
+	// batch.
+	PutChunk(ctx context.Context, sessionID string, seq uint64, c Chunk, sessionUpdate InputSession) error
+	// Chunks returns a live session's chunks in sequence order.
+	Chunks(ctx context.Context, sessionID string) ([]Chunk, error)
+	// DeleteInputSession removes a session and all its chunks.
+	DeleteInputSession(ctx context.Context, id string) error
+	// ListInputSessions returns every live session.
+	ListInputSessions(ctx context.Context) ([]InputSession, error)
+}
+
+var (
+	_ Store             = (*PebbleStore)(nil)
+	_ ConversationStore = (*PebbleStore)(nil)
+	_ InputSessionStore = (*PebbleStore)(nil)
+)
+
+// sessionLockStripes is the number of mutexes that serialize writes to the
+// same input session.
+const sessionLockStripes = 64
+
+// PebbleStore is the Store backed by a Pebble database on local disk. It is
+// safe for concurrent use.
+type PebbleStore struct {
+	opts Options
+	log  hclog.Logger
+	dir  string
+
+	// mu guards db. Operations hold it shared for their whole duration,
+	// so Close (exclusive) never closes the database under one. Writes
+	// that must not interleave with others' read-check-write (DeleteAnchor,
+	// the sweeper's delete step) hold it exclusively; they are rare and
+	// short.
+	mu sync.RWMutex
+	db *pebble.DB // nil once closed
+
+	// sessionLocks serialize the read-check-write operations on one input
+	// session (create, update, put chunk, delete), striped by session id.
+	sessionLocks [sessionLockStripes]sync.Mutex
+
+	stopSweeper context.CancelFunc
+	sweeperDone chan struct{}
+
+	stats counters
+}
+
+// counters are the store's cumulative statistics.
+type counters struct {
+	anchorsWritten, anchorLookups, anchorHits atomic.Uint64
+	anchorsDeleted, scopeLookups               atomic.Uint64
+	turnsWritten, historyLookups               atomic.Uint64
+	sessionsWritten, chunksWritten             atomic.Uint64
+	sweeps, sweepErrors                        atomic.Uint64
+	sweptAnchors, sweptScopes                  atomic.Uint64
+	sweptTurns, sweptSessions                  atomic.Uint64
+}
+
+// Open opens (creating if needed) the store in opts.Dir and starts the
+// background sweeper unless opts.SweepInterval is negative.
+//
+// A directory that cannot be used — a file in the way, no permission, or a
+// database locked by another process — is reported as an error that names
+// the directory.
+func Open(ctx context.Context, opts Options) (*PebbleStore, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("store: open %q: %w", opts.Dir, err)
+	}
+	log := opts.Logger.Named("store")
+
+	cache := pebble.NewCache(opts.CacheSize)
+	defer cache.Unref()
+	popts := &pebble.Options{
+		Cache:              cache,
+		FormatMajorVersion: pebble.FormatVirtualSSTables,
+		Logger:             pebbleLogger{log.Named("pebble")},
+		EventListener:      eventListener(log.Named("pebble")),
+	}
+	db, err := pebble.Open(opts.Dir, popts)
+	if err != nil {
+		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES) && isLockError(err) {
+			return nil, fmt.Errorf("store: open %q: locked by another process (is another gateway using this data dir?): %w", opts.Dir, err)
+		}
+		return nil, fmt.Errorf("store: open %q: %w", opts.Dir, err)
+	}
+	if err := checkSchema(db); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("store: open %q: %w", opts.Dir, err)
+	}
+
+	s := &PebbleStore{opts: opts, log: log, dir: opts.Dir, db: db, sweeperDone: make(chan struct{})}
+	if opts.SweepInterval > 0 {
+		sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		s.stopSweeper = cancel
+		go s.sweepLoop(sctx, opts.SweepInterval)
+	} else {
+		s.stopSweeper = func() {}
+		close(s.sweeperDone)
+	}
+	log.Debug("store opened", "dir", opts.Dir, "sweep_interval", opts.SweepInterval)
+	return s, nil
+}
+
+// isLockError reports whether err came from locking the LOCK file.
+func isLockError(err error) bool {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		var pe interface{ Timeout() bool }
+		_ = pe
+	}
+	return false
+}
+
+// checkSchema records the schema version in a new database and refuses a
+// database written with another one.
+func checkSchema(db *pebble.DB) error {
+	v, closer, err := db.Get(metaSchemaKey)
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		if err := db.Set(metaSchemaKey, []byte{schemaVersion}, pebble.Sync); err != nil {
+			return fmt.Errorf("write schema version: %w", err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	defer closer.Close()
+	if len(v) != 1 || v[0] != schemaVersion {
+		return fmt.Errorf("schema version %x, want %d: %w", v, schemaVersion, ErrCorrupt)
+	}
+	return nil
+}
+
+// Close stops the background sweeper, waits for it and for in-flight
+// operations, and closes the database. Calling Close again returns an error
+// wrapping ErrClosed.
+func (s *PebbleStore) Close() error {
+	s.stopSweeper()
+	<-s.sweeperDone
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.db == nil {
+		return fmt.Errorf("store: close %q: %w", s.dir, ErrClosed)
+	}
+	err := s.db.Close()
+	s.db = nil
+	if err != nil {
+		return fmt.Errorf("store: close %q: %w", s.dir, err)
+	}
+	s.log.Debug("store closed", "dir", s.dir)
+	return nil
+}
+
+// acquire returns the open database and holds s.mu shared until release is
+// called, or returns ErrClosed.
+func (s *PebbleStore) acquire() (db *pebble.DB, release func(), err error) {
+	s.mu.RLock()
+	if s.db == nil {
+		s.mu.RUnlock()
+		return nil, nil, ErrClosed
+	}
+	return s.db, s.mu.RUnlock, nil
+}
+
+// acquireExclusive is acquire with s.mu held exclusively.
+func (s *PebbleStore) acquireExclusive() (db *pebble.DB, release func(), err error) {
+	s.mu.Lock()
+	if s.db == nil {
+		s.mu.Unlock()
+		return nil, nil, ErrClosed
+	}
+	return s.db, s.mu.Unlock, nil
+}
+
+// begin checks ctx and acquires the database for one operation.
+func (s *PebbleStore) begin(ctx context.Context) (*pebble.DB, func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	return s.acquire()
+}
+
+// sessionLock returns the mutex that serializes writes to one session.
+func (s *PebbleStore) sessionLock(id string) *sync.Mutex {
+	// FNV-1a, inline to avoid allocating a hash.Hash per call.
+	h := uint32(2166136261)
+	for i := 0; i < len(id); i++ {
+		h ^= uint32(id[i])
+		h *= 16777619
+	}
+	return &s.sessionLocks[h%sessionLockStripes]
+}
+
+// now is the store's clock.
+func (s *PebbleStore) now() time.Time { return s.opts.Now() }
+
+// get reads key and hands the value to decode before the value's memory is
+// released. It returns pebble.ErrNotFound unchanged.
+func get(db *pebble.DB, key []byte, decode func([]byte) error) error {
+	v, closer, err := db.Get(key)
+	if err != nil {
+		return err
+	}
+	defer closer.Close()
+	return decode(v)
+}
+
+// Stats is a snapshot of the store's counters and Pebble's metrics, for
+// export by the gateway's metrics endpoint.
+type Stats struct {
+	// AnchorsWritten counts successful PutAnchor calls.
+	AnchorsWritten uint64
+	// AnchorLookups counts GetAnchor calls that reached the database;
+	// AnchorHits those that found a live anchor.
+	AnchorLookups, AnchorHits uint64
+	// AnchorsDeleted counts DeleteAnchor calls that removed an anchor.
+	AnchorsDeleted uint64
+	// ScopeLookups counts GetScope calls that reached the database.
+	ScopeLookups uint64
+	// TurnsWritten counts successful PutConversation calls.
+	TurnsWritten uint64
+	// HistoryLookups counts History calls that reached the database.
+	HistoryLookups uint64
+	// SessionsWritten counts input-session records written (create,
+	// update and the session half of PutChunk).
+	SessionsWritten uint64
+	// ChunksWritten counts successful PutChunk calls.
+	ChunksWritten uint64
+	// Sweeps counts sweeps (background and explicit); SweepErrors those
+	// that failed.
+	Sweeps, SweepErrors uint64
+	// Swept counts expired records removed, in total and by family.
+	Swept, SweptAnchors, SweptScopes, SweptTurns, SweptSessions uint64
+	// DiskBytes is the space the database uses on disk (WAL, tables,
+	// manifest), as Pebble reports it. Zero once closed.
+	DiskBytes uint64
+	// MemtableBytes is the size of Pebble's memtables.
+	MemtableBytes uint64
+	// ReadAmp is Pebble's read amplification (sublevels and levels a read
+	// may consult).
+	ReadAmp int
+	// BlockCacheHits and BlockCacheMisses count Pebble block-cache
+	// lookups.
+	BlockCacheHits, BlockCacheMisses int64
+}
+
+// Stats returns the store's statistics. It is cheap enough for a metrics
+// scrape and works after Close (Pebble's fields are then zero).
+func (s *PebbleStore) Stats() Stats {
+	c := &s.stats
+	st := Stats{
+		AnchorsWritten:  c.anchorsWritten.Load(),
+		AnchorLookups:   c.anchorLookups.Load(),
+		AnchorHits:      c.anchorHits.Load(),
+		AnchorsDeleted:  c.anchorsDeleted.Load(),
+		ScopeLookups:    c.scopeLookups.Load(),
+		TurnsWritten:    c.turnsWritten.Load(),
+		HistoryLookups:  c.historyLookups.Load(),
+		SessionsWritten: c.sessionsWritten.Load(),
+		ChunksWritten:   c.chunksWritten.Load(),
+		Sweeps:          c.sweeps.Load(),
+		SweepErrors:     c.sweepErrors.Load(),
+		SweptAnchors:    c.sweptAnchors.Load(),
+		SweptScopes:     c.sweptScopes.Load(),
+		SweptTurns:      c.sweptTurns.Load(),
+		SweptSessions:   c.sweptSessions.Load(),
+	}
+	st.Swept = st.SweptAnchors + st.SweptScopes + st.SweptTurns + st.SweptSessions
+	db, release, err := s.acquire()
+	if err != nil {
+		return st
+	}
+	defer release()
+	m := db.Metrics()
+	st.DiskBytes = m.DiskSpaceUsage()
+	st.MemtableBytes = m.MemTable.Size
+	st.ReadAmp = m.ReadAmp()
+	st.BlockCacheHits = m.BlockCache.Hits
+	st.BlockCacheMisses = m.BlockCache.Misses
+	return st
+}
+
+// RedactID renders an id or key for logs and errors without revealing it:
+// "sha256:" and the first 12 hex digits of its SHA-256.
+func RedactID(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return "sha256:" + hex.EncodeToString(sum[:6])
+}
+
+// validID checks an id used as (part of) a key.
+func validID(what, id string) error {
+	if id == "" {
+		return fmt.Errorf("empty %s: %w", what, ErrInvalid)
+	}
+	if len(id) > MaxIDLen {
+		return fmt.Errorf("%s of %d bytes exceeds %d: %w", what, len(id), MaxIDLen, ErrInvalid)
+	}
+	return nil
+}
+
+// pebbleLogger forwards Pebble's log lines to hclog.
+type pebbleLogger struct{ l hclog.Logger }
+
+// Infof implements pebble.Logger.
+func (p pebbleLogger) Infof(format string, args ...any) {
+	p.l.Info(fmt.Sprintf(format, args...))
+}
+
+// Fatalf implements pebble.Logger. Pebble calls it on invariant violations
+// after which it must not continue, so it logs and panics.
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	p.l.Error("pebble fatal error", "error", msg)
+	panic("pebble: " + msg)
+}
+
+// eventListener logs the Pebble events an operator should see.
+func eventListener(l hclog.Logger) *pebble.EventListener {
+	return &pebble.EventListener{
+		BackgroundError: func(err error) {
+			l.Error("background error", "error", err)
+		},
+		DiskSlow: func(info pebble.DiskSlowInfo) {
+			l.Warn("disk slow", "info", info.String())
+		},
+		WriteStallBegin: func(info pebble.WriteStallBeginInfo) {
+			l.Warn("write stall", "reason", info.Reason)
+		},
+		WriteStallEnd: func() {
+			l.Info("write stall ended")
+		},
+	}
+}
