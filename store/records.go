@@ -149,12 +149,12 @@ const valueVersion = 1
 // encoder appends a value's fields to buf.
 type encoder struct{ buf []byte }
 
-func (e *encoder) byte(b byte)        { e.buf = append(e.buf, b) }
-func (e *encoder) uvarint(v uint64)   { e.buf = binary.AppendUvarint(e.buf, v) }
-func (e *encoder) varint(v int64)     { e.buf = binary.AppendVarint(e.buf, v) }
-func (e *encoder) string(s string)    { e.uvarint(uint64(len(s))); e.buf = append(e.buf, s...) }
-func (e *encoder) bytes(b []byte)     { e.uvarint(uint64(len(b))); e.buf = append(e.buf, b...) }
-func (e *encoder) time(t time.Time)   { e.varint(timeNanos(t)) }
+func (e *encoder) byte(b byte)      { e.buf = append(e.buf, b) }
+func (e *encoder) uvarint(v uint64) { e.buf = binary.AppendUvarint(e.buf, v) }
+func (e *encoder) varint(v int64)   { e.buf = binary.AppendVarint(e.buf, v) }
+func (e *encoder) string(s string)  { e.uvarint(uint64(len(s))); e.buf = append(e.buf, s...) }
+func (e *encoder) bytes(b []byte)   { e.uvarint(uint64(len(b))); e.buf = append(e.buf, b...) }
+func (e *encoder) time(t time.Time) { e.varint(timeNanos(t)) }
 func (e *encoder) items(items []json.RawMessage) {
 	e.uvarint(uint64(len(items)))
 	for _, it := range items {

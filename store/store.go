@@ -4,8 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -126,12 +129,12 @@ type PebbleStore struct {
 // counters are the store's cumulative statistics.
 type counters struct {
 	anchorsWritten, anchorLookups, anchorHits atomic.Uint64
-	anchorsDeleted, scopeLookups               atomic.Uint64
-	turnsWritten, historyLookups               atomic.Uint64
-	sessionsWritten, chunksWritten             atomic.Uint64
-	sweeps, sweepErrors                        atomic.Uint64
-	sweptAnchors, sweptScopes                  atomic.Uint64
-	sweptTurns, sweptSessions                  atomic.Uint64
+	anchorsDeleted, scopeLookups              atomic.Uint64
+	turnsWritten, historyLookups              atomic.Uint64
+	sessionsWritten, chunksWritten            atomic.Uint64
+	sweeps, sweepErrors                       atomic.Uint64
+	sweptAnchors, sweptScopes                 atomic.Uint64
+	sweptTurns, sweptSessions                 atomic.Uint64
 }
 
 // Open opens (creating if needed) the store in opts.Dir and starts the
@@ -160,8 +163,8 @@ func Open(ctx context.Context, opts Options) (*PebbleStore, error) {
 	}
 	db, err := pebble.Open(opts.Dir, popts)
 	if err != nil {
-		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES) && isLockError(err) {
-			return nil, fmt.Errorf("store: open %q: locked by another process (is another gateway using this data dir?): %w", opts.Dir, err)
+		if isLockError(err) {
+			return nil, fmt.Errorf("store: open %q: database is locked, is another gateway using this data dir? %w", opts.Dir, err)
 		}
 		return nil, fmt.Errorf("store: open %q: %w", opts.Dir, err)
 	}
@@ -183,13 +186,17 @@ func Open(ctx context.Context, opts Options) (*PebbleStore, error) {
 	return s, nil
 }
 
-// isLockError reports whether err came from locking the LOCK file.
+// isLockError reports whether err came from locking the database's LOCK
+// file: Pebble returns the bare errno of fcntl(F_SETLK) when another process
+// holds the lock (a path error means something else, such as a permission
+// problem), and a plain message when this process already has it open.
 func isLockError(err error) bool {
-	for e := err; e != nil; e = errors.Unwrap(e) {
-		var pe interface{ Timeout() bool }
-		_ = pe
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return false
 	}
-	return false
+	return errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES) ||
+		strings.Contains(err.Error(), "lock held by current process")
 }
 
 // checkSchema records the schema version in a new database and refuses a

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 )
 
@@ -74,14 +73,10 @@ func marshal(v any) []byte { return appendJSON(nil, v) }
 // Responses event, the event name taken from data's "type" (no event line
 // when it has none). Its WebSocket form is data itself.
 func SSEEvent(data []byte) Frame {
-	var t struct {
-		Type string `json:"type"`
-	}
-	_ = json.Unmarshal(data, &t)
 	var b []byte
-	if t.Type != "" && !strings.ContainsAny(t.Type, "\r\n") {
+	if typ := eventType(data); typ != "" && !strings.ContainsAny(typ, "\r\n") {
 		b = append(b, "event: "...)
-		b = append(b, t.Type...)
+		b = append(b, typ...)
 		b = append(b, '\n')
 	}
 	b = appendDataLines(b, data)
@@ -99,6 +94,23 @@ func SSEData(data []byte) Frame {
 // RawFrame returns a frame written verbatim on HTTP streams. On a WebSocket it
 // is sent as the payload of its data lines, if it has a non-empty one.
 func RawFrame(raw []byte) Frame { return Frame{Raw: raw} }
+
+// eventType is data's "type". Templates with a bare {{created_at}} are not
+// valid JSON, so a leading {"type":"…" is read directly.
+func eventType(data []byte) string {
+	var t struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(data, &t) == nil {
+		return t.Type
+	}
+	if rest, ok := bytes.CutPrefix(data, []byte(`{"type":"`)); ok {
+		if i := bytes.IndexByte(rest, '"'); i >= 0 {
+			return string(rest[:i])
+		}
+	}
+	return ""
+}
 
 func appendDataLines(b, data []byte) []byte {
 	for {
@@ -223,7 +235,13 @@ func itemIDFor(id string) string {
 	return "msg_" + strings.TrimPrefix(id, "resp_")
 }
 
-func nowJSON() rawJSON { return rawJSON(strconv.FormatInt(time.Now().Unix(), 10)) }
+// FixedCreatedAt is the created_at / created time (2026-01-01T00:00:00Z)
+// of everything the exported builders return, so that their bytes are
+// reproducible. Canned answers and constructor scripts played by a Server use
+// the request time instead (PlaceholderCreatedAt).
+const FixedCreatedAt = 1767225600
+
+func fixedJSON() rawJSON { return rawJSON(strconv.FormatInt(FixedCreatedAt, 10)) }
 
 // ResponsesEvents returns the event JSON objects of a successful Responses
 // stream answering text in deltas pieces: response.created,
@@ -233,10 +251,11 @@ func nowJSON() rawJSON { return rawJSON(strconv.FormatInt(time.Now().Unix(), 10)
 // response.output_item.done, response.completed. Every event carries type and
 // a 0-based increasing sequence_number, and output_index, content_index and
 // item_id where the API has them. The message item id is "msg_" + id without
-// its "resp_" prefix (PlaceholderItemID when id is PlaceholderID).
-// Placeholders may be used for id and model.
+// its "resp_" prefix (PlaceholderItemID when id is PlaceholderID); created_at
+// is FixedCreatedAt, so the bytes are reproducible. Placeholders may be used
+// for id and model, to be filled in when a Server plays them.
 func ResponsesEvents(id, model, text string, deltas int) [][]byte {
-	return responsesEvents(id, itemIDFor(id), model, nowJSON(), splitText(text, deltas))
+	return responsesEvents(id, itemIDFor(id), model, fixedJSON(), splitText(text, deltas))
 }
 
 // ResponsesStream is ResponsesEvents as frames ("event: <type>\ndata:
@@ -248,7 +267,7 @@ func ResponsesStream(id, model, text string, deltas int) []Frame {
 // ResponseJSON returns a completed Response object answering text, the body of
 // a non-streaming POST /v1/responses.
 func ResponseJSON(id, model, text string) []byte {
-	return marshal(completedResponse(id, itemIDFor(id), model, nowJSON(), splitText(text, 1)))
+	return marshal(completedResponse(id, itemIDFor(id), model, fixedJSON(), splitText(text, 1)))
 }
 
 // ---- Chat Completions ----
@@ -258,7 +277,7 @@ func ResponseJSON(id, model, text string) []byte {
 type ChatSpec struct {
 	ID      string // chat completion id, e.g. "chatcmpl-1" or PlaceholderID
 	Model   string // e.g. "gpt-fake-1" or PlaceholderModel
-	Created int64  // Unix seconds; 0 means now
+	Created int64  // Unix seconds; 0 means FixedCreatedAt
 
 	Reasoning       string // sent first as delta.reasoning_content
 	ReasoningDeltas int    // pieces of Reasoning (at least 1)
@@ -294,7 +313,7 @@ type ToolCallSpec struct {
 func (c ChatSpec) Chunks() [][]byte {
 	created := rawJSON(strconv.FormatInt(c.Created, 10))
 	if c.Created == 0 {
-		created = nowJSON()
+		created = fixedJSON()
 	}
 	return chatChunks(c, created)
 }
@@ -411,7 +430,7 @@ func ChatStream(id, model, text string, deltas int) []Frame {
 // ChatCompletionJSON returns a chat.completion object answering text, the body
 // of a non-streaming POST /v1/chat/completions.
 func ChatCompletionJSON(id, model, text string) []byte {
-	return chatCompletion(id, model, nowJSON(), text, 1)
+	return chatCompletion(id, model, fixedJSON(), text, 1)
 }
 
 func chatCompletion(id, model string, created rawJSON, text string, tokens int) []byte {

@@ -107,8 +107,8 @@ func cannedChatChunks(pieces []string, usage bool) [][]byte {
 	}, rawJSON(PlaceholderCreatedAt))
 }
 
-func cannedRespFrames() []Frame     { return eventFrames(cannedRespEvents(cannedPieces())) }
-func cannedChatFrames() []Frame     { return dataFrames(cannedChatChunks(cannedPieces(), false)) }
+func cannedRespFrames() []Frame      { return eventFrames(cannedRespEvents(cannedPieces())) }
+func cannedChatFrames() []Frame      { return dataFrames(cannedChatChunks(cannedPieces(), false)) }
 func cannedChatUsageFrames() []Frame { return dataFrames(cannedChatChunks(cannedPieces(), true)) }
 
 func cannedRespBody() []byte {

@@ -1,0 +1,383 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/sluice-gw/sluice/gateway"
+	"github.com/sluice-gw/sluice/gateway/upstreamtest"
+)
+
+// assertOneTerminal checks the terminal-event rule on a Responses stream:
+// the last event is terminal, and it is the only terminal event.
+func assertOneTerminal(t *testing.T, evs []eventLike) eventLike {
+	t.Helper()
+	if len(evs) == 0 {
+		t.Fatal("no events")
+	}
+	terminals := 0
+	for _, ev := range evs {
+		if isTerminal(ev.typ) {
+			terminals++
+		}
+	}
+	last := evs[len(evs)-1]
+	if terminals != 1 || !isTerminal(last.typ) {
+		var types []string
+		for _, ev := range evs {
+			types = append(types, ev.typ)
+		}
+		t.Fatalf("want exactly one terminal event, last; got %v", types)
+	}
+	return last
+}
+
+type eventLike struct {
+	typ, code string
+	data      []byte
+	empty     bool
+}
+
+func (h *harness) responsesStream(body string) (*http.Response, []eventLike) {
+	resp, evs := h.streamEvents("/v1/responses", body)
+	out := make([]eventLike, 0, len(evs))
+	for _, ev := range evs {
+		out = append(out, eventLike{typ: eventType(ev), code: errorCode(ev), data: ev.Data, empty: strings.TrimSpace(string(ev.Data)) == ""})
+	}
+	return resp, out
+}
+
+func TestResponsesStreamFaults(t *testing.T) {
+	tests := []struct {
+		name     string
+		script   upstreamtest.Script
+		terminal string // response.completed / response.failed
+		code     string // error code of response.failed
+		reason   string // sluice_stream_terminal_total reason
+	}{
+		{"cut mid-stream", upstreamtest.CutAfter(3), "response.failed", "stream_incomplete", "upstream_cut"},
+		{"hang", upstreamtest.HangAfter(3), "response.failed", "stream_incomplete", "idle_timeout"},
+		{"error field", upstreamtest.ErrorField([]byte(`{"code":"server_error","message":"boom","type":"server_error"}`), 3), "response.failed", "server_error", "upstream_error"},
+		{"empty data lines", upstreamtest.WithEmptyData(), "response.completed", "", "completed"},
+		{"garbage frame", upstreamtest.Garbage(), "response.failed", "stream_incomplete", "unparseable_event"},
+		{"oversize event", upstreamtest.Oversize(8192), "response.failed", "stream_incomplete", "oversize_event"},
+		{"slow but alive", upstreamtest.Slow(30 * time.Millisecond), "response.completed", "", "completed"},
+		{"error event after created", upstreamtest.QuotaEvent(upstreamtest.ShapeErrorEvent).AfterCreated(), "response.failed", "usage_limit_reached", "upstream_error"},
+		{"response.failed after created", upstreamtest.QuotaEvent(upstreamtest.ShapeFailed).AfterCreated(), "response.failed", "usage_limit_reached", "failed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, harnessConfig{opts: gateway.Options{IdleTimeout: 300 * time.Millisecond, MaxEventBytes: 4096}})
+			h.ups["A"].Enqueue(tt.script)
+			resp, evs := h.responsesStream(respBody)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+			last := assertOneTerminal(t, evs)
+			if last.typ != tt.terminal || last.code != tt.code {
+				t.Fatalf("terminal %s code %q, want %s %q", last.typ, last.code, tt.terminal, tt.code)
+			}
+			for _, ev := range evs {
+				if ev.empty {
+					t.Fatal("an empty data event reached the client")
+				}
+				if ev.typ == "error" {
+					t.Fatal("a bare error event reached the client")
+				}
+			}
+			if tt.code == "stream_incomplete" {
+				var v struct {
+					SequenceNumber int64 `json:"sequence_number"`
+					Response       struct{ ID, Status string }
+				}
+				_ = json.Unmarshal(last.data, &v)
+				if v.Response.Status != "failed" || v.SequenceNumber != int64(len(evs)-1) {
+					t.Fatalf("synthesized terminal %s", last.data)
+				}
+				if len(evs) > 1 && v.Response.ID == "" {
+					t.Fatalf("synthesized terminal lost the response id: %s", last.data)
+				}
+			}
+			if m := h.metrics(); !strings.Contains(m, `sluice_stream_terminal_total{reason="`+tt.reason+`",surface="responses_stream"} 1`) {
+				t.Fatalf("terminal reason %q not counted:\n%s", tt.reason, grep(m, "stream_terminal"))
+			}
+		})
+	}
+}
+
+func grep(s, substr string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func TestPreStreamFailuresAreJSONErrors(t *testing.T) {
+	tests := []struct {
+		name   string
+		script upstreamtest.Script
+		status int
+		code   string
+	}{
+		{"429", upstreamtest.Status429(2 * time.Second), 429, "rate_limit_exceeded"},
+		{"quota error event", upstreamtest.QuotaEvent(upstreamtest.ShapeErrorEvent), 429, "usage_limit_reached"},
+		{"quota response.failed", upstreamtest.QuotaEvent(upstreamtest.ShapeFailed), 429, "usage_limit_reached"},
+		{"5xx", upstreamtest.Status5xx(500), 502, "upstream_unavailable"},
+		{"cut before any event", upstreamtest.CutAfter(0), 502, "upstream_unavailable"},
+		{"400 passes through", upstreamtest.Failure(upstreamtest.ShapeStatus, 400, upstreamtest.ErrorBody("bad tool", "invalid_request_error", "invalid_value", "tools")), 400, "invalid_value"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, harnessConfig{})
+			h.ups["A"].Enqueue(tt.script)
+			resp := h.post("/v1/responses", respBody)
+			if resp.StatusCode != tt.status {
+				t.Fatalf("status %d, want %d", resp.StatusCode, tt.status)
+			}
+			if e := readError(t, resp); deref(e.Error.Code) != tt.code {
+				t.Fatalf("code %q, want %q (%s)", deref(e.Error.Code), tt.code, e.Error.Message)
+			}
+		})
+	}
+}
+
+func TestChatStreamFaults(t *testing.T) {
+	tests := []struct {
+		name   string
+		script upstreamtest.Script
+		code   string // "" → a normal finish
+	}{
+		{"cut", upstreamtest.CutAfter(2), "stream_incomplete"},
+		{"hang", upstreamtest.HangAfter(2), "stream_incomplete"},
+		{"error field", upstreamtest.ErrorField([]byte(`{"code":"server_error","message":"boom","type":"server_error"}`), 2), "server_error"},
+		{"empty data", upstreamtest.WithEmptyData(), ""},
+		{"garbage", upstreamtest.Garbage(), "stream_incomplete"},
+		{"error chunk after start", upstreamtest.QuotaEvent(upstreamtest.ShapeErrorEvent).AfterCreated(), "usage_limit_reached"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, harnessConfig{opts: gateway.Options{IdleTimeout: 300 * time.Millisecond}})
+			h.ups["A"].Enqueue(tt.script)
+			_, evs := h.streamEvents("/v1/chat/completions", `{"model":"gpt-fake-1","messages":[{"role":"user","content":"hi"}],"stream":true}`)
+			if len(evs) < 2 || !evs[len(evs)-1].Done {
+				t.Fatalf("stream does not end with [DONE] (%d events)", len(evs))
+			}
+			dones := 0
+			for _, ev := range evs {
+				if ev.Done {
+					dones++
+				}
+			}
+			if dones != 1 {
+				t.Fatalf("%d [DONE] sentinels", dones)
+			}
+			before := evs[len(evs)-2]
+			var v struct {
+				Error *struct {
+					Code string `json:"code"`
+				} `json:"error"`
+				Choices []struct {
+					FinishReason *string `json:"finish_reason"`
+				} `json:"choices"`
+			}
+			if err := json.Unmarshal(before.Data, &v); err != nil {
+				t.Fatalf("chunk before [DONE] is not JSON: %s", before.Data)
+			}
+			if tt.code == "" {
+				finished := false
+				for _, ev := range evs[:len(evs)-1] {
+					var c struct {
+						Choices []struct {
+							FinishReason *string `json:"finish_reason"`
+						} `json:"choices"`
+					}
+					_ = json.Unmarshal(ev.Data, &c)
+					if len(c.Choices) > 0 && c.Choices[0].FinishReason != nil {
+						finished = true
+					}
+				}
+				if !finished || v.Error != nil {
+					t.Fatalf("normal stream lost its finish chunk or gained an error: %s", before.Data)
+				}
+				return
+			}
+			if v.Error == nil || v.Error.Code != tt.code {
+				t.Fatalf("chunk before [DONE] = %s, want error %q", before.Data, tt.code)
+			}
+		})
+	}
+}
+
+func TestFailoverBeforeFirstByte(t *testing.T) {
+	h := newHarness(t, harnessConfig{upstreams: []upstreamtest.Options{{Name: "A"}, {Name: "B"}}})
+	h.ups["A"].Enqueue(upstreamtest.Status429(30 * time.Second))
+	// Selection rotates between idle upstreams: within two requests, one
+	// tries A first and must end up with B's stream only.
+	var evs []eventLike
+	for i := 0; i < 2 && h.ups["A"].Pending() == 1; i++ {
+		_, evs = h.responsesStream(respBody)
+		if last := assertOneTerminal(t, evs); last.typ != "response.completed" {
+			t.Fatalf("terminal %s", last.typ)
+		}
+	}
+	if h.ups["A"].Pending() != 0 {
+		t.Fatal("A was never tried")
+	}
+	var text string
+	for _, ev := range evs {
+		var v struct{ Type, Delta string }
+		_ = json.Unmarshal(ev.data, &v)
+		text += v.Delta
+	}
+	if text != "Hello from B" {
+		t.Fatalf("client saw %q, want only B's stream", text)
+	}
+	// A cools down: the next requests avoid it.
+	var st struct {
+		Upstreams []struct {
+			Name       string
+			CoolingFor string `json:"cooling_for"`
+		}
+	}
+	h.getJSON("/admin/upstreams", &st)
+	cooling := map[string]bool{}
+	for _, u := range st.Upstreams {
+		cooling[u.Name] = u.CoolingFor != ""
+	}
+	if !cooling["A"] || cooling["B"] {
+		t.Fatalf("cooling %v, want only A", cooling)
+	}
+	before := h.ups["A"].RequestCount()
+	for i := 0; i < 3; i++ {
+		resp := h.post("/v1/responses", `{"model":"gpt-fake-1","input":"x"}`)
+		resp.Body.Close()
+	}
+	if h.ups["A"].RequestCount() != before {
+		t.Fatalf("a cooling upstream received requests")
+	}
+}
+
+func TestFailoverOnConnectErrorAndQuotaEvent(t *testing.T) {
+	h := newHarness(t, harnessConfig{upstreams: []upstreamtest.Options{{Name: "A"}, {Name: "B"}}})
+	h.ups["A"].Enqueue(upstreamtest.QuotaEvent(upstreamtest.ShapeFailed))
+	h.ups["B"].Enqueue(upstreamtest.QuotaEvent(upstreamtest.ShapeFailed))
+	resp := h.post("/v1/responses", respBody)
+	if resp.StatusCode != 429 {
+		t.Fatalf("both out of quota → %d, want 429", resp.StatusCode)
+	}
+	if e := readError(t, resp); deref(e.Error.Code) != "usage_limit_reached" {
+		t.Fatalf("code %q", deref(e.Error.Code))
+	}
+
+	// A dead upstream (connection refused) is skipped for a live one.
+	h2 := newHarness(t, harnessConfig{upstreams: []upstreamtest.Options{{Name: "A"}, {Name: "B"}}})
+	h2.ups["A"].Close()
+	for i := 0; i < 4; i++ {
+		_, evs := h2.responsesStream(respBody)
+		if last := assertOneTerminal(t, evs); last.typ != "response.completed" {
+			t.Fatalf("request %d: %s", i, last.typ)
+		}
+	}
+}
+
+func TestFailoverIsBoundedToThreeAttempts(t *testing.T) {
+	var ups []upstreamtest.Options
+	for _, n := range []string{"A", "B", "C", "D"} {
+		ups = append(ups, upstreamtest.Options{Name: n})
+	}
+	h := newHarness(t, harnessConfig{upstreams: ups})
+	for _, n := range []string{"A", "B", "C", "D"} {
+		h.ups[n].Enqueue(upstreamtest.Status5xx(503))
+	}
+	resp := h.post("/v1/responses", respBody)
+	e := readError(t, resp)
+	if resp.StatusCode != http.StatusBadGateway || deref(e.Error.Code) != "upstream_unavailable" || e.Error.Type != "server_error" {
+		t.Fatalf("%d %+v", resp.StatusCode, e.Error)
+	}
+	total := 0
+	for _, up := range h.ups {
+		total += up.RequestCount()
+	}
+	if total != 3 {
+		t.Fatalf("%d attempts, want 3", total)
+	}
+}
+
+func TestNoFailoverAfterFirstByte(t *testing.T) {
+	h := newHarness(t, harnessConfig{upstreams: []upstreamtest.Options{{Name: "A"}, {Name: "B"}}})
+	h.ups["A"].Enqueue(upstreamtest.CutAfter(4))
+	h.ups["B"].Enqueue(upstreamtest.CutAfter(4))
+	_, evs := h.responsesStream(respBody)
+	if last := assertOneTerminal(t, evs); last.code != "stream_incomplete" {
+		t.Fatalf("terminal %s %s", last.typ, last.code)
+	}
+	if total := h.ups["A"].RequestCount() + h.ups["B"].RequestCount(); total != 1 {
+		t.Fatalf("%d attempts after bytes were out, want 1", total)
+	}
+}
+
+func TestDrainEndsInFlightStreamsWithTerminalEvent(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	h := newHarness(t, harnessConfig{opts: gateway.Options{DrainGrace: 300 * time.Millisecond}})
+	h.ups["A"].Enqueue(upstreamtest.HangAfter(3))
+	var wg sync.WaitGroup
+	var evs []eventLike
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, evs = h.responsesStream(respBody)
+	}()
+	if err := h.ups["A"].WaitRequests(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.gw.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	wg.Wait()
+	if took := time.Since(start); took < 250*time.Millisecond || took > 5*time.Second {
+		t.Fatalf("drain took %v, want about the grace", took)
+	}
+	last := assertOneTerminal(t, evs)
+	if last.code != "stream_incomplete" || !strings.Contains(string(last.data), "shutting down") {
+		t.Fatalf("terminal %s", last.data)
+	}
+	<-h.done
+	h.done <- nil // let the cleanup's receive return
+	for _, up := range h.ups {
+		up.Close()
+	}
+	http.DefaultClient.CloseIdleConnections()
+}
+
+func TestReadyzFailsWhileDraining(t *testing.T) {
+	h := newHarness(t, harnessConfig{opts: gateway.Options{DrainGrace: time.Second}})
+	h.ups["A"].Enqueue(upstreamtest.HangAfter(1))
+	go func() { _, _ = h.responsesStream(respBody) }()
+	if err := h.ups["A"].WaitRequests(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = h.gw.Shutdown(context.Background()) }()
+	deadline := time.Now().Add(2 * time.Second)
+	for !h.gw.Draining() && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	rec := newRecorder()
+	h.gw.Handler().ServeHTTP(rec, mustRequest(http.MethodGet, "/readyz"))
+	if rec.code != http.StatusServiceUnavailable {
+		t.Fatalf("readyz while draining = %d", rec.code)
+	}
+}

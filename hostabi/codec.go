@@ -1,0 +1,419 @@
+package hostabi
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+)
+
+// This file holds the wire encodings of hook inputs and outputs (ABI.md §3,
+// §4). Encoders write compact JSON (no insignificant whitespace) with the
+// members in the order of the struct fields and the json tags' omitempty
+// rules; decoders accept any JSON object, in any member order, ignore unknown
+// members and treat null as the zero value. They use no reflection so that
+// guests stay small and fast.
+
+// RewriteContext is the input of the rewrite_request hook: everything about
+// the request except its body, which stays in the host (doc_* functions).
+type RewriteContext struct {
+	Surface   string            `json:"surface"`
+	Endpoint  string            `json:"endpoint"`
+	Model     string            `json:"model,omitempty"` // the body's top-level "model" when it is a string
+	Stream    bool              `json:"stream"`          // the body's top-level "stream" is true
+	BodyBytes int               `json:"body_bytes"`      // the body's size when the hook starts
+	Headers   map[string]string `json:"headers,omitempty"`
+}
+
+func appendKey(dst []byte, first bool, key string) []byte {
+	if !first {
+		dst = append(dst, ',')
+	}
+	dst = append(dst, '"')
+	dst = append(dst, key...)
+	return append(dst, '"', ':')
+}
+
+func appendStrField(dst []byte, first bool, key, v string) []byte {
+	return AppendQuote(appendKey(dst, first, key), v)
+}
+
+func appendIntField(dst []byte, first bool, key string, v int64) []byte {
+	return strconv.AppendInt(appendKey(dst, first, key), v, 10)
+}
+
+func appendBoolField(dst []byte, first bool, key string, v bool) []byte {
+	return strconv.AppendBool(appendKey(dst, first, key), v)
+}
+
+// AppendRecoverInput appends the JSON encoding of in.
+func AppendRecoverInput(dst []byte, in RecoverInput) []byte {
+	dst = append(dst, '{')
+	dst = appendStrField(dst, true, "surface", in.Surface)
+	dst = appendStrField(dst, false, "upstream", in.Upstream)
+	if in.HTTPStatus != 0 {
+		dst = appendIntField(dst, false, "http_status", int64(in.HTTPStatus))
+	}
+	if in.EventType != "" {
+		dst = appendStrField(dst, false, "event_type", in.EventType)
+	}
+	if in.Code != "" {
+		dst = appendStrField(dst, false, "code", in.Code)
+	}
+	if in.Type != "" {
+		dst = appendStrField(dst, false, "type", in.Type)
+	}
+	if in.Param != "" {
+		dst = appendStrField(dst, false, "param", in.Param)
+	}
+	if in.Message != "" {
+		dst = appendStrField(dst, false, "message", in.Message)
+	}
+	if in.Transport {
+		dst = appendBoolField(dst, false, "transport", true)
+	}
+	return append(dst, '}')
+}
+
+// decodeObject walks the top-level object in b, calling set for each member.
+func decodeObject(b []byte, set func(key string, raw []byte) error) error {
+	i := skipSpace(b, 0)
+	var ferr error
+	end, err := forEachMember(b, i, func(key []byte, _, vs, ve int) bool {
+		k, ok := unescape(key)
+		if !ok {
+			ferr = ErrSyntax
+			return false
+		}
+		if e := set(k, b[vs:ve]); e != nil {
+			ferr = fmt.Errorf("member %q: %w", k, e)
+			return false
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	if ferr != nil {
+		return ferr
+	}
+	if skipSpace(b, end) != len(b) {
+		return ErrSyntax
+	}
+	return nil
+}
+
+func setInt(p *int, raw []byte) error {
+	n, err := parseInt(raw)
+	if err != nil {
+		return err
+	}
+	if int64(int(n)) != n {
+		return ErrSyntax
+	}
+	*p = int(n)
+	return nil
+}
+
+func setStr(p *string, raw []byte) (err error) { *p, err = parseStr(raw); return }
+func setBool(p *bool, raw []byte) (err error)  { *p, err = parseBool(raw); return }
+
+// DecodeRecoverInput decodes a recover hook input.
+func DecodeRecoverInput(b []byte) (RecoverInput, error) {
+	var in RecoverInput
+	err := decodeObject(b, func(k string, raw []byte) error {
+		switch k {
+		case "surface":
+			return setStr(&in.Surface, raw)
+		case "upstream":
+			return setStr(&in.Upstream, raw)
+		case "http_status":
+			return setInt(&in.HTTPStatus, raw)
+		case "event_type":
+			return setStr(&in.EventType, raw)
+		case "code":
+			return setStr(&in.Code, raw)
+		case "type":
+			return setStr(&in.Type, raw)
+		case "param":
+			return setStr(&in.Param, raw)
+		case "message":
+			return setStr(&in.Message, raw)
+		case "transport":
+			return setBool(&in.Transport, raw)
+		}
+		return nil
+	})
+	return in, err
+}
+
+// AppendReplayInput appends the JSON encoding of in.
+func AppendReplayInput(dst []byte, in ReplayInput) []byte {
+	dst = append(dst, '{')
+	dst = appendStrField(dst, true, "surface", in.Surface)
+	dst = appendStrField(dst, false, "upstream", in.Upstream)
+	dst = appendStrField(dst, false, "code", in.Code)
+	if in.HTTPStatus != 0 {
+		dst = appendIntField(dst, false, "http_status", int64(in.HTTPStatus))
+	}
+	dst = appendIntField(dst, false, "replay_count", int64(in.ReplayCount))
+	dst = appendBoolField(dst, false, "response_created_seen", in.ResponseCreatedSeen)
+	dst = appendBoolField(dst, false, "response_id_assigned", in.ResponseIDAssigned)
+	dst = appendIntField(dst, false, "pending_requests", int64(in.PendingRequests))
+	dst = appendBoolField(dst, false, "has_previous_response_id", in.HasPreviousResponseID)
+	if in.PinnedOwner != "" {
+		dst = appendStrField(dst, false, "pinned_owner", in.PinnedOwner)
+	}
+	if in.RetryAfterMillis != 0 {
+		dst = appendIntField(dst, false, "retry_after_ms", in.RetryAfterMillis)
+	}
+	return append(dst, '}')
+}
+
+// DecodeReplayInput decodes a replay hook input.
+func DecodeReplayInput(b []byte) (ReplayInput, error) {
+	var in ReplayInput
+	err := decodeObject(b, func(k string, raw []byte) error {
+		switch k {
+		case "surface":
+			return setStr(&in.Surface, raw)
+		case "upstream":
+			return setStr(&in.Upstream, raw)
+		case "code":
+			return setStr(&in.Code, raw)
+		case "http_status":
+			return setInt(&in.HTTPStatus, raw)
+		case "replay_count":
+			return setInt(&in.ReplayCount, raw)
+		case "response_created_seen":
+			return setBool(&in.ResponseCreatedSeen, raw)
+		case "response_id_assigned":
+			return setBool(&in.ResponseIDAssigned, raw)
+		case "pending_requests":
+			return setInt(&in.PendingRequests, raw)
+		case "has_previous_response_id":
+			return setBool(&in.HasPreviousResponseID, raw)
+		case "pinned_owner":
+			return setStr(&in.PinnedOwner, raw)
+		case "retry_after_ms":
+			n, err := parseInt(raw)
+			in.RetryAfterMillis = n
+			return err
+		}
+		return nil
+	})
+	return in, err
+}
+
+// AppendRewriteContext appends the JSON encoding of c. Headers are written
+// in sorted order.
+func AppendRewriteContext(dst []byte, c RewriteContext) []byte {
+	dst = append(dst, '{')
+	dst = appendStrField(dst, true, "surface", c.Surface)
+	dst = appendStrField(dst, false, "endpoint", c.Endpoint)
+	if c.Model != "" {
+		dst = appendStrField(dst, false, "model", c.Model)
+	}
+	dst = appendBoolField(dst, false, "stream", c.Stream)
+	dst = appendIntField(dst, false, "body_bytes", int64(c.BodyBytes))
+	if len(c.Headers) > 0 {
+		dst = appendKey(dst, false, "headers")
+		dst = append(dst, '{')
+		keys := make([]string, 0, len(c.Headers))
+		for k := range c.Headers {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for i, k := range keys {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = AppendQuote(dst, k)
+			dst = append(dst, ':')
+			dst = AppendQuote(dst, c.Headers[k])
+		}
+		dst = append(dst, '}')
+	}
+	return append(dst, '}')
+}
+
+// DecodeRewriteContext decodes a rewrite_request hook input.
+func DecodeRewriteContext(b []byte) (RewriteContext, error) {
+	var c RewriteContext
+	err := decodeObject(b, func(k string, raw []byte) error {
+		switch k {
+		case "surface":
+			return setStr(&c.Surface, raw)
+		case "endpoint":
+			return setStr(&c.Endpoint, raw)
+		case "model":
+			return setStr(&c.Model, raw)
+		case "stream":
+			return setBool(&c.Stream, raw)
+		case "body_bytes":
+			return setInt(&c.BodyBytes, raw)
+		case "headers":
+			if string(raw) == "null" {
+				return nil
+			}
+			c.Headers = map[string]string{}
+			return decodeObject(raw, func(hk string, hv []byte) error {
+				s, err := parseStr(hv)
+				c.Headers[hk] = s
+				return err
+			})
+		}
+		return nil
+	})
+	return c, err
+}
+
+// AppendRecoverOutput appends the JSON encoding of out.
+func AppendRecoverOutput(dst []byte, out RecoverOutput) []byte {
+	dst = append(dst, '{')
+	dst = appendIntField(dst, true, "verdict", int64(out.Verdict))
+	if out.Code != "" {
+		dst = appendStrField(dst, false, "code", out.Code)
+	}
+	if out.Message != "" {
+		dst = appendStrField(dst, false, "message", out.Message)
+	}
+	return append(dst, '}')
+}
+
+// ErrBadVerdict reports a verdict number the ABI does not define.
+var ErrBadVerdict = errors.New("hostabi: unknown verdict")
+
+// DecodeRecoverOutput decodes and validates a recover hook output.
+func DecodeRecoverOutput(b []byte) (RecoverOutput, error) {
+	var out RecoverOutput
+	seen := false
+	err := decodeObject(b, func(k string, raw []byte) error {
+		switch k {
+		case "verdict":
+			n, err := parseInt(raw)
+			if err != nil {
+				return err
+			}
+			if n < 0 || n > int64(RecoverFailClosed) {
+				return ErrBadVerdict
+			}
+			seen = true
+			out.Verdict = RecoverVerdict(n)
+		case "code":
+			return setStr(&out.Code, raw)
+		case "message":
+			return setStr(&out.Message, raw)
+		}
+		return nil
+	})
+	if err == nil && !seen {
+		err = errors.New("hostabi: output has no verdict")
+	}
+	return out, err
+}
+
+// AppendReplayOutput appends the JSON encoding of out.
+func AppendReplayOutput(dst []byte, out ReplayOutput) []byte {
+	dst = append(dst, '{')
+	dst = appendIntField(dst, true, "verdict", int64(out.Verdict))
+	if out.PenaltyMillis != 0 {
+		dst = appendIntField(dst, false, "penalty_ms", out.PenaltyMillis)
+	}
+	return append(dst, '}')
+}
+
+// DecodeReplayOutput decodes and validates a replay hook output.
+func DecodeReplayOutput(b []byte) (ReplayOutput, error) {
+	var out ReplayOutput
+	seen := false
+	err := decodeObject(b, func(k string, raw []byte) error {
+		switch k {
+		case "verdict":
+			n, err := parseInt(raw)
+			if err != nil {
+				return err
+			}
+			if n < 0 || n > int64(ReplaySameUpstream) {
+				return ErrBadVerdict
+			}
+			seen = true
+			out.Verdict = ReplayVerdict(n)
+		case "penalty_ms":
+			n, err := parseInt(raw)
+			if err != nil {
+				return err
+			}
+			if n < 0 {
+				return errors.New("negative penalty")
+			}
+			out.PenaltyMillis = n
+		}
+		return nil
+	})
+	if err == nil && !seen {
+		err = errors.New("hostabi: output has no verdict")
+	}
+	return out, err
+}
+
+// ValidRecoverVerdict reports whether v is a recover verdict the ABI defines.
+func ValidRecoverVerdict(v uint32) bool { return v <= uint32(RecoverFailClosed) }
+
+// ValidReplayVerdict reports whether v is a replay verdict the ABI defines.
+func ValidReplayVerdict(v uint32) bool { return v <= uint32(ReplaySameUpstream) }
+
+// AppendRejectError appends the JSON encoding of e (the reject host
+// function's argument).
+func AppendRejectError(dst []byte, e RejectError) []byte {
+	dst = append(dst, '{')
+	dst = appendIntField(dst, true, "status", int64(e.Status))
+	dst = appendStrField(dst, false, "message", e.Message)
+	dst = appendStrField(dst, false, "type", e.Type)
+	dst = appendStrField(dst, false, "code", e.Code)
+	if e.Param != "" {
+		dst = appendStrField(dst, false, "param", e.Param)
+	}
+	return append(dst, '}')
+}
+
+// DecodeRejectError decodes the reject host function's argument and applies
+// the defaults: status 0 becomes 400, an empty type "invalid_request_error",
+// an empty code "rejected_by_policy". A status outside 400–599 is an error.
+func DecodeRejectError(b []byte) (RejectError, error) {
+	var e RejectError
+	err := decodeObject(b, func(k string, raw []byte) error {
+		switch k {
+		case "status":
+			return setInt(&e.Status, raw)
+		case "message":
+			return setStr(&e.Message, raw)
+		case "type":
+			return setStr(&e.Type, raw)
+		case "code":
+			return setStr(&e.Code, raw)
+		case "param":
+			return setStr(&e.Param, raw)
+		}
+		return nil
+	})
+	if err != nil {
+		return e, err
+	}
+	if e.Status == 0 {
+		e.Status = 400
+	}
+	if e.Status < 400 || e.Status > 599 {
+		return e, fmt.Errorf("hostabi: reject status %d outside 400-599", e.Status)
+	}
+	if e.Type == "" {
+		e.Type = "invalid_request_error"
+	}
+	if e.Code == "" {
+		e.Code = "rejected_by_policy"
+	}
+	if e.Message == "" {
+		e.Message = "request rejected by policy"
+	}
+	return e, nil
+}

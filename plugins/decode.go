@@ -1,0 +1,112 @@
+package plugins
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/sluice-gw/sluice/hostabi"
+)
+
+// memView is the part of api.Memory the decoders need; tests and fuzzers use
+// a byte slice.
+type memView interface {
+	Read(offset, byteCount uint32) ([]byte, bool)
+}
+
+// byteMem is a memView over a byte slice.
+type byteMem []byte
+
+func (m byteMem) Read(off, n uint32) ([]byte, bool) {
+	end := uint64(off) + uint64(n)
+	if end > uint64(len(m)) {
+		return nil, false
+	}
+	return m[off:end], true
+}
+
+// resultKind is how a hook answered.
+type resultKind uint8
+
+const (
+	resDecided resultKind = iota // a verdict (or rewrite done)
+	resDefer                     // no opinion
+	resError                     // the guest's deliberate error result
+)
+
+// errInvalidOutput wraps every malformed hook result: a fault.
+var errInvalidOutput = errors.New("invalid hook output")
+
+// readOutput returns the output bytes a result points at.
+func readOutput(mem memView, ptr, n uint32) ([]byte, error) {
+	if n > hostabi.MaxOutputBytes {
+		return nil, fmt.Errorf("%w: %d bytes exceed the %d byte limit", errInvalidOutput, n, hostabi.MaxOutputBytes)
+	}
+	b, ok := mem.Read(ptr, n)
+	if !ok {
+		return nil, fmt.Errorf("%w: output [%d,+%d) outside guest memory", errInvalidOutput, ptr, n)
+	}
+	return b, nil
+}
+
+// decodeRecoverResult decodes a recover hook's i64 result.
+func decodeRecoverResult(r uint64, mem memView) (hostabi.RecoverOutput, resultKind, error) {
+	kind, ptr, n := hostabi.UnpackResult(r)
+	switch kind {
+	case hostabi.ResultKindDefer:
+		return hostabi.RecoverOutput{}, resDefer, nil
+	case hostabi.ResultKindError:
+		return hostabi.RecoverOutput{}, resError, nil
+	case hostabi.ResultKindVerdict:
+		if !hostabi.ValidRecoverVerdict(n) {
+			return hostabi.RecoverOutput{}, resDecided, fmt.Errorf("%w: recover verdict %d", errInvalidOutput, n)
+		}
+		return hostabi.RecoverOutput{Verdict: hostabi.RecoverVerdict(n)}, resDecided, nil
+	}
+	b, err := readOutput(mem, ptr, n)
+	if err != nil {
+		return hostabi.RecoverOutput{}, resDecided, err
+	}
+	out, err := hostabi.DecodeRecoverOutput(b)
+	if err != nil {
+		return hostabi.RecoverOutput{}, resDecided, fmt.Errorf("%w: %v", errInvalidOutput, err)
+	}
+	return out, resDecided, nil
+}
+
+// decodeReplayResult decodes a replay hook's i64 result.
+func decodeReplayResult(r uint64, mem memView) (hostabi.ReplayOutput, resultKind, error) {
+	kind, ptr, n := hostabi.UnpackResult(r)
+	switch kind {
+	case hostabi.ResultKindDefer:
+		return hostabi.ReplayOutput{}, resDefer, nil
+	case hostabi.ResultKindError:
+		return hostabi.ReplayOutput{}, resError, nil
+	case hostabi.ResultKindVerdict:
+		if !hostabi.ValidReplayVerdict(n) {
+			return hostabi.ReplayOutput{}, resDecided, fmt.Errorf("%w: replay verdict %d", errInvalidOutput, n)
+		}
+		return hostabi.ReplayOutput{Verdict: hostabi.ReplayVerdict(n)}, resDecided, nil
+	}
+	b, err := readOutput(mem, ptr, n)
+	if err != nil {
+		return hostabi.ReplayOutput{}, resDecided, err
+	}
+	out, err := hostabi.DecodeReplayOutput(b)
+	if err != nil {
+		return hostabi.ReplayOutput{}, resDecided, fmt.Errorf("%w: %v", errInvalidOutput, err)
+	}
+	return out, resDecided, nil
+}
+
+// decodeRewriteResult decodes a rewrite hook's i64 result.
+func decodeRewriteResult(r uint64) (resultKind, error) {
+	switch r {
+	case 0:
+		return resDecided, nil
+	case hostabi.ResultDefer:
+		return resDefer, nil
+	case hostabi.ResultError:
+		return resError, nil
+	}
+	return resDecided, fmt.Errorf("%w: rewrite result %#x", errInvalidOutput, r)
+}

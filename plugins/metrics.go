@@ -1,0 +1,77 @@
+package plugins
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are one Runtime's collectors (never registered globally).
+type metrics struct {
+	calls      *prometheus.CounterVec   // policy, hook, outcome
+	faults     *prometheus.CounterVec   // policy, hook, kind
+	fallbacks  *prometheus.CounterVec   // hook, reason
+	swaps      *prometheus.CounterVec   // policy, result
+	rejections *prometheus.CounterVec   // policy
+	rollbacks  *prometheus.CounterVec   // policy
+	duration   *prometheus.HistogramVec // policy, hook
+	active     *prometheus.GaugeVec     // policy, sha256, source, state
+}
+
+func newMetrics() *metrics {
+	return &metrics{
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_policy_calls_total",
+			Help: "Hook calls into Wasm policies, by outcome (ok, defer, error, fault, canceled, tripped).",
+		}, []string{"policy", "hook", "outcome"}),
+		faults: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_policy_faults_total",
+			Help: "Policy faults (the instance was discarded and the built-in default used), by kind.",
+		}, []string{"policy", "hook", "kind"}),
+		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_policy_fallbacks_total",
+			Help: "Hook decisions taken by the built-in default, by reason (no_policy, deferred, fault, error, tripped, canceled).",
+		}, []string{"hook", "reason"}),
+		swaps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_policy_swaps_total",
+			Help: "Changes of the active policy set, by policy and result (loaded, unloaded, rolled_back, tripped).",
+		}, []string{"policy", "result"}),
+		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_policy_rejections_total",
+			Help: "Policy files rejected at load (not Wasm, wrong ABI, failing self-test, trap at init).",
+		}, []string{"policy"}),
+		rollbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_policy_rollbacks_total",
+			Help: "Policies rolled back (or tripped to the built-in default) after consecutive faults.",
+		}, []string{"policy"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_policy_call_duration_seconds",
+			Help:    "Duration of hook calls into Wasm policies, including the host functions they call.",
+			Buckets: []float64{5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 10e-3, 50e-3},
+		}, []string{"policy", "hook"}),
+		active: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_policy_active",
+			Help: "1 for each loaded policy version, labelled with its sha256, source and state.",
+		}, []string{"policy", "sha256", "source", "state"}),
+	}
+}
+
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.calls, m.faults, m.fallbacks, m.swaps, m.rejections, m.rollbacks, m.duration, m.active}
+}
+
+// hookMetrics are the per-version, per-hook children, resolved once.
+type hookMetrics struct {
+	ok, deferred, errored, faulted, canceled, tripped prometheus.Counter
+	duration                                          prometheus.Observer
+}
+
+func (m *metrics) forHook(policy, hook string) *hookMetrics {
+	return &hookMetrics{
+		ok:       m.calls.WithLabelValues(policy, hook, "ok"),
+		deferred: m.calls.WithLabelValues(policy, hook, "defer"),
+		errored:  m.calls.WithLabelValues(policy, hook, "error"),
+		faulted:  m.calls.WithLabelValues(policy, hook, "fault"),
+		canceled: m.calls.WithLabelValues(policy, hook, "canceled"),
+		tripped:  m.calls.WithLabelValues(policy, hook, "tripped"),
+		duration: m.duration.WithLabelValues(policy, hook),
+	}
+}

@@ -1,0 +1,263 @@
+package plugins
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/sluice-gw/sluice/hostabi"
+)
+
+// compiled is one compiled module, shared by every version with its bytes.
+type compiled struct {
+	sha  string
+	cm   wazero.CompiledModule
+	refs int // guarded by Runtime.cmu
+}
+
+// version is one loaded policy file: a compiled module, its checked exports
+// and a bounded pool of instances. Versions are immutable once published;
+// a swap publishes a new one and retires the old after its calls drain.
+type version struct {
+	rt       *Runtime
+	name     string
+	source   string // "embedded" or "dir"
+	data     []byte // the module bytes (kept for rollback)
+	comp     *compiled
+	hooks    hostabi.Hook
+	loadedAt time.Time
+	gen      uint64
+	config   []byte
+	st       *stats
+
+	idle   chan *instance
+	tokens chan struct{}
+
+	refs     atomic.Int64 // in-flight users; -1 once closed
+	retiring atomic.Bool
+	closed   chan struct{}
+
+	consecutive atomic.Int32 // faults in a row
+	tripped     atomic.Bool  // every call falls back to the built-in default
+	rolling     atomic.Bool  // a rollback was started
+
+	hm [4]*hookMetrics // by hookIndex
+}
+
+// hook indexes into per-hook arrays.
+const (
+	hRecover = iota
+	hReplay
+	hRewrite
+	hSelfTest
+)
+
+var hookNames = [4]string{"recover", "replay", "rewrite_request", "self_test"}
+var hookBits = [4]hostabi.Hook{hostabi.HookRecover, hostabi.HookReplay, hostabi.HookRewrite, hostabi.HookSelfTest}
+
+// stats are a policy name's counters, kept across its versions.
+type stats struct {
+	calls, faults, errors atomic.Int64
+	lastErr               atomic.Pointer[string]
+}
+
+func (s *stats) setErr(msg string) { s.lastErr.Store(&msg) }
+
+// instance is one instantiated module with its exports resolved.
+type instance struct {
+	mod   api.Module
+	mem   api.Memory
+	alloc api.Function
+	fns   [4]api.Function
+	stack []uint64
+	tail  *tailWriter
+}
+
+func (i *instance) close() {
+	if i.mod != nil {
+		_ = i.mod.Close(context.Background())
+	}
+}
+
+// acquire takes a reference; false means the version is closed.
+func (v *version) acquire() bool {
+	for {
+		n := v.refs.Load()
+		if n < 0 {
+			return false
+		}
+		if v.refs.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+func (v *version) release() {
+	if v.refs.Add(-1) == 0 && v.retiring.Load() {
+		v.tryClose()
+	}
+}
+
+// retire marks the version as replaced; it closes once no call uses it.
+func (v *version) retire() {
+	v.retiring.Store(true)
+	v.tryClose()
+}
+
+func (v *version) tryClose() {
+	if !v.refs.CompareAndSwap(0, -1) {
+		return
+	}
+	for {
+		select {
+		case i := <-v.idle:
+			i.close()
+			continue
+		default:
+		}
+		break
+	}
+	v.rt.releaseCompiled(v.comp)
+	close(v.closed)
+}
+
+// waitClosed waits for a retired version to drain and close.
+func (v *version) waitClosed(ctx context.Context) error {
+	select {
+	case <-v.closed:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+var errPoolBusy = errors.New("no policy instance became free before the deadline")
+
+// get takes an idle instance, creates one if the pool has room, or waits.
+func (v *version) get(ctx context.Context) (*instance, error) {
+	select {
+	case i := <-v.idle:
+		return i, nil
+	default:
+	}
+	select {
+	case i := <-v.idle:
+		return i, nil
+	case <-v.tokens:
+		i, err := v.newInstance(ctx)
+		if err != nil {
+			v.tokens <- struct{}{}
+			return nil, err
+		}
+		return i, nil
+	case <-ctx.Done():
+		return nil, errPoolBusy
+	}
+}
+
+// put returns a healthy instance to the pool or discards a broken one (a
+// replacement is created in the background).
+func (v *version) put(i *instance, healthy bool) {
+	if healthy {
+		v.idle <- i
+		return
+	}
+	i.close()
+	v.tokens <- struct{}{}
+	v.warm(1)
+}
+
+// warm creates up to n idle instances in the background.
+func (v *version) warm(n int) {
+	if n <= 0 || !v.acquire() {
+		return
+	}
+	go func() {
+		defer v.release()
+		for ; n > 0 && !v.retiring.Load(); n-- {
+			select {
+			case <-v.tokens:
+			default:
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), initTimeout)
+			i, err := v.newInstance(ctx)
+			cancel()
+			if err != nil {
+				v.tokens <- struct{}{}
+				v.rt.log.Warn("policy instance prewarm failed", "policy", v.name, "error", err)
+				return
+			}
+			v.idle <- i
+		}
+	}()
+}
+
+// initTimeout bounds _initialize and the other load-time calls.
+const initTimeout = 10 * time.Second
+
+// newInstance instantiates the module and resolves its exports.
+func (v *version) newInstance(ctx context.Context) (*instance, error) {
+	tail := &tailWriter{}
+	cfg := wazero.NewModuleConfig().
+		WithName("").
+		WithStartFunctions(hostabi.ExportInitialize).
+		WithStdout(io.Discard).
+		WithStderr(tail)
+	ictx := withState(ctx, &callState{v: v, hook: "init"})
+	if _, ok := ictx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ictx, cancel = context.WithTimeout(ictx, initTimeout)
+		defer cancel()
+	}
+	mod, err := v.rt.wrt.InstantiateModule(ictx, v.comp.cm, cfg)
+	if err != nil {
+		if t := tail.String(); t != "" {
+			return nil, fmt.Errorf("instantiate: %w (stderr: %s)", err, t)
+		}
+		return nil, fmt.Errorf("instantiate: %w", err)
+	}
+	i := &instance{mod: mod, mem: mod.Memory(), tail: tail, stack: make([]uint64, 2)}
+	i.alloc = mod.ExportedFunction(hostabi.ExportAlloc)
+	for h := range hookNames {
+		if v.hooks&hookBits[h] != 0 {
+			i.fns[h] = mod.ExportedFunction(hookBits[h].Export())
+		}
+	}
+	if i.mem == nil || i.alloc == nil {
+		_ = mod.Close(context.Background())
+		return nil, errors.New("instance lacks memory or sluice_alloc")
+	}
+	return i, nil
+}
+
+// tailWriter keeps the last bytes written to it (a guest's stderr).
+type tailWriter struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+const tailMax = 4 << 10
+
+func (t *tailWriter) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > tailMax {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-tailMax:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailWriter) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}
