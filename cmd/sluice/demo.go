@@ -49,4 +49,3 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "  curl http://%s/v1/models\n\nCtrl-C drains and stops.\n", addr)
 	return serve(ctx, cfg, ln, newLogger(cfg.Log, stderr), stdout)
 }
-

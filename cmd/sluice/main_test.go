@@ -1,0 +1,187 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluice-gw/sluice/gateway/sse"
+	"github.com/sluice-gw/sluice/gateway/upstreamtest"
+)
+
+// binary is the sluice executable built once for the process-level tests.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sluice-bin-*")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "sluice")
+	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building sluice: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// startProcess runs the binary and returns it with a reader of its stdout.
+func startProcess(t *testing.T, args ...string) (*exec.Cmd, *bufio.Reader, *strings.Builder) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr // read only after Wait
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, bufio.NewReader(stdout), &stderr
+}
+
+var listening = regexp.MustCompile(`listening on (http://\S+)`)
+
+func waitListening(t *testing.T, out *bufio.Reader) string {
+	t.Helper()
+	for {
+		line, err := out.ReadString('\n')
+		if m := listening.FindStringSubmatch(line); m != nil {
+			return m[1]
+		}
+		if err != nil {
+			t.Fatalf("process ended before listening: %v", err)
+		}
+	}
+}
+
+func TestServeDrainsOnSIGTERMAndExitsZero(t *testing.T) {
+	up := upstreamtest.NewServer(upstreamtest.Options{Name: "A"})
+	defer up.Close()
+	up.Enqueue(upstreamtest.HangAfter(3))
+	cfg := filepath.Join(t.TempDir(), "sluice.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("listen: 127.0.0.1:0\ntimeouts:\n  drain_grace: 500ms\nupstreams:\n  - name: A\n    base_url: %s\n", up.URL)), 0o600)
+	cmd, out, stderr := startProcess(t, "serve", "--config", cfg, "--data-dir", t.TempDir())
+	base := waitListening(t, out)
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+
+	resp, err := http.Post(base+"/v1/responses", "application/json", strings.NewReader(`{"model":"gpt-fake-1","input":"hi","stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := sse.NewReader(resp.Body, 1<<20)
+	for i := 0; i < 3; i++ {
+		if _, err := r.Next(); err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var last sse.Event
+	for {
+		ev, err := r.Next()
+		if err != nil {
+			break
+		}
+		last = ev.Clone()
+	}
+	if last.Name != "response.failed" || !strings.Contains(string(last.Data), "stream_incomplete") {
+		t.Fatalf("last event %s %s", last.Name, last.Data)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("process did not exit after SIGTERM")
+	}
+}
+
+func TestConfigErrorsNameTheKeyAndExitNonZero(t *testing.T) {
+	tests := []struct {
+		yaml, want string
+	}{
+		{"upstreams:\n  - name: a\n    base_url: http://127.0.0.1:1/v1\n    api_key: ${SLUICE_TEST_UNSET_VAR}\n", "upstreams[0].api_key"},
+		{"upstreams:\n  - name: a\n    base_url: nope\n", "upstreams[0].base_url"},
+		{"timeouts:\n  idle: forever\n", "forever"},
+		{"bogus_key: 1\n", "bogus_key"},
+		{"listen: 127.0.0.1:0\n", "at least one upstream"},
+	}
+	for _, tt := range tests {
+		cfg := filepath.Join(t.TempDir(), "c.yaml")
+		os.WriteFile(cfg, []byte(tt.yaml), 0o600)
+		var stdout, stderr strings.Builder
+		code := run(context.Background(), []string{"serve", "--config", cfg}, &stdout, &stderr)
+		if code == 0 || !strings.Contains(stderr.String(), tt.want) {
+			t.Errorf("config %q: exit %d, stderr %q; want non-zero naming %q", tt.yaml, code, stderr.String(), tt.want)
+		}
+	}
+	var stdout, stderr strings.Builder
+	if code := run(context.Background(), []string{"serve", "--config", "/nonexistent/sluice.yaml"}, &stdout, &stderr); code == 0 {
+		t.Error("missing config file accepted")
+	}
+	if code := run(context.Background(), []string{"frobnicate"}, &stdout, &stderr); code != 2 {
+		t.Errorf("unknown command exit %d", code)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	var stdout, stderr strings.Builder
+	if code := run(context.Background(), []string{"version"}, &stdout, &stderr); code != 0 || !strings.HasPrefix(stdout.String(), "sluice ") {
+		t.Fatalf("version: %d %q", code, stdout.String())
+	}
+}
+
+func TestDemoServesAndPrintsACurlLine(t *testing.T) {
+	cmd, out, _ := startProcess(t, "demo", "--listen", "127.0.0.1:0", "--log-level", "warn")
+	var sawCurl bool
+	var base string
+	for base == "" {
+		line, err := out.ReadString('\n')
+		if err != nil {
+			t.Fatalf("demo ended: %v", err)
+		}
+		if strings.Contains(line, "curl -N http://127.0.0.1:") {
+			sawCurl = true
+		}
+		if m := listening.FindStringSubmatch(line); m != nil {
+			base = m[1]
+		}
+	}
+	if !sawCurl {
+		t.Fatal("demo printed no curl line")
+	}
+	resp, err := http.Post(base+"/v1/responses", "application/json", strings.NewReader(`{"model":"gpt-fake-1","input":"Say hello","stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "Hello from demo") || !strings.Contains(string(body), "response.completed") {
+		t.Fatalf("demo answer: %s", body)
+	}
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("demo exit: %v", err)
+	}
+}

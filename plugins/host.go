@@ -1,0 +1,371 @@
+package plugins
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/sluice-gw/sluice/hostabi"
+)
+
+// callState is what the host functions of one call may touch. It travels in
+// the call's context.
+type callState struct {
+	v    *version
+	hook string
+	rw   *rewriteCall // nil outside rewrite_request
+
+	lastPath string // doc_get retry cache
+	lastVal  []byte
+	lastOK   bool
+}
+
+// rewriteCall is one module's part of a rewrite chain.
+type rewriteCall struct {
+	doc      *hostabi.Document
+	headers  []headerEdit
+	upstream string
+	reject   *hostabi.RejectError
+}
+
+type headerEdit struct {
+	name, value string
+	remove      bool
+}
+
+type stateKey struct{}
+
+func withState(ctx context.Context, st *callState) context.Context {
+	return context.WithValue(ctx, stateKey{}, st)
+}
+
+func stateOf(ctx context.Context) *callState {
+	st, _ := ctx.Value(stateKey{}).(*callState)
+	return st
+}
+
+var i32 = api.ValueTypeI32
+var i64 = api.ValueTypeI64
+
+// instantiateHost registers the "sluice" host module (ABI.md §5).
+func (r *Runtime) instantiateHost(ctx context.Context) error {
+	b := r.wrt.NewHostModuleBuilder(hostabi.ImportModule)
+	fn := func(name string, f api.GoModuleFunc, params, results []api.ValueType) {
+		b.NewFunctionBuilder().WithGoModuleFunction(f, params, results).WithName(name).Export(name)
+	}
+	fn(hostabi.ImportLog, r.hostLog, []api.ValueType{i32, i32, i32}, nil)
+	fn(hostabi.ImportConfig, hostConfig, []api.ValueType{i32, i32}, []api.ValueType{i32})
+	fn(hostabi.ImportNowMillis, hostNow, nil, []api.ValueType{i64})
+	fn(hostabi.ImportDocGet, hostDocGet, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32})
+	fn(hostabi.ImportDocSet, hostDocSet, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32})
+	fn(hostabi.ImportDocDelete, hostDocDelete, []api.ValueType{i32, i32}, []api.ValueType{i32})
+	fn(hostabi.ImportHeaderSet, hostHeaderSet, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32})
+	fn(hostabi.ImportHeaderRemove, hostHeaderRemove, []api.ValueType{i32, i32}, []api.ValueType{i32})
+	fn(hostabi.ImportUseUpstream, hostUseUpstream, []api.ValueType{i32, i32}, []api.ValueType{i32})
+	fn(hostabi.ImportReject, hostReject, []api.ValueType{i32, i32}, []api.ValueType{i32})
+	_, err := b.Instantiate(ctx)
+	return err
+}
+
+// hostImports is the set of functions the host module exports, for load-time
+// import checks.
+var hostImports = map[string]bool{
+	hostabi.ImportLog: true, hostabi.ImportConfig: true, hostabi.ImportNowMillis: true,
+	hostabi.ImportDocGet: true, hostabi.ImportDocSet: true, hostabi.ImportDocDelete: true,
+	hostabi.ImportHeaderSet: true, hostabi.ImportHeaderRemove: true, hostabi.ImportUseUpstream: true,
+	hostabi.ImportReject: true,
+}
+
+func ret(stack []uint64, code int32) { stack[0] = api.EncodeI32(code) }
+
+// read returns guest memory [ptr, ptr+n) (a view, valid during the call).
+func read(mod api.Module, ptr, n uint32) ([]byte, bool) {
+	if n == 0 {
+		return nil, true
+	}
+	return mod.Memory().Read(ptr, n)
+}
+
+func (r *Runtime) hostLog(ctx context.Context, mod api.Module, stack []uint64) {
+	level, ptr, n := uint32(stack[0]), uint32(stack[1]), uint32(stack[2])
+	if n > hostabi.MaxLogBytes {
+		n = hostabi.MaxLogBytes
+	}
+	msg, ok := read(mod, ptr, n)
+	if !ok {
+		return
+	}
+	name, hook := "?", "?"
+	if st := stateOf(ctx); st != nil {
+		name, hook = st.v.name, st.hook
+	}
+	var l hclog.Level
+	switch level {
+	case hostabi.LevelTrace:
+		l = hclog.Trace
+	case hostabi.LevelDebug:
+		l = hclog.Debug
+	case hostabi.LevelWarn:
+		l = hclog.Warn
+	case hostabi.LevelError:
+		l = hclog.Error
+	default:
+		l = hclog.Info
+	}
+	r.log.Log(l, "policy: "+strings.ToValidUTF8(string(msg), "\uFFFD"), "policy", name, "hook", hook)
+}
+
+// give writes val to the guest buffer (buf, cap) following the ABI's
+// "length, write if it fits" rule.
+func give(mod api.Module, stack []uint64, val []byte, buf, capacity uint32) {
+	if len(val) > 1<<31-1 {
+		ret(stack, hostabi.CodeTooLarge)
+		return
+	}
+	n := uint32(len(val))
+	if n <= capacity && n > 0 {
+		if !mod.Memory().Write(buf, val) {
+			ret(stack, hostabi.CodeBadPointer)
+			return
+		}
+	}
+	ret(stack, int32(n))
+}
+
+func hostConfig(ctx context.Context, mod api.Module, stack []uint64) {
+	buf, capacity := uint32(stack[0]), uint32(stack[1])
+	st := stateOf(ctx)
+	if st == nil {
+		ret(stack, hostabi.CodeUnavailable)
+		return
+	}
+	give(mod, stack, st.v.config, buf, capacity)
+}
+
+func hostNow(_ context.Context, _ api.Module, stack []uint64) {
+	stack[0] = uint64(time.Now().UnixMilli())
+}
+
+// rewriteState returns the call's rewrite state or sets the "unavailable" code.
+func rewriteState(ctx context.Context, stack []uint64) (*callState, bool) {
+	st := stateOf(ctx)
+	if st == nil || st.rw == nil {
+		ret(stack, hostabi.CodeUnavailable)
+		return nil, false
+	}
+	return st, true
+}
+
+func readPath(mod api.Module, stack []uint64, ptr, n uint32) (string, bool) {
+	if n > hostabi.MaxPathBytes {
+		ret(stack, hostabi.CodeTooLarge)
+		return "", false
+	}
+	b, ok := read(mod, ptr, n)
+	if !ok {
+		ret(stack, hostabi.CodeBadPointer)
+		return "", false
+	}
+	return string(b), true
+}
+
+func hostDocGet(ctx context.Context, mod api.Module, stack []uint64) {
+	pp, pn, buf, capacity := uint32(stack[0]), uint32(stack[1]), uint32(stack[2]), uint32(stack[3])
+	st, ok := rewriteState(ctx, stack)
+	if !ok {
+		return
+	}
+	path, ok := readPath(mod, stack, pp, pn)
+	if !ok {
+		return
+	}
+	var val []byte
+	if st.lastOK && path == st.lastPath {
+		val = st.lastVal
+	} else {
+		v, err := st.rw.doc.Get(path)
+		if err != nil {
+			st.lastOK = false
+			ret(stack, hostabi.CodeOf(err))
+			return
+		}
+		val = v
+		st.lastPath, st.lastVal, st.lastOK = path, v, true
+	}
+	give(mod, stack, val, buf, capacity)
+}
+
+func hostDocSet(ctx context.Context, mod api.Module, stack []uint64) {
+	pp, pn, vp, vn := uint32(stack[0]), uint32(stack[1]), uint32(stack[2]), uint32(stack[3])
+	st, ok := rewriteState(ctx, stack)
+	if !ok {
+		return
+	}
+	path, ok := readPath(mod, stack, pp, pn)
+	if !ok {
+		return
+	}
+	val, ok := read(mod, vp, vn)
+	if !ok {
+		ret(stack, hostabi.CodeBadPointer)
+		return
+	}
+	st.lastOK = false
+	ret(stack, hostabi.CodeOf(st.rw.doc.Set(path, val)))
+}
+
+func hostDocDelete(ctx context.Context, mod api.Module, stack []uint64) {
+	pp, pn := uint32(stack[0]), uint32(stack[1])
+	st, ok := rewriteState(ctx, stack)
+	if !ok {
+		return
+	}
+	path, ok := readPath(mod, stack, pp, pn)
+	if !ok {
+		return
+	}
+	st.lastOK = false
+	ret(stack, hostabi.CodeOf(st.rw.doc.Delete(path)))
+}
+
+// protectedHeaders cannot be set or removed by policies.
+var protectedHeaders = map[string]bool{
+	"authorization": true, "proxy-authorization": true, "host": true, "content-length": true,
+	"transfer-encoding": true, "connection": true, "keep-alive": true, "upgrade": true, "te": true, "trailer": true,
+}
+
+// hiddenHeaders are never shown to policies.
+var hiddenHeaders = map[string]bool{
+	"authorization": true, "proxy-authorization": true, "cookie": true, "x-api-key": true, "api-key": true,
+}
+
+func validHeaderName(name string) bool {
+	if name == "" || len(name) > 256 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func validHeaderValue(v string) bool {
+	return len(v) <= hostabi.MaxHeaderBytes && !strings.ContainsAny(v, "\r\n\x00")
+}
+
+func headerName(mod api.Module, stack []uint64, ptr, n uint32) (string, bool) {
+	if n > 256 {
+		ret(stack, hostabi.CodeBadValue)
+		return "", false
+	}
+	b, ok := read(mod, ptr, n)
+	if !ok {
+		ret(stack, hostabi.CodeBadPointer)
+		return "", false
+	}
+	name := strings.ToLower(string(b))
+	if !validHeaderName(name) || protectedHeaders[name] {
+		ret(stack, hostabi.CodeBadValue)
+		return "", false
+	}
+	return name, true
+}
+
+func hostHeaderSet(ctx context.Context, mod api.Module, stack []uint64) {
+	np, nn, vp, vn := uint32(stack[0]), uint32(stack[1]), uint32(stack[2]), uint32(stack[3])
+	st, ok := rewriteState(ctx, stack)
+	if !ok {
+		return
+	}
+	name, ok := headerName(mod, stack, np, nn)
+	if !ok {
+		return
+	}
+	if vn > hostabi.MaxHeaderBytes {
+		ret(stack, hostabi.CodeTooLarge)
+		return
+	}
+	vb, ok := read(mod, vp, vn)
+	if !ok {
+		ret(stack, hostabi.CodeBadPointer)
+		return
+	}
+	val := string(vb)
+	if !validHeaderValue(val) {
+		ret(stack, hostabi.CodeBadValue)
+		return
+	}
+	st.rw.headers = append(st.rw.headers, headerEdit{name: name, value: val})
+	ret(stack, hostabi.CodeOK)
+}
+
+func hostHeaderRemove(ctx context.Context, mod api.Module, stack []uint64) {
+	np, nn := uint32(stack[0]), uint32(stack[1])
+	st, ok := rewriteState(ctx, stack)
+	if !ok {
+		return
+	}
+	name, ok := headerName(mod, stack, np, nn)
+	if !ok {
+		return
+	}
+	st.rw.headers = append(st.rw.headers, headerEdit{name: name, remove: true})
+	ret(stack, hostabi.CodeOK)
+}
+
+func hostUseUpstream(ctx context.Context, mod api.Module, stack []uint64) {
+	p, n := uint32(stack[0]), uint32(stack[1])
+	st, ok := rewriteState(ctx, stack)
+	if !ok {
+		return
+	}
+	if n == 0 || n > hostabi.MaxUpstreamBytes {
+		ret(stack, hostabi.CodeBadValue)
+		return
+	}
+	b, ok := read(mod, p, n)
+	if !ok {
+		ret(stack, hostabi.CodeBadPointer)
+		return
+	}
+	name := string(b)
+	if strings.ContainsAny(name, "\r\n\x00") {
+		ret(stack, hostabi.CodeBadValue)
+		return
+	}
+	st.rw.upstream = name
+	ret(stack, hostabi.CodeOK)
+}
+
+func hostReject(ctx context.Context, mod api.Module, stack []uint64) {
+	p, n := uint32(stack[0]), uint32(stack[1])
+	st, ok := rewriteState(ctx, stack)
+	if !ok {
+		return
+	}
+	if n > hostabi.MaxOutputBytes {
+		ret(stack, hostabi.CodeTooLarge)
+		return
+	}
+	b, ok := read(mod, p, n)
+	if !ok {
+		ret(stack, hostabi.CodeBadPointer)
+		return
+	}
+	e, err := hostabi.DecodeRejectError(b)
+	if err != nil {
+		ret(stack, hostabi.CodeBadValue)
+		return
+	}
+	st.rw.reject = &e
+	ret(stack, hostabi.CodeOK)
+}
