@@ -36,8 +36,9 @@ type harness struct {
 
 type harnessConfig struct {
 	upstreams []upstreamtest.Options
-	keys      map[string]string // upstream name → api key the gateway uses
-	opts      gateway.Options   // Pool, Logger and Transport are filled in
+	servers   map[string]*upstreamtest.Server // reuse these fakes instead of starting new ones
+	keys      map[string]string               // upstream name → api key the gateway uses
+	opts      gateway.Options                 // Pool, Logger and Transport are filled in
 }
 
 type syncBuffer struct {
@@ -59,11 +60,18 @@ func (b *syncBuffer) String() string {
 
 func newHarness(t *testing.T, hc harnessConfig) *harness {
 	t.Helper()
-	if len(hc.upstreams) == 0 {
+	if len(hc.upstreams) == 0 && hc.servers == nil {
 		hc.upstreams = []upstreamtest.Options{{Name: "A"}}
 	}
 	h := &harness{t: t, ups: map[string]*upstreamtest.Server{}, logs: &syncBuffer{}, done: make(chan error, 1)}
 	var cfgs []upstream.Config
+	if hc.servers != nil {
+		hc.upstreams = nil
+		for name, up := range hc.servers {
+			h.ups[name] = up
+			cfgs = append(cfgs, upstream.Config{Name: name, BaseURL: up.URL, APIKey: hc.keys[name]})
+		}
+	}
 	for _, o := range hc.upstreams {
 		up := upstreamtest.NewServer(o)
 		t.Cleanup(up.Close)

@@ -65,7 +65,64 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, ep endpoint) {
 		return
 	}
 	surface = req.surface()
+	req.scope = scopeOf(r.Header, req.clientKeyHash)
+	if !s.pin(r.Context(), sw, req) {
+		return
+	}
 	s.forward(r.Context(), sw, req, start)
+}
+
+// pin resolves the owner of previous_response_id. It returns false when the
+// request was failed closed: the owner is known but unusable, or the lookup
+// failed. A request is never silently sent to another upstream then.
+func (s *Server) pin(ctx context.Context, w http.ResponseWriter, req *clientRequest) bool {
+	if s.cont == nil || req.previousResponseID == "" || req.ep.chat {
+		return true
+	}
+	res := s.cont.resolve(ctx, req.surface(), req.previousResponseID, req.scope)
+	if res.err != nil {
+		s.failClosed(w, req, failOwnerLookupFailed, "owner lookup failed: the gateway could not read which upstream owns previous_response_id; retry the request")
+		return false
+	}
+	if res.owner == "" {
+		return true
+	}
+	u := s.pool.Get(res.owner)
+	if u == nil {
+		s.failClosed(w, req, failOwnerUnavailable, fmt.Sprintf("upstream %q that owns previous_response_id is no longer configured", res.owner))
+		return false
+	}
+	if ok, why := u.Usable(time.Now()); !ok {
+		s.failClosed(w, req, failOwnerUnavailable, fmt.Sprintf("upstream %q that owns previous_response_id is unavailable (%s); retry later", res.owner, why))
+		return false
+	}
+	req.pinned = u
+	return true
+}
+
+// failClosed answers a continuity failure with the retryable
+// upstream_unavailable error, without calling any upstream.
+func (s *Server) failClosed(w http.ResponseWriter, req *clientRequest, reason, message string) {
+	s.metrics.failClosed.WithLabelValues(req.surface(), reason).Inc()
+	s.log.Warn("continuity fail closed", "surface", req.surface(), "reason", reason, "previous_response_id", LogID(req.previousResponseID))
+	s.failRequest(w, req, apierr.UpstreamUnavailable(http.StatusBadGateway, "%s", message))
+}
+
+// failRequest answers a validated request with a gateway error in the form
+// its client is reading: one response.failed event on a Responses stream, an
+// error chunk and [DONE] on a Chat stream, a JSON error otherwise.
+func (s *Server) failRequest(w http.ResponseWriter, req *clientRequest, e *apierr.Error) {
+	if !req.stream {
+		e.Write(w)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	p := &pump{s: s, req: req, sink: newSSESink(w), surface: req.surface(), lastSeq: -1}
+	p.writeTerminal(e)
+	s.metrics.streamTerminal.WithLabelValues(req.surface(), "gateway_error").Inc()
 }
 
 // rewrite runs the rewrite policy and applies its result to req.
@@ -117,6 +174,9 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, req *client
 				return true
 			}
 		}
+		if req.pinned != nil {
+			return u != req.pinned
+		}
 		return req.upstreamName != "" && u.Name() != req.upstreamName
 	}
 	for attempt := 0; attempt < s.opts.MaxAttempts; attempt++ {
@@ -135,6 +195,14 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, req *client
 		}
 	}
 	if ctx.Err() != nil {
+		return
+	}
+	if req.pinned != nil {
+		why := "it is unavailable"
+		if len(failures) > 0 {
+			why = failures[len(failures)-1]
+		}
+		s.failClosed(w, req, failOwnerUnavailable, fmt.Sprintf("the upstream that owns previous_response_id failed (%s); retry later", why))
 		return
 	}
 	switch {
@@ -247,7 +315,8 @@ func (s *Server) statusFailure(ctx context.Context, w http.ResponseWriter, req *
 		Code: perr.Code, Type: perr.Type, Param: perr.Param, Message: perr.Message})
 	if e := s.recoveredError(verdict, req.stream); e != nil {
 		s.log.Info("upstream error recovered", "upstream", u.Name(), "code", perr.Code, "verdict", verdict.Verdict.String())
-		e.Write(w)
+		s.onRecovered(ctx, req, verdict)
+		s.failRequest(w, req, e)
 		return attemptOutcome{done: true}
 	}
 	copyResponseHeaders(w.Header(), resp.Header)
@@ -255,6 +324,17 @@ func (s *Server) statusFailure(ctx context.Context, w http.ResponseWriter, req *
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
 	return attemptOutcome{done: true}
+}
+
+// onRecovered clears the stale anchor of a request whose previous response
+// the upstream lost, so the next turn is not pinned to it again.
+func (s *Server) onRecovered(ctx context.Context, req *clientRequest, v hostabi.RecoverOutput) {
+	if v.Verdict != hostabi.RecoverRecover || req.previousResponseID == "" || s.cont == nil {
+		return
+	}
+	s.metrics.failClosed.WithLabelValues(req.surface(), failPreviousNotFound).Inc()
+	s.log.Warn("continuity fail closed", "surface", req.surface(), "reason", failPreviousNotFound, "previous_response_id", LogID(req.previousResponseID))
+	s.cont.forget(context.WithoutCancel(ctx), req.previousResponseID)
 }
 
 // recoveredError is the client error for a recover verdict, nil for pass.
@@ -296,6 +376,14 @@ func (s *Server) copyJSON(ctx, upCtx context.Context, w http.ResponseWriter, req
 		return attemptOutcome{done: true}
 	}
 	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "ok").Inc()
+	if s.cont != nil && !req.ep.chat {
+		// The client must not see a response whose anchor could be lost.
+		if id := gjson.GetBytes(body, "id"); id.Type == gjson.String && id.Str != "" {
+			if err := s.cont.record(ctx, s.cont.anchorFor(req, id.Str, u.Name())); err != nil {
+				s.log.Error("response served without a durable anchor", "response_id", LogID(id.Str), "error", err)
+			}
+		}
+	}
 	copyResponseHeaders(w.Header(), resp.Header)
 	w.Header().Set("Content-Length", fmt.Sprint(len(body)))
 	w.WriteHeader(resp.StatusCode)

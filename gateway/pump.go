@@ -66,8 +66,7 @@ type pump struct {
 	created    bool
 	sawFinish  bool // chat: a chunk carried a finish_reason
 
-	// onEvent observes every forwarded Responses event (continuity recording).
-	onEvent func(typ string, data []byte)
+	anchor *pendingAnchor // the response's anchor write, once response.created was seen
 }
 
 // run forwards first and every later event until a terminal one.
@@ -118,13 +117,18 @@ func (p *pump) terminate(reason string, e *apierr.Error) string {
 		return reasonClientGone
 	}
 	p.s.log.Warn("stream ended by the gateway", "surface", p.surface, "upstream", p.u.Name(), "reason", reason, "response_id", LogID(p.responseID))
+	p.writeTerminal(e)
+	return reason
+}
+
+// writeTerminal writes e as the stream's terminal event.
+func (p *pump) writeTerminal(e *apierr.Error) {
 	if p.req.ep.chat {
 		_ = p.sink.Event("", chatErrorChunk(e))
 		_ = p.sink.Done()
-		return reason
+		return
 	}
 	_ = p.sink.Event("response.failed", p.failedEvent(e))
-	return reason
 }
 
 // handle forwards one event. done reports that the stream is over (a
@@ -157,12 +161,17 @@ func (p *pump) handleResponses(ev sse.Event) (string, bool, bool) {
 	case "response.created":
 		p.created = true
 		p.responseID = obj.Get("response.id").Str
+		if c := p.s.cont; c != nil && p.responseID != "" {
+			p.anchor = c.recordAsync(c.anchorFor(p.req, p.responseID, p.u.Name()))
+		}
+	case "response.completed", "response.incomplete":
+		p.confirmAnchor(obj)
 	case "response.failed":
 		e := obj.Get("response.error")
 		verdict := p.s.policy.Recover(p.ctx, hostabi.RecoverInput{Surface: p.surface, Upstream: p.u.Name(), EventType: typ,
 			Code: e.Get("code").String(), Type: e.Get("type").String(), Param: e.Get("param").String(), Message: e.Get("message").String()})
 		if ce := p.s.recoveredError(verdict, true); ce != nil {
-			p.observe(typ, ev.Data)
+			p.s.onRecovered(p.ctx, p.req, verdict)
 			return p.terminate(verdictReason(verdict), ce), true, true
 		}
 	}
@@ -178,7 +187,6 @@ func (p *pump) handleResponses(ev sse.Event) (string, bool, bool) {
 	if err := p.sink.Event(name, ev.Data); err != nil {
 		return reasonClientGone, true, false
 	}
-	p.observe(typ, ev.Data)
 	switch typ {
 	case "response.completed":
 		return reasonCompleted, true, true
@@ -190,9 +198,26 @@ func (p *pump) handleResponses(ev sse.Event) (string, bool, bool) {
 	return "", false, true
 }
 
-func (p *pump) observe(typ string, data []byte) {
-	if p.onEvent != nil {
-		p.onEvent(typ, data)
+// confirmAnchor makes the response's anchor durable before the client sees
+// its completion: a crash right after completion must not lose it.
+func (p *pump) confirmAnchor(obj gjson.Result) {
+	c := p.s.cont
+	if c == nil {
+		return
+	}
+	if p.anchor == nil {
+		id := obj.Get("response.id").Str
+		if id == "" {
+			id = p.responseID
+		}
+		if id == "" {
+			return
+		}
+		p.responseID = id
+		p.anchor = c.recordAsync(c.anchorFor(p.req, id, p.u.Name()))
+	}
+	if err := p.anchor.wait(p.ctx); err != nil {
+		p.s.log.Error("response completed without a durable anchor", "response_id", LogID(p.responseID), "error", err)
 	}
 }
 
@@ -213,6 +238,7 @@ func (p *pump) upstreamError(payload []byte, eventType string) string {
 	verdict := p.s.policy.Recover(p.ctx, hostabi.RecoverInput{Surface: p.surface, Upstream: p.u.Name(), EventType: eventType,
 		HTTPStatus: int(obj.Get("status").Int()), Code: perr.Code, Type: perr.Type, Param: perr.Param, Message: perr.Message})
 	if ce := p.s.recoveredError(verdict, true); ce != nil {
+		p.s.onRecovered(p.ctx, p.req, verdict)
 		return p.terminate(verdictReason(verdict), ce)
 	}
 	if perr.Type == "" {

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/sluice-gw/sluice/gateway/upstream"
 	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/tidwall/gjson"
 )
@@ -39,6 +40,8 @@ type clientRequest struct {
 	removeHeaders      []string
 	upstreamName       string // chosen by a rewrite policy
 	clientKeyHash      string // sha256 of the client's credential, for scoping
+	scope              requestScope
+	pinned             *upstream.Upstream // the owner of previous_response_id, when known
 }
 
 func (r *clientRequest) surface() string {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/sluice-gw/sluice/gateway/apierr"
 	"github.com/sluice-gw/sluice/gateway/upstream"
+	"github.com/sluice-gw/sluice/store"
 )
 
 // Options configure a Server. Zero values take the documented defaults.
@@ -43,6 +44,14 @@ type Options struct {
 	DrainGrace     time.Duration // in-flight streams on shutdown; default 30s
 	MaxAttempts    int           // upstream attempts per request before the first byte; default 3
 
+	// Store keeps response anchors for previous_response_id continuity;
+	// nil turns continuity off.
+	Store store.Store
+	// AnchorTTL is how long an anchor lives (recorded as its expiry); default 7 days.
+	AnchorTTL time.Duration
+	// AnchorCacheSize bounds the in-memory anchor cache; default 100000.
+	AnchorCacheSize int
+
 	// Transport carries upstream requests; nil builds one from the timeouts.
 	Transport http.RoundTripper
 	// Ready reports extra readiness conditions (e.g. policies loaded).
@@ -62,6 +71,7 @@ type Server struct {
 	metrics *metrics
 	client  *http.Client
 	handler http.Handler
+	cont    *continuity // nil when continuity is off
 
 	draining atomic.Bool
 	// streamsCtx is canceled (with cause errDraining) when the drain grace
@@ -101,6 +111,8 @@ func New(opts Options) (*Server, error) {
 	setDefault(&opts.ReadHeader, 10*time.Second)
 	setDefault(&opts.DrainGrace, 30*time.Second)
 	setDefault(&opts.MaxAttempts, 3)
+	setDefault(&opts.AnchorTTL, 7*24*time.Hour)
+	setDefault(&opts.AnchorCacheSize, 100000)
 	if opts.Transport == nil {
 		opts.Transport = NewTransport(opts.ConnectTimeout, opts.HeaderTimeout)
 	}
@@ -112,6 +124,10 @@ func New(opts Options) (*Server, error) {
 		reg:     opts.Registry,
 		metrics: newMetrics(opts.Registry),
 		client:  &http.Client{Transport: opts.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
+	}
+	if opts.Store != nil {
+		s.cont = &continuity{store: opts.Store, cache: newAnchorCache(opts.AnchorCacheSize), ttl: opts.AnchorTTL,
+			log: opts.Logger.Named("continuity"), m: s.metrics, now: time.Now}
 	}
 	s.streamsCtx, s.cancelStreams = context.WithCancelCause(context.Background())
 	s.handler = s.routes()
@@ -158,6 +174,9 @@ func (s *Server) routes() http.Handler {
 	r.GET("/readyz", s.handleReadyz)
 	r.Handler(http.MethodGet, "/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
 	r.GET("/admin/upstreams", s.handleUpstreams)
+	if s.cont != nil {
+		r.GET("/admin/continuity/:response_id", s.handleAnchor)
+	}
 	for path, h := range s.opts.Admin {
 		r.Handler(http.MethodGet, path, h)
 	}

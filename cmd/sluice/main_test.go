@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -183,5 +184,71 @@ func TestDemoServesAndPrintsACurlLine(t *testing.T) {
 	_ = cmd.Process.Signal(syscall.SIGINT)
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("demo exit: %v", err)
+	}
+}
+
+func TestAnchorsSurviveKill9(t *testing.T) {
+	a := upstreamtest.NewServer(upstreamtest.Options{Name: "A", StrictPrevious: true})
+	defer a.Close()
+	b := upstreamtest.NewServer(upstreamtest.Options{Name: "B", StrictPrevious: true})
+	defer b.Close()
+	dataDir := t.TempDir()
+	args := []string{"serve", "--listen", "127.0.0.1:0", "--data-dir", dataDir, "--upstream", a.URL, "--upstream", b.URL, "--log-level", "error"}
+
+	cmd, out, _ := startProcess(t, args...)
+	base := waitListening(t, out)
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	id := completedID(t, base, "")
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+
+	owner := a
+	if strings.HasPrefix(id, "resp_B_") {
+		owner = b
+	}
+	a.ClearRequests()
+	b.ClearRequests()
+	_, out2, _ := startProcess(t, args...)
+	base2 := waitListening(t, out2)
+	go func() { _, _ = io.Copy(io.Discard, out2) }()
+	for i := 0; i < 3; i++ {
+		next := completedID(t, base2, id)
+		if next[:7] != id[:7] {
+			t.Fatalf("follow-up %d after kill -9 served as %s, want the owner of %s", i, next, id)
+		}
+	}
+	if owner.RequestCount() != 3 {
+		t.Fatalf("owner received %d of 3 follow-ups", owner.RequestCount())
+	}
+}
+
+// completedID runs one streaming turn and returns the completed response id.
+func completedID(t *testing.T, base, prev string) string {
+	t.Helper()
+	body := `{"model":"gpt-fake-1","input":"hi","stream":true`
+	if prev != "" {
+		body += `,"previous_response_id":"` + prev + `"`
+	}
+	resp, err := http.Post(base+"/v1/responses", "application/json", strings.NewReader(body+"}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := sse.NewReader(resp.Body, 1<<20)
+	for {
+		ev, err := r.Next()
+		if err != nil {
+			t.Fatalf("stream ended without response.completed: %v", err)
+		}
+		if ev.Name == "response.completed" {
+			var v struct{ Response struct{ ID string } }
+			_ = json.Unmarshal(ev.Data, &v)
+			return v.Response.ID
+		}
+		if ev.Name == "response.failed" {
+			t.Fatalf("turn failed: %s", ev.Data)
+		}
 	}
 }

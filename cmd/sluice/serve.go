@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/sluice-gw/sluice/gateway"
 	"github.com/sluice-gw/sluice/gateway/config"
 	"github.com/sluice-gw/sluice/gateway/upstream"
+	"github.com/sluice-gw/sluice/store"
 )
 
 // stringList is a repeatable string flag.
@@ -160,8 +162,24 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger) (*gat
 	go func() { defer close(probesDone); pool.Run(probeCtx) }()
 	closers = append(closers, func() { stopProbes(); <-probesDone })
 
+	var st store.Store
+	if !cfg.Continuity.Disabled {
+		ps, err := store.Open(ctx, store.Options{Dir: filepath.Join(cfg.DataDir, "store"), AnchorTTL: cfg.Continuity.AnchorTTL.D(), Logger: logger.Named("store")})
+		if err != nil {
+			return nil, cleanup, fmt.Errorf("opening the continuity store in %s: %w", cfg.DataDir, err)
+		}
+		closers = append(closers, func() {
+			if err := ps.Close(); err != nil {
+				logger.Error("closing the store", "error", err)
+			}
+		})
+		st = ps
+	}
+
 	gw, err := gateway.New(gateway.Options{
 		Pool:           pool,
+		Store:          st,
+		AnchorTTL:      cfg.Continuity.AnchorTTL.D(),
 		Logger:         logger.Named("gateway"),
 		MaxBodyBytes:   cfg.Limits.MaxBodyBytes,
 		MaxEventBytes:  cfg.Limits.MaxEventBytes,

@@ -247,7 +247,7 @@ func (r *Reader) line() ([]byte, error) {
 				}
 				return line, nil
 			}
-			r.scanned = 0
+			r.scanned = r.end - r.start
 			if r.scanned > r.max {
 				return nil, r.lineTooLarge()
 			}
@@ -287,6 +287,10 @@ func (r *Reader) fill() {
 		n := len(r.buf) * 2
 		if n > r.bufMax/2 || n <= 0 {
 			n = r.bufMax
+		}
+		if n <= len(r.buf) { // unreachable while line() enforces the limit
+			r.rerr = r.lineTooLarge()
+			return
 		}
 		nb := make([]byte, n)
 		copy(nb, r.buf[:r.end])

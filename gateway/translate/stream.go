@@ -101,6 +101,7 @@ type Stream struct {
 	items     []*outItem         // added items, in output_index order
 	cur       *outItem           // the open reasoning or message item
 	calls     map[int64]*outItem // tool calls by Chat index
+	callIDs   map[string]bool    // upstream tool call ids seen
 	openCalls []*outItem         // tool calls not yet done, in start order
 	lastCall  int64
 	nextCall  int64 // Chat index for a tool call that names none
@@ -343,6 +344,12 @@ func upstreamError(v gjson.Result) *apierr.Error {
 	if e.Status == 0 {
 		e.Status = 502
 	}
+	if e.Message == "" {
+		e.Message = "The upstream reported an error."
+	}
+	if e.Type == "" {
+		e.Type = apierr.TypeServer
+	}
 	return &e
 }
 
@@ -478,21 +485,19 @@ func isSpace(s string) bool {
 // the open item of the given kind, opening one (and closing whatever else is
 // open) if needed.
 func (s *Stream) textDelta(kind itemKind, pk partKind, text, raw string) {
+	if len(s.pendingWS) > 0 && s.pendingKind != pk {
+		s.pendingWS = s.pendingWS[:0] // something else was said after it
+	}
 	it := s.cur
 	if it == nil || it.kind != kind {
 		if isSpace(text) {
-			if len(s.pendingWS) > 0 && s.pendingKind != pk {
-				s.pendingWS = s.pendingWS[:0]
-			}
 			s.pendingKind = pk
 			s.pendingWS = append(s.pendingWS, text...)
 			return
 		}
 		if len(s.pendingWS) > 0 {
-			if s.pendingKind == pk {
-				text = string(s.pendingWS) + text
-				raw = ""
-			}
+			text = string(s.pendingWS) + text
+			raw = ""
 			s.pendingWS = s.pendingWS[:0]
 		}
 		s.closeCur(statusCompleted)
@@ -576,6 +581,10 @@ func (s *Stream) toolDelta(tc gjson.Result, pos int64, positional bool) {
 	}
 	if call.callID == "" && nonEmptyString(id) {
 		call.callID = id.Str
+		if s.callIDs == nil {
+			s.callIDs = make(map[string]bool)
+		}
+		s.callIDs[id.Str] = true
 	}
 	var name, args gjson.Result
 	if fn.IsObject() {
@@ -593,14 +602,7 @@ func (s *Stream) toolDelta(tc gjson.Result, pos int64, positional bool) {
 	}
 }
 
-func (s *Stream) knownCallID(id string) bool {
-	for _, c := range s.calls {
-		if c.callID == id {
-			return true
-		}
-	}
-	return false
-}
+func (s *Stream) knownCallID(id string) bool { return s.callIDs[id] }
 
 func (s *Stream) callArgs(call *outItem, text, raw string) {
 	call.args = append(call.args, text...)

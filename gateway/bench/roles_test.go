@@ -1,0 +1,210 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluice-gw/sluice/gateway"
+	"github.com/sluice-gw/sluice/gateway/upstream"
+	"github.com/sluice-gw/sluice/gateway/upstreamtest"
+)
+
+// The test binary re-executes itself to play the benchmark's helper
+// processes: SLUICE_BENCH_ROLE selects the role, SLUICE_BENCH_UPSTREAM is
+// the fake upstream's base URL (http://127.0.0.1:PORT, no /v1) for the
+// proxies. A role prints "<role> listening on http://ADDR" on stdout when it
+// accepts connections, and exits on SIGTERM or when its stdin (a pipe from
+// the benchmark) closes.
+const (
+	envRole     = "SLUICE_BENCH_ROLE"
+	envUpstream = "SLUICE_BENCH_UPSTREAM"
+
+	roleUpstream = "upstream" // the fake upstream (upstreamtest)
+	roleProxy    = "proxy"    // the bare httputil.ReverseProxy
+	roleGateway  = "gateway"  // Sluice's gateway in-process, for profiling
+)
+
+// hangHeader routes a request to the fake upstream's second handler, whose
+// every stream sends one event and then holds the connection open (the idle
+// streams case). Both proxies forward it like any other client header.
+const hangHeader = "X-Bench-Hang"
+
+// streamEvents is the number of events of the fake upstream's stream:
+// ResponsesStream with two deltas is response.created, in_progress,
+// output_item.added, content_part.added, two output_text.delta,
+// output_text.done, content_part.done, output_item.done and completed.
+const (
+	streamEvents = 10
+	streamDeltas = 2
+)
+
+func TestMain(m *testing.M) {
+	var run func(net.Listener) (stop func(), err error)
+	switch role := os.Getenv(envRole); role {
+	case "":
+		os.Exit(m.Run())
+	case roleUpstream:
+		run = runUpstream
+	case roleProxy:
+		run = runProxy
+	case roleGateway:
+		run = runGateway
+	default:
+		fmt.Fprintf(os.Stderr, "bench: unknown %s %q\n", envRole, role)
+		os.Exit(2)
+	}
+	os.Exit(serveRole(os.Getenv(envRole), run))
+}
+
+// serveRole runs one helper role until SIGTERM or stdin EOF. With
+// SLUICE_BENCH_PROFILE=DIR it writes DIR/<role>-cpu.pprof over the whole
+// life of the process and, on each SIGUSR1, DIR/<role>-heap-<n>.pprof.
+func serveRole(role string, run func(net.Listener) (func(), error)) int {
+	raiseNoFile(0)
+	profDir := os.Getenv(envProfile)
+	if profDir != "" {
+		f, err := os.Create(filepath.Join(profDir, role+"-cpu.pprof"))
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench %s: cpu profile: %v\n", role, err)
+			return 1
+		}
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench %s: listen: %v\n", role, err)
+		return 1
+	}
+	stop, err := run(ln)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench %s: %v\n", role, err)
+		return 1
+	}
+	fmt.Printf("%s listening on http://%s\n", role, ln.Addr())
+
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin) // the benchmark went away
+		sigs <- syscall.SIGTERM
+	}()
+	heaps := 0
+	for sig := range sigs {
+		if sig != syscall.SIGUSR1 {
+			break
+		}
+		if profDir == "" {
+			continue
+		}
+		heaps++
+		if err := writeHeapProfile(filepath.Join(profDir, fmt.Sprintf("%s-heap-%d.pprof", role, heaps))); err != nil {
+			fmt.Fprintf(os.Stderr, "bench %s: heap profile: %v\n", role, err)
+		}
+	}
+	stop()
+	return 0
+}
+
+func writeHeapProfile(path string) error {
+	runtime.GC() // the in-use numbers are as of the last GC
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// newRoleServer is the http.Server of the upstream and proxy roles: no
+// timeouts that could end an idle stream, default net/http everything else.
+func newRoleServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+}
+
+// runUpstream serves the fake upstream: the default script answers JSON
+// requests with the canned Response and streams with streamEvents events;
+// requests carrying hangHeader get one event and then a held connection.
+func runUpstream(ln net.Listener) (func(), error) {
+	main := upstreamtest.NewHandler(upstreamtest.Options{Name: "bench", DisableRecording: true})
+	main.SetDefault(upstreamtest.Script{
+		Frames: upstreamtest.ResponsesStream(upstreamtest.PlaceholderID, upstreamtest.PlaceholderModel, "Hello from the bench", streamDeltas),
+	})
+	hang := upstreamtest.NewHandler(upstreamtest.Options{Name: "hang", DisableRecording: true})
+	hang.SetDefault(upstreamtest.HangAfter(1))
+	srv := newRoleServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(hangHeader) != "" {
+			hang.ServeHTTP(w, r)
+			return
+		}
+		main.ServeHTTP(w, r)
+	}))
+	go func() { _ = srv.Serve(ln) }()
+	return func() {
+		hang.Close()
+		main.Close()
+		_ = srv.Close()
+	}, nil
+}
+
+// runProxy serves the bare reverse proxy: httputil.ReverseProxy flushing
+// every write, over the gateway's own upstream transport.
+func runProxy(ln net.Listener) (func(), error) {
+	target, err := url.Parse(os.Getenv(envUpstream))
+	if err != nil || target.Host == "" {
+		return nil, fmt.Errorf("%s=%q is not a URL", envUpstream, os.Getenv(envUpstream))
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite:       func(pr *httputil.ProxyRequest) { pr.SetURL(target) },
+		FlushInterval: -1,
+		Transport:     gateway.NewTransport(5*time.Second, 120*time.Second),
+	}
+	srv := newRoleServer(rp)
+	go func() { _ = srv.Serve(ln) }()
+	return func() { _ = srv.Close() }, nil
+}
+
+// runGateway serves Sluice's gateway in this process, assembled like
+// `sluice serve --upstream URL/v1` does (same transport, pool and gateway
+// defaults), so that SLUICE_BENCH_PROFILE can profile it.
+func runGateway(ln net.Listener) (func(), error) {
+	base := os.Getenv(envUpstream)
+	transport := gateway.NewTransport(5*time.Second, 120*time.Second)
+	pool, err := upstream.NewPool([]upstream.Config{{Name: "127.0.0.1-1", BaseURL: base + "/v1"}}, upstream.Options{
+		Client: &http.Client{Transport: transport, Timeout: 30 * time.Second},
+	})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	probes := make(chan struct{})
+	go func() { defer close(probes); pool.Run(ctx) }()
+	gw, err := gateway.New(gateway.Options{Pool: pool, Transport: transport})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	go func() { _ = gw.Serve(ln) }()
+	return func() { // no drain: the process exits right after
+		cancel()
+		<-probes
+	}, nil
+}

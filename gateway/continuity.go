@@ -1,0 +1,252 @@
+package gateway
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/julienschmidt/httprouter"
+
+	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/sluice-gw/sluice/store"
+)
+
+// Fail-closed reasons, as counted in continuity_fail_closed_total.
+const (
+	failPreviousNotFound  = "previous_response_not_found"
+	failOwnerUnavailable  = "owner_unavailable"
+	failOwnerLookupFailed = "owner_lookup_failed"
+)
+
+// anchorWriteTimeout bounds a background anchor write; a store slower than
+// this is failing.
+const anchorWriteTimeout = 5 * time.Second
+
+// continuity keeps which upstream owns which response (DESIGN.md §4): a
+// bounded in-memory cache in front of the durable store.
+type continuity struct {
+	store store.Store
+	cache *anchorCache
+	ttl   time.Duration
+	log   hclog.Logger
+	m     *metrics
+	now   func() time.Time
+}
+
+// requestScope is the session scope a request carries, tightest first.
+type requestScope struct {
+	turnState string // x-codex-turn-state
+	session   string // session_id / x-codex-session-id / x-codex-conversation-id
+	keyHash   string // the client's credential hash
+}
+
+func scopeOf(h http.Header, keyHash string) requestScope {
+	rs := requestScope{turnState: h.Get("X-Codex-Turn-State"), keyHash: keyHash}
+	for _, k := range []string{"Session_id", "Session-Id", "X-Codex-Session-Id", "X-Codex-Conversation-Id"} {
+		if v := h.Get(k); v != "" {
+			rs.session = v
+			break
+		}
+	}
+	if rs.session == "" {
+		if v := h.Values("session_id"); len(v) > 0 {
+			rs.session = v[0]
+		}
+	}
+	return rs
+}
+
+// tightest is the scope a new anchor is recorded under.
+func (rs requestScope) tightest() (store.ScopeKind, string) {
+	switch {
+	case rs.turnState != "":
+		return store.ScopeTurnState, rs.turnState
+	case rs.session != "":
+		return store.ScopeSession, rs.session
+	case rs.keyHash != "":
+		return store.ScopeClientKey, rs.keyHash
+	}
+	return store.ScopeClientKey, "anonymous"
+}
+
+// sees reports whether a request in this scope may use the anchor: its turn
+// state matches, else its session matches, else (for a request with neither)
+// the anchor came from the same client key. Clients with different turn
+// states never see each other's anchors, even under one session id.
+func (rs requestScope) sees(a store.Anchor) bool {
+	switch a.ScopeKind {
+	case store.ScopeTurnState:
+		return rs.turnState != "" && a.ScopeID == rs.turnState
+	case store.ScopeSession:
+		return rs.session != "" && a.ScopeID == rs.session
+	}
+	if rs.turnState != "" || rs.session != "" {
+		return false
+	}
+	kind, id := rs.tightest()
+	return kind == a.ScopeKind && id == a.ScopeID
+}
+
+// resolution is the outcome of an owner lookup.
+type resolution struct {
+	owner  string // upstream name; "" on a miss
+	source string // memory or store
+	err    error  // the lookup failed: fail closed
+}
+
+func (c *continuity) resolve(ctx context.Context, surface, responseID string, rs requestScope) resolution {
+	if a, ok := c.cache.get(responseID); ok && c.now().Before(a.ExpiresAt) {
+		return c.decide(surface, "memory", responseID, a, rs)
+	}
+	a, err := c.store.GetAnchor(ctx, responseID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		c.m.ownerResolution.WithLabelValues(surface, "store", "miss").Inc()
+		c.log.Debug("owner resolution", "surface", surface, "source", "store", "outcome", "miss", "response_id", LogID(responseID))
+		return resolution{source: "store"}
+	case err != nil:
+		c.m.ownerResolution.WithLabelValues(surface, "store", "fail_closed").Inc()
+		c.log.Error("owner lookup failed", "surface", surface, "response_id", LogID(responseID), "error", err)
+		return resolution{source: "store", err: err}
+	}
+	c.cache.put(a)
+	return c.decide(surface, "store", responseID, a, rs)
+}
+
+func (c *continuity) decide(surface, source, responseID string, a store.Anchor, rs requestScope) resolution {
+	if !rs.sees(a) {
+		c.m.ownerResolution.WithLabelValues(surface, source, "miss").Inc()
+		c.log.Debug("owner resolution", "surface", surface, "source", source, "outcome", "miss", "why", "out of scope", "response_id", LogID(responseID))
+		return resolution{source: source}
+	}
+	c.m.ownerResolution.WithLabelValues(surface, source, "hit").Inc()
+	c.log.Debug("owner resolution", "surface", surface, "source", source, "outcome", "hit", "owner", a.Upstream,
+		"scope", a.ScopeKind.String(), "response_id", LogID(responseID))
+	return resolution{owner: a.Upstream, source: source}
+}
+
+// anchorFor builds the anchor of a response served by upstream for req.
+func (c *continuity) anchorFor(req *clientRequest, responseID, upstreamName string) store.Anchor {
+	kind, id := req.scope.tightest()
+	now := c.now()
+	return store.Anchor{ResponseID: responseID, Upstream: upstreamName, ClientKeyHash: req.clientKeyHash,
+		ScopeKind: kind, ScopeID: id, Model: req.model, CreatedAt: now, ExpiresAt: now.Add(c.ttl)}
+}
+
+// pendingAnchor is an anchor write in flight.
+type pendingAnchor struct {
+	done chan struct{}
+	err  error
+}
+
+// wait blocks until the write is durable (or failed, or ctx ends).
+func (p *pendingAnchor) wait(ctx context.Context) error {
+	select {
+	case <-p.done:
+		return p.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// recordAsync makes the anchor visible in memory at once and durable in the
+// background, so recording never delays the client's first byte.
+func (c *continuity) recordAsync(a store.Anchor) *pendingAnchor {
+	c.cache.put(a)
+	p := &pendingAnchor{done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		ctx, cancel := context.WithTimeout(context.Background(), anchorWriteTimeout)
+		defer cancel()
+		p.err = c.store.PutAnchor(ctx, a)
+		if p.err != nil {
+			c.log.Error("recording anchor failed", "response_id", LogID(a.ResponseID), "owner", a.Upstream, "error", p.err)
+		}
+	}()
+	return p
+}
+
+// record writes the anchor and waits until it is durable.
+func (c *continuity) record(ctx context.Context, a store.Anchor) error {
+	return c.recordAsync(a).wait(ctx)
+}
+
+// forget drops a stale anchor (the owner said it no longer has the response).
+func (c *continuity) forget(ctx context.Context, responseID string) {
+	c.cache.remove(responseID)
+	if err := c.store.DeleteAnchor(ctx, responseID); err != nil {
+		c.log.Warn("clearing stale anchor failed", "response_id", LogID(responseID), "error", err)
+	}
+}
+
+// handleAnchor is GET /admin/continuity/{response_id}.
+func (s *Server) handleAnchor(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+	id := ps.ByName("response_id")
+	a, err := s.cont.store.GetAnchor(r.Context(), id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		(&apierr.Error{Status: http.StatusNotFound, Type: apierr.TypeInvalidRequest, Code: apierr.CodeNotFound, Param: "response_id",
+			Message: "no anchor for that response id"}).Write(w)
+		return
+	case err != nil:
+		apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "owner lookup failed: %v", err).Write(w)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"response_id": a.ResponseID, "owner": a.Upstream, "scope_kind": a.ScopeKind.String(), "scope_id": LogID(a.ScopeID),
+		"model": a.Model, "created_at": a.CreatedAt.UTC().Format(time.RFC3339), "expires_at": a.ExpiresAt.UTC().Format(time.RFC3339),
+		"age_seconds": int64(s.cont.now().Sub(a.CreatedAt).Seconds()),
+	})
+}
+
+// anchorCache is a bounded LRU of anchors by response id.
+type anchorCache struct {
+	mu    sync.Mutex
+	max   int
+	ll    *list.List
+	items map[string]*list.Element
+}
+
+func newAnchorCache(max int) *anchorCache {
+	return &anchorCache{max: max, ll: list.New(), items: make(map[string]*list.Element)}
+}
+
+func (c *anchorCache) get(id string) (store.Anchor, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.items[id]
+	if !ok {
+		return store.Anchor{}, false
+	}
+	c.ll.MoveToFront(el)
+	return el.Value.(store.Anchor), true
+}
+
+func (c *anchorCache) put(a store.Anchor) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.items[a.ResponseID]; ok {
+		el.Value = a
+		c.ll.MoveToFront(el)
+		return
+	}
+	c.items[a.ResponseID] = c.ll.PushFront(a)
+	for c.ll.Len() > c.max {
+		old := c.ll.Back()
+		c.ll.Remove(old)
+		delete(c.items, old.Value.(store.Anchor).ResponseID)
+	}
+}
+
+func (c *anchorCache) remove(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.items[id]; ok {
+		c.ll.Remove(el)
+		delete(c.items, id)
+	}
+}

@@ -1,0 +1,340 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-gw/sluice/gateway"
+	"github.com/sluice-gw/sluice/gateway/upstreamtest"
+	"github.com/sluice-gw/sluice/store"
+)
+
+func openStore(t *testing.T, dir string) *store.PebbleStore {
+	t.Helper()
+	st, err := store.Open(context.Background(), store.Options{Dir: dir, SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+// continuityHarness: two upstreams that reject previous_response_ids they
+// did not create, so a misrouted follow-up is visible.
+func continuityHarness(t *testing.T, st store.Store, opts gateway.Options) *harness {
+	opts.Store = st
+	return newHarness(t, harnessConfig{opts: opts, upstreams: []upstreamtest.Options{
+		{Name: "A", StrictPrevious: true, PreviousShape: upstreamtest.ShapeErrorEvent},
+		{Name: "B", StrictPrevious: true, PreviousShape: upstreamtest.ShapeErrorEvent},
+	}})
+}
+
+// turn sends one streaming Responses turn with the given headers and
+// returns the events and the completed response id.
+func (h *harness) turn(prev string, headers map[string]string) ([]eventLike, string) {
+	h.t.Helper()
+	body := `{"model":"gpt-fake-1","input":"hi","stream":true`
+	if prev != "" {
+		body += `,"previous_response_id":"` + prev + `"`
+	}
+	body += "}"
+	req, _ := http.NewRequest(http.MethodPost, h.url+"/v1/responses", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer sk-client-secret")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var evs []eventLike
+	var id string
+	for _, block := range strings.Split(string(raw), "\n\n") {
+		for _, line := range strings.Split(block, "\n") {
+			if data, ok := strings.CutPrefix(line, "data: "); ok {
+				ev := eventLike{data: []byte(data)}
+				var v struct {
+					Type     string
+					Response struct {
+						ID    string
+						Error struct{ Code string }
+					}
+				}
+				_ = json.Unmarshal([]byte(data), &v)
+				ev.typ, ev.code = v.Type, v.Response.Error.Code
+				if v.Type == "response.completed" {
+					id = v.Response.ID
+				}
+				evs = append(evs, ev)
+			}
+		}
+	}
+	return evs, id
+}
+
+func owner(id string) string { // resp_A_3 → A
+	parts := strings.Split(id, "_")
+	if len(parts) < 3 {
+		return ""
+	}
+	return parts[1]
+}
+
+func other(name string) string {
+	if name == "A" {
+		return "B"
+	}
+	return "A"
+}
+
+func TestFollowUpsGoToTheirOwner(t *testing.T) {
+	st := openStore(t, t.TempDir())
+	h := continuityHarness(t, st, gateway.Options{})
+	_, id := h.turn("", nil)
+	own := owner(id)
+	if own == "" {
+		t.Fatalf("turn 1 id %q", id)
+	}
+	h.ups[own].ClearRequests()
+	h.ups[other(own)].ClearRequests()
+	// Selection alternates between idle upstreams; every follow-up still
+	// goes to the owner (a misroute would fail: the other upstream is strict).
+	prev := id
+	for i := 0; i < 4; i++ {
+		evs, next := h.turn(prev, nil)
+		if last := assertOneTerminal(t, evs); last.typ != "response.completed" {
+			t.Fatalf("turn %d: %s %s", i+2, last.typ, last.code)
+		}
+		if owner(next) != own {
+			t.Fatalf("turn %d served by %s, want owner %s", i+2, owner(next), own)
+		}
+		prev = next
+	}
+	if n := h.ups[other(own)].RequestCount(); n != 0 {
+		t.Fatalf("the other upstream received %d follow-ups", n)
+	}
+	if !strings.Contains(h.metrics(), `continuity_owner_resolution_total{outcome="hit",source="memory",surface="responses_stream"} 4`) {
+		t.Fatalf("resolutions not counted:\n%s", grep(h.metrics(), "continuity_owner"))
+	}
+	// The admin endpoint shows the anchor.
+	var a struct {
+		Owner     string `json:"owner"`
+		ScopeKind string `json:"scope_kind"`
+	}
+	if code := h.getJSON("/admin/continuity/"+prev, &a); code != 200 || a.Owner != own || a.ScopeKind != "client_key" {
+		t.Fatalf("admin: %d %+v", code, a)
+	}
+	if code := h.getJSON("/admin/continuity/resp_nope", nil); code != 404 {
+		t.Fatalf("admin unknown id: %d", code)
+	}
+}
+
+func TestFollowUpResolvesFromStoreAfterRestart(t *testing.T) {
+	st := openStore(t, t.TempDir())
+	h := continuityHarness(t, st, gateway.Options{})
+	_, id := h.turn("", nil)
+	own := owner(id)
+	// A second gateway over the same store and the same upstreams: its
+	// memory cache is empty, so the owner comes from Pebble.
+	h2 := newHarness(t, harnessConfig{opts: gateway.Options{Store: st}, servers: h.ups})
+	for i := 0; i < 3; i++ {
+		evs, next := h2.turn(id, nil)
+		if owner(next) != own || assertOneTerminal(t, evs).typ != "response.completed" {
+			t.Fatalf("follow-up %d served by %q, want %s", i, next, own)
+		}
+	}
+	if !strings.Contains(h2.metrics(), `continuity_owner_resolution_total{outcome="hit",source="store",surface="responses_stream"} 1`) {
+		t.Fatalf("want one store hit then memory hits:\n%s", grep(h2.metrics(), "owner_resolution"))
+	}
+}
+
+func TestOwnerCoolingDownFailsClosed(t *testing.T) {
+	st := openStore(t, t.TempDir())
+	h := continuityHarness(t, st, gateway.Options{})
+	_, id := h.turn("", nil)
+	own := owner(id)
+	h.pool.Cooldown(h.pool.Get(own), time.Minute, "test")
+	before := h.ups["A"].RequestCount() + h.ups["B"].RequestCount()
+
+	evs, _ := h.turn(id, nil)
+	last := assertOneTerminal(t, evs)
+	if last.typ != "response.failed" || last.code != "upstream_unavailable" {
+		t.Fatalf("stream: %s %s", last.typ, last.code)
+	}
+	resp := h.post("/v1/responses", `{"model":"gpt-fake-1","input":"x","previous_response_id":"`+id+`"}`)
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("JSON status %d", resp.StatusCode)
+	}
+	if e := readError(t, resp); deref(e.Error.Code) != "upstream_unavailable" || e.Error.Type != "server_error" {
+		t.Fatalf("JSON error %+v", e)
+	}
+	if after := h.ups["A"].RequestCount() + h.ups["B"].RequestCount(); after != before {
+		t.Fatalf("%d upstream calls while failing closed", after-before)
+	}
+	if !strings.Contains(h.metrics(), `continuity_fail_closed_total{reason="owner_unavailable",surface="responses_stream"} 1`) {
+		t.Fatalf("fail-closed not counted:\n%s", grep(h.metrics(), "fail_closed"))
+	}
+}
+
+func TestStoreLookupFailureFailsClosed(t *testing.T) {
+	st := openStore(t, t.TempDir())
+	h := continuityHarness(t, st, gateway.Options{})
+	_ = st.Close()
+	evs, _ := h.turn("resp_not_in_memory", nil)
+	last := assertOneTerminal(t, evs)
+	if last.code != "upstream_unavailable" || !strings.Contains(string(last.data), "owner lookup failed") {
+		t.Fatalf("%s", last.data)
+	}
+	if n := h.ups["A"].RequestCount() + h.ups["B"].RequestCount(); n != 0 {
+		t.Fatalf("%d upstream calls", n)
+	}
+	if !strings.Contains(h.metrics(), `continuity_fail_closed_total{reason="owner_lookup_failed"`) {
+		t.Fatal("owner_lookup_failed not counted")
+	}
+	// A request without previous_response_id does not need the store.
+	if evs, _ := h.turn("", nil); assertOneTerminal(t, evs).typ != "response.completed" {
+		t.Fatal("plain request failed with the store down")
+	}
+}
+
+func TestPreviousResponseNotFoundIsRecovered(t *testing.T) {
+	tests := []struct {
+		name   string
+		script upstreamtest.Script
+		stream bool
+	}{
+		{"stream error event", upstreamtest.PreviousNotFound(upstreamtest.ShapeErrorEvent), true},
+		{"stream response.failed", upstreamtest.PreviousNotFound(upstreamtest.ShapeFailed), true},
+		{"stream 400 status", upstreamtest.PreviousNotFound(upstreamtest.ShapeStatus), true},
+		{"json 400", upstreamtest.PreviousNotFound(upstreamtest.ShapeStatus), false},
+		{"invalid_request_error wording", upstreamtest.Failure(upstreamtest.ShapeStatus, 400,
+			upstreamtest.ErrorBody("Previous  response with id 'resp_x' NOT FOUND.", "invalid_request_error", "invalid_request_error", "previous_response_id")), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := openStore(t, t.TempDir())
+			h := continuityHarness(t, st, gateway.Options{})
+			_, id := h.turn("", nil)
+			own := owner(id)
+			h.ups[own].Enqueue(tt.script)
+			if tt.stream {
+				evs, _ := h.turn(id, nil)
+				if last := assertOneTerminal(t, evs); last.typ != "response.failed" || last.code != "stream_incomplete" {
+					t.Fatalf("%s %s", last.typ, last.code)
+				}
+			} else {
+				resp := h.post("/v1/responses", `{"model":"gpt-fake-1","input":"x","previous_response_id":"`+id+`"}`)
+				if e := readError(t, resp); resp.StatusCode != 502 || deref(e.Error.Code) != "stream_incomplete" {
+					t.Fatalf("%d %+v", resp.StatusCode, e)
+				}
+			}
+			// The stale anchor is gone: the next turn is not pinned.
+			if code := h.getJSON("/admin/continuity/"+id, nil); code != 404 {
+				t.Fatalf("stale anchor still there (%d)", code)
+			}
+			if !strings.Contains(h.metrics(), `continuity_fail_closed_total{reason="previous_response_not_found"`) {
+				t.Fatal("recovery not counted")
+			}
+		})
+	}
+}
+
+func TestNearMissErrorsPassThroughUnchanged(t *testing.T) {
+	bodies := map[string][]byte{
+		"other param":   upstreamtest.ErrorBody("Previous response with id 'resp_x' not found.", "invalid_request_error", "invalid_request_error", "input"),
+		"other message": upstreamtest.ErrorBody("previous_response_id must start with resp_", "invalid_request_error", "invalid_request_error", "previous_response_id"),
+		"other code":    upstreamtest.ErrorBody("Invalid value for tools.", "invalid_request_error", "invalid_value", "tools"),
+	}
+	for name, body := range bodies {
+		t.Run(name, func(t *testing.T) {
+			st := openStore(t, t.TempDir())
+			h := continuityHarness(t, st, gateway.Options{})
+			_, id := h.turn("", nil)
+			h.ups[owner(id)].Enqueue(upstreamtest.Failure(upstreamtest.ShapeStatus, 400, body))
+			resp := h.post("/v1/responses", `{"model":"gpt-fake-1","input":"x","previous_response_id":"`+id+`"}`)
+			got, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 400 || string(got) != string(body) {
+				t.Fatalf("%d %s\nwant 400 %s", resp.StatusCode, got, body)
+			}
+			if code := h.getJSON("/admin/continuity/"+id, nil); code != 200 {
+				t.Fatalf("anchor dropped on a near miss (%d)", code)
+			}
+		})
+	}
+}
+
+func TestTurnStatesIsolateAnchorsWithinASession(t *testing.T) {
+	st := openStore(t, t.TempDir())
+	h := continuityHarness(t, st, gateway.Options{})
+	c1 := map[string]string{"session_id": "shared-session", "x-codex-turn-state": "turn-one"}
+	c2 := map[string]string{"session_id": "shared-session", "x-codex-turn-state": "turn-two"}
+	_, id := h.turn("", c1)
+	var a struct {
+		ScopeKind string `json:"scope_kind"`
+	}
+	h.getJSON("/admin/continuity/"+id, &a)
+	if a.ScopeKind != "turn_state" {
+		t.Fatalf("recorded under %q, want the turn state", a.ScopeKind)
+	}
+	// Client 2 does not see client 1's anchor: a miss, normal selection.
+	h.turn(id, c2)
+	if !strings.Contains(h.metrics(), `continuity_owner_resolution_total{outcome="miss",source="memory",surface="responses_stream"} 1`) {
+		t.Fatalf("want a miss for the other turn state:\n%s", grep(h.metrics(), "owner_resolution"))
+	}
+	// Client 1 does.
+	evs, next := h.turn(id, c1)
+	if owner(next) != owner(id) || assertOneTerminal(t, evs).typ != "response.completed" {
+		t.Fatalf("client 1 follow-up went to %q", next)
+	}
+}
+
+func TestExpiredAnchorIsAMiss(t *testing.T) {
+	st := openStore(t, t.TempDir())
+	h := continuityHarness(t, st, gateway.Options{AnchorTTL: 100 * time.Millisecond})
+	_, id := h.turn("", nil)
+	if code := h.getJSON("/admin/continuity/"+id, nil); code != 200 {
+		t.Fatalf("fresh anchor: %d", code)
+	}
+	time.Sleep(150 * time.Millisecond)
+	if n, err := st.Sweep(context.Background(), time.Now()); err != nil || n == 0 {
+		t.Fatalf("sweep removed %d: %v", n, err)
+	}
+	if code := h.getJSON("/admin/continuity/"+id, nil); code != 404 {
+		t.Fatalf("swept anchor: %d", code)
+	}
+	// Not an error: normal selection (and the strict owner still knows it, or
+	// the other answers previous_response_not_found, which is recovered).
+	evs, _ := h.turn(id, nil)
+	last := assertOneTerminal(t, evs)
+	if last.code == "upstream_unavailable" {
+		t.Fatalf("expired anchor failed closed: %s", last.data)
+	}
+}
+
+func TestLogsNeverCarryRawIDsOrKeys(t *testing.T) {
+	st := openStore(t, t.TempDir())
+	h := continuityHarness(t, st, gateway.Options{})
+	headers := map[string]string{"session_id": "sess-raw-value", "x-codex-turn-state": "turn-raw-value"}
+	_, id := h.turn("", headers)
+	h.pool.Cooldown(h.pool.Get(owner(id)), time.Minute, "test")
+	h.turn(id, headers) // fail closed: logged
+	_ = st.Close()
+	h.turn("resp_unknown_raw", headers) // lookup failed: logged
+	logs := h.logs.String()
+	if !strings.Contains(logs, "sha256:") {
+		t.Fatalf("no hashed ids in logs:\n%s", logs)
+	}
+	for _, raw := range []string{id, "resp_unknown_raw", "sess-raw-value", "turn-raw-value", "sk-client-secret"} {
+		if strings.Contains(logs, raw) {
+			t.Fatalf("raw %q in logs:\n%s", raw, logs)
+		}
+	}
+}

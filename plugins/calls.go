@@ -1,0 +1,451 @@
+package plugins
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/sluice-gw/sluice/hostabi"
+)
+
+// Trace tells how a hook decision was taken (for logs, `sluice policy test`
+// and tests).
+type Trace struct {
+	// Policy is the module whose answer was used (recover, replay), or that
+	// rejected the request (rewrite); "" when the built-in default decided.
+	Policy string `json:"policy,omitempty"`
+	// Outcome: "decided" (a module answered), "default" (no module answered:
+	// none exports the hook or all deferred), "fault", "error", "tripped",
+	// "canceled", "busy" (the built-in default was used because of that), and
+	// for rewrite "done" or "rejected".
+	Outcome string `json:"outcome"`
+	// Steps lists every module asked, in order.
+	Steps []TraceStep `json:"steps,omitempty"`
+}
+
+// TraceStep is one module's part in a decision.
+type TraceStep struct {
+	Policy   string        `json:"policy"`
+	Outcome  string        `json:"outcome"` // ok, defer, error, fault, canceled, busy, tripped
+	Error    string        `json:"error,omitempty"`
+	Duration time.Duration `json:"duration_ns"`
+}
+
+// outcome of one module call.
+type outcome uint8
+
+const (
+	outOK outcome = iota
+	outDefer
+	outError
+	outFault
+	outCanceled
+	outBusy
+	outTripped
+)
+
+var outcomeNames = [...]string{"ok", "defer", "error", "fault", "canceled", "busy", "tripped"}
+
+func (o outcome) String() string { return outcomeNames[o] }
+
+// fallbackReason is the fallback metric's reason for an outcome.
+func (o outcome) fallbackReason() string {
+	switch o {
+	case outBusy, outCanceled:
+		return "canceled"
+	}
+	return o.String()
+}
+
+var errBadAlloc = errors.New("sluice_alloc returned an address outside memory")
+
+// callContext bounds a call by CallTimeout (or the request's deadline when
+// sooner).
+func (r *Runtime) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= r.opts.CallTimeout {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, r.opts.CallTimeout)
+}
+
+// invoke runs one hook on one instance of v. decode reads the result while
+// the instance is still held.
+func (v *version) invoke(ctx context.Context, h int, input []byte, rw *rewriteCall,
+	decode func(r uint64, mem memView) (resultKind, error)) TraceStep {
+	start := time.Now()
+	hm := v.hm[h]
+	step := TraceStep{Policy: v.name}
+	cctx, cancel := v.rt.callContext(ctx)
+	defer cancel()
+	cctx = withState(cctx, &callState{v: v, hook: hookNames[h], rw: rw})
+	inst, err := v.get(cctx)
+	if err != nil {
+		v.st.errors.Add(1)
+		hm.canceled.Inc()
+		step.Outcome, step.Error = outBusy.String(), err.Error()
+		step.Duration = time.Since(start)
+		return step
+	}
+	kind, err := inst.run(cctx, h, input, decode)
+	step.Duration = time.Since(start)
+	hm.duration.Observe(step.Duration.Seconds())
+	v.st.calls.Add(1)
+	if err == nil {
+		v.put(inst, true)
+		v.consecutive.Store(0)
+		switch kind {
+		case resDefer:
+			hm.deferred.Inc()
+			step.Outcome = outDefer.String()
+		case resError:
+			hm.errored.Inc()
+			v.st.errors.Add(1)
+			v.st.setErr(hookNames[h] + ": the policy returned its error result")
+			step.Outcome, step.Error = outError.String(), "the policy returned its error result"
+		default:
+			hm.ok.Inc()
+			step.Outcome = outOK.String()
+		}
+		return step
+	}
+	if ctx.Err() != nil { // the caller gave up: not the policy's fault
+		v.put(inst, false)
+		hm.canceled.Inc()
+		v.st.errors.Add(1)
+		step.Outcome, step.Error = outCanceled.String(), ctx.Err().Error()
+		return step
+	}
+	fk := v.classify(err, inst)
+	msg := fmt.Sprintf("%s %s: %v", hookNames[h], fk, err)
+	if t := strings.TrimSpace(inst.tail.String()); t != "" {
+		msg += " (stderr: " + lastLines(t, 600) + ")"
+	}
+	v.put(inst, false)
+	hm.faulted.Inc()
+	v.st.faults.Add(1)
+	v.st.setErr(msg)
+	v.rt.m.faults.WithLabelValues(v.name, hookNames[h], fk).Inc()
+	v.rt.log.Warn("policy fault: using the built-in default", "policy", v.name, "hook", hookNames[h], "kind", fk, "error", msg)
+	if n := v.consecutive.Add(1); int(n) >= v.rt.opts.FaultsBeforeRollback && v.rolling.CompareAndSwap(false, true) {
+		v.rt.background(func() { v.rt.rollback(v, msg) })
+	}
+	step.Outcome, step.Error = outFault.String(), msg
+	return step
+}
+
+func lastLines(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "…" + s[len(s)-n:]
+}
+
+// classify names a fault for metrics: timeout, memory, exit, invalid_output,
+// invalid_alloc or trap.
+func (v *version) classify(err error, inst *instance) string {
+	tail := inst.tail.String()
+	memFull := false
+	if inst.mem != nil {
+		limit := uint64(v.rt.opts.MemoryLimitPages) << 16
+		slack := min(limit/4, 8<<20)
+		memFull = uint64(inst.mem.Size())+slack >= limit
+	}
+	var ee *sys.ExitError
+	switch {
+	case errors.As(err, &ee):
+		switch ee.ExitCode() {
+		case sys.ExitCodeDeadlineExceeded, sys.ExitCodeContextCanceled:
+			return "timeout"
+		}
+		if memFull || strings.Contains(tail, "out of memory") {
+			return "memory"
+		}
+		return "exit"
+	case errors.Is(err, errInvalidOutput):
+		return "invalid_output"
+	case errors.Is(err, errBadAlloc):
+		return "invalid_alloc"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case memFull || strings.Contains(tail, "out of memory"):
+		return "memory"
+	}
+	return "trap"
+}
+
+// run copies the input in, calls the hook and decodes its result.
+func (i *instance) run(ctx context.Context, h int, input []byte, decode func(uint64, memView) (resultKind, error)) (resultKind, error) {
+	var ptr uint32
+	if len(input) > 0 {
+		i.stack[0] = uint64(len(input))
+		if err := i.alloc.CallWithStack(ctx, i.stack); err != nil {
+			return 0, fmt.Errorf("sluice_alloc: %w", err)
+		}
+		ptr = uint32(i.stack[0])
+		if ptr == 0 || !i.mem.Write(ptr, input) {
+			return 0, errBadAlloc
+		}
+	}
+	i.stack[0], i.stack[1] = uint64(ptr), uint64(len(input))
+	if err := i.fns[h].CallWithStack(ctx, i.stack); err != nil {
+		return 0, err
+	}
+	return decode(i.stack[0], i.mem)
+}
+
+func (r *Runtime) fallback(hook int, reason string) {
+	r.m.fallbacks.WithLabelValues(hookNames[hook], reason).Inc()
+}
+
+// Recover asks the recover policies about an upstream error. It never fails:
+// without a policy answer it returns hostabi.DefaultRecover(in).
+func (r *Runtime) Recover(ctx context.Context, in hostabi.RecoverInput) hostabi.RecoverOutput {
+	out, _ := r.RecoverTrace(ctx, in)
+	return out
+}
+
+// RecoverTrace is Recover that also tells who decided.
+func (r *Runtime) RecoverTrace(ctx context.Context, in hostabi.RecoverInput) (hostabi.RecoverOutput, Trace) {
+	var input []byte
+	var out hostabi.RecoverOutput
+	tr, decided := r.decide(ctx, hRecover, func() []byte {
+		if input == nil {
+			input = hostabi.AppendRecoverInput(make([]byte, 0, 256), in)
+		}
+		return input
+	}, func(res uint64, mem memView) (resultKind, error) {
+		var kind resultKind
+		var err error
+		out, kind, err = decodeRecoverResult(res, mem)
+		return kind, err
+	})
+	if !decided {
+		return hostabi.DefaultRecover(in), tr
+	}
+	return out, tr
+}
+
+// Replay asks the replay policies whether a failed request may be sent
+// again. Without a policy answer it returns hostabi.DefaultReplay(in).
+func (r *Runtime) Replay(ctx context.Context, in hostabi.ReplayInput) hostabi.ReplayOutput {
+	out, _ := r.ReplayTrace(ctx, in)
+	return out
+}
+
+// ReplayTrace is Replay that also tells who decided.
+func (r *Runtime) ReplayTrace(ctx context.Context, in hostabi.ReplayInput) (hostabi.ReplayOutput, Trace) {
+	var input []byte
+	var out hostabi.ReplayOutput
+	tr, decided := r.decide(ctx, hReplay, func() []byte {
+		if input == nil {
+			input = hostabi.AppendReplayInput(make([]byte, 0, 256), in)
+		}
+		return input
+	}, func(res uint64, mem memView) (resultKind, error) {
+		var kind resultKind
+		var err error
+		out, kind, err = decodeReplayResult(res, mem)
+		return kind, err
+	})
+	if !decided {
+		return hostabi.DefaultReplay(in), tr
+	}
+	return out, tr
+}
+
+// decide asks the modules exporting hook h in order until one decides. It
+// reports false when the built-in default must be used.
+func (r *Runtime) decide(ctx context.Context, h int, input func() []byte,
+	decode func(uint64, memView) (resultKind, error)) (Trace, bool) {
+	var tr Trace
+	for attempt := 0; attempt < 4; attempt++ {
+		set := r.active.Load()
+		tr.Steps = tr.Steps[:0]
+		retry := false
+		for _, v := range set.byHook[h] {
+			if !v.acquire() { // swapped out since we loaded the set
+				retry = true
+				break
+			}
+			if v.tripped.Load() {
+				v.release()
+				v.hm[h].tripped.Inc()
+				tr.Steps = append(tr.Steps, TraceStep{Policy: v.name, Outcome: outTripped.String()})
+				tr.Policy, tr.Outcome = v.name, outTripped.String()
+				r.fallback(h, outTripped.fallbackReason())
+				return tr, false
+			}
+			step := v.invoke(ctx, h, input(), nil, decode)
+			v.release()
+			tr.Steps = append(tr.Steps, step)
+			switch step.Outcome {
+			case "ok":
+				tr.Policy, tr.Outcome = v.name, "decided"
+				return tr, true
+			case "defer":
+				continue
+			}
+			tr.Policy, tr.Outcome = v.name, step.Outcome
+			r.fallback(h, step.Outcome)
+			return tr, false
+		}
+		if !retry {
+			break
+		}
+	}
+	tr.Outcome = "default"
+	if len(tr.Steps) == 0 {
+		r.fallback(h, "no_policy")
+	} else {
+		r.fallback(h, "deferred")
+	}
+	return tr, false
+}
+
+// Rewrite runs every rewrite_request policy in order on the request; each
+// sees the previous edits and a reject stops the chain. A policy that faults
+// or errs has its own edits dropped. Body is nil when nothing changed.
+func (r *Runtime) Rewrite(ctx context.Context, in hostabi.RewriteInput) hostabi.RewriteOutput {
+	out, _ := r.RewriteTrace(ctx, in)
+	return out
+}
+
+// RewriteTrace is Rewrite that also tells what each policy did.
+func (r *Runtime) RewriteTrace(ctx context.Context, in hostabi.RewriteInput) (hostabi.RewriteOutput, Trace) {
+	var out hostabi.RewriteOutput
+	tr := Trace{Outcome: "done"}
+	set := r.active.Load()
+	mods := set.byHook[hRewrite]
+	if len(mods) == 0 {
+		tr.Outcome = "default"
+		return out, tr
+	}
+	doc := hostabi.NewDocument(in.Body)
+	headers := visibleHeaders(in.Headers)
+	var buf []byte
+	for _, v := range mods {
+		if !v.acquire() {
+			// Swapped out since we loaded the set: use its successor.
+			v = r.active.Load().find(v.name, hRewrite)
+			if v == nil || !v.acquire() {
+				continue
+			}
+		}
+		if v.tripped.Load() {
+			v.release()
+			v.hm[hRewrite].tripped.Inc()
+			r.fallback(hRewrite, outTripped.String())
+			tr.Steps = append(tr.Steps, TraceStep{Policy: v.name, Outcome: outTripped.String()})
+			continue
+		}
+		cp := doc.Checkpoint()
+		buf = hostabi.AppendRewriteContext(buf[:0], rewriteContext(in, doc, headers))
+		rw := &rewriteCall{doc: doc}
+		step := v.invoke(ctx, hRewrite, buf, rw, func(res uint64, _ memView) (resultKind, error) {
+			return decodeRewriteResult(res)
+		})
+		v.release()
+		tr.Steps = append(tr.Steps, step)
+		if step.Outcome != "ok" && step.Outcome != "defer" {
+			doc.Restore(cp)
+			r.fallback(hRewrite, outcomeFrom(step.Outcome).fallbackReason())
+			continue
+		}
+		for _, he := range rw.headers {
+			if he.remove {
+				delete(out.SetHeaders, he.name)
+				out.RemoveHeaders = appendOnce(out.RemoveHeaders, he.name)
+				continue
+			}
+			if out.SetHeaders == nil {
+				out.SetHeaders = map[string]string{}
+			}
+			out.SetHeaders[he.name] = he.value
+			out.RemoveHeaders = removeName(out.RemoveHeaders, he.name)
+		}
+		if rw.upstream != "" {
+			out.Upstream = rw.upstream
+		}
+		if rw.reject != nil {
+			out.Reject = rw.reject
+			tr.Policy, tr.Outcome = v.name, "rejected"
+			break
+		}
+	}
+	if doc.Changed() {
+		out.Body = doc.Bytes()
+	}
+	return out, tr
+}
+
+func outcomeFrom(s string) outcome {
+	for i, n := range outcomeNames {
+		if n == s {
+			return outcome(i)
+		}
+	}
+	return outFault
+}
+
+func appendOnce(list []string, s string) []string {
+	for _, x := range list {
+		if x == s {
+			return list
+		}
+	}
+	return append(list, s)
+}
+
+func removeName(list []string, s string) []string {
+	out := list[:0]
+	for _, x := range list {
+		if x != s {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// find returns the serving version named name that exports hook h.
+func (s *activeSet) find(name string, h int) *version {
+	for _, v := range s.byHook[h] {
+		if v.name == name {
+			return v
+		}
+	}
+	return nil
+}
+
+// visibleHeaders lower-cases names and drops credentials.
+func visibleHeaders(h map[string]string) map[string]string {
+	if len(h) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(h))
+	for k, v := range h {
+		lk := strings.ToLower(k)
+		if hiddenHeaders[lk] {
+			continue
+		}
+		out[lk] = v
+	}
+	return out
+}
+
+// rewriteContext is the rewrite hook's input for the document's current state.
+func rewriteContext(in hostabi.RewriteInput, doc *hostabi.Document, headers map[string]string) hostabi.RewriteContext {
+	c := hostabi.RewriteContext{Surface: in.Surface, Endpoint: in.Endpoint, BodyBytes: doc.Len(), Headers: headers}
+	if raw, err := doc.Get("model"); err == nil {
+		if s, ok := hostabi.Unquote(raw); ok {
+			c.Model = s
+		}
+	}
+	if raw, err := doc.Get("stream"); err == nil && string(raw) == "true" {
+		c.Stream = true
+	}
+	return c
+}

@@ -1,0 +1,810 @@
+// Package plugins runs Sluice's WebAssembly policies: it compiles modules with
+// wazero (with an on-disk compilation cache), checks them against the host
+// ABI (hostabi/ABI.md), keeps a bounded pool of instances per module, calls
+// the recover, replay and rewrite_request hooks with per-call deadlines and
+// memory caps, falls back to the built-in defaults on any fault, rolls a
+// policy back after repeated faults, and hot-swaps modules when the files in
+// the policy directory change.
+package plugins
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/sluice-gw/sluice/hostabi"
+)
+
+// Options configure a Runtime. Zero values take the defaults noted.
+type Options struct {
+	// PolicyDir is watched for *.wasm files; "" means embedded defaults only.
+	// It is created when missing.
+	PolicyDir string
+	// CacheDir holds wazero's compilation cache; "" means
+	// os.UserCacheDir()/sluice/wasm (the CLI maps --wasm-cache-dir here).
+	CacheDir string
+	// Embedded maps file names ("recover.wasm") to module bytes, loaded first
+	// as defaults; a PolicyDir file with the same name overrides one.
+	Embedded map[string][]byte
+	// Config is each policy's configuration (key: file name without
+	// ".wasm"), returned to the guest by the config host function.
+	Config map[string]json.RawMessage
+	// Logger receives load, swap, fault and guest log messages; nil = hclog.NewNullLogger().
+	Logger hclog.Logger
+	// PoolSize bounds the instances per module; 0 = 2×GOMAXPROCS.
+	PoolSize int
+	// Prewarm is the number of instances created per module at load (the
+	// first synchronously, the rest in the background); 0 = min(2, PoolSize).
+	Prewarm int
+	// CallTimeout bounds every hook call (the request's own deadline applies
+	// when sooner); 0 = 50ms.
+	CallTimeout time.Duration
+	// MemoryLimitPages caps each instance's memory in 64 KiB pages; 0 = 1024 (64 MiB).
+	MemoryLimitPages uint32
+	// FaultsBeforeRollback is how many faults in a row roll a policy back; 0 = 5.
+	FaultsBeforeRollback int
+	// Debounce is the quiet time after a file event before rescanning; 0 = 100ms.
+	Debounce time.Duration
+}
+
+// Defaults of Options.
+const (
+	DefaultCallTimeout          = 50 * time.Millisecond
+	DefaultMemoryLimitPages     = 1024
+	DefaultFaultsBeforeRollback = 5
+	DefaultDebounce             = 100 * time.Millisecond
+)
+
+// Policy states reported by Status.
+const (
+	StateActive     = "active"      // the version shown is serving
+	StateRejected   = "rejected"    // the latest file was refused; the version shown (if any) still serves
+	StateRolledBack = "rolled_back" // the version shown replaced a faulting one (see last_error)
+	StateTripped    = "tripped"     // faulted repeatedly with nothing to roll back to: calls use the built-in default
+)
+
+// Sources of a policy version.
+const (
+	SourceEmbedded = "embedded"
+	SourceDir      = "dir"
+)
+
+// ErrClosed is returned by Reload after Close.
+var ErrClosed = errors.New("plugins: runtime closed")
+
+// Runtime holds the loaded policies. Its methods are safe for concurrent use.
+type Runtime struct {
+	opts  Options
+	log   hclog.Logger
+	wrt   wazero.Runtime
+	cache wazero.CompilationCache
+	m     *metrics
+
+	mu      sync.Mutex // serializes loads, swaps and rollbacks
+	entries map[string]*entry
+
+	cmu      sync.Mutex
+	compiled map[string]*compiled
+
+	active atomic.Pointer[activeSet]
+	status atomic.Pointer[[]statusBase]
+	ready  atomic.Bool
+	closed atomic.Bool
+
+	watcher   *fsnotify.Watcher
+	stopWatch chan struct{}
+	watchDone chan struct{}
+	bgMu      sync.Mutex
+	bg        sync.WaitGroup
+}
+
+// background runs f in a goroutine that Close waits for; it does nothing
+// once the runtime is closed.
+func (r *Runtime) background(f func()) {
+	r.bgMu.Lock()
+	defer r.bgMu.Unlock()
+	if r.closed.Load() {
+		return
+	}
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		f()
+	}()
+}
+
+// entry is everything known about one policy name.
+type entry struct {
+	name        string
+	embedded    *artifact
+	fileSHA     string // sha256 of the file last seen in PolicyDir ("" = none)
+	triedEmbed  bool
+	cur         *version
+	prev        *artifact // what served before cur, for rollback
+	state       string
+	lastError   string
+	rejectedSHA string
+	gen         uint64
+	st          *stats
+}
+
+// artifact is a module's bytes and where they came from.
+type artifact struct {
+	source string
+	data   []byte
+	sha    string
+}
+
+// activeSet is the ordered set of serving versions, by hook.
+type activeSet struct {
+	all    []*version
+	byHook [3][]*version
+}
+
+func newArtifact(source string, data []byte) *artifact {
+	sum := sha256.Sum256(data)
+	return &artifact{source: source, data: data, sha: hex.EncodeToString(sum[:])}
+}
+
+// DefaultCacheDir is where the compilation cache lives when Options.CacheDir
+// is empty.
+func DefaultCacheDir() string {
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "sluice", "wasm")
+	}
+	return filepath.Join(os.TempDir(), "sluice-wasm-cache")
+}
+
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = hclog.NewNullLogger()
+	}
+	if o.PoolSize <= 0 {
+		o.PoolSize = 2 * runtime.GOMAXPROCS(0)
+	}
+	if o.Prewarm <= 0 {
+		o.Prewarm = min(2, o.PoolSize)
+	}
+	o.Prewarm = min(o.Prewarm, o.PoolSize)
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = DefaultCallTimeout
+	}
+	if o.MemoryLimitPages == 0 {
+		o.MemoryLimitPages = DefaultMemoryLimitPages
+	}
+	o.MemoryLimitPages = min(o.MemoryLimitPages, 65536)
+	if o.FaultsBeforeRollback <= 0 {
+		o.FaultsBeforeRollback = DefaultFaultsBeforeRollback
+	}
+	if o.Debounce <= 0 {
+		o.Debounce = DefaultDebounce
+	}
+	if o.CacheDir == "" {
+		o.CacheDir = DefaultCacheDir()
+	}
+	return o
+}
+
+// New compiles the embedded and PolicyDir policies, publishes them and starts
+// watching PolicyDir. Policies that fail to load are reported by Status, not
+// by an error; New fails only when the runtime itself cannot start.
+func New(ctx context.Context, opts Options) (*Runtime, error) {
+	opts = opts.withDefaults()
+	r := &Runtime{
+		opts:     opts,
+		log:      opts.Logger.Named("policies"),
+		m:        newMetrics(),
+		entries:  map[string]*entry{},
+		compiled: map[string]*compiled{},
+	}
+	if err := os.MkdirAll(opts.CacheDir, 0o755); err != nil {
+		return nil, fmt.Errorf("plugins: cache dir: %w", err)
+	}
+	cache, err := wazero.NewCompilationCacheWithDir(opts.CacheDir)
+	if err != nil {
+		return nil, fmt.Errorf("plugins: compilation cache: %w", err)
+	}
+	r.cache = cache
+	cfg := wazero.NewRuntimeConfig().
+		WithCompilationCache(cache).
+		WithCloseOnContextDone(true).
+		WithMemoryLimitPages(opts.MemoryLimitPages)
+	r.wrt = wazero.NewRuntimeWithConfig(ctx, cfg)
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, r.wrt); err != nil {
+		_ = r.wrt.Close(ctx)
+		return nil, fmt.Errorf("plugins: wasi: %w", err)
+	}
+	if err := r.instantiateHost(ctx); err != nil {
+		_ = r.wrt.Close(ctx)
+		return nil, fmt.Errorf("plugins: host module: %w", err)
+	}
+	for file, data := range opts.Embedded {
+		name, ok := policyName(file)
+		if !ok {
+			continue
+		}
+		r.entry(name).embedded = newArtifact(SourceEmbedded, data)
+	}
+	r.active.Store(&activeSet{})
+	if opts.PolicyDir != "" {
+		if err := os.MkdirAll(opts.PolicyDir, 0o755); err != nil {
+			_ = r.wrt.Close(ctx)
+			return nil, fmt.Errorf("plugins: policy dir: %w", err)
+		}
+	}
+	if err := r.Reload(ctx); err != nil {
+		_ = r.Close(context.Background())
+		return nil, err
+	}
+	if opts.PolicyDir != "" {
+		if err := r.watch(); err != nil {
+			_ = r.Close(context.Background())
+			return nil, err
+		}
+	}
+	r.ready.Store(true)
+	return r, nil
+}
+
+// policyName maps a file name to a policy name; false for names to ignore
+// (not *.wasm, hidden or editor files).
+func policyName(file string) (string, bool) {
+	if !strings.HasSuffix(file, ".wasm") || strings.HasPrefix(file, ".") || strings.HasPrefix(file, "#") {
+		return "", false
+	}
+	name := strings.TrimSuffix(file, ".wasm")
+	if name == "" || strings.ContainsAny(name, "/\\") {
+		return "", false
+	}
+	return name, true
+}
+
+func (r *Runtime) entry(name string) *entry {
+	e := r.entries[name]
+	if e == nil {
+		e = &entry{name: name, st: &stats{}}
+		r.entries[name] = e
+	}
+	return e
+}
+
+// Ready reports whether the initial load is done (and the runtime not closed).
+func (r *Runtime) Ready() bool { return r.ready.Load() && !r.closed.Load() }
+
+// Collectors returns the runtime's Prometheus collectors (not registered).
+func (r *Runtime) Collectors() []prometheus.Collector { return r.m.collectors() }
+
+// scanDir reads every policy file in PolicyDir.
+func (r *Runtime) scanDir() (map[string][]byte, error) {
+	files := map[string][]byte{}
+	if r.opts.PolicyDir == "" {
+		return files, nil
+	}
+	des, err := os.ReadDir(r.opts.PolicyDir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return files, nil
+		}
+		return nil, fmt.Errorf("plugins: read policy dir: %w", err)
+	}
+	for _, de := range des {
+		name, ok := policyName(de.Name())
+		if !ok {
+			continue
+		}
+		p := filepath.Join(r.opts.PolicyDir, de.Name())
+		fi, err := os.Stat(p) // follows symlinks
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			r.log.Warn("cannot read policy file", "file", p, "error", err)
+			continue
+		}
+		files[name] = data
+	}
+	return files, nil
+}
+
+type plan struct {
+	e   *entry
+	art *artifact // nil: unload
+	v   *version
+	err error
+}
+
+// Reload rescans PolicyDir now and swaps in what changed. The watcher calls
+// it after debouncing; tests call it directly. Files whose content did not
+// change are skipped.
+func (r *Runtime) Reload(ctx context.Context) error {
+	if r.closed.Load() {
+		return ErrClosed
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed.Load() {
+		return ErrClosed
+	}
+	files, err := r.scanDir()
+	if err != nil {
+		return err
+	}
+	names := map[string]bool{}
+	for n := range files {
+		names[n] = true
+	}
+	for n := range r.entries {
+		names[n] = true
+	}
+	var plans []*plan
+	for _, name := range sortedKeys(names) {
+		e := r.entry(name)
+		data, inDir := files[name]
+		switch {
+		case inDir:
+			a := newArtifact(SourceDir, data)
+			if a.sha == e.fileSHA {
+				continue
+			}
+			e.fileSHA = a.sha
+			plans = append(plans, &plan{e: e, art: a})
+		case e.fileSHA != "":
+			e.fileSHA = ""
+			if e.embedded != nil {
+				plans = append(plans, &plan{e: e, art: e.embedded})
+			} else {
+				plans = append(plans, &plan{e: e})
+			}
+		case e.cur == nil && e.embedded != nil && !e.triedEmbed:
+			plans = append(plans, &plan{e: e, art: e.embedded})
+		}
+		if e.embedded != nil {
+			e.triedEmbed = true
+		}
+	}
+	if len(plans) == 0 {
+		return nil
+	}
+	// Compile, check and self-test in parallel, off the request path.
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
+	for _, p := range plans {
+		if p.art == nil || (p.e.cur != nil && p.e.cur.comp.sha == p.art.sha && p.e.cur.source == p.art.source) {
+			continue
+		}
+		wg.Add(1)
+		go func(p *plan) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			p.v, p.err = r.build(ctx, p.e, p.art)
+		}(p)
+	}
+	wg.Wait()
+	var retired []*version
+	for _, p := range plans {
+		e := p.e
+		switch {
+		case p.art == nil: // unload
+			if e.cur != nil {
+				retired = append(retired, e.cur)
+				r.m.swaps.WithLabelValues(e.name, "unloaded").Inc()
+				r.log.Info("policy unloaded", "policy", e.name, "sha256", short(e.cur.comp.sha))
+			}
+			delete(r.entries, e.name)
+		case p.v == nil && p.err == nil: // already serving these bytes
+			e.state, e.lastError, e.rejectedSHA = StateActive, "", ""
+		case p.err != nil:
+			e.state, e.lastError, e.rejectedSHA = StateRejected, p.err.Error(), p.art.sha
+			e.st.setErr(p.err.Error())
+			r.m.rejections.WithLabelValues(e.name).Inc()
+			r.log.Error("policy rejected", "policy", e.name, "source", p.art.source, "sha256", short(p.art.sha), "error", p.err)
+		default:
+			if e.cur != nil {
+				retired = append(retired, e.cur)
+				e.prev = &artifact{source: e.cur.source, data: e.cur.data, sha: e.cur.comp.sha}
+			}
+			e.cur = p.v
+			e.state, e.lastError, e.rejectedSHA = StateActive, "", ""
+			r.m.swaps.WithLabelValues(e.name, "loaded").Inc()
+			r.log.Info("policy loaded", "policy", e.name, "source", p.art.source, "sha256", short(p.art.sha),
+				"hooks", strings.Join(p.v.hooks.Names(), ","))
+		}
+	}
+	r.publish()
+	for _, v := range retired {
+		v.retire()
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func short(sha string) string {
+	if len(sha) > 12 {
+		return sha[:12]
+	}
+	return sha
+}
+
+// publish stores the active set and the status snapshot. Callers hold r.mu.
+func (r *Runtime) publish() {
+	set := &activeSet{}
+	names := make([]string, 0, len(r.entries))
+	for n := range r.entries {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	r.m.active.Reset()
+	var sb []statusBase
+	for _, n := range names {
+		e := r.entries[n]
+		if v := e.cur; v != nil {
+			set.all = append(set.all, v)
+			for h := hRecover; h <= hRewrite; h++ {
+				if v.hooks&hookBits[h] != 0 {
+					set.byHook[h] = append(set.byHook[h], v)
+				}
+			}
+			r.m.active.WithLabelValues(n, v.comp.sha, v.source, e.state).Set(1)
+		}
+		sb = append(sb, r.statusOf(e))
+	}
+	r.active.Store(set)
+	r.status.Store(&sb)
+}
+
+// getCompiled compiles data, or reuses the module already compiled from the
+// same bytes; the caller owns one reference.
+func (r *Runtime) getCompiled(ctx context.Context, a *artifact) (*compiled, error) {
+	r.cmu.Lock()
+	if c := r.compiled[a.sha]; c != nil {
+		c.refs++
+		r.cmu.Unlock()
+		return c, nil
+	}
+	r.cmu.Unlock()
+	cm, err := r.wrt.CompileModule(ctx, a.data)
+	if err != nil {
+		return nil, err
+	}
+	r.cmu.Lock()
+	defer r.cmu.Unlock()
+	if c := r.compiled[a.sha]; c != nil { // compiled concurrently
+		_ = cm.Close(ctx)
+		c.refs++
+		return c, nil
+	}
+	c := &compiled{sha: a.sha, cm: cm, refs: 1}
+	r.compiled[a.sha] = c
+	return c, nil
+}
+
+func (r *Runtime) releaseCompiled(c *compiled) {
+	r.cmu.Lock()
+	defer r.cmu.Unlock()
+	c.refs--
+	if c.refs == 0 {
+		delete(r.compiled, c.sha)
+		_ = c.cm.Close(context.Background())
+	}
+}
+
+// build compiles, checks and self-tests a module and prewarms its pool.
+func (r *Runtime) build(ctx context.Context, e *entry, a *artifact) (*version, error) {
+	if len(a.data) < 8 || string(a.data[:4]) != "\x00asm" {
+		return nil, errors.New("not a WebAssembly module (bad magic)")
+	}
+	comp, err := r.getCompiled(ctx, a)
+	if err != nil {
+		return nil, fmt.Errorf("compile: %w", err)
+	}
+	v, err := r.buildFrom(ctx, e, a, comp)
+	if err != nil {
+		r.releaseCompiled(comp)
+		return nil, err
+	}
+	return v, nil
+}
+
+func (r *Runtime) buildFrom(ctx context.Context, e *entry, a *artifact, comp *compiled) (*version, error) {
+	exported, err := checkImportsAndMarker(comp.cm)
+	if err != nil {
+		return nil, err
+	}
+	v := &version{
+		rt:       r,
+		name:     e.name,
+		source:   a.source,
+		data:     a.data,
+		comp:     comp,
+		hooks:    exported,
+		loadedAt: time.Now(),
+		config:   []byte(r.opts.Config[e.name]),
+		st:       e.st,
+		idle:     make(chan *instance, r.opts.PoolSize),
+		tokens:   make(chan struct{}, r.opts.PoolSize),
+		closed:   make(chan struct{}),
+	}
+	if len(v.config) == 0 {
+		v.config = nil
+	}
+	for range r.opts.PoolSize {
+		v.tokens <- struct{}{}
+	}
+	<-v.tokens
+	lctx, cancel := context.WithTimeout(ctx, initTimeout)
+	defer cancel()
+	inst, err := v.newInstance(lctx)
+	if err != nil {
+		return nil, fmt.Errorf("init: %w", err)
+	}
+	fail := func(err error) (*version, error) {
+		if t := inst.tail.String(); t != "" {
+			err = fmt.Errorf("%w (stderr: %s)", err, strings.TrimSpace(t))
+		}
+		inst.close()
+		return nil, err
+	}
+	sctx := withState(lctx, &callState{v: v, hook: "load"})
+	abi, err := callI32(sctx, inst.mod, hostabi.ExportABIVersion)
+	if err != nil {
+		return fail(fmt.Errorf("sluice_abi_version: %w", err))
+	}
+	if abi != hostabi.ABIVersion {
+		return fail(fmt.Errorf("ABI version %d, this host supports %d", abi, hostabi.ABIVersion))
+	}
+	if err := checkExports(comp.cm); err != nil {
+		return fail(err)
+	}
+	if inst.mod.ExportedFunction(hostabi.ExportHooks) != nil {
+		mask, err := callI32(sctx, inst.mod, hostabi.ExportHooks)
+		if err != nil {
+			return fail(fmt.Errorf("sluice_hooks: %w", err))
+		}
+		v.hooks &= hostabi.Hook(mask)
+	}
+	if v.hooks&(hostabi.HookRecover|hostabi.HookReplay|hostabi.HookRewrite) == 0 {
+		return fail(errors.New("the module implements none of the hooks recover, replay, rewrite_request"))
+	}
+	if v.hooks&hostabi.HookSelfTest != 0 {
+		tctx := withState(lctx, &callState{v: v, hook: "self_test"})
+		res, err := callI32(tctx, inst.mod, hostabi.ExportSelfTest)
+		if err != nil {
+			return fail(fmt.Errorf("self_test: %w", err))
+		}
+		if res != 0 {
+			return fail(fmt.Errorf("self_test failed (returned %d)", res))
+		}
+	}
+	for h := range hookNames {
+		inst.fns[h] = nil
+		if v.hooks&hookBits[h] != 0 {
+			inst.fns[h] = inst.mod.ExportedFunction(hookBits[h].Export())
+		}
+		v.hm[h] = r.m.forHook(e.name, hookNames[h])
+	}
+	v.idle <- inst
+	e.gen++
+	v.gen = e.gen
+	v.warm(r.opts.Prewarm - 1)
+	return v, nil
+}
+
+func callI32(ctx context.Context, mod api.Module, name string) (int32, error) {
+	fn := mod.ExportedFunction(name)
+	if fn == nil {
+		return 0, errors.New("not exported")
+	}
+	res, err := fn.Call(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if len(res) != 1 {
+		return 0, errors.New("no result")
+	}
+	return api.DecodeI32(res[0]), nil
+}
+
+// sig renders a function type for error messages.
+func sig(d api.FunctionDefinition) string {
+	return "(" + typeNames(d.ParamTypes()) + ")->(" + typeNames(d.ResultTypes()) + ")"
+}
+
+func sameTypes(got, want []api.ValueType) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func checkFunc(exps map[string]api.FunctionDefinition, name string, params, results []api.ValueType, required bool) (bool, error) {
+	d, ok := exps[name]
+	if !ok {
+		if required {
+			return false, fmt.Errorf("missing export %s", name)
+		}
+		return false, nil
+	}
+	if !sameTypes(d.ParamTypes(), params) || !sameTypes(d.ResultTypes(), results) {
+		return false, fmt.Errorf("export %s has type %s, the ABI wants (%s)->(%s)", name, sig(d), typeNames(params), typeNames(results))
+	}
+	return true, nil
+}
+
+func typeNames(ts []api.ValueType) string {
+	s := make([]string, len(ts))
+	for i, t := range ts {
+		s[i] = api.ValueTypeName(t)
+	}
+	return strings.Join(s, ",")
+}
+
+// checkImportsAndMarker checks what can be checked before instantiation and
+// returns the exported hooks.
+func checkImportsAndMarker(cm wazero.CompiledModule) (hostabi.Hook, error) {
+	for _, f := range cm.ImportedFunctions() {
+		mod, name, _ := f.Import()
+		switch mod {
+		case hostabi.ImportModule:
+			if !hostImports[name] {
+				return 0, fmt.Errorf("imports unknown host function %s.%s (written for another ABI version?)", mod, name)
+			}
+		case wasi_snapshot_preview1.ModuleName:
+		default:
+			return 0, fmt.Errorf("imports from unknown module %q", mod)
+		}
+	}
+	if len(cm.ImportedMemories()) > 0 {
+		return 0, errors.New("imports a memory; a policy must define and export its own")
+	}
+	exps := cm.ExportedFunctions()
+	if _, err := checkFunc(exps, hostabi.ExportABIVersion, nil, []api.ValueType{i32}, true); err != nil {
+		return 0, fmt.Errorf("not a Sluice policy: %w", err)
+	}
+	var hooks hostabi.Hook
+	for h := range hookNames {
+		if _, ok := exps[hookBits[h].Export()]; ok {
+			hooks |= hookBits[h]
+		}
+	}
+	return hooks, nil
+}
+
+// checkExports checks the exports' types once the version marker matched.
+func checkExports(cm wazero.CompiledModule) error {
+	exps := cm.ExportedFunctions()
+	if _, ok := cm.ExportedMemories()[hostabi.ExportMemory]; !ok {
+		return errors.New("missing export memory")
+	}
+	if _, err := checkFunc(exps, hostabi.ExportAlloc, []api.ValueType{i32}, []api.ValueType{i32}, true); err != nil {
+		return err
+	}
+	hook := []api.ValueType{i32, i32}
+	for _, name := range []string{hostabi.ExportRecover, hostabi.ExportReplay, hostabi.ExportRewrite} {
+		if _, err := checkFunc(exps, name, hook, []api.ValueType{i64}, false); err != nil {
+			return err
+		}
+	}
+	if _, err := checkFunc(exps, hostabi.ExportSelfTest, nil, []api.ValueType{i32}, false); err != nil {
+		return err
+	}
+	if _, err := checkFunc(exps, hostabi.ExportHooks, nil, []api.ValueType{i32}, false); err != nil {
+		return err
+	}
+	if _, err := checkFunc(exps, hostabi.ExportInitialize, nil, nil, false); err != nil {
+		return err
+	}
+	return nil
+}
+
+// rollback replaces a version that faulted FaultsBeforeRollback times in a
+// row by the previous version of the same policy, or trips it.
+func (r *Runtime) rollback(v *version, reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed.Load() {
+		return
+	}
+	e := r.entries[v.name]
+	if e == nil || e.cur != v {
+		return
+	}
+	r.m.rollbacks.WithLabelValues(v.name).Inc()
+	prev := e.prev
+	if prev == nil && v.source == SourceDir && e.embedded != nil {
+		prev = e.embedded
+	}
+	msg := fmt.Sprintf("%d faults in a row in version %s: %s", r.opts.FaultsBeforeRollback, short(v.comp.sha), reason)
+	if prev != nil && prev.sha != v.comp.sha {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		nv, err := r.build(ctx, e, prev)
+		cancel()
+		if err == nil {
+			e.cur, e.prev = nv, nil
+			e.state, e.lastError = StateRolledBack, "rolled back to "+short(prev.sha)+" after "+msg
+			e.st.setErr(e.lastError)
+			r.m.swaps.WithLabelValues(v.name, "rolled_back").Inc()
+			r.log.Error("policy rolled back", "policy", v.name, "from", short(v.comp.sha), "to", short(prev.sha), "reason", reason)
+			r.publish()
+			v.retire()
+			return
+		}
+		r.log.Error("policy rollback failed", "policy", v.name, "error", err)
+	}
+	v.tripped.Store(true)
+	e.state, e.lastError = StateTripped, "no previous version to roll back to; calls use the built-in default after "+msg
+	e.st.setErr(e.lastError)
+	r.m.swaps.WithLabelValues(v.name, "tripped").Inc()
+	r.log.Error("policy tripped: calls use the built-in default", "policy", v.name, "reason", reason)
+	r.publish()
+}
+
+// Close stops the watcher, drains in-flight calls (bounded by ctx) and frees
+// every module. Hook calls after Close return the built-in defaults.
+func (r *Runtime) Close(ctx context.Context) error {
+	if !r.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	if r.stopWatch != nil {
+		close(r.stopWatch)
+		<-r.watchDone
+	}
+	r.mu.Lock()
+	var vs []*version
+	for _, e := range r.entries {
+		if e.cur != nil {
+			vs = append(vs, e.cur)
+		}
+	}
+	r.active.Store(&activeSet{})
+	r.mu.Unlock()
+	var err error
+	for _, v := range vs {
+		v.retire()
+		if werr := v.waitClosed(ctx); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	r.bgMu.Lock()
+	r.bg.Wait()
+	r.bgMu.Unlock()
+	if cerr := r.wrt.Close(ctx); cerr != nil && err == nil {
+		err = cerr
+	}
+	if cerr := r.cache.Close(ctx); cerr != nil && err == nil {
+		err = cerr
+	}
+	return err
+}

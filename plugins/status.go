@@ -1,0 +1,64 @@
+package plugins
+
+import (
+	"time"
+)
+
+// PolicyStatus describes one policy name (the JSON of GET /admin/policies).
+type PolicyStatus struct {
+	Name       string    `json:"name"`                      // file name without .wasm
+	SHA256     string    `json:"sha256"`                    // of the serving version ("" when none serves)
+	ABIVersion int       `json:"abi_version"`               // of the serving version
+	Version    uint64    `json:"version"`                   // load generation of this name: 1, 2, …
+	Hooks      []string  `json:"hooks"`                     // hooks the serving version implements
+	LoadedAt   time.Time `json:"loaded_at"`                 // when the serving version was loaded
+	Calls      int64     `json:"calls"`                     // hook calls into the policy (all versions)
+	Faults     int64     `json:"faults"`                    // calls that faulted (trap, timeout, memory, bad output)
+	Errors     int64     `json:"errors"`                    // calls that ended in the guest's error result, a cancellation or a busy pool
+	LastError  string    `json:"last_error"`                // the latest load error, fault or error
+	Source     string    `json:"source"`                    // "embedded" or "dir" (of the serving version)
+	State      string    `json:"state"`                     // "active", "rejected", "rolled_back" or "tripped"
+	Rejected   string    `json:"rejected_sha256,omitempty"` // sha256 of the file that was rejected (state "rejected")
+	Size       int       `json:"size"`                      // bytes of the serving module
+}
+
+// statusBase is the part of a status that changes only under Runtime.mu.
+type statusBase struct {
+	PolicyStatus
+	st *stats
+}
+
+func (r *Runtime) statusOf(e *entry) statusBase {
+	s := statusBase{st: e.st}
+	s.Name, s.State, s.LastError, s.Rejected, s.Hooks = e.name, e.state, e.lastError, e.rejectedSHA, []string{}
+	if v := e.cur; v != nil {
+		s.SHA256, s.ABIVersion, s.Version = v.comp.sha, 1, v.gen
+		s.Hooks = v.hooks.Names()
+		s.LoadedAt, s.Source, s.Size = v.loadedAt, v.source, len(v.data)
+	}
+	if s.State == "" {
+		s.State = StateActive
+	}
+	return s
+}
+
+// Status lists every policy name, sorted, with its serving version and
+// counters. It does not block on loads in progress.
+func (r *Runtime) Status() []PolicyStatus {
+	p := r.status.Load()
+	if p == nil {
+		return nil
+	}
+	out := make([]PolicyStatus, len(*p))
+	for i, b := range *p {
+		out[i] = b.PolicyStatus
+		out[i].Hooks = append([]string(nil), b.Hooks...)
+		out[i].Calls = b.st.calls.Load()
+		out[i].Faults = b.st.faults.Load()
+		out[i].Errors = b.st.errors.Load()
+		if le := b.st.lastErr.Load(); le != nil && (out[i].LastError == "" || out[i].State != StateRejected) {
+			out[i].LastError = *le
+		}
+	}
+	return out
+}

@@ -1,0 +1,13 @@
+;; Test fixture: malformed results: recover points outside memory, replay at bytes that are not JSON, rewrite returns 7.
+(module
+  (memory (export "memory") 2)
+  (func (export "sluice_abi_version") (result i32) (i32.const 1))
+  ;; every input goes to one buffer at 65536 (inputs are small)
+  (func (export "sluice_alloc") (param $n i32) (result i32)
+    (if (i32.gt_u (local.get $n) (i32.const 65536)) (then (unreachable)))
+    (i32.const 65536))
+  (data (i32.const 256) "not json at all") ;; garbage: 15 bytes
+  (func (export "sluice_recover") (param i32 i32) (result i64) (i64.const 9223090561878065252))
+  (func (export "sluice_replay") (param i32 i32) (result i64) (i64.const 1099511627791))
+  (func (export "sluice_rewrite_request") (param i32 i32) (result i64) (i64.const 7))
+)

@@ -1,0 +1,18 @@
+;; Test fixture: recover returns the policy config as its output (so config {"verdict":2} gives fail_closed); replay echoes its input back as output (an invalid output: no verdict); logs its input at info.
+(module
+  (import "sluice" "config" (func $config (param i32 i32) (result i32)))
+  (import "sluice" "log" (func $log (param i32 i32 i32)))
+  (memory (export "memory") 2)
+  (func (export "sluice_abi_version") (result i32) (i32.const 1))
+  ;; every input goes to one buffer at 65536 (inputs are small)
+  (func (export "sluice_alloc") (param $n i32) (result i32)
+    (if (i32.gt_u (local.get $n) (i32.const 65536)) (then (unreachable)))
+    (i32.const 65536))
+  (func (export "sluice_recover") (param $p i32) (param $n i32) (result i64)
+    (local $c i32)
+    (call $log (i32.const 2) (local.get $p) (local.get $n))
+    (local.set $c (call $config (i32.const 4096) (i32.const 1024)))
+    (if (i32.le_s (local.get $c) (i32.const 0)) (then (return (i64.const -1))))
+    (if (i32.gt_s (local.get $c) (i32.const 1024)) (then (return (i64.const -2))))
+    (i64.or (i64.shl (i64.const 4096) (i64.const 32)) (i64.extend_i32_u (local.get $c))))
+)

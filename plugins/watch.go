@@ -1,0 +1,63 @@
+package plugins
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// watch starts the fsnotify watcher on PolicyDir: any event (create, write,
+// rename, remove) schedules one rescan after Debounce of quiet. Rescans skip
+// files whose content is unchanged, so editor temp files and duplicate events
+// cost little.
+func (r *Runtime) watch() error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("plugins: watcher: %w", err)
+	}
+	if err := w.Add(r.opts.PolicyDir); err != nil {
+		_ = w.Close()
+		return fmt.Errorf("plugins: watch %s: %w", r.opts.PolicyDir, err)
+	}
+	r.watcher = w
+	r.stopWatch = make(chan struct{})
+	r.watchDone = make(chan struct{})
+	go r.watchLoop(w)
+	return nil
+}
+
+func (r *Runtime) watchLoop(w *fsnotify.Watcher) {
+	defer close(r.watchDone)
+	defer w.Close()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-r.stopWatch:
+			timer.Stop()
+			return
+		case ev, ok := <-w.Events:
+			if !ok {
+				return
+			}
+			if ev.Op == fsnotify.Chmod {
+				continue
+			}
+			timer.Reset(r.opts.Debounce)
+		case err, ok := <-w.Errors:
+			if !ok {
+				return
+			}
+			r.log.Warn("policy dir watcher error; rescanning", "error", err)
+			timer.Reset(r.opts.Debounce)
+		case <-timer.C:
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			if err := r.Reload(ctx); err != nil && err != ErrClosed {
+				r.log.Error("policy reload failed", "error", err)
+			}
+			cancel()
+		}
+	}
+}
