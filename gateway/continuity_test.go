@@ -205,17 +205,20 @@ func TestStoreLookupFailureFailsClosed(t *testing.T) {
 }
 
 func TestPreviousResponseNotFoundIsRecovered(t *testing.T) {
+	// In-stream shapes arrive before response.created: the default replay
+	// policy retries once on the owner, so the owner fails twice here.
 	tests := []struct {
-		name   string
-		script upstreamtest.Script
-		stream bool
+		name     string
+		script   upstreamtest.Script
+		stream   bool
+		attempts int
 	}{
-		{"stream error event", upstreamtest.PreviousNotFound(upstreamtest.ShapeErrorEvent), true},
-		{"stream response.failed", upstreamtest.PreviousNotFound(upstreamtest.ShapeFailed), true},
-		{"stream 400 status", upstreamtest.PreviousNotFound(upstreamtest.ShapeStatus), true},
-		{"json 400", upstreamtest.PreviousNotFound(upstreamtest.ShapeStatus), false},
+		{"stream error event", upstreamtest.PreviousNotFound(upstreamtest.ShapeErrorEvent), true, 2},
+		{"stream response.failed", upstreamtest.PreviousNotFound(upstreamtest.ShapeFailed), true, 2},
+		{"stream 400 status", upstreamtest.PreviousNotFound(upstreamtest.ShapeStatus), true, 1},
+		{"json 400", upstreamtest.PreviousNotFound(upstreamtest.ShapeStatus), false, 1},
 		{"invalid_request_error wording", upstreamtest.Failure(upstreamtest.ShapeStatus, 400,
-			upstreamtest.ErrorBody("Previous  response with id 'resp_x' NOT FOUND.", "invalid_request_error", "invalid_request_error", "previous_response_id")), false},
+			upstreamtest.ErrorBody("Previous  response with id 'resp_x' NOT FOUND.", "invalid_request_error", "invalid_request_error", "previous_response_id")), false, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -223,7 +226,10 @@ func TestPreviousResponseNotFoundIsRecovered(t *testing.T) {
 			h := continuityHarness(t, st, gateway.Options{})
 			_, id := h.turn("", nil)
 			own := owner(id)
-			h.ups[own].Enqueue(tt.script)
+			for i := 0; i < tt.attempts; i++ {
+				h.ups[own].Enqueue(tt.script)
+			}
+			before := h.ups[own].RequestCount()
 			if tt.stream {
 				evs, _ := h.turn(id, nil)
 				if last := assertOneTerminal(t, evs); last.typ != "response.failed" || last.code != "stream_incomplete" {
@@ -235,6 +241,12 @@ func TestPreviousResponseNotFoundIsRecovered(t *testing.T) {
 					t.Fatalf("%d %+v", resp.StatusCode, e)
 				}
 			}
+			if got := h.ups[own].RequestCount() - before; got != tt.attempts {
+				t.Fatalf("owner saw %d attempts, want %d", got, tt.attempts)
+			}
+			if h.ups[other(own)].RequestCount() != 0 {
+				t.Fatal("a pinned request went to another upstream")
+			}
 			// The stale anchor is gone: the next turn is not pinned.
 			if code := h.getJSON("/admin/continuity/"+id, nil); code != 404 {
 				t.Fatalf("stale anchor still there (%d)", code)
@@ -243,6 +255,23 @@ func TestPreviousResponseNotFoundIsRecovered(t *testing.T) {
 				t.Fatal("recovery not counted")
 			}
 		})
+	}
+}
+
+func TestLostPreviousResponseReplaysOnceOnTheOwner(t *testing.T) {
+	st := openStore(t, t.TempDir())
+	h := continuityHarness(t, st, gateway.Options{})
+	_, id := h.turn("", nil)
+	own := owner(id)
+	h.ups[own].Enqueue(upstreamtest.PreviousNotFound(upstreamtest.ShapeErrorEvent))
+	evs, next := h.turn(id, nil)
+	if assertOneTerminal(t, evs).typ != "response.completed" || owner(next) != own {
+		t.Fatalf("replay on the owner did not serve the turn: %q", next)
+	}
+	for _, ev := range evs {
+		if ev.typ == "error" || ev.code != "" {
+			t.Fatalf("the suppressed failure reached the client: %s", ev.data)
+		}
 	}
 }
 

@@ -122,30 +122,52 @@ func grep(s, substr string) string {
 	return strings.Join(out, "\n")
 }
 
-func TestPreStreamFailuresAreJSONErrors(t *testing.T) {
+func TestFailuresBeforeAnyEvent(t *testing.T) {
+	// One upstream: nothing to fail over to. JSON clients get an HTTP error;
+	// stream clients get one response.failed (the terminal-event rule), except
+	// for an upstream 4xx, which passes through as it is.
 	tests := []struct {
-		name   string
-		script upstreamtest.Script
-		status int
-		code   string
+		name       string
+		script     upstreamtest.Script
+		jsonStatus int    // 0: not applicable to non-stream requests
+		jsonCode   string //
+		streamCode string // code of response.failed; "" → the 4xx passes through
 	}{
-		{"429", upstreamtest.Status429(2 * time.Second), 429, "rate_limit_exceeded"},
-		{"quota error event", upstreamtest.QuotaEvent(upstreamtest.ShapeErrorEvent), 429, "usage_limit_reached"},
-		{"quota response.failed", upstreamtest.QuotaEvent(upstreamtest.ShapeFailed), 429, "usage_limit_reached"},
-		{"5xx", upstreamtest.Status5xx(500), 502, "upstream_unavailable"},
-		{"cut before any event", upstreamtest.CutAfter(0), 502, "upstream_unavailable"},
-		{"400 passes through", upstreamtest.Failure(upstreamtest.ShapeStatus, 400, upstreamtest.ErrorBody("bad tool", "invalid_request_error", "invalid_value", "tools")), 400, "invalid_value"},
+		{"429", upstreamtest.Status429(2 * time.Second), 429, "rate_limit_exceeded", "rate_limit_exceeded"},
+		{"quota error event", upstreamtest.QuotaEvent(upstreamtest.ShapeErrorEvent), 0, "", "upstream_unavailable"},
+		{"quota response.failed", upstreamtest.QuotaEvent(upstreamtest.ShapeFailed), 0, "", "upstream_unavailable"},
+		{"5xx", upstreamtest.Status5xx(500), 502, "upstream_unavailable", "upstream_unavailable"},
+		{"cut before any byte", upstreamtest.CutAfter(0), 502, "upstream_unavailable", "upstream_unavailable"},
+		{"400 passes through", upstreamtest.Failure(upstreamtest.ShapeStatus, 400, upstreamtest.ErrorBody("bad tool", "invalid_request_error", "invalid_value", "tools")), 400, "invalid_value", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t, harnessConfig{})
-			h.ups["A"].Enqueue(tt.script)
-			resp := h.post("/v1/responses", respBody)
-			if resp.StatusCode != tt.status {
-				t.Fatalf("status %d, want %d", resp.StatusCode, tt.status)
+			if tt.jsonStatus != 0 {
+				h.ups["A"].Enqueue(tt.script)
+				resp := h.post("/v1/responses", `{"model":"gpt-fake-1","input":"hi"}`)
+				if resp.StatusCode != tt.jsonStatus {
+					t.Fatalf("JSON status %d, want %d", resp.StatusCode, tt.jsonStatus)
+				}
+				if e := readError(t, resp); deref(e.Error.Code) != tt.jsonCode {
+					t.Fatalf("JSON code %q, want %q (%s)", deref(e.Error.Code), tt.jsonCode, e.Error.Message)
+				}
 			}
-			if e := readError(t, resp); deref(e.Error.Code) != tt.code {
-				t.Fatalf("code %q, want %q (%s)", deref(e.Error.Code), tt.code, e.Error.Message)
+			h2 := newHarness(t, harnessConfig{})
+			h2.ups["A"].Enqueue(tt.script)
+			if tt.streamCode == "" {
+				resp := h2.post("/v1/responses", respBody)
+				if e := readError(t, resp); resp.StatusCode != tt.jsonStatus || deref(e.Error.Code) != tt.jsonCode {
+					t.Fatalf("stream request: %d %+v", resp.StatusCode, e)
+				}
+				return
+			}
+			resp, evs := h2.responsesStream(respBody)
+			if resp.StatusCode != 200 {
+				t.Fatalf("stream status %d", resp.StatusCode)
+			}
+			if last := assertOneTerminal(t, evs); last.typ != "response.failed" || last.code != tt.streamCode {
+				t.Fatalf("stream terminal %s %q, want response.failed %q", last.typ, last.code, tt.streamCode)
 			}
 		})
 	}
@@ -269,14 +291,13 @@ func TestFailoverBeforeFirstByte(t *testing.T) {
 
 func TestFailoverOnConnectErrorAndQuotaEvent(t *testing.T) {
 	h := newHarness(t, harnessConfig{upstreams: []upstreamtest.Options{{Name: "A"}, {Name: "B"}}})
+	// Both out of quota before response.created: replayed once, then the
+	// second upstream's failure is the client's terminal event.
 	h.ups["A"].Enqueue(upstreamtest.QuotaEvent(upstreamtest.ShapeFailed))
 	h.ups["B"].Enqueue(upstreamtest.QuotaEvent(upstreamtest.ShapeFailed))
-	resp := h.post("/v1/responses", respBody)
-	if resp.StatusCode != 429 {
-		t.Fatalf("both out of quota → %d, want 429", resp.StatusCode)
-	}
-	if e := readError(t, resp); deref(e.Error.Code) != "usage_limit_reached" {
-		t.Fatalf("code %q", deref(e.Error.Code))
+	_, evs := h.responsesStream(respBody)
+	if last := assertOneTerminal(t, evs); last.typ != "response.failed" || last.code != "usage_limit_reached" || len(evs) != 1 {
+		t.Fatalf("got %d events ending %s %q", len(evs), last.typ, last.code)
 	}
 
 	// A dead upstream (connection refused) is skipped for a live one.
@@ -299,7 +320,7 @@ func TestFailoverIsBoundedToThreeAttempts(t *testing.T) {
 	for _, n := range []string{"A", "B", "C", "D"} {
 		h.ups[n].Enqueue(upstreamtest.Status5xx(503))
 	}
-	resp := h.post("/v1/responses", respBody)
+	resp := h.post("/v1/responses", `{"model":"gpt-fake-1","input":"hi"}`)
 	e := readError(t, resp)
 	if resp.StatusCode != http.StatusBadGateway || deref(e.Error.Code) != "upstream_unavailable" || e.Error.Type != "server_error" {
 		t.Fatalf("%d %+v", resp.StatusCode, e.Error)

@@ -35,8 +35,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, _ httprouter
 	s.serveAPI(w, r, chatEndpoint)
 }
 
-// serveAPI is the request pipeline: validate, rewrite, then forward with
-// failover.
+// serveAPI is the HTTP entry of the request pipeline.
 func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, ep endpoint) {
 	start := time.Now()
 	sw := &statusWriter{ResponseWriter: w}
@@ -65,64 +64,16 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, ep endpoint) {
 		return
 	}
 	surface = req.surface()
-	req.scope = scopeOf(r.Header, req.clientKeyHash)
-	if !s.pin(r.Context(), sw, req) {
+	s.process(r.Context(), &httpResponder{s: s, w: sw}, req, start)
+}
+
+// process runs a validated, rewritten request: continuity, then upstreams.
+func (s *Server) process(ctx context.Context, out responder, req *clientRequest, start time.Time) {
+	req.scope = scopeOf(req.header, req.clientKeyHash)
+	if !s.pin(ctx, out, req) {
 		return
 	}
-	s.forward(r.Context(), sw, req, start)
-}
-
-// pin resolves the owner of previous_response_id. It returns false when the
-// request was failed closed: the owner is known but unusable, or the lookup
-// failed. A request is never silently sent to another upstream then.
-func (s *Server) pin(ctx context.Context, w http.ResponseWriter, req *clientRequest) bool {
-	if s.cont == nil || req.previousResponseID == "" || req.ep.chat {
-		return true
-	}
-	res := s.cont.resolve(ctx, req.surface(), req.previousResponseID, req.scope)
-	if res.err != nil {
-		s.failClosed(w, req, failOwnerLookupFailed, "owner lookup failed: the gateway could not read which upstream owns previous_response_id; retry the request")
-		return false
-	}
-	if res.owner == "" {
-		return true
-	}
-	u := s.pool.Get(res.owner)
-	if u == nil {
-		s.failClosed(w, req, failOwnerUnavailable, fmt.Sprintf("upstream %q that owns previous_response_id is no longer configured", res.owner))
-		return false
-	}
-	if ok, why := u.Usable(time.Now()); !ok {
-		s.failClosed(w, req, failOwnerUnavailable, fmt.Sprintf("upstream %q that owns previous_response_id is unavailable (%s); retry later", res.owner, why))
-		return false
-	}
-	req.pinned = u
-	return true
-}
-
-// failClosed answers a continuity failure with the retryable
-// upstream_unavailable error, without calling any upstream.
-func (s *Server) failClosed(w http.ResponseWriter, req *clientRequest, reason, message string) {
-	s.metrics.failClosed.WithLabelValues(req.surface(), reason).Inc()
-	s.log.Warn("continuity fail closed", "surface", req.surface(), "reason", reason, "previous_response_id", LogID(req.previousResponseID))
-	s.failRequest(w, req, apierr.UpstreamUnavailable(http.StatusBadGateway, "%s", message))
-}
-
-// failRequest answers a validated request with a gateway error in the form
-// its client is reading: one response.failed event on a Responses stream, an
-// error chunk and [DONE] on a Chat stream, a JSON error otherwise.
-func (s *Server) failRequest(w http.ResponseWriter, req *clientRequest, e *apierr.Error) {
-	if !req.stream {
-		e.Write(w)
-		return
-	}
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
-	h.Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	p := &pump{s: s, req: req, sink: newSSESink(w), surface: req.surface(), lastSeq: -1}
-	p.writeTerminal(e)
-	s.metrics.streamTerminal.WithLabelValues(req.surface(), "gateway_error").Inc()
+	s.forward(ctx, out, req, start)
 }
 
 // rewrite runs the rewrite policy and applies its result to req.
@@ -155,72 +106,197 @@ func (s *Server) rewrite(ctx context.Context, req *clientRequest) *apierr.Error 
 	return nil
 }
 
-// attemptOutcome is how one upstream attempt ended.
-type attemptOutcome struct {
-	done      bool          // the client has its answer (or is gone); stop
-	why       string        // for the failure summary when not done
-	clientErr *apierr.Error // what the client gets if no later attempt succeeds
+// pin resolves the owner of previous_response_id. It returns false when the
+// request was failed closed: the owner is known but unusable, or the lookup
+// failed. A pinned request never silently goes to another upstream.
+func (s *Server) pin(ctx context.Context, out responder, req *clientRequest) bool {
+	if s.cont == nil || req.previousResponseID == "" || req.ep.chat {
+		return true
+	}
+	res := s.cont.resolve(ctx, req.surface(), req.previousResponseID, req.scope)
+	if res.err != nil {
+		s.failClosed(out, req, failOwnerLookupFailed, http.StatusBadGateway, "owner lookup failed: the gateway could not read which upstream owns previous_response_id; retry the request")
+		return false
+	}
+	if res.owner == "" {
+		return true
+	}
+	u := s.pool.Get(res.owner)
+	if u == nil {
+		s.failClosed(out, req, failOwnerUnavailable, http.StatusBadGateway, fmt.Sprintf("upstream %q that owns previous_response_id is no longer configured", res.owner))
+		return false
+	}
+	if ok, why := u.Usable(time.Now()); !ok {
+		s.failClosed(out, req, failOwnerUnavailable, http.StatusBadGateway, fmt.Sprintf("upstream %q that owns previous_response_id is unavailable (%s); retry later", res.owner, why))
+		return false
+	}
+	req.pinned = u
+	return true
 }
 
-// forward sends req to upstreams until one answers, failing over before the
-// first byte reaches the client.
-func (s *Server) forward(ctx context.Context, w http.ResponseWriter, req *clientRequest, start time.Time) {
+// failClosed answers a continuity failure with the retryable
+// upstream_unavailable error, without calling any (further) upstream.
+func (s *Server) failClosed(out responder, req *clientRequest, reason string, status int, message string) {
+	s.metrics.failClosed.WithLabelValues(req.surface(), reason).Inc()
+	s.log.Warn("continuity fail closed", "surface", req.surface(), "reason", reason, "previous_response_id", LogID(req.previousResponseID))
+	out.fail(req, apierr.UpstreamUnavailable(status, "%s", message), failBeforeStream)
+}
+
+// next says what forward does after an attempt.
+type next int
+
+const (
+	nextDone        next = iota // the client has its answer, or is gone
+	nextFailover                // status-level failure: try another upstream
+	nextReplayOther             // replay policy: the same request on another upstream
+	nextReplaySame              // replay policy: the same request on the same upstream
+)
+
+// attemptResult is how one upstream attempt ended.
+type attemptResult struct {
+	next      next
+	why       string        // for the failure summary
+	clientErr *apierr.Error // what the client gets if nothing later succeeds
+}
+
+// forward sends req to upstreams until one answers. Before the client has
+// seen anything, status-level failures (connect errors, 5xx, 429, quota,
+// auth) fail over to another upstream, and failures that arrive as the
+// stream's first events are replayed as the replay policy says. Attempts are
+// bounded by MaxAttempts; a pinned request never leaves its owner.
+func (s *Server) forward(ctx context.Context, out responder, req *clientRequest, start time.Time) {
 	var tried []*upstream.Upstream
 	var failures []string
 	var lastErr *apierr.Error
+	replays := 0
+	replayPending := false
+	var again *upstream.Upstream
 	skip := func(u *upstream.Upstream) bool {
+		if req.pinned != nil {
+			return u != req.pinned
+		}
 		for _, t := range tried {
 			if t == u {
 				return true
 			}
 		}
-		if req.pinned != nil {
-			return u != req.pinned
-		}
 		return req.upstreamName != "" && u.Name() != req.upstreamName
 	}
 	for attempt := 0; attempt < s.opts.MaxAttempts; attempt++ {
-		u, err := s.pool.Pick(skip)
-		if err != nil {
-			break
+		u := again
+		again = nil
+		if u == nil {
+			var err error
+			if u, err = s.pool.Pick(skip); err != nil {
+				break
+			}
 		}
-		out := s.attempt(ctx, w, req, u, start)
-		if out.done {
+		res := s.attempt(ctx, out, req, u, replays, start)
+		switch res.next {
+		case nextDone:
 			return
+		case nextReplaySame:
+			replays++
+			again = u
+		case nextReplayOther:
+			replays++
+			replayPending = true
+			tried = append(tried, u)
+		default:
+			replayPending = false
+			tried = append(tried, u)
 		}
-		tried = append(tried, u)
-		failures = append(failures, u.Name()+": "+out.why)
-		if out.clientErr != nil {
-			lastErr = out.clientErr
+		failures = append(failures, u.Name()+": "+res.why)
+		if res.clientErr != nil {
+			lastErr = res.clientErr
+		}
+		if req.pinned != nil && again == nil {
+			break
 		}
 	}
 	if ctx.Err() != nil {
 		return
 	}
 	if req.pinned != nil {
-		why := "it is unavailable"
-		if len(failures) > 0 {
-			why = failures[len(failures)-1]
-		}
-		s.failClosed(w, req, failOwnerUnavailable, fmt.Sprintf("the upstream that owns previous_response_id failed (%s); retry later", why))
+		s.failClosed(out, req, failOwnerUnavailable, http.StatusServiceUnavailable,
+			fmt.Sprintf("the upstream that owns previous_response_id failed (%s); retry later", failures[len(failures)-1]))
 		return
 	}
+	var e *apierr.Error
 	switch {
+	case replayPending:
+		e = apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "no upstream left to replay the request on: %s", strings.Join(failures, "; "))
 	case lastErr != nil && (lastErr.Status == http.StatusTooManyRequests || upstream.IsQuotaCode(lastErr.Code)):
-		// Every upstream is out of capacity: tell the client what the last one said.
+		e = lastErr // every upstream is out of capacity: say what the last one said
 	case len(failures) == 0 && req.upstreamName != "":
-		lastErr = apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "upstream %q chosen by policy is unavailable or unknown", req.upstreamName)
+		e = apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "upstream %q chosen by policy is unavailable or unknown", req.upstreamName)
 	case len(failures) == 0:
-		lastErr = apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "no healthy upstream")
+		e = apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "no healthy upstream")
 	default:
-		lastErr = apierr.UpstreamUnavailable(http.StatusBadGateway, "no upstream could serve the request: %s", strings.Join(failures, "; "))
+		e = apierr.UpstreamUnavailable(http.StatusBadGateway, "no upstream could serve the request: %s", strings.Join(failures, "; "))
 	}
-	lastErr.Write(w)
+	out.fail(req, e, failBeforeStream)
+}
+
+// upstreamAnswer is what an upstream said, before anything reached the client.
+type upstreamAnswer struct {
+	status  int
+	header  http.Header
+	body    []byte      // a complete non-stream or error body
+	readErr error       // reading a 2xx non-stream body failed
+	src     eventSource // an event stream (2xx SSE or WebSocket)
+	pending int         // other requests pending on the same upstream connection
+	done    func(reusable bool)
+}
+
+// eventSource yields upstream events: an SSE reader, or WebSocket frames.
+type eventSource interface {
+	Next() (sse.Event, error)
+}
+
+// send delivers req to u over u's transport.
+func (s *Server) send(upCtx context.Context, idle *time.Timer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
+	if req.stream && !req.ep.chat && s.wsUp != nil && s.wsUp.useWebSocket(u) {
+		ans, err := s.wsUp.send(upCtx, idle, req, u)
+		if !errors.Is(err, errWebSocketUnsupported) {
+			return ans, err
+		}
+	}
+	return s.sendHTTP(upCtx, idle, req, u)
+}
+
+func (s *Server) sendHTTP(upCtx context.Context, idle *time.Timer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
+	upReq, err := http.NewRequestWithContext(upCtx, http.MethodPost, u.URL(req.ep.path), bytes.NewReader(req.body))
+	if err != nil {
+		return nil, err
+	}
+	upReq.Header = upstreamHeaders(req.header, u.Config().APIKey, req.stream, req.setHeaders, req.removeHeaders)
+	upReq.ContentLength = int64(len(req.body))
+	resp, err := s.client.Do(upReq)
+	if err != nil {
+		return nil, err
+	}
+	ans := &upstreamAnswer{status: resp.StatusCode, header: resp.Header, done: func(bool) { resp.Body.Close() }}
+	if resp.StatusCode/100 != 2 {
+		ans.body, _ = io.ReadAll(io.LimitReader(resp.Body, maxUpstreamErrorBody))
+		return ans, nil
+	}
+	if req.stream && strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Type")), "text/event-stream") {
+		idle.Reset(s.opts.IdleTimeout)
+		ans.src = sse.NewReader(&idleReader{r: resp.Body, t: idle, d: s.opts.IdleTimeout}, s.opts.MaxEventBytes)
+		return ans, nil
+	}
+	limit := int64(s.opts.MaxEventBytes) * 4
+	ans.body, ans.readErr = io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if ans.readErr == nil && int64(len(ans.body)) > limit {
+		ans.readErr = fmt.Errorf("the upstream answer exceeds %d bytes", limit)
+	}
+	return ans, nil
 }
 
 // attempt sends req to u once and, when u answers usefully, streams or
-// copies its answer to the client.
-func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, req *clientRequest, u *upstream.Upstream, start time.Time) attemptOutcome {
+// relays its answer to the client.
+func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest, u *upstream.Upstream, replays int, start time.Time) attemptResult {
 	release := u.Acquire()
 	defer release()
 
@@ -228,64 +304,145 @@ func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, req *client
 	defer cancel(nil)
 	stopDrain := context.AfterFunc(s.streamsCtx, func() { cancel(context.Cause(s.streamsCtx)) })
 	defer stopDrain()
+	idle := time.AfterFunc(time.Hour, func() { cancel(errIdleTimeout) })
+	idle.Stop()
+	defer idle.Stop()
 
-	upReq, err := http.NewRequestWithContext(upCtx, http.MethodPost, u.URL(req.ep.path), bytes.NewReader(req.body))
+	ans, err := s.send(upCtx, idle, req, u)
 	if err != nil {
-		return attemptOutcome{why: err.Error()}
+		return s.transportFailure(ctx, upCtx, out, req, u, err)
 	}
-	upReq.Header = upstreamHeaders(req.header, u.Config().APIKey, req.stream, req.setHeaders, req.removeHeaders)
-	upReq.ContentLength = int64(len(req.body))
+	reusable := false
+	defer func() { ans.done(reusable) }()
 
-	resp, err := s.client.Do(upReq)
+	switch {
+	case ans.status/100 != 2:
+		return s.statusFailure(ctx, out, req, u, ans)
+	case ans.src == nil:
+		return s.relayJSON(ctx, upCtx, out, req, u, ans)
+	}
+
+	p := &pump{s: s, ctx: ctx, upCtx: upCtx, req: req, u: u, surface: req.surface(), lastSeq: -1}
+	first, err := ans.src.Next()
 	if err != nil {
-		return s.transportFailure(ctx, upCtx, w, req, u, err)
+		if ctx.Err() != nil {
+			return attemptResult{next: nextDone}
+		}
+		reason, e := p.readFailure(err)
+		if reason != reasonCut {
+			s.metrics.upstreamAttempts.WithLabelValues(u.Name(), reason).Inc()
+			out.fail(req, e, failAsTerminal)
+			return attemptResult{next: nextDone}
+		}
+		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "cut_before_first_event").Inc()
+		if res, replay := s.replay(ctx, out, req, u, replays, ans, "transport", 0, ""); replay {
+			return res
+		}
+		out.fail(req, apierr.StreamIncomplete("the upstream closed the stream before its first event"), failAsTerminal)
+		return attemptResult{next: nextDone}
 	}
-	defer resp.Body.Close()
+	if code, status, ok := errorShaped(first, req.ep.chat); ok {
+		reusable = true // the upstream finished this response with its error
+		msg := errorMessage(first)
+		if isCapacity(code, status) {
+			d, hinted := upstream.RetryAfter(nil, msg, time.Now())
+			if !hinted {
+				d = defaultQuotaCooldown
+				if code == "rate_limit_exceeded" || status == http.StatusTooManyRequests {
+					d = defaultRateLimitCooldown
+				}
+			}
+			s.pool.Cooldown(u, d, "stream error "+code)
+		}
+		if res, replay := s.replay(ctx, out, req, u, replays, ans, code, status, msg); replay {
+			return res
+		}
+		if req.pinned != nil && isCapacity(code, status) {
+			s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "quota").Inc()
+			s.failClosed(out, req, failOwnerUnavailable, http.StatusServiceUnavailable,
+				fmt.Sprintf("the upstream that owns previous_response_id is out of capacity (%s); retry later", code))
+			return attemptResult{next: nextDone}
+		}
+	}
 
-	if resp.StatusCode/100 != 2 {
-		return s.statusFailure(ctx, w, req, u, resp)
-	}
-	ct := resp.Header.Get("Content-Type")
-	if !req.stream || !strings.HasPrefix(strings.ToLower(ct), "text/event-stream") {
-		return s.copyJSON(ctx, upCtx, w, req, u, resp)
-	}
-	return s.stream(ctx, upCtx, cancel, w, req, u, resp, start)
+	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "ok").Inc()
+	p.sink = out.commit(ans.header)
+	s.metrics.activeStreams.Inc()
+	defer s.metrics.activeStreams.Dec()
+	reason := p.run(ans.src, first, start)
+	s.metrics.streamTerminal.WithLabelValues(p.surface, reason).Inc()
+	reusable = p.cleanEnd
+	return attemptResult{next: nextDone}
 }
 
-// transportFailure handles an attempt that got no HTTP answer.
-func (s *Server) transportFailure(ctx, upCtx context.Context, w http.ResponseWriter, req *clientRequest, u *upstream.Upstream, err error) attemptOutcome {
+// replay asks the replay policy about a failure that arrived before
+// response.created. replay is false when the request is not replayed.
+func (s *Server) replay(ctx context.Context, out responder, req *clientRequest, u *upstream.Upstream, replays int,
+	ans *upstreamAnswer, code string, status int, msg string) (attemptResult, bool) {
+	in := hostabi.ReplayInput{Surface: req.surface(), Upstream: u.Name(), Code: code, HTTPStatus: status, ReplayCount: replays,
+		PendingRequests: ans.pending, HasPreviousResponseID: req.previousResponseID != ""}
+	if req.pinned != nil {
+		in.PinnedOwner = req.pinned.Name()
+	}
+	if d, ok := upstream.RetryAfter(nil, msg, time.Now()); ok {
+		in.RetryAfterMillis = d.Milliseconds()
+	}
+	v := s.policy.Replay(ctx, in)
+	if v.PenaltyMillis > 0 {
+		s.pool.Cooldown(u, time.Duration(v.PenaltyMillis)*time.Millisecond, "replay penalty after "+code)
+	}
+	why := "failed before response.created: " + code
+	switch v.Verdict {
+	case hostabi.ReplayOtherUpstream:
+		if req.pinned != nil {
+			s.failClosed(out, req, failOwnerUnavailable, http.StatusServiceUnavailable,
+				fmt.Sprintf("the upstream that owns previous_response_id failed (%s) and a pinned request is not replayed elsewhere; retry later", code))
+			return attemptResult{next: nextDone}, true
+		}
+		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "replayed").Inc()
+		s.log.Info("replaying on another upstream", "upstream", u.Name(), "code", code, "replay", replays+1)
+		return attemptResult{next: nextReplayOther, why: why}, true
+	case hostabi.ReplaySameUpstream:
+		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "replayed").Inc()
+		s.log.Info("replaying on the same upstream", "upstream", u.Name(), "code", code, "replay", replays+1)
+		return attemptResult{next: nextReplaySame, why: why}, true
+	}
+	return attemptResult{}, false
+}
+
+// transportFailure handles an attempt that got no answer at all.
+func (s *Server) transportFailure(ctx, upCtx context.Context, out responder, req *clientRequest, u *upstream.Upstream, err error) attemptResult {
 	if ctx.Err() != nil { // the client went away
 		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "client_gone").Inc()
-		return attemptOutcome{done: true}
+		return attemptResult{next: nextDone}
 	}
 	if errors.Is(context.Cause(upCtx), errDraining) {
-		apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the gateway is shutting down").Write(w)
-		return attemptOutcome{done: true}
+		out.fail(req, apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the gateway is shutting down; retry the request"), failBeforeStream)
+		return attemptResult{next: nextDone}
 	}
 	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "transport_error").Inc()
 	why := upstream.RedactError(err)
 	s.pool.Cooldown(u, connectFailureCooldown, "transport: "+why)
 	s.log.Warn("upstream transport failure", "upstream", u.Name(), "error", why)
-	return attemptOutcome{why: why}
+	return attemptResult{next: nextFailover, why: why}
 }
 
 // statusFailure handles a non-2xx upstream answer: fail over on capacity,
 // auth and server errors; otherwise let the recover policy decide.
-func (s *Server) statusFailure(ctx context.Context, w http.ResponseWriter, req *clientRequest, u *upstream.Upstream, resp *http.Response) attemptOutcome {
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxUpstreamErrorBody))
-	perr, _ := apierr.Parse(body)
-	perr.Status = resp.StatusCode
+func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRequest, u *upstream.Upstream, ans *upstreamAnswer) attemptResult {
+	perr, _ := apierr.Parse(ans.body)
+	perr.Status = ans.status
 	if perr.Message == "" {
-		perr.Message = strings.TrimSpace(string(body))
+		perr.Message = strings.TrimSpace(string(ans.body))
 		if len(perr.Message) > 200 {
 			perr.Message = perr.Message[:200]
 		}
 	}
-	status := resp.StatusCode
+	status := ans.status
 	switch {
 	case status == http.StatusTooManyRequests || upstream.IsQuotaCode(perr.Code):
 		outcome := "rate_limited"
-		d, ok := upstream.RetryAfter(resp.Header, perr.Message, time.Now())
+		d, ok := upstream.RetryAfter(ans.header, perr.Message, time.Now())
 		if !ok {
 			d = defaultRateLimitCooldown
 			if perr.Code != "" && perr.Code != "rate_limit_exceeded" {
@@ -298,32 +455,32 @@ func (s *Server) statusFailure(ctx context.Context, w http.ResponseWriter, req *
 		if ce.Type == "" {
 			ce.Type = apierr.TypeServer
 		}
-		return attemptOutcome{why: fmt.Sprintf("HTTP %d %s", status, perr.Code), clientErr: &ce}
+		if ce.Status != http.StatusTooManyRequests {
+			ce.Status = http.StatusTooManyRequests
+		}
+		return attemptResult{next: nextFailover, why: fmt.Sprintf("HTTP %d %s", status, perr.Code), clientErr: &ce}
 	case (status == http.StatusUnauthorized || status == http.StatusForbidden || upstream.IsAuthCode(perr.Code)) && u.Config().APIKey != "":
 		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "auth_failure").Inc()
 		s.pool.MarkFailed(u, fmt.Sprintf("HTTP %d %s", status, perr.Code))
-		return attemptOutcome{why: fmt.Sprintf("HTTP %d: the upstream rejected the gateway's credentials", status)}
+		return attemptResult{next: nextFailover, why: fmt.Sprintf("HTTP %d: the upstream rejected the gateway's credentials", status)}
 	case status >= 500:
 		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "server_error").Inc()
-		if d, ok := upstream.RetryAfter(resp.Header, perr.Message, time.Now()); ok {
+		if d, ok := upstream.RetryAfter(ans.header, perr.Message, time.Now()); ok {
 			s.pool.Cooldown(u, d, fmt.Sprintf("HTTP %d", status))
 		}
-		return attemptOutcome{why: fmt.Sprintf("HTTP %d %s", status, firstNonEmpty(perr.Code, perr.Message))}
+		return attemptResult{next: nextFailover, why: fmt.Sprintf("HTTP %d %s", status, firstNonEmpty(perr.Code, perr.Message))}
 	}
 	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "client_error").Inc()
 	verdict := s.policy.Recover(ctx, hostabi.RecoverInput{Surface: req.surface(), Upstream: u.Name(), HTTPStatus: status,
 		Code: perr.Code, Type: perr.Type, Param: perr.Param, Message: perr.Message})
-	if e := s.recoveredError(verdict, req.stream); e != nil {
+	if e := s.recoveredError(verdict); e != nil {
 		s.log.Info("upstream error recovered", "upstream", u.Name(), "code", perr.Code, "verdict", verdict.Verdict.String())
 		s.onRecovered(ctx, req, verdict)
-		s.failRequest(w, req, e)
-		return attemptOutcome{done: true}
+		out.fail(req, e, failAsTerminal)
+		return attemptResult{next: nextDone}
 	}
-	copyResponseHeaders(w.Header(), resp.Header)
-	w.Header().Set("Content-Length", fmt.Sprint(len(body)))
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
-	return attemptOutcome{done: true}
+	out.relay(req, status, ans.header, ans.body)
+	return attemptResult{next: nextDone}
 }
 
 // onRecovered clears the stale anchor of a request whose previous response
@@ -338,7 +495,7 @@ func (s *Server) onRecovered(ctx context.Context, req *clientRequest, v hostabi.
 }
 
 // recoveredError is the client error for a recover verdict, nil for pass.
-func (s *Server) recoveredError(v hostabi.RecoverOutput, _ bool) *apierr.Error {
+func (s *Server) recoveredError(v hostabi.RecoverOutput) *apierr.Error {
 	switch v.Verdict {
 	case hostabi.RecoverRecover:
 		e := apierr.StreamIncomplete("%s", firstNonEmpty(v.Message, "the upstream lost this conversation's previous response; retry the request"))
@@ -356,100 +513,35 @@ func (s *Server) recoveredError(v hostabi.RecoverOutput, _ bool) *apierr.Error {
 	return nil
 }
 
-// copyJSON relays a complete (non-stream) upstream answer.
-func (s *Server) copyJSON(ctx, upCtx context.Context, w http.ResponseWriter, req *clientRequest, u *upstream.Upstream, resp *http.Response) attemptOutcome {
-	limit := int64(s.opts.MaxEventBytes) * 4
-	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
-	switch {
+// relayJSON relays a complete (non-stream) 2xx upstream answer.
+func (s *Server) relayJSON(ctx, upCtx context.Context, out responder, req *clientRequest, u *upstream.Upstream, ans *upstreamAnswer) attemptResult {
+	switch err := ans.readErr; {
 	case err != nil && ctx.Err() != nil:
-		return attemptOutcome{done: true}
+		return attemptResult{next: nextDone}
 	case err != nil && errors.Is(context.Cause(upCtx), errDraining):
-		apierr.StreamIncomplete("the gateway is shutting down").Write(w)
-		return attemptOutcome{done: true}
+		out.fail(req, apierr.StreamIncomplete("the gateway is shutting down; retry the request"), failAsTerminal)
+		return attemptResult{next: nextDone}
 	case err != nil:
 		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "cut").Inc()
-		apierr.StreamIncomplete("the upstream closed the connection before its answer was complete").Write(w)
-		return attemptOutcome{done: true}
-	case int64(len(body)) > limit:
-		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "oversize").Inc()
-		apierr.StreamIncomplete("the upstream answer exceeds %d bytes", limit).Write(w)
-		return attemptOutcome{done: true}
+		out.fail(req, apierr.StreamIncomplete("the upstream answer was incomplete: %s", upstream.RedactError(err)), failAsTerminal)
+		return attemptResult{next: nextDone}
 	}
 	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "ok").Inc()
 	if s.cont != nil && !req.ep.chat {
 		// The client must not see a response whose anchor could be lost.
-		if id := gjson.GetBytes(body, "id"); id.Type == gjson.String && id.Str != "" {
+		if id := gjson.GetBytes(ans.body, "id"); id.Type == gjson.String && id.Str != "" {
 			if err := s.cont.record(ctx, s.cont.anchorFor(req, id.Str, u.Name())); err != nil {
 				s.log.Error("response served without a durable anchor", "response_id", LogID(id.Str), "error", err)
 			}
 		}
 	}
-	copyResponseHeaders(w.Header(), resp.Header)
-	w.Header().Set("Content-Length", fmt.Sprint(len(body)))
-	w.WriteHeader(resp.StatusCode)
-	_, _ = w.Write(body)
-	return attemptOutcome{done: true}
+	out.relay(req, ans.status, ans.header, ans.body)
+	return attemptResult{next: nextDone}
 }
 
-// stream reads the first upstream event before committing to the client, so
-// a capacity error in the first event still fails over; then it pumps.
-func (s *Server) stream(ctx, upCtx context.Context, cancel context.CancelCauseFunc, w http.ResponseWriter, req *clientRequest,
-	u *upstream.Upstream, resp *http.Response, start time.Time) attemptOutcome {
-	idle := time.AfterFunc(s.opts.IdleTimeout, func() { cancel(errIdleTimeout) })
-	defer idle.Stop()
-	src := sse.NewReader(&idleReader{r: resp.Body, t: idle, d: s.opts.IdleTimeout}, s.opts.MaxEventBytes)
-
-	p := &pump{s: s, ctx: ctx, upCtx: upCtx, req: req, u: u, surface: req.surface(), lastSeq: -1}
-	first, err := src.Next()
-	if err != nil {
-		if ctx.Err() != nil {
-			return attemptOutcome{done: true}
-		}
-		reason, e := p.readFailure(err)
-		if reason == "upstream_cut" {
-			// Nothing reached the client: another upstream may serve it.
-			s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "cut_before_first_event").Inc()
-			return attemptOutcome{why: "the stream ended before its first event"}
-		}
-		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), reason).Inc()
-		e.Write(w)
-		return attemptOutcome{done: true}
-	}
-	if code, status, ok := capacityFailure(first, req.ep.chat); ok {
-		d, hinted := upstream.RetryAfter(nil, errorMessage(first), time.Now())
-		if !hinted {
-			d = defaultQuotaCooldown
-			if code == "rate_limit_exceeded" || status == http.StatusTooManyRequests {
-				d = defaultRateLimitCooldown
-			}
-		}
-		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "quota").Inc()
-		s.pool.Cooldown(u, d, "stream error "+code)
-		ce := &apierr.Error{Status: http.StatusTooManyRequests, Type: apierr.TypeServer, Code: code, Message: errorMessage(first)}
-		return attemptOutcome{why: "stream error " + code, clientErr: ce}
-	}
-
-	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "ok").Inc()
-	copyResponseHeaders(w.Header(), resp.Header)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	h.Del("Content-Length")
-	w.WriteHeader(http.StatusOK)
-	p.sink = newSSESink(w)
-	s.metrics.activeStreams.Inc()
-	defer s.metrics.activeStreams.Dec()
-
-	reason := p.run(src, first, start)
-	s.metrics.streamTerminal.WithLabelValues(p.surface, reason).Inc()
-	return attemptOutcome{done: true}
-}
-
-// capacityFailure recognises a first event that says the upstream is out of
-// capacity (an error event, an error: field or a response.failed with a
-// capacity code): such a stream is abandoned for another upstream.
-func capacityFailure(ev sse.Event, chat bool) (code string, status int, ok bool) {
+// errorShaped recognises an event that carries an upstream error: an
+// `error:` field, an error event or chunk, or a response.failed.
+func errorShaped(ev sse.Event, chat bool) (code string, status int, ok bool) {
 	var obj gjson.Result
 	switch {
 	case ev.Error != nil:
@@ -462,7 +554,7 @@ func capacityFailure(ev sse.Event, chat bool) (code string, status int, ok bool)
 	typ := obj.Get("type").String()
 	var e gjson.Result
 	switch {
-	case typ == "response.failed":
+	case typ == "response.failed" && !chat:
 		e = obj.Get("response.error")
 	case obj.Get("error").IsObject():
 		e = obj.Get("error")
@@ -472,15 +564,19 @@ func capacityFailure(ev sse.Event, chat bool) (code string, status int, ok bool)
 		return "", 0, false
 	}
 	code = e.Get("code").String()
-	status = int(obj.Get("status").Int())
-	if upstream.IsQuotaCode(code) || hostabi.IsReplayableCode(code) || status == http.StatusTooManyRequests {
-		if code == "" {
-			code = "rate_limit_exceeded"
-		}
-		return code, status, true
+	if code == "" {
+		code = obj.Get("code").String()
 	}
-	_ = chat
-	return "", 0, false
+	status = int(obj.Get("status").Int())
+	if code == "" && status == http.StatusTooManyRequests {
+		code = "rate_limit_exceeded"
+	}
+	return code, status, true
+}
+
+// isCapacity reports whether an error means the upstream is out of capacity.
+func isCapacity(code string, status int) bool {
+	return upstream.IsQuotaCode(code) || hostabi.IsReplayableCode(code) || status == http.StatusTooManyRequests
 }
 
 func errorMessage(ev sse.Event) string {

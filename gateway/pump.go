@@ -66,11 +66,12 @@ type pump struct {
 	created    bool
 	sawFinish  bool // chat: a chunk carried a finish_reason
 
-	anchor *pendingAnchor // the response's anchor write, once response.created was seen
+	anchor   *pendingAnchor // the response's anchor write, once response.created was seen
+	cleanEnd bool           // the upstream ended the response itself (its connection may be reused)
 }
 
 // run forwards first and every later event until a terminal one.
-func (p *pump) run(src *sse.Reader, first sse.Event, start time.Time) string {
+func (p *pump) run(src eventSource, first sse.Event, start time.Time) string {
 	ev := first
 	firstWritten := false
 	for {
@@ -170,7 +171,7 @@ func (p *pump) handleResponses(ev sse.Event) (string, bool, bool) {
 		e := obj.Get("response.error")
 		verdict := p.s.policy.Recover(p.ctx, hostabi.RecoverInput{Surface: p.surface, Upstream: p.u.Name(), EventType: typ,
 			Code: e.Get("code").String(), Type: e.Get("type").String(), Param: e.Get("param").String(), Message: e.Get("message").String()})
-		if ce := p.s.recoveredError(verdict, true); ce != nil {
+		if ce := p.s.recoveredError(verdict); ce != nil {
 			p.s.onRecovered(p.ctx, p.req, verdict)
 			return p.terminate(verdictReason(verdict), ce), true, true
 		}
@@ -189,10 +190,13 @@ func (p *pump) handleResponses(ev sse.Event) (string, bool, bool) {
 	}
 	switch typ {
 	case "response.completed":
+		p.cleanEnd = true
 		return reasonCompleted, true, true
 	case "response.failed":
+		p.cleanEnd = true
 		return reasonFailed, true, true
 	case "response.incomplete":
+		p.cleanEnd = true
 		return reasonIncomplete, true, true
 	}
 	return "", false, true
@@ -237,7 +241,7 @@ func (p *pump) upstreamError(payload []byte, eventType string) string {
 	}
 	verdict := p.s.policy.Recover(p.ctx, hostabi.RecoverInput{Surface: p.surface, Upstream: p.u.Name(), EventType: eventType,
 		HTTPStatus: int(obj.Get("status").Int()), Code: perr.Code, Type: perr.Type, Param: perr.Param, Message: perr.Message})
-	if ce := p.s.recoveredError(verdict, true); ce != nil {
+	if ce := p.s.recoveredError(verdict); ce != nil {
 		p.s.onRecovered(p.ctx, p.req, verdict)
 		return p.terminate(verdictReason(verdict), ce)
 	}
@@ -295,7 +299,7 @@ func (p *pump) chatError(payload []byte) string {
 	perr, _ := apierr.Parse(payload)
 	verdict := p.s.policy.Recover(p.ctx, hostabi.RecoverInput{Surface: p.surface, Upstream: p.u.Name(), EventType: "error",
 		Code: perr.Code, Type: perr.Type, Param: perr.Param, Message: perr.Message})
-	if ce := p.s.recoveredError(verdict, true); ce != nil {
+	if ce := p.s.recoveredError(verdict); ce != nil {
 		return p.terminate(verdictReason(verdict), ce)
 	}
 	if perr.Message == "" && perr.Code == "" {

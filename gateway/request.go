@@ -42,9 +42,13 @@ type clientRequest struct {
 	clientKeyHash      string // sha256 of the client's credential, for scoping
 	scope              requestScope
 	pinned             *upstream.Upstream // the owner of previous_response_id, when known
+	viaWebSocket       bool               // a response.create on a client WebSocket
 }
 
 func (r *clientRequest) surface() string {
+	if r.viaWebSocket {
+		return hostabi.SurfaceWebSocket
+	}
 	if r.stream {
 		return r.ep.streamLabel
 	}

@@ -44,6 +44,11 @@ type Options struct {
 	DrainGrace     time.Duration // in-flight streams on shutdown; default 30s
 	MaxAttempts    int           // upstream attempts per request before the first byte; default 3
 
+	MaxWSFrameBytes    int64         // one response.create frame; larger → payload_too_large; default 15 MiB
+	MaxWSInboundBytes  int64         // any client frame; larger closes the socket (1009); default 64 MiB
+	UpstreamSockets    int           // cap on upstream WebSockets kept open; default 1024
+	UpstreamSocketIdle time.Duration // an idle upstream WebSocket is closed after this; default 5m
+
 	// Store keeps response anchors for previous_response_id continuity;
 	// nil turns continuity off.
 	Store store.Store
@@ -72,6 +77,11 @@ type Server struct {
 	client  *http.Client
 	handler http.Handler
 	cont    *continuity // nil when continuity is off
+	wsUp    *wsUpstreams
+
+	wsSessions sync.WaitGroup // client WebSockets (hijacked: http.Server does not track them)
+	drainCh    chan struct{}  // closed when draining starts
+	drainOnce  sync.Once
 
 	draining atomic.Bool
 	// streamsCtx is canceled (with cause errDraining) when the drain grace
@@ -113,6 +123,13 @@ func New(opts Options) (*Server, error) {
 	setDefault(&opts.MaxAttempts, 3)
 	setDefault(&opts.AnchorTTL, 7*24*time.Hour)
 	setDefault(&opts.AnchorCacheSize, 100000)
+	setDefault(&opts.MaxWSFrameBytes, 15<<20)
+	setDefault(&opts.MaxWSInboundBytes, 64<<20)
+	if opts.MaxWSInboundBytes < opts.MaxWSFrameBytes {
+		opts.MaxWSInboundBytes = opts.MaxWSFrameBytes + 1<<20
+	}
+	setDefault(&opts.UpstreamSockets, 1024)
+	setDefault(&opts.UpstreamSocketIdle, 5*time.Minute)
 	if opts.Transport == nil {
 		opts.Transport = NewTransport(opts.ConnectTimeout, opts.HeaderTimeout)
 	}
@@ -124,7 +141,9 @@ func New(opts Options) (*Server, error) {
 		reg:     opts.Registry,
 		metrics: newMetrics(opts.Registry),
 		client:  &http.Client{Transport: opts.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
+		drainCh: make(chan struct{}),
 	}
+	s.wsUp = newWSUpstreams(s, opts.UpstreamSockets, opts.UpstreamSocketIdle)
 	if opts.Store != nil {
 		s.cont = &continuity{store: opts.Store, cache: newAnchorCache(opts.AnchorCacheSize), ttl: opts.AnchorTTL,
 			log: opts.Logger.Named("continuity"), m: s.metrics, now: time.Now}
@@ -168,6 +187,7 @@ func (s *Server) routes() http.Handler {
 	r := httprouter.New()
 	r.HandleMethodNotAllowed = true
 	r.POST("/v1/responses", s.handleResponses)
+	r.GET("/v1/responses", s.handleWebSocket)
 	r.POST("/v1/chat/completions", s.handleChat)
 	r.GET("/v1/models", s.handleModels)
 	r.GET("/healthz", s.handleHealthz)
@@ -279,6 +299,7 @@ func (s *Server) Draining() bool { return s.draining.Load() }
 // terminal event. It returns when every handler has returned or ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
+	s.drainOnce.Do(func() { close(s.drainCh) })
 	s.log.Info("draining", "grace", s.opts.DrainGrace.String())
 	grace := time.AfterFunc(s.opts.DrainGrace, func() { s.cancelStreams(errDraining) })
 	defer grace.Stop()
@@ -289,6 +310,18 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if srv != nil {
 		err = srv.Shutdown(ctx)
 	}
+	// WebSocket sessions finish their request in flight (cut with a terminal
+	// event when the grace ends), then close normally.
+	wsDone := make(chan struct{})
+	go func() { s.wsSessions.Wait(); close(wsDone) }()
+	select {
+	case <-wsDone:
+	case <-ctx.Done():
+		if err == nil {
+			err = ctx.Err()
+		}
+	}
 	s.cancelStreams(errDraining)
+	s.wsUp.close()
 	return err
 }

@@ -428,7 +428,7 @@ func visibleHeaders(h map[string]string) map[string]string {
 	out := make(map[string]string, len(h))
 	for k, v := range h {
 		lk := strings.ToLower(k)
-		if hiddenHeaders[lk] {
+		if hostabi.HiddenHeader(lk) {
 			continue
 		}
 		out[lk] = v

@@ -231,37 +231,6 @@ func hostDocDelete(ctx context.Context, mod api.Module, stack []uint64) {
 	ret(stack, hostabi.CodeOf(st.rw.doc.Delete(path)))
 }
 
-// protectedHeaders cannot be set or removed by policies.
-var protectedHeaders = map[string]bool{
-	"authorization": true, "proxy-authorization": true, "host": true, "content-length": true,
-	"transfer-encoding": true, "connection": true, "keep-alive": true, "upgrade": true, "te": true, "trailer": true,
-}
-
-// hiddenHeaders are never shown to policies.
-var hiddenHeaders = map[string]bool{
-	"authorization": true, "proxy-authorization": true, "cookie": true, "x-api-key": true, "api-key": true,
-}
-
-func validHeaderName(name string) bool {
-	if name == "" || len(name) > 256 {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-func validHeaderValue(v string) bool {
-	return len(v) <= hostabi.MaxHeaderBytes && !strings.ContainsAny(v, "\r\n\x00")
-}
-
 func headerName(mod api.Module, stack []uint64, ptr, n uint32) (string, bool) {
 	if n > 256 {
 		ret(stack, hostabi.CodeBadValue)
@@ -272,9 +241,9 @@ func headerName(mod api.Module, stack []uint64, ptr, n uint32) (string, bool) {
 		ret(stack, hostabi.CodeBadPointer)
 		return "", false
 	}
-	name := strings.ToLower(string(b))
-	if !validHeaderName(name) || protectedHeaders[name] {
-		ret(stack, hostabi.CodeBadValue)
+	name, code := hostabi.CheckHeaderEdit(string(b), "", true)
+	if code != hostabi.CodeOK {
+		ret(stack, code)
 		return "", false
 	}
 	return name, true
@@ -300,8 +269,8 @@ func hostHeaderSet(ctx context.Context, mod api.Module, stack []uint64) {
 		return
 	}
 	val := string(vb)
-	if !validHeaderValue(val) {
-		ret(stack, hostabi.CodeBadValue)
+	if _, code := hostabi.CheckHeaderEdit(name, val, false); code != hostabi.CodeOK {
+		ret(stack, code)
 		return
 	}
 	st.rw.headers = append(st.rw.headers, headerEdit{name: name, value: val})
@@ -338,8 +307,8 @@ func hostUseUpstream(ctx context.Context, mod api.Module, stack []uint64) {
 		return
 	}
 	name := string(b)
-	if strings.ContainsAny(name, "\r\n\x00") {
-		ret(stack, hostabi.CodeBadValue)
+	if code := hostabi.CheckUpstreamName(name); code != hostabi.CodeOK {
+		ret(stack, code)
 		return
 	}
 	st.rw.upstream = name

@@ -137,6 +137,15 @@ type counters struct {
 	sweptTurns, sweptSessions                 atomic.Uint64
 }
 
+// Memtable sizing. Pebble's defaults (4 MiB, stop writes at 2 queued)
+// stall writes as soon as one flush falls behind; a burst of finishing
+// streams on a slow disk should not. Worst case memtable memory is their
+// product, 64 MiB.
+const (
+	memTableSize       = 16 << 20
+	memTableStopWrites = 4
+)
+
 // Open opens (creating if needed) the store in opts.Dir and starts the
 // background sweeper unless opts.SweepInterval is negative.
 //
@@ -156,10 +165,12 @@ func Open(ctx context.Context, opts Options) (*PebbleStore, error) {
 	cache := pebble.NewCache(opts.CacheSize)
 	defer cache.Unref()
 	popts := &pebble.Options{
-		Cache:              cache,
-		FormatMajorVersion: pebble.FormatVirtualSSTables,
-		Logger:             pebbleLogger{log.Named("pebble")},
-		EventListener:      eventListener(log.Named("pebble")),
+		Cache:                       cache,
+		MemTableSize:                memTableSize,
+		MemTableStopWritesThreshold: memTableStopWrites,
+		FormatMajorVersion:          pebble.FormatVirtualSSTables,
+		Logger:                      pebbleLogger{log.Named("pebble")},
+		EventListener:               eventListener(log.Named("pebble")),
 	}
 	db, err := pebble.Open(opts.Dir, popts)
 	if err != nil {

@@ -166,7 +166,12 @@ func runUpstream(ln net.Listener) (func(), error) {
 }
 
 // runProxy serves the bare reverse proxy: httputil.ReverseProxy flushing
-// every write, over the gateway's own upstream transport.
+// every write, over the gateway's own upstream transport. Full duplex is on:
+// without it the HTTP/1 server closes the inbound body when the response
+// starts, and the Transport's final read of that body (its check that the
+// body holds no more than Content-Length bytes) can then fail and tear down
+// the upstream connection mid-stream (golang/go#40747): a fraction of a
+// percent of streams cut under load. Sluice reads the body first instead.
 func runProxy(ln net.Listener) (func(), error) {
 	target, err := url.Parse(os.Getenv(envUpstream))
 	if err != nil || target.Host == "" {
@@ -177,7 +182,10 @@ func runProxy(ln net.Listener) (func(), error) {
 		FlushInterval: -1,
 		Transport:     gateway.NewTransport(5*time.Second, 120*time.Second),
 	}
-	srv := newRoleServer(rp)
+	srv := newRoleServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		rp.ServeHTTP(w, r)
+	}))
 	go func() { _ = srv.Serve(ln) }()
 	return func() { _ = srv.Close() }, nil
 }

@@ -67,6 +67,7 @@ type Reader struct {
 	err     error // sticky error returned by Next
 
 	data   []byte // joined data lines of the pending event
+	alias  []byte // the pending event's only data line, still in buf (data is empty then)
 	errb   []byte // joined error lines of the pending event
 	names  map[string]string
 	lastID string
@@ -126,14 +127,14 @@ func (r *Reader) Next() (Event, error) {
 	if r.err != nil {
 		return Event{}, r.err
 	}
-	r.data = r.data[:0]
+	r.data, r.alias = r.data[:0], nil
 	r.errb = r.errb[:0]
 	var name, id string
 	size := 0
 	for {
 		line, err := r.line()
 		if err != nil {
-			if err == io.EOF && (len(r.data) > 0 || len(r.errb) > 0) {
+			if err == io.EOF && r.pending() {
 				// The last event lacks its blank line, but its last line
 				// was complete: dispatch it, report EOF next time.
 				r.err = io.EOF
@@ -143,7 +144,7 @@ func (r *Reader) Next() (Event, error) {
 			return Event{}, err
 		}
 		if len(line) == 0 { // blank line: dispatch
-			if len(r.data) > 0 || len(r.errb) > 0 {
+			if r.pending() {
 				return r.event(name, id), nil
 			}
 			name, id, size = "", "", 0
@@ -166,7 +167,16 @@ func (r *Reader) Next() (Event, error) {
 		}
 		switch string(field) {
 		case "data":
-			r.data = appendLine(r.data, value)
+			switch {
+			case len(value) == 0:
+			case len(r.data) == 0 && r.alias == nil:
+				// Most events have one data line: return it from the
+				// read buffer without copying.
+				r.alias = value[:len(value):len(value)]
+			default:
+				r.materialize()
+				r.data = appendLine(r.data, value)
+			}
 		case "event":
 			name = r.intern(value)
 		case "id":
@@ -191,13 +201,29 @@ func appendLine(dst, value []byte) []byte {
 	return append(dst, value...)
 }
 
+// pending reports whether the pending event has a payload to dispatch.
+func (r *Reader) pending() bool {
+	return r.alias != nil || len(r.data) > 0 || len(r.errb) > 0
+}
+
+// materialize copies an aliased data line into r.data, before the read
+// buffer's bytes move or a second data line is appended.
+func (r *Reader) materialize() {
+	if r.alias != nil {
+		r.data = append(r.data[:0], r.alias...)
+		r.alias = nil
+	}
+}
+
 // event builds the event to dispatch from the pending state.
 func (r *Reader) event(name, id string) Event {
 	ev := Event{Name: name, ID: id}
-	if n := len(r.data); n > 0 {
+	if r.alias != nil {
+		ev.Data = r.alias
+	} else if n := len(r.data); n > 0 {
 		ev.Data = r.data[:n:n]
-		ev.Done = string(ev.Data) == "[DONE]"
 	}
+	ev.Done = string(ev.Data) == "[DONE]"
 	if n := len(r.errb); n > 0 {
 		ev.Error = r.errb[:n:n]
 	}
@@ -272,6 +298,10 @@ func (r *Reader) lineTooLarge() error {
 func (r *Reader) fill() {
 	if r.buf == nil {
 		r.buf = make([]byte, min(initialBufSize, r.bufMax))
+	}
+	moving := r.start == r.end || (r.end == len(r.buf) && r.start > 0)
+	if moving && r.alias != nil {
+		r.materialize()
 	}
 	if r.start == r.end {
 		r.start, r.end = 0, 0

@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"bytes"
 	"strconv"
 	"unicode/utf8"
 
@@ -72,22 +73,6 @@ func appendKey(dst []byte, key string) []byte {
 	return append(dst, '"', ':')
 }
 
-// appendStringOrNull appends s as a string, or null when it is empty.
-func appendStringOrNull(dst []byte, s string) []byte {
-	if s == "" {
-		return append(dst, "null"...)
-	}
-	return appendString(dst, s)
-}
-
-// rawOr returns the raw JSON of r when it exists and is not null, else def.
-func rawOr(r gjson.Result, def string) string {
-	if !r.Exists() || r.Type == gjson.Null {
-		return def
-	}
-	return r.Raw
-}
-
 // present reports whether a JSON value exists and is not null; the Responses
 // API treats an explicit null like an absent field.
 func present(r gjson.Result) bool { return r.Exists() && r.Type != gjson.Null }
@@ -102,21 +87,28 @@ const maxDepth = 512
 // separately.
 func tooDeep(b []byte) bool {
 	depth := 0
-	inStr := false
 	for i := 0; i < len(b); i++ {
-		c := b[i]
-		if inStr {
-			switch c {
-			case '\\':
-				i++
-			case '"':
-				inStr = false
-			}
-			continue
-		}
-		switch c {
+		switch b[i] {
 		case '"':
-			inStr = true
+			// Jump to the closing quote: one not preceded by an odd number
+			// of backslashes.
+			j := i + 1
+			for {
+				k := bytes.IndexByte(b[j:], '"')
+				if k < 0 {
+					return false // unterminated: the validator rejects it
+				}
+				j += k
+				n := 0
+				for p := j - 1; p > i && b[p] == '\\'; p-- {
+					n++
+				}
+				if n%2 == 0 {
+					break
+				}
+				j++
+			}
+			i = j
 		case '{', '[':
 			depth++
 			if depth > maxDepth {

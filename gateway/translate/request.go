@@ -204,9 +204,9 @@ func ToChat(body []byte, history []json.RawMessage, opts RequestOptions) (chat [
 		return nil, info, apierr.Invalid("", apierr.CodeInvalidType, "The request body must be a JSON object.")
 	}
 	var f reqFields
-	root.ForEach(func(k, v gjson.Result) bool {
-		if !f.set(k.Str, v) {
-			info.DroppedFields = append(info.DroppedFields, k.Str)
+	eachMember(root.Raw, func(k, v string) bool {
+		if !f.set(k, resultOf(v)) {
+			info.DroppedFields = append(info.DroppedFields, k)
 		}
 		return true
 	})
@@ -322,7 +322,7 @@ func ToChat(body []byte, history []json.RawMessage, opts RequestOptions) (chat [
 	}
 	c.hist = true
 	for i, h := range history {
-		if !gjson.ValidBytes(h) {
+		if tooDeep(h) || !gjson.ValidBytes(h) {
 			return nil, info, apierr.Invalid("previous_response_id", apierr.CodeInvalidJSON, "Stored conversation item %d is not valid JSON.", i)
 		}
 		if _, aerr := c.item(i, gjson.ParseBytes(h)); aerr != nil {
@@ -342,12 +342,18 @@ func ToChat(body []byte, history []json.RawMessage, opts RequestOptions) (chat [
 		case f.input.IsArray():
 			var aerr *apierr.Error
 			i := 0
-			f.input.ForEach(func(_, it gjson.Result) bool {
+			// The stored items share one buffer (each capped, so appending
+			// to one cannot overwrite the next).
+			store := make([]byte, 0, len(f.input.Raw)+len(f.input.Raw)/8+256)
+			eachElement(f.input.Raw, func(raw string) bool {
+				it := resultOf(raw)
 				var fields itemFields
 				if fields, aerr = c.item(i, it); aerr != nil {
 					return false
 				}
-				info.InputItems = append(info.InputItems, normaliseItem(it, fields))
+				start := len(store)
+				store = appendNormalised(store, it, fields)
+				info.InputItems = append(info.InputItems, json.RawMessage(store[start:len(store):len(store)]))
 				i++
 				return true
 			})
@@ -753,29 +759,31 @@ type converter struct {
 }
 
 // itemFields are the item keys the converter reads, gathered in one pass.
+// Only typ and role carry Str; the other fields are used through Type and Raw
+// (or iterated), so their possibly huge strings are never unescaped.
 type itemFields struct {
 	typ, role, content, callID, name, arguments, output, summary gjson.Result
 }
 
 func readItem(it gjson.Result) (f itemFields) {
-	it.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
+	eachMember(it.Raw, func(k, v string) bool {
+		switch k {
 		case "type":
-			f.typ = v
+			f.typ = resultOf(v)
 		case "role":
-			f.role = v
+			f.role = resultOf(v)
 		case "content":
-			f.content = v
+			f.content = rawResult(v)
 		case "call_id":
-			f.callID = v
+			f.callID = rawResult(v)
 		case "name":
-			f.name = v
+			f.name = rawResult(v)
 		case "arguments":
-			f.arguments = v
+			f.arguments = rawResult(v)
 		case "output":
-			f.output = v
+			f.output = rawResult(v)
 		case "summary":
-			f.summary = v
+			f.summary = rawResult(v)
 		}
 		return true
 	})
@@ -1262,20 +1270,19 @@ func (c *converter) appendMessages(out []byte) []byte {
 	return append(out, ']')
 }
 
-// normaliseItem returns an input item in stored Responses shape: a message
-// gets an explicit type and its string content becomes one text part; other
-// items are copied as they are.
-func normaliseItem(it gjson.Result, f itemFields) json.RawMessage {
+// appendNormalised appends an input item in stored Responses shape: a
+// message gets an explicit type and its string content becomes one text
+// part; other items are copied as they are.
+func appendNormalised(out []byte, it gjson.Result, f itemFields) []byte {
 	typed := present(f.typ)
 	isMessage := f.typ.Str == "message" || (!typed && f.role.Type == gjson.String)
 	if !isMessage || (typed && f.content.Type != gjson.String) {
-		return json.RawMessage(strings.Clone(it.Raw))
+		return append(out, it.Raw...)
 	}
 	part := "input_text"
 	if f.role.Str == "assistant" {
 		part = "output_text"
 	}
-	out := make([]byte, 0, len(it.Raw)+64)
 	out = append(out, `{"type":"message","role":`...)
 	out = append(out, f.role.Raw...)
 	if id := it.Get("id"); id.Type == gjson.String {

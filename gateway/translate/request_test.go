@@ -130,9 +130,9 @@ func TestToChatMessages(t *testing.T) {
 			messages: `[{"role":"user","content":"q"},{"role":"assistant","content":"A","reasoning_content":"after"},{"role":"user","content":"q2"}]`,
 		},
 		{
-			name: "OmitReasoning",
-			body: `{"model":"m","input":[{"role":"user","content":"q"},{"type":"reasoning","summary":[{"type":"summary_text","text":"x"}]},{"role":"assistant","content":"A"}]}`,
-			opts: RequestOptions{OmitReasoning: true},
+			name:     "OmitReasoning",
+			body:     `{"model":"m","input":[{"role":"user","content":"q"},{"type":"reasoning","summary":[{"type":"summary_text","text":"x"}]},{"role":"assistant","content":"A"}]}`,
+			opts:     RequestOptions{OmitReasoning: true},
 			messages: `[{"role":"user","content":"q"},{"role":"assistant","content":"A"}]`,
 		},
 		{

@@ -601,10 +601,10 @@ func TestFromChatResponse(t *testing.T) {
 	}
 	for body, code := range map[string]string{
 		`{"error":{"message":"nope","type":"invalid_request_error","code":"context_length_exceeded"}}`: "context_length_exceeded",
-		`not json`:          apierr.CodeStreamIncomplete,
-		`[]`:                apierr.CodeStreamIncomplete,
-		`{"choices":"x"}`:   apierr.CodeStreamIncomplete,
-		`{"choices":[]}`:    apierr.CodeStreamIncomplete,
+		`not json`:           apierr.CodeStreamIncomplete,
+		`[]`:                 apierr.CodeStreamIncomplete,
+		`{"choices":"x"}`:    apierr.CodeStreamIncomplete,
+		`{"choices":[]}`:     apierr.CodeStreamIncomplete,
 		`{"object":"error"}`: "",
 	} {
 		_, _, aerr := FromChatResponse([]byte(body), testStreamOptions())

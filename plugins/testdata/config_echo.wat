@@ -1,4 +1,4 @@
-;; Test fixture: recover returns the policy config as its output (so config {"verdict":2} gives fail_closed); replay echoes its input back as output (an invalid output: no verdict); logs its input at info.
+;; Test fixture: recover logs its input at info and returns the policy config as its output (config {"verdict":2} gives fail_closed; no config: defer).
 (module
   (import "sluice" "config" (func $config (param i32 i32) (result i32)))
   (import "sluice" "log" (func $log (param i32 i32 i32)))

@@ -1,4 +1,4 @@
-;; Test fixture: recover grows memory until memory.grow fails (the cap), then traps.
+;; Test fixture: when its input length is odd, recover grows memory until memory.grow fails (the cap), then traps; else verdict 1.
 (module
   (memory (export "memory") 2)
   (func (export "sluice_abi_version") (result i32) (i32.const 1))
@@ -6,7 +6,9 @@
   (func (export "sluice_alloc") (param $n i32) (result i32)
     (if (i32.gt_u (local.get $n) (i32.const 65536)) (then (unreachable)))
     (i32.const 65536))
-  (func (export "sluice_recover") (param i32 i32) (result i64)
-    (loop $l (br_if $l (i32.ne (memory.grow (i32.const 16)) (i32.const -1))))
-    (unreachable))
+  (func (export "sluice_recover") (param $p i32) (param $n i32) (result i64)
+    (if (i32.and (local.get $n) (i32.const 1)) (then
+      (loop $l (br_if $l (i32.ne (memory.grow (i32.const 16)) (i32.const -1))))
+      (unreachable)))
+    (i64.const 1))
 )

@@ -1,0 +1,68 @@
+package gateway
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/sluice-gw/sluice/gateway/apierr"
+)
+
+// failKind says how a gateway error reaches a client that has seen nothing
+// of its request yet.
+type failKind int
+
+const (
+	// failBeforeStream: the request never reached a usable upstream (fail
+	// closed, no upstream left). WebSocket clients get an error frame with
+	// status; HTTP stream clients get one response.failed event.
+	failBeforeStream failKind = iota
+	// failAsTerminal: the upstream answered with an error the gateway
+	// rewrote (recovered). Every stream client gets response.failed.
+	failAsTerminal
+)
+
+// responder is the client side of one request: an HTTP response, or one
+// response.create on a WebSocket.
+type responder interface {
+	// fail answers with a gateway error before any event was sent.
+	fail(req *clientRequest, e *apierr.Error, kind failKind)
+	// relay passes a complete upstream answer through as it is.
+	relay(req *clientRequest, status int, header http.Header, body []byte)
+	// commit starts the event stream; header holds the upstream's headers.
+	commit(header http.Header) eventSink
+}
+
+// httpResponder answers over HTTP: JSON, or SSE for stream requests.
+type httpResponder struct {
+	s *Server
+	w http.ResponseWriter
+}
+
+func (h *httpResponder) fail(req *clientRequest, e *apierr.Error, _ failKind) {
+	if !req.stream {
+		e.Write(h.w)
+		return
+	}
+	sink := h.commit(nil)
+	p := &pump{s: h.s, req: req, sink: sink, surface: req.surface(), lastSeq: -1}
+	p.writeTerminal(e)
+	h.s.metrics.streamTerminal.WithLabelValues(req.surface(), "gateway_error").Inc()
+}
+
+func (h *httpResponder) relay(_ *clientRequest, status int, header http.Header, body []byte) {
+	copyResponseHeaders(h.w.Header(), header)
+	h.w.Header().Set("Content-Length", fmt.Sprint(len(body)))
+	h.w.WriteHeader(status)
+	_, _ = h.w.Write(body)
+}
+
+func (h *httpResponder) commit(header http.Header) eventSink {
+	hdr := h.w.Header()
+	copyResponseHeaders(hdr, header)
+	hdr.Set("Content-Type", "text/event-stream; charset=utf-8")
+	hdr.Set("Cache-Control", "no-cache")
+	hdr.Set("X-Accel-Buffering", "no")
+	hdr.Del("Content-Length")
+	h.w.WriteHeader(http.StatusOK)
+	return newSSESink(h.w)
+}

@@ -1,0 +1,245 @@
+package streaminput
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/sluice-gw/sluice/gateway/apierr"
+)
+
+// Modalities a chunk may carry.
+const (
+	ModalityText  = "text"
+	ModalityAudio = "audio"
+	ModalityImage = "image"
+)
+
+// Error codes this package emits besides apierr's.
+const (
+	CodeSequenceConflict = "sequence_conflict"
+	CodeOutOfWindow      = "sequence_out_of_window"
+	CodeSessionFinished  = "session_finished"
+	CodeSequenceGap      = "sequence_gap"
+	CodeTooManySessions  = "too_many_sessions"
+	CodeSessionExpired   = "session_expired"
+	CodeSessionCancelled = "session_cancelled"
+	CodeResultGone       = "result_unavailable"
+)
+
+// chunkMeta is what a chunk says besides its payload.
+type chunkMeta struct {
+	modality string
+	format   string // audio container ("wav", "mp3", …) or image type ("png", "jpeg", …)
+	end      bool   // end_of_input
+	newPart  bool   // start a new content part instead of extending the previous one
+}
+
+// chunk is one decoded piece of input.
+type chunk struct {
+	seq     uint64
+	meta    chunkMeta
+	payload []byte
+}
+
+// digest identifies a chunk's content for duplicate detection.
+type digest [16]byte
+
+func (c *chunk) digest() digest {
+	h := sha256.New()
+	h.Write([]byte(c.meta.encode()))
+	h.Write([]byte{0})
+	h.Write(c.payload)
+	var d digest
+	copy(d[:], h.Sum(nil))
+	return d
+}
+
+// encode renders the meta as the store's Modality field:
+// "modality[;format=F][;end][;new_part]".
+func (m chunkMeta) encode() string {
+	var b strings.Builder
+	b.WriteString(m.modality)
+	if m.format != "" {
+		b.WriteString(";format=")
+		b.WriteString(m.format)
+	}
+	if m.end {
+		b.WriteString(";end")
+	}
+	if m.newPart {
+		b.WriteString(";new_part")
+	}
+	return b.String()
+}
+
+func decodeMeta(s string) (chunkMeta, error) {
+	fields := strings.Split(s, ";")
+	m := chunkMeta{modality: fields[0]}
+	switch m.modality {
+	case ModalityText, ModalityAudio, ModalityImage:
+	default:
+		return chunkMeta{}, fmt.Errorf("unknown stored modality %q", fields[0])
+	}
+	for _, f := range fields[1:] {
+		switch {
+		case f == "end":
+			m.end = true
+		case f == "new_part":
+			m.newPart = true
+		case strings.HasPrefix(f, "format="):
+			m.format = strings.TrimPrefix(f, "format=")
+		default:
+			return chunkMeta{}, fmt.Errorf("unknown stored chunk attribute %q", f)
+		}
+	}
+	return m, nil
+}
+
+// parseChunk decodes a chunk object:
+//
+//	{"sequence_id":3,"modality":"text","payload":"…","format":"wav","end_of_input":false,"new_part":false}
+//
+// When auto is non-nil a missing sequence_id takes *auto (Mode A and the
+// WebSocket accumulator); otherwise it is required.
+func parseChunk(obj gjson.Result, auto *uint64) (chunk, *apierr.Error) {
+	if !obj.IsObject() {
+		return chunk{}, apierr.Invalid("", apierr.CodeInvalidType, "a chunk must be a JSON object")
+	}
+	var c chunk
+	switch seq := obj.Get("sequence_id"); {
+	case !seq.Exists() || seq.Type == gjson.Null:
+		if auto == nil {
+			return chunk{}, apierr.Invalid("sequence_id", apierr.CodeMissingField, "you must provide a sequence_id")
+		}
+		c.seq = *auto
+	case seq.Type != gjson.Number:
+		return chunk{}, apierr.Invalid("sequence_id", apierr.CodeInvalidType, "sequence_id must be a non-negative integer")
+	default:
+		n, err := strconv.ParseUint(seq.Raw, 10, 53)
+		if err != nil {
+			return chunk{}, apierr.Invalid("sequence_id", apierr.CodeInvalidType, "sequence_id must be a non-negative integer below 2^53, got %s", seq.Raw)
+		}
+		c.seq = n
+	}
+	c.meta.modality = ModalityText
+	if m := obj.Get("modality"); m.Exists() && m.Type != gjson.Null {
+		if m.Type != gjson.String {
+			return chunk{}, apierr.Invalid("modality", apierr.CodeInvalidType, "modality must be a string")
+		}
+		c.meta.modality = m.Str
+	}
+	switch c.meta.modality {
+	case ModalityText:
+	case ModalityAudio:
+		c.meta.format = "wav"
+	case ModalityImage:
+		c.meta.format = "png"
+	default:
+		return chunk{}, apierr.Invalid("modality", "invalid_value", "modality must be %q, %q or %q, got %q", ModalityText, ModalityAudio, ModalityImage, c.meta.modality)
+	}
+	if f := obj.Get("format"); f.Exists() && f.Type != gjson.Null {
+		if c.meta.modality == ModalityText {
+			return chunk{}, apierr.Invalid("format", "invalid_value", "format applies to audio and image chunks only")
+		}
+		if f.Type != gjson.String || !validFormat(f.Str) {
+			return chunk{}, apierr.Invalid("format", "invalid_value", "format must be a short lower-case name such as \"wav\", \"mp3\", \"png\" or \"jpeg\"")
+		}
+		c.meta.format = f.Str
+	}
+	for _, flag := range []struct {
+		name string
+		dst  *bool
+	}{{"end_of_input", &c.meta.end}, {"new_part", &c.meta.newPart}} {
+		v := obj.Get(flag.name)
+		switch {
+		case !v.Exists() || v.Type == gjson.Null:
+		case v.Type == gjson.True || v.Type == gjson.False:
+			*flag.dst = v.Bool()
+		default:
+			return chunk{}, apierr.Invalid(flag.name, apierr.CodeInvalidType, "%s must be a boolean", flag.name)
+		}
+	}
+	p := obj.Get("payload")
+	switch {
+	case !p.Exists() || p.Type == gjson.Null:
+		if !c.meta.end {
+			return chunk{}, apierr.Invalid("payload", apierr.CodeMissingField, "you must provide a payload")
+		}
+	case p.Type != gjson.String:
+		return chunk{}, apierr.Invalid("payload", apierr.CodeInvalidType, "payload must be a string (text, or base64 for audio and image)")
+	case c.meta.modality == ModalityText:
+		c.payload = []byte(p.Str)
+	default:
+		b, err := decodeBase64(p.Str)
+		if err != nil {
+			return chunk{}, apierr.Invalid("payload", "invalid_base64", "the payload of a %s chunk must be base64: %v", c.meta.modality, err)
+		}
+		c.payload = b
+	}
+	return c, nil
+}
+
+func validFormat(s string) bool {
+	if s == "" || len(s) > 16 {
+		return false
+	}
+	for _, r := range s {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '-' && r != '+' && r != '.' {
+			return false
+		}
+	}
+	return true
+}
+
+func decodeBase64(s string) ([]byte, error) {
+	if b, err := base64.StdEncoding.DecodeString(s); err == nil {
+		return b, nil
+	}
+	b, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(s, "="))
+	if err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	return b, nil
+}
+
+// ---- errors ----
+
+func errNotFound() *apierr.Error {
+	return &apierr.Error{Status: http.StatusNotFound, Type: apierr.TypeInvalidRequest, Code: apierr.CodeNotFound, Param: "session_id",
+		Message: "no such streaming-input session (it may have expired, been deleted or closed)"}
+}
+
+func errConflict(code, param, format string, args ...any) *apierr.Error {
+	return &apierr.Error{Status: http.StatusConflict, Type: apierr.TypeInvalidRequest, Code: code, Param: param, Message: fmt.Sprintf(format, args...)}
+}
+
+func errTooLarge(limit int64) *apierr.Error {
+	e := apierr.TooLarge(limit)
+	e.Message = fmt.Sprintf("the streaming-input session exceeds its limit of %d payload bytes; the session is closed", limit)
+	return e
+}
+
+func errStore(err error) *apierr.Error {
+	return &apierr.Error{Status: http.StatusServiceUnavailable, Type: apierr.TypeServer, Code: "store_unavailable",
+		Message: "the gateway could not store the chunk durably; retry the request"}
+}
+
+func errShutdown() *apierr.Error {
+	return apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the gateway is shutting down; the session resumes after the restart")
+}
+
+func errIdle() *apierr.Error {
+	return &apierr.Error{Status: http.StatusRequestTimeout, Type: apierr.TypeInvalidRequest, Code: CodeSessionExpired,
+		Message: "the streaming-input session received nothing within its idle timeout and was closed"}
+}
+
+func errCancelled() *apierr.Error {
+	return &apierr.Error{Status: http.StatusConflict, Type: apierr.TypeInvalidRequest, Code: CodeSessionCancelled,
+		Message: "the streaming-input session was cancelled"}
+}

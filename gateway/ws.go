@@ -1,0 +1,216 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/google/uuid"
+	"github.com/julienschmidt/httprouter"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/sluice-gw/sluice/hostabi"
+)
+
+// wsWriteTimeout bounds one frame write to a client that stopped reading.
+const wsWriteTimeout = 30 * time.Second
+
+// handleWebSocket serves the Responses WebSocket mode on GET /v1/responses:
+// flat {"type":"response.create",…} frames in, one JSON text frame per event
+// out, requests on a socket answered one at a time in order.
+func (s *Server) handleWebSocket(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		w.Header().Set("Upgrade", "websocket")
+		(&apierr.Error{Status: http.StatusUpgradeRequired, Type: apierr.TypeInvalidRequest, Code: "websocket_required",
+			Message: "GET /v1/responses is the Responses WebSocket mode; upgrade to WebSocket or POST /v1/responses"}).Write(w)
+		return
+	}
+	if s.draining.Load() {
+		// 426 makes clients such as Codex fall back to HTTP, where they
+		// learn the gateway is draining.
+		(&apierr.Error{Status: http.StatusUpgradeRequired, Type: apierr.TypeServer, Code: apierr.CodeUpstreamUnavailable,
+			Message: "the gateway is shutting down; use HTTP or another instance"}).Write(w)
+		return
+	}
+	turnState := r.Header.Get("X-Codex-Turn-State")
+	if turnState == "" {
+		turnState = "turn_" + uuid.NewString()
+	}
+	w.Header().Set("X-Codex-Turn-State", turnState)
+	conn, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		s.log.Debug("websocket accept failed", "error", err)
+		return
+	}
+	s.wsSessions.Add(1)
+	defer s.wsSessions.Done()
+	conn.SetReadLimit(s.opts.MaxWSInboundBytes)
+
+	header := r.Header.Clone()
+	header.Set("X-Codex-Turn-State", turnState)
+	for _, k := range []string{"Sec-Websocket-Key", "Sec-Websocket-Version", "Sec-Websocket-Extensions", "Sec-Websocket-Protocol"} {
+		header.Del(k)
+	}
+	sess := &wsSession{s: s, conn: conn, header: header, keyHash: clientKeyHash(header)}
+	sess.run()
+}
+
+// wsSession is one client WebSocket.
+type wsSession struct {
+	s       *Server
+	conn    *websocket.Conn
+	header  http.Header
+	keyHash string
+}
+
+func (ws *wsSession) run() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	frames := make(chan []byte, 8)
+	go func() {
+		// Reading continuously keeps pings answered while a request runs; a
+		// read error (client gone) cancels the request in flight.
+		defer close(frames)
+		defer cancel()
+		for {
+			typ, data, err := ws.conn.Read(ctx)
+			if err != nil {
+				return
+			}
+			if typ != websocket.MessageText {
+				data = nil // answered below as an unsupported frame
+			}
+			select {
+			case frames <- data:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case data, ok := <-frames:
+			if !ok {
+				ws.conn.CloseNow()
+				return
+			}
+			ws.handleFrame(ctx, data)
+		case <-ws.s.drainCh:
+			// Requests in flight were answered above; nothing new starts.
+			_ = ws.conn.Close(websocket.StatusNormalClosure, "the gateway is shutting down")
+			return
+		}
+	}
+}
+
+func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
+	start := time.Now()
+	s := ws.s
+	out := &wsResponder{ws: ws, ctx: ctx}
+	req := &clientRequest{ep: responsesEndpoint, stream: true}
+	fail := func(e *apierr.Error) {
+		s.metrics.requests.WithLabelValues(hostabi.SurfaceWebSocket, statusLabel(e.Status)).Inc()
+		out.fail(req, e, failBeforeStream)
+	}
+	if data == nil {
+		fail(apierr.Invalid("", "unsupported_frame", "only text frames carrying JSON are supported"))
+		return
+	}
+	if int64(len(data)) > s.opts.MaxWSFrameBytes {
+		fail(apierr.TooLarge(s.opts.MaxWSFrameBytes))
+		return
+	}
+	if !gjson.ValidBytes(data) {
+		fail(apierr.Invalid("", apierr.CodeInvalidJSON, "the frame is not valid JSON"))
+		return
+	}
+	if typ := gjson.GetBytes(data, "type").String(); typ != "response.create" {
+		fail(apierr.Invalid("type", "unsupported_frame", "unsupported frame type %q; send response.create", typ))
+		return
+	}
+	body, err := sjson.DeleteBytes(data, "type")
+	if err == nil {
+		body, err = sjson.SetBytes(body, "stream", true)
+	}
+	if err != nil {
+		fail(apierr.Invalid("", apierr.CodeInvalidJSON, "the frame could not be read: %v", err))
+		return
+	}
+	parsed, aerr := parseRequest(responsesEndpoint, body)
+	if aerr != nil {
+		fail(aerr)
+		return
+	}
+	req = parsed
+	req.ep = responsesEndpoint
+	req.header = ws.header
+	req.clientKeyHash = ws.keyHash
+	req.viaWebSocket = true
+	if aerr := s.rewrite(ctx, req); aerr != nil {
+		fail(aerr)
+		return
+	}
+	s.metrics.requests.WithLabelValues(hostabi.SurfaceWebSocket, "101").Inc()
+	s.process(ctx, out, req, start)
+}
+
+// wsResponder answers one response.create on a client WebSocket.
+type wsResponder struct {
+	ws  *wsSession
+	ctx context.Context
+}
+
+func (o *wsResponder) write(data []byte) error {
+	ctx, cancel := context.WithTimeout(o.ctx, wsWriteTimeout)
+	defer cancel()
+	return o.ws.conn.Write(ctx, websocket.MessageText, data)
+}
+
+// errorFrame is the WebSocket error frame; Codex acts on it only with status.
+func errorFrame(e *apierr.Error) []byte {
+	status := e.Status
+	if status == 0 {
+		status = http.StatusInternalServerError
+	}
+	b, _ := json.Marshal(map[string]any{"type": "error", "status": status, "error": e.Object()})
+	return b
+}
+
+func (o *wsResponder) fail(req *clientRequest, e *apierr.Error, kind failKind) {
+	if kind == failAsTerminal {
+		p := &pump{s: o.ws.s, req: req, sink: &wsSink{o}, surface: hostabi.SurfaceWebSocket, lastSeq: -1}
+		p.writeTerminal(e)
+		return
+	}
+	_ = o.write(errorFrame(e))
+}
+
+func (o *wsResponder) relay(_ *clientRequest, status int, _ http.Header, body []byte) {
+	if status/100 == 2 {
+		b, _ := json.Marshal(map[string]any{"type": "response.completed", "response": json.RawMessage(body)})
+		_ = o.write(b)
+		return
+	}
+	e, ok := apierr.Parse(body)
+	if !ok {
+		e = apierr.Error{Type: apierr.TypeServer, Code: "upstream_error", Message: strings.TrimSpace(string(body))}
+	}
+	e.Status = status
+	_ = o.write(errorFrame(&e))
+}
+
+func (o *wsResponder) commit(http.Header) eventSink { return &wsSink{o} }
+
+// wsSink writes each event as one text frame.
+type wsSink struct{ o *wsResponder }
+
+func (k *wsSink) Event(_ string, data []byte) error { return k.o.write(data) }
+func (k *wsSink) Done() error                       { return nil }
+
+var errWebSocketUnsupported = errors.New("the upstream does not offer the Responses WebSocket mode")

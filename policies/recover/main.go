@@ -1,0 +1,53 @@
+// Command recover is Sluice's default recover policy, embedded in the gateway
+// as recover.wasm. It applies hostabi.DefaultRecover, the same function the
+// host falls back to, so the Wasm default and the built-in fallback share one
+// definition: a lost previous response (previous_response_not_found, or an
+// invalid_request_error on previous_response_id saying "previous response …
+// not found") is recovered; every other error passes through.
+package main
+
+import (
+	"fmt"
+
+	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/sluice-gw/sluice/sdk"
+)
+
+func init() {
+	sdk.Register(sdk.Policy{Recover: recoverHook, SelfTest: selfTest})
+}
+
+func recoverHook(in sdk.RecoverInput) (sdk.RecoverOutput, error) {
+	return hostabi.DefaultRecover(in), nil
+}
+
+// selfTest checks the predicate on known inputs after a round trip through
+// the wire encoding.
+func selfTest() error {
+	cases := []struct {
+		in   sdk.RecoverInput
+		want sdk.RecoverVerdict
+	}{
+		{sdk.RecoverInput{Code: "previous_response_not_found"}, sdk.Recover},
+		{sdk.RecoverInput{Code: "invalid_request_error", Param: "previous_response_id", Message: "Previous  response with id 'x' NOT found."}, sdk.Recover},
+		{sdk.RecoverInput{Type: "invalid_request_error", Param: "previous_response_id", Message: "Previous response not found"}, sdk.Recover},
+		{sdk.RecoverInput{Code: "invalid_request_error", Param: "input", Message: "previous response not found"}, sdk.Pass},
+		{sdk.RecoverInput{Code: "rate_limit_exceeded", HTTPStatus: 429}, sdk.Pass},
+	}
+	for i, c := range cases {
+		in, err := hostabi.DecodeRecoverInput(hostabi.AppendRecoverInput(nil, c.in))
+		if err != nil {
+			return err
+		}
+		out, err := recoverHook(in)
+		if err != nil {
+			return err
+		}
+		if out.Verdict != c.want {
+			return fmt.Errorf("case %d: verdict %v, want %v", i, out.Verdict, c.want)
+		}
+	}
+	return nil
+}
+
+func main() {}

@@ -1,0 +1,89 @@
+// Command rewrite is Sluice's default request rewrite, embedded as
+// rewrite.wasm. Without configuration it changes nothing. Its config:
+//
+//	{
+//	  "model_aliases":    {"fast": "gpt-5-mini", "gpt-4": "gpt-4.1"},
+//	  "strip_tool_types": ["web_search_preview", "web_search"]
+//	}
+//
+// model_aliases renames the top-level model; strip_tool_types drops every
+// entry of the top-level tools array whose type is listed (and resets a
+// tool_choice that named a dropped type to "auto"). The body stays in the
+// host: the policy only reads the model and edits by path.
+package main
+
+import (
+	"errors"
+
+	"github.com/sluice-gw/sluice/sdk"
+)
+
+func init() {
+	sdk.Register(sdk.Policy{Rewrite: rewrite, SelfTest: selfTest})
+}
+
+func rewrite(req *sdk.Request) error {
+	cfg := req.Config()
+	if cfg == "" {
+		return nil
+	}
+	if model := req.Model(); model != "" {
+		if target, ok := sdk.LookupString(cfg, "model_aliases."+sdk.EscapeKey(model)); ok && target != "" && target != model {
+			if err := req.SetString("model", target); err != nil {
+				return err
+			}
+		}
+	}
+	strip, ok := sdk.Lookup(cfg, "strip_tool_types")
+	if !ok {
+		return nil
+	}
+	var err error
+	sdk.EachElement(strip, func(_ int, elem string) bool {
+		typ, ok := sdk.Unquote(elem)
+		if !ok || typ == "" {
+			return true
+		}
+		q := sdk.Quote(typ)
+		for {
+			// Not found (or no tools array): nothing (more) to strip.
+			if removed, derr := req.Delete("tools.#(type==" + q + ")"); derr != nil || !removed {
+				break
+			}
+		}
+		if choice, ok := req.GetString("tool_choice.type"); ok && choice == typ {
+			if serr := req.SetString("tool_choice", "auto"); serr != nil {
+				err = serr
+				return false
+			}
+		}
+		return true
+	})
+	return err
+}
+
+// selfTest checks that the policy's config, if any, has the documented shape.
+func selfTest() error {
+	cfg := sdk.Config()
+	if cfg == "" {
+		return nil
+	}
+	if !sdk.EachMember(cfg, func(string, string) bool { return true }) {
+		return errors.New("config is not a JSON object")
+	}
+	if m, ok := sdk.Lookup(cfg, "model_aliases"); ok {
+		bad := false
+		if !sdk.EachMember(m, func(_, v string) bool { _, ok := sdk.Unquote(v); bad = bad || !ok; return true }) || bad {
+			return errors.New("model_aliases must map strings to strings")
+		}
+	}
+	if s, ok := sdk.Lookup(cfg, "strip_tool_types"); ok {
+		bad := false
+		if !sdk.EachElement(s, func(_ int, v string) bool { _, ok := sdk.Unquote(v); bad = bad || !ok; return true }) || bad {
+			return errors.New("strip_tool_types must be an array of strings")
+		}
+	}
+	return nil
+}
+
+func main() {}

@@ -1,0 +1,346 @@
+// Package sdk is the Go guest SDK for Sluice policies. A policy is a small
+// `package main` built with the standard Go toolchain for GOOS=wasip1
+// GOARCH=wasm -buildmode=c-shared. It registers its handlers from init:
+//
+//	package main
+//
+//	import "github.com/sluice-gw/sluice/sdk"
+//
+//	func init() {
+//		sdk.Register(sdk.Policy{
+//			Recover: func(in sdk.RecoverInput) (sdk.RecoverOutput, error) {
+//				if in.Code == "vendor_lost_context" {
+//					return sdk.RecoverOutput{Verdict: sdk.Recover}, nil
+//				}
+//				return sdk.RecoverOutput{}, sdk.ErrDefer // let the next policy decide
+//			},
+//		})
+//	}
+//
+//	func main() {}
+//
+// Importing the package links the ABI exports (hostabi/ABI.md): the version
+// marker, sluice_alloc, every hook and sluice_hooks, which tells the host
+// which handlers are registered. The SDK hides pointers and encodings.
+//
+// The same package builds natively, where Harness runs the registered
+// handlers with the host's semantics so that policies are unit-tested with
+// plain `go test`. The SDK uses no third-party packages and no reflection
+// (no encoding/json) on the hook path, so guests stay small and fast.
+package sdk
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluice-gw/sluice/hostabi"
+)
+
+// Hook inputs and outputs are the host's own types (hostabi/hooks.go); their
+// JSON encodings are in ABI.md §3.
+type (
+	RecoverInput   = hostabi.RecoverInput
+	RecoverOutput  = hostabi.RecoverOutput
+	RecoverVerdict = hostabi.RecoverVerdict
+	ReplayInput    = hostabi.ReplayInput
+	ReplayOutput   = hostabi.ReplayOutput
+	ReplayVerdict  = hostabi.ReplayVerdict
+	RewriteContext = hostabi.RewriteContext
+	RejectError    = hostabi.RejectError
+)
+
+// Verdicts.
+const (
+	Pass       = hostabi.RecoverPass
+	Recover    = hostabi.RecoverRecover
+	FailClosed = hostabi.RecoverFailClosed
+
+	ReplayNo            = hostabi.ReplayNo
+	ReplayOtherUpstream = hostabi.ReplayOtherUpstream
+	ReplaySameUpstream  = hostabi.ReplaySameUpstream
+)
+
+// ErrDefer, returned by a handler, means "no opinion": the host asks the next
+// policy that implements the hook and finally uses its built-in default.
+var ErrDefer = errors.New("sdk: defer to the next policy")
+
+// Policy is a set of handlers; nil handlers are not implemented (the host is
+// told so and never calls them). A handler error other than ErrDefer is
+// logged and makes the host use its built-in default for this call.
+type Policy struct {
+	Recover  func(in RecoverInput) (RecoverOutput, error)
+	Replay   func(in ReplayInput) (ReplayOutput, error)
+	Rewrite  func(req *Request) error
+	SelfTest func() error
+}
+
+var registered Policy
+
+// Register installs the policy's handlers. Call it from init. Later calls
+// replace only the handlers they set.
+func Register(p Policy) {
+	if p.Recover != nil {
+		registered.Recover = p.Recover
+	}
+	if p.Replay != nil {
+		registered.Replay = p.Replay
+	}
+	if p.Rewrite != nil {
+		registered.Rewrite = p.Rewrite
+	}
+	if p.SelfTest != nil {
+		registered.SelfTest = p.SelfTest
+	}
+}
+
+// HandleRecover registers the recover handler.
+func HandleRecover(f func(in RecoverInput) (RecoverOutput, error)) { Register(Policy{Recover: f}) }
+
+// HandleReplay registers the replay handler.
+func HandleReplay(f func(in ReplayInput) (ReplayOutput, error)) { Register(Policy{Replay: f}) }
+
+// HandleRewrite registers the rewrite_request handler.
+func HandleRewrite(f func(req *Request) error) { Register(Policy{Rewrite: f}) }
+
+// HandleSelfTest registers the self-test, run by the host before the policy
+// serves; a non-nil error rejects the module.
+func HandleSelfTest(f func() error) { Register(Policy{SelfTest: f}) }
+
+// Registered returns the registered handlers.
+func Registered() Policy { return registered }
+
+// hooks is the sluice_hooks bit set for p.
+func (p Policy) hooks() hostabi.Hook {
+	var h hostabi.Hook
+	if p.Recover != nil {
+		h |= hostabi.HookRecover
+	}
+	if p.Replay != nil {
+		h |= hostabi.HookReplay
+	}
+	if p.Rewrite != nil {
+		h |= hostabi.HookRewrite
+	}
+	if p.SelfTest != nil {
+		h |= hostabi.HookSelfTest
+	}
+	return h
+}
+
+// Level is a log level.
+type Level uint32
+
+// Log levels.
+const (
+	LevelTrace = Level(hostabi.LevelTrace)
+	LevelDebug = Level(hostabi.LevelDebug)
+	LevelInfo  = Level(hostabi.LevelInfo)
+	LevelWarn  = Level(hostabi.LevelWarn)
+	LevelError = Level(hostabi.LevelError)
+)
+
+// Log writes a message to the host's log, tagged with the policy and hook.
+func Log(level Level, msg string) { platform.log(level, msg) }
+
+// Logf formats and logs a message (it links fmt into the module).
+func Logf(level Level, format string, args ...any) { Log(level, fmt.Sprintf(format, args...)) }
+
+// Config returns the policy's configuration JSON given by the operator, or
+// "" when there is none. Use Lookup, EachElement and EachMember to read it.
+func Config() string { return platform.config() }
+
+// Now is the host's wall clock (the WASI clock inside a policy is fake).
+func Now() time.Time { return time.UnixMilli(platform.nowMillis()) }
+
+// HostError is a failed host-function call.
+type HostError struct {
+	Op   string
+	Code int32 // see hostabi.Code*
+}
+
+func (e *HostError) Error() string {
+	return "sdk: " + e.Op + ": " + hostabi.CodeText(e.Code)
+}
+
+// IsNotFound reports whether err is a HostError for a missing path.
+func IsNotFound(err error) bool {
+	var he *HostError
+	return errors.As(err, &he) && he.Code == hostabi.CodeNotFound
+}
+
+func hostErr(op string, code int32) error {
+	if code >= 0 {
+		return nil
+	}
+	return &HostError{Op: op, Code: code}
+}
+
+// backend is the host side of a Request: host functions in Wasm, an
+// in-memory document natively.
+type backend interface {
+	get(path string) (string, int32)
+	set(path, raw string) int32
+	del(path string) int32
+	setHeader(name, value string) int32
+	removeHeader(name string) int32
+	useUpstream(name string) int32
+	reject(raw []byte) int32
+}
+
+// Request is the request a rewrite handler edits. The body stays in the
+// host: Get copies only the value asked for, and edits are applied by the
+// host. Paths follow ABI.md §6, e.g. "model", "tools.3", "reasoning.effort",
+// `tools.#(type=="web_search")`, "tools.#" (length).
+type Request struct {
+	ctx RewriteContext
+	b   backend
+}
+
+// Context is the request's context (surface, endpoint, model, stream, size,
+// readable headers) as it was when the hook started.
+func (r *Request) Context() RewriteContext { return r.ctx }
+
+// Surface is the client-facing protocol (hostabi.Surface*).
+func (r *Request) Surface() string { return r.ctx.Surface }
+
+// Endpoint is "/v1/responses" or "/v1/chat/completions".
+func (r *Request) Endpoint() string { return r.ctx.Endpoint }
+
+// Model is the body's top-level "model" when the hook started.
+func (r *Request) Model() string { return r.ctx.Model }
+
+// Stream reports whether the body asked for streaming.
+func (r *Request) Stream() bool { return r.ctx.Stream }
+
+// Header returns a client header (lower-case name); credentials are never
+// visible.
+func (r *Request) Header(name string) string { return r.ctx.Headers[name] }
+
+// Get returns the raw JSON at path (a string value comes with its quotes).
+func (r *Request) Get(path string) (string, bool) {
+	v, code := r.b.get(path)
+	return v, code >= 0
+}
+
+// GetString returns the string at path, unquoted; false when absent or not
+// a string.
+func (r *Request) GetString(path string) (string, bool) {
+	raw, ok := r.Get(path)
+	if !ok {
+		return "", false
+	}
+	return hostabi.Unquote([]byte(raw))
+}
+
+// Len returns the length of the array at path.
+func (r *Request) Len(path string) (int, bool) {
+	p := "#"
+	if path != "" {
+		p = path + ".#"
+	}
+	raw, ok := r.Get(p)
+	if !ok {
+		return 0, false
+	}
+	n := 0
+	for _, c := range raw {
+		n = n*10 + int(c-'0')
+	}
+	return n, true
+}
+
+// Set stores the raw JSON value at path (ABI.md §6: replaces, appends with
+// "-1", adds members and missing intermediate objects).
+func (r *Request) Set(path, rawJSON string) error {
+	return hostErr("doc_set "+path, r.b.set(path, rawJSON))
+}
+
+// SetString stores s as a JSON string at path.
+func (r *Request) SetString(path, s string) error { return r.Set(path, hostabi.Quote(s)) }
+
+// Delete removes the member or element at path; it reports false (and no
+// error) when nothing is there.
+func (r *Request) Delete(path string) (bool, error) {
+	code := r.b.del(path)
+	if code == hostabi.CodeNotFound {
+		return false, nil
+	}
+	return code >= 0, hostErr("doc_delete "+path, code)
+}
+
+// SetHeader sets an upstream request header.
+func (r *Request) SetHeader(name, value string) error {
+	return hostErr("header_set "+name, r.b.setHeader(name, value))
+}
+
+// RemoveHeader drops an upstream request header.
+func (r *Request) RemoveHeader(name string) error {
+	return hostErr("header_remove "+name, r.b.removeHeader(name))
+}
+
+// UseUpstream sends the request to the named upstream.
+func (r *Request) UseUpstream(name string) error {
+	return hostErr("use_upstream "+name, r.b.useUpstream(name))
+}
+
+// Reject answers the client with an OpenAI-style error (type
+// invalid_request_error) and calls no upstream; return nil from the handler
+// afterwards. status 0 means 400.
+func (r *Request) Reject(status int, code, param, message string) error {
+	raw := hostabi.AppendRejectError(nil, RejectError{Status: status, Code: code, Param: param, Message: message, Type: "invalid_request_error"})
+	return hostErr("reject", r.b.reject(raw))
+}
+
+// Config is the policy's configuration JSON (same as the package-level Config).
+func (r *Request) Config() string { return Config() }
+
+// Quote returns s as a JSON string literal.
+func Quote(s string) string { return hostabi.Quote(s) }
+
+// Unquote decodes a raw JSON string (with quotes).
+func Unquote(raw string) (string, bool) { return hostabi.Unquote([]byte(raw)) }
+
+// EscapeKey escapes an object key for use as one path segment.
+func EscapeKey(key string) string { return hostabi.EscapeKey(key) }
+
+// Lookup returns the raw JSON at path inside the JSON text raw (the same path
+// syntax as Request.Get), e.g. Lookup(Config(), "model_aliases."+EscapeKey(m)).
+func Lookup(raw, path string) (string, bool) {
+	if raw == "" {
+		return "", false
+	}
+	v, err := hostabi.NewDocument([]byte(raw)).Get(path)
+	if err != nil {
+		return "", false
+	}
+	return string(v), true
+}
+
+// LookupString is Lookup for a string value, unquoted.
+func LookupString(raw, path string) (string, bool) {
+	v, ok := Lookup(raw, path)
+	if !ok {
+		return "", false
+	}
+	return Unquote(v)
+}
+
+// EachElement calls fn with each element (raw JSON) of the array raw; it
+// reports whether raw is an array.
+func EachElement(raw string, fn func(i int, elem string) bool) bool {
+	return hostabi.ForEachElement([]byte(raw), func(i int, e []byte) bool { return fn(i, string(e)) })
+}
+
+// EachMember calls fn with each member of the object raw (decoded key, raw
+// JSON value); it reports whether raw is an object.
+func EachMember(raw string, fn func(key, value string) bool) bool {
+	return hostabi.ForEachMember([]byte(raw), func(k string, v []byte) bool { return fn(k, string(v)) })
+}
+
+// platformAPI is what differs between Wasm and native builds.
+type platformAPI interface {
+	log(level Level, msg string)
+	config() string
+	nowMillis() int64
+}
