@@ -38,6 +38,7 @@ type harnessConfig struct {
 	upstreams []upstreamtest.Options
 	servers   map[string]*upstreamtest.Server // reuse these fakes instead of starting new ones
 	keys      map[string]string               // upstream name → api key the gateway uses
+	transport map[string]string               // upstream name → http | websocket | auto
 	opts      gateway.Options                 // Pool, Logger and Transport are filled in
 }
 
@@ -69,14 +70,14 @@ func newHarness(t *testing.T, hc harnessConfig) *harness {
 		hc.upstreams = nil
 		for name, up := range hc.servers {
 			h.ups[name] = up
-			cfgs = append(cfgs, upstream.Config{Name: name, BaseURL: up.URL, APIKey: hc.keys[name]})
+			cfgs = append(cfgs, upstream.Config{Name: name, BaseURL: up.URL, APIKey: hc.keys[name], Transport: hc.transport[name]})
 		}
 	}
 	for _, o := range hc.upstreams {
 		up := upstreamtest.NewServer(o)
 		t.Cleanup(up.Close)
 		h.ups[o.Name] = up
-		cfgs = append(cfgs, upstream.Config{Name: o.Name, BaseURL: up.URL, APIKey: hc.keys[o.Name]})
+		cfgs = append(cfgs, upstream.Config{Name: o.Name, BaseURL: up.URL, APIKey: hc.keys[o.Name], Transport: hc.transport[o.Name]})
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Output: h.logs, Level: hclog.Debug})
 	pool, err := upstream.NewPool(cfgs, upstream.Options{Logger: logger})

@@ -230,6 +230,7 @@ func (p *pump) confirmAnchor(obj gjson.Result) {
 // client (Codex ignores it); it becomes response.failed with the upstream's
 // code, or stream_incomplete when recovered.
 func (p *pump) upstreamError(payload []byte, eventType string) string {
+	p.cleanEnd = true // the upstream ended this response with its error; its connection is fine
 	perr, _ := apierr.Parse(payload)
 	obj := gjson.ParseBytes(payload)
 	if perr.Code == "" && perr.Message == "" {

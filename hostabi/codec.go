@@ -75,18 +75,31 @@ func AppendRecoverInput(dst []byte, in RecoverInput) []byte {
 	return append(dst, '}')
 }
 
-// decodeObject walks the top-level object in b, calling set for each member.
-func decodeObject(b []byte, set func(key string, raw []byte) error) error {
+// decoder decodes one flat JSON object. String values without escapes are
+// substrings of one copy of the input, so decoding allocates once (this
+// matters in guests, where every allocation is expensive).
+type decoder struct {
+	b   []byte
+	src string // string(b), made on the first string value
+}
+
+// object walks the top-level object, calling set for each member with the
+// raw key (escapes are decoded only when present) and the value's span.
+func (d *decoder) object(set func(key []byte, vs, ve int) error) error {
+	b := d.b
 	i := skipSpace(b, 0)
 	var ferr error
 	end, err := forEachMember(b, i, func(key []byte, _, vs, ve int) bool {
-		k, ok := unescape(key)
-		if !ok {
-			ferr = ErrSyntax
-			return false
+		if hasBackslash(key) {
+			k, ok := unescape(key)
+			if !ok {
+				ferr = ErrSyntax
+				return false
+			}
+			key = []byte(k)
 		}
-		if e := set(k, b[vs:ve]); e != nil {
-			ferr = fmt.Errorf("member %q: %w", k, e)
+		if e := set(key, vs, ve); e != nil {
+			ferr = fmt.Errorf("member %q: %w", key, e)
 			return false
 		}
 		return true
@@ -103,44 +116,74 @@ func decodeObject(b []byte, set func(key string, raw []byte) error) error {
 	return nil
 }
 
-func setInt(p *int, raw []byte) error {
-	n, err := parseInt(raw)
-	if err != nil {
-		return err
+func (d *decoder) str(p *string, vs, ve int) error {
+	raw := d.b[vs:ve]
+	if string(raw) == "null" {
+		*p = ""
+		return nil
 	}
-	if int64(int(n)) != n {
+	if len(raw) < 2 || raw[0] != '"' {
+		return ErrSyntax
+	}
+	inner := raw[1 : len(raw)-1]
+	if hasBackslash(inner) {
+		s, ok := unescape(inner)
+		if !ok {
+			return ErrSyntax
+		}
+		*p = s
+		return nil
+	}
+	if d.src == "" {
+		d.src = string(d.b)
+	}
+	*p = d.src[vs+1 : ve-1]
+	return nil
+}
+
+func (d *decoder) int(p *int, vs, ve int) error {
+	n, err := parseInt(d.b[vs:ve])
+	if err != nil || int64(int(n)) != n {
 		return ErrSyntax
 	}
 	*p = int(n)
 	return nil
 }
 
-func setStr(p *string, raw []byte) (err error) { *p, err = parseStr(raw); return }
-func setBool(p *bool, raw []byte) (err error)  { *p, err = parseBool(raw); return }
+func (d *decoder) int64(p *int64, vs, ve int) (err error) {
+	*p, err = parseInt(d.b[vs:ve])
+	return err
+}
+
+func (d *decoder) bool(p *bool, vs, ve int) (err error) {
+	*p, err = parseBool(d.b[vs:ve])
+	return err
+}
 
 // DecodeRecoverInput decodes a recover hook input.
 func DecodeRecoverInput(b []byte) (RecoverInput, error) {
 	var in RecoverInput
-	err := decodeObject(b, func(k string, raw []byte) error {
-		switch k {
+	d := decoder{b: b}
+	err := d.object(func(k []byte, vs, ve int) error {
+		switch string(k) {
 		case "surface":
-			return setStr(&in.Surface, raw)
+			return d.str(&in.Surface, vs, ve)
 		case "upstream":
-			return setStr(&in.Upstream, raw)
+			return d.str(&in.Upstream, vs, ve)
 		case "http_status":
-			return setInt(&in.HTTPStatus, raw)
+			return d.int(&in.HTTPStatus, vs, ve)
 		case "event_type":
-			return setStr(&in.EventType, raw)
+			return d.str(&in.EventType, vs, ve)
 		case "code":
-			return setStr(&in.Code, raw)
+			return d.str(&in.Code, vs, ve)
 		case "type":
-			return setStr(&in.Type, raw)
+			return d.str(&in.Type, vs, ve)
 		case "param":
-			return setStr(&in.Param, raw)
+			return d.str(&in.Param, vs, ve)
 		case "message":
-			return setStr(&in.Message, raw)
+			return d.str(&in.Message, vs, ve)
 		case "transport":
-			return setBool(&in.Transport, raw)
+			return d.bool(&in.Transport, vs, ve)
 		}
 		return nil
 	})
@@ -173,32 +216,31 @@ func AppendReplayInput(dst []byte, in ReplayInput) []byte {
 // DecodeReplayInput decodes a replay hook input.
 func DecodeReplayInput(b []byte) (ReplayInput, error) {
 	var in ReplayInput
-	err := decodeObject(b, func(k string, raw []byte) error {
-		switch k {
+	d := decoder{b: b}
+	err := d.object(func(k []byte, vs, ve int) error {
+		switch string(k) {
 		case "surface":
-			return setStr(&in.Surface, raw)
+			return d.str(&in.Surface, vs, ve)
 		case "upstream":
-			return setStr(&in.Upstream, raw)
+			return d.str(&in.Upstream, vs, ve)
 		case "code":
-			return setStr(&in.Code, raw)
+			return d.str(&in.Code, vs, ve)
 		case "http_status":
-			return setInt(&in.HTTPStatus, raw)
+			return d.int(&in.HTTPStatus, vs, ve)
 		case "replay_count":
-			return setInt(&in.ReplayCount, raw)
+			return d.int(&in.ReplayCount, vs, ve)
 		case "response_created_seen":
-			return setBool(&in.ResponseCreatedSeen, raw)
+			return d.bool(&in.ResponseCreatedSeen, vs, ve)
 		case "response_id_assigned":
-			return setBool(&in.ResponseIDAssigned, raw)
+			return d.bool(&in.ResponseIDAssigned, vs, ve)
 		case "pending_requests":
-			return setInt(&in.PendingRequests, raw)
+			return d.int(&in.PendingRequests, vs, ve)
 		case "has_previous_response_id":
-			return setBool(&in.HasPreviousResponseID, raw)
+			return d.bool(&in.HasPreviousResponseID, vs, ve)
 		case "pinned_owner":
-			return setStr(&in.PinnedOwner, raw)
+			return d.str(&in.PinnedOwner, vs, ve)
 		case "retry_after_ms":
-			n, err := parseInt(raw)
-			in.RetryAfterMillis = n
-			return err
+			return d.int64(&in.RetryAfterMillis, vs, ve)
 		}
 		return nil
 	})
@@ -240,26 +282,29 @@ func AppendRewriteContext(dst []byte, c RewriteContext) []byte {
 // DecodeRewriteContext decodes a rewrite_request hook input.
 func DecodeRewriteContext(b []byte) (RewriteContext, error) {
 	var c RewriteContext
-	err := decodeObject(b, func(k string, raw []byte) error {
-		switch k {
+	d := decoder{b: b}
+	err := d.object(func(k []byte, vs, ve int) error {
+		switch string(k) {
 		case "surface":
-			return setStr(&c.Surface, raw)
+			return d.str(&c.Surface, vs, ve)
 		case "endpoint":
-			return setStr(&c.Endpoint, raw)
+			return d.str(&c.Endpoint, vs, ve)
 		case "model":
-			return setStr(&c.Model, raw)
+			return d.str(&c.Model, vs, ve)
 		case "stream":
-			return setBool(&c.Stream, raw)
+			return d.bool(&c.Stream, vs, ve)
 		case "body_bytes":
-			return setInt(&c.BodyBytes, raw)
+			return d.int(&c.BodyBytes, vs, ve)
 		case "headers":
-			if string(raw) == "null" {
+			if string(d.b[vs:ve]) == "null" {
 				return nil
 			}
 			c.Headers = map[string]string{}
-			return decodeObject(raw, func(hk string, hv []byte) error {
-				s, err := parseStr(hv)
-				c.Headers[hk] = s
+			hd := decoder{b: d.b[vs:ve]}
+			return hd.object(func(hk []byte, hvs, hve int) error {
+				var v string
+				err := hd.str(&v, hvs, hve)
+				c.Headers[string(hk)] = v
 				return err
 			})
 		}
@@ -288,10 +333,11 @@ var ErrBadVerdict = errors.New("hostabi: unknown verdict")
 func DecodeRecoverOutput(b []byte) (RecoverOutput, error) {
 	var out RecoverOutput
 	seen := false
-	err := decodeObject(b, func(k string, raw []byte) error {
-		switch k {
+	d := decoder{b: b}
+	err := d.object(func(k []byte, vs, ve int) error {
+		switch string(k) {
 		case "verdict":
-			n, err := parseInt(raw)
+			n, err := parseInt(d.b[vs:ve])
 			if err != nil {
 				return err
 			}
@@ -301,9 +347,9 @@ func DecodeRecoverOutput(b []byte) (RecoverOutput, error) {
 			seen = true
 			out.Verdict = RecoverVerdict(n)
 		case "code":
-			return setStr(&out.Code, raw)
+			return d.str(&out.Code, vs, ve)
 		case "message":
-			return setStr(&out.Message, raw)
+			return d.str(&out.Message, vs, ve)
 		}
 		return nil
 	})
@@ -327,10 +373,11 @@ func AppendReplayOutput(dst []byte, out ReplayOutput) []byte {
 func DecodeReplayOutput(b []byte) (ReplayOutput, error) {
 	var out ReplayOutput
 	seen := false
-	err := decodeObject(b, func(k string, raw []byte) error {
-		switch k {
+	d := decoder{b: b}
+	err := d.object(func(k []byte, vs, ve int) error {
+		switch string(k) {
 		case "verdict":
-			n, err := parseInt(raw)
+			n, err := parseInt(d.b[vs:ve])
 			if err != nil {
 				return err
 			}
@@ -340,7 +387,7 @@ func DecodeReplayOutput(b []byte) (ReplayOutput, error) {
 			seen = true
 			out.Verdict = ReplayVerdict(n)
 		case "penalty_ms":
-			n, err := parseInt(raw)
+			n, err := parseInt(d.b[vs:ve])
 			if err != nil {
 				return err
 			}
@@ -382,18 +429,19 @@ func AppendRejectError(dst []byte, e RejectError) []byte {
 // an empty code "rejected_by_policy". A status outside 400–599 is an error.
 func DecodeRejectError(b []byte) (RejectError, error) {
 	var e RejectError
-	err := decodeObject(b, func(k string, raw []byte) error {
-		switch k {
+	d := decoder{b: b}
+	err := d.object(func(k []byte, vs, ve int) error {
+		switch string(k) {
 		case "status":
-			return setInt(&e.Status, raw)
+			return d.int(&e.Status, vs, ve)
 		case "message":
-			return setStr(&e.Message, raw)
+			return d.str(&e.Message, vs, ve)
 		case "type":
-			return setStr(&e.Type, raw)
+			return d.str(&e.Type, vs, ve)
 		case "code":
-			return setStr(&e.Code, raw)
+			return d.str(&e.Code, vs, ve)
 		case "param":
-			return setStr(&e.Param, raw)
+			return d.str(&e.Param, vs, ve)
 		}
 		return nil
 	})

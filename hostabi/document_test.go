@@ -427,3 +427,21 @@ func (r *xorshift) intn(n int) int {
 	r.s ^= r.s << 17
 	return int(r.s % uint64(n))
 }
+
+// FuzzSWAR checks the wasm scanners against the native ones.
+func FuzzSWAR(f *testing.F) {
+	f.Add([]byte(`"abc\"def\\\\" tail`), byte('"'))
+	f.Add([]byte(`"0123456789abcdef\\u0041 and \\" more text here"`), byte('\\'))
+	f.Fuzz(func(t *testing.T, b []byte, c byte) {
+		if got, want := swarIndexByte(b, c), bytes.IndexByte(b, c); got != want {
+			t.Fatalf("swarIndexByte(%q,%q) = %d, want %d", b, c, got, want)
+		}
+		if len(b) > 0 && b[0] == '"' {
+			e1, err1 := skipString(b, 0)
+			e2, err2 := swarSkipString(b, 0)
+			if (err1 == nil) != (err2 == nil) || (err1 == nil && e1 != e2) {
+				t.Fatalf("skipString(%q) = %d,%v; swar %d,%v", b, e1, err1, e2, err2)
+			}
+		}
+	})
+}

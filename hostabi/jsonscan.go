@@ -13,36 +13,22 @@ var ErrSyntax = errors.New("hostabi: malformed JSON")
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
+// skipSpace returns the index of the first non-space byte at or after i.
+// The loop is out of line: in guests entering a loop costs a host round trip,
+// and compact JSON rarely has spaces.
 func skipSpace(b []byte, i int) int {
+	if i >= len(b) || !isSpace(b[i]) {
+		return i
+	}
+	return skipSpaceLoop(b, i)
+}
+
+//go:noinline
+func skipSpaceLoop(b []byte, i int) int {
 	for i < len(b) && isSpace(b[i]) {
 		i++
 	}
 	return i
-}
-
-// skipString returns the index just past the string whose opening quote is
-// at b[i]. It finds quotes with bytes.IndexByte, so long strings are skipped
-// at memory speed.
-func skipString(b []byte, i int) (int, error) {
-	j := i + 1
-	for {
-		if j > len(b) {
-			return 0, ErrSyntax
-		}
-		k := bytes.IndexByte(b[j:], '"')
-		if k < 0 {
-			return 0, ErrSyntax
-		}
-		q := j + k
-		n := 0
-		for p := q - 1; p > i && b[p] == '\\'; p-- {
-			n++
-		}
-		if n%2 == 0 {
-			return q + 1, nil
-		}
-		j = q + 1
-	}
 }
 
 // skipValue returns the index just past the value that starts at b[i] (no
@@ -180,7 +166,7 @@ func forEachElement(b []byte, i int, fn func(idx, vs, ve int) bool) (int, error)
 
 // keyEquals reports whether the raw (escaped, unquoted) key equals want.
 func keyEquals(raw []byte, want string) bool {
-	if bytes.IndexByte(raw, '\\') < 0 {
+	if !hasBackslash(raw) {
 		return string(raw) == want
 	}
 	s, ok := unescape(raw)
@@ -189,7 +175,7 @@ func keyEquals(raw []byte, want string) bool {
 
 // unescape decodes the body of a JSON string (without quotes).
 func unescape(raw []byte) (string, bool) {
-	if bytes.IndexByte(raw, '\\') < 0 {
+	if !hasBackslash(raw) {
 		return string(raw), true
 	}
 	out := make([]byte, 0, len(raw))
@@ -379,16 +365,37 @@ func parseInt(raw []byte) (int64, error) {
 	if string(raw) == "null" {
 		return 0, nil
 	}
-	n, err := strconv.ParseInt(string(raw), 10, 64)
-	if err != nil {
-		// Accept integral numbers written with a fraction or exponent.
-		f, ferr := strconv.ParseFloat(string(raw), 64)
-		if ferr != nil || f != float64(int64(f)) {
-			return 0, ErrSyntax
+	// Fast path without allocation: an optional minus and up to 18 digits.
+	if n := len(raw); n > 0 && n <= 19 {
+		neg := raw[0] == '-'
+		digits := raw
+		if neg {
+			digits = raw[1:]
 		}
-		return int64(f), nil
+		if len(digits) > 0 && len(digits) <= 18 && (digits[0] != '0' || len(digits) == 1) {
+			var v int64
+			ok := true
+			for _, c := range digits {
+				if c < '0' || c > '9' {
+					ok = false
+					break
+				}
+				v = v*10 + int64(c-'0')
+			}
+			if ok {
+				if neg {
+					v = -v
+				}
+				return v, nil
+			}
+		}
 	}
-	return n, nil
+	// Accept integral numbers written with a fraction or exponent.
+	f, err := strconv.ParseFloat(string(raw), 64)
+	if err != nil || f != float64(int64(f)) || f > 1<<62 || f < -(1<<62) {
+		return 0, ErrSyntax
+	}
+	return int64(f), nil
 }
 
 func parseBool(raw []byte) (bool, error) {

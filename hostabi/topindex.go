@@ -1,7 +1,5 @@
 package hostabi
 
-import "bytes"
-
 // topIndex is a lazy index of the top-level members of an object root. It
 // scans from both ends at once, in small budgets, so that a member near
 // either end of a multi-megabyte request (Codex puts "model" first and
@@ -407,7 +405,7 @@ func (s *skipState) bwd(b []byte, limit int) (bool, error) {
 func skipStringBack(b []byte, end int) (int, error) {
 	j := end - 1
 	for {
-		k := bytes.LastIndexByte(b[:j], '"')
+		k := lastIndexByte(b[:j], '"')
 		if k < 0 {
 			return 0, ErrSyntax
 		}

@@ -27,19 +27,21 @@ func (s *PebbleStore) CreateInputSession(ctx context.Context, sess InputSession)
 	mu.Lock()
 	defer mu.Unlock()
 
-	switch _, err := s.loadLiveSession(db, sess.ID); {
-	case err == nil:
+	old, err := loadSession(db, sess.ID)
+	switch {
+	case err == nil && !expired(old.ExpiresAt, s.now()):
 		return fmt.Errorf("store: create input session %s: %w", RedactID(sess.ID), ErrExists)
-	case !errors.Is(err, ErrNotFound):
+	case err != nil && !errors.Is(err, ErrNotFound):
 		return fmt.Errorf("store: create input session %s: %w", RedactID(sess.ID), err)
 	}
 	b := db.NewBatch()
 	defer b.Close()
-	// Chunks left by an expired, not yet swept session with this id must not
-	// show up in the new one.
-	prefix := chunkPrefix(sess.ID)
-	if err := b.DeleteRange(prefix, prefixSuccessor(prefix), nil); err != nil {
-		return fmt.Errorf("store: create input session %s: %w", RedactID(sess.ID), err)
+	if err == nil {
+		// The chunks of the expired, not yet swept session with this id
+		// must not show up in the new one.
+		if err := deleteSession(b, sess.ID); err != nil {
+			return fmt.Errorf("store: create input session %s: %w", RedactID(sess.ID), err)
+		}
 	}
 	if err := s.commitSession(b, &sess); err != nil {
 		return fmt.Errorf("store: create input session %s: %w", RedactID(sess.ID), err)
@@ -311,12 +313,22 @@ func (s *PebbleStore) commitSession(b *pebble.Batch, sess *InputSession) error {
 
 // loadLiveSession reads a session; ErrNotFound if absent or expired.
 func (s *PebbleStore) loadLiveSession(db *pebble.DB, id string) (InputSession, error) {
+	sess, err := loadSession(db, id)
+	if err == nil && expired(sess.ExpiresAt, s.now()) {
+		return InputSession{}, ErrNotFound
+	}
+	return sess, err
+}
+
+// loadSession reads a session whether or not it has expired; ErrNotFound if
+// absent.
+func loadSession(db *pebble.DB, id string) (InputSession, error) {
 	var sess InputSession
 	err := get(db, sessionKey(id), func(v []byte) (err error) {
 		sess, err = decodeSession(id, v)
 		return err
 	})
-	if errors.Is(err, pebble.ErrNotFound) || err == nil && expired(sess.ExpiresAt, s.now()) {
+	if errors.Is(err, pebble.ErrNotFound) {
 		return InputSession{}, ErrNotFound
 	}
 	return sess, err

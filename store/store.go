@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -161,6 +162,11 @@ func Open(ctx context.Context, opts Options) (*PebbleStore, error) {
 		return nil, fmt.Errorf("store: open %q: %w", opts.Dir, err)
 	}
 	log := opts.Logger.Named("store")
+	// The store holds conversation content: keep the directory private when
+	// creating it (Pebble would create it world-readable).
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("store: open %q: %w", opts.Dir, err)
+	}
 
 	cache := pebble.NewCache(opts.CacheSize)
 	defer cache.Unref()
@@ -175,7 +181,7 @@ func Open(ctx context.Context, opts Options) (*PebbleStore, error) {
 	db, err := pebble.Open(opts.Dir, popts)
 	if err != nil {
 		if isLockError(err) {
-			return nil, fmt.Errorf("store: open %q: database is locked, is another gateway using this data dir? %w", opts.Dir, err)
+			return nil, fmt.Errorf("store: open %q: database is locked (is another gateway using this data dir?): %w", opts.Dir, err)
 		}
 		return nil, fmt.Errorf("store: open %q: %w", opts.Dir, err)
 	}

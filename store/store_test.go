@@ -381,3 +381,107 @@ func items(ss ...string) []json.RawMessage {
 	}
 	return out
 }
+
+func TestDirIsPrivate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	s, err := Open(context.Background(), Options{Dir: dir, SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	fi, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := fi.Mode().Perm(); perm != 0o700 {
+		t.Errorf("data dir mode %v, want 0700", perm)
+	}
+}
+
+// TestConcurrentMixed runs writers, readers, deleters and sweeps at once
+// (meant for -race): live records must survive the sweeps, and expired ones
+// must go.
+func TestConcurrentMixed(t *testing.T) {
+	s, clk := openTest(t)
+	ctx := context.Background()
+	const workers, perWorker = 8, 60
+	var wg sync.WaitGroup
+	errs := make(chan error, workers+1)
+	done := make(chan struct{})
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sid := fmt.Sprintf("in-%d", w)
+			if err := s.CreateInputSession(ctx, InputSession{ID: sid}); err != nil {
+				errs <- err
+				return
+			}
+			for i := range perWorker {
+				live := anchor(fmt.Sprintf("live-%d-%d", w, i), "up", fmt.Sprintf("s-%d", w%3))
+				dead := anchor(fmt.Sprintf("dead-%d-%d", w, i), "up", fmt.Sprintf("d-%d", w%3))
+				dead.ExpiresAt = t0.Add(-time.Hour)
+				for _, err := range []error{
+					s.PutAnchor(ctx, live),
+					s.PutAnchor(ctx, dead),
+					s.PutChunk(ctx, sid, uint64(i), Chunk{Payload: []byte("x")}, InputSession{NextSeq: uint64(i + 1)}),
+					s.DeleteAnchor(ctx, fmt.Sprintf("live-%d-%d", w, i-1)),
+				} {
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+				if _, err := s.GetAnchor(ctx, live.ResponseID); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if _, err := s.Sweep(ctx, clk.Now()); err != nil {
+				errs <- err
+				return
+			}
+		}
+	}()
+	// Stop the sweeper once the workers are done.
+	go func() {
+		for s.Stats().AnchorsWritten < 2*workers*perWorker && len(errs) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		close(done)
+	}()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if _, err := s.Sweep(ctx, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for w := range workers {
+		last := fmt.Sprintf("live-%d-%d", w, perWorker-1)
+		if _, err := s.GetAnchor(ctx, last); err != nil {
+			t.Errorf("GetAnchor(%s): %v", last, err)
+		}
+		if c, err := s.Chunks(ctx, fmt.Sprintf("in-%d", w)); err != nil || len(c) != perWorker {
+			t.Errorf("Chunks(in-%d) = %d chunks, %v", w, len(c), err)
+		}
+	}
+	if dead := anchorKey("dead-"); countKeys(t, s, dead, prefixSuccessor(dead)) != 0 {
+		t.Error("expired anchors left after sweeping")
+	}
+	if st := s.Stats(); st.SweptAnchors != workers*perWorker {
+		t.Errorf("SweptAnchors = %d, want %d", st.SweptAnchors, workers*perWorker)
+	}
+}

@@ -138,7 +138,7 @@ func TestSweep(t *testing.T) {
 			if n, err := s.Sweep(ctx, t0.Add(tt.sweepAt)); err != nil || n != 0 {
 				t.Errorf("second Sweep = %d, %v", n, err)
 			}
-			if left := countKeys(t, s, famExpiry, expiryUpperBound(t0.Add(tt.sweepAt))); left != 0 {
+			if left := countKeys(t, s, []byte{famExpiry}, expiryUpperBound(t0.Add(tt.sweepAt))); left != 0 {
 				t.Errorf("%d due index entries left", left)
 			}
 		})
@@ -196,15 +196,15 @@ func lookup(s *PebbleStore, ref string) error {
 	return err
 }
 
-// countKeys counts the keys in [fam, upper).
-func countKeys(t *testing.T, s *PebbleStore, fam byte, upper []byte) int {
+// countKeys counts the keys in [lower, upper).
+func countKeys(t *testing.T, s *PebbleStore, lower, upper []byte) int {
 	t.Helper()
 	db, release, err := s.acquire()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer release()
-	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte{fam}, UpperBound: upper})
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		t.Fatal(err)
 	}

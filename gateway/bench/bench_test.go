@@ -241,8 +241,8 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		time.Sleep(500 * time.Millisecond) // let closed connections settle
 		r := measureIdle(b, t, up, idleN, cfg)
 		res[t.name].idle = r
-		fmt.Fprintf(out, "idle streams via %s: %d/%d open in %v, RSS %d → %d KiB, %.1f KiB/stream\n",
-			t.name, r.opened, r.want, r.openTime.Round(time.Millisecond), r.rssBefore, r.rssAfter, r.kibPerStream())
+		fmt.Fprintf(out, "idle streams via %s: %d/%d open in %v, RSS %d → %d → %d KiB, %.1f KiB/stream (marginal %.1f)\n",
+			t.name, r.opened, r.want, r.openTime.Round(time.Millisecond), r.rssBefore, r.rssMid, r.rssAfter, r.kibPerStream(), r.marginalKiB())
 		// Wait for the fake upstream to see every stream end.
 		deadline := time.Now().Add(60 * time.Second)
 		for up.fds() > upBase+64 && time.Now().Before(deadline) {
@@ -268,24 +268,33 @@ func lastLines(s string, n int) string {
 	return strings.TrimSpace(strings.Join(lines, "\n"))
 }
 
-// measureIdle opens n idle streams through t and measures its process.
+// measureIdle opens n idle streams through t and measures its process:
+// RSS before, with a fifth of the streams open and with all of them.
 func measureIdle(b *testing.B, t *target, up *process, n int, cfg benchConfig) *idleResult {
-	before, err := t.proc.rssKiB()
-	if err != nil {
+	r := &idleResult{want: n}
+	var err error
+	if r.rssBefore, err = t.proc.rssKiB(); err != nil {
 		b.Fatal(err)
 	}
-	fdsBefore := t.proc.fds()
-	streams, r := openIdleStreams(t, n, cfg.idlePar, 50)
+	r.fdsBefore = t.proc.fds()
+	const maxErrs = 50
+	streams := newIdleStreams(t)
 	defer streams.close()
+	streams.open(r, n/5, cfg.idlePar, maxErrs)
+	time.Sleep(300 * time.Millisecond)
+	r.midOpened = r.opened
+	if r.rssMid, err = t.proc.rssKiB(); err != nil {
+		b.Fatal(err)
+	}
+	streams.open(r, n-n/5, cfg.idlePar, maxErrs)
 	time.Sleep(time.Second) // let the processes settle
-	r.rssBefore, r.fdsBefore = before, fdsBefore
 	if r.rssAfter, err = t.proc.rssKiB(); err != nil {
 		b.Fatal(err)
 	}
 	r.fdsAfter, r.upstreamFds = t.proc.fds(), up.fds()
 	if cfg.profile != "" {
 		_ = t.proc.signal(syscall.SIGUSR1) // heap profile with the streams open
-		time.Sleep(2 * time.Second)
+		time.Sleep(3 * time.Second)
 	}
 	return r
 }
@@ -414,17 +423,18 @@ func report(b *testing.B, out io.Writer, cfg benchConfig, res map[string]*pathRe
 		fmt.Fprintf(out, "N %s\n", capNote)
 	}
 	w = tw()
-	fmt.Fprintln(w, "path\topen\tRSS before\tRSS with streams\tKiB/stream\tfds before → after\tupstream fds\topen time\terrors\t")
-	fmt.Fprintln(w, "direct\t-\t-\t-\t-\t-\t-\t-\t(no proxy process)\t")
+	fmt.Fprintln(w, "path\topen\tRSS before\tRSS with streams\tKiB/stream\tmarginal KiB/stream\tfds before → after\tupstream fds\topen time\terrors\t")
+	fmt.Fprintln(w, "direct\t-\t-\t-\t-\t-\t-\t-\t-\t(no proxy process)\t")
 	for _, n := range paths[1:] {
 		r := res[n].idle
 		errs := "0"
 		if r.errs > 0 {
 			errs = fmt.Sprintf("%d (%v)", r.errs, r.firstErr)
 		}
-		fmt.Fprintf(w, "%s\t%d/%d\t%.1f MiB\t%.1f MiB\t%.1f\t%d → %d\t%d\t%v\t%s\t\n", n, r.opened, r.want, float64(r.rssBefore)/1024, float64(r.rssAfter)/1024,
-			r.kibPerStream(), r.fdsBefore, r.fdsAfter, r.upstreamFds, r.openTime.Round(time.Millisecond), errs)
+		fmt.Fprintf(w, "%s\t%d/%d\t%.1f MiB\t%.1f MiB\t%.1f\t%.1f\t%d → %d\t%d\t%v\t%s\t\n", n, r.opened, r.want, float64(r.rssBefore)/1024, float64(r.rssAfter)/1024,
+			r.kibPerStream(), r.marginalKiB(), r.fdsBefore, r.fdsAfter, r.upstreamFds, r.openTime.Round(time.Millisecond), errs)
 		metric(r.kibPerStream(), n+"-idle-KiB/stream")
+		metric(r.marginalKiB(), n+"-idle-marginal-KiB/stream")
 	}
 	_ = w.Flush()
 	idleKiB := s.idle.kibPerStream()
@@ -432,8 +442,8 @@ func report(b *testing.B, out io.Writer, cfg benchConfig, res map[string]*pathRe
 	if s.idle.opened < targetIdleStreams {
 		atTarget = fmt.Sprintf(" (measured at %d streams, not %d)", s.idle.opened, targetIdleStreams)
 	}
-	fmt.Fprintf(out, "sluice %.1f KiB/stream, %.2f × the bare proxy   target ≤ %.0f KiB at %d streams%s: %s\n",
-		idleKiB, ratio(idleKiB, p.idle.kibPerStream()), targetIdleKiB, targetIdleStreams, atTarget, check(idleKiB <= targetIdleKiB))
+	fmt.Fprintf(out, "sluice %.1f KiB/stream (marginal %.1f), %.2f × the bare proxy   target ≤ %.0f KiB at %d streams%s: %s\n",
+		idleKiB, s.idle.marginalKiB(), ratio(idleKiB, p.idle.kibPerStream()), targetIdleKiB, targetIdleStreams, atTarget, check(idleKiB <= targetIdleKiB))
 	metric(ratio(idleKiB, p.idle.kibPerStream()), "sluice/proxy-idle-ratio")
 
 	// Summary.

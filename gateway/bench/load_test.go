@@ -301,6 +301,8 @@ type idleResult struct {
 	firstErr     error
 	openTime     time.Duration
 	rssBefore    int64 // KiB, proxy process, before opening
+	rssMid       int64 // KiB, with the first fifth of the streams open
+	midOpened    int   // streams open at rssMid
 	rssAfter     int64 // KiB, with every stream open
 	fdsBefore    int
 	fdsAfter     int
@@ -315,12 +317,25 @@ func (r *idleResult) kibPerStream() float64 {
 	return float64(r.rssAfter-r.rssBefore) / float64(r.opened)
 }
 
+// marginalKiB is the RSS growth per stream over the last four fifths of
+// the streams: heap the process had freed but kept before the test (which
+// the first streams reuse without growing RSS) drops out of it.
+func (r *idleResult) marginalKiB() float64 {
+	if r == nil || r.opened <= r.midOpened {
+		return 0
+	}
+	return float64(r.rssAfter-r.rssMid) / float64(r.opened-r.midOpened)
+}
+
 // idleStreams is a set of open streams; close ends them all.
 type idleStreams struct {
+	ctx    context.Context
 	cancel context.CancelFunc
+	t      *target
+	c      *http.Client
+	tr     *http.Transport
 	mu     sync.Mutex
 	resps  []*http.Response
-	tr     *http.Transport
 }
 
 func (s *idleStreams) close() {
@@ -334,27 +349,32 @@ func (s *idleStreams) close() {
 	s.tr.CloseIdleConnections()
 }
 
-// openIdleStreams opens n streams through t, with par opening at once, and
-// returns once each has delivered its first event (the fake upstream then
-// holds it open) or failed. It gives up after maxErrs failures.
-func openIdleStreams(t *target, n, par, maxErrs int) (*idleStreams, *idleResult) {
+// newIdleStreams prepares a set of idle streams through t.
+func newIdleStreams(t *target) *idleStreams {
 	ctx, cancel := context.WithCancel(context.Background())
 	tr := newLoadTransport(1)
-	c := &http.Client{Transport: tr}
-	s := &idleStreams{cancel: cancel, tr: tr, resps: make([]*http.Response, 0, n)}
-	res := &idleResult{want: n}
-	var mu sync.Mutex
+	return &idleStreams{ctx: ctx, cancel: cancel, tr: tr, c: &http.Client{Transport: tr}, t: t}
+}
+
+// open opens n more streams, par at once, and returns once each has
+// delivered its first event (the fake upstream then holds it open) or
+// failed; it gives up after maxErrs failures in all. It records into res.
+func (s *idleStreams) open(res *idleResult, n, par, maxErrs int) {
 	var next atomic.Int64
-	var failed atomic.Int64
 	start := time.Now()
 	var wg sync.WaitGroup
 	for range par {
 		wg.Go(func() {
-			for next.Add(1) <= int64(n) && failed.Load() < int64(maxErrs) {
-				resp, err := openOne(ctx, t, c)
-				mu.Lock()
+			for next.Add(1) <= int64(n) {
+				s.mu.Lock()
+				stop := res.errs >= maxErrs
+				s.mu.Unlock()
+				if stop {
+					return
+				}
+				resp, err := openOne(s.ctx, s.t, s.c)
+				s.mu.Lock()
 				if err != nil {
-					failed.Add(1)
 					res.errs++
 					if res.firstErr == nil {
 						res.firstErr = err
@@ -363,13 +383,12 @@ func openIdleStreams(t *target, n, par, maxErrs int) (*idleStreams, *idleResult)
 					res.opened++
 					s.resps = append(s.resps, resp)
 				}
-				mu.Unlock()
+				s.mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
-	res.openTime = time.Since(start)
-	return s, res
+	res.openTime += time.Since(start)
 }
 
 // openOne opens one hanging stream and reads up to its first event.

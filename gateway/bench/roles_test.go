@@ -113,7 +113,7 @@ func serveRole(role string, run func(net.Listener) (func(), error)) int {
 			continue
 		}
 		heaps++
-		if err := writeHeapProfile(filepath.Join(profDir, fmt.Sprintf("%s-heap-%d.pprof", role, heaps))); err != nil {
+		if err := writeHeapProfile(filepath.Join(profDir, fmt.Sprintf("%s-heap-%d", role, heaps))); err != nil {
 			fmt.Fprintf(os.Stderr, "bench %s: heap profile: %v\n", role, err)
 		}
 	}
@@ -121,17 +121,33 @@ func serveRole(role string, run func(net.Listener) (func(), error)) int {
 	return 0
 }
 
-func writeHeapProfile(path string) error {
+// writeHeapProfile writes prefix.pprof (the heap profile), and
+// prefix-goroutines.pprof and prefix-memstats.txt (where the memory is:
+// heap, goroutine stacks, runtime overhead) to break RSS down.
+func writeHeapProfile(prefix string) error {
 	runtime.GC() // the in-use numbers are as of the last GC
-	f, err := os.Create(path)
-	if err != nil {
-		return err
+	for _, name := range []string{"heap", "goroutine"} {
+		path := prefix + ".pprof"
+		if name == "goroutine" {
+			path = prefix + "-goroutines.pprof"
+		}
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
+			_ = f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
 	}
-	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	text := fmt.Sprintf("goroutines %d\nHeapInuse %d\nHeapIdle %d\nHeapReleased %d\nStackInuse %d\nMSpanInuse %d\nSys %d\nHeapObjects %d\n",
+		runtime.NumGoroutine(), ms.HeapInuse, ms.HeapIdle, ms.HeapReleased, ms.StackInuse, ms.MSpanInuse, ms.Sys, ms.HeapObjects)
+	return os.WriteFile(prefix+"-memstats.txt", []byte(text), 0o644)
 }
 
 // newRoleServer is the http.Server of the upstream and proxy roles: no

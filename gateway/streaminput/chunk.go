@@ -225,7 +225,7 @@ func errTooLarge(limit int64) *apierr.Error {
 	return e
 }
 
-func errStore(err error) *apierr.Error {
+func errStore() *apierr.Error {
 	return &apierr.Error{Status: http.StatusServiceUnavailable, Type: apierr.TypeServer, Code: "store_unavailable",
 		Message: "the gateway could not store the chunk durably; retry the request"}
 }

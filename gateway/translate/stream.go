@@ -23,8 +23,9 @@ type Event struct {
 type StreamOptions struct {
 	// ResponseID is the response id ("resp_…"); empty means NewID("resp").
 	ResponseID string
-	// Model is the model the response reports; empty means the model named by
-	// the upstream's chunks.
+	// Model is the model the response reports (normally RequestInfo.Model).
+	// Empty means the model named by the upstream's chunks, which is then
+	// missing from response.created and response.in_progress.
 	Model string
 	// CreatedAt is the response's created_at (Unix seconds); zero means now.
 	CreatedAt int64

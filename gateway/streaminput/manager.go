@@ -1,0 +1,328 @@
+package streaminput
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/sluice-gw/sluice/store"
+)
+
+// Manager owns the streaming-input sessions: it serves the REST API
+// (Handler, Routes) and Mode A (ModeA), dispatches assembled requests and
+// keeps their answers for the result readers. Create it with New and stop
+// it with Close.
+type Manager struct {
+	opts Options
+	log  hclog.Logger
+	met  *metrics
+	now  func() time.Time
+
+	// base is the parent of every dispatch; Close cancels it with
+	// shutdownErr, which is how a dispatch knows it was cut by a shutdown.
+	base        context.Context
+	stop        context.CancelCauseFunc
+	shutdownErr *apierr.Error
+	closing     chan struct{}
+	closeOnce   sync.Once
+	wg          sync.WaitGroup
+
+	mu       sync.Mutex
+	sessions map[string]*session
+	perKey   map[string]int // open or running sessions per client key hash
+}
+
+// New builds a Manager and restores the sessions in the store: an open
+// session resumes where it left off, a session whose start condition holds
+// (finished, or started before the restart) is sent upstream, and a session
+// whose answer had ended keeps its input until it expires (the answer
+// itself is not stored).
+func New(ctx context.Context, opts Options) (*Manager, error) {
+	if opts.Dispatch == nil {
+		return nil, errors.New("streaminput: Options.Dispatch is required")
+	}
+	opts.setDefaults()
+	m := &Manager{
+		opts:        opts,
+		log:         opts.Logger,
+		now:         opts.Now,
+		shutdownErr: errShutdown(),
+		closing:     make(chan struct{}),
+		sessions:    map[string]*session{},
+		perKey:      map[string]int{},
+	}
+	m.base, m.stop = context.WithCancelCause(context.Background())
+	m.met = newMetrics(m)
+	if opts.Registerer != nil {
+		if err := m.met.register(opts.Registerer); err != nil {
+			return nil, fmt.Errorf("streaminput: registering metrics: %w", err)
+		}
+	}
+	if opts.Store != nil {
+		if err := m.restore(ctx); err != nil {
+			m.stop(m.shutdownErr)
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Close stops the Manager: running answers are cut (their readers get a
+// terminal event saying the gateway is shutting down), waiting readers are
+// released and Mode A requests end. Durable sessions stay in the store and
+// resume in the next Manager; a cut answer is requested again then. Close
+// waits for the dispatches to return or ctx to end.
+func (m *Manager) Close(ctx context.Context) error {
+	m.closeOnce.Do(func() {
+		close(m.closing)
+		m.stop(m.shutdownErr)
+		for _, s := range m.all() {
+			s.mu.Lock()
+			if s.idle != nil {
+				s.idle.Stop()
+			}
+			if s.durable {
+				s.notifyLocked()
+			} else {
+				s.closeLocked(m.shutdownErr, "shutdown")
+			}
+			s.mu.Unlock()
+		}
+	})
+	done := make(chan struct{})
+	go func() { m.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("streaminput: close: %w", ctx.Err())
+	}
+}
+
+func (m *Manager) isClosing() bool {
+	select {
+	case <-m.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+func (m *Manager) all() []*session {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]*session, 0, len(m.sessions))
+	for _, s := range m.sessions {
+		out = append(out, s)
+	}
+	return out
+}
+
+// get returns a REST-visible session owned by the key hash.
+func (m *Manager) get(id, keyHash string) *session {
+	m.mu.Lock()
+	s := m.sessions[id]
+	m.mu.Unlock()
+	if s == nil || s.modeA || s.keyHash != keyHash {
+		return nil
+	}
+	return s
+}
+
+func (m *Manager) forget(s *session) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.sessions[s.id] == s {
+		delete(m.sessions, s.id)
+	}
+}
+
+func (m *Manager) release(keyHash string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.perKey[keyHash]--; m.perKey[keyHash] <= 0 {
+		delete(m.perKey, keyHash)
+	}
+}
+
+// keyHash identifies a client credential without keeping it, as the
+// gateway does: hex of the first 16 bytes of SHA-256(Authorization or
+// Api-Key); "" without a credential.
+func keyHash(h http.Header) string {
+	cred := h.Get("Authorization")
+	if cred == "" {
+		cred = h.Get("Api-Key")
+	}
+	if cred == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(cred))
+	return hex.EncodeToString(sum[:16])
+}
+
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "sis_" + hex.EncodeToString(b[:])
+}
+
+// sessionParams describe a new session.
+type sessionParams struct {
+	tpl      template
+	policy   startPolicy
+	header   http.Header // the client's request headers
+	modeA    bool
+	dispatch http.Handler
+	onClose  func()
+}
+
+// create opens a session, counting it against its client key's cap.
+func (m *Manager) create(ctx context.Context, p sessionParams) (*session, *apierr.Error) {
+	kh := keyHash(p.header)
+	m.mu.Lock()
+	switch {
+	case m.isClosing():
+		m.mu.Unlock()
+		return nil, errShutdown()
+	case m.perKey[kh] >= m.opts.MaxSessionsPerKey:
+		m.mu.Unlock()
+		return nil, &apierr.Error{Status: http.StatusTooManyRequests, Type: apierr.TypeInvalidRequest, Code: CodeTooManySessions,
+			Message: fmt.Sprintf("this key already has %d streaming-input sessions open or running; finish, delete or let one end first", m.opts.MaxSessionsPerKey)}
+	}
+	m.perKey[kh]++
+	m.mu.Unlock()
+
+	keep, cred := splitHeaders(p.header)
+	now := m.now()
+	s := &session{
+		m: m, id: newID(), keyHash: kh, durable: !p.modeA && m.opts.Store != nil, modeA: p.modeA,
+		tpl: p.tpl, policy: p.policy, headers: keep, dispatch: p.dispatch, onClose: p.onClose, created: now,
+		cred: cred, infos: map[uint64]chunkInfo{}, mem: map[uint64]chunk{}, active: true, changed: make(chan struct{}),
+	}
+	if s.dispatch == nil {
+		s.dispatch = m.opts.Dispatch
+	}
+	s.lastActivity, s.expiresAt = now, now.Add(m.opts.IdleTimeout)
+	if s.durable {
+		s.envelope = encodeEnvelope(p.tpl, keep)
+		if err := m.opts.Store.CreateInputSession(ctx, s.recordLocked()); err != nil {
+			m.release(kh)
+			if errors.Is(err, store.ErrTooLarge) {
+				return nil, apierr.Invalid("template", apierr.CodePayloadTooLarge, "the template is too large to store")
+			}
+			m.log.Error("creating a streaming-input session failed", "error", err)
+			return nil, errStore()
+		}
+	}
+	m.mu.Lock()
+	m.sessions[s.id] = s
+	m.mu.Unlock()
+	s.mu.Lock()
+	s.idle = time.AfterFunc(m.opts.IdleTimeout, s.onIdle)
+	s.mu.Unlock()
+	return s, nil
+}
+
+// restore loads the store's sessions after a restart.
+func (m *Manager) restore(ctx context.Context) error {
+	recs, err := m.opts.Store.ListInputSessions(ctx)
+	if err != nil {
+		return fmt.Errorf("streaminput: restoring sessions: %w", err)
+	}
+	resumed, started := 0, 0
+	for _, rec := range recs {
+		s, err := m.restoreOne(ctx, rec)
+		if err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("streaminput: restoring sessions: %w", ctx.Err())
+			}
+			m.log.Error("cannot restore a streaming-input session; it is left to expire", "session", store.RedactID(rec.ID), "error", err)
+			continue
+		}
+		resumed++
+		s.mu.Lock()
+		if !s.started && !s.done && s.policy.holds(s.next, s.contig, s.finished) {
+			s.started = true
+		}
+		if s.started && !s.done {
+			s.started = false
+			s.startLocked()
+			started++
+		}
+		s.mu.Unlock()
+	}
+	if len(recs) > 0 {
+		m.log.Info("streaming-input sessions restored", "sessions", resumed, "dispatched", started)
+	}
+	return nil
+}
+
+func (m *Manager) restoreOne(ctx context.Context, rec store.InputSession) (*session, error) {
+	tpl, headers, err := decodeEnvelope(rec.Endpoint, rec.Template)
+	if err != nil {
+		return nil, err
+	}
+	policy, aerr := parsePolicy(rec.StartPolicy)
+	if aerr != nil {
+		return nil, aerr
+	}
+	stored, err := m.opts.Store.Chunks(ctx, rec.ID)
+	if err != nil {
+		return nil, fmt.Errorf("loading chunks: %w", err)
+	}
+	s := &session{
+		m: m, id: rec.ID, keyHash: rec.ClientKeyHash, durable: true, tpl: tpl, policy: policy, headers: headers,
+		envelope: rec.Template, dispatch: m.opts.Dispatch, created: rec.CreatedAt, infos: map[uint64]chunkInfo{},
+		changed: make(chan struct{}), lastActivity: rec.LastActivity, expiresAt: rec.ExpiresAt,
+	}
+	for _, sc := range stored {
+		meta, err := decodeMeta(sc.Modality)
+		if err != nil {
+			return nil, fmt.Errorf("chunk %d: %w", sc.Seq, err)
+		}
+		c := chunk{seq: sc.Seq, meta: meta, payload: sc.Payload}
+		s.infos[sc.Seq] = chunkInfo{d: c.digest(), size: int64(len(sc.Payload)), end: meta.end}
+		s.received += int64(len(sc.Payload))
+		s.maxSeq = max(s.maxSeq, sc.Seq)
+		if meta.end {
+			s.endSeq, s.hasEnd = sc.Seq, true
+		}
+	}
+	for info, ok := s.infos[s.next]; ok; info, ok = s.infos[s.next] {
+		s.contig += info.size
+		s.next++
+	}
+	input, suffix, _ := strings.Cut(rec.State, "+")
+	s.finished = input == stateFinished || s.hasEnd && s.next > s.endSeq
+	if s.finished && !s.hasEnd && s.next > 0 {
+		s.endSeq, s.hasEnd = s.next-1, true
+	}
+	switch "+" + suffix {
+	case suffixStarted:
+		s.started = true
+	case suffixDone:
+		s.started, s.done, s.resultLost = true, true, true
+		s.saw = upstreamSaw{chunks: s.next, bytes: s.contig, complete: s.finished}
+	}
+	m.mu.Lock()
+	m.sessions[s.id] = s
+	if !s.done {
+		s.active = true
+		m.perKey[s.keyHash]++
+	}
+	m.mu.Unlock()
+	s.mu.Lock()
+	s.idle = time.AfterFunc(max(time.Millisecond, s.expiresAt.Sub(m.now())), s.onIdle)
+	s.mu.Unlock()
+	return s, nil
+}

@@ -1,0 +1,394 @@
+package streaminput
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/sluice-gw/sluice/gateway/apierr"
+)
+
+// result captures the answer to a session's assembled request and fans it
+// out to any number of readers: it is the http.ResponseWriter the dispatch
+// handler writes to. It keeps up to limit bytes for readers that attach late
+// or re-attach; older bytes are dropped (and only such readers lose out).
+//
+// It implements http.Flusher and FlushError (bytes are visible to readers as
+// soon as they are written, so flushing has nothing left to do) and needs no
+// Unwrap: it is the innermost writer.
+type result struct {
+	stream bool   // the template streams: the answer must be SSE with a terminal event
+	chat   bool   // Chat Completions framing
+	model  string // for a synthesized response.failed
+	limit  int64
+
+	hdr http.Header // the handler's view, copied at WriteHeader
+
+	mu          sync.Mutex
+	changed     chan struct{} // closed and replaced on every change
+	wroteHeader bool
+	status      int
+	header      http.Header
+	base        int64 // offset of buf[0] in the whole answer
+	buf         []byte
+	size        int64 // total bytes written
+	done        bool
+	track       tracker
+}
+
+func newResult(stream, chat bool, model string, limit int64) *result {
+	return &result{stream: stream, chat: chat, model: model, limit: limit, hdr: http.Header{}, changed: make(chan struct{})}
+}
+
+// Header implements http.ResponseWriter.
+func (r *result) Header() http.Header { return r.hdr }
+
+// WriteHeader implements http.ResponseWriter.
+func (r *result) WriteHeader(code int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.writeHeaderLocked(code)
+}
+
+func (r *result) writeHeaderLocked(code int) {
+	if r.wroteHeader || r.done {
+		return
+	}
+	if code < 200 { // 1xx: informational, not captured
+		return
+	}
+	r.wroteHeader, r.status, r.header = true, code, r.hdr.Clone()
+	r.header.Del("Content-Length")
+	r.notifyLocked()
+}
+
+// Write implements http.ResponseWriter.
+func (r *result) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done {
+		return 0, http.ErrHandlerTimeout
+	}
+	if !r.wroteHeader {
+		if r.hdr.Get("Content-Type") == "" {
+			r.hdr.Set("Content-Type", http.DetectContentType(p))
+		}
+		r.writeHeaderLocked(http.StatusOK)
+	}
+	r.appendLocked(p)
+	return len(p), nil
+}
+
+// Flush implements http.Flusher.
+func (r *result) Flush() {}
+
+// FlushError is Flush for http.ResponseController.
+func (r *result) FlushError() error { return nil }
+
+func (r *result) appendLocked(p []byte) {
+	if r.isSSELocked() {
+		r.track.feed(p, r.size)
+	}
+	r.buf = append(r.buf, p...)
+	r.size += int64(len(p))
+	if over := int64(len(r.buf)) - r.limit; over > 0 && int64(len(r.buf)) > r.limit+r.limit/4 {
+		// Readers may hold slices of the old array: copy, never shift in place.
+		r.buf = append([]byte(nil), r.buf[over:]...)
+		r.base += over
+	}
+	r.notifyLocked()
+}
+
+func (r *result) notifyLocked() {
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+func (r *result) isSSELocked() bool {
+	return r.wroteHeader && strings.HasPrefix(strings.ToLower(r.header.Get("Content-Type")), "text/event-stream")
+}
+
+// finish ends the answer after the dispatch handler returned (or panicked,
+// or was cancelled). A streamed answer that lacks its terminal event gets
+// one carrying e; an answer never begun becomes e itself (an SSE stream of
+// one terminal event when the template streams, a JSON error otherwise).
+func (r *result) finish(e *apierr.Error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done {
+		return
+	}
+	switch {
+	case !r.wroteHeader && r.stream:
+		r.hdr = http.Header{}
+		r.hdr.Set("Content-Type", "text/event-stream; charset=utf-8")
+		r.hdr.Set("Cache-Control", "no-cache")
+		r.writeHeaderLocked(http.StatusOK)
+		r.appendLocked(r.terminalLocked(e))
+	case !r.wroteHeader:
+		body, _ := e.MarshalJSON()
+		r.hdr = http.Header{}
+		r.hdr.Set("Content-Type", "application/json")
+		status := e.Status
+		if status == 0 {
+			status = http.StatusInternalServerError
+		}
+		r.writeHeaderLocked(status)
+		r.appendLocked(body)
+	case r.isSSELocked() && !r.track.terminal:
+		if r.track.partial {
+			r.appendLocked([]byte("\n\n"))
+		}
+		r.appendLocked(r.terminalLocked(e))
+	}
+	r.done = true
+	r.notifyLocked()
+}
+
+// terminalLocked is the SSE terminal event for e: response.failed numbered
+// after the last event, or a Chat error chunk and [DONE].
+func (r *result) terminalLocked(e *apierr.Error) []byte {
+	var b bytes.Buffer
+	if r.chat {
+		body, _ := e.MarshalJSON()
+		b.WriteString("data: ")
+		b.Write(body)
+		b.WriteString("\n\ndata: [DONE]\n\n")
+		return b.Bytes()
+	}
+	id := r.track.responseID
+	if id == "" {
+		id = "resp_sluice_failed"
+	}
+	ev, _ := json.Marshal(map[string]any{
+		"type":            "response.failed",
+		"sequence_number": r.track.lastSeq + 1,
+		"response": map[string]any{
+			"id": id, "object": "response", "created_at": time.Now().Unix(), "status": "failed",
+			"model": r.model, "output": []any{},
+			"error": map[string]any{"code": e.Code, "message": e.Message},
+		},
+	})
+	b.WriteString("event: response.failed\ndata: ")
+	b.Write(ev)
+	b.WriteString("\n\n")
+	return b.Bytes()
+}
+
+// state is a snapshot for status views.
+func (r *result) state() (status string, httpStatus int, bytes int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.done && r.failedLocked():
+		status = "failed"
+	case r.done:
+		status = "completed"
+	case r.wroteHeader:
+		status = "streaming"
+	default:
+		status = "pending"
+	}
+	return status, r.status, r.size
+}
+
+func (r *result) failedLocked() bool {
+	if r.status/100 != 2 {
+		return true
+	}
+	return r.isSSELocked() && r.track.failed
+}
+
+// serveOptions say how a reader attaches.
+type serveOptions struct {
+	startingAfter int64 // Responses streams: skip events with sequence_number <= this; -1: replay all
+	extra         http.Header
+	// lost is written (as a terminal event) when the reader fell behind
+	// the replay buffer.
+	lost func() *apierr.Error
+}
+
+// serve copies the answer to w: what was written so far, then live bytes
+// until the answer is complete or ctx ends. It returns false if it could not
+// start because the bytes it needed were already dropped (nothing written).
+func (r *result) serve(ctx context.Context, w http.ResponseWriter, o serveOptions) bool {
+	rc := http.NewResponseController(w)
+	// Wait for the header.
+	for {
+		r.mu.Lock()
+		if r.wroteHeader {
+			break
+		}
+		ch := r.changed
+		r.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return true
+		}
+	}
+	off := int64(0)
+	if o.startingAfter >= 0 && r.isSSELocked() {
+		off = r.track.offsetAfter(o.startingAfter)
+	}
+	if off < r.base {
+		r.mu.Unlock()
+		return false
+	}
+	h := w.Header()
+	for k, v := range r.header {
+		h[k] = v
+	}
+	for k, v := range o.extra {
+		h[k] = v
+	}
+	status, sseOut := r.status, r.isSSELocked()
+	r.mu.Unlock()
+	w.WriteHeader(status)
+	_ = rc.Flush()
+
+	for {
+		r.mu.Lock()
+		if off < r.base {
+			r.mu.Unlock()
+			if sseOut && o.lost != nil {
+				// The reader fell behind the buffer: end its copy cleanly.
+				t := (&result{chat: r.chat, model: r.model}).terminalLocked(o.lost())
+				_, _ = w.Write(append([]byte("\n\n"), t...))
+				_ = rc.Flush()
+			}
+			return true
+		}
+		data := r.buf[off-r.base:]
+		done, ch := r.done, r.changed
+		r.mu.Unlock()
+		if len(data) > 0 {
+			if _, err := w.Write(data); err != nil {
+				return true
+			}
+			_ = rc.Flush()
+			off += int64(len(data))
+			continue
+		}
+		if done {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return true
+		}
+	}
+}
+
+// tracker follows the SSE events of the answer as they are written: it
+// knows whether a terminal event was seen, the last sequence number and
+// response id (to number a synthesized terminal event), and where each
+// Responses event ends (for starting_after).
+type tracker struct {
+	line     []byte // the unfinished line
+	data     []byte // data lines of the current event
+	partial  bool   // bytes of an unfinished event are pending
+	terminal bool
+	failed   bool // the terminal event reports a failure
+	lastSeq  int64
+	sawSeq   bool
+
+	responseID string
+	ends       []eventEnd
+}
+
+type eventEnd struct {
+	seq int64
+	end int64 // offset just after the event's blank line
+}
+
+func (t *tracker) feed(p []byte, off int64) {
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			t.line = append(t.line, p...)
+			t.partial = true
+			return
+		}
+		line := p[:i]
+		if len(t.line) > 0 {
+			line = append(t.line, line...)
+			t.line = t.line[:0]
+		}
+		off += int64(i + 1)
+		p = p[i+1:]
+		line = bytes.TrimSuffix(line, []byte{'\r'})
+		if len(line) == 0 {
+			t.dispatch(off)
+			continue
+		}
+		t.partial = true
+		if v, ok := bytes.CutPrefix(line, []byte("data:")); ok {
+			if len(t.data) > 0 {
+				t.data = append(t.data, '\n')
+			}
+			t.data = append(t.data, bytes.TrimPrefix(v, []byte(" "))...)
+		}
+	}
+}
+
+func (t *tracker) dispatch(end int64) {
+	data := t.data
+	t.data, t.partial = t.data[:0], false
+	if len(data) == 0 {
+		return
+	}
+	if string(data) == "[DONE]" {
+		t.terminal = true
+		return
+	}
+	obj := gjson.ParseBytes(data)
+	if obj.Get("error").Exists() {
+		t.failed = true // a Chat error chunk; [DONE] follows
+	}
+	switch obj.Get("type").Str {
+	case "response.completed", "response.incomplete":
+		t.terminal = true
+	case "response.failed":
+		t.terminal, t.failed = true, true
+	}
+	if id := obj.Get("response.id"); id.Type == gjson.String && t.responseID == "" {
+		t.responseID = id.Str
+	}
+	if seq := obj.Get("sequence_number"); seq.Type == gjson.Number {
+		t.lastSeq, t.sawSeq = seq.Int(), true
+		t.ends = append(t.ends, eventEnd{seq: seq.Int(), end: end})
+	}
+}
+
+// offsetAfter is where a reader that has seen every event numbered up to
+// seq resumes: just after the last such event (0 if none).
+func (t *tracker) offsetAfter(seq int64) int64 {
+	off := int64(0)
+	for _, e := range t.ends {
+		if e.seq > seq {
+			break
+		}
+		off = e.end
+	}
+	return off
+}
+
+func parseStartingAfter(s string) (int64, *apierr.Error) {
+	if s == "" {
+		return -1, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, apierr.Invalid("starting_after", apierr.CodeInvalidType, "starting_after must be a non-negative integer")
+	}
+	return n, nil
+}

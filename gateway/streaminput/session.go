@@ -1,0 +1,585 @@
+package streaminput
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/sluice-gw/sluice/store"
+)
+
+// Input states as stored in the record's State field, optionally followed
+// by "+started" (the upstream request was sent) or "+done" (its answer
+// ended).
+const (
+	stateOpen     = "open"
+	stateFinished = "finished"
+	suffixStarted = "+started"
+	suffixDone    = "+done"
+)
+
+// chunkInfo is what a session remembers of a received chunk.
+type chunkInfo struct {
+	d    digest
+	size int64
+	end  bool
+}
+
+// upstreamSaw records what the upstream request was assembled from.
+type upstreamSaw struct {
+	chunks   uint64 // sequence ids 0 … chunks-1
+	bytes    int64
+	complete bool // the input was finished when the request started
+	at       time.Time
+}
+
+// session is one streaming-input session. Its chunks are processed one at
+// a time (the mutex is held across the synced store write), which is what
+// makes ordering and duplicate detection simple and exact.
+type session struct {
+	m        *Manager
+	id       string
+	keyHash  string
+	durable  bool // chunks and state live in the store
+	modeA    bool // a Mode A request's session: not reachable through REST
+	tpl      template
+	policy   startPolicy
+	headers  http.Header // dispatched with the request; persisted
+	envelope []byte
+	dispatch http.Handler
+	created  time.Time
+	// onClose runs (under mu) when the session closes; Mode A uses it to
+	// stop reading the request body.
+	onClose func()
+
+	mu           sync.Mutex
+	cred         http.Header // credentials: memory only
+	infos        map[uint64]chunkInfo
+	mem          map[uint64]chunk // payloads of non-durable sessions
+	next         uint64           // next expected sequence id
+	maxSeq       uint64           // highest received sequence id (valid when len(infos) > 0)
+	endSeq       uint64
+	hasEnd       bool
+	finished     bool
+	contig       int64 // payload bytes of the in-order prefix
+	received     int64 // payload bytes of every chunk
+	late         int   // chunks accepted after the upstream started
+	firstAt      time.Time
+	lastActivity time.Time
+	expiresAt    time.Time
+	started      bool
+	done         bool
+	resultLost   bool // done before a restart: the answer did not survive
+	saw          upstreamSaw
+	res          *result
+	cancel       context.CancelCauseFunc
+	closed       bool
+	closeErr     *apierr.Error
+	active       bool // counted against the client key's session cap
+	changed      chan struct{}
+	idle         *time.Timer
+}
+
+// ack is the outcome of an accepted chunk.
+type ack struct {
+	duplicate bool
+	started   bool
+}
+
+func (s *session) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// stateLocked is the record's State value.
+func (s *session) stateLocked() string {
+	st := stateOpen
+	if s.finished {
+		st = stateFinished
+	}
+	switch {
+	case s.done:
+		st += suffixDone
+	case s.started:
+		st += suffixStarted
+	}
+	return st
+}
+
+func (s *session) recordLocked() store.InputSession {
+	return store.InputSession{
+		ID: s.id, ClientKeyHash: s.keyHash, Endpoint: s.tpl.endpoint, Template: s.envelope,
+		StartPolicy: s.policy.String(), State: s.stateLocked(), NextSeq: s.next, ReceivedBytes: s.received,
+		CreatedAt: s.created, LastActivity: s.lastActivity, ExpiresAt: s.expiresAt,
+	}
+}
+
+// touchLocked records activity now: the session lives IdleTimeout more.
+func (s *session) touchLocked(now time.Time) {
+	s.lastActivity, s.expiresAt = now, now.Add(s.m.opts.IdleTimeout)
+	if s.idle != nil {
+		s.idle.Reset(s.m.opts.IdleTimeout)
+	}
+}
+
+// accept applies one chunk: duplicate and conflict detection, ordering,
+// the byte cap, the durable write, then the start policy.
+func (s *session) accept(ctx context.Context, c chunk) (ack, *apierr.Error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ack{}, errNotFound()
+	}
+	d := c.digest()
+	if info, ok := s.infos[c.seq]; ok {
+		if info.d == d {
+			s.m.met.chunks.WithLabelValues("duplicate").Inc()
+			return ack{duplicate: true}, nil
+		}
+		s.m.met.chunks.WithLabelValues("rejected").Inc()
+		return ack{}, errConflict(CodeSequenceConflict, "sequence_id", "sequence_id %d was already received with a different payload", c.seq)
+	}
+	if aerr := s.checkLocked(c); aerr != nil {
+		s.m.met.chunks.WithLabelValues("rejected").Inc()
+		return ack{}, aerr
+	}
+	size := int64(len(c.payload))
+	if s.received+size > s.m.opts.MaxSessionBytes {
+		s.m.met.chunks.WithLabelValues("rejected").Inc()
+		e := errTooLarge(s.m.opts.MaxSessionBytes)
+		s.closeLocked(e, "too_large")
+		return ack{}, e
+	}
+
+	// The state after this chunk, written with it in one synced batch.
+	prev := *s.snapshot()
+	s.infos[c.seq] = chunkInfo{d: d, size: size, end: c.meta.end}
+	if len(s.infos) == 1 || c.seq > s.maxSeq {
+		s.maxSeq = c.seq
+	}
+	if c.meta.end {
+		s.endSeq, s.hasEnd = c.seq, true
+	}
+	for {
+		info, ok := s.infos[s.next]
+		if !ok {
+			break
+		}
+		s.contig += info.size
+		s.next++
+	}
+	s.received += size
+	s.finished = s.hasEnd && s.next > s.endSeq
+	startNow := !s.started && s.policy.holds(s.next, s.contig, s.finished)
+	if startNow {
+		s.started = true
+	}
+	now := s.m.now()
+	s.touchLocked(now)
+	if s.durable {
+		err := s.m.opts.Store.PutChunk(context.WithoutCancel(ctx), s.id, c.seq, store.Chunk{Modality: c.meta.encode(), Payload: c.payload}, s.recordLocked())
+		if err != nil {
+			s.restore(prev)
+			delete(s.infos, c.seq)
+			s.m.met.chunks.WithLabelValues("rejected").Inc()
+			return ack{}, s.storeFailureLocked("put chunk", err)
+		}
+	} else {
+		s.mem[c.seq] = c
+	}
+	if s.firstAt.IsZero() {
+		s.firstAt = now
+	}
+	if prev.started {
+		s.late++
+	}
+	s.m.met.chunks.WithLabelValues("accepted").Inc()
+	s.m.met.bytes.Add(float64(size))
+	if startNow {
+		s.started = false // startLocked sets it and snapshots what the upstream sees
+		s.startLocked()
+	}
+	return ack{started: startNow}, nil
+}
+
+// checkLocked applies the ordering rules to a chunk not received before.
+func (s *session) checkLocked(c chunk) *apierr.Error {
+	switch {
+	case s.finished:
+		return errConflict(CodeSessionFinished, "sequence_id", "the session's input is finished; no chunk is accepted after it")
+	case s.hasEnd && c.seq > s.endSeq:
+		return errConflict(CodeSessionFinished, "sequence_id", "sequence_id %d is after the end of input (sequence_id %d)", c.seq, s.endSeq)
+	case c.meta.end && s.hasEnd:
+		return errConflict(CodeSessionFinished, "end_of_input", "end_of_input was already set by sequence_id %d", s.endSeq)
+	case c.meta.end && len(s.infos) > 0 && s.maxSeq > c.seq:
+		return errConflict(CodeSessionFinished, "end_of_input", "sequence_id %d cannot end the input: sequence_id %d was already received", c.seq, s.maxSeq)
+	case c.seq >= s.next+uint64(s.m.opts.ReorderWindow):
+		return errConflict(CodeOutOfWindow, "sequence_id", "sequence_id %d is too far ahead: the next expected is %d and at most %d chunks are buffered out of order",
+			c.seq, s.next, s.m.opts.ReorderWindow)
+	}
+	return nil
+}
+
+// snapshotFields are the fields accept may have to roll back.
+type snapshotFields struct {
+	next, maxSeq, endSeq      uint64
+	hasEnd, finished, started bool
+	contig, received          int64
+	lastActivity, expiresAt   time.Time
+}
+
+func (s *session) snapshot() *snapshotFields {
+	return &snapshotFields{next: s.next, maxSeq: s.maxSeq, endSeq: s.endSeq, hasEnd: s.hasEnd, finished: s.finished, started: s.started,
+		contig: s.contig, received: s.received, lastActivity: s.lastActivity, expiresAt: s.expiresAt}
+}
+
+func (s *session) restore(p snapshotFields) {
+	s.next, s.maxSeq, s.endSeq, s.hasEnd, s.finished, s.started = p.next, p.maxSeq, p.endSeq, p.hasEnd, p.finished, p.started
+	s.contig, s.received, s.lastActivity, s.expiresAt = p.contig, p.received, p.lastActivity, p.expiresAt
+}
+
+// storeFailureLocked maps a failed store write to the client's error; a
+// session the store no longer has (expired) is closed.
+func (s *session) storeFailureLocked(op string, err error) *apierr.Error {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		s.m.log.Info("session expired in the store", "session", store.RedactID(s.id))
+		s.closeLocked(errNotFound(), "expired")
+		return errNotFound()
+	case errors.Is(err, store.ErrTooLarge):
+		e := errTooLarge(s.m.opts.MaxSessionBytes)
+		s.closeLocked(e, "too_large")
+		return e
+	}
+	s.m.log.Error("streaming-input store write failed", "op", op, "session", store.RedactID(s.id), "error", err)
+	return errStore()
+}
+
+// finish ends the input (POST …/finish). It is idempotent.
+func (s *session) finish(ctx context.Context) *apierr.Error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errNotFound()
+	}
+	if s.finished {
+		return nil
+	}
+	if gaps := s.gapsLocked(); len(gaps) > 0 {
+		return errConflict(CodeSequenceGap, "sequence_id", "the input cannot finish: sequence ids %s are missing", formatSeqs(gaps))
+	}
+	prev := *s.snapshot()
+	s.finished = true
+	if s.next > 0 {
+		s.endSeq, s.hasEnd = s.next-1, true
+	}
+	startNow := !s.started && s.policy.holds(s.next, s.contig, true)
+	s.started = s.started || startNow
+	s.touchLocked(s.m.now())
+	if s.durable {
+		if err := s.m.opts.Store.UpdateInputSession(context.WithoutCancel(ctx), s.recordLocked()); err != nil {
+			s.restore(prev)
+			return s.storeFailureLocked("finish", err)
+		}
+	}
+	if startNow {
+		s.started = false
+		s.startLocked()
+	}
+	s.notifyLocked()
+	return nil
+}
+
+// gapsLocked lists the missing sequence ids below the highest received one
+// (or below the end of input), at most 10.
+func (s *session) gapsLocked() []uint64 {
+	top := s.next
+	if len(s.infos) > 0 && s.maxSeq+1 > top {
+		top = s.maxSeq + 1
+	}
+	if s.hasEnd && s.endSeq+1 > top {
+		top = s.endSeq + 1
+	}
+	var gaps []uint64
+	for q := s.next; q < top && len(gaps) < 10; q++ {
+		if _, ok := s.infos[q]; !ok {
+			gaps = append(gaps, q)
+		}
+	}
+	return gaps
+}
+
+func formatSeqs(seqs []uint64) string {
+	parts := make([]string, len(seqs))
+	for i, q := range seqs {
+		parts[i] = fmt.Sprint(q)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// startLocked sends the in-order prefix received so far upstream.
+func (s *session) startLocked() {
+	now := s.m.now()
+	s.started = true
+	s.saw = upstreamSaw{chunks: s.next, bytes: s.contig, complete: s.finished, at: now}
+	if !s.firstAt.IsZero() {
+		s.m.met.startDelay.Observe(now.Sub(s.firstAt).Seconds())
+	}
+	ctx, cancel := context.WithCancelCause(s.m.base)
+	s.cancel = cancel
+	s.res = newResult(s.tpl.stream, s.tpl.chat, s.tpl.model, s.m.opts.ResultBuffer)
+	var mem []chunk
+	if !s.durable {
+		mem = make([]chunk, 0, s.next)
+		for q := uint64(0); q < s.next; q++ {
+			mem = append(mem, s.mem[q])
+		}
+	}
+	headers := s.headers.Clone()
+	for k, v := range s.cred {
+		headers[k] = v
+	}
+	s.m.wg.Add(1)
+	go s.run(ctx, s.res, s.saw.chunks, mem, headers)
+	s.notifyLocked()
+}
+
+// run assembles the request, dispatches it, and makes sure the captured
+// answer ends properly whatever happens.
+func (s *session) run(ctx context.Context, res *result, upto uint64, mem []chunk, headers http.Header) {
+	defer s.m.wg.Done()
+	fail := func(e *apierr.Error) {
+		if cause := context.Cause(ctx); cause != nil {
+			var ce *apierr.Error
+			if errors.As(cause, &ce) {
+				e = ce
+			}
+		}
+		res.finish(e)
+		s.dispatchDone(ctx)
+	}
+	chunks := mem
+	if s.durable {
+		all, err := s.m.opts.Store.Chunks(ctx, s.id)
+		if err != nil {
+			s.m.log.Error("loading the session's chunks failed", "session", store.RedactID(s.id), "error", err)
+			fail(errStore())
+			return
+		}
+		chunks = make([]chunk, 0, upto)
+		for _, sc := range all {
+			if sc.Seq >= upto {
+				break
+			}
+			meta, err := decodeMeta(sc.Modality)
+			if err != nil {
+				s.m.log.Error("undecodable stored chunk", "session", store.RedactID(s.id), "seq", sc.Seq, "error", err)
+				fail(errStore())
+				return
+			}
+			chunks = append(chunks, chunk{seq: sc.Seq, meta: meta, payload: sc.Payload})
+		}
+		if uint64(len(chunks)) != upto {
+			s.m.log.Error("stored chunks are missing", "session", store.RedactID(s.id), "want", upto, "have", len(chunks))
+			fail(errStore())
+			return
+		}
+	}
+	body, aerr := assemble(s.tpl.chat, s.tpl.body, chunks)
+	chunks = nil
+	if aerr != nil {
+		fail(aerr)
+		return
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.tpl.endpoint, bytes.NewReader(body))
+	if err != nil {
+		fail(&apierr.Error{Status: http.StatusInternalServerError, Type: apierr.TypeServer, Code: "internal_error", Message: "the gateway could not build the request"})
+		return
+	}
+	req.Header = headers
+	req.Header.Set("Content-Type", "application/json")
+	req.ContentLength = int64(len(body))
+	req.RequestURI = s.tpl.endpoint
+	req.RemoteAddr = "127.0.0.1:0"
+	s.m.log.Debug("dispatching streaming-input session", "session", store.RedactID(s.id), "chunks", upto, "bytes", len(body))
+	panicked := func() (p bool) {
+		defer func() {
+			if v := recover(); v != nil {
+				s.m.log.Error("dispatch panicked", "session", store.RedactID(s.id), "panic", fmt.Sprint(v))
+				p = true
+			}
+		}()
+		s.dispatch.ServeHTTP(res, req)
+		return false
+	}()
+	e := apierr.StreamIncomplete("the gateway ended the answer without a terminal event")
+	if panicked {
+		e = &apierr.Error{Status: http.StatusInternalServerError, Type: apierr.TypeServer, Code: apierr.CodeStreamIncomplete, Message: "the gateway hit an internal error while answering"}
+	}
+	fail(e)
+}
+
+// dispatchDone records that the answer ended.
+func (s *session) dispatchDone(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.done = true
+	s.deactivateLocked()
+	s.notifyLocked()
+	if s.closed || context.Cause(ctx) == s.m.shutdownErr {
+		// Closed: nothing left to record. Shutdown: the record keeps
+		// "+started", so the request is sent again after the restart.
+		return
+	}
+	s.touchLocked(s.m.now()) // the answer is kept IdleTimeout from now
+	if s.durable {
+		if err := s.m.opts.Store.UpdateInputSession(context.WithoutCancel(ctx), s.recordLocked()); err != nil && !errors.Is(err, store.ErrNotFound) {
+			s.m.log.Warn("could not record the end of the answer", "session", store.RedactID(s.id), "error", err)
+		}
+	}
+}
+
+// onIdle runs when the idle timer fires.
+func (s *session) onIdle() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.m.isClosing() {
+		return
+	}
+	now := s.m.now()
+	if s.started && !s.done {
+		// The answer is still running: keep the session (and its record) alive.
+		s.touchLocked(now)
+		if s.durable {
+			if err := s.m.opts.Store.UpdateInputSession(s.m.base, s.recordLocked()); err != nil {
+				s.m.log.Warn("could not extend a running session", "session", store.RedactID(s.id), "error", err)
+			}
+		}
+		return
+	}
+	if rem := s.expiresAt.Sub(now); rem > 0 {
+		s.idle.Reset(rem)
+		return
+	}
+	s.m.log.Info("streaming-input session idle; closing", "session", store.RedactID(s.id))
+	s.closeLocked(errIdle(), "idle")
+}
+
+// close closes the session (see closeLocked).
+func (s *session) close(e *apierr.Error, reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closeLocked(e, reason)
+}
+
+// closeLocked ends the session for good: it cancels a running answer (whose
+// readers then get a terminal event carrying e), wakes waiting readers,
+// releases the session's data in memory and in the store, and forgets it.
+func (s *session) closeLocked(e *apierr.Error, reason string) {
+	if s.closed {
+		return
+	}
+	if e == nil {
+		e = errCancelled()
+	}
+	s.closed, s.closeErr = true, e
+	if s.cancel != nil {
+		s.cancel(e)
+	}
+	if s.idle != nil {
+		s.idle.Stop()
+	}
+	if s.onClose != nil {
+		s.onClose()
+	}
+	s.deactivateLocked()
+	s.infos, s.mem = nil, nil
+	s.notifyLocked()
+	if s.durable {
+		if err := s.m.opts.Store.DeleteInputSession(context.WithoutCancel(s.m.base), s.id); err != nil {
+			s.m.log.Error("could not delete a closed session's data", "session", store.RedactID(s.id), "error", err)
+		}
+	}
+	s.m.forget(s)
+	s.m.met.closed.WithLabelValues(reason).Inc()
+}
+
+// deactivateLocked releases the session's slot in its key's session cap.
+func (s *session) deactivateLocked() {
+	if s.active {
+		s.active = false
+		s.m.release(s.keyHash)
+	}
+}
+
+// adoptCredentials gives a session restored after a restart the client's
+// credentials again (they are never stored).
+func (s *session) adoptCredentials(h http.Header) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.cred) > 0 {
+		return
+	}
+	_, cred := splitHeaders(h)
+	s.cred = cred
+}
+
+// waitResult waits until the session's answer has started (or the session
+// is gone). A nil result with a nil error means ctx ended.
+func (s *session) waitResult(ctx context.Context) (*result, *apierr.Error) {
+	for {
+		s.mu.Lock()
+		res, closed, closeErr, lost, ch := s.res, s.closed, s.closeErr, s.resultLost, s.changed
+		s.mu.Unlock()
+		switch {
+		case res != nil:
+			return res, nil
+		case closed:
+			return nil, closeErr
+		case lost:
+			return nil, &apierr.Error{Status: http.StatusGone, Type: apierr.TypeInvalidRequest, Code: CodeResultGone,
+				Message: "the answer to this session was lost in a gateway restart; its input is intact until the session expires"}
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, nil
+		case <-s.m.closing:
+			return nil, errShutdown()
+		}
+	}
+}
+
+// sawHeaders are the response headers that tell a result reader what the
+// upstream request was assembled from.
+func (s *session) sawHeaders() http.Header {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := http.Header{}
+	if !s.modeA {
+		h.Set("X-Streaming-Input-Session", s.id)
+	}
+	h.Set("X-Streaming-Input-Chunks", fmt.Sprint(s.saw.chunks))
+	h.Set("X-Streaming-Input-Bytes", fmt.Sprint(s.saw.bytes))
+	h.Set("X-Streaming-Input-Complete", fmt.Sprint(s.saw.complete))
+	return h
+}
+
+// bufferedLocked lists the sequence ids received out of order.
+func (s *session) bufferedLocked() []uint64 {
+	out := []uint64{}
+	for q := range s.infos {
+		if q >= s.next {
+			out = append(out, q)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
