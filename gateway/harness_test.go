@@ -39,6 +39,7 @@ type harnessConfig struct {
 	servers   map[string]*upstreamtest.Server // reuse these fakes instead of starting new ones
 	keys      map[string]string               // upstream name → api key the gateway uses
 	transport map[string]string               // upstream name → http | websocket | auto
+	protocol  map[string]string               // upstream name → responses | chat
 	opts      gateway.Options                 // Pool, Logger and Transport are filled in
 }
 
@@ -70,14 +71,14 @@ func newHarness(t *testing.T, hc harnessConfig) *harness {
 		hc.upstreams = nil
 		for name, up := range hc.servers {
 			h.ups[name] = up
-			cfgs = append(cfgs, upstream.Config{Name: name, BaseURL: up.URL, APIKey: hc.keys[name], Transport: hc.transport[name]})
+			cfgs = append(cfgs, upstream.Config{Name: name, BaseURL: up.URL, APIKey: hc.keys[name], Transport: hc.transport[name], Protocol: hc.protocol[name]})
 		}
 	}
 	for _, o := range hc.upstreams {
 		up := upstreamtest.NewServer(o)
 		t.Cleanup(up.Close)
 		h.ups[o.Name] = up
-		cfgs = append(cfgs, upstream.Config{Name: o.Name, BaseURL: up.URL, APIKey: hc.keys[o.Name], Transport: hc.transport[o.Name]})
+		cfgs = append(cfgs, upstream.Config{Name: o.Name, BaseURL: up.URL, APIKey: hc.keys[o.Name], Transport: hc.transport[o.Name], Protocol: hc.protocol[o.Name]})
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Output: h.logs, Level: hclog.Debug})
 	pool, err := upstream.NewPool(cfgs, upstream.Options{Logger: logger})

@@ -256,6 +256,9 @@ type eventSource interface {
 
 // send delivers req to u over u's transport.
 func (s *Server) send(upCtx context.Context, idle *time.Timer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
+	if req.chat != nil && !req.ep.chat && u.Config().Protocol == upstream.ProtocolChat {
+		return s.sendChat(upCtx, idle, req, u)
+	}
 	if req.stream && !req.ep.chat && s.wsUp != nil && s.wsUp.useWebSocket(u) {
 		ans, err := s.wsUp.send(upCtx, idle, req, u)
 		if !errors.Is(err, errWebSocketUnsupported) {
@@ -297,6 +300,12 @@ func (s *Server) sendHTTP(upCtx context.Context, idle *time.Timer, req *clientRe
 // attempt sends req to u once and, when u answers usefully, streams or
 // relays its answer to the client.
 func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest, u *upstream.Upstream, replays int, start time.Time) attemptResult {
+	if !req.ep.chat && u.Config().Protocol == upstream.ProtocolChat {
+		if conv := s.convertForChat(ctx, req); conv.err != nil {
+			out.fail(req, conv.err, failInvalid)
+			return attemptResult{next: nextDone}
+		}
+	}
 	release := u.Acquire()
 	defer release()
 

@@ -43,6 +43,8 @@ type clientRequest struct {
 	scope              requestScope
 	pinned             *upstream.Upstream // the owner of previous_response_id, when known
 	viaWebSocket       bool               // a response.create on a client WebSocket
+	memory             *sessionMemory     // the WebSocket session's store:false turns
+	chat               *chatConversion    // the request converted for Chat upstreams
 }
 
 func (r *clientRequest) surface() string {

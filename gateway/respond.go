@@ -19,6 +19,9 @@ const (
 	// failAsTerminal: the upstream answered with an error the gateway
 	// rewrote (recovered). Every stream client gets response.failed.
 	failAsTerminal
+	// failInvalid: the request itself is wrong (a 4xx the gateway decides).
+	// HTTP clients get the JSON error even on streams, as for validation.
+	failInvalid
 )
 
 // responder is the client side of one request: an HTTP response, or one
@@ -38,8 +41,8 @@ type httpResponder struct {
 	w http.ResponseWriter
 }
 
-func (h *httpResponder) fail(req *clientRequest, e *apierr.Error, _ failKind) {
-	if !req.stream {
+func (h *httpResponder) fail(req *clientRequest, e *apierr.Error, kind failKind) {
+	if !req.stream || kind == failInvalid {
 		e.Write(h.w)
 		return
 	}

@@ -52,6 +52,9 @@ type Options struct {
 	// Store keeps response anchors for previous_response_id continuity;
 	// nil turns continuity off.
 	Store store.Store
+	// Conversations keeps the items of responses served by Chat upstreams
+	// (previous_response_id in front of them); nil keeps none.
+	Conversations store.ConversationStore
 	// AnchorTTL is how long an anchor lives (recorded as its expiry); default 7 days.
 	AnchorTTL time.Duration
 	// AnchorCacheSize bounds the in-memory anchor cache; default 100000.
@@ -78,7 +81,9 @@ type Server struct {
 	handler http.Handler
 	cont    *continuity // nil when continuity is off
 	wsUp    *wsUpstreams
+	convs   *conversations
 
+	wsMu       sync.Mutex     // orders wsSessions.Add before Shutdown's Wait
 	wsSessions sync.WaitGroup // client WebSockets (hijacked: http.Server does not track them)
 	drainCh    chan struct{}  // closed when draining starts
 	drainOnce  sync.Once
@@ -144,6 +149,7 @@ func New(opts Options) (*Server, error) {
 		drainCh: make(chan struct{}),
 	}
 	s.wsUp = newWSUpstreams(s, opts.UpstreamSockets, opts.UpstreamSocketIdle)
+	s.convs = &conversations{durable: opts.Conversations, log: opts.Logger.Named("conversations")}
 	if opts.Store != nil {
 		s.cont = &continuity{store: opts.Store, cache: newAnchorCache(opts.AnchorCacheSize), ttl: opts.AnchorTTL,
 			log: opts.Logger.Named("continuity"), m: s.metrics, now: time.Now}
@@ -298,7 +304,9 @@ func (s *Server) Draining() bool { return s.draining.Load() }
 // in-flight streams run for up to DrainGrace and then ends each one with its
 // terminal event. It returns when every handler has returned or ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.wsMu.Lock()
 	s.draining.Store(true)
+	s.wsMu.Unlock()
 	s.drainOnce.Do(func() { close(s.drainCh) })
 	s.log.Info("draining", "grace", s.opts.DrainGrace.String())
 	grace := time.AfterFunc(s.opts.DrainGrace, func() { s.cancelStreams(errDraining) })

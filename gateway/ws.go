@@ -31,13 +31,14 @@ func (s *Server) handleWebSocket(w http.ResponseWriter, r *http.Request, _ httpr
 			Message: "GET /v1/responses is the Responses WebSocket mode; upgrade to WebSocket or POST /v1/responses"}).Write(w)
 		return
 	}
-	if s.draining.Load() {
+	if !s.trackWebSocket() {
 		// 426 makes clients such as Codex fall back to HTTP, where they
 		// learn the gateway is draining.
 		(&apierr.Error{Status: http.StatusUpgradeRequired, Type: apierr.TypeServer, Code: apierr.CodeUpstreamUnavailable,
 			Message: "the gateway is shutting down; use HTTP or another instance"}).Write(w)
 		return
 	}
+	defer s.wsSessions.Done()
 	turnState := r.Header.Get("X-Codex-Turn-State")
 	if turnState == "" {
 		turnState = "turn_" + uuid.NewString()
@@ -48,8 +49,6 @@ func (s *Server) handleWebSocket(w http.ResponseWriter, r *http.Request, _ httpr
 		s.log.Debug("websocket accept failed", "error", err)
 		return
 	}
-	s.wsSessions.Add(1)
-	defer s.wsSessions.Done()
 	conn.SetReadLimit(s.opts.MaxWSInboundBytes)
 
 	header := r.Header.Clone()
@@ -57,8 +56,20 @@ func (s *Server) handleWebSocket(w http.ResponseWriter, r *http.Request, _ httpr
 	for _, k := range []string{"Sec-Websocket-Key", "Sec-Websocket-Version", "Sec-Websocket-Extensions", "Sec-Websocket-Protocol"} {
 		header.Del(k)
 	}
-	sess := &wsSession{s: s, conn: conn, header: header, keyHash: clientKeyHash(header)}
+	sess := &wsSession{s: s, conn: conn, header: header, keyHash: clientKeyHash(header), memory: newSessionMemory()}
 	sess.run()
+}
+
+// trackWebSocket counts a new session unless draining has begun; Shutdown
+// waits for the counted ones. The lock orders every Add before the Wait.
+func (s *Server) trackWebSocket() bool {
+	s.wsMu.Lock()
+	defer s.wsMu.Unlock()
+	if s.draining.Load() {
+		return false
+	}
+	s.wsSessions.Add(1)
+	return true
 }
 
 // wsSession is one client WebSocket.
@@ -67,6 +78,7 @@ type wsSession struct {
 	conn    *websocket.Conn
 	header  http.Header
 	keyHash string
+	memory  *sessionMemory // store:false conversation turns, gone with the socket
 }
 
 func (ws *wsSession) run() {
@@ -152,6 +164,7 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 	req.header = ws.header
 	req.clientKeyHash = ws.keyHash
 	req.viaWebSocket = true
+	req.memory = ws.memory
 	if aerr := s.rewrite(ctx, req); aerr != nil {
 		fail(aerr)
 		return

@@ -281,7 +281,19 @@ func AppendRewriteContext(dst []byte, c RewriteContext) []byte {
 
 // DecodeRewriteContext decodes a rewrite_request hook input.
 func DecodeRewriteContext(b []byte) (RewriteContext, error) {
+	c, raw, err := DecodeRewriteContextLazy(b)
+	if err == nil && raw != nil {
+		c.Headers, err = DecodeHeaders(raw)
+	}
+	return c, err
+}
+
+// DecodeRewriteContextLazy decodes a rewrite_request hook input except its
+// headers, whose raw JSON object it returns (nil when absent) for
+// DecodeHeaders; guests that never read a header skip that work.
+func DecodeRewriteContextLazy(b []byte) (RewriteContext, []byte, error) {
 	var c RewriteContext
+	var headers []byte
 	d := decoder{b: b}
 	err := d.object(func(k []byte, vs, ve int) error {
 		switch string(k) {
@@ -296,21 +308,26 @@ func DecodeRewriteContext(b []byte) (RewriteContext, error) {
 		case "body_bytes":
 			return d.int(&c.BodyBytes, vs, ve)
 		case "headers":
-			if string(d.b[vs:ve]) == "null" {
-				return nil
+			if string(d.b[vs:ve]) != "null" {
+				headers = d.b[vs:ve]
 			}
-			c.Headers = map[string]string{}
-			hd := decoder{b: d.b[vs:ve]}
-			return hd.object(func(hk []byte, hvs, hve int) error {
-				var v string
-				err := hd.str(&v, hvs, hve)
-				c.Headers[string(hk)] = v
-				return err
-			})
 		}
 		return nil
 	})
-	return c, err
+	return c, headers, err
+}
+
+// DecodeHeaders decodes the "headers" object of a rewrite context.
+func DecodeHeaders(raw []byte) (map[string]string, error) {
+	h := map[string]string{}
+	d := decoder{b: raw}
+	err := d.object(func(k []byte, vs, ve int) error {
+		var v string
+		err := d.str(&v, vs, ve)
+		h[string(k)] = v
+		return err
+	})
+	return h, err
 }
 
 // AppendRecoverOutput appends the JSON encoding of out.

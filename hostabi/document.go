@@ -50,7 +50,7 @@ type segment struct {
 	key   string // segKey: the key; segQuery: the member compared
 	index int    // segKey: the array index when isIdx
 	isIdx bool
-	lit   []byte // segQuery: the JSON literal compared with
+	lit   string // segQuery: the JSON literal compared with
 }
 
 // ParsePath checks a path against the syntax of ABI.md §6.
@@ -159,7 +159,8 @@ func isIndex(k string) bool {
 
 // parseQuery parses `key==literal)` starting after "#(".
 func parseQuery(p string, i int) (segment, int, error) {
-	var key []byte
+	start := i
+	var key []byte // only when the key has escapes
 	for {
 		if i >= len(p) {
 			return segment{}, 0, ErrPathSyntax
@@ -168,28 +169,46 @@ func parseQuery(p string, i int) (segment, int, error) {
 			if i+1 >= len(p) {
 				return segment{}, 0, ErrPathSyntax
 			}
+			if key == nil {
+				key = append([]byte{}, p[start:i]...)
+			}
 			key = append(key, p[i+1])
 			i += 2
 			continue
 		}
 		if p[i] == '=' && i+1 < len(p) && p[i+1] == '=' {
-			i += 2
 			break
 		}
-		key = append(key, p[i])
+		if key != nil {
+			key = append(key, p[i])
+		}
 		i++
 	}
-	if len(key) == 0 {
+	k := p[start:i]
+	if key != nil {
+		k = string(key)
+	}
+	i += 2
+	if k == "" {
 		return segment{}, 0, ErrPathSyntax
 	}
-	b := []byte(p)
 	var end int
-	if i < len(b) && b[i] == '"' {
-		e, err := skipString(b, i)
-		if err != nil {
+	if i < len(p) && p[i] == '"' {
+		// A string literal: find its closing quote.
+		j := i + 1
+		for ; j < len(p); j++ {
+			if p[j] == '\\' {
+				j++
+				continue
+			}
+			if p[j] == '"' {
+				break
+			}
+		}
+		if j >= len(p) {
 			return segment{}, 0, ErrPathSyntax
 		}
-		end = e
+		end = j + 1
 	} else {
 		end = strings.IndexByte(p[i:], ')')
 		if end <= 0 {
@@ -200,20 +219,64 @@ func parseQuery(p string, i int) (segment, int, error) {
 	if end >= len(p) || p[end] != ')' {
 		return segment{}, 0, ErrPathSyntax
 	}
-	lit := b[i:end]
+	lit := p[i:end]
 	switch lit[0] {
 	case '{', '[':
 		return segment{}, 0, ErrPathSyntax
 	case '"':
-		if _, ok := unescape(lit[1 : len(lit)-1]); !ok {
+		if _, ok := unescape([]byte(lit[1 : len(lit)-1])); !ok {
 			return segment{}, 0, ErrPathSyntax
 		}
 	default:
-		if !json.Valid(lit) {
+		if !validLiteral(lit) {
 			return segment{}, 0, ErrPathSyntax
 		}
 	}
-	return segment{kind: segQuery, key: string(key), lit: lit}, end + 1, nil
+	return segment{kind: segQuery, key: k, lit: lit}, end + 1, nil
+}
+
+// validLiteral reports whether s is true, false, null or a JSON number.
+func validLiteral(s string) bool {
+	switch s {
+	case "true", "false", "null":
+		return true
+	}
+	i := 0
+	if i < len(s) && s[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(s) && s[i] == '0':
+		i++
+	case i < len(s) && s[i] >= '1' && s[i] <= '9':
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+	default:
+		return false
+	}
+	if i < len(s) && s[i] == '.' {
+		i++
+		if i >= len(s) || s[i] < '0' || s[i] > '9' {
+			return false
+		}
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		if i >= len(s) || s[i] < '0' || s[i] > '9' {
+			return false
+		}
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+	}
+	return i == len(s)
 }
 
 // member is one top-level member of the document: the key's opening quote
@@ -423,28 +486,90 @@ func matchQuery(b []byte, vs int, s segment) bool {
 	return match
 }
 
-func literalEqual(v, lit []byte) bool {
+func literalEqual(v []byte, lit string) bool {
 	switch lit[0] {
 	case '"':
 		if len(v) < 2 || v[0] != '"' {
 			return false
 		}
-		if bytes.Equal(v, lit) {
+		if string(v) == lit {
 			return true
 		}
 		a, ok1 := unescape(v[1 : len(v)-1])
-		b, ok2 := unescape(lit[1 : len(lit)-1])
+		b, ok2 := unescape([]byte(lit[1 : len(lit)-1]))
 		return ok1 && ok2 && a == b
 	case 't', 'f', 'n':
-		return bytes.Equal(v, lit)
+		return string(v) == lit
 	default:
-		if bytes.Equal(v, lit) {
+		if string(v) == lit {
 			return true
 		}
 		x, err1 := strconv.ParseFloat(string(v), 64)
-		y, err2 := strconv.ParseFloat(string(lit), 64)
+		y, err2 := strconv.ParseFloat(lit, 64)
 		return err1 == nil && err2 == nil && x == y
 	}
+}
+
+// Lookup returns the raw JSON value at path inside raw, like Document.Get
+// but without building an index: meant for small documents (a policy's
+// config) and for guests, where it allocates nothing but the parsed path.
+func Lookup(raw []byte, path string) ([]byte, error) {
+	segs, err := parsePath(path)
+	if err != nil {
+		return nil, err
+	}
+	vs := skipSpace(raw, 0)
+	ve := -1
+	for k, s := range segs {
+		if vs >= len(raw) {
+			return nil, ErrInvalidDocument
+		}
+		found := false
+		switch c := raw[vs]; {
+		case c == '{' && (s.kind == segKey || s.kind == segAppend):
+			key := s.key
+			if s.kind == segAppend {
+				key = "-1"
+			}
+			_, err = forEachMember(raw, vs, func(rk []byte, _, mvs, mve int) bool {
+				if keyEquals(rk, key) {
+					found, vs, ve = true, mvs, mve
+					return false
+				}
+				return true
+			})
+		case c == '[' && (s.kind == segKey && s.isIdx || s.kind == segQuery || s.kind == segCount):
+			n := 0
+			_, err = forEachElement(raw, vs, func(idx, evs, eve int) bool {
+				n = idx + 1
+				if (s.kind == segKey && idx == s.index) || (s.kind == segQuery && matchQuery(raw, evs, s)) {
+					found, vs, ve = true, evs, eve
+					return false
+				}
+				return true
+			})
+			if err == nil && s.kind == segCount && k == len(segs)-1 {
+				return strconv.AppendInt(nil, int64(n), 10), nil
+			}
+		case c == '[' && s.kind == segAppend:
+		default:
+			return nil, ErrNotApplicable
+		}
+		if err != nil {
+			return nil, ErrInvalidDocument
+		}
+		if !found {
+			return nil, ErrPathNotFound
+		}
+	}
+	if len(segs) == 0 {
+		e, err := skipValue(raw, vs)
+		if err != nil {
+			return nil, ErrInvalidDocument
+		}
+		ve = e
+	}
+	return raw[vs:ve], nil
 }
 
 // Get returns the raw JSON value at path. For a last segment "#" it returns

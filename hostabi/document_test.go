@@ -246,7 +246,11 @@ func FuzzDocument(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte, path string, val []byte) {
 		valid := json.Valid(body)
 		d := NewDocument(body)
-		_, _ = d.Get(path)
+		g1, e1 := d.Get(path)
+		g2, e2 := Lookup(body, path)
+		if valid && !hasDupKeys(body) && (CodeOf(e1) != CodeOf(e2) || string(g1) != string(g2)) {
+			t.Fatalf("Get(%q) = %s,%v; Lookup = %s,%v", path, g1, e1, g2, e2)
+		}
 		err := d.Set(path, val)
 		if valid && err == nil && !json.Valid(d.Bytes()) {
 			t.Fatalf("Set(%q,%s) on %s made invalid JSON: %s", path, val, body, d.Bytes())
@@ -444,4 +448,66 @@ func FuzzSWAR(f *testing.F) {
 			}
 		}
 	})
+}
+
+// hasDupKeys reports whether some object in b repeats a key (then the
+// index and a plain walk may legitimately pick different members).
+func hasDupKeys(b []byte) bool {
+	dup := false
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case []any:
+			for _, e := range x {
+				walk(e)
+			}
+		case map[string]any:
+			for _, e := range x {
+				walk(e)
+			}
+		}
+	}
+	_ = walk
+	dec := json.NewDecoder(bytes.NewReader(b))
+	type frame struct {
+		obj    bool
+		keys   map[string]bool
+		expKey bool
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return dup
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{', '[':
+				if top != nil && top.obj {
+					top.expKey = true
+				}
+				stack = append(stack, &frame{obj: t == '{', keys: map[string]bool{}, expKey: true})
+			default:
+				stack = stack[:len(stack)-1]
+			}
+		default:
+			if top != nil && top.obj {
+				if top.expKey {
+					k, _ := t.(string)
+					if top.keys[k] {
+						dup = true
+					}
+					top.keys[k] = true
+					top.expKey = false
+				} else {
+					top.expKey = true
+				}
+			}
+		}
+	}
 }

@@ -407,17 +407,3 @@ func parseBool(raw []byte) (bool, error) {
 	}
 	return false, ErrSyntax
 }
-
-func parseStr(raw []byte) (string, error) {
-	if string(raw) == "null" {
-		return "", nil
-	}
-	if len(raw) < 2 || raw[0] != '"' {
-		return "", ErrSyntax
-	}
-	s, ok := unescape(raw[1 : len(raw)-1])
-	if !ok {
-		return "", ErrSyntax
-	}
-	return s, nil
-}

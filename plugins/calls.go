@@ -63,6 +63,9 @@ func (o outcome) fallbackReason() string {
 
 var errBadAlloc = errors.New("sluice_alloc returned an address outside memory")
 
+// minInputRegion is the smallest input region the host asks sluice_alloc for.
+const minInputRegion = 4 << 10
+
 // callContext bounds a call by CallTimeout (or the request's deadline when
 // sooner).
 func (r *Runtime) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -120,9 +123,9 @@ func (v *version) invoke(ctx context.Context, h int, input []byte, rw *rewriteCa
 		return step
 	}
 	fk := v.classify(err, inst)
-	msg := fmt.Sprintf("%s %s: %v", hookNames[h], fk, err)
+	msg := fmt.Sprintf("%s %s: %s", hookNames[h], fk, firstLine(err.Error()))
 	if t := strings.TrimSpace(inst.tail.String()); t != "" {
-		msg += " (stderr: " + lastLines(t, 600) + ")"
+		msg += " (stderr: " + stderrExcerpt(t) + ")"
 	}
 	v.put(inst, false)
 	hm.faulted.Inc()
@@ -137,11 +140,33 @@ func (v *version) invoke(ctx context.Context, h int, input []byte, rw *rewriteCa
 	return step
 }
 
-func lastLines(s string, n int) string {
-	if len(s) <= n {
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// stderrExcerpt picks the useful part of a guest's stderr: from the first
+// "panic:" or "fatal error:" line (Go guests print a goroutine dump after
+// it), else the end.
+func stderrExcerpt(s string) string {
+	const n = 400
+	i := strings.Index(s, "panic: ")
+	if j := strings.Index(s, "fatal error: "); j >= 0 && (i < 0 || j < i) {
+		i = j
+	}
+	if i >= 0 {
+		s = s[i:]
+		if len(s) > n {
+			s = s[:n] + "…"
+		}
 		return s
 	}
-	return "…" + s[len(s)-n:]
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
 }
 
 // classify names a fault for metrics: timeout, memory, exit, invalid_output,
@@ -179,14 +204,25 @@ func (v *version) classify(err error, inst *instance) string {
 
 // run copies the input in, calls the hook and decodes its result.
 func (i *instance) run(ctx context.Context, h int, input []byte, decode func(uint64, memView) (resultKind, error)) (resultKind, error) {
+	i.tail.reset()
 	var ptr uint32
 	if len(input) > 0 {
-		i.stack[0] = uint64(len(input))
-		if err := i.alloc.CallWithStack(ctx, i.stack); err != nil {
-			return 0, fmt.Errorf("sluice_alloc: %w", err)
+		// The region from sluice_alloc stays ours until the next
+		// sluice_alloc (ABI.md §2): reuse it while inputs fit.
+		if uint32(len(input)) > i.inCap {
+			size := max(uint32(len(input)), minInputRegion)
+			i.stack[0] = uint64(size)
+			if err := i.alloc.CallWithStack(ctx, i.stack); err != nil {
+				return 0, fmt.Errorf("sluice_alloc: %w", err)
+			}
+			i.inPtr, i.inCap = uint32(i.stack[0]), size
+			if i.inPtr == 0 || uint64(i.inPtr)+uint64(size) > uint64(i.mem.Size()) {
+				i.inCap = 0
+				return 0, errBadAlloc
+			}
 		}
-		ptr = uint32(i.stack[0])
-		if ptr == 0 || !i.mem.Write(ptr, input) {
+		ptr = i.inPtr
+		if !i.mem.Write(ptr, input) {
 			return 0, errBadAlloc
 		}
 	}

@@ -78,6 +78,8 @@ type instance struct {
 	fns   [4]api.Function
 	stack []uint64
 	tail  *tailWriter
+	inPtr uint32 // the input region from the last sluice_alloc
+	inCap uint32
 }
 
 func (i *instance) close() {
@@ -238,26 +240,49 @@ func (v *version) newInstance(ctx context.Context) (*instance, error) {
 	return i, nil
 }
 
-// tailWriter keeps the last bytes written to it (a guest's stderr).
+// tailWriter keeps the start and the end of what a guest writes to stderr
+// during one call (a Go guest's panic message comes before a long goroutine
+// dump).
 type tailWriter struct {
-	mu  sync.Mutex
-	buf []byte
+	mu      sync.Mutex
+	head    []byte
+	tail    []byte
+	dropped bool
 }
 
-const tailMax = 4 << 10
+const (
+	headMax = 1 << 10
+	tailMax = 3 << 10
+)
 
 func (t *tailWriter) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if len(t.buf) > tailMax {
-		t.buf = append(t.buf[:0], t.buf[len(t.buf)-tailMax:]...)
+	n := len(p)
+	if room := headMax - len(t.head); room > 0 {
+		k := min(room, len(p))
+		t.head = append(t.head, p[:k]...)
+		p = p[k:]
 	}
-	return len(p), nil
+	t.tail = append(t.tail, p...)
+	if len(t.tail) > tailMax {
+		t.tail = append(t.tail[:0], t.tail[len(t.tail)-tailMax:]...)
+		t.dropped = true
+	}
+	return n, nil
+}
+
+func (t *tailWriter) reset() {
+	t.mu.Lock()
+	t.head, t.tail, t.dropped = t.head[:0], t.tail[:0], false
+	t.mu.Unlock()
 }
 
 func (t *tailWriter) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return string(t.buf)
+	if t.dropped {
+		return string(t.head) + "\n…\n" + string(t.tail)
+	}
+	return string(t.head) + string(t.tail)
 }

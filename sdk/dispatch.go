@@ -71,12 +71,12 @@ func dispatchRewrite(p Policy, input []byte, b backend) uint64 {
 	if p.Rewrite == nil {
 		return hostabi.ResultDefer
 	}
-	c, err := hostabi.DecodeRewriteContext(input)
+	c, headers, err := hostabi.DecodeRewriteContextLazy(input)
 	if err != nil {
 		failed("rewrite input", err)
 		return hostabi.ResultError
 	}
-	err = p.Rewrite(&Request{ctx: c, b: b})
+	err = p.Rewrite(&Request{ctx: c, rawHeaders: headers, b: b})
 	switch {
 	case err == nil:
 		return 0

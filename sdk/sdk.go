@@ -193,13 +193,25 @@ type backend interface {
 // host. Paths follow ABI.md §6, e.g. "model", "tools.3", "reasoning.effort",
 // `tools.#(type=="web_search")`, "tools.#" (length).
 type Request struct {
-	ctx RewriteContext
-	b   backend
+	ctx        RewriteContext
+	rawHeaders []byte // decoded on first use
+	b          backend
+}
+
+func (r *Request) headers() map[string]string {
+	if r.rawHeaders != nil {
+		r.ctx.Headers, _ = hostabi.DecodeHeaders(r.rawHeaders)
+		r.rawHeaders = nil
+	}
+	return r.ctx.Headers
 }
 
 // Context is the request's context (surface, endpoint, model, stream, size,
 // readable headers) as it was when the hook started.
-func (r *Request) Context() RewriteContext { return r.ctx }
+func (r *Request) Context() RewriteContext {
+	r.headers()
+	return r.ctx
+}
 
 // Surface is the client-facing protocol (hostabi.Surface*).
 func (r *Request) Surface() string { return r.ctx.Surface }
@@ -215,7 +227,7 @@ func (r *Request) Stream() bool { return r.ctx.Stream }
 
 // Header returns a client header (lower-case name); credentials are never
 // visible.
-func (r *Request) Header(name string) string { return r.ctx.Headers[name] }
+func (r *Request) Header(name string) string { return r.headers()[name] }
 
 // Get returns the raw JSON at path (a string value comes with its quotes).
 func (r *Request) Get(path string) (string, bool) {
@@ -310,7 +322,7 @@ func Lookup(raw, path string) (string, bool) {
 	if raw == "" {
 		return "", false
 	}
-	v, err := hostabi.NewDocument([]byte(raw)).Get(path)
+	v, err := hostabi.Lookup([]byte(raw), path)
 	if err != nil {
 		return "", false
 	}

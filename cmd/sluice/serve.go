@@ -179,6 +179,7 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger) (*gat
 	gw, err := gateway.New(gateway.Options{
 		Pool:           pool,
 		Store:          st,
+		Conversations:  convStore(st),
 		AnchorTTL:      cfg.Continuity.AnchorTTL.D(),
 		Logger:         logger.Named("gateway"),
 		MaxBodyBytes:   cfg.Limits.MaxBodyBytes,
@@ -194,4 +195,12 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger) (*gat
 		return nil, cleanup, err
 	}
 	return gw, cleanup, nil
+}
+
+// convStore is the conversation side of the continuity store, when it has one.
+func convStore(st store.Store) store.ConversationStore {
+	if cs, ok := st.(store.ConversationStore); ok {
+		return cs
+	}
+	return nil
 }

@@ -28,8 +28,13 @@ const (
 	envWorkers = "SLUICE_BENCH_WORKERS"
 	// envRate overrides the open-loop rate (requests per second).
 	envRate = "SLUICE_BENCH_RPS"
+	// envStreamRate overrides the fixed rate of case (b2) (streams per second).
+	envStreamRate = "SLUICE_BENCH_STREAM_RPS"
 	// envIdle overrides the number of concurrent idle streams.
 	envIdle = "SLUICE_BENCH_IDLE_STREAMS"
+	// envBody pads the request bodies to about this many bytes (default
+	// about 1.2 KB).
+	envBody = "SLUICE_BENCH_BODY_BYTES"
 	// envSluice=gateway runs Sluice's gateway inside a re-executed test
 	// binary (assembled like `sluice serve`) instead of the built binary.
 	envSluice = "SLUICE_BENCH_SLUICE"
@@ -55,19 +60,21 @@ type benchConfig struct {
 	dur        time.Duration // each closed-loop run and each open-loop run
 	warmup     time.Duration
 	workers    int
-	rate       int
+	rate       int // (a2) requests per second
+	streamRate int // (b2) streams per second
 	idle       int
+	body       int // request body size; 0 is the default body
 	idlePar    int
 	sluiceMode string // "binary" or "gateway"
 	profile    string
 }
 
 func loadConfig() (benchConfig, error) {
-	c := benchConfig{rounds: 5, dur: 3 * time.Second, warmup: time.Second, workers: 16, rate: 1000,
+	c := benchConfig{rounds: 5, dur: 3 * time.Second, warmup: time.Second, workers: 16, rate: 1000, streamRate: 200,
 		idle: targetIdleStreams, idlePar: 64, sluiceMode: "binary"}
 	if testing.Short() || os.Getenv(envQuick) == "1" {
 		c = benchConfig{quick: true, rounds: 2, dur: 250 * time.Millisecond, warmup: 100 * time.Millisecond,
-			workers: 16, rate: 1000, idle: 500, idlePar: 32, sluiceMode: "binary"}
+			workers: 16, rate: 1000, streamRate: 200, idle: 500, idlePar: 32, sluiceMode: "binary"}
 	}
 	var err error
 	envInt := func(name string, dst *int) {
@@ -82,7 +89,9 @@ func loadConfig() (benchConfig, error) {
 	envInt(envRounds, &c.rounds)
 	envInt(envWorkers, &c.workers)
 	envInt(envRate, &c.rate)
+	envInt(envStreamRate, &c.streamRate)
 	envInt(envIdle, &c.idle)
+	envInt(envBody, &c.body)
 	if v := os.Getenv(envDuration); v != "" && err == nil {
 		d, e := time.ParseDuration(v)
 		if e != nil || d <= 0 {
@@ -104,17 +113,19 @@ func loadConfig() (benchConfig, error) {
 
 // pathResult is everything measured on one path.
 type pathResult struct {
-	json   runStats    // (a) closed loop
-	rate   runStats    // (a) open loop
-	stream runStats    // (b) closed loop
-	idle   *idleResult // (c); nil for direct
+	json       runStats    // (a1) closed loop
+	rate       runStats    // (a2) fixed rate
+	stream     runStats    // (b1) closed loop
+	streamRate runStats    // (b2) fixed rate
+	idle       *idleResult // (c); nil for direct
 }
 
 // BenchmarkProxyOverhead measures, in one run and interleaved in rounds,
 // client → fake upstream (direct), client → bare httputil.ReverseProxy →
 // fake upstream (proxy) and client → Sluice → fake upstream (sluice):
 // (a) non-streaming requests in a closed loop and at a fixed rate,
-// (b) 10-event streams in a closed loop, (c) the RSS of many idle streams.
+// (b) 10-event streams in a closed loop and at a fixed rate, (c) the RSS
+// of many idle streams.
 // It prints a table per case with the ratios and targets, and reports every
 // number with b.ReportMetric. Run it with -benchtime 1x (see `just bench`);
 // -short or SLUICE_BENCH_QUICK=1 makes it a few seconds long.
@@ -125,6 +136,9 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	}
 	out := os.Stdout
 	ctx := context.Background()
+	if cfg.body > 0 {
+		setBodySize(cfg.body)
+	}
 
 	// File descriptors: a proxy holding n idle streams needs 2n, the client
 	// and the fake upstream n each.
@@ -194,8 +208,8 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	if cfg.quick {
 		mode = "quick"
 	}
-	fmt.Fprintf(out, "\nSluice proxy-overhead benchmark (%s mode): %d rounds, %v per run, %d closed-loop workers, %d RPS fixed rate, GOMAXPROCS of each process = its default, %d CPUs\n",
-		mode, cfg.rounds, cfg.dur, cfg.workers, cfg.rate, runtime.NumCPU())
+	fmt.Fprintf(out, "\nSluice proxy-overhead benchmark (%s mode): %d rounds, %v per run, %d closed-loop workers, fixed rates %d req/s and %d streams/s, request body %d bytes, %d CPUs (shared by all processes)\n",
+		mode, cfg.rounds, cfg.dur, cfg.workers, cfg.rate, cfg.streamRate, len(jsonBody), runtime.NumCPU())
 	fmt.Fprintf(out, "processes: fake upstream pid %d, bare proxy pid %d, sluice (%s) pid %d\n", up.pid(), proxy.pid(), cfg.sluiceMode, sl.pid())
 
 	// Warm up every path (connections, heaps) before measuring.
@@ -227,6 +241,9 @@ func BenchmarkProxyOverhead(b *testing.B) {
 			r := closedLoop(ctx, cfg.workers, cfg.dur, streamOp(t))
 			res[t.name].stream.add(r)
 			line += fmt.Sprintf(" %s %.0f streams/s;", t.name, r.throughput())
+		}
+		for _, t := range order {
+			res[t.name].streamRate.add(openLoop(ctx, cfg.streamRate, cfg.dur, streamOp(t)))
 		}
 		fmt.Fprintln(out, strings.TrimSuffix(line, ";"))
 		alive(fmt.Sprintf("round %d", round+1))
@@ -302,130 +319,126 @@ func measureIdle(b *testing.B, t *target, up *process, n int, cfg benchConfig) *
 // report prints the tables and reports the metrics.
 func report(b *testing.B, out io.Writer, cfg benchConfig, res map[string]*pathResult, idleN int, capNote string) {
 	d, p, s := res["direct"], res["proxy"], res["sluice"]
-	paths := []string{"direct", "proxy", "sluice"}
+	b.ReportMetric(0, "ns/op") // one iteration of minutes: meaningless
 	metric := func(v float64, unit string) {
 		if !math.IsNaN(v) && !math.IsInf(v, 0) {
 			b.ReportMetric(v, unit)
 		}
 	}
-	b.ReportMetric(0, "ns/op") // one iteration of minutes: meaningless
-	ratio := func(a, b float64) float64 {
-		if b == 0 {
-			return math.NaN()
-		}
-		return a / b
-	}
-	check := func(ok bool) string {
-		if ok {
-			return "MET"
-		}
-		return "MISSED"
-	}
-	perRound := func(r *runStats) string {
-		if len(r.rounds) < 2 {
-			return ""
-		}
-		lo, hi := r.rounds[0], r.rounds[0]
-		for _, v := range r.rounds {
-			lo, hi = min(lo, v), max(hi, v)
-		}
-		return fmt.Sprintf("%.0f–%.0f", lo, hi)
-	}
-	// Per-round ratios pair runs that shared the machine's state.
-	roundRatio := func(a, c *runStats) float64 {
-		var rs []float64
-		for i := range min(len(a.rounds), len(c.rounds)) {
-			rs = append(rs, ratio(a.rounds[i], c.rounds[i]))
-		}
-		return median(rs)
-	}
-	errCol := func(r *runStats) string {
-		if r.errs == 0 {
-			return "0"
-		}
-		return fmt.Sprintf("%d (%.2f%%: %v)", r.errs, 100*r.errRate(), r.firstErr)
-	}
 	tw := func() *tabwriter.Writer {
 		return tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
 	}
+	rounds := fmt.Sprintf("%d rounds × %v per path", cfg.rounds, cfg.dur)
 
-	// (a) closed loop.
-	fmt.Fprintf(out, "\n(a1) non-stream POST /v1/responses, closed loop: %d workers, %d × %v per path\n", cfg.workers, cfg.rounds, cfg.dur)
-	w := tw()
-	fmt.Fprintln(w, "path\treq/s\tper round\tp50\tp99\terrors\t")
-	for _, n := range paths {
-		r := &res[n].json
-		fmt.Fprintf(w, "%s\t%.0f\t%s\t%s\t%s\t%s\t\n", n, r.throughput(), perRound(r), ms(r.lat.percentile(50)), ms(r.lat.percentile(99)), errCol(r))
-		metric(r.throughput(), n+"-json-req/s")
-		metric(us(r.lat.percentile(50)), n+"-json-p50-µs")
-		metric(us(r.lat.percentile(99)), n+"-json-p99-µs")
+	// table prints one case: closed (throughput, per-round range) or fixed
+	// rate (sent, achieved), optionally with TTFE, and reports its metrics.
+	table := func(key, unit string, get func(*pathResult) *runStats, closed, ttfe bool) {
+		w := tw()
+		head := "path\tsent\tachieved/s\tp50\tp99\tp99.9\t"
+		if closed {
+			head = "path\t" + unit + "\tper round\tp50\tp99\tp99.9\t"
+		}
+		if ttfe {
+			head += "TTFE p50\tTTFE p99\t"
+		}
+		fmt.Fprintln(w, head+"errors\t")
+		for _, n := range pathNames {
+			r := get(res[n])
+			if closed {
+				fmt.Fprintf(w, "%s\t%.0f\t%s\t", n, r.throughput(), perRound(r))
+				metric(r.throughput(), n+"-"+key+"-"+unit)
+			} else {
+				fmt.Fprintf(w, "%s\t%d\t%.0f\t", n, r.sent, r.throughput())
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t", ms(r.lat.percentile(50)), ms(r.lat.percentile(99)), ms(r.lat.percentile(99.9)))
+			metric(us(r.lat.percentile(50)), n+"-"+key+"-p50-µs")
+			metric(us(r.lat.percentile(99)), n+"-"+key+"-p99-µs")
+			if ttfe {
+				fmt.Fprintf(w, "%s\t%s\t", ms(r.ttfe.percentile(50)), ms(r.ttfe.percentile(99)))
+				metric(us(r.ttfe.percentile(50)), n+"-"+key+"-ttfe-p50-µs")
+				metric(us(r.ttfe.percentile(99)), n+"-"+key+"-ttfe-p99-µs")
+			}
+			fmt.Fprintf(w, "%s\t\n", errCol(r))
+		}
+		_ = w.Flush()
 	}
-	_ = w.Flush()
-	jsonVsProxy, jsonVsDirect := ratio(s.json.throughput(), p.json.throughput()), ratio(s.json.throughput(), d.json.throughput())
-	fmt.Fprintf(out, "sluice ÷ proxy throughput  %.3f (median of rounds %.3f)   target ≥ %.2f: %s\n",
-		jsonVsProxy, roundRatio(&s.json, &p.json), targetThroughputRatio, check(jsonVsProxy >= targetThroughputRatio))
-	fmt.Fprintf(out, "sluice ÷ direct throughput %.3f   (proxy ÷ direct %.3f)\n", jsonVsDirect, ratio(p.json.throughput(), d.json.throughput()))
-	fmt.Fprintf(out, "added latency sluice − direct: p50 %s, p99 %s   (proxy − direct: p50 %s, p99 %s)\n",
-		signedMS(s.json.lat.percentile(50)-d.json.lat.percentile(50)), signedMS(s.json.lat.percentile(99)-d.json.lat.percentile(99)),
-		signedMS(p.json.lat.percentile(50)-d.json.lat.percentile(50)), signedMS(p.json.lat.percentile(99)-d.json.lat.percentile(99)))
-	metric(jsonVsProxy, "sluice/proxy-json-ratio")
-	metric(jsonVsDirect, "sluice/direct-json-ratio")
-
-	// (a) fixed rate.
-	fmt.Fprintf(out, "\n(a2) non-stream POST /v1/responses, open loop at %d RPS (latency from the scheduled start): %d × %v per path\n", cfg.rate, cfg.rounds, cfg.dur)
-	w = tw()
-	fmt.Fprintln(w, "path\tsent\tachieved req/s\tp50\tp99\tp99.9\terrors\t")
-	for _, n := range paths {
-		r := &res[n].rate
-		fmt.Fprintf(w, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t\n", n, r.sent, r.throughput(), ms(r.lat.percentile(50)), ms(r.lat.percentile(99)), ms(r.lat.percentile(99.9)), errCol(r))
-		metric(us(r.lat.percentile(50)), n+"-rate-p50-µs")
-		metric(us(r.lat.percentile(99)), n+"-rate-p99-µs")
+	// ratios prints and reports the throughput ratios of a closed-loop case.
+	ratios := func(key string, get func(*pathResult) *runStats, target bool) float64 {
+		sr, pr, dr := get(s), get(p), get(d)
+		vsProxy, vsDirect := ratio(sr.throughput(), pr.throughput()), ratio(sr.throughput(), dr.throughput())
+		goal := "(informational)"
+		if target {
+			goal = fmt.Sprintf("target ≥ %.2f: %s", targetThroughputRatio, check(vsProxy >= targetThroughputRatio))
+		}
+		fmt.Fprintf(out, "throughput sluice ÷ proxy  %.3f (median of rounds %.3f)   %s\n", vsProxy, pairedRatio(sr, pr), goal)
+		fmt.Fprintf(out, "throughput sluice ÷ direct %.3f (median of rounds %.3f)   proxy ÷ direct %.3f\n",
+			vsDirect, pairedRatio(sr, dr), ratio(pr.throughput(), dr.throughput()))
+		metric(vsProxy, "sluice/proxy-"+key+"-ratio")
+		metric(vsDirect, "sluice/direct-"+key+"-ratio")
+		return vsProxy
 	}
-	_ = w.Flush()
-	addP50, addP99 := s.rate.lat.percentile(50)-d.rate.lat.percentile(50), s.rate.lat.percentile(99)-d.rate.lat.percentile(99)
-	fmt.Fprintf(out, "added latency sluice − direct: p50 %s, p99 %s   target p99 ≤ +%s: %s   (proxy − direct: p50 %s, p99 %s)\n",
-		signedMS(addP50), signedMS(addP99), ms(targetAddedP99), check(addP99 <= targetAddedP99),
-		signedMS(p.rate.lat.percentile(50)-d.rate.lat.percentile(50)), signedMS(p.rate.lat.percentile(99)-d.rate.lat.percentile(99)))
-	metric(us(addP50), "sluice-added-rate-p50-µs")
-	metric(us(addP99), "sluice-added-rate-p99-µs")
-
-	// (b) streams.
-	fmt.Fprintf(out, "\n(b) %d-event Responses streams, closed loop: %d workers, %d × %v per path\n", streamEvents, cfg.workers, cfg.rounds, cfg.dur)
-	w = tw()
-	fmt.Fprintln(w, "path\tstreams/s\tper round\tp50\tp99\tTTFE p50\tTTFE p99\terrors\t")
-	for _, n := range paths {
-		r := &res[n].stream
-		fmt.Fprintf(w, "%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t\n", n, r.throughput(), perRound(r), ms(r.lat.percentile(50)), ms(r.lat.percentile(99)),
-			ms(r.ttfe.percentile(50)), ms(r.ttfe.percentile(99)), errCol(r))
-		metric(r.throughput(), n+"-stream-streams/s")
-		metric(us(r.lat.percentile(50)), n+"-stream-p50-µs")
-		metric(us(r.lat.percentile(99)), n+"-stream-p99-µs")
-		metric(us(r.ttfe.percentile(50)), n+"-ttfe-p50-µs")
-		metric(us(r.ttfe.percentile(99)), n+"-ttfe-p99-µs")
+	// added prints and reports sluice − direct (and proxy − direct) for
+	// the p50 and p99 of one distribution.
+	added := func(key, what string, get func(*pathResult) *runStats, dist func(*runStats) *samples,
+		p50, p99 func(roundSummary) time.Duration, targetQ float64, target time.Duration) time.Duration {
+		sr, pr, dr := get(s), get(p), get(d)
+		a50 := dist(sr).percentile(50) - dist(dr).percentile(50)
+		a99 := dist(sr).percentile(99) - dist(dr).percentile(99)
+		fmt.Fprintf(out, "added %s sluice − direct: p50 %s (median of rounds %s), p99 %s (median of rounds %s)",
+			what, signedMS(a50), signedMS(pairedDiff(sr, dr, p50)), signedMS(a99), signedMS(pairedDiff(sr, dr, p99)))
+		var got time.Duration
+		if target > 0 {
+			got = a50
+			if targetQ == 99 {
+				got = a99
+			}
+			fmt.Fprintf(out, "   target p%.0f ≤ +%s: %s", targetQ, ms(target), check(got <= target))
+		}
+		fmt.Fprintf(out, "\n      proxy − direct: p50 %s, p99 %s\n",
+			signedMS(dist(pr).percentile(50)-dist(dr).percentile(50)), signedMS(dist(pr).percentile(99)-dist(dr).percentile(99)))
+		metric(us(a50), "sluice-added-"+key+"-p50-µs")
+		metric(us(a99), "sluice-added-"+key+"-p99-µs")
+		return got
 	}
-	_ = w.Flush()
-	stVsProxy, stVsDirect := ratio(s.stream.throughput(), p.stream.throughput()), ratio(s.stream.throughput(), d.stream.throughput())
-	addTTFE50, addTTFE99 := s.stream.ttfe.percentile(50)-d.stream.ttfe.percentile(50), s.stream.ttfe.percentile(99)-d.stream.ttfe.percentile(99)
-	fmt.Fprintf(out, "sluice ÷ proxy throughput  %.3f (median of rounds %.3f)   (informational; the target is on (a1))\n", stVsProxy, roundRatio(&s.stream, &p.stream))
-	fmt.Fprintf(out, "sluice ÷ direct throughput %.3f   (proxy ÷ direct %.3f)\n", stVsDirect, ratio(p.stream.throughput(), d.stream.throughput()))
-	fmt.Fprintf(out, "added latency sluice − direct: stream p50 %s, p99 %s; TTFE p50 %s   target ≤ +%s: %s; TTFE p99 %s   (proxy − direct TTFE: p50 %s, p99 %s)\n",
-		signedMS(s.stream.lat.percentile(50)-d.stream.lat.percentile(50)), signedMS(s.stream.lat.percentile(99)-d.stream.lat.percentile(99)),
-		signedMS(addTTFE50), ms(targetAddedTTFE), check(addTTFE50 <= targetAddedTTFE), signedMS(addTTFE99),
-		signedMS(p.stream.ttfe.percentile(50)-d.stream.ttfe.percentile(50)), signedMS(p.stream.ttfe.percentile(99)-d.stream.ttfe.percentile(99)))
-	metric(stVsProxy, "sluice/proxy-stream-ratio")
-	metric(stVsDirect, "sluice/direct-stream-ratio")
-	metric(us(addTTFE50), "sluice-added-ttfe-p50-µs")
-	metric(us(addTTFE99), "sluice-added-ttfe-p99-µs")
+	latOf := func(r *runStats) *samples { return &r.lat }
+	ttfeOf := func(r *runStats) *samples { return &r.ttfe }
+	p50Of := func(r roundSummary) time.Duration { return r.p50 }
+	p99Of := func(r roundSummary) time.Duration { return r.p99 }
+	ttfe50Of := func(r roundSummary) time.Duration { return r.ttfe50 }
+	ttfe99Of := func(r roundSummary) time.Duration { return r.ttfe99 }
+	jsonOf := func(r *pathResult) *runStats { return &r.json }
+	rateOf := func(r *pathResult) *runStats { return &r.rate }
+	streamOf := func(r *pathResult) *runStats { return &r.stream }
+	streamRateOf := func(r *pathResult) *runStats { return &r.streamRate }
 
-	// (c) idle streams.
+	fmt.Fprintf(out, "\n(a1) non-stream POST /v1/responses, closed loop, %d workers: %s\n", cfg.workers, rounds)
+	table("json", "req/s", jsonOf, true, false)
+	jsonVsProxy := ratios("json", jsonOf, true)
+	added("json", "latency", jsonOf, latOf, p50Of, p99Of, 0, 0)
+
+	fmt.Fprintf(out, "\n(a2) non-stream POST /v1/responses at a fixed %d req/s (latency from the scheduled start): %s\n", cfg.rate, rounds)
+	table("rate", "", rateOf, false, false)
+	addP99 := added("rate", "latency", rateOf, latOf, p50Of, p99Of, 99, targetAddedP99)
+
+	fmt.Fprintf(out, "\n(b1) %d-event Responses streams, closed loop, %d workers (saturated: latencies include queueing): %s\n", streamEvents, cfg.workers, rounds)
+	table("stream", "streams/s", streamOf, true, true)
+	ratios("stream", streamOf, false)
+	added("stream", "stream latency", streamOf, latOf, p50Of, p99Of, 0, 0)
+	addTTFEClosed := added("stream-ttfe", "TTFE", streamOf, ttfeOf, ttfe50Of, ttfe99Of, 50, targetAddedTTFE)
+
+	fmt.Fprintf(out, "\n(b2) %d-event Responses streams at a fixed %d streams/s (unsaturated; from the scheduled start): %s\n", streamEvents, cfg.streamRate, rounds)
+	table("stream-rate", "", streamRateOf, false, true)
+	added("stream-rate", "stream latency", streamRateOf, latOf, p50Of, p99Of, 0, 0)
+	addTTFE := added("stream-rate-ttfe", "TTFE", streamRateOf, ttfeOf, ttfe50Of, ttfe99Of, 50, targetAddedTTFE)
+
 	fmt.Fprintf(out, "\n(c) concurrent idle streams (one event, then held open by the fake upstream): N = %d\n", idleN)
 	if capNote != "" {
 		fmt.Fprintf(out, "N %s\n", capNote)
 	}
-	w = tw()
+	w := tw()
 	fmt.Fprintln(w, "path\topen\tRSS before\tRSS with streams\tKiB/stream\tmarginal KiB/stream\tfds before → after\tupstream fds\topen time\terrors\t")
 	fmt.Fprintln(w, "direct\t-\t-\t-\t-\t-\t-\t-\t-\t(no proxy process)\t")
-	for _, n := range paths[1:] {
+	for _, n := range pathNames[1:] {
 		r := res[n].idle
 		errs := "0"
 		if r.errs > 0 {
@@ -446,30 +459,35 @@ func report(b *testing.B, out io.Writer, cfg benchConfig, res map[string]*pathRe
 		idleKiB, s.idle.marginalKiB(), ratio(idleKiB, p.idle.kibPerStream()), targetIdleKiB, targetIdleStreams, atTarget, check(idleKiB <= targetIdleKiB))
 	metric(ratio(idleKiB, p.idle.kibPerStream()), "sluice/proxy-idle-ratio")
 
-	// Summary.
-	fmt.Fprintf(out, "\nsummary\n")
+	fmt.Fprintf(out, "\nsummary (pooled over all rounds)\n")
 	w = tw()
-	fmt.Fprintln(w, "path\tjson req/s\tjson p50\tjson p99\t@rate p50\t@rate p99\tstreams/s\tstream p99\tTTFE p50\tTTFE p99\tidle KiB/stream\t")
-	for _, n := range paths {
+	fmt.Fprintln(w, "path\tjson req/s\tjson p50\tjson p99\t@rate p50\t@rate p99\tstreams/s\tstream p99\tTTFE p50\tTTFE p99\t@rate TTFE p50\t@rate TTFE p99\tidle KiB/stream\t")
+	for _, n := range pathNames {
 		r := res[n]
 		idle := "-"
 		if r.idle != nil {
 			idle = fmt.Sprintf("%.1f", r.idle.kibPerStream())
 		}
-		fmt.Fprintf(w, "%s\t%.0f\t%s\t%s\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t\n", n, r.json.throughput(), ms(r.json.lat.percentile(50)), ms(r.json.lat.percentile(99)),
+		fmt.Fprintf(w, "%s\t%.0f\t%s\t%s\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t\n", n, r.json.throughput(), ms(r.json.lat.percentile(50)), ms(r.json.lat.percentile(99)),
 			ms(r.rate.lat.percentile(50)), ms(r.rate.lat.percentile(99)), r.stream.throughput(), ms(r.stream.lat.percentile(99)),
-			ms(r.stream.ttfe.percentile(50)), ms(r.stream.ttfe.percentile(99)), idle)
+			ms(r.stream.ttfe.percentile(50)), ms(r.stream.ttfe.percentile(99)), ms(r.streamRate.ttfe.percentile(50)), ms(r.streamRate.ttfe.percentile(99)), idle)
 	}
 	_ = w.Flush()
-	fmt.Fprintf(out, "targets: throughput sluice ÷ proxy %.3f ≥ %.2f %s | added p99 @%d RPS %s ≤ +%s %s | added TTFE p50 %s ≤ +%s %s | idle %.1f KiB/stream ≤ %.0f %s\n\n",
-		jsonVsProxy, targetThroughputRatio, check(jsonVsProxy >= targetThroughputRatio),
-		cfg.rate, signedMS(addP99), ms(targetAddedP99), check(addP99 <= targetAddedP99),
-		signedMS(addTTFE50), ms(targetAddedTTFE), check(addTTFE50 <= targetAddedTTFE),
-		idleKiB, targetIdleKiB, check(idleKiB <= targetIdleKiB))
+	fmt.Fprintf(out, "targets (printed, not asserted)\n")
+	w = tw()
+	fmt.Fprintln(w, "target\tmeasured\tgoal\tstatus\t")
+	fmt.Fprintf(w, "closed-loop throughput sluice ÷ bare proxy (a1)\t%.3f\t≥ %.2f\t%s\t\n", jsonVsProxy, targetThroughputRatio, check(jsonVsProxy >= targetThroughputRatio))
+	fmt.Fprintf(w, "added p99 over direct at %d req/s (a2)\t%s\t≤ +%s\t%s\t\n", cfg.rate, signedMS(addP99), ms(targetAddedP99), check(addP99 <= targetAddedP99))
+	fmt.Fprintf(w, "added TTFE p50 over direct at %d streams/s (b2)\t%s\t≤ +%s\t%s\t\n", cfg.streamRate, signedMS(addTTFE), ms(targetAddedTTFE), check(addTTFE <= targetAddedTTFE))
+	fmt.Fprintf(w, "added TTFE p50 over direct, closed loop (b1)\t%s\t≤ +%s\t%s\t\n", signedMS(addTTFEClosed), ms(targetAddedTTFE), check(addTTFEClosed <= targetAddedTTFE))
+	fmt.Fprintf(w, "RSS per idle stream at %d streams (c)\t%.1f KiB\t≤ %.0f KiB\t%s\t\n", s.idle.opened, idleKiB, targetIdleKiB, check(idleKiB <= targetIdleKiB))
+	_ = w.Flush()
+	fmt.Fprintln(out)
 
 	// Errors make the numbers suspect: fail on more than 1% on any path.
-	for _, n := range paths {
-		for name, r := range map[string]*runStats{"closed-loop JSON": &res[n].json, "fixed-rate JSON": &res[n].rate, "streams": &res[n].stream} {
+	for _, n := range pathNames {
+		for name, r := range map[string]*runStats{"closed-loop JSON": &res[n].json, "fixed-rate JSON": &res[n].rate,
+			"closed-loop streams": &res[n].stream, "fixed-rate streams": &res[n].streamRate} {
 			if r.ok == 0 || r.errRate() > 0.01 {
 				b.Errorf("%s %s: %d ok, %d errors (first: %v)", n, name, r.ok, r.errs, r.firstErr)
 			}
@@ -478,4 +496,62 @@ func report(b *testing.B, out io.Writer, cfg benchConfig, res map[string]*pathRe
 			b.Errorf("%s idle streams: none opened (first error: %v)", n, ir.firstErr)
 		}
 	}
+}
+
+// pathNames are the paths in table order.
+var pathNames = []string{"direct", "proxy", "sluice"}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return math.NaN()
+	}
+	return a / b
+}
+
+func check(ok bool) string {
+	if ok {
+		return "MET"
+	}
+	return "MISSED"
+}
+
+// perRound is the range of a closed-loop case's per-round throughput.
+func perRound(r *runStats) string {
+	if len(r.rounds) < 2 {
+		return "-"
+	}
+	lo, hi := r.rounds[0].throughput, r.rounds[0].throughput
+	for _, v := range r.rounds {
+		lo, hi = min(lo, v.throughput), max(hi, v.throughput)
+	}
+	return fmt.Sprintf("%.0f–%.0f", lo, hi)
+}
+
+// pairedRatio is the median over rounds of a's throughput ÷ b's: runs of
+// the same round shared the machine's state.
+func pairedRatio(a, b *runStats) float64 {
+	var rs []float64
+	for i := range min(len(a.rounds), len(b.rounds)) {
+		rs = append(rs, ratio(a.rounds[i].throughput, b.rounds[i].throughput))
+	}
+	return median(rs)
+}
+
+// pairedDiff is the median over rounds of f(a) − f(b).
+func pairedDiff(a, b *runStats, f func(roundSummary) time.Duration) time.Duration {
+	var ds []float64
+	for i := range min(len(a.rounds), len(b.rounds)) {
+		ds = append(ds, float64(f(a.rounds[i])-f(b.rounds[i])))
+	}
+	if len(ds) == 0 {
+		return 0
+	}
+	return time.Duration(median(ds))
+}
+
+func errCol(r *runStats) string {
+	if r.errs == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%d (%.2f%%: %v)", r.errs, 100*r.errRate(), r.firstErr)
 }

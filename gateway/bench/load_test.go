@@ -15,20 +15,31 @@ import (
 	"time"
 )
 
-// Request bodies: a small but realistic Responses request (instructions, a
-// short conversation), once as JSON and once as a stream.
+// Request bodies: a realistic Responses request (instructions, a short
+// conversation), once as JSON and once as a stream. setBodySize pads the
+// instructions to make them bigger (Codex requests carry tens to hundreds
+// of KiB of instructions and history).
 var (
-	jsonBody   = requestBody(false)
-	streamBody = requestBody(true)
+	jsonBody   = requestBody(false, 0)
+	streamBody = requestBody(true, 0)
 )
 
-func requestBody(stream bool) []byte {
+func setBodySize(n int) {
+	jsonBody, streamBody = requestBody(false, n), requestBody(true, n)
+}
+
+func requestBody(stream bool, size int) []byte {
+	const sentence = "You are a concise assistant. Answer in plain text. "
+	reps := 8
+	if size > 0 {
+		reps = max(1, size/len(sentence))
+	}
 	return fmt.Appendf(nil, `{"model":"gpt-fake-1","instructions":%q,"input":[`+
 		`{"type":"message","role":"user","content":[{"type":"input_text","text":"List three prime numbers."}]},`+
 		`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"2, 3 and 5."}]},`+
 		`{"type":"message","role":"user","content":[{"type":"input_text","text":"And three more, please, with a short explanation of why each one is prime."}]}],`+
 		`"store":false,"stream":%t,"reasoning":{"effort":"low"},"max_output_tokens":512}`,
-		strings.Repeat("You are a concise assistant. Answer in plain text. ", 8), stream)
+		strings.Repeat(sentence, reps), stream)
 }
 
 var dataPrefix = []byte("data:")
@@ -164,7 +175,21 @@ type runStats struct {
 	elapsed  time.Duration // wall time of the runs
 	lat      samples       // full request (or stream) latency
 	ttfe     samples       // streams: time to first event
-	rounds   []float64     // closed loop: throughput of each run
+	rounds   []roundSummary
+}
+
+// roundSummary is one run's numbers, for per-round (paired) comparisons
+// that a single stall in one round cannot dominate.
+type roundSummary struct {
+	throughput     float64
+	p50, p99       time.Duration
+	ttfe50, ttfe99 time.Duration
+}
+
+// summary sums up r as one run.
+func (r *runStats) summary() roundSummary {
+	return roundSummary{throughput: r.throughput(), p50: r.lat.percentile(50), p99: r.lat.percentile(99),
+		ttfe50: r.ttfe.percentile(50), ttfe99: r.ttfe.percentile(99)}
 }
 
 func (r *runStats) fail(err error) {
@@ -243,7 +268,7 @@ func closedLoop(ctx context.Context, workers int, dur time.Duration, do op) *run
 		per[i].elapsed = 0
 		total.add(&per[i])
 	}
-	total.rounds = []float64{total.throughput()}
+	total.rounds = []roundSummary{total.summary()}
 	return total
 }
 
@@ -252,9 +277,9 @@ func closedLoop(ctx context.Context, workers int, dur time.Duration, do op) *run
 const maxOpenInflight = 4096
 
 // openLoop sends rate requests per second for dur on a fixed schedule,
-// whatever the answers' latency, and measures each latency from its
-// scheduled start (so a stall delays and counts against every request
-// scheduled during it: no coordinated omission).
+// whatever the answers' latency, and measures each latency (and time to
+// first event) from its scheduled start, so a stall delays and counts
+// against every request scheduled during it: no coordinated omission.
 func openLoop(ctx context.Context, rate int, dur time.Duration, do op) *runStats {
 	interval := time.Second / time.Duration(rate)
 	n := int(dur / interval)
@@ -277,7 +302,8 @@ func openLoop(ctx context.Context, rate int, dur time.Duration, do op) *runStats
 		}
 		wg.Go(func() {
 			defer inflight.Add(-1)
-			_, err := do(ctx)
+			t0 := time.Now()
+			ttfe, err := do(ctx)
 			lat := time.Since(sched)
 			mu.Lock()
 			defer mu.Unlock()
@@ -287,10 +313,14 @@ func openLoop(ctx context.Context, rate int, dur time.Duration, do op) *runStats
 			}
 			res.ok++
 			res.lat.add(lat)
+			if ttfe > 0 {
+				res.ttfe.add(t0.Sub(sched) + ttfe)
+			}
 		})
 	}
 	wg.Wait()
 	res.elapsed = time.Since(start)
+	res.rounds = []roundSummary{res.summary()}
 	return res
 }
 

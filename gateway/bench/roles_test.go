@@ -51,6 +51,8 @@ const (
 	streamDeltas = 2
 )
 
+// TestMain runs the tests, or, when SLUICE_BENCH_ROLE is set, plays that
+// helper role of the benchmark instead.
 func TestMain(m *testing.M) {
 	var run func(net.Listener) (stop func(), err error)
 	switch role := os.Getenv(envRole); role {
@@ -143,10 +145,10 @@ func writeHeapProfile(prefix string) error {
 			return err
 		}
 	}
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
+	var mem runtime.MemStats
+	runtime.ReadMemStats(&mem)
 	text := fmt.Sprintf("goroutines %d\nHeapInuse %d\nHeapIdle %d\nHeapReleased %d\nStackInuse %d\nMSpanInuse %d\nSys %d\nHeapObjects %d\n",
-		runtime.NumGoroutine(), ms.HeapInuse, ms.HeapIdle, ms.HeapReleased, ms.StackInuse, ms.MSpanInuse, ms.Sys, ms.HeapObjects)
+		runtime.NumGoroutine(), mem.HeapInuse, mem.HeapIdle, mem.HeapReleased, mem.StackInuse, mem.MSpanInuse, mem.Sys, mem.HeapObjects)
 	return os.WriteFile(prefix+"-memstats.txt", []byte(text), 0o644)
 }
 

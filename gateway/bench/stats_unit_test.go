@@ -7,6 +7,8 @@ import (
 	"time"
 )
 
+// TestHistogramPercentilesNearestRank checks percentiles and the mean on
+// 1..100 ms recorded out of order.
 func TestHistogramPercentilesNearestRank(t *testing.T) {
 	var s samples
 	// 1..100 ms in shuffled order.
@@ -36,6 +38,7 @@ func TestHistogramPercentilesNearestRank(t *testing.T) {
 	}
 }
 
+// TestHistogramSmallAndEmpty checks the edge cases: no observation, one, two.
 func TestHistogramSmallAndEmpty(t *testing.T) {
 	var s samples
 	if s.percentile(50) != 0 || s.mean() != 0 || s.count() != 0 {
@@ -53,6 +56,8 @@ func TestHistogramSmallAndEmpty(t *testing.T) {
 	}
 }
 
+// TestHistogramMergeResorts checks that merging and adding after a
+// percentile query re-sort the observations.
 func TestHistogramMergeResorts(t *testing.T) {
 	var a, b samples
 	for i := 1; i <= 10; i++ {
@@ -82,6 +87,7 @@ func TestHistogramMergeResorts(t *testing.T) {
 	}
 }
 
+// TestMedianAndFormatting checks median and the latency formatting.
 func TestMedianAndFormatting(t *testing.T) {
 	if got := median([]float64{3, 1, 2}); got != 2 {
 		t.Errorf("median odd = %v", got)

@@ -1,5 +1,7 @@
 package streaminput
 
+import "math"
+
 // SessionStatus is the JSON view of a session (GET …/{id}, and the answer
 // to create and finish).
 type SessionStatus struct {
@@ -79,7 +81,7 @@ func (s *session) status() SessionStatus {
 		ID: s.id, SessionID: s.id, Object: "streaming_input.session", Endpoint: s.tpl.endpoint, StartPolicy: s.policy.String(),
 		State: stateOpen, Started: s.started, NextSequenceID: s.next, BufferedSequenceIDs: s.bufferedLocked(),
 		ReceivedChunks: len(s.infos), ReceivedBytes: s.received, CreatedAt: s.created.Unix(), ExpiresAt: s.expiresAt.Unix(),
-		ExpiresIn: int64(max(0, s.expiresAt.Sub(now).Seconds())), LateChunks: s.late,
+		ExpiresIn: int64(math.Ceil(max(0, s.expiresAt.Sub(now).Seconds()))), LateChunks: s.late,
 	}
 	if s.finished {
 		st.State = stateFinished

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Rebuilds the committed WAT test fixtures (*.wat -> *.wasm) with wabt's
-# wat2wasm (Debian: apt-get install -y wabt). CI uses the committed .wasm files
-# and does not need wabt.
+# Rebuilds the committed test fixtures: *.wat -> *.wasm with wabt's wat2wasm
+# (Debian: apt-get install -y wabt) and the Go fixture gofixture/ ->
+# gofixture.wasm. CI uses the committed .wasm files and needs neither.
 set -euo pipefail
 cd "$(dirname "$0")"
 for f in *.wat; do
 	wat2wasm "$f" -o "${f%.wat}.wasm"
 done
+GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0 GOFLAGS= go build -buildmode=c-shared -trimpath -buildvcs=false \
+	-ldflags="-s -w -buildid=" -o gofixture.wasm ./gofixture

@@ -27,35 +27,48 @@ func rewrite(req *sdk.Request) error {
 	if cfg == "" {
 		return nil
 	}
-	if model := req.Model(); model != "" {
-		if target, ok := sdk.LookupString(cfg, "model_aliases."+sdk.EscapeKey(model)); ok && target != "" && target != model {
+	// One pass over the config (every lookup costs loop iterations, which
+	// are what a guest pays for under the host's interrupt checks).
+	var aliases, strip string
+	sdk.EachMember(cfg, func(k, v string) bool {
+		switch k {
+		case "model_aliases":
+			aliases = v
+		case "strip_tool_types":
+			strip = v
+		}
+		return true
+	})
+	if model := req.Model(); model != "" && aliases != "" {
+		if target, ok := sdk.LookupString(aliases, sdk.EscapeKey(model)); ok && target != "" && target != model {
 			if err := req.SetString("model", target); err != nil {
 				return err
 			}
 		}
 	}
-	strip, ok := sdk.Lookup(cfg, "strip_tool_types")
-	if !ok {
+	if strip == "" {
 		return nil
 	}
+	choice, hasChoice := req.GetString("tool_choice.type")
 	var err error
 	sdk.EachElement(strip, func(_ int, elem string) bool {
 		typ, ok := sdk.Unquote(elem)
 		if !ok || typ == "" {
 			return true
 		}
-		q := sdk.Quote(typ)
+		q := "tools.#(type==" + elem + ")"
 		for {
 			// Not found (or no tools array): nothing (more) to strip.
-			if removed, derr := req.Delete("tools.#(type==" + q + ")"); derr != nil || !removed {
+			if removed, derr := req.Delete(q); derr != nil || !removed {
 				break
 			}
 		}
-		if choice, ok := req.GetString("tool_choice.type"); ok && choice == typ {
+		if hasChoice && choice == typ {
 			if serr := req.SetString("tool_choice", "auto"); serr != nil {
 				err = serr
 				return false
 			}
+			hasChoice = false
 		}
 		return true
 	})

@@ -1,0 +1,293 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/sluice-gw/sluice/gateway/sse"
+	"github.com/sluice-gw/sluice/gateway/translate"
+	"github.com/sluice-gw/sluice/gateway/upstream"
+	"github.com/sluice-gw/sluice/store"
+)
+
+// History bounds for previous_response_id expansion: a conversation beyond
+// them is refused rather than silently truncated.
+const (
+	maxHistoryItems = 10000
+	maxHistoryBytes = 64 << 20
+)
+
+// chatConversion is a Responses request converted for a Chat Completions
+// upstream, computed once per request.
+type chatConversion struct {
+	body []byte
+	info translate.RequestInfo
+	err  *apierr.Error
+}
+
+// conversations keeps the items of responses served by Chat upstreams, so
+// previous_response_id works in front of upstreams that never had it. Items
+// of store:false requests stay in the WebSocket session's memory only.
+type conversations struct {
+	durable store.ConversationStore // nil: only session memory
+	log     interface {
+		Error(string, ...any)
+	}
+}
+
+// sessionMemory holds a WebSocket session's store:false turns; it is dropped
+// with the socket.
+type sessionMemory struct {
+	mu    sync.Mutex
+	turns map[string]store.Turn
+}
+
+func newSessionMemory() *sessionMemory { return &sessionMemory{turns: map[string]store.Turn{}} }
+
+func (m *sessionMemory) put(t store.Turn) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.turns[t.ResponseID] = t
+}
+
+func (m *sessionMemory) get(id string) (store.Turn, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.turns[id]
+	return t, ok
+}
+
+// history expands previous_response_id into the conversation's items,
+// walking session memory first and then the durable store.
+func (c *conversations) history(ctx context.Context, req *clientRequest) ([]json.RawMessage, *apierr.Error) {
+	id := req.previousResponseID
+	if id == "" {
+		return nil, nil
+	}
+	var recent []store.Turn // newest first, from session memory
+	for req.memory != nil && id != "" {
+		t, ok := req.memory.get(id)
+		if !ok {
+			break
+		}
+		recent = append(recent, t)
+		id = t.ParentID
+	}
+	var items []json.RawMessage
+	if id != "" {
+		if c.durable == nil {
+			return nil, notFound(req.previousResponseID)
+		}
+		h, err := c.durable.History(ctx, id, maxHistoryItems, maxHistoryBytes)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return nil, notFound(req.previousResponseID)
+		case errors.Is(err, store.ErrTooLarge):
+			return nil, apierr.Invalid("previous_response_id", "context_length_exceeded", "the conversation of previous_response_id is longer than the gateway keeps (%d items, %d bytes)", maxHistoryItems, maxHistoryBytes)
+		case err != nil:
+			return nil, apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "reading the conversation of previous_response_id failed; retry the request")
+		}
+		items = h
+	}
+	for i := len(recent) - 1; i >= 0; i-- {
+		items = append(items, recent[i].Input...)
+		items = append(items, recent[i].Output...)
+	}
+	return items, nil
+}
+
+func notFound(id string) *apierr.Error {
+	return apierr.Invalid("previous_response_id", "previous_response_not_found", "Previous response with id '%s' not found.", id)
+}
+
+// remember records a turn: durably, or in session memory for store:false.
+func (c *conversations) remember(ctx context.Context, req *clientRequest, responseID string, output []json.RawMessage) {
+	conv := req.chat
+	t := store.Turn{ResponseID: responseID, ParentID: req.previousResponseID, Input: conv.info.InputItems, Output: output}
+	if conv.info.Store != nil && !*conv.info.Store {
+		if req.memory != nil {
+			req.memory.put(t)
+		}
+		return // store:false over HTTP: nothing is kept
+	}
+	if c.durable == nil {
+		return
+	}
+	if err := c.durable.PutConversation(ctx, t); err != nil {
+		c.log.Error("recording conversation items failed", "response_id", LogID(responseID), "error", err)
+	}
+}
+
+// convertForChat converts req for a Chat upstream (once per request).
+func (s *Server) convertForChat(ctx context.Context, req *clientRequest) *chatConversion {
+	if req.chat != nil {
+		return req.chat
+	}
+	conv := &chatConversion{}
+	req.chat = conv
+	history, aerr := s.convs.history(ctx, req)
+	if aerr != nil {
+		conv.err = aerr
+		return conv
+	}
+	conv.body, conv.info, conv.err = translate.ToChat(req.body, history, translate.RequestOptions{})
+	if conv.err == nil && len(conv.info.DroppedTools) > 0 {
+		s.log.Warn("tools the Chat upstream cannot run were dropped", "tools", strings.Join(conv.info.DroppedTools, ","))
+	}
+	return conv
+}
+
+// sendChat runs a Responses request against a Chat Completions upstream.
+func (s *Server) sendChat(upCtx context.Context, idle *time.Timer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
+	conv := req.chat
+	upReq, err := http.NewRequestWithContext(upCtx, http.MethodPost, u.URL("/chat/completions"), bytes.NewReader(conv.body))
+	if err != nil {
+		return nil, err
+	}
+	upReq.Header = upstreamHeaders(req.header, u.Config().APIKey, req.stream, req.setHeaders, req.removeHeaders)
+	upReq.ContentLength = int64(len(conv.body))
+	resp, err := s.client.Do(upReq)
+	if err != nil {
+		return nil, err
+	}
+	ans := &upstreamAnswer{status: resp.StatusCode, header: resp.Header, done: func(bool) { resp.Body.Close() }}
+	if resp.StatusCode/100 != 2 {
+		ans.body, _ = io.ReadAll(io.LimitReader(resp.Body, maxUpstreamErrorBody))
+		return ans, nil
+	}
+	opts := translate.StreamOptions{ResponseID: "resp_" + strings.ReplaceAll(uuid.NewString(), "-", ""), Model: conv.info.Model,
+		CreatedAt: time.Now().Unix(), Request: conv.info.Echo}
+	if req.stream && strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Type")), "text/event-stream") {
+		idle.Reset(s.opts.IdleTimeout)
+		reader := sse.NewReader(&idleReader{r: resp.Body, t: idle, d: s.opts.IdleTimeout}, s.opts.MaxEventBytes)
+		ans.src = &chatSource{s: s, ctx: upCtx, req: req, in: reader, tr: translate.NewStream(opts)}
+		return ans, nil
+	}
+	limit := int64(s.opts.MaxEventBytes) * 4
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	switch {
+	case err != nil:
+		ans.readErr = err
+		return ans, nil
+	case int64(len(body)) > limit:
+		ans.readErr = fmt.Errorf("the upstream answer exceeds %d bytes", limit)
+		return ans, nil
+	}
+	out, items, aerr := translate.FromChatResponse(body, opts)
+	if aerr != nil {
+		ans.readErr = fmt.Errorf("the Chat upstream's answer could not be converted: %s", aerr.Message)
+		return ans, nil
+	}
+	if req.stream {
+		// The upstream ignored stream:true: replay the whole answer as events.
+		tr := translate.NewStream(opts)
+		ans.src = &replayedAnswer{events: chatAnswerEvents(tr, body)}
+		return ans, nil
+	}
+	s.convs.remember(context.WithoutCancel(upCtx), req, opts.ResponseID, items)
+	ans.body = out
+	return ans, nil
+}
+
+// chatAnswerEvents renders a complete chat.completion as a Responses stream.
+func chatAnswerEvents(tr *translate.Stream, body []byte) []translate.Event {
+	var cc struct {
+		Choices []struct {
+			Message      json.RawMessage `json:"message"`
+			FinishReason string          `json:"finish_reason"`
+		} `json:"choices"`
+		Usage json.RawMessage `json:"usage"`
+		Model string          `json:"model"`
+	}
+	if json.Unmarshal(body, &cc) != nil || len(cc.Choices) == 0 {
+		return tr.Fail(apierr.StreamIncomplete("the Chat upstream's answer had no choices"))
+	}
+	chunk, _ := json.Marshal(map[string]any{"object": "chat.completion.chunk", "model": cc.Model,
+		"choices": []any{map[string]any{"index": 0, "delta": cc.Choices[0].Message, "finish_reason": cc.Choices[0].FinishReason}}})
+	evs, err := tr.Chunk(chunk)
+	if err != nil {
+		return tr.Fail(apierr.StreamIncomplete("the Chat upstream's answer could not be converted"))
+	}
+	if len(cc.Usage) > 0 {
+		u, _ := json.Marshal(map[string]any{"object": "chat.completion.chunk", "choices": []any{}, "usage": cc.Usage})
+		more, _ := tr.Chunk(u)
+		evs = append(evs, more...)
+	}
+	return append(evs, tr.Finish()...)
+}
+
+// replayedAnswer yields pre-rendered events.
+type replayedAnswer struct{ events []translate.Event }
+
+func (r *replayedAnswer) Next() (sse.Event, error) {
+	if len(r.events) == 0 {
+		return sse.Event{}, io.EOF
+	}
+	ev := r.events[0]
+	r.events = r.events[1:]
+	return sse.Event{Name: ev.Type, Data: ev.Data}, nil
+}
+
+// chatSource turns a Chat Completions stream into Responses events, and
+// records the conversation's items before the terminal event goes out.
+type chatSource struct {
+	s     *Server
+	ctx   context.Context
+	req   *clientRequest
+	in    *sse.Reader
+	tr    *translate.Stream
+	queue []translate.Event
+	ended bool
+}
+
+func (c *chatSource) Next() (sse.Event, error) {
+	for len(c.queue) == 0 {
+		if c.tr.Done() {
+			return sse.Event{}, io.EOF
+		}
+		ev, err := c.in.Next()
+		switch {
+		case err != nil && c.tr.FinishReason() != "" && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)):
+			c.queue = c.tr.Finish() // complete answer, the upstream just forgot [DONE]
+		case err != nil:
+			return sse.Event{}, err
+		case ev.Done:
+			if c.tr.FinishReason() == "" {
+				c.queue = c.tr.Fail(apierr.StreamIncomplete("the Chat upstream ended the stream before a finish reason"))
+			} else {
+				c.queue = c.tr.Finish()
+			}
+		case ev.Error != nil:
+			wrapped, _ := json.Marshal(map[string]json.RawMessage{"error": ev.Error})
+			if !json.Valid(ev.Error) {
+				wrapped, _ = json.Marshal(map[string]any{"error": map[string]any{"message": string(ev.Error), "type": "server_error"}})
+			}
+			c.queue, _ = c.tr.Chunk(wrapped)
+		default:
+			evs, cerr := c.tr.Chunk(ev.Data)
+			if cerr != nil {
+				// The pump reports it as an unparseable event.
+				return sse.Event{Data: []byte("not json: " + cerr.Error())}, nil
+			}
+			c.queue = evs
+		}
+	}
+	ev := c.queue[0]
+	c.queue = c.queue[1:]
+	if (ev.Type == "response.completed" || ev.Type == "response.incomplete") && !c.ended {
+		c.ended = true
+		c.s.convs.remember(context.WithoutCancel(c.ctx), c.req, c.tr.ResponseID(), c.tr.OutputItems())
+	}
+	return sse.Event{Name: ev.Type, Data: ev.Data}, nil
+}

@@ -1,0 +1,181 @@
+package streaminput
+
+import (
+	"bytes"
+	"slices"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/sluice-gw/sluice/gateway/apierr"
+)
+
+// AccumulatorOptions configure an Accumulator. Zero values take the
+// package defaults (DefaultMaxSessionBytes, DefaultReorderWindow).
+type AccumulatorOptions struct {
+	// MaxBytes caps the decoded payload bytes held for one response.create.
+	MaxBytes int64
+	// ReorderWindow bounds out-of-order buffering, as for sessions.
+	ReorderWindow int
+}
+
+// Accumulator collects the input_chunk frames of a Responses WebSocket and
+// merges them into the next response.create, with the same rules as a
+// session: ordering by sequence_id (optional; it follows the previous
+// chunk's, from 0), out-of-order chunks buffered within the window,
+// duplicates ignored, conflicting duplicates rejected, a byte cap. Text
+// extends the last user message; audio and images become input parts.
+//
+//	{"type":"input_chunk","sequence_id":0,"modality":"text","payload":"Tell me about "}
+//	{"type":"input_chunk","payload":"otters."}
+//	{"type":"response.create","model":"…","input":[…]}   ← Apply merges the two chunks here
+//
+// Sequence ids start again from 0 after each Apply. An Accumulator belongs
+// to one socket's read loop: it is not safe for concurrent use. Its errors
+// are *apierr.Error values, ready to be sent as error frames (their Status
+// is the HTTP status a REST request would have had).
+type Accumulator struct {
+	opts   AccumulatorOptions
+	chunks map[uint64]chunk
+	next   uint64 // next expected in order
+	auto   uint64 // the id a chunk without sequence_id takes
+	maxSeq uint64
+	bytes  int64
+	end    bool
+	endSeq uint64
+}
+
+// NewAccumulator returns an empty Accumulator.
+func NewAccumulator(opts AccumulatorOptions) *Accumulator {
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = DefaultMaxSessionBytes
+	}
+	if opts.ReorderWindow <= 0 {
+		opts.ReorderWindow = DefaultReorderWindow
+	}
+	return &Accumulator{opts: opts, chunks: map[uint64]chunk{}}
+}
+
+// IsInputChunk reports whether a WebSocket text frame is an input_chunk
+// frame, the ones Add takes.
+func IsInputChunk(frame []byte) bool {
+	return gjson.GetBytes(frame, "type").Str == "input_chunk"
+}
+
+// Add takes one input_chunk frame. A duplicate of a chunk already held
+// (same sequence_id, same content) is accepted and ignored.
+func (a *Accumulator) Add(frame []byte) error {
+	if !gjson.ValidBytes(frame) {
+		return apierr.Invalid("", apierr.CodeInvalidJSON, "the input_chunk frame is not valid JSON")
+	}
+	root := gjson.ParseBytes(frame)
+	if t := root.Get("type"); t.Exists() && t.Str != "input_chunk" {
+		return apierr.Invalid("type", "invalid_value", "expected an input_chunk frame, got type %q", t.Str)
+	}
+	c, aerr := parseChunk(root, &a.auto)
+	if aerr != nil {
+		return aerr
+	}
+	if old, ok := a.chunks[c.seq]; ok {
+		if old.meta == c.meta && bytes.Equal(old.payload, c.payload) {
+			a.auto = c.seq + 1
+			return nil
+		}
+		return errConflict(CodeSequenceConflict, "sequence_id", "sequence_id %d was already received with a different payload", c.seq)
+	}
+	switch {
+	case a.end && c.seq > a.endSeq:
+		return errConflict(CodeSessionFinished, "sequence_id", "sequence_id %d is after the end of input (sequence_id %d)", c.seq, a.endSeq)
+	case c.meta.end && a.end:
+		return errConflict(CodeSessionFinished, "end_of_input", "end_of_input was already set by sequence_id %d", a.endSeq)
+	case c.meta.end && len(a.chunks) > 0 && a.maxSeq > c.seq:
+		return errConflict(CodeSessionFinished, "end_of_input", "sequence_id %d cannot end the input: sequence_id %d was already received", c.seq, a.maxSeq)
+	case c.seq >= a.next+uint64(a.opts.ReorderWindow):
+		return errConflict(CodeOutOfWindow, "sequence_id", "sequence_id %d is too far ahead: the next expected is %d", c.seq, a.next)
+	case a.bytes+int64(len(c.payload)) > a.opts.MaxBytes:
+		e := apierr.TooLarge(a.opts.MaxBytes)
+		e.Message = "the input chunks of this response exceed the gateway limit; they were discarded"
+		a.Reset()
+		return e
+	}
+	a.chunks[c.seq] = c
+	a.bytes += int64(len(c.payload))
+	if len(a.chunks) == 1 || c.seq > a.maxSeq {
+		a.maxSeq = c.seq
+	}
+	if c.meta.end {
+		a.end, a.endSeq = true, c.seq
+	}
+	for _, ok := a.chunks[a.next]; ok; _, ok = a.chunks[a.next] {
+		a.next++
+	}
+	a.auto = c.seq + 1
+	return nil
+}
+
+// Len is the number of chunks held.
+func (a *Accumulator) Len() int { return len(a.chunks) }
+
+// Bytes is the payload size of the chunks held.
+func (a *Accumulator) Bytes() int64 { return a.bytes }
+
+// Reset drops every chunk held.
+func (a *Accumulator) Reset() {
+	*a = Accumulator{opts: a.opts, chunks: map[uint64]chunk{}}
+}
+
+// Apply merges the chunks held into a response.create frame (flat, as
+// Codex sends it, or with the request under "response") and resets the
+// Accumulator. With no chunks held it returns body unchanged. A gap in the
+// sequence ids fails with 409 sequence_gap and keeps the chunks, so the
+// client can send the missing ones and retry.
+func (a *Accumulator) Apply(body []byte) ([]byte, error) {
+	if len(a.chunks) == 0 {
+		return body, nil
+	}
+	if a.next <= a.maxSeq {
+		var gaps []uint64
+		for q := a.next; q <= a.maxSeq && len(gaps) < 10; q++ {
+			if _, ok := a.chunks[q]; !ok {
+				gaps = append(gaps, q)
+			}
+		}
+		return nil, errConflict(CodeSequenceGap, "sequence_id", "the input chunks have gaps: sequence ids %s are missing", formatSeqs(gaps))
+	}
+	if !gjson.ValidBytes(body) || !gjson.ParseBytes(body).IsObject() {
+		return nil, apierr.Invalid("", apierr.CodeInvalidJSON, "the response.create frame is not a JSON object")
+	}
+	chunks := make([]chunk, 0, len(a.chunks))
+	for _, c := range a.chunks {
+		chunks = append(chunks, c)
+	}
+	slices.SortFunc(chunks, func(x, y chunk) int {
+		switch {
+		case x.seq < y.seq:
+			return -1
+		case x.seq > y.seq:
+			return 1
+		}
+		return 0
+	})
+	root := gjson.ParseBytes(body)
+	var out []byte
+	if inner := root.Get("response"); inner.IsObject() && !root.Get("input").Exists() {
+		merged, aerr := assemble(false, []byte(inner.Raw), chunks)
+		if aerr != nil {
+			return nil, aerr
+		}
+		var err error
+		if out, err = sjson.SetRawBytes(body, "response", merged); err != nil {
+			return nil, apierr.Invalid("", "invalid_template", "the input chunks could not be merged: %v", err)
+		}
+	} else {
+		merged, aerr := assemble(false, body, chunks)
+		if aerr != nil {
+			return nil, aerr
+		}
+		out = merged
+	}
+	a.Reset()
+	return out, nil
+}
