@@ -15,8 +15,8 @@ import (
 func TestGoGuest(t *testing.T) {
 	r := newRuntime(t, Options{
 		Embedded:         map[string][]byte{"go.wasm": fixture(t, "gofixture")},
-		CallTimeout:      200 * time.Millisecond,
-		MemoryLimitPages: 512, // 32 MiB
+		CallTimeout:      10 * time.Second, // the OOM case must hit the cap first, even under -race
+		MemoryLimitPages: 512,              // 32 MiB
 		PoolSize:         2,
 	})
 	ctx := context.Background()
@@ -32,8 +32,23 @@ func TestGoGuest(t *testing.T) {
 	if _, tr := rec("error"); tr.Outcome != "error" {
 		t.Fatalf("error: %+v", tr)
 	}
+	// The deadline: the request's own (shorter than CallTimeout) applies.
+	lctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	out, tr := r.RecoverTrace(lctx, hostabi.RecoverInput{Code: "loop"})
+	cancel()
+	if out.Verdict != hostabi.RecoverPass || tr.Outcome != "canceled" {
+		// The caller's deadline expired: counted as an error, not a fault.
+		t.Fatalf("loop under the request deadline: %+v %+v", out, tr)
+	}
+	r2 := newRuntime(t, Options{Embedded: map[string][]byte{"go.wasm": fixture(t, "gofixture")}, CallTimeout: 100 * time.Millisecond})
+	out, tr = r2.RecoverTrace(ctx, hostabi.RecoverInput{Code: "loop"})
+	if out.Verdict != hostabi.RecoverPass || tr.Outcome != "fault" || !strings.Contains(tr.Steps[0].Error, "deadline") {
+		t.Fatalf("loop: %+v %+v", out, tr)
+	}
+	if out, _ := r2.RecoverTrace(ctx, hostabi.RecoverInput{Code: "ok"}); out.Code != "go:ok" {
+		t.Fatalf("after loop: %+v", out)
+	}
 	faults := []struct{ code, kind, text string }{
-		{"loop", "timeout", "deadline"},
 		{"oom", "memory", "fatal error: out of memory"},
 		{"panic", "trap", "panic: fixture panic: msg"},
 		{"exit", "exit", "exit_code(3)"},
@@ -59,24 +74,24 @@ func TestGoGuest(t *testing.T) {
 	rw := func(action string) (hostabi.RewriteOutput, Trace) {
 		return r.RewriteTrace(ctx, hostabi.RewriteInput{Body: body, Headers: map[string]string{"X-Fixture": action, "Authorization": "secret"}})
 	}
-	out, tr := rw("edit")
+	out2, tr := rw("edit")
 	var got map[string]any
-	if err := json.Unmarshal(out.Body, &got); err != nil || got["model"] != "m-edited" || got["echo"] != "hello" || len(got["tools"].([]any)) != 1 {
-		t.Fatalf("edit: %s %v %+v", out.Body, err, tr)
+	if err := json.Unmarshal(out2.Body, &got); err != nil || got["model"] != "m-edited" || got["echo"] != "hello" || len(got["tools"].([]any)) != 1 {
+		t.Fatalf("edit: %s %v %+v", out2.Body, err, tr)
 	}
-	if out, tr = rw("headers"); out.SetHeaders["x-set"] != "yes" || len(out.RemoveHeaders) != 1 || out.Body != nil {
-		t.Fatalf("headers: %+v %+v", out, tr)
+	if out2, tr = rw("headers"); out2.SetHeaders["x-set"] != "yes" || len(out2.RemoveHeaders) != 1 || out2.Body != nil {
+		t.Fatalf("headers: %+v %+v", out2, tr)
 	}
-	if out, _ = rw("upstream"); out.Upstream != "backup" {
-		t.Fatalf("upstream: %+v", out)
+	if out2, _ = rw("upstream"); out2.Upstream != "backup" {
+		t.Fatalf("upstream: %+v", out2)
 	}
-	if out, _ = rw("reject"); out.Reject == nil || out.Reject.Status != 429 || out.Reject.Code != "too_many_tools" || out.Reject.Param != "tools" {
-		t.Fatalf("reject: %+v", out)
+	if out2, _ = rw("reject"); out2.Reject == nil || out2.Reject.Status != 429 || out2.Reject.Code != "too_many_tools" || out2.Reject.Param != "tools" {
+		t.Fatalf("reject: %+v", out2)
 	}
-	if out, tr = rw("panic"); out.Body != nil || tr.Steps[0].Outcome != "fault" {
-		t.Fatalf("panic: the edit leaked: %+v %+v", out, tr)
+	if out2, tr = rw("panic"); out2.Body != nil || tr.Steps[0].Outcome != "fault" {
+		t.Fatalf("panic: the edit leaked: %+v %+v", out2, tr)
 	}
-	if out, _ = rw("none"); out.Body != nil || out.Reject != nil {
-		t.Fatalf("none: %+v", out)
+	if out2, _ = rw("none"); out2.Body != nil || out2.Reject != nil {
+		t.Fatalf("none: %+v", out2)
 	}
 }

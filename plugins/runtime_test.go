@@ -198,16 +198,17 @@ func TestFaults(t *testing.T) {
 	cases := []struct {
 		fixture string
 		kind    string
+		timeout time.Duration
 	}{
-		{"loop", "timeout"},
-		{"membomb", "memory"},
-		{"trap", "trap"},
+		{"loop", "timeout", 30 * time.Millisecond},
+		{"membomb", "memory", 5 * time.Second},
+		{"trap", "trap", 5 * time.Second},
 	}
 	for _, c := range cases {
 		t.Run(c.fixture, func(t *testing.T) {
 			r := newRuntime(t, Options{
 				Embedded:         map[string][]byte{"p.wasm": fixture(t, c.fixture)},
-				CallTimeout:      30 * time.Millisecond,
+				CallTimeout:      c.timeout,
 				MemoryLimitPages: 64,
 				PoolSize:         2,
 			})

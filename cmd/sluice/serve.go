@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,10 +15,14 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sluice-gw/sluice/gateway"
 	"github.com/sluice-gw/sluice/gateway/config"
 	"github.com/sluice-gw/sluice/gateway/upstream"
+	"github.com/sluice-gw/sluice/plugins"
+	"github.com/sluice-gw/sluice/policies"
 	"github.com/sluice-gw/sluice/store"
 )
 
@@ -176,8 +181,33 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger) (*gat
 		st = ps
 	}
 
+	rt, err := plugins.New(ctx, plugins.Options{
+		PolicyDir: cfg.PolicyDir,
+		CacheDir:  cfg.WasmCacheDir,
+		Embedded:  policies.Defaults(),
+		Config:    policyConfig(cfg.Policies),
+		Logger:    logger.Named("plugins"),
+	})
+	if err != nil {
+		return nil, cleanup, fmt.Errorf("loading policies: %w", err)
+	}
+	closers = append(closers, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := rt.Close(ctx); err != nil {
+			logger.Error("closing the policy runtime", "error", err)
+		}
+	})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(rt.Collectors()...)
+
 	gw, err := gateway.New(gateway.Options{
 		Pool:           pool,
+		Policy:         rt,
+		Ready:          rt.Ready,
+		Registry:       reg,
+		Admin:          map[string]http.Handler{"/admin/policies": policyStatusHandler(rt)},
 		Store:          st,
 		Conversations:  convStore(st),
 		AnchorTTL:      cfg.Continuity.AnchorTTL.D(),
@@ -203,4 +233,25 @@ func convStore(st store.Store) store.ConversationStore {
 		return cs
 	}
 	return nil
+}
+
+// policyConfig renders each policy's YAML config as the JSON the config host
+// function hands to the guest.
+func policyConfig(in map[string]any) map[string]json.RawMessage {
+	out := make(map[string]json.RawMessage, len(in))
+	for name, v := range in {
+		b, err := json.Marshal(v)
+		if err == nil {
+			out[name] = b
+		}
+	}
+	return out
+}
+
+// policyStatusHandler serves GET /admin/policies.
+func policyStatusHandler(rt *plugins.Runtime) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"policies": rt.Status()})
+	})
 }

@@ -99,12 +99,16 @@ func (m *Manager) serveModeA(w http.ResponseWriter, r *http.Request, next http.H
 		}
 		s.readModeA(r.Context(), lr)
 	}()
-	res, aerr := s.waitResult(r.Context())
+	// Cutting the body short (onClose) also cancels r.Context, so the
+	// answer is served on a context that only a closed session ends: a
+	// client that really leaves closes the session through the AfterFunc.
+	ctx := context.WithoutCancel(r.Context())
+	res, aerr := s.waitResult(ctx)
 	switch {
 	case aerr != nil:
 		aerr.Write(w)
 	case res != nil:
-		res.serve(r.Context(), w, serveOptions{startingAfter: -1, extra: s.sawHeaders()})
+		res.serve(ctx, w, serveOptions{startingAfter: -1, extra: s.sawHeaders()})
 	}
 	// The handler must not return while the body is being read. The idle
 	// timer bounds a body that neither ends nor sends.
