@@ -39,3 +39,7 @@ fuzz FUZZTIME="30s":
 # Run the gateway on the embedded fake upstream
 demo:
     go run ./cmd/sluice demo
+
+# Codex CLI (npm) through Sluice to the fake upstream: HTTP and WebSocket, Responses and Chat-only upstreams
+e2e-codex:
+    bash scripts/e2e-codex.sh

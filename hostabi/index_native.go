@@ -17,7 +17,7 @@ func skipString(b []byte, i int) (int, error) {
 		if j > len(b) {
 			return 0, ErrSyntax
 		}
-		k := bytes.IndexByte(b[j:], '"')
+		k := indexByte(b[j:], '"')
 		if k < 0 {
 			return 0, ErrSyntax
 		}
@@ -34,4 +34,4 @@ func skipString(b []byte, i int) (int, error) {
 }
 
 // hasBackslash reports whether raw contains a backslash.
-func hasBackslash(raw []byte) bool { return bytes.IndexByte(raw, '\\') >= 0 }
+func hasBackslash(raw []byte) bool { return indexByte(raw, '\\') >= 0 }

@@ -101,16 +101,6 @@ func (x *topIndex) find(b []byte, key string) (int, error) {
 	return -1, nil
 }
 
-func (x *topIndex) complete(b []byte) error {
-	for !x.done {
-		if _, err := x.stepFront(b); err != nil {
-			x.ok = false
-			return ErrInvalidDocument
-		}
-	}
-	return nil
-}
-
 // stepFront scans forward for one budget; it returns the index of a member
 // it completed, or -1.
 func (x *topIndex) stepFront(b []byte) (int, error) {

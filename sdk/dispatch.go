@@ -86,14 +86,3 @@ func dispatchRewrite(p Policy, input []byte, b backend) uint64 {
 	failed("rewrite", err)
 	return hostabi.ResultError
 }
-
-func dispatchSelfTest(p Policy) int32 {
-	if p.SelfTest == nil {
-		return 0
-	}
-	if err := p.SelfTest(); err != nil {
-		Log(LevelError, "self_test: "+err.Error())
-		return 1
-	}
-	return 0
-}

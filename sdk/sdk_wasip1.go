@@ -199,3 +199,14 @@ func exportRewrite(p unsafe.Pointer, n int32) uint64 {
 
 //go:wasmexport sluice_self_test
 func exportSelfTest() int32 { return dispatchSelfTest(registered) }
+
+func dispatchSelfTest(p Policy) int32 {
+	if p.SelfTest == nil {
+		return 0
+	}
+	if err := p.SelfTest(); err != nil {
+		Log(LevelError, "self_test: "+err.Error())
+		return 1
+	}
+	return 0
+}

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 
 	"github.com/sluice-gw/sluice/gateway/config"
@@ -19,6 +21,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:8080", "listen address")
 	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
+	protocol := fs.String("upstream-protocol", "responses", "what the fake upstream is configured as: responses, or chat (Chat Completions only, behind the Responses API)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -33,7 +36,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	cfg := config.Defaults()
 	cfg.Listen, cfg.DataDir, cfg.Log.Level = *listen, dir, *logLevel
-	cfg.Upstreams = []config.Upstream{{Name: "demo", BaseURL: fake.URL}}
+	cfg.Upstreams = []config.Upstream{{Name: "demo", BaseURL: fake.URL, Protocol: *protocol}}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(stderr, "sluice demo: %v\n", err)
 		return 2
@@ -47,5 +50,30 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "Sluice demo: fake upstream at %s, data in %s\nTry:\n\n", fake.URL, dir)
 	fmt.Fprintf(stdout, "  curl -N http://%s/v1/responses -H 'Content-Type: application/json' \\\n    -d '{\"model\":\"gpt-fake-1\",\"input\":\"Say hello\",\"stream\":true}'\n\n", addr)
 	fmt.Fprintf(stdout, "  curl http://%s/v1/models\n\nCtrl-C drains and stops.\n", addr)
-	return serve(ctx, cfg, ln, newLogger(cfg.Log, stderr), stdout)
+	fmt.Fprintf(stdout, "  curl http://%s/admin/demo/upstream-requests   (what the fake upstream received)\n\n", addr)
+	return serveWith(ctx, cfg, ln, newLogger(cfg.Log, stderr), stdout, map[string]http.Handler{
+		"/admin/demo/upstream-requests": upstreamRequestsHandler(fake),
+	})
+}
+
+// upstreamRequestsHandler shows what the demo's fake upstream received, so
+// a demo user (and the Codex end-to-end script) can see what Sluice sent.
+func upstreamRequestsHandler(fake *upstreamtest.Server) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		type seen struct {
+			Path      string          `json:"path"`
+			WebSocket bool            `json:"websocket"`
+			Body      json.RawMessage `json:"body"`
+		}
+		var out []seen
+		for _, r := range fake.Requests() {
+			body := json.RawMessage(r.Body)
+			if !json.Valid(body) {
+				body, _ = json.Marshal(string(r.Body))
+			}
+			out = append(out, seen{Path: r.Path, WebSocket: r.WebSocket, Body: body})
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"requests": out})
+	})
 }

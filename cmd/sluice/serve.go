@@ -107,7 +107,12 @@ func newLogger(c config.Log, w io.Writer) hclog.Logger {
 // serve runs the gateway on ln until ctx ends, then drains. It returns the
 // process exit code.
 func serve(ctx context.Context, cfg config.Config, ln net.Listener, logger hclog.Logger, stdout io.Writer) int {
-	gw, cleanup, err := assemble(ctx, cfg, logger)
+	return serveWith(ctx, cfg, ln, logger, stdout, nil)
+}
+
+// serveWith is serve with extra admin handlers mounted.
+func serveWith(ctx context.Context, cfg config.Config, ln net.Listener, logger hclog.Logger, stdout io.Writer, admin map[string]http.Handler) int {
+	gw, cleanup, err := assemble(ctx, cfg, logger, admin)
 	if err != nil {
 		logger.Error("startup failed", "error", err)
 		_ = ln.Close()
@@ -142,7 +147,7 @@ func serve(ctx context.Context, cfg config.Config, ln net.Listener, logger hclog
 
 // assemble builds the gateway and everything it needs from cfg. cleanup
 // releases what assemble started, in reverse order.
-func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger) (*gateway.Server, func(), error) {
+func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger, admin map[string]http.Handler) (*gateway.Server, func(), error) {
 	var closers []func()
 	cleanup := func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -207,7 +212,7 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger) (*gat
 		Policy:         rt,
 		Ready:          rt.Ready,
 		Registry:       reg,
-		Admin:          map[string]http.Handler{"/admin/policies": policyStatusHandler(rt)},
+		Admin:          withAdmin(admin, "/admin/policies", policyStatusHandler(rt)),
 		Store:          st,
 		Conversations:  convStore(st),
 		AnchorTTL:      cfg.Continuity.AnchorTTL.D(),
@@ -254,4 +259,12 @@ func policyStatusHandler(rt *plugins.Runtime) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{"policies": rt.Status()})
 	})
+}
+
+func withAdmin(extra map[string]http.Handler, path string, h http.Handler) map[string]http.Handler {
+	out := map[string]http.Handler{path: h}
+	for k, v := range extra {
+		out[k] = v
+	}
+	return out
 }

@@ -38,6 +38,9 @@ const (
 	// envSluice=gateway runs Sluice's gateway inside a re-executed test
 	// binary (assembled like `sluice serve`) instead of the built binary.
 	envSluice = "SLUICE_BENCH_SLUICE"
+	// envSluiceArgs adds arguments to `sluice serve` (split on spaces), e.g.
+	// "--config nocontinuity.yaml" for an A/B run.
+	envSluiceArgs = "SLUICE_BENCH_SLUICE_ARGS"
 	// envProfile=DIR writes CPU profiles of the proxy and of Sluice (which
 	// implies SLUICE_BENCH_SLUICE=gateway) and heap profiles taken with the
 	// idle streams open, to DIR.
@@ -178,10 +181,9 @@ func BenchmarkProxyOverhead(b *testing.B) {
 			b.Fatal(err)
 		}
 		dataDir := b.TempDir()
-		sl = start("sluice", func() (*process, error) {
-			return startProcess("sluice", exec.Command(bin, "serve", "--upstream", up.url+"/v1", "--listen", "127.0.0.1:0",
-				"--data-dir", dataDir, "--log-level", "error"), false)
-		})
+		args := []string{"serve", "--upstream", up.url + "/v1", "--listen", "127.0.0.1:0", "--data-dir", dataDir, "--log-level", "error"}
+		args = append(args, strings.Fields(os.Getenv(envSluiceArgs))...)
+		sl = start("sluice", func() (*process, error) { return startProcess("sluice", exec.Command(bin, args...), false) })
 	}
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err = waitReady(rctx, sl.url+"/readyz")
@@ -210,7 +212,8 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	}
 	fmt.Fprintf(out, "\nSluice proxy-overhead benchmark (%s mode): %d rounds, %v per run, %d closed-loop workers, fixed rates %d req/s and %d streams/s, request body %d bytes, %d CPUs (shared by all processes)\n",
 		mode, cfg.rounds, cfg.dur, cfg.workers, cfg.rate, cfg.streamRate, len(jsonBody), runtime.NumCPU())
-	fmt.Fprintf(out, "processes: fake upstream pid %d, bare proxy pid %d, sluice (%s) pid %d\n", up.pid(), proxy.pid(), cfg.sluiceMode, sl.pid())
+	fmt.Fprintf(out, "processes: fake upstream pid %d, bare proxy pid %d, sluice (%s) pid %d %s\n", up.pid(), proxy.pid(), cfg.sluiceMode, sl.pid(),
+		strings.Join(sl.cmd.Args[1:], " "))
 
 	// Warm up every path (connections, heaps) before measuring.
 	for _, t := range targets {

@@ -22,14 +22,23 @@ const (
 
 // Error codes this package emits besides apierr's.
 const (
+	// CodeSequenceConflict (409): a sequence id came again with another payload.
 	CodeSequenceConflict = "sequence_conflict"
-	CodeOutOfWindow      = "sequence_out_of_window"
-	CodeSessionFinished  = "session_finished"
-	CodeSequenceGap      = "sequence_gap"
-	CodeTooManySessions  = "too_many_sessions"
-	CodeSessionExpired   = "session_expired"
+	// CodeOutOfWindow (409): a sequence id beyond the reorder window.
+	CodeOutOfWindow = "sequence_out_of_window"
+	// CodeSessionFinished (409): a chunk after the end of the input.
+	CodeSessionFinished = "session_finished"
+	// CodeSequenceGap (409): the input cannot end while sequence ids are missing.
+	CodeSequenceGap = "sequence_gap"
+	// CodeTooManySessions (429): the client key's concurrent-session cap.
+	CodeTooManySessions = "too_many_sessions"
+	// CodeSessionExpired (408): the idle timeout closed the session.
+	CodeSessionExpired = "session_expired"
+	// CodeSessionCancelled: the session was deleted (the terminal event of
+	// an answer it cut).
 	CodeSessionCancelled = "session_cancelled"
-	CodeResultGone       = "result_unavailable"
+	// CodeResultGone (410): the answer can no longer be replayed.
+	CodeResultGone = "result_unavailable"
 )
 
 // chunkMeta is what a chunk says besides its payload.

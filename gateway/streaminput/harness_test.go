@@ -32,7 +32,7 @@ const clientKey = "Bearer sk-client-one"
 // /v1/streaming_input/… to the Manager's REST handler, everything else
 // through its Mode A middleware to the gateway.
 type env struct {
-	t    *testing.T
+	t    testing.TB
 	up   *upstreamtest.Server
 	upIn atomic.Int64 // upstream requests in flight
 	gw   *gateway.Server
@@ -77,10 +77,7 @@ func (b *syncBuffer) String() string {
 
 func newEnv(t testing.TB, cfg envConfig) *env {
 	t.Helper()
-	e := &env{logs: &syncBuffer{}}
-	if tt, ok := t.(*testing.T); ok {
-		e.t = tt
-	}
+	e := &env{t: t, logs: &syncBuffer{}}
 	logger := hclog.New(&hclog.LoggerOptions{Output: e.logs, Level: hclog.Debug})
 
 	// The fake upstream, served on loopback behind a wrapper that counts
@@ -276,7 +273,7 @@ func (e *env) result(id, query string) (*http.Response, []sse.Event, []byte) {
 	return readAnswer(e.t, resp)
 }
 
-func readAnswer(t *testing.T, resp *http.Response) (*http.Response, []sse.Event, []byte) {
+func readAnswer(t testing.TB, resp *http.Response) (*http.Response, []sse.Event, []byte) {
 	t.Helper()
 	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		b, _ := io.ReadAll(resp.Body)
@@ -330,7 +327,7 @@ func (a apiError) param() string {
 	return *a.Error.Param
 }
 
-func decodeError(t *testing.T, b []byte) apiError {
+func decodeError(t testing.TB, b []byte) apiError {
 	t.Helper()
 	var a apiError
 	if err := json.Unmarshal(b, &a); err != nil || a.Error.Message == "" || a.Error.Type == "" {
@@ -375,7 +372,7 @@ func failureCode(ev sse.Event) string {
 }
 
 // inputOf decodes a Responses request body's input as a string.
-func inputOf(t *testing.T, body []byte) string {
+func inputOf(t testing.TB, body []byte) string {
 	t.Helper()
 	var v struct {
 		Input json.RawMessage `json:"input"`
@@ -389,7 +386,7 @@ func inputOf(t *testing.T, body []byte) string {
 }
 
 // eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {

@@ -33,7 +33,9 @@ type Manager struct {
 	base        context.Context
 	stop        context.CancelCauseFunc
 	shutdownErr *apierr.Error
-	closing     chan struct{}
+	draining    chan struct{} // closed by Drain
+	drainOnce   sync.Once
+	closing     chan struct{} // closed by Close
 	closeOnce   sync.Once
 	wg          sync.WaitGroup
 
@@ -57,6 +59,7 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 		log:         opts.Logger,
 		now:         opts.Now,
 		shutdownErr: errShutdown(),
+		draining:    make(chan struct{}),
 		closing:     make(chan struct{}),
 		sessions:    map[string]*session{},
 		perKey:      map[string]int{},
@@ -77,12 +80,41 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 	return m, nil
 }
 
-// Close stops the Manager: running answers are cut (their readers get a
+// Drain prepares for a shutdown without cutting running answers: new
+// sessions, chunks and finishes are refused with a retryable 503, readers
+// waiting for an answer that has not started are released with that error,
+// and Mode A requests that are not being answered end. Answers already
+// running go on (the gateway's own drain bounds them), and so do their
+// readers. Call it before the gateway's Shutdown, and Close after.
+func (m *Manager) Drain() {
+	m.drainOnce.Do(func() {
+		close(m.draining)
+		for _, s := range m.all() {
+			s.mu.Lock()
+			if s.modeA && (!s.started || s.done) {
+				s.closeLocked(m.shutdownErr, "shutdown")
+			}
+			s.mu.Unlock()
+		}
+	})
+}
+
+func (m *Manager) isDraining() bool {
+	select {
+	case <-m.draining:
+		return true
+	default:
+		return false
+	}
+}
+
+// Close stops the Manager (after a Drain, which it implies): running answers are cut (their readers get a
 // terminal event saying the gateway is shutting down), waiting readers are
 // released and Mode A requests end. Durable sessions stay in the store and
 // resume in the next Manager; a cut answer is requested again then. Close
 // waits for the dispatches to return or ctx to end.
 func (m *Manager) Close(ctx context.Context) error {
+	m.Drain()
 	m.closeOnce.Do(func() {
 		close(m.closing)
 		m.stop(m.shutdownErr)
@@ -191,7 +223,7 @@ func (m *Manager) create(ctx context.Context, p sessionParams) (*session, *apier
 	kh := keyHash(p.header)
 	m.mu.Lock()
 	switch {
-	case m.isClosing():
+	case m.isDraining():
 		m.mu.Unlock()
 		return nil, errShutdown()
 	case m.perKey[kh] >= m.opts.MaxSessionsPerKey:
@@ -207,7 +239,10 @@ func (m *Manager) create(ctx context.Context, p sessionParams) (*session, *apier
 	s := &session{
 		m: m, id: newID(), keyHash: kh, durable: !p.modeA && m.opts.Store != nil, modeA: p.modeA,
 		tpl: p.tpl, policy: p.policy, headers: keep, dispatch: p.dispatch, onClose: p.onClose, created: now,
-		cred: cred, infos: map[uint64]chunkInfo{}, mem: map[uint64]chunk{}, active: true, changed: make(chan struct{}),
+		cred: cred, infos: map[uint64]chunkInfo{}, active: true, changed: make(chan struct{}),
+	}
+	if !s.durable {
+		s.mem = map[uint64]chunk{}
 	}
 	if s.dispatch == nil {
 		s.dispatch = m.opts.Dispatch
@@ -215,6 +250,7 @@ func (m *Manager) create(ctx context.Context, p sessionParams) (*session, *apier
 	s.lastActivity, s.expiresAt = now, now.Add(m.opts.IdleTimeout)
 	if s.durable {
 		s.envelope = encodeEnvelope(p.tpl, keep)
+		s.tpl.body = envelopeTemplate(s.envelope) // one copy of the template, not two
 		if err := m.opts.Store.CreateInputSession(ctx, s.recordLocked()); err != nil {
 			m.release(kh)
 			if errors.Is(err, store.ErrTooLarge) {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -61,7 +62,7 @@ func isModeA(r *http.Request) bool {
 }
 
 func (m *Manager) serveModeA(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	if m.isClosing() {
+	if m.isDraining() {
 		errShutdown().Write(w)
 		return
 	}
@@ -82,8 +83,27 @@ func (m *Manager) serveModeA(w http.ResponseWriter, r *http.Request, next http.H
 		aerr.Write(w)
 		return
 	}
-	s, aerr := m.create(r.Context(), sessionParams{tpl: tpl, policy: policy, header: r.Header, modeA: true, dispatch: next,
-		onClose: func() { _ = rc.SetReadDeadline(time.Now()) }})
+	// A session closed while its body is still arriving (idle, shutdown,
+	// a bad line) cuts the body short with a read deadline, so that this
+	// handler can return. Once the body has ended the deadline must not be
+	// touched: the server's background read on the connection would fail
+	// and poison the next request on it.
+	var bodyMu sync.Mutex
+	reading, cut := true, false
+	lr.onEnd = func() {
+		bodyMu.Lock()
+		defer bodyMu.Unlock()
+		reading = false
+	}
+	cutBody := func() {
+		bodyMu.Lock()
+		defer bodyMu.Unlock()
+		if reading {
+			cut = true
+			_ = rc.SetReadDeadline(time.Now())
+		}
+	}
+	s, aerr := m.create(r.Context(), sessionParams{tpl: tpl, policy: policy, header: r.Header, modeA: true, dispatch: next, onClose: cutBody})
 	if aerr != nil {
 		aerr.Write(w)
 		return
@@ -94,6 +114,7 @@ func (m *Manager) serveModeA(w http.ResponseWriter, r *http.Request, next http.H
 	go func() {
 		defer close(bodyDone)
 		if err != nil { // the header was the last line
+			lr.onEnd()
 			s.endModeA(r.Context(), err)
 			return
 		}
@@ -106,9 +127,17 @@ func (m *Manager) serveModeA(w http.ResponseWriter, r *http.Request, next http.H
 	res, aerr := s.waitResult(ctx)
 	switch {
 	case aerr != nil:
+		bodyMu.Lock()
+		if cut || reading {
+			w.Header().Set("Connection", "close") // the rest of the body is not read
+		}
+		bodyMu.Unlock()
 		aerr.Write(w)
 	case res != nil:
 		res.serve(ctx, w, serveOptions{startingAfter: -1, extra: s.sawHeaders()})
+	}
+	if m.isDraining() {
+		s.close(m.shutdownErr, "shutdown") // do not wait for audit-only input
 	}
 	// The handler must not return while the body is being read. The idle
 	// timer bounds a body that neither ends nor sends.
@@ -196,15 +225,24 @@ var errLineTooLong = errors.New("streaminput: NDJSON line too long")
 
 // lineReader reads NDJSON lines of bounded length.
 type lineReader struct {
-	r   *bufio.Reader
-	max int64
-	buf []byte
+	r     *bufio.Reader
+	max   int64
+	buf   []byte
+	onEnd func() // called once next returns an error (the body is over)
 }
 
 // next returns the next line without its line ending (empty for a blank
 // line). At the end of the body it returns the last line, if any, with
 // io.EOF.
 func (l *lineReader) next() ([]byte, error) {
+	line, err := l.read()
+	if err != nil && l.onEnd != nil {
+		l.onEnd()
+	}
+	return line, err
+}
+
+func (l *lineReader) read() ([]byte, error) {
 	l.buf = l.buf[:0]
 	for {
 		part, err := l.r.ReadSlice('\n')

@@ -179,7 +179,7 @@ func TestModeAErrors(t *testing.T) {
 	// Without the header, the request is an ordinary one.
 	code, b := e.do(http.MethodPost, streaminput.EndpointResponses, `{"model":"gpt-fake-1","input":"plain"}`)
 	if code != http.StatusOK || !strings.Contains(string(b), `"output"`) {
-		t.Fatalf("ordinary request: %d %s\n%s", code, b, e.logs.String())
+		t.Fatalf("ordinary request: %d %s", code, b)
 	}
 }
 
@@ -209,4 +209,36 @@ func TestModeABadLineAfterStart(t *testing.T) {
 	}
 	pw.Close()
 	eventually(t, 5*time.Second, "the upstream request is cancelled", func() bool { return e.upIn.Load() == 0 })
+}
+
+// TestModeAIdleBody: a body that stops sending before the answer starts is
+// cut after the idle timeout and answered with an error.
+func TestModeAIdleBody(t *testing.T) {
+	e := newEnv(t, envConfig{opts: streaminput.Options{IdleTimeout: 300 * time.Millisecond}})
+	pw, respc := e.modeARequest(streaminput.EndpointResponses)
+	defer pw.Close()
+	writeLine(t, pw, `{"template":`+respTemplate+`}`)
+	writeLine(t, pw, `{"payload":"and then nothing"}`)
+	start := time.Now()
+	var resp *http.Response
+	select {
+	case resp = <-respc:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a stalled body was never cut")
+	}
+	if resp == nil {
+		t.FailNow()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if ae := decodeError(t, b); resp.StatusCode != http.StatusRequestTimeout || ae.code() != streaminput.CodeSessionExpired || time.Since(start) < 250*time.Millisecond {
+		t.Fatalf("stalled body: %d %s after %v", resp.StatusCode, b, time.Since(start))
+	}
+	if e.up.RequestCount() != 0 {
+		t.Fatal("a stalled Mode A request reached the upstream")
+	}
+	// The connection pool is still healthy for the next request.
+	if code, _ := e.do(http.MethodPost, streaminput.EndpointResponses, `{"model":"gpt-fake-1","input":"x"}`); code != http.StatusOK {
+		t.Fatalf("next request: %d", code)
+	}
 }

@@ -18,9 +18,9 @@ const PathPrefix = "/v1/streaming_input/sessions"
 
 // Route is one REST endpoint, in httprouter's path syntax.
 type Route struct {
-	Method  string
-	Path    string
-	Handler http.Handler
+	Method  string       // HTTP method
+	Path    string       // e.g. "/v1/streaming_input/sessions/:id/chunks"
+	Handler http.Handler // serves the route
 }
 
 // Routes lists the REST endpoints for mounting on a router (for example

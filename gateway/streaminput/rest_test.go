@@ -463,3 +463,53 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestDrain: a drain refuses new input and releases readers of unstarted
+// sessions with a retryable 503, while a running answer completes.
+func TestDrain(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	e.up.Enqueue(upstreamtest.Slow(60 * time.Millisecond))
+	running := e.create(sessionBody(streaminput.EndpointResponses, "on_first_chunk", respTemplate))
+	e.mustChunk(running, textChunk(0, "go", false))
+	waiting := e.create(sessionBody(streaminput.EndpointResponses, "", respTemplate))
+
+	runningDone := make(chan []sse.Event, 1)
+	go func() { _, evs, _ := e.result(running, ""); runningDone <- evs }()
+	waitingDone := make(chan []byte, 1)
+	go func() { _, _, b := e.result(waiting, ""); waitingDone <- b }()
+	time.Sleep(50 * time.Millisecond)
+
+	e.mgr.Drain()
+	if ae := decodeError(t, <-waitingDone); ae.code() != "upstream_unavailable" || ae.Error.Type != "server_error" {
+		t.Fatalf("waiting reader: %+v", ae)
+	}
+	if code, _, ae := e.chunk(waiting, textChunk(0, "x", false)); code != http.StatusServiceUnavailable || ae.code() != "upstream_unavailable" {
+		t.Fatalf("chunk while draining: %d %+v", code, ae)
+	}
+	if code, _ := e.do(http.MethodPost, streaminput.PathPrefix, sessionBody(streaminput.EndpointResponses, "", respTemplate)); code != http.StatusServiceUnavailable {
+		t.Fatalf("create while draining: %d", code)
+	}
+	if evs := <-runningDone; eventType(evs[len(evs)-1]) != "response.completed" {
+		t.Fatalf("running answer: %v", eventTypes(evs))
+	}
+	// The unstarted session is kept for the next process.
+	if _, err := e.st.GetInputSession(context.Background(), waiting); err != nil {
+		t.Fatalf("a drained session was dropped: %v", err)
+	}
+}
+
+// TestWithoutStore: with no store, sessions work in memory.
+func TestWithoutStore(t *testing.T) {
+	e := newEnv(t, envConfig{noStore: true})
+	id := e.create(sessionBody(streaminput.EndpointResponses, "", respTemplate))
+	e.mustChunk(id, textChunk(1, "b", false))
+	e.mustChunk(id, textChunk(0, "a", false))
+	e.mustChunk(id, textChunk(2, "c", true))
+	if got := inputOf(t, e.upstreamRequest(0).Body); got != "Q: abc" {
+		t.Fatalf("upstream input %q", got)
+	}
+	_, evs, _ := e.result(id, "")
+	if eventType(evs[len(evs)-1]) != "response.completed" {
+		t.Fatalf("result: %v", eventTypes(evs))
+	}
+}

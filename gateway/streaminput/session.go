@@ -137,6 +137,9 @@ func (s *session) accept(ctx context.Context, c chunk) (ack, *apierr.Error) {
 	if s.closed {
 		return ack{}, errNotFound()
 	}
+	if s.m.isDraining() {
+		return ack{}, errShutdown()
+	}
 	d := c.digest()
 	if info, ok := s.infos[c.seq]; ok {
 		if info.d == d {
@@ -271,6 +274,9 @@ func (s *session) finish(ctx context.Context) *apierr.Error {
 	}
 	if s.finished {
 		return nil
+	}
+	if s.m.isDraining() {
+		return errShutdown()
 	}
 	if gaps := s.gapsLocked(); len(gaps) > 0 {
 		return errConflict(CodeSequenceGap, "sequence_id", "the input cannot finish: sequence ids %s are missing", formatSeqs(gaps))
@@ -433,9 +439,15 @@ func (s *session) dispatchDone(ctx context.Context) {
 	s.done = true
 	s.deactivateLocked()
 	s.notifyLocked()
-	if s.closed || context.Cause(ctx) == s.m.shutdownErr {
-		// Closed: nothing left to record. Shutdown: the record keeps
-		// "+started", so the request is sent again after the restart.
+	failedInDrain := false
+	if s.m.isDraining() && s.res != nil {
+		status, _, _ := s.res.state()
+		failedInDrain = status == "failed"
+	}
+	if s.closed || context.Cause(ctx) == s.m.shutdownErr || failedInDrain {
+		// Closed: nothing left to record. Cut by a shutdown (ours, or the
+		// gateway's drain): the record keeps "+started", so the request is
+		// sent again after the restart and its readers can attach again.
 		return
 	}
 	s.touchLocked(s.m.now()) // the answer is kept IdleTimeout from now
@@ -551,7 +563,14 @@ func (s *session) waitResult(ctx context.Context) (*result, *apierr.Error) {
 		case <-ch:
 		case <-ctx.Done():
 			return nil, nil
-		case <-s.m.closing:
+		case <-s.m.draining:
+			// Give a start that is racing with the drain its chance.
+			s.mu.Lock()
+			res = s.res
+			s.mu.Unlock()
+			if res != nil {
+				return res, nil
+			}
 			return nil, errShutdown()
 		}
 	}

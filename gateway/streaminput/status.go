@@ -5,10 +5,13 @@ import "math"
 // SessionStatus is the JSON view of a session (GET …/{id}, and the answer
 // to create and finish).
 type SessionStatus struct {
+	// ID is the session id ("sis_…"); SessionID repeats it.
 	ID        string `json:"id"`
-	SessionID string `json:"session_id"` // the same as ID
-	Object    string `json:"object"`     // "streaming_input.session"
-	Endpoint  string `json:"endpoint"`
+	SessionID string `json:"session_id"`
+	// Object is "streaming_input.session".
+	Object string `json:"object"`
+	// Endpoint is the API the request goes to.
+	Endpoint string `json:"endpoint"`
 	// StartPolicy is on_end_only, on_first_chunk or on_min_length:N.
 	StartPolicy string `json:"start_policy"`
 	// State is "open" (accepting chunks) or "finished" (the input ended).
@@ -20,12 +23,15 @@ type SessionStatus struct {
 	// BufferedSequenceIDs were received ahead of NextSequenceID.
 	BufferedSequenceIDs []uint64 `json:"buffered_sequence_ids"`
 	// EndSequenceID is the sequence id that ended the input, once known.
-	EndSequenceID  *uint64 `json:"end_sequence_id"`
-	ReceivedChunks int     `json:"received_chunks"`
-	ReceivedBytes  int64   `json:"received_bytes"`
-	CreatedAt      int64   `json:"created_at"`
-	ExpiresAt      int64   `json:"expires_at"`
-	ExpiresIn      int64   `json:"expires_in"` // seconds
+	EndSequenceID *uint64 `json:"end_sequence_id"`
+	// ReceivedChunks and ReceivedBytes count every chunk held.
+	ReceivedChunks int   `json:"received_chunks"`
+	ReceivedBytes  int64 `json:"received_bytes"`
+	// CreatedAt and ExpiresAt are Unix seconds; ExpiresIn is the seconds
+	// left before the session closes unless something happens.
+	CreatedAt int64 `json:"created_at"`
+	ExpiresAt int64 `json:"expires_at"`
+	ExpiresIn int64 `json:"expires_in"`
 	// UpstreamSaw says what the upstream request was assembled from, once
 	// it started; nil before.
 	UpstreamSaw *UpstreamInput `json:"upstream_saw"`
@@ -62,15 +68,24 @@ type ResultStatus struct {
 // ChunkAck is the 202 answer to an accepted chunk (also to a duplicate of
 // one: Duplicate is then true and nothing changed).
 type ChunkAck struct {
-	Object         string `json:"object"` // "streaming_input.chunk"
-	SessionID      string `json:"session_id"`
-	SequenceID     uint64 `json:"sequence_id"`
-	Received       bool   `json:"received"`
-	Duplicate      bool   `json:"duplicate"`
-	Started        bool   `json:"started"`
-	State          string `json:"state"`
+	// Object is "streaming_input.chunk".
+	Object string `json:"object"`
+	// SessionID and SequenceID name the chunk acknowledged.
+	SessionID  string `json:"session_id"`
+	SequenceID uint64 `json:"sequence_id"`
+	// Received is always true: the chunk is durable.
+	Received bool `json:"received"`
+	// Duplicate reports a retransmission of a chunk already held.
+	Duplicate bool `json:"duplicate"`
+	// Started reports that the session's upstream request has been sent
+	// (by this chunk or earlier).
+	Started bool `json:"started"`
+	// State is "open" or "finished".
+	State string `json:"state"`
+	// NextSequenceID is the next sequence id expected in order.
 	NextSequenceID uint64 `json:"next_sequence_id"`
-	ReceivedBytes  int64  `json:"received_bytes"`
+	// ReceivedBytes counts the payload bytes of every chunk held.
+	ReceivedBytes int64 `json:"received_bytes"`
 }
 
 func (s *session) status() SessionStatus {

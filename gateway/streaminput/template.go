@@ -113,7 +113,7 @@ func decodeEnvelope(endpoint string, b []byte) (template, http.Header, error) {
 	if e.V != 1 {
 		return template{}, nil, fmt.Errorf("session envelope version %d is not supported", e.V)
 	}
-	t, aerr := parseTemplate(endpoint, e.Template)
+	t, aerr := parseTemplate(endpoint, envelopeTemplate(b))
 	if aerr != nil {
 		return template{}, nil, fmt.Errorf("stored template: %w", aerr)
 	}
@@ -121,4 +121,14 @@ func decodeEnvelope(endpoint string, b []byte) (template, http.Header, error) {
 		e.Headers = http.Header{}
 	}
 	return t, e.Headers, nil
+}
+
+// envelopeTemplate is the template inside an encoded envelope, sharing its
+// bytes.
+func envelopeTemplate(env []byte) []byte {
+	r := gjson.GetBytes(env, "template")
+	if r.Index > 0 {
+		return env[r.Index : r.Index+len(r.Raw) : r.Index+len(r.Raw)]
+	}
+	return []byte(r.Raw)
 }

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Builds the example policies next to this script:
+#   vendor-overloaded/  (Go, with the Sluice SDK) -> 10-vendor-overloaded.wasm
+#   wat-recover/        (hand-written WAT)         -> 05-wat-recover.wasm (needs wabt's wat2wasm)
+set -euo pipefail
+cd "$(dirname "$0")"
+GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0 GOFLAGS= go build -buildmode=c-shared -trimpath -buildvcs=false \
+	-ldflags="-s -w -buildid=" -o 10-vendor-overloaded.wasm ./vendor-overloaded
+if command -v wat2wasm >/dev/null; then
+	wat2wasm wat-recover/recover.wat -o 05-wat-recover.wasm
+else
+	echo "wat2wasm not found (apt-get install -y wabt): kept the committed 05-wat-recover.wasm" >&2
+fi

@@ -1,0 +1,100 @@
+package plugins
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/sluice-gw/sluice/hostabi"
+)
+
+// mem builds a guest memory with data at offset 1024.
+func mem(data string) byteMem {
+	m := make(byteMem, 1024+len(data)+64)
+	copy(m[1024:], data)
+	return m
+}
+
+func TestDecodeResults(t *testing.T) {
+	out, kind, err := decodeRecoverResult(1, nil)
+	if err != nil || kind != resDecided || out.Verdict != hostabi.RecoverRecover {
+		t.Fatal(out, kind, err)
+	}
+	if _, kind, err = decodeRecoverResult(hostabi.ResultDefer, nil); err != nil || kind != resDefer {
+		t.Fatal(kind, err)
+	}
+	if _, kind, err = decodeRecoverResult(hostabi.ResultError, nil); err != nil || kind != resError {
+		t.Fatal(kind, err)
+	}
+	j := `{"verdict":2,"code":"c","message":"m","extra":[1,{"x":null}]}`
+	out, _, err = decodeRecoverResult(hostabi.PackPtrLen(1024, uint32(len(j))), mem(j))
+	if err != nil || out.Verdict != hostabi.RecoverFailClosed || out.Code != "c" || out.Message != "m" {
+		t.Fatal(out, err)
+	}
+	bad := []uint64{
+		3,                                  // undefined verdict
+		hostabi.PackPtrLen(1024, 1<<20),    // too long
+		hostabi.PackPtrLen(0xFFFF0000, 10), // outside memory
+		hostabi.PackPtrLen(1024, 5),        // truncated JSON
+	}
+	for _, r := range bad {
+		if _, _, err := decodeRecoverResult(r, mem(j)); !errors.Is(err, errInvalidOutput) {
+			t.Errorf("%#x: %v", r, err)
+		}
+	}
+	for _, s := range []string{`{"code":"x"}`, `{"verdict":-1}`, `{"verdict":"1"}`, `{"verdict":1.5}`, `[1]`, `{"verdict":1}x`} {
+		if _, _, err := decodeRecoverResult(hostabi.PackPtrLen(1024, uint32(len(s))), mem(s)); !errors.Is(err, errInvalidOutput) {
+			t.Errorf("%s accepted", s)
+		}
+	}
+	rj := `{"verdict":1,"penalty_ms":30000}`
+	rout, _, err := decodeReplayResult(hostabi.PackPtrLen(1024, uint32(len(rj))), mem(rj))
+	if err != nil || rout.Verdict != hostabi.ReplayOtherUpstream || rout.PenaltyMillis != 30000 {
+		t.Fatal(rout, err)
+	}
+	if _, _, err := decodeReplayResult(hostabi.PackPtrLen(1024, 26), mem(`{"verdict":1,"penalty_ms":-5}`)); err == nil {
+		t.Fatal("negative penalty accepted")
+	}
+	for r, want := range map[uint64]resultKind{0: resDecided, hostabi.ResultDefer: resDefer, hostabi.ResultError: resError} {
+		if k, err := decodeRewriteResult(r); err != nil || k != want {
+			t.Fatal(r, k, err)
+		}
+	}
+	if _, err := decodeRewriteResult(1); err == nil {
+		t.Fatal("rewrite result 1 accepted")
+	}
+}
+
+// FuzzDecodeRecoverResult: a guest may return any i64 with any memory; the
+// host never panics and rejects what is out of range.
+func FuzzDecodeRecoverResult(f *testing.F) {
+	f.Add(uint64(1), []byte{})
+	f.Add(hostabi.PackPtrLen(4, 13), []byte("....{\"verdict\":1}"))
+	f.Add(hostabi.PackPtrLen(0, 2), []byte("{}"))
+	f.Add(uint64(0xFFFFFFFF00000010), []byte("x"))
+	f.Fuzz(func(t *testing.T, r uint64, m []byte) {
+		out, kind, err := decodeRecoverResult(r, byteMem(m))
+		_, ptr, n := hostabi.UnpackResult(r)
+		if err == nil && kind == resDecided && ptr != 0 && uint64(ptr)+uint64(n) > uint64(len(m)) {
+			t.Fatalf("accepted an output outside memory: %#x", r)
+		}
+		if err == nil && !hostabi.ValidRecoverVerdict(uint32(out.Verdict)) {
+			t.Fatalf("accepted verdict %d", out.Verdict)
+		}
+	})
+}
+
+// FuzzDecodeReplayResult is FuzzDecodeRecoverResult for replay outputs.
+func FuzzDecodeReplayResult(f *testing.F) {
+	f.Add(uint64(2), []byte{})
+	f.Add(hostabi.PackPtrLen(1, 30), []byte(" {\"verdict\":1,\"penalty_ms\":30}"))
+	f.Fuzz(func(t *testing.T, r uint64, m []byte) {
+		out, kind, err := decodeReplayResult(r, byteMem(m))
+		_, ptr, n := hostabi.UnpackResult(r)
+		if err == nil && kind == resDecided && ptr != 0 && uint64(ptr)+uint64(n) > uint64(len(m)) {
+			t.Fatalf("accepted an output outside memory: %#x", r)
+		}
+		if err == nil && (!hostabi.ValidReplayVerdict(uint32(out.Verdict)) || out.PenaltyMillis < 0) {
+			t.Fatalf("accepted %+v", out)
+		}
+	})
+}

@@ -1,0 +1,597 @@
+// Package policycli implements the `sluice policy` commands for policy
+// authors: new (scaffold a Go policy), build (compile it to Wasm), check
+// (load a module like the gateway does and run its self-test) and test (run
+// recorded hook inputs through a module and print the verdicts).
+package policycli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/sluice-gw/sluice/plugins"
+)
+
+// SluiceModule is the module path of Sluice, which provides the SDK.
+const SluiceModule = "github.com/sluice-gw/sluice"
+
+const usage = `usage: sluice policy <command> [arguments]
+
+commands:
+  new NAME [-dir PARENT] [-module PATH] [-sluice DIR]
+        scaffold a Go policy in PARENT/NAME (main.go, main_test.go and, outside
+        the Sluice module, go.mod)
+  build DIR [-o OUT]
+        compile the Go policy in DIR to OUT (default DIR.wasm) with
+        GOOS=wasip1 GOARCH=wasm -buildmode=c-shared -trimpath, then check it
+  check FILE [-config JSON|@FILE] [-wasm-cache-dir DIR]
+        load FILE as the gateway would, run its self-test, print its hooks
+  test FILE -events EVENTS.jsonl [-config JSON|@FILE] [-wasm-cache-dir DIR]
+        run each event through FILE (then the built-in defaults) and print one
+        JSON result per line; an event is {"hook":"recover","input":{…}},
+        {"hook":"replay","input":{…}} or {"hook":"rewrite","body":{…},
+        "headers":{…},"surface":"…","endpoint":"…"}; an optional "expect"
+        (a verdict name, or for rewrite "changed", "unchanged", "rejected")
+        makes the command fail when the result differs
+`
+
+// Run runs `sluice policy` with args (the words after "policy") and returns
+// the process exit code: 0 success, 1 failure, 2 usage error.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	cmd, rest := args[0], args[1:]
+	var err error
+	switch cmd {
+	case "new":
+		err = runNew(rest, stdout, stderr)
+	case "build":
+		err = runBuild(ctx, rest, stdout, stderr)
+	case "check":
+		err = runCheck(ctx, rest, stdout, stderr)
+	case "test":
+		err = runTest(ctx, rest, stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "sluice policy: unknown command %q\n\n%s", cmd, usage)
+		return 2
+	}
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "sluice policy %s: %v\n\n%s", cmd, err, usage)
+		return 2
+	case errors.Is(err, errReported):
+		return 1
+	}
+	fmt.Fprintf(stderr, "sluice policy %s: %v\n", cmd, err)
+	return 1
+}
+
+type usageError struct{ error }
+
+// errReported means the failure was already printed.
+var errReported = errors.New("failed")
+
+// parse parses flags that may come before or after the positional
+// arguments, which it returns.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	fs.SetOutput(io.Discard)
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, usageError{err}
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+var nameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]*$`)
+
+func runNew(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("new", flag.ContinueOnError)
+	parent := fs.String("dir", ".", "parent directory")
+	module := fs.String("module", "", "module path for a policy outside the Sluice module (default: NAME)")
+	sluiceDir := fs.String("sluice", "", "a Sluice checkout to use through a replace directive")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || !nameRE.MatchString(pos[0]) {
+		return usageError{errors.New("want one NAME of letters, digits, '.', '_' or '-'")}
+	}
+	name := pos[0]
+	dir := filepath.Join(*parent, name)
+	if _, err := os.Stat(dir); err == nil {
+		return fmt.Errorf("%s already exists", dir)
+	}
+	absParent, err := filepath.Abs(*parent)
+	if err != nil {
+		return err
+	}
+	data := scaffold{Name: name, Module: *module}
+	if data.Module == "" {
+		data.Module = name
+	}
+	modDir, modPath := findModule(absParent)
+	inSluice := modPath == SluiceModule
+	if !inSluice && *sluiceDir == "" && modPath == "" {
+		// Running from a Sluice checkout: use it.
+		if wd, err := os.Getwd(); err == nil {
+			if d, p := findModule(wd); p == SluiceModule {
+				*sluiceDir = d
+			}
+		}
+	}
+	if *sluiceDir != "" {
+		abs, err := filepath.Abs(*sluiceDir)
+		if err != nil {
+			return err
+		}
+		data.Replace = abs
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	files := map[string]*template.Template{"main.go": mainTmpl, "main_test.go": testTmpl}
+	if !inSluice {
+		if modPath != "" {
+			fmt.Fprintf(stderr, "note: %s is inside module %s (%s); the policy gets its own go.mod\n", dir, modPath, modDir)
+		}
+		files["go.mod"] = goModTmpl
+	}
+	for fname, tmpl := range files {
+		var buf bytes.Buffer
+		if err := tmpl.Execute(&buf, data); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, fname), buf.Bytes(), 0o644); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stdout, "created %s\n", dir)
+	if inSluice {
+		fmt.Fprintf(stdout, "next:\n  go test ./%s && sluice policy build %s\n", filepath.ToSlash(mustRel(modDir, dir)), dir)
+	} else {
+		fmt.Fprintf(stdout, "next:\n  cd %s && go mod tidy && go test ./... && sluice policy build .\n", dir)
+		if data.Replace == "" {
+			fmt.Fprintf(stdout, "(go.mod requires %s; give -sluice DIR to build against a local checkout)\n", SluiceModule)
+		}
+	}
+	return nil
+}
+
+func mustRel(base, p string) string {
+	if r, err := filepath.Rel(base, p); err == nil {
+		return r
+	}
+	return p
+}
+
+// findModule returns the directory and module path of the go.mod governing dir.
+func findModule(dir string) (string, string) {
+	for d := dir; ; d = filepath.Dir(d) {
+		if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil {
+			for _, line := range strings.Split(string(b), "\n") {
+				if f := strings.Fields(line); len(f) >= 2 && f[0] == "module" {
+					return d, strings.Trim(f[1], `"`)
+				}
+			}
+			return d, ""
+		}
+		if filepath.Dir(d) == d {
+			return "", ""
+		}
+	}
+}
+
+type scaffold struct {
+	Name, Module, Replace string
+}
+
+var goModTmpl = template.Must(template.New("go.mod").Parse(`module {{.Module}}
+
+go 1.26
+
+require ` + SluiceModule + ` v0.0.0-00010101000000-000000000000
+{{if .Replace}}
+replace ` + SluiceModule + ` => {{.Replace}}
+{{end}}`))
+
+var mainTmpl = template.Must(template.New("main.go").Parse(`// Command {{.Name}} is a Sluice policy (see hostabi/ABI.md in Sluice).
+//
+// Build:  sluice policy build .   (or: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -o {{.Name}}.wasm .)
+// Deploy: copy {{.Name}}.wasm into the gateway's policy_dir; it is picked up
+// without a restart. Files are asked in name order: call it e.g.
+// 10-{{.Name}}.wasm to be asked before the embedded defaults.
+package main
+
+import "github.com/sluice-gw/sluice/sdk"
+
+func init() {
+	sdk.Register(sdk.Policy{
+		// Recover: is this upstream error recoverable? This example
+		// recovers a vendor-specific code and defers everything else to
+		// the next policy and finally the built-in default.
+		Recover: func(in sdk.RecoverInput) (sdk.RecoverOutput, error) {
+			if in.Code == "vendor_context_lost" {
+				return sdk.RecoverOutput{Verdict: sdk.Recover}, nil
+			}
+			return sdk.RecoverOutput{}, sdk.ErrDefer
+		},
+		// Rewrite (optional) edits requests by path; the body stays in the
+		// gateway. Example: pin a reasoning effort when the client set none.
+		Rewrite: func(req *sdk.Request) error {
+			if _, ok := req.Get("reasoning.effort"); !ok && req.Endpoint() == "/v1/responses" {
+				return req.SetString("reasoning.effort", "medium")
+			}
+			return nil
+		},
+		// SelfTest runs before the gateway swaps this policy in.
+		SelfTest: func() error { return nil },
+	})
+}
+
+func main() {}
+`))
+
+var testTmpl = template.Must(template.New("main_test.go").Parse(`//go:build !wasip1
+
+// The SDK's Harness runs the handlers natively: plain ` + "`go test`" + `.
+package main
+
+import (
+	"testing"
+
+	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/sluice-gw/sluice/sdk"
+)
+
+func TestRecover(t *testing.T) {
+	h := &sdk.Harness{}
+	if err := h.SelfTest(); err != nil {
+		t.Fatal(err)
+	}
+	out, deferred, err := h.Recover(sdk.RecoverInput{Code: "vendor_context_lost"})
+	if err != nil || deferred || out.Verdict != sdk.Recover {
+		t.Fatalf("got %+v deferred=%v err=%v", out, deferred, err)
+	}
+	if _, deferred, _ := h.Recover(sdk.RecoverInput{Code: "rate_limit_exceeded"}); !deferred {
+		t.Fatal("other codes should defer")
+	}
+}
+
+func TestRewrite(t *testing.T) {
+	out, err := (&sdk.Harness{}).Rewrite(hostabi.RewriteInput{Endpoint: "/v1/responses", Body: []byte(` + "`" + `{"model":"m","input":"hi"}` + "`" + `)})
+	if err != nil || string(out.Body) != ` + "`" + `{"model":"m","input":"hi","reasoning":{"effort":"medium"}}` + "`" + ` {
+		t.Fatalf("got %s %v", out.Body, err)
+	}
+}
+`))
+
+func runBuild(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("build", flag.ContinueOnError)
+	out := fs.String("o", "", "output file (default DIR.wasm)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageError{errors.New("want one DIR")}
+	}
+	dir, err := filepath.Abs(pos[0])
+	if err != nil {
+		return err
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", pos[0])
+	}
+	target := *out
+	if target == "" {
+		target = dir + ".wasm"
+	}
+	if target, err = filepath.Abs(target); err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-buildmode=c-shared", "-trimpath", "-buildvcs=false",
+		"-ldflags=-s -w -buildid=", "-o", target, ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
+	cmd.Stdout, cmd.Stderr = stderr, stderr
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("go build: %w", err)
+	}
+	fmt.Fprintf(stdout, "built %s in %v\n", target, time.Since(start).Round(time.Millisecond))
+	return check(ctx, target, nil, "", stdout, stderr)
+}
+
+// loadConfig reads a -config value: inline JSON or @FILE.
+func loadConfig(v string) (json.RawMessage, error) {
+	if v == "" {
+		return nil, nil
+	}
+	b := []byte(v)
+	if strings.HasPrefix(v, "@") {
+		var err error
+		if b, err = os.ReadFile(v[1:]); err != nil {
+			return nil, err
+		}
+	}
+	b = bytes.TrimSpace(b)
+	if !json.Valid(b) {
+		return nil, errors.New("-config is not valid JSON")
+	}
+	return b, nil
+}
+
+// open loads one module file in a runtime of its own, named after the file.
+func open(ctx context.Context, file string, cfg json.RawMessage, cacheDir string, stderr io.Writer) (*plugins.Runtime, string, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, "", err
+	}
+	base := filepath.Base(file)
+	if !strings.HasSuffix(base, ".wasm") {
+		base += ".wasm"
+	}
+	name := strings.TrimSuffix(base, ".wasm")
+	opts := plugins.Options{
+		Embedded: map[string][]byte{base: data},
+		CacheDir: cacheDir,
+		PoolSize: 1,
+		Prewarm:  1,
+	}
+	if cfg != nil {
+		opts.Config = map[string]json.RawMessage{name: cfg}
+	}
+	rt, err := plugins.New(ctx, opts)
+	if err != nil {
+		return nil, "", err
+	}
+	return rt, name, nil
+}
+
+func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	cfgFlag := fs.String("config", "", "policy config: JSON or @FILE")
+	cacheDir := fs.String("wasm-cache-dir", "", "compilation cache directory")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageError{errors.New("want one FILE")}
+	}
+	cfg, err := loadConfig(*cfgFlag)
+	if err != nil {
+		return err
+	}
+	return check(ctx, pos[0], cfg, *cacheDir, stdout, stderr)
+}
+
+func check(ctx context.Context, file string, cfg json.RawMessage, cacheDir string, stdout, stderr io.Writer) error {
+	start := time.Now()
+	rt, name, err := open(ctx, file, cfg, cacheDir, stderr)
+	if err != nil {
+		return err
+	}
+	defer rt.Close(context.Background())
+	for _, st := range rt.Status() {
+		if st.Name != name {
+			continue
+		}
+		if st.State != plugins.StateActive {
+			fmt.Fprintf(stderr, "%s: rejected: %s\n", file, st.LastError)
+			return errReported
+		}
+		selfTest := "none"
+		for _, h := range st.Hooks {
+			if h == "self_test" {
+				selfTest = "passed"
+			}
+		}
+		fmt.Fprintf(stdout, "%s: ok\n  sha256:      %s\n  size:        %d bytes\n  abi_version: %d\n  hooks:       %s\n  self_test:   %s\n  loaded in:   %v\n",
+			file, st.SHA256, st.Size, st.ABIVersion, strings.Join(st.Hooks, ", "), selfTest, time.Since(start).Round(time.Millisecond))
+		return nil
+	}
+	return fmt.Errorf("%s: not loaded", file)
+}
+
+// event is one line of a test events file.
+type event struct {
+	Hook     string            `json:"hook"`
+	Input    json.RawMessage   `json:"input"`
+	Body     json.RawMessage   `json:"body"`
+	Headers  map[string]string `json:"headers"`
+	Surface  string            `json:"surface"`
+	Endpoint string            `json:"endpoint"`
+	Expect   string            `json:"expect"`
+}
+
+// result is one line of test output.
+type result struct {
+	Line      int                  `json:"line"`
+	Hook      string               `json:"hook"`
+	Verdict   string               `json:"verdict,omitempty"`
+	DecidedBy string               `json:"decided_by,omitempty"` // the policy, or "default"
+	Outcome   string               `json:"outcome"`
+	Output    any                  `json:"output,omitempty"`
+	Changed   *bool                `json:"changed,omitempty"`
+	Body      json.RawMessage      `json:"body,omitempty"`
+	SetHdrs   map[string]string    `json:"set_headers,omitempty"`
+	RmHdrs    []string             `json:"remove_headers,omitempty"`
+	Upstream  string               `json:"upstream,omitempty"`
+	Reject    *hostabi.RejectError `json:"reject,omitempty"`
+	Error     string               `json:"error,omitempty"`
+	Expect    string               `json:"expect,omitempty"`
+	Pass      *bool                `json:"pass,omitempty"`
+}
+
+func runTest(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	events := fs.String("events", "", "JSONL file of events ('-' for stdin)")
+	cfgFlag := fs.String("config", "", "policy config: JSON or @FILE")
+	cacheDir := fs.String("wasm-cache-dir", "", "compilation cache directory")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || *events == "" {
+		return usageError{errors.New("want FILE and -events EVENTS.jsonl")}
+	}
+	cfg, err := loadConfig(*cfgFlag)
+	if err != nil {
+		return err
+	}
+	var in io.Reader = os.Stdin
+	if *events != "-" {
+		f, err := os.Open(*events)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		in = f
+	}
+	rt, name, err := open(ctx, pos[0], cfg, *cacheDir, stderr)
+	if err != nil {
+		return err
+	}
+	defer rt.Close(context.Background())
+	for _, st := range rt.Status() {
+		if st.Name == name && st.State != plugins.StateActive {
+			fmt.Fprintf(stderr, "%s: rejected: %s\n", pos[0], st.LastError)
+			return errReported
+		}
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetEscapeHTML(false)
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	failed := 0
+	for line := 1; sc.Scan(); line++ {
+		text := bytes.TrimSpace(sc.Bytes())
+		if len(text) == 0 || text[0] == '#' {
+			continue
+		}
+		res := runEvent(ctx, rt, line, text)
+		if res.Expect != "" {
+			ok := res.Error == "" && res.Expect == res.Verdict
+			res.Pass = &ok
+			if !ok {
+				failed++
+			}
+		} else if res.Error != "" {
+			failed++
+		}
+		if err := enc.Encode(res); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	if failed > 0 {
+		fmt.Fprintf(stderr, "%d event(s) failed\n", failed)
+		return errReported
+	}
+	return nil
+}
+
+func decidedBy(tr plugins.Trace) string {
+	if tr.Outcome == "decided" && tr.Policy != "" {
+		return tr.Policy
+	}
+	return "default"
+}
+
+func runEvent(ctx context.Context, rt *plugins.Runtime, line int, text []byte) result {
+	res := result{Line: line}
+	var ev event
+	if err := json.Unmarshal(text, &ev); err != nil {
+		res.Error = "bad event: " + err.Error()
+		return res
+	}
+	res.Hook, res.Expect = ev.Hook, ev.Expect
+	switch ev.Hook {
+	case "recover":
+		var in hostabi.RecoverInput
+		if err := json.Unmarshal(ev.Input, &in); err != nil {
+			res.Error = "bad recover input: " + err.Error()
+			return res
+		}
+		out, tr := rt.RecoverTrace(ctx, in)
+		res.Verdict, res.Output, res.DecidedBy, res.Outcome = out.Verdict.String(), out, decidedBy(tr), tr.Outcome
+		res.Error = traceError(tr)
+	case "replay":
+		var in hostabi.ReplayInput
+		if err := json.Unmarshal(ev.Input, &in); err != nil {
+			res.Error = "bad replay input: " + err.Error()
+			return res
+		}
+		out, tr := rt.ReplayTrace(ctx, in)
+		res.Verdict, res.Output, res.DecidedBy, res.Outcome = out.Verdict.String(), out, decidedBy(tr), tr.Outcome
+		res.Error = traceError(tr)
+	case "rewrite", "rewrite_request":
+		if len(ev.Body) == 0 {
+			res.Error = "rewrite event without body"
+			return res
+		}
+		in := hostabi.RewriteInput{Surface: ev.Surface, Endpoint: ev.Endpoint, Body: ev.Body, Headers: ev.Headers}
+		if in.Endpoint == "" {
+			in.Endpoint = "/v1/responses"
+		}
+		if in.Surface == "" {
+			in.Surface = hostabi.SurfaceResponsesStream
+		}
+		out, tr := rt.RewriteTrace(ctx, in)
+		changed := out.Body != nil
+		res.Changed, res.Outcome = &changed, tr.Outcome
+		res.Verdict = "unchanged"
+		if changed {
+			res.Verdict = "changed"
+			res.Body = out.Body
+		}
+		if out.Reject != nil {
+			res.Verdict, res.Reject = "rejected", out.Reject
+		}
+		res.SetHdrs, res.RmHdrs, res.Upstream = out.SetHeaders, out.RemoveHeaders, out.Upstream
+		res.Error = traceError(tr)
+	default:
+		res.Error = fmt.Sprintf("unknown hook %q (want recover, replay or rewrite)", ev.Hook)
+	}
+	return res
+}
+
+// traceError reports a fault or error of the module under test.
+func traceError(tr plugins.Trace) string {
+	for _, s := range tr.Steps {
+		if s.Error != "" {
+			return s.Policy + ": " + s.Outcome + ": " + s.Error
+		}
+	}
+	return ""
+}
