@@ -43,3 +43,7 @@ demo:
 # Codex CLI (npm) through Sluice to the fake upstream: HTTP and WebSocket, Responses and Chat-only upstreams
 e2e-codex:
     bash scripts/e2e-codex.sh
+
+# openai-node's responses.stream() helper through Sluice to a Chat-only upstream
+e2e-node:
+    bash scripts/e2e-node.sh
