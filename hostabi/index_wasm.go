@@ -2,7 +2,6 @@
 
 package hostabi
 
-func indexByte(b []byte, c byte) int          { return swarIndexByte(b, c) }
 func skipString(b []byte, i int) (int, error) { return swarSkipString(b, i) }
 func hasBackslash(raw []byte) bool            { return swarIndexByte(raw, '\\') >= 0 }
 

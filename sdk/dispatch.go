@@ -1,3 +1,5 @@
+//lint:file-ignore U1000 used by the //go:wasmexport functions (wasip1) and the Harness (native)
+
 package sdk
 
 import (

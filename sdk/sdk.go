@@ -111,6 +111,8 @@ func HandleSelfTest(f func() error) { Register(Policy{SelfTest: f}) }
 func Registered() Policy { return registered }
 
 // hooks is the sluice_hooks bit set for p.
+//
+//lint:ignore U1000 used by the sluice_hooks export on wasip1
 func (p Policy) hooks() hostabi.Hook {
 	var h hostabi.Hook
 	if p.Recover != nil {

@@ -1,5 +1,7 @@
 //go:build wasip1
 
+//lint:file-ignore U1000 the exports are roots through //go:wasmexport, which staticcheck does not see
+
 package sdk
 
 import (

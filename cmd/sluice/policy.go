@@ -2,11 +2,12 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
+
+	"github.com/sluice-gw/sluice/plugins/policycli"
 )
 
-func runPolicy(_ context.Context, _ []string, _, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "sluice policy: the policy tools are not wired yet")
-	return 2
+// runPolicy is `sluice policy …`: scaffold, build, check and test policies.
+func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return policycli.Run(ctx, args, stdout, stderr)
 }
