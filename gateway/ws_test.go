@@ -414,3 +414,25 @@ func TestWebSocketDrain(t *testing.T) {
 		t.Fatalf("shutdown: %v", err)
 	}
 }
+
+func TestWebSocketPingsAnsweredDuringARequest(t *testing.T) {
+	h := newHarness(t, harnessConfig{})
+	h.ups["A"].Enqueue(upstreamtest.Slow(100 * time.Millisecond))
+	c := h.dialWS(nil)
+	ping := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := c.conn.Ping(ctx); err != nil {
+			t.Fatalf("ping: %v", err)
+		}
+	}
+	c.send(createFrame(""))
+	// The client must keep reading for its pong to be processed, as any
+	// WebSocket client does; read the request's frames meanwhile.
+	result := make(chan []eventLike, 1)
+	go func() { result <- c.readUntilEnd() }()
+	ping()
+	if evs := <-result; evs[len(evs)-1].typ != "response.completed" {
+		t.Fatalf("request during pings: %v", evs)
+	}
+}

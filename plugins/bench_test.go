@@ -194,6 +194,8 @@ func uleb(v uint64) []byte {
 func BenchmarkColdStart(b *testing.B) {
 	emb := policies.Defaults()
 	b.Run("no-cache", func(b *testing.B) {
+		var total time.Duration
+		defer func() { b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/start") }()
 		for i := 0; i < b.N; i++ {
 			dir := filepath.Join(b.TempDir(), "cache")
 			t0 := time.Now()
@@ -201,7 +203,7 @@ func BenchmarkColdStart(b *testing.B) {
 			if err != nil || !r.Ready() {
 				b.Fatal(err)
 			}
-			b.ReportMetric(float64(time.Since(t0).Milliseconds()), "ms/start")
+			total += time.Since(t0)
 			b.StopTimer()
 			_ = r.Close(context.Background())
 			_ = os.RemoveAll(dir)
@@ -216,13 +218,15 @@ func BenchmarkColdStart(b *testing.B) {
 		}
 		_ = r.Close(context.Background())
 		b.ResetTimer()
+		var total time.Duration
+		defer func() { b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/start") }()
 		for i := 0; i < b.N; i++ {
 			t0 := time.Now()
 			r, err := New(context.Background(), Options{Embedded: emb, CacheDir: dir})
 			if err != nil || !r.Ready() {
 				b.Fatal(err)
 			}
-			b.ReportMetric(float64(time.Since(t0).Milliseconds()), "ms/start")
+			total += time.Since(t0)
 			b.StopTimer()
 			_ = r.Close(context.Background())
 			b.StartTimer()

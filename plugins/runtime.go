@@ -103,6 +103,10 @@ type Runtime struct {
 
 	cmu      sync.Mutex
 	compiled map[string]*compiled
+	pending  []*compiled // references held by precompileSoon until the next reload
+
+	precompiling    atomic.Bool
+	precompileAgain atomic.Bool
 
 	active atomic.Pointer[activeSet]
 	status atomic.Pointer[[]statusBase]
@@ -434,6 +438,7 @@ func (r *Runtime) Reload(ctx context.Context) error {
 	for _, v := range retired {
 		v.retire()
 	}
+	r.releasePending()
 	return nil
 }
 
@@ -480,29 +485,35 @@ func (r *Runtime) publish() {
 	r.status.Store(&sb)
 }
 
-// getCompiled compiles data, or reuses the module already compiled from the
-// same bytes; the caller owns one reference.
+// getCompiled compiles data, or reuses (or waits for) the module compiled
+// from the same bytes; the caller owns one reference.
 func (r *Runtime) getCompiled(ctx context.Context, a *artifact) (*compiled, error) {
 	r.cmu.Lock()
 	if c := r.compiled[a.sha]; c != nil {
 		c.refs++
 		r.cmu.Unlock()
+		select {
+		case <-c.ready:
+		case <-ctx.Done():
+			r.releaseCompiled(c)
+			return nil, ctx.Err()
+		}
+		if c.err != nil {
+			r.releaseCompiled(c)
+			return nil, c.err
+		}
 		return c, nil
 	}
+	c := &compiled{sha: a.sha, refs: 1, ready: make(chan struct{})}
+	r.compiled[a.sha] = c
 	r.cmu.Unlock()
-	cm, err := r.wrt.CompileModule(ctx, a.data)
-	if err != nil {
+	c.cm, c.err = r.wrt.CompileModule(ctx, a.data)
+	close(c.ready)
+	if c.err != nil {
+		err := c.err
+		r.releaseCompiled(c)
 		return nil, err
 	}
-	r.cmu.Lock()
-	defer r.cmu.Unlock()
-	if c := r.compiled[a.sha]; c != nil { // compiled concurrently
-		_ = cm.Close(ctx)
-		c.refs++
-		return c, nil
-	}
-	c := &compiled{sha: a.sha, cm: cm, refs: 1}
-	r.compiled[a.sha] = c
 	return c, nil
 }
 
@@ -510,9 +521,16 @@ func (r *Runtime) releaseCompiled(c *compiled) {
 	r.cmu.Lock()
 	defer r.cmu.Unlock()
 	c.refs--
+	if c.err != nil && r.compiled[c.sha] == c {
+		delete(r.compiled, c.sha) // a later load compiles again
+	}
 	if c.refs == 0 {
-		delete(r.compiled, c.sha)
-		_ = c.cm.Close(context.Background())
+		if r.compiled[c.sha] == c {
+			delete(r.compiled, c.sha)
+		}
+		if c.cm != nil {
+			_ = c.cm.Close(context.Background())
+		}
 	}
 }
 
@@ -800,6 +818,7 @@ func (r *Runtime) Close(ctx context.Context) error {
 	r.bgMu.Lock()
 	r.bg.Wait()
 	r.bgMu.Unlock()
+	r.releasePending()
 	if cerr := r.wrt.Close(ctx); cerr != nil && err == nil {
 		err = cerr
 	}

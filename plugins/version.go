@@ -17,9 +17,11 @@ import (
 
 // compiled is one compiled module, shared by every version with its bytes.
 type compiled struct {
-	sha  string
-	cm   wazero.CompiledModule
-	refs int // guarded by Runtime.cmu
+	sha   string
+	cm    wazero.CompiledModule // set before ready closes
+	err   error                 // the compile error, set before ready closes
+	ready chan struct{}
+	refs  int // guarded by Runtime.cmu
 }
 
 // version is one loaded policy file: a compiled module, its checked exports

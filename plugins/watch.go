@@ -46,6 +46,7 @@ func (r *Runtime) watchLoop(w *fsnotify.Watcher) {
 				continue
 			}
 			timer.Reset(r.opts.Debounce)
+			r.precompileSoon()
 		case err, ok := <-w.Errors:
 			if !ok {
 				return
@@ -59,5 +60,52 @@ func (r *Runtime) watchLoop(w *fsnotify.Watcher) {
 			}
 			cancel()
 		}
+	}
+}
+
+// precompileSoon compiles changed files in the background while the
+// debounce timer runs, so that the reload after it finds them compiled (the
+// bytes are hashed again then: a file still being written is compiled again
+// or rejected, never swapped in half-written).
+func (r *Runtime) precompileSoon() {
+	if !r.precompiling.CompareAndSwap(false, true) {
+		r.precompileAgain.Store(true)
+		return
+	}
+	r.background(func() {
+		defer r.precompiling.Store(false)
+		for {
+			r.precompileAgain.Store(false)
+			files, err := r.scanDir()
+			if err == nil {
+				for _, data := range files {
+					if len(data) < 8 || string(data[:4]) != "\x00asm" {
+						continue
+					}
+					a := newArtifact(SourceDir, data)
+					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+					if c, err := r.getCompiled(ctx, a); err == nil {
+						r.cmu.Lock()
+						r.pending = append(r.pending, c)
+						r.cmu.Unlock()
+					}
+					cancel()
+				}
+			}
+			if !r.precompileAgain.Load() || r.closed.Load() {
+				return
+			}
+		}
+	})
+}
+
+// releasePending drops the references precompileSoon took.
+func (r *Runtime) releasePending() {
+	r.cmu.Lock()
+	p := r.pending
+	r.pending = nil
+	r.cmu.Unlock()
+	for _, c := range p {
+		r.releaseCompiled(c)
 	}
 }

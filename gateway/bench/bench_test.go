@@ -36,7 +36,9 @@ const (
 	// about 1.2 KB).
 	envBody = "SLUICE_BENCH_BODY_BYTES"
 	// envSluice=gateway runs Sluice's gateway inside a re-executed test
-	// binary (assembled like `sluice serve`) instead of the built binary.
+	// binary instead of the built binary: the request pipeline with the
+	// built-in policy and without the continuity store (no Wasm, no Pebble),
+	// for profiling the pipeline itself.
 	envSluice = "SLUICE_BENCH_SLUICE"
 	// envSluiceArgs adds arguments to `sluice serve` (split on spaces), e.g.
 	// "--config nocontinuity.yaml" for an A/B run.
@@ -192,7 +194,7 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		b.Fatalf("%v; sluice stderr:\n%s", err, sl.stderr)
 	}
 
-	targets := []*target{newTarget("direct", up.url, nil), newTarget("proxy", proxy.url, proxy), newTarget("sluice", sl.url, sl)}
+	targets := []*target{newTarget("direct", up.url, nil, up), newTarget("proxy", proxy.url, proxy, proxy), newTarget("sluice", sl.url, sl, sl)}
 	alive := func(when string) {
 		for _, p := range []*process{up, proxy, sl} {
 			if !p.alive() {
@@ -220,39 +222,15 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		closedLoop(ctx, cfg.workers, cfg.warmup, jsonOp(t))
 		closedLoop(ctx, cfg.workers, cfg.warmup, streamOp(t))
 	}
-
+	fmt.Fprintf(out, "RSS after warm-up: fake upstream %.1f MiB, bare proxy %.1f MiB, sluice %.1f MiB\n", rssMiB(up), rssMiB(proxy), rssMiB(sl))
 	res := map[string]*pathResult{}
 	for _, t := range targets {
 		res[t.name] = &pathResult{}
 	}
-	for round := range cfg.rounds {
-		// Rotate the order each round so no path always runs first.
-		order := make([]*target, len(targets))
-		for i := range targets {
-			order[i] = targets[(i+round)%len(targets)]
-		}
-		line := fmt.Sprintf("round %d/%d:", round+1, cfg.rounds)
-		for _, t := range order {
-			r := closedLoop(ctx, cfg.workers, cfg.dur, jsonOp(t))
-			res[t.name].json.add(r)
-			line += fmt.Sprintf(" %s %.0f req/s;", t.name, r.throughput())
-		}
-		for _, t := range order {
-			res[t.name].rate.add(openLoop(ctx, cfg.rate, cfg.dur, jsonOp(t)))
-		}
-		for _, t := range order {
-			r := closedLoop(ctx, cfg.workers, cfg.dur, streamOp(t))
-			res[t.name].stream.add(r)
-			line += fmt.Sprintf(" %s %.0f streams/s;", t.name, r.throughput())
-		}
-		for _, t := range order {
-			res[t.name].streamRate.add(openLoop(ctx, cfg.streamRate, cfg.dur, streamOp(t)))
-		}
-		fmt.Fprintln(out, strings.TrimSuffix(line, ";"))
-		alive(fmt.Sprintf("round %d", round+1))
-	}
 
-	// (c) idle streams, one proxy at a time.
+	// (c) first, on processes that have served only the warm-up: after the
+	// load cases their heaps hold freed memory that the streams would
+	// reuse without growing RSS.
 	for _, t := range targets {
 		t.tr.CloseIdleConnections()
 	}
@@ -271,12 +249,52 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		alive("idle streams via " + t.name)
 	}
 
+	for _, t := range targets {
+		closedLoop(ctx, cfg.workers, cfg.warmup, jsonOp(t)) // reconnect
+	}
+
+	for round := range cfg.rounds {
+		// Rotate the order each round so no path always runs first.
+		order := make([]*target, len(targets))
+		for i := range targets {
+			order[i] = targets[(i+round)%len(targets)]
+		}
+		line := fmt.Sprintf("round %d/%d:", round+1, cfg.rounds)
+		for _, t := range order {
+			r := t.measure(func() *runStats { return closedLoop(ctx, cfg.workers, cfg.dur, jsonOp(t)) })
+			res[t.name].json.add(r)
+			line += fmt.Sprintf(" %s %.0f req/s;", t.name, r.throughput())
+		}
+		for _, t := range order {
+			res[t.name].rate.add(t.measure(func() *runStats { return openLoop(ctx, cfg.rate, cfg.dur, jsonOp(t)) }))
+		}
+		for _, t := range order {
+			r := t.measure(func() *runStats { return closedLoop(ctx, cfg.workers, cfg.dur, streamOp(t)) })
+			res[t.name].stream.add(r)
+			line += fmt.Sprintf(" %s %.0f streams/s;", t.name, r.throughput())
+		}
+		for _, t := range order {
+			res[t.name].streamRate.add(t.measure(func() *runStats { return openLoop(ctx, cfg.streamRate, cfg.dur, streamOp(t)) }))
+		}
+		fmt.Fprintln(out, strings.TrimSuffix(line, ";"))
+		alive(fmt.Sprintf("round %d", round+1))
+	}
+
 	report(b, out, cfg, res, idleN, capNote)
 	for _, p := range []*process{up, proxy, sl} {
 		if tail := lastLines(p.stderr.String(), 20); tail != "" {
 			fmt.Fprintf(out, "stderr of %s (last lines):\n%s\n", p.name, tail)
 		}
 	}
+}
+
+// rssMiB is p's RSS in MiB, NaN when unreadable.
+func rssMiB(p *process) float64 {
+	kib, err := p.rssKiB()
+	if err != nil {
+		return math.NaN()
+	}
+	return float64(kib) / 1024
 }
 
 // lastLines returns the last n lines of s, without trailing blank lines.
@@ -344,7 +362,7 @@ func report(b *testing.B, out io.Writer, cfg benchConfig, res map[string]*pathRe
 		if ttfe {
 			head += "TTFE p50\tTTFE p99\t"
 		}
-		fmt.Fprintln(w, head+"errors\t")
+		fmt.Fprintln(w, head+"CPU/op\terrors\t")
 		for _, n := range pathNames {
 			r := get(res[n])
 			if closed {
@@ -361,9 +379,14 @@ func report(b *testing.B, out io.Writer, cfg benchConfig, res map[string]*pathRe
 				metric(us(r.ttfe.percentile(50)), n+"-"+key+"-ttfe-p50-µs")
 				metric(us(r.ttfe.percentile(99)), n+"-"+key+"-ttfe-p99-µs")
 			}
-			fmt.Fprintf(w, "%s\t\n", errCol(r))
+			fmt.Fprintf(w, "%s\t%s\t\n", usStr(r.cpuPerOp()), errCol(r))
+			metric(us(r.cpuPerOp()), n+"-"+key+"-cpu-µs/op")
 		}
 		_ = w.Flush()
+		sr, pr := get(s), get(p)
+		fmt.Fprintf(out, "CPU per op (the path's own process: fake upstream for direct, else the proxy): sluice ÷ proxy %.2f\n",
+			ratio(float64(sr.cpuPerOp()), float64(pr.cpuPerOp())))
+		metric(ratio(float64(sr.cpuPerOp()), float64(pr.cpuPerOp())), "sluice/proxy-"+key+"-cpu-ratio")
 	}
 	// ratios prints and reports the throughput ratios of a closed-loop case.
 	ratios := func(key string, get func(*pathResult) *runStats, target bool) float64 {
@@ -499,6 +522,14 @@ func report(b *testing.B, out io.Writer, cfg benchConfig, res map[string]*pathRe
 			b.Errorf("%s idle streams: none opened (first error: %v)", n, ir.firstErr)
 		}
 	}
+}
+
+// usStr renders a CPU time in microseconds ("123µs"); "-" for none.
+func usStr(d time.Duration) string {
+	if d <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0fµs", us(d))
 }
 
 // pathNames are the paths in table order.

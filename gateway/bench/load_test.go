@@ -49,8 +49,17 @@ type target struct {
 	name   string   // "direct", "proxy" or "sluice"
 	base   string   // http://127.0.0.1:PORT
 	proc   *process // the proxy process measured for RSS; nil for direct
+	cpuOf  *process // the process whose CPU time is charged to this path
 	client *http.Client
 	tr     *http.Transport
+}
+
+// measure runs run and charges cpuOf's CPU time during it to the result.
+func (t *target) measure(run func() *runStats) *runStats {
+	c0 := t.cpuOf.cpuTime()
+	r := run()
+	r.cpu = t.cpuOf.cpuTime() - c0
+	return r
 }
 
 // newLoadTransport is the load generator's client transport: keep-alive
@@ -67,9 +76,9 @@ func newLoadTransport(idle int) *http.Transport {
 	}
 }
 
-func newTarget(name, base string, proc *process) *target {
+func newTarget(name, base string, proc, cpuOf *process) *target {
 	tr := newLoadTransport(1024)
-	return &target{name: name, base: base, proc: proc, tr: tr, client: &http.Client{Transport: tr}}
+	return &target{name: name, base: base, proc: proc, cpuOf: cpuOf, tr: tr, client: &http.Client{Transport: tr}}
 }
 
 // post sends one POST /v1/responses with body.
@@ -176,6 +185,9 @@ type runStats struct {
 	lat      samples       // full request (or stream) latency
 	ttfe     samples       // streams: time to first event
 	rounds   []roundSummary
+	// cpu is the CPU time the path's own process used during the runs (the
+	// fake upstream's for direct, the proxy's otherwise).
+	cpu time.Duration
 }
 
 // roundSummary is one run's numbers, for per-round (paired) comparisons
@@ -211,6 +223,15 @@ func (r *runStats) add(o *runStats) {
 	r.lat.merge(&o.lat)
 	r.ttfe.merge(&o.ttfe)
 	r.rounds = append(r.rounds, o.rounds...)
+	r.cpu += o.cpu
+}
+
+// cpuPerOp is the CPU time per successful operation.
+func (r *runStats) cpuPerOp() time.Duration {
+	if r.ok == 0 {
+		return 0
+	}
+	return r.cpu / time.Duration(r.ok)
 }
 
 // throughput is successful operations per second of wall time.

@@ -119,6 +119,34 @@ func (p *process) rssKiB() (int64, error) {
 	return 0, errors.New("no VmRSS line in /proc/PID/status")
 }
 
+// clockTick is the unit of utime and stime in /proc/PID/stat (USER_HZ,
+// 100 on every Linux architecture Go supports).
+const clockTick = 10 * time.Millisecond
+
+// cpuTime is the CPU time (user + system, all threads) the process has used.
+func (p *process) cpuTime() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.pid()))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name, which is in parentheses and may hold
+	// spaces: state is field 3, utime 14 and stime 15.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return time.Duration(utime+stime) * clockTick
+}
+
 // fds is the number of open file descriptors of the process.
 func (p *process) fds() int {
 	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p.pid()))

@@ -208,9 +208,11 @@ func runProxy(ln net.Listener) (func(), error) {
 	return func() { _ = srv.Close() }, nil
 }
 
-// runGateway serves Sluice's gateway in this process, assembled like
-// `sluice serve --upstream URL/v1` does (same transport, pool and gateway
-// defaults), so that SLUICE_BENCH_PROFILE can profile it.
+// runGateway serves Sluice's gateway in this process, so that
+// SLUICE_BENCH_PROFILE can profile it: the transport, pool and gateway
+// defaults of `sluice serve --upstream URL/v1`, but the built-in policy
+// instead of the Wasm runtime and no continuity store. Profile the real
+// binary (perf record -g -p PID) for those.
 func runGateway(ln net.Listener) (func(), error) {
 	base := os.Getenv(envUpstream)
 	transport := gateway.NewTransport(5*time.Second, 120*time.Second)

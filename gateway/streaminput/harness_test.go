@@ -132,13 +132,14 @@ func newEnv(t testing.TB, cfg envConfig) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Mounted the way cmd/sluice does: the REST routes on the gateway's
+	// router, Mode A around the gateway's handler.
+	for _, rt := range e.mgr.Routes() {
+		e.gw.Handle(rt.Method, rt.Path, rt.Handler)
+	}
+	e.mgr.Start()
 	modeA := e.mgr.ModeA(e.gw.Handler())
-	rest := e.mgr.Handler()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/v1/streaming_input/") || r.URL.Path == streaminput.PathPrefix {
-			rest.ServeHTTP(w, r)
-			return
-		}
 		if r.Header.Get("X-Streaming-Input") != "" {
 			e.mu.Lock()
 			e.modeATE = append(e.modeATE, strings.Join(r.TransferEncoding, ","))

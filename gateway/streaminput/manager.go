@@ -39,6 +39,9 @@ type Manager struct {
 	closeOnce   sync.Once
 	wg          sync.WaitGroup
 
+	startOnce sync.Once
+	restored  []*session // sessions Start sends upstream
+
 	mu       sync.Mutex
 	sessions map[string]*session
 	perKey   map[string]int // open or running sessions per client key hash
@@ -46,9 +49,9 @@ type Manager struct {
 
 // New builds a Manager and restores the sessions in the store: an open
 // session resumes where it left off, a session whose start condition holds
-// (finished, or started before the restart) is sent upstream, and a session
-// whose answer had ended keeps its input until it expires (the answer
-// itself is not stored).
+// (finished, or started before the restart) is sent upstream by Start, and
+// a session whose answer had ended keeps its input until it expires (the
+// answer itself is not stored).
 func New(ctx context.Context, opts Options) (*Manager, error) {
 	if opts.Dispatch == nil {
 		return nil, errors.New("streaminput: Options.Dispatch is required")
@@ -78,6 +81,32 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 		}
 	}
 	return m, nil
+}
+
+// Start sends the restored sessions whose start condition holds upstream.
+// Call it once Dispatch is ready to serve (every route mounted on its
+// router); the first request the Manager serves calls it too. Later calls
+// do nothing.
+func (m *Manager) Start() {
+	m.startOnce.Do(func() {
+		if m.isDraining() {
+			return // they are sent by the next process
+		}
+		started := 0
+		for _, s := range m.restored {
+			s.mu.Lock()
+			if !s.closed && !s.done && s.started && s.res == nil {
+				s.started = false
+				s.startLocked()
+				started++
+			}
+			s.mu.Unlock()
+		}
+		m.restored = nil
+		if started > 0 {
+			m.log.Info("restored streaming-input sessions sent upstream", "sessions", started)
+		}
+	})
 }
 
 // Drain prepares for a shutdown without cutting running answers: new
@@ -275,7 +304,7 @@ func (m *Manager) restore(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("streaminput: restoring sessions: %w", err)
 	}
-	resumed, started := 0, 0
+	resumed, pending := 0, 0
 	for _, rec := range recs {
 		s, err := m.restoreOne(ctx, rec)
 		if err != nil {
@@ -291,14 +320,15 @@ func (m *Manager) restore(ctx context.Context) error {
 			s.started = true
 		}
 		if s.started && !s.done {
-			s.started = false
-			s.startLocked()
-			started++
+			// Sent by Start; until then the session reads as started, with
+			// its result pending.
+			m.restored = append(m.restored, s)
+			pending++
 		}
 		s.mu.Unlock()
 	}
 	if len(recs) > 0 {
-		m.log.Info("streaming-input sessions restored", "sessions", resumed, "dispatched", started)
+		m.log.Info("streaming-input sessions restored", "sessions", resumed, "to_send", pending)
 	}
 	return nil
 }

@@ -41,6 +41,7 @@ const HeaderStreamingInput = "X-Streaming-Input"
 // event after. Mode A sessions are held in memory only.
 func (m *Manager) ModeA(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m.Start()
 		if !isModeA(r) {
 			next.ServeHTTP(w, r)
 			return

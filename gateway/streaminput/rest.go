@@ -53,6 +53,7 @@ func (m *Manager) Routes() []Route {
 func (m *Manager) Handler() http.Handler { return http.HandlerFunc(m.serveREST) }
 
 func (m *Manager) serveREST(w http.ResponseWriter, r *http.Request) {
+	m.Start()
 	rest, ok := strings.CutPrefix(r.URL.Path, PathPrefix)
 	if !ok || (rest != "" && rest[0] != '/') {
 		notFound(w, r)

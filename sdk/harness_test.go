@@ -1,0 +1,121 @@
+//go:build !wasip1
+
+package sdk_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/sluice-gw/sluice/sdk"
+)
+
+func TestHarnessHooks(t *testing.T) {
+	p := sdk.Policy{
+		Recover: func(in sdk.RecoverInput) (sdk.RecoverOutput, error) {
+			switch in.Code {
+			case "defer":
+				return sdk.RecoverOutput{}, sdk.ErrDefer
+			case "err":
+				return sdk.RecoverOutput{}, errors.New("boom")
+			}
+			sdk.Log(sdk.LevelWarn, "cfg="+sdk.Config())
+			return sdk.RecoverOutput{Verdict: sdk.FailClosed, Message: in.Message + "!"}, nil
+		},
+		Replay: func(in sdk.ReplayInput) (sdk.ReplayOutput, error) {
+			return sdk.ReplayOutput{Verdict: sdk.ReplaySameUpstream, PenaltyMillis: sdk.Now().UnixMilli()}, nil
+		},
+	}
+	h := &sdk.Harness{Policy: p, Config: `{"k":1}`, Now: func() time.Time { return time.UnixMilli(42) }}
+	out, deferred, err := h.Recover(sdk.RecoverInput{Code: "x", Message: "é\"\n"})
+	if err != nil || deferred || out.Verdict != sdk.FailClosed || out.Message != "é\"\n!" {
+		t.Fatal(out, deferred, err)
+	}
+	if len(h.Logs) != 1 || h.Logs[0].Message != `cfg={"k":1}` || h.Logs[0].Level != sdk.LevelWarn {
+		t.Fatal(h.Logs)
+	}
+	if _, deferred, _ := h.Recover(sdk.RecoverInput{Code: "defer"}); !deferred {
+		t.Fatal("not deferred")
+	}
+	if _, _, err := h.Recover(sdk.RecoverInput{Code: "err"}); !errors.Is(err, sdk.ErrHookError) {
+		t.Fatal(err)
+	}
+	rout, _, err := h.Replay(sdk.ReplayInput{})
+	if err != nil || rout.PenaltyMillis != 42 || rout.Verdict != sdk.ReplaySameUpstream {
+		t.Fatal(rout, err)
+	}
+	if _, deferred, _ := (&sdk.Harness{Policy: sdk.Policy{Replay: p.Replay}}).Recover(sdk.RecoverInput{}); !deferred {
+		t.Fatal("missing hook must defer")
+	}
+}
+
+func TestRequest(t *testing.T) {
+	var checks []string
+	p := sdk.Policy{Rewrite: func(req *sdk.Request) error {
+		check := func(ok bool, what string) {
+			if !ok {
+				checks = append(checks, what)
+			}
+		}
+		check(req.Model() == "m" && req.Stream() && req.Endpoint() == "/v1/chat/completions" && req.Surface() == "chat_stream", "context")
+		check(req.Header("x-a") == "1" && req.Header("authorization") == "", "headers")
+		check(req.Context().BodyBytes > 0, "body bytes")
+		n, ok := req.Len("messages")
+		check(ok && n == 2, "len")
+		s, ok := req.GetString("messages.1.content")
+		check(ok && s == "two", "getstring")
+		_, ok = req.Get("nope")
+		check(!ok, "get missing")
+		removed, err := req.Delete("nope")
+		check(!removed && err == nil, "delete missing")
+		removed, err = req.Delete(`messages.#(role=="system")`)
+		check(removed && err == nil, "delete query")
+		check(req.Set("temperature", "0.5") == nil, "set")
+		check(req.Set("temperature", "{bad") != nil, "set bad")
+		err = req.Set("a..b", "1")
+		var he *sdk.HostError
+		check(errors.As(err, &he) && he.Code == hostabi.CodeBadPath, "bad path")
+		check(req.SetString("model", `q"uote`) == nil, "setstring")
+		check(req.SetHeader("X-B", "2") == nil && req.SetHeader("Host", "x") != nil && req.SetHeader("x-c", "a\nb") != nil, "headers set")
+		check(req.RemoveHeader("x-a") == nil, "header remove")
+		check(req.UseUpstream("u2") == nil && req.UseUpstream("") != nil, "upstream")
+		check(req.Reject(0, "c", "p", "m") == nil, "reject")
+		return nil
+	}}
+	body := `{"model":"m","stream":true,"messages":[{"role":"system","content":"one"},{"role":"user","content":"two"}]}`
+	out, err := (&sdk.Harness{Policy: p}).Rewrite(hostabi.RewriteInput{Surface: "chat_stream", Endpoint: "/v1/chat/completions",
+		Body: []byte(body), Headers: map[string]string{"X-A": "1", "Authorization": "k"}})
+	if err != nil || len(checks) > 0 {
+		t.Fatal(err, checks)
+	}
+	if string(out.Body) != `{"model":"q\"uote","stream":true,"messages":[{"role":"user","content":"two"}],"temperature":0.5}` {
+		t.Fatalf("%s", out.Body)
+	}
+	if out.SetHeaders["x-b"] != "2" || len(out.RemoveHeaders) != 1 || out.Upstream != "u2" ||
+		out.Reject == nil || out.Reject.Status != 400 || out.Reject.Code != "c" || out.Reject.Type != "invalid_request_error" {
+		t.Fatalf("%+v", out)
+	}
+}
+
+func TestJSONHelpers(t *testing.T) {
+	cfg := `{"a":{"b.c":["x","y"]},"n":3}`
+	if v, ok := sdk.Lookup(cfg, "a."+sdk.EscapeKey("b.c")+".1"); !ok || v != `"y"` {
+		t.Fatal(v, ok)
+	}
+	if v, ok := sdk.LookupString(cfg, "a.b\\.c.0"); !ok || v != "x" {
+		t.Fatal(v, ok)
+	}
+	var keys []string
+	sdk.EachMember(cfg, func(k, v string) bool { keys = append(keys, k); return true })
+	if len(keys) != 2 {
+		t.Fatal(keys)
+	}
+	n := 0
+	if !sdk.EachElement(`[1,{"a":2},"x"]`, func(int, string) bool { n++; return true }) || n != 3 {
+		t.Fatal(n)
+	}
+	if s, ok := sdk.Unquote(sdk.Quote("a\"b")); !ok || s != "a\"b" {
+		t.Fatal(s)
+	}
+}
