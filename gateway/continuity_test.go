@@ -14,7 +14,7 @@ import (
 	"github.com/sluice-gw/sluice/store"
 )
 
-func openStore(t *testing.T, dir string) *store.PebbleStore {
+func openStore(t testing.TB, dir string) *store.PebbleStore {
 	t.Helper()
 	st, err := store.Open(context.Background(), store.Options{Dir: dir, SweepInterval: -1})
 	if err != nil {

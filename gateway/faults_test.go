@@ -17,7 +17,7 @@ import (
 
 // assertOneTerminal checks the terminal-event rule on a Responses stream:
 // the last event is terminal, and it is the only terminal event.
-func assertOneTerminal(t *testing.T, evs []eventLike) eventLike {
+func assertOneTerminal(t testing.TB, evs []eventLike) eventLike {
 	t.Helper()
 	if len(evs) == 0 {
 		t.Fatal("no events")

@@ -25,7 +25,7 @@ import (
 
 // harness is a gateway on loopback in front of fake upstreams.
 type harness struct {
-	t    *testing.T
+	t    testing.TB
 	gw   *gateway.Server
 	pool *upstream.Pool
 	url  string // http://127.0.0.1:port
@@ -60,7 +60,7 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-func newHarness(t *testing.T, hc harnessConfig) *harness {
+func newHarness(t testing.TB, hc harnessConfig) *harness {
 	t.Helper()
 	if len(hc.upstreams) == 0 && hc.servers == nil {
 		hc.upstreams = []upstreamtest.Options{{Name: "A"}}
@@ -214,7 +214,7 @@ type apiError struct {
 	} `json:"error"`
 }
 
-func readError(t *testing.T, resp *http.Response) apiError {
+func readError(t testing.TB, resp *http.Response) apiError {
 	t.Helper()
 	defer resp.Body.Close()
 	var e apiError

@@ -21,7 +21,7 @@ import (
 
 // wsClient is a raw Responses WebSocket client.
 type wsClient struct {
-	t      *testing.T
+	t      testing.TB
 	conn   *websocket.Conn
 	header http.Header // the upgrade response's headers
 }
