@@ -170,8 +170,9 @@ func (s *Server) sendChat(upCtx context.Context, idle *time.Timer, req *clientRe
 		CreatedAt: time.Now().Unix(), Request: conv.info.Echo}
 	if req.stream && strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Type")), "text/event-stream") {
 		idle.Reset(s.opts.IdleTimeout)
-		reader := sse.NewReader(&idleReader{r: resp.Body, t: idle, d: s.opts.IdleTimeout}, s.opts.MaxEventBytes)
-		ans.src = &chatSource{s: s, ctx: upCtx, req: req, in: reader, tr: translate.NewStream(opts)}
+		ir := &idleReader{r: resp.Body, t: idle, d: s.opts.IdleTimeout}
+		ans.src = &chatSource{s: s, ctx: upCtx, req: req, in: sse.NewReader(ir, s.opts.MaxEventBytes), tr: translate.NewStream(opts)}
+		ans.beforeRead = &ir.before
 		return ans, nil
 	}
 	limit := int64(s.opts.MaxEventBytes) * 4

@@ -368,3 +368,25 @@ func TestLogsNeverCarryRawIDsOrKeys(t *testing.T) {
 		}
 	}
 }
+
+func TestStoreFalseOverHTTPWritesNoAnchor(t *testing.T) {
+	st := openStore(t, t.TempDir())
+	h := continuityHarness(t, st, gateway.Options{})
+	resp := h.post("/v1/responses", `{"model":"gpt-fake-1","input":"hi","store":false}`)
+	var r struct{ ID string }
+	_ = json.NewDecoder(resp.Body).Decode(&r)
+	resp.Body.Close()
+	if r.ID == "" {
+		t.Fatal("no response id")
+	}
+	if code := h.getJSON("/admin/continuity/"+r.ID, nil); code != 404 {
+		t.Fatalf("store:false over HTTP recorded an anchor (%d)", code)
+	}
+	// On a WebSocket, store:false responses chain from the socket's state:
+	// they are anchored.
+	c := h.dialWS(nil)
+	evs := c.turn(`{"type":"response.create","model":"gpt-fake-1","input":"hi","store":false}`)
+	if code := h.getJSON("/admin/continuity/"+completedIDOf(evs), nil); code != 200 {
+		t.Fatalf("store:false over WebSocket not anchored (%d)", code)
+	}
+}

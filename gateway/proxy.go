@@ -96,7 +96,7 @@ func (s *Server) rewrite(ctx context.Context, req *clientRequest) *apierr.Error 
 		} else {
 			prev := *req
 			req.body = out.Body
-			if aerr := req.readFields(gjson.ParseBytes(out.Body)); aerr != nil {
+			if aerr := req.readFields(parseJSON(out.Body)); aerr != nil {
 				s.log.Error("rewrite policy produced an invalid request; using the original body", "error", aerr.Message)
 				*req = prev
 			}
@@ -247,6 +247,9 @@ type upstreamAnswer struct {
 	src     eventSource // an event stream (2xx SSE or WebSocket)
 	pending int         // other requests pending on the same upstream connection
 	done    func(reusable bool)
+	// beforeRead, when set, points at the hook the upstream body reader
+	// calls before each read that may block: the client sink flushes there.
+	beforeRead *func()
 }
 
 // eventSource yields upstream events: an SSE reader, or WebSocket frames.
@@ -286,7 +289,8 @@ func (s *Server) sendHTTP(upCtx context.Context, idle *time.Timer, req *clientRe
 	}
 	if req.stream && strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Type")), "text/event-stream") {
 		idle.Reset(s.opts.IdleTimeout)
-		ans.src = sse.NewReader(&idleReader{r: resp.Body, t: idle, d: s.opts.IdleTimeout}, s.opts.MaxEventBytes)
+		ir := &idleReader{r: resp.Body, t: idle, d: s.opts.IdleTimeout}
+		ans.src, ans.beforeRead = sse.NewReader(ir, s.opts.MaxEventBytes), &ir.before
 		return ans, nil
 	}
 	limit := int64(s.opts.MaxEventBytes) * 4
@@ -376,6 +380,11 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 
 	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "ok").Inc()
 	p.sink = out.commit(ans.header)
+	if fs, ok := p.sink.(*sseSink); ok && ans.beforeRead != nil {
+		fs.auto = false
+		*ans.beforeRead = func() { _ = fs.Flush() }
+		defer fs.Flush()
+	}
 	s.metrics.activeStreams.Inc()
 	defer s.metrics.activeStreams.Dec()
 	reason := p.run(ans.src, first, start)
@@ -536,7 +545,7 @@ func (s *Server) relayJSON(ctx, upCtx context.Context, out responder, req *clien
 		return attemptResult{next: nextDone}
 	}
 	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "ok").Inc()
-	if s.cont != nil && !req.ep.chat {
+	if s.cont != nil && !req.ep.chat && req.recordable() {
 		// The client must not see a response whose anchor could be lost.
 		if id := gjson.GetBytes(ans.body, "id"); id.Type == gjson.String && id.Str != "" {
 			if err := s.cont.record(ctx, s.cont.anchorFor(req, id.Str, u.Name())); err != nil {
@@ -602,14 +611,19 @@ func errorMessage(ev sse.Event) string {
 	return ""
 }
 
-// idleReader re-arms the idle timer on every read, so keepalives count as life.
+// idleReader re-arms the idle timer on every read, so keepalives count as
+// life, and runs before (the client flush) ahead of each read that may block.
 type idleReader struct {
-	r io.Reader
-	t *time.Timer
-	d time.Duration
+	r      io.Reader
+	t      *time.Timer
+	d      time.Duration
+	before func()
 }
 
 func (ir *idleReader) Read(p []byte) (int, error) {
+	if ir.before != nil {
+		ir.before()
+	}
 	n, err := ir.r.Read(p)
 	if n > 0 {
 		ir.t.Reset(ir.d)

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 
@@ -27,12 +28,58 @@ type eventSink interface {
 	Done() error
 }
 
-type sseSink struct{ w *sse.Writer }
+// sseSink writes SSE to an HTTP client. With auto off it leaves flushing to
+// Flush, which the pump calls just before it would block on the upstream:
+// events that arrived together go out in one write, and none waits.
+type sseSink struct {
+	w     *sse.Writer
+	rc    *http.ResponseController
+	auto  bool
+	dirty bool
+}
 
-func newSSESink(w http.ResponseWriter) *sseSink { return &sseSink{w: sse.NewWriter(w)} }
+// writeOnly hides the ResponseWriter's flush methods from the sse.Writer.
+type writeOnly struct{ w io.Writer }
 
-func (s *sseSink) Event(name string, data []byte) error { return s.w.WriteEvent(name, data) }
-func (s *sseSink) Done() error                          { return s.w.WriteDone() }
+func (o writeOnly) Write(p []byte) (int, error) { return o.w.Write(p) }
+
+func newSSESink(w http.ResponseWriter) *sseSink {
+	return &sseSink{w: sse.NewWriter(writeOnly{w}), rc: http.NewResponseController(w), auto: true}
+}
+
+func (s *sseSink) Event(name string, data []byte) error {
+	if err := s.w.WriteEvent(name, data); err != nil {
+		return err
+	}
+	return s.wrote()
+}
+
+func (s *sseSink) Done() error {
+	if err := s.w.WriteDone(); err != nil {
+		return err
+	}
+	return s.wrote()
+}
+
+func (s *sseSink) wrote() error {
+	s.dirty = true
+	if s.auto {
+		return s.Flush()
+	}
+	return nil
+}
+
+// Flush sends what was written since the last flush.
+func (s *sseSink) Flush() error {
+	if !s.dirty {
+		return nil
+	}
+	s.dirty = false
+	if err := s.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return fmt.Errorf("flushing to the client: %w", err)
+	}
+	return nil
+}
 
 // Reasons a client stream ended, as counted in sluice_stream_terminal_total.
 const (
@@ -151,7 +198,7 @@ func (p *pump) handleResponses(ev sse.Event) (string, bool, bool) {
 	if !gjson.ValidBytes(ev.Data) {
 		return p.terminate(reasonGarbage, apierr.StreamIncomplete("the upstream sent an unparseable event")), true, true
 	}
-	obj := gjson.ParseBytes(ev.Data)
+	obj := parseJSON(ev.Data)
 	typ := obj.Get("type").Str
 	if seq := obj.Get("sequence_number"); seq.Type == gjson.Number {
 		p.lastSeq = seq.Int()
@@ -161,8 +208,8 @@ func (p *pump) handleResponses(ev sse.Event) (string, bool, bool) {
 		return p.upstreamError(ev.Data, typ), true, true
 	case "response.created":
 		p.created = true
-		p.responseID = obj.Get("response.id").Str
-		if c := p.s.cont; c != nil && p.responseID != "" {
+		p.responseID = strings.Clone(obj.Get("response.id").Str)
+		if c := p.s.cont; c != nil && p.responseID != "" && p.req.recordable() {
 			p.anchor = c.recordAsync(c.anchorFor(p.req, p.responseID, p.u.Name()))
 		}
 	case "response.completed", "response.incomplete":
@@ -178,7 +225,7 @@ func (p *pump) handleResponses(ev sse.Event) (string, bool, bool) {
 	}
 	if p.responseID == "" {
 		if id := obj.Get("response.id"); id.Type == gjson.String {
-			p.responseID = id.Str
+			p.responseID = strings.Clone(id.Str)
 		}
 	}
 	name := ev.Name
@@ -206,11 +253,11 @@ func (p *pump) handleResponses(ev sse.Event) (string, bool, bool) {
 // its completion: a crash right after completion must not lose it.
 func (p *pump) confirmAnchor(obj gjson.Result) {
 	c := p.s.cont
-	if c == nil {
+	if c == nil || !p.req.recordable() {
 		return
 	}
 	if p.anchor == nil {
-		id := obj.Get("response.id").Str
+		id := strings.Clone(obj.Get("response.id").Str)
 		if id == "" {
 			id = p.responseID
 		}
@@ -279,7 +326,7 @@ func (p *pump) handleChat(ev sse.Event) (string, bool, bool) {
 	if !gjson.ValidBytes(ev.Data) {
 		return p.terminate(reasonGarbage, apierr.StreamIncomplete("the upstream sent an unparseable chunk")), true, true
 	}
-	obj := gjson.ParseBytes(ev.Data)
+	obj := parseJSON(ev.Data)
 	if obj.Get("error").Exists() {
 		return p.chatError(ev.Data), true, true
 	}
@@ -337,4 +384,10 @@ func chatErrorChunk(e *apierr.Error) []byte {
 		return []byte(fmt.Sprintf(`{"error":{"message":%q,"type":"server_error","code":"stream_incomplete","param":null}}`, e.Message))
 	}
 	return b
+}
+
+// parseJSON parses b without copying it: results alias b, so b must not
+// change while they are used, and strings kept beyond that are cloned.
+func parseJSON(b []byte) gjson.Result {
+	return gjson.Parse(unsafe.String(unsafe.SliceData(b), len(b)))
 }

@@ -43,8 +43,17 @@ type clientRequest struct {
 	scope              requestScope
 	pinned             *upstream.Upstream // the owner of previous_response_id, when known
 	viaWebSocket       bool               // a response.create on a client WebSocket
+	storeFalse         bool               // the client sent store:false
 	memory             *sessionMemory     // the WebSocket session's store:false turns
 	chat               *chatConversion    // the request converted for Chat upstreams
+}
+
+// recordable reports whether the response may later be named by
+// previous_response_id, so its anchor is worth a durable write. Over HTTP a
+// store:false response cannot be (the upstream keeps nothing); on a
+// WebSocket it can, from the socket's own state.
+func (r *clientRequest) recordable() bool {
+	return !r.storeFalse || r.viaWebSocket
 }
 
 func (r *clientRequest) surface() string {
@@ -79,7 +88,7 @@ func parseRequest(ep endpoint, body []byte) (*clientRequest, *apierr.Error) {
 	if !gjson.ValidBytes(body) {
 		return nil, apierr.Invalid("", apierr.CodeInvalidJSON, "the request body is not valid JSON")
 	}
-	root := gjson.ParseBytes(body)
+	root := parseJSON(body)
 	if !root.IsObject() {
 		return nil, apierr.Invalid("", apierr.CodeInvalidType, "the request body must be a JSON object")
 	}
@@ -94,7 +103,7 @@ func parseRequest(ep endpoint, body []byte) (*clientRequest, *apierr.Error) {
 // the endpoint's required input field.
 func (r *clientRequest) readFields(root gjson.Result) *apierr.Error {
 	// One pass over the top-level keys: the body may be megabytes of history.
-	var model, stream, prev, input, messages gjson.Result
+	var model, stream, prev, input, messages, store gjson.Result
 	root.ForEach(func(key, value gjson.Result) bool {
 		switch key.Str {
 		case "model":
@@ -107,6 +116,8 @@ func (r *clientRequest) readFields(root gjson.Result) *apierr.Error {
 			input = value
 		case "messages":
 			messages = value
+		case "store":
+			store = value
 		}
 		return true
 	})
@@ -118,7 +129,7 @@ func (r *clientRequest) readFields(root gjson.Result) *apierr.Error {
 	case strings.TrimSpace(model.Str) == "":
 		return apierr.Invalid("model", apierr.CodeMissingField, "model must not be empty")
 	}
-	r.model = model.Str
+	r.model = strings.Clone(model.Str)
 	switch {
 	case !stream.Exists() || stream.Type == gjson.Null:
 		r.stream = false
@@ -127,12 +138,13 @@ func (r *clientRequest) readFields(root gjson.Result) *apierr.Error {
 	default:
 		return apierr.Invalid("stream", apierr.CodeInvalidType, "stream must be a boolean, got %s", jsonKind(stream))
 	}
+	r.storeFalse = store.Type == gjson.False
 	r.previousResponseID = ""
 	if prev.Exists() && prev.Type != gjson.Null {
 		if prev.Type != gjson.String {
 			return apierr.Invalid("previous_response_id", apierr.CodeInvalidType, "previous_response_id must be a string, got %s", jsonKind(prev))
 		}
-		r.previousResponseID = prev.Str
+		r.previousResponseID = strings.Clone(prev.Str)
 	}
 	if r.ep.chat {
 		switch {

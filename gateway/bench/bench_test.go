@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -132,9 +133,14 @@ type pathResult struct {
 // (b) 10-event streams in a closed loop and at a fixed rate, (c) the RSS
 // of many idle streams.
 // It prints a table per case with the ratios and targets, and reports every
-// number with b.ReportMetric. Run it with -benchtime 1x (see `just bench`);
-// -short or SLUICE_BENCH_QUICK=1 makes it a few seconds long.
+// number with b.ReportMetric. It runs everything once, for minutes, so it
+// skips itself unless run with -benchtime 1x (as `just bench` does), which
+// keeps `go test -bench . ./...` (`just bench-micro`) micro; -short or
+// SLUICE_BENCH_QUICK=1 makes it about ten seconds long.
 func BenchmarkProxyOverhead(b *testing.B) {
+	if f := flag.Lookup("test.benchtime"); f == nil || f.Value.String() != "1x" {
+		b.Skip("the proxy-overhead benchmark runs once for minutes: run it with -benchtime 1x (just bench; add -short for a quick run)")
+	}
 	cfg, err := loadConfig()
 	if err != nil {
 		b.Fatal(err)
@@ -372,15 +378,15 @@ func report(b *testing.B, out io.Writer, cfg benchConfig, res map[string]*pathRe
 				fmt.Fprintf(w, "%s\t%d\t%.0f\t", n, r.sent, r.throughput())
 			}
 			fmt.Fprintf(w, "%s\t%s\t%s\t", ms(r.lat.percentile(50)), ms(r.lat.percentile(99)), ms(r.lat.percentile(99.9)))
-			metric(us(r.lat.percentile(50)), n+"-"+key+"-p50-µs")
-			metric(us(r.lat.percentile(99)), n+"-"+key+"-p99-µs")
+			metric(us(r.lat.percentile(50)), n+"-"+key+"-p50-us")
+			metric(us(r.lat.percentile(99)), n+"-"+key+"-p99-us")
 			if ttfe {
 				fmt.Fprintf(w, "%s\t%s\t", ms(r.ttfe.percentile(50)), ms(r.ttfe.percentile(99)))
-				metric(us(r.ttfe.percentile(50)), n+"-"+key+"-ttfe-p50-µs")
-				metric(us(r.ttfe.percentile(99)), n+"-"+key+"-ttfe-p99-µs")
+				metric(us(r.ttfe.percentile(50)), n+"-"+key+"-ttfe-p50-us")
+				metric(us(r.ttfe.percentile(99)), n+"-"+key+"-ttfe-p99-us")
 			}
 			fmt.Fprintf(w, "%s\t%s\t\n", usStr(r.cpuPerOp()), errCol(r))
-			metric(us(r.cpuPerOp()), n+"-"+key+"-cpu-µs/op")
+			metric(us(r.cpuPerOp()), n+"-"+key+"-cpu-us/op")
 		}
 		_ = w.Flush()
 		sr, pr := get(s), get(p)
@@ -422,8 +428,8 @@ func report(b *testing.B, out io.Writer, cfg benchConfig, res map[string]*pathRe
 		}
 		fmt.Fprintf(out, "\n      proxy − direct: p50 %s, p99 %s\n",
 			signedMS(dist(pr).percentile(50)-dist(dr).percentile(50)), signedMS(dist(pr).percentile(99)-dist(dr).percentile(99)))
-		metric(us(a50), "sluice-added-"+key+"-p50-µs")
-		metric(us(a99), "sluice-added-"+key+"-p99-µs")
+		metric(us(a50), "sluice-added-"+key+"-p50-us")
+		metric(us(a99), "sluice-added-"+key+"-p99-us")
 		return got
 	}
 	latOf := func(r *runStats) *samples { return &r.lat }
