@@ -78,8 +78,9 @@ type Server struct {
 	reg     *prometheus.Registry
 	metrics *metrics
 	client  *http.Client
-	handler http.Handler
-	cont    *continuity // nil when continuity is off
+	router  *httprouter.Router
+	handler http.Handler // router, possibly wrapped by Wrap
+	cont    *continuity  // nil when continuity is off
 	wsUp    *wsUpstreams
 	convs   *conversations
 
@@ -94,8 +95,9 @@ type Server struct {
 	streamsCtx    context.Context
 	cancelStreams context.CancelCauseFunc
 
-	mu  sync.Mutex
-	srv *http.Server
+	mu      sync.Mutex
+	srv     *http.Server
+	onDrain []func()
 }
 
 var (
@@ -155,7 +157,8 @@ func New(opts Options) (*Server, error) {
 			log: opts.Logger.Named("continuity"), m: s.metrics, now: time.Now}
 	}
 	s.streamsCtx, s.cancelStreams = context.WithCancelCause(context.Background())
-	s.handler = s.routes()
+	s.router = s.routes()
+	s.handler = s.router
 	return s, nil
 }
 
@@ -189,7 +192,7 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // Registry is the registry the gateway's metrics are on.
 func (s *Server) Registry() *prometheus.Registry { return s.reg }
 
-func (s *Server) routes() http.Handler {
+func (s *Server) routes() *httprouter.Router {
 	r := httprouter.New()
 	r.HandleMethodNotAllowed = true
 	r.POST("/v1/responses", s.handleResponses)
@@ -225,10 +228,16 @@ func (s *Server) routes() http.Handler {
 	return r
 }
 
-// Handle mounts an extra handler (e.g. a WebSocket upgrade) on the router.
-// It must be called before serving.
+// Handle mounts an extra handler on the router. Call it before serving.
 func (s *Server) Handle(method, path string, h http.Handler) {
-	s.handler.(*httprouter.Router).Handler(method, path, h)
+	s.router.Handler(method, path, h)
+}
+
+// Wrap puts middleware around the handler that Serve and Handler use (for
+// example streaming input's Mode A, which takes over some POSTs). Call it
+// before serving.
+func (s *Server) Wrap(mw func(http.Handler) http.Handler) {
+	s.handler = mw(s.handler)
 }
 
 func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
@@ -297,6 +306,14 @@ func (s *Server) Serve(ln net.Listener) error {
 	return nil
 }
 
+// OnDrain registers f to run when Shutdown begins, before the server stops
+// accepting (e.g. streaming input refusing new chunks).
+func (s *Server) OnDrain(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onDrain = append(s.onDrain, f)
+}
+
 // Draining reports whether Shutdown has begun.
 func (s *Server) Draining() bool { return s.draining.Load() }
 
@@ -312,8 +329,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	grace := time.AfterFunc(s.opts.DrainGrace, func() { s.cancelStreams(errDraining) })
 	defer grace.Stop()
 	s.mu.Lock()
-	srv := s.srv
+	srv, hooks := s.srv, s.onDrain
 	s.mu.Unlock()
+	for _, f := range hooks {
+		f()
+	}
 	var err error
 	if srv != nil {
 		err = srv.Shutdown(ctx)

@@ -15,6 +15,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/sluice-gw/sluice/gateway/streaminput"
 	"github.com/sluice-gw/sluice/hostabi"
 )
 
@@ -56,7 +57,8 @@ func (s *Server) handleWebSocket(w http.ResponseWriter, r *http.Request, _ httpr
 	for _, k := range []string{"Sec-Websocket-Key", "Sec-Websocket-Version", "Sec-Websocket-Extensions", "Sec-Websocket-Protocol"} {
 		header.Del(k)
 	}
-	sess := &wsSession{s: s, conn: conn, header: header, keyHash: clientKeyHash(header), memory: newSessionMemory()}
+	sess := &wsSession{s: s, conn: conn, header: header, keyHash: clientKeyHash(header), memory: newSessionMemory(),
+		input: streaminput.NewAccumulator(streaminput.AccumulatorOptions{MaxBytes: s.opts.MaxWSFrameBytes})}
 	sess.run()
 }
 
@@ -79,6 +81,7 @@ type wsSession struct {
 	header  http.Header
 	keyHash string
 	memory  *sessionMemory // store:false conversation turns, gone with the socket
+	input   *streaminput.Accumulator
 }
 
 func (ws *wsSession) run() {
@@ -141,6 +144,26 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 	if !gjson.ValidBytes(data) {
 		fail(apierr.Invalid("", apierr.CodeInvalidJSON, "the frame is not valid JSON"))
 		return
+	}
+	if streaminput.IsInputChunk(data) {
+		// Streaming input: chunks accumulate into the next response.create;
+		// only a rejected chunk is answered.
+		if err := ws.input.Add(data); err != nil {
+			fail(asAPIError(err))
+		}
+		return
+	}
+	if gjson.GetBytes(data, "type").String() == "response.create" {
+		merged, err := ws.input.Apply(data)
+		if err != nil {
+			fail(asAPIError(err))
+			return
+		}
+		if int64(len(merged)) > s.opts.MaxWSFrameBytes {
+			fail(apierr.TooLarge(s.opts.MaxWSFrameBytes))
+			return
+		}
+		data = merged
 	}
 	if typ := gjson.GetBytes(data, "type").String(); typ != "response.create" {
 		fail(apierr.Invalid("type", "unsupported_frame", "unsupported frame type %q; send response.create", typ))
@@ -225,5 +248,14 @@ type wsSink struct{ o *wsResponder }
 
 func (k *wsSink) Event(_ string, data []byte) error { return k.o.write(data) }
 func (k *wsSink) Done() error                       { return nil }
+
+// asAPIError keeps an OpenAI-style error as it is and wraps anything else.
+func asAPIError(err error) *apierr.Error {
+	var ae *apierr.Error
+	if errors.As(err, &ae) {
+		return ae
+	}
+	return apierr.Invalid("", "invalid_input_chunk", "%v", err)
+}
 
 var errWebSocketUnsupported = errors.New("the upstream does not offer the Responses WebSocket mode")

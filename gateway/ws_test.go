@@ -436,3 +436,23 @@ func TestWebSocketPingsAnsweredDuringARequest(t *testing.T) {
 		t.Fatalf("request during pings: %v", evs)
 	}
 }
+
+func TestWebSocketInputChunksMergeIntoTheNextCreate(t *testing.T) {
+	h := newHarness(t, harnessConfig{})
+	c := h.dialWS(nil)
+	c.send(`{"type":"input_chunk","sequence_id":1,"payload":" world"}`)
+	c.send(`{"type":"input_chunk","sequence_id":0,"payload":"hello"}`)
+	evs := c.turn(`{"type":"response.create","model":"gpt-fake-1","input":[{"role":"user","content":[{"type":"input_text","text":"Say: "}]}]}`)
+	if evs[len(evs)-1].typ != "response.completed" {
+		t.Fatalf("%v", evs)
+	}
+	if body := string(h.ups["A"].Requests()[0].Body); !strings.Contains(body, "Say: hello world") {
+		t.Fatalf("upstream body lacks the merged chunks: %s", body)
+	}
+	// A conflicting chunk is answered with an error frame; the socket lives on.
+	c.send(`{"type":"input_chunk","sequence_id":0,"payload":"a"}`)
+	evs = c.turn(`{"type":"input_chunk","sequence_id":0,"payload":"b"}`)
+	if evs[0].typ != "error" || errorStatus(evs[0]) != 409 {
+		t.Fatalf("conflict: %s", evs[0].data)
+	}
+}

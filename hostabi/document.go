@@ -740,10 +740,10 @@ func (d *Document) splice(s, e int, repl []byte, within int, structural bool) {
 	n := old + delta
 	switch {
 	case d.shared || n > cap(d.buf):
-		nb := make([]byte, n, n+n/16+512)
-		copy(nb, d.buf[:s])
-		copy(nb[s:], repl)
-		copy(nb[s+len(repl):], d.buf[e:])
+		// Appending to a full slice allocates without zeroing what it
+		// copies: one pass over the body (make+copy would write it twice).
+		nb := append(d.buf[:s:s], repl...)
+		nb = append(nb, d.buf[e:old]...)
 		d.buf, d.shared = nb, false
 	case delta <= 0:
 		copy(d.buf[s:], repl)

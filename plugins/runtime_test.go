@@ -500,3 +500,33 @@ func TestDirOverridesEmbedded(t *testing.T) {
 		t.Fatal(out)
 	}
 }
+
+func TestCloseWhileCalling(t *testing.T) {
+	r, err := New(context.Background(), Options{Embedded: map[string][]byte{
+		"v1.wasm": fixture(t, "recover_v1"), "rw.wasm": fixture(t, "rewrite")}, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var stop atomic.Bool
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				r.Recover(context.Background(), hostabi.RecoverInput{Code: "x"})
+				r.Rewrite(context.Background(), hostabi.RewriteInput{Body: []byte(rewriteBody)})
+				_ = r.Status()
+			}
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+}

@@ -252,3 +252,65 @@ func completedID(t *testing.T, base, prev string) string {
 		}
 	}
 }
+
+func TestStreamingInputThroughTheBinary(t *testing.T) {
+	up := upstreamtest.NewServer(upstreamtest.Options{Name: "A"})
+	defer up.Close()
+	_, out, _ := startProcess(t, "serve", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--upstream", up.URL, "--log-level", "error")
+	base := waitListening(t, out)
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+
+	post := func(path, body string, hdr map[string]string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer sk-x")
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	// Mode B: REST sessions.
+	code, body := post("/v1/streaming_input/sessions", `{"endpoint":"/v1/responses","template":{"model":"gpt-fake-1","input":"Say: "}}`, nil)
+	var sess struct {
+		SessionID string `json:"session_id"`
+	}
+	_ = json.Unmarshal([]byte(body), &sess)
+	if code != 200 || sess.SessionID == "" {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	prefix := "/v1/streaming_input/sessions/" + sess.SessionID
+	if code, body := post(prefix+"/chunks", `{"sequence_id":0,"payload":"hello"}`, nil); code != 202 {
+		t.Fatalf("chunk: %d %s", code, body)
+	}
+	if code, body := post(prefix+"/finish", `{}`, nil); code != 200 {
+		t.Fatalf("finish: %d %s", code, body)
+	}
+	req, _ := http.NewRequest(http.MethodGet, base+prefix+"/result", nil)
+	req.Header.Set("Authorization", "Bearer sk-x")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	result, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(result), "Hello from A") {
+		t.Fatalf("result: %s", result)
+	}
+	if got := string(up.Requests()[0].Body); !strings.Contains(got, "Say: hello") {
+		t.Fatalf("upstream saw %s", got)
+	}
+	// Mode A: one NDJSON request.
+	code, body = post("/v1/responses", "{\"template\":{\"model\":\"gpt-fake-1\",\"input\":\"Say: \"}}\n{\"payload\":\"bye\"}\n",
+		map[string]string{"X-Streaming-Input": "true", "Content-Type": "application/x-ndjson"})
+	if code != 200 || !strings.Contains(body, "Hello from A") {
+		t.Fatalf("mode A: %d %s", code, body)
+	}
+	if got := string(up.Requests()[1].Body); !strings.Contains(got, "Say: bye") {
+		t.Fatalf("mode A upstream saw %s", got)
+	}
+}

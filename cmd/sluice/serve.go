@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluice-gw/sluice/gateway"
 	"github.com/sluice-gw/sluice/gateway/config"
+	"github.com/sluice-gw/sluice/gateway/streaminput"
 	"github.com/sluice-gw/sluice/gateway/upstream"
 	"github.com/sluice-gw/sluice/plugins"
 	"github.com/sluice-gw/sluice/policies"
@@ -173,6 +174,7 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger, admin
 	closers = append(closers, func() { stopProbes(); <-probesDone })
 
 	var st store.Store
+	var inputs store.InputSessionStore // nil: streaming-input sessions in memory only
 	if !cfg.Continuity.Disabled {
 		ps, err := store.Open(ctx, store.Options{Dir: filepath.Join(cfg.DataDir, "store"), AnchorTTL: cfg.Continuity.AnchorTTL.D(), Logger: logger.Named("store")})
 		if err != nil {
@@ -183,7 +185,7 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger, admin
 				logger.Error("closing the store", "error", err)
 			}
 		})
-		st = ps
+		st, inputs = ps, ps
 	}
 
 	rt, err := plugins.New(ctx, plugins.Options{
@@ -229,6 +231,27 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger, admin
 	if err != nil {
 		return nil, cleanup, err
 	}
+
+	sim, err := streaminput.New(ctx, streaminput.Options{
+		Store: inputs, Dispatch: gw.Handler(), Logger: logger.Named("streaminput"), Registerer: reg,
+		MaxSessionBytes: cfg.Limits.MaxBodyBytes / 4 * 3, // byte chunks travel base64 in the assembled body
+	})
+	if err != nil {
+		return nil, cleanup, fmt.Errorf("streaming input: %w", err)
+	}
+	closers = append(closers, func() { // before the store's closer runs
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := sim.Close(cctx); err != nil {
+			logger.Error("closing streaming-input sessions", "error", err)
+		}
+	})
+	for _, rt := range sim.Routes() {
+		gw.Handle(rt.Method, rt.Path, rt.Handler)
+	}
+	gw.Wrap(sim.ModeA)
+	gw.OnDrain(sim.Drain)
+	sim.Start()
 	return gw, cleanup, nil
 }
 

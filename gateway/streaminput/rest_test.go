@@ -429,27 +429,37 @@ func TestMetrics(t *testing.T) {
 	_ = open
 	e.mustChunk(id, textChunk(1, "de", true))
 	e.result(id, "")
-	mfs, err := e.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			key := mf.GetName()
-			for _, l := range m.GetLabel() {
-				key += "/" + l.GetValue()
-			}
-			switch {
-			case m.Counter != nil:
-				got[key] = m.Counter.GetValue()
-			case m.Gauge != nil:
-				got[key] = m.Gauge.GetValue()
-			case m.Histogram != nil:
-				got[key] = float64(m.Histogram.GetSampleCount())
+	gather := func() map[string]float64 {
+		mfs, err := e.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]float64{}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				key := mf.GetName()
+				for _, l := range m.GetLabel() {
+					key += "/" + l.GetValue()
+				}
+				switch {
+				case m.Counter != nil:
+					got[key] = m.Counter.GetValue()
+				case m.Gauge != nil:
+					got[key] = m.Gauge.GetValue()
+				case m.Histogram != nil:
+					got[key] = float64(m.Histogram.GetSampleCount())
+				}
 			}
 		}
+		return got
 	}
+	// The reader can see the last byte a moment before the session records
+	// that its answer is over.
+	var got map[string]float64
+	eventually(t, 5*time.Second, "the session counts as completed", func() bool {
+		got = gather()
+		return got["sluice_streaming_input_sessions/completed"] == 1
+	})
 	for k, v := range map[string]float64{
 		"sluice_streaming_input_chunks_total/accepted":  2,
 		"sluice_streaming_input_chunks_total/duplicate": 1,
