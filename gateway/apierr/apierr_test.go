@@ -1,0 +1,56 @@
+package apierr
+
+import (
+	"encoding/json"
+	"net/http/httptest"
+	"testing"
+)
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want Error
+		ok   bool
+	}{
+		{"envelope", `{"error":{"message":"m","type":"t","code":"c","param":"p"}}`, Error{Message: "m", Type: "t", Code: "c", Param: "p"}, true},
+		{"bare object", `{"message":"m","code":"c"}`, Error{Message: "m", Code: "c"}, true},
+		{"numeric code (llama.cpp)", `{"error":{"code":500,"message":"boom","type":"server_error"}}`, Error{Message: "boom", Type: "server_error", Code: "500"}, true},
+		{"null fields", `{"error":{"message":"m","type":"t","code":null,"param":null}}`, Error{Message: "m", Type: "t"}, true},
+		{"string error is not an object", `{"error":"nope"}`, Error{}, false},
+		{"not json", `<html>`, Error{}, false},
+		{"no error fields", `{"id":"x"}`, Error{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := Parse([]byte(tt.in))
+			if ok != tt.ok || got != tt.want {
+				t.Fatalf("Parse = %+v, %v; want %+v, %v", got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}
+
+func TestWireShape(t *testing.T) {
+	rec := httptest.NewRecorder()
+	TooLarge(1024).Write(rec)
+	if rec.Code != 413 || rec.Header().Get("Content-Type") != "application/json" {
+		t.Fatalf("%d %v", rec.Code, rec.Header())
+	}
+	var v map[string]map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil {
+		t.Fatal(err)
+	}
+	e := v["error"]
+	if e["code"] != "payload_too_large" || e["param"] != "input" || e["type"] != "invalid_request_error" || e["message"] == "" {
+		t.Fatalf("%s", rec.Body)
+	}
+	// Empty code and param are JSON null, as the OpenAI API sends them.
+	b, _ := json.Marshal(&Error{Message: "m", Type: "server_error"})
+	if string(b) != `{"error":{"code":null,"message":"m","param":null,"type":"server_error"}}` {
+		t.Fatalf("%s", b)
+	}
+	if !StreamIncomplete("x").Retryable() || Invalid("p", "c", "x").Retryable() {
+		t.Fatal("retryable classification")
+	}
+}
