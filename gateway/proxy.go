@@ -78,6 +78,9 @@ func (s *Server) process(ctx context.Context, out responder, req *clientRequest,
 
 // rewrite runs the rewrite policy and applies its result to req.
 func (s *Server) rewrite(ctx context.Context, req *clientRequest) *apierr.Error {
+	if p, ok := s.policy.(interface{ RewriteActive() bool }); ok && !p.RewriteActive() {
+		return nil // no policy rewrites: skip building its input
+	}
 	out := s.policy.Rewrite(ctx, hostabi.RewriteInput{Surface: req.surface(), Endpoint: "/v1" + req.ep.path, Body: req.body, Headers: policyHeaders(req.header)})
 	if rej := out.Reject; rej != nil {
 		status := rej.Status

@@ -350,6 +350,12 @@ func (r *Runtime) Rewrite(ctx context.Context, in hostabi.RewriteInput) hostabi.
 	return out
 }
 
+// RewriteActive reports whether any loaded policy implements the rewrite
+// hook now; when none does, callers may skip building a RewriteInput.
+func (r *Runtime) RewriteActive() bool {
+	return len(r.active.Load().byHook[hRewrite]) > 0
+}
+
 // RewriteTrace is Rewrite that also tells what each policy did.
 func (r *Runtime) RewriteTrace(ctx context.Context, in hostabi.RewriteInput) (hostabi.RewriteOutput, Trace) {
 	var out hostabi.RewriteOutput

@@ -55,3 +55,27 @@ func TestFirstPartyPolicies(t *testing.T) {
 		}
 	}
 }
+
+// TestUnconfiguredRewriteIsNeverCalled: the embedded rewrite policy tells the
+// host, through sluice_hooks, that without config it has nothing to do.
+func TestUnconfiguredRewriteIsNeverCalled(t *testing.T) {
+	r := newRuntime(t, Options{Embedded: policies.Defaults()})
+	if r.RewriteActive() {
+		t.Fatal("an unconfigured rewrite policy is active")
+	}
+	for _, st := range r.Status() {
+		if st.Name == "rewrite" && (st.State != StateActive || len(st.Hooks) != 1 || st.Hooks[0] != "self_test") {
+			t.Fatalf("rewrite status %+v: want loaded with only its self-test", st)
+		}
+	}
+	body := []byte(`{"model":"m","input":"x"}`)
+	out, tr := r.RewriteTrace(context.Background(), hostabi.RewriteInput{Endpoint: "/v1/responses", Body: body})
+	if out.Body != nil || tr.Outcome != "default" {
+		t.Fatalf("rewrite ran: %+v %+v", out, tr)
+	}
+	configured := newRuntime(t, Options{Embedded: policies.Defaults(),
+		Config: map[string]json.RawMessage{"rewrite": json.RawMessage(`{"model_aliases":{"m":"n"}}`)}})
+	if !configured.RewriteActive() {
+		t.Fatal("a configured rewrite policy is not active")
+	}
+}

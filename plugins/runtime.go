@@ -601,15 +601,17 @@ func (r *Runtime) buildFrom(ctx context.Context, e *entry, a *artifact, comp *co
 	if err := checkExports(comp.cm); err != nil {
 		return fail(err)
 	}
+	if v.hooks&(hostabi.HookRecover|hostabi.HookReplay|hostabi.HookRewrite) == 0 {
+		return fail(errors.New("the module exports none of the hooks recover, replay, rewrite_request"))
+	}
 	if inst.mod.ExportedFunction(hostabi.ExportHooks) != nil {
+		// A module may answer that, with its config, it has nothing to do:
+		// it is then loaded but never asked (a call saved per request).
 		mask, err := callI32(sctx, inst.mod, hostabi.ExportHooks)
 		if err != nil {
 			return fail(fmt.Errorf("sluice_hooks: %w", err))
 		}
 		v.hooks &= hostabi.Hook(mask)
-	}
-	if v.hooks&(hostabi.HookRecover|hostabi.HookReplay|hostabi.HookRewrite) == 0 {
-		return fail(errors.New("the module implements none of the hooks recover, replay, rewrite_request"))
 	}
 	if v.hooks&hostabi.HookSelfTest != 0 {
 		tctx := withState(lctx, &callState{v: v, hook: "self_test"})

@@ -73,6 +73,11 @@ type Policy struct {
 	Replay   func(in ReplayInput) (ReplayOutput, error)
 	Rewrite  func(req *Request) error
 	SelfTest func() error
+	// Active, when set, is asked once at load (after init, with the
+	// policy's config readable through Config): false tells the host the
+	// policy has nothing to do, so it is loaded but never called, and
+	// requests do not pay for a call that would change nothing.
+	Active func() bool
 }
 
 var registered Policy
@@ -88,6 +93,9 @@ func Register(p Policy) {
 	}
 	if p.Rewrite != nil {
 		registered.Rewrite = p.Rewrite
+	}
+	if p.Active != nil {
+		registered.Active = p.Active
 	}
 	if p.SelfTest != nil {
 		registered.SelfTest = p.SelfTest
@@ -115,6 +123,13 @@ func Registered() Policy { return registered }
 //lint:ignore U1000 used by the sluice_hooks export on wasip1
 func (p Policy) hooks() hostabi.Hook {
 	var h hostabi.Hook
+	if p.Active != nil && !p.Active() {
+		// Nothing to do with this config: only the self-test runs.
+		if p.SelfTest != nil {
+			h |= hostabi.HookSelfTest
+		}
+		return h
+	}
 	if p.Recover != nil {
 		h |= hostabi.HookRecover
 	}

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -44,6 +43,11 @@ const (
 	// envSluiceArgs adds arguments to `sluice serve` (split on spaces), e.g.
 	// "--config nocontinuity.yaml" for an A/B run.
 	envSluiceArgs = "SLUICE_BENCH_SLUICE_ARGS"
+	// envWSIdle overrides the number of idle client WebSockets (ws-idle).
+	envWSIdle = "SLUICE_BENCH_WS_IDLE"
+	// envReplayN overrides the requests per kind and round of the replay
+	// case.
+	envReplayN = "SLUICE_BENCH_REPLAY_N"
 	// envProfile=DIR writes CPU profiles of the proxy and of Sluice (which
 	// implies SLUICE_BENCH_SLUICE=gateway) and heap profiles taken with the
 	// idle streams open, to DIR.
@@ -71,16 +75,18 @@ type benchConfig struct {
 	idle       int
 	body       int // request body size; 0 is the default body
 	idlePar    int
+	wsIdle     int    // ws-idle: idle client WebSockets
+	replayN    int    // replay: requests per kind and round
 	sluiceMode string // "binary" or "gateway"
 	profile    string
 }
 
 func loadConfig() (benchConfig, error) {
 	c := benchConfig{rounds: 5, dur: 3 * time.Second, warmup: time.Second, workers: 16, rate: 1000, streamRate: 200,
-		idle: targetIdleStreams, idlePar: 64, sluiceMode: "binary"}
+		idle: targetIdleStreams, idlePar: 64, wsIdle: 5000, replayN: 400, sluiceMode: "binary"}
 	if testing.Short() || os.Getenv(envQuick) == "1" {
 		c = benchConfig{quick: true, rounds: 2, dur: 250 * time.Millisecond, warmup: 100 * time.Millisecond,
-			workers: 16, rate: 1000, streamRate: 200, idle: 500, idlePar: 32, sluiceMode: "binary"}
+			workers: 16, rate: 1000, streamRate: 200, idle: 500, idlePar: 32, wsIdle: 300, replayN: 100, sluiceMode: "binary"}
 	}
 	var err error
 	envInt := func(name string, dst *int) {
@@ -98,6 +104,8 @@ func loadConfig() (benchConfig, error) {
 	envInt(envStreamRate, &c.streamRate)
 	envInt(envIdle, &c.idle)
 	envInt(envBody, &c.body)
+	envInt(envWSIdle, &c.wsIdle)
+	envInt(envReplayN, &c.replayN)
 	if v := os.Getenv(envDuration); v != "" && err == nil {
 		d, e := time.ParseDuration(v)
 		if e != nil || d <= 0 {
@@ -138,18 +146,9 @@ type pathResult struct {
 // keeps `go test -bench . ./...` (`just bench-micro`) micro; -short or
 // SLUICE_BENCH_QUICK=1 makes it about ten seconds long.
 func BenchmarkProxyOverhead(b *testing.B) {
-	if f := flag.Lookup("test.benchtime"); f == nil || f.Value.String() != "1x" {
-		b.Skip("the proxy-overhead benchmark runs once for minutes: run it with -benchtime 1x (just bench; add -short for a quick run)")
-	}
-	cfg, err := loadConfig()
-	if err != nil {
-		b.Fatal(err)
-	}
+	cfg, _ := startCase(b, caseOverhead)
 	out := os.Stdout
 	ctx := context.Background()
-	if cfg.body > 0 {
-		setBodySize(cfg.body)
-	}
 
 	// File descriptors: a proxy holding n idle streams needs 2n, the client
 	// and the fake upstream n each.
@@ -184,7 +183,7 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		gwCmd, _ := selfRole(roleGateway, envUpstream+"="+up.url)
 		sl = start("sluice (in-process gateway)", func() (*process, error) { return startProcess("sluice", gwCmd, true) })
 	} else {
-		bin, err := buildSluice(b.TempDir())
+		bin, err := sluiceBinary()
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -83,15 +83,23 @@ func newTarget(name, base string, proc, cpuOf *process) *target {
 
 // post sends one POST /v1/responses with body.
 func (t *target) post(ctx context.Context, c *http.Client, body []byte, hang bool) (*http.Response, error) {
+	var extra http.Header
+	if hang {
+		extra = http.Header{hangHeader: {"1"}, "Accept": {"text/event-stream"}}
+	}
+	return t.postWith(ctx, c, body, extra)
+}
+
+// postWith sends one POST /v1/responses with body and the extra headers.
+func (t *target) postWith(ctx context.Context, c *http.Client, body []byte, extra http.Header) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.base+"/v1/responses", bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer sk-bench-0123456789abcdef")
-	if hang {
-		req.Header.Set(hangHeader, "1")
-		req.Header.Set("Accept", "text/event-stream")
+	for k, v := range extra {
+		req.Header[k] = v
 	}
 	return c.Do(req)
 }
@@ -120,8 +128,13 @@ var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 16<<10
 // doStream sends one streaming request and reads the stream to its end. ttfe
 // is the time from the call to the first "data:" line.
 func (t *target) doStream(ctx context.Context) (ttfe time.Duration, err error) {
+	return t.doStreamWith(ctx, streamBody, nil)
+}
+
+// doStreamWith is doStream with another body and extra headers.
+func (t *target) doStreamWith(ctx context.Context, body []byte, extra http.Header) (ttfe time.Duration, err error) {
 	start := time.Now()
-	resp, err := t.post(ctx, t.client, streamBody, false)
+	resp, err := t.postWith(ctx, t.client, body, extra)
 	if err != nil {
 		return 0, err
 	}

@@ -35,6 +35,7 @@ const (
 	roleUpstream = "upstream" // the fake upstream (upstreamtest)
 	roleProxy    = "proxy"    // the bare httputil.ReverseProxy
 	roleGateway  = "gateway"  // Sluice's gateway in-process, for profiling
+	roleQuota    = "quota"    // the fake upstream failing requests that carry quotaHeader
 )
 
 // hangHeader routes a request to the fake upstream's second handler, whose
@@ -57,9 +58,13 @@ func TestMain(m *testing.M) {
 	var run func(net.Listener) (stop func(), err error)
 	switch role := os.Getenv(envRole); role {
 	case "":
-		os.Exit(m.Run())
+		code := m.Run()
+		removeSluiceBuild()
+		os.Exit(code)
 	case roleUpstream:
 		run = runUpstream
+	case roleQuota:
+		run = runQuotaUpstream
 	case roleProxy:
 		run = runProxy
 	case roleGateway:
@@ -159,24 +164,37 @@ func newRoleServer(h http.Handler) *http.Server {
 }
 
 // runUpstream serves the fake upstream: the default script answers JSON
-// requests with the canned Response and streams with streamEvents events;
-// requests carrying hangHeader get one event and then a held connection.
-func runUpstream(ln net.Listener) (func(), error) {
+// requests with the canned Response and streams (HTTP and the Responses
+// WebSocket mode) with streamEvents events; requests carrying hangHeader get
+// one event and then a held connection.
+func runUpstream(ln net.Listener) (func(), error) { return serveFake(ln, false) }
+
+// runQuotaUpstream serves the fake upstream of runUpstream, except that
+// requests carrying quotaHeader get quotaFailure (before hangHeader counts).
+func runQuotaUpstream(ln net.Listener) (func(), error) { return serveFake(ln, true) }
+
+func serveFake(ln net.Listener, quota bool) (func(), error) {
 	main := upstreamtest.NewHandler(upstreamtest.Options{Name: "bench", DisableRecording: true})
 	main.SetDefault(upstreamtest.Script{
 		Frames: upstreamtest.ResponsesStream(upstreamtest.PlaceholderID, upstreamtest.PlaceholderModel, "Hello from the bench", streamDeltas),
 	})
 	hang := upstreamtest.NewHandler(upstreamtest.Options{Name: "hang", DisableRecording: true})
 	hang.SetDefault(upstreamtest.HangAfter(1))
+	fail := upstreamtest.NewHandler(upstreamtest.Options{Name: "quota", DisableRecording: true})
+	fail.SetDefault(quotaFailure())
 	srv := newRoleServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get(hangHeader) != "" {
+		switch {
+		case quota && r.Header.Get(quotaHeader) != "":
+			fail.ServeHTTP(w, r)
+		case r.Header.Get(hangHeader) != "":
 			hang.ServeHTTP(w, r)
-			return
+		default:
+			main.ServeHTTP(w, r)
 		}
-		main.ServeHTTP(w, r)
 	}))
 	go func() { _ = srv.Serve(ln) }()
 	return func() {
+		fail.Close()
 		hang.Close()
 		main.Close()
 		_ = srv.Close()

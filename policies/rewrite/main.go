@@ -19,7 +19,16 @@ import (
 )
 
 func init() {
-	sdk.Register(sdk.Policy{Rewrite: rewrite, SelfTest: selfTest})
+	sdk.Register(sdk.Policy{Rewrite: rewrite, SelfTest: selfTest, Active: configured})
+}
+
+// configured reports whether the config asks for any edit; without one the
+// gateway never calls this policy.
+func configured() bool {
+	cfg := sdk.Config()
+	_, aliases := sdk.Lookup(cfg, "model_aliases")
+	_, strip := sdk.Lookup(cfg, "strip_tool_types")
+	return aliases || strip
 }
 
 func rewrite(req *sdk.Request) error {
