@@ -186,6 +186,7 @@ func TestBadInput(t *testing.T) {
 		{"missing messages", "/v1/chat/completions", `{"model":"m"}`, 400, "messages", "missing_required_parameter"},
 		{"messages wrong type", "/v1/chat/completions", `{"model":"m","messages":"hi"}`, 400, "messages", "invalid_type"},
 		{"empty messages", "/v1/chat/completions", `{"model":"m","messages":[]}`, 400, "messages", "missing_required_parameter"},
+		{"duplicate key", "/v1/responses", `{"model":"m","input":"x","model":"n"}`, 400, "model", "duplicate_key"},
 		{"too large", "/v1/responses", `{"model":"m","input":"` + strings.Repeat("x", 2000) + `"}`, 413, "input", "payload_too_large"},
 	}
 	for _, tt := range tests {

@@ -104,7 +104,18 @@ func parseRequest(ep endpoint, body []byte) (*clientRequest, *apierr.Error) {
 func (r *clientRequest) readFields(root gjson.Result) *apierr.Error {
 	// One pass over the top-level keys: the body may be megabytes of history.
 	var model, stream, prev, input, messages, store gjson.Result
+	var keys []string
+	var dup string
 	root.ForEach(func(key, value gjson.Result) bool {
+		// A repeated key is ambiguous: a policy could edit one copy while the
+		// upstream reads the other.
+		for _, k := range keys {
+			if k == key.Str {
+				dup = k
+				return false
+			}
+		}
+		keys = append(keys, key.Str)
 		switch key.Str {
 		case "model":
 			model = value
@@ -121,6 +132,9 @@ func (r *clientRequest) readFields(root gjson.Result) *apierr.Error {
 		}
 		return true
 	})
+	if dup != "" {
+		return apierr.Invalid(dup, "duplicate_key", "the request body has the top-level key %q more than once", dup)
+	}
 	switch {
 	case !model.Exists() || model.Type == gjson.Null:
 		return apierr.Invalid("model", apierr.CodeMissingField, "you must provide a model parameter")
