@@ -281,14 +281,14 @@ func wsTurnsCase(b *testing.B, out io.Writer, cfg benchConfig, procs *procSet, u
 		}
 	}
 	subcase("ws1", "(w1) one client WebSocket, sequential turns", one)
-	subcase("ws16", fmt.Sprintf("(w2) %d client WebSockets, sequential turns on each (closed loop, saturated: latencies include queueing)", cfg.workers), many)
+	subcase("wsN", fmt.Sprintf("(w2) %d client WebSockets, sequential turns on each (closed loop, saturated: latencies include queueing)", cfg.workers), many)
 
 	fmt.Fprintf(out, "\nsummary (ws-turns, pooled over all rounds; added = path − direct, per event = ÷ %d)\n", streamEvents)
 	w := newTable(out)
 	fmt.Fprintln(w, "path\tw1 turns/s\tw1 p50\tw1 p99\tw1 TTFF p50\tw1 TTFF p99\tadded/event p50\tadded/event p99\tadded TTFF p50\tadded TTFF p99\tw2 turns/s\tw2 p50\tw2 p99\tw2 added/event p50\t")
 	for _, n := range names {
 		o, m := one[n], many[n]
-		a1, a2 := adds["ws1"+n], adds["ws16"+n]
+		a1, a2 := adds["ws1"+n], adds["wsN"+n]
 		cell := func(d time.Duration, micros bool) string {
 			if n == "direct" {
 				return "-"
