@@ -2,9 +2,16 @@ package gateway_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -106,4 +113,123 @@ func TestWasmPoliciesDriveTheGateway(t *testing.T) {
 	if calls == 0 {
 		t.Fatal("no policy calls counted: the gateway did not go through the Wasm runtime")
 	}
+}
+
+// TestPolicyHotSwapUnderLoad swaps policy files (add, replace, a bad file,
+// delete) in the watched directory while requests stream through the
+// gateway: no request may fail, and the bad file is rejected while the
+// previous version keeps serving.
+func TestPolicyHotSwapUnderLoad(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rt, err := plugins.New(ctx, plugins.Options{Embedded: policies.Defaults(), PolicyDir: dir, Logger: hclog.NewNullLogger(),
+		CallTimeout: 5 * time.Second, Debounce: 20 * time.Millisecond,
+		Config: map[string]json.RawMessage{"rewrite": json.RawMessage(`{"model_aliases":{"fast":"gpt-fake-1"}}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	h := newHarness(t, harnessConfig{opts: gateway.Options{Policy: rt}})
+
+	wat, err := os.ReadFile("../examples/policies/05-wat-recover.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vendor, err := os.ReadFile("../examples/policies/10-vendor-overloaded.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var failed, served atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < 2; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				resp, err := http.Post(h.url+"/v1/responses", "application/json", strings.NewReader(`{"model":"fast","input":"hi","stream":true}`))
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 || !strings.Contains(string(body), "response.completed") {
+					failed.Add(1)
+				}
+				served.Add(1)
+			}
+		}()
+	}
+	write := func(name string, b []byte) {
+		tmp := filepath.Join(dir, "."+name+".tmp")
+		if err := os.WriteFile(tmp, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil { // atomic-rename write
+			t.Fatal(err)
+		}
+	}
+	waitFor := func(what string, ok func([]plugins.PolicyStatus) bool) {
+		deadline := time.Now().Add(20 * time.Second)
+		for !ok(rt.Status()) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s: %+v", what, rt.Status())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	rejected := func(name string) func([]plugins.PolicyStatus) bool {
+		return func(sts []plugins.PolicyStatus) bool {
+			for _, st := range sts {
+				if st.Name == name && st.State == plugins.StateRejected {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	version := func(b []byte) func([]plugins.PolicyStatus) bool {
+		sum := fmt.Sprintf("%x", sha256.Sum256(b))
+		return func(sts []plugins.PolicyStatus) bool {
+			for _, st := range sts {
+				if st.Name == "10-vendor-overloaded" && st.State == plugins.StateActive && st.SHA256 == sum {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	write("10-vendor-overloaded.wasm", vendor)
+	waitFor("v1 active", version(vendor))
+	write("10-vendor-overloaded.wasm", wat) // v2: other bytes, same name
+	waitFor("v2 active", version(wat))
+	write("10-vendor-overloaded.wasm", vendor) // back to v1
+	waitFor("v1 again", version(vendor))
+	write("20-garbage.wasm", []byte("this is not wasm"))
+	waitFor("garbage rejected", rejected("20-garbage"))
+	if err := os.Remove(filepath.Join(dir, "10-vendor-overloaded.wasm")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("unloaded", func(sts []plugins.PolicyStatus) bool {
+		for _, st := range sts {
+			if st.Name == "10-vendor-overloaded" {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(100 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if failed.Load() != 0 || served.Load() == 0 {
+		t.Fatalf("%d of %d requests failed during swaps", failed.Load(), served.Load())
+	}
+	t.Logf("%d requests served across 4 swaps, a rejection and an unload, none failed", served.Load())
 }
