@@ -199,10 +199,11 @@ func printStderrTails(out io.Writer, ps ...*process) {
 	}
 }
 
-// reportMetric reports v unless it is NaN or infinite.
+// reportMetric reports v unless it is NaN or infinite; blanks in unit
+// become dashes.
 func reportMetric(b *testing.B, v float64, unit string) {
 	if !math.IsNaN(v) && !math.IsInf(v, 0) {
-		b.ReportMetric(v, unit)
+		b.ReportMetric(v, strings.Join(strings.Fields(unit), "-"))
 	}
 }
 

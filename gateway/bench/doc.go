@@ -1,13 +1,25 @@
-// Package bench holds the proxy-overhead benchmark (`just bench`): in one
-// run, against the same fake upstream, it measures a client talking to the
-// upstream directly, through a bare net/http/httputil.ReverseProxy (the
-// practical floor of any Go proxy) and through Sluice, interleaved in rounds
-// so that machine noise hits all three alike, and prints the ratios.
+// Package bench holds the process benchmarks of `just bench`. Each runs the
+// fake upstream (gateway/upstreamtest), and Sluice (the real binary built
+// from ./cmd/sluice), as separate processes — the test binary re-executes
+// itself to play the fake upstreams and the bare proxy — and is itself the
+// load generator. Paths are measured interleaved in rounds, so that machine
+// noise hits them alike, and printed as tables with the differences and
+// ratios, every number also reported with b.ReportMetric.
 //
-// The fake upstream, the bare proxy and Sluice each run as a separate
-// process: the test binary re-executes itself to play the first two, and
-// Sluice is the real binary built from ./cmd/sluice. The benchmark process
-// itself is the load generator. The package has only test files; see
-// bench_test.go for the cases, the knobs (quick mode with -short or
-// SLUICE_BENCH_QUICK=1) and profiling (SLUICE_BENCH_PROFILE).
+//   - BenchmarkProxyOverhead (case "overhead"): client → upstream directly,
+//     through a bare net/http/httputil.ReverseProxy (the practical floor of
+//     any Go proxy) and through Sluice: JSON and 10-event streams, closed
+//     loop and fixed rate, and the RSS of idle streams.
+//   - BenchmarkWebSocket (cases "ws-turns" and "ws-idle"): the Responses
+//     WebSocket mode directly and through Sluice with a WebSocket and with an
+//     SSE upstream: added latency per event, time to first frame, RSS per
+//     idle client socket (sockets per GiB).
+//   - BenchmarkReplay (case "replay"): the time to first event a transparent
+//     replay adds when the first upstream fails with usage_limit_reached.
+//   - BenchmarkContinuity (case "continuity"): store:true streams through
+//     Sluice with continuity on and off, first turns and follow-ups.
+//
+// The package has only test files; see bench_test.go and cases_test.go for
+// the knobs: SLUICE_BENCH_CASES selects cases (default all), -short or
+// SLUICE_BENCH_QUICK=1 is the quick mode, SLUICE_BENCH_PROFILE profiles.
 package bench

@@ -87,8 +87,8 @@ func BenchmarkReplay(b *testing.B) {
 
 	kinds := []*replayKind{
 		{name: "direct", t: newTarget("direct", upA.url, nil, upA)},
-		{name: "sluice normal", t: st},
-		{name: "sluice replay", t: st, hdr: http.Header{quotaHeader: {"1"}}},
+		{name: "sluice-normal", t: st},
+		{name: "sluice-replay", t: st, hdr: http.Header{quotaHeader: {"1"}}},
 	}
 	// run sends n requests of each kind, one at a time after replayGap,
 	// rotating the kinds' order, into fresh stats per kind.
@@ -160,7 +160,7 @@ func BenchmarkReplay(b *testing.B) {
 	addTTFE, addLat := ttfeDiff(rep, norm), latDiff(rep, norm)
 	fmt.Fprintf(out, "added by a replay (replay − normal): TTFE %s\n", addTTFE)
 	fmt.Fprintf(out, "                                     stream latency %s\n", addLat)
-	fmt.Fprintf(out, "sluice normal − direct: TTFE %s\n", ttfeDiff(norm, dir))
+	fmt.Fprintf(out, "sluice-normal − direct: TTFE %s\n", ttfeDiff(norm, dir))
 	addTTFE.report(b, "replay-added-ttfe")
 	addLat.report(b, "replay-added-latency")
 	ttfeDiff(norm, dir).report(b, "sluice-normal-added-ttfe")

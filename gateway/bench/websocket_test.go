@@ -205,6 +205,8 @@ func wsTurnsCase(b *testing.B, out io.Writer, cfg benchConfig, procs *procSet, u
 	slWS := startSluice(b, procs, "sluice-ws", "upstreams:\n"+upstreamYAML("fake", up.url, "websocket"))
 	slSSE := startSluice(b, procs, "sluice-sse", "upstreams:\n"+upstreamYAML("fake", up.url, "http"))
 	paths := []*wsPath{newWSPath("direct", up.url, nil, up), newWSPath("sluice-ws", slWS.url, slWS, slWS), newWSPath("sluice-sse", slSSE.url, slSSE, slSSE)}
+	fmt.Fprintf(out, "\n(ws-turns) %d rounds × %v per path and sub-case; processes: sluice-ws pid %d (transport: websocket), sluice-sse pid %d (transport: http, SSE)\n",
+		cfg.rounds, cfg.dur, slWS.pid(), slSSE.pid())
 	upFds := up.fds()
 	for _, p := range paths {
 		if err := p.open(ctx, cfg.workers, frame); err != nil {
@@ -219,8 +221,6 @@ func wsTurnsCase(b *testing.B, out io.Writer, cfg benchConfig, procs *procSet, u
 		}
 		upFds = up.fds()
 	}
-	fmt.Fprintf(out, "\n(ws-turns) %d rounds × %v per path and sub-case; processes: sluice-ws pid %d (transport: websocket), sluice-sse pid %d (transport: http, SSE)\n",
-		cfg.rounds, cfg.dur, slWS.pid(), slSSE.pid())
 	for _, p := range paths {
 		closedLoop(ctx, 1, cfg.warmup, turnOp(p.single, frame))
 		closedLoop(ctx, cfg.workers, cfg.warmup, turnOp(p.multi, frame))
@@ -308,8 +308,16 @@ func wsTurnsCase(b *testing.B, out io.Writer, cfg benchConfig, procs *procSet, u
 // wsIdleResult is the outcome of holding idle client sockets on a Sluice.
 type wsIdleResult struct {
 	idleResult
-	upBefore, upAfter int // the fake upstream's fds
-	leftFds, leftUp   int // Sluice's and the fake upstream's fds once the clients have gone
+	upBefore, upMid, upAfter int // the fake upstream's fds
+	leftFds, leftUp          int // Sluice's and the fake upstream's fds once the clients have gone
+}
+
+// firstFifthKiB is the RSS growth per socket over the first fifth.
+func (r *wsIdleResult) firstFifthKiB() float64 {
+	if r.midOpened == 0 {
+		return 0
+	}
+	return float64(r.rssMid-r.rssBefore) / float64(r.midOpened)
 }
 
 // perGiB is how many sockets a GiB of RSS holds at kib KiB per socket.
@@ -371,16 +379,16 @@ func wsIdleCase(b *testing.B, out io.Writer, cfg benchConfig, procs *procSet, up
 		fmt.Fprintf(out, "N %s\n", capNote)
 	}
 	w := newTable(out)
-	fmt.Fprintln(w, "path\topen\tRSS before\tRSS with sockets\tKiB/socket\tmarginal KiB/socket\tsockets/GiB\tmarginal sockets/GiB\tfds before → after\tupstream sockets held\topen time\terrors\t")
+	fmt.Fprintln(w, "path\topen\tRSS before\tRSS with sockets\tKiB/socket\tfirst fifth KiB/socket\tmarginal KiB/socket\tsockets/GiB\tmarginal sockets/GiB\tfds before → after\tupstream sockets held at N/5, N\topen time\terrors\t")
 	for _, p := range paths {
 		r := res[p.name]
 		errs := "0"
 		if r.errs > 0 {
 			errs = fmt.Sprintf("%d (%v)", r.errs, r.firstErr)
 		}
-		fmt.Fprintf(w, "%s\t%d/%d\t%.1f MiB\t%.1f MiB\t%.1f\t%.1f\t%.0f\t%.0f\t%d → %d\t%d\t%v\t%s\t\n", p.name, r.opened, r.want,
-			float64(r.rssBefore)/1024, float64(r.rssAfter)/1024, r.kibPerStream(), r.marginalKiB(), perGiB(r.kibPerStream()), perGiB(r.marginalKiB()),
-			r.fdsBefore, r.fdsAfter, r.upAfter-r.upBefore, r.openTime.Round(time.Millisecond), errs)
+		fmt.Fprintf(w, "%s\t%d/%d\t%.1f MiB\t%.1f MiB\t%.1f\t%.1f\t%.1f\t%.0f\t%.0f\t%d → %d\t%d, %d\t%v\t%s\t\n", p.name, r.opened, r.want,
+			float64(r.rssBefore)/1024, float64(r.rssAfter)/1024, r.kibPerStream(), r.firstFifthKiB(), r.marginalKiB(), perGiB(r.kibPerStream()), perGiB(r.marginalKiB()),
+			r.fdsBefore, r.fdsAfter, r.upMid-r.upBefore, r.upAfter-r.upBefore, r.openTime.Round(time.Millisecond), errs)
 		reportMetric(b, r.kibPerStream(), p.name+"-ws-idle-KiB/socket")
 		reportMetric(b, r.marginalKiB(), p.name+"-ws-idle-marginal-KiB/socket")
 		reportMetric(b, perGiB(r.kibPerStream()), p.name+"-ws-idle-sockets/GiB")
@@ -389,11 +397,13 @@ func wsIdleCase(b *testing.B, out io.Writer, cfg benchConfig, procs *procSet, up
 		}
 	}
 	_ = w.Flush()
-	fmt.Fprintln(out, "upstream sockets held: the fake upstream's fds with the sockets open − before (sluice-sse: pooled HTTP connections)")
+	fmt.Fprintln(out, "first fifth: RSS growth per socket over the first N/5 sockets; upstream sockets held: the fake upstream's fds − before (sluice-sse: pooled HTTP connections)")
 	ws, sse := res["sluice-ws"], res["sluice-sse"]
 	if held := ws.upAfter - ws.upBefore; held < ws.opened-16 {
 		fmt.Fprintf(out, "note: sluice-ws held only %d upstream sockets for %d client sockets: the gateway keeps at most gateway.Options.UpstreamSockets (default 1024; `sluice serve` has no key for it) and a new session evicts another's idle upstream socket\n",
 			held, ws.opened)
+		fmt.Fprintf(out, "      the first fifth (%d client sockets, %d upstream sockets) is the cost of a client socket with its upstream socket: %.1f KiB, %.0f per GiB\n",
+			ws.midOpened, ws.upMid-ws.upBefore, ws.firstFifthKiB(), perGiB(ws.firstFifthKiB()))
 	}
 	fmt.Fprintf(out, "sluice-ws ÷ sluice-sse RSS per socket: %.2f (marginal %.2f)\n", ratio(ws.kibPerStream(), sse.kibPerStream()), ratio(ws.marginalKiB(), sse.marginalKiB()))
 	for _, p := range paths {
@@ -422,7 +432,7 @@ func measureWSIdle(b *testing.B, sl, up *process, url string, frame []byte, n, p
 	const maxErrs = 50
 	set.open(&r.idleResult, n/5, par, maxErrs)
 	time.Sleep(300 * time.Millisecond)
-	r.midOpened = r.opened
+	r.midOpened, r.upMid = r.opened, up.fds()
 	if r.rssMid, err = sl.rssKiB(); err != nil {
 		b.Fatal(err)
 	}

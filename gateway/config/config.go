@@ -44,16 +44,18 @@ type Limits struct {
 	MaxBodyBytes    int64 `yaml:"max_body_bytes"`     // request body cap (413 beyond)
 	MaxEventBytes   int   `yaml:"max_event_bytes"`    // one upstream SSE event
 	MaxWSFrameBytes int64 `yaml:"max_ws_frame_bytes"` // one response.create frame
+	UpstreamSockets int   `yaml:"upstream_sockets"`   // upstream WebSockets kept open at most
 }
 
 // Timeouts bound every wait.
 type Timeouts struct {
-	Connect       Duration `yaml:"connect"`        // TCP+TLS to an upstream
-	Header        Duration `yaml:"header"`         // upstream response headers
-	Idle          Duration `yaml:"idle"`           // between upstream stream events
-	ReadHeader    Duration `yaml:"read_header"`    // client request headers (slow-loris)
-	DrainGrace    Duration `yaml:"drain_grace"`    // in-flight streams on shutdown
-	ProbeInterval Duration `yaml:"probe_interval"` // upstream readiness probe period
+	Connect       Duration `yaml:"connect"`              // TCP+TLS to an upstream
+	Header        Duration `yaml:"header"`               // upstream response headers
+	Idle          Duration `yaml:"idle"`                 // between upstream stream events
+	ReadHeader    Duration `yaml:"read_header"`          // client request headers (slow-loris)
+	DrainGrace    Duration `yaml:"drain_grace"`          // in-flight streams on shutdown
+	ProbeInterval Duration `yaml:"probe_interval"`       // upstream readiness probe period
+	UpstreamIdle  Duration `yaml:"upstream_socket_idle"` // an idle upstream WebSocket is closed after this
 }
 
 // Continuity configures previous_response_id owner pinning.
@@ -101,7 +103,7 @@ func Defaults() Config {
 		Listen:  "127.0.0.1:8080",
 		DataDir: "./sluice-data",
 		Log:     Log{Level: "info"},
-		Limits:  Limits{MaxBodyBytes: 32 << 20, MaxEventBytes: 16 << 20, MaxWSFrameBytes: 15 << 20},
+		Limits:  Limits{MaxBodyBytes: 32 << 20, MaxEventBytes: 16 << 20, MaxWSFrameBytes: 15 << 20, UpstreamSockets: 1024},
 		Timeouts: Timeouts{
 			Connect:       Duration(5 * time.Second),
 			Header:        Duration(120 * time.Second),
@@ -109,6 +111,7 @@ func Defaults() Config {
 			ReadHeader:    Duration(10 * time.Second),
 			DrainGrace:    Duration(30 * time.Second),
 			ProbeInterval: Duration(15 * time.Second),
+			UpstreamIdle:  Duration(5 * time.Minute),
 		},
 		Continuity: Continuity{AnchorTTL: Duration(7 * 24 * time.Hour)},
 	}
@@ -235,8 +238,12 @@ func (c *Config) Validate() error {
 	if c.Limits.MaxWSFrameBytes <= 0 {
 		bad("limits.max_ws_frame_bytes", "must be positive")
 	}
+	if c.Limits.UpstreamSockets <= 0 {
+		bad("limits.upstream_sockets", "must be positive")
+	}
 	for key, d := range map[string]Duration{"timeouts.connect": c.Timeouts.Connect, "timeouts.header": c.Timeouts.Header,
-		"timeouts.idle": c.Timeouts.Idle, "timeouts.read_header": c.Timeouts.ReadHeader, "timeouts.probe_interval": c.Timeouts.ProbeInterval} {
+		"timeouts.idle": c.Timeouts.Idle, "timeouts.read_header": c.Timeouts.ReadHeader, "timeouts.probe_interval": c.Timeouts.ProbeInterval,
+		"timeouts.upstream_socket_idle": c.Timeouts.UpstreamIdle} {
 		if d <= 0 {
 			bad(key, "must be positive")
 		}
