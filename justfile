@@ -30,11 +30,16 @@ bench:
 bench-micro:
     go test -run '^$' -bench . -benchmem ./...
 
-# Fuzz each parser for a while (FUZZTIME=30s by default)
+# Fuzz each parser for a while (FUZZTIME=30s by default): SSE reader, translators, ABI decoding
 fuzz FUZZTIME="30s":
     go test -run '^$' -fuzz '^FuzzReader$' -fuzztime {{FUZZTIME}} ./gateway/sse/
     go test -run '^$' -fuzz '^FuzzToChat$' -fuzztime {{FUZZTIME}} ./gateway/translate/
     go test -run '^$' -fuzz '^FuzzStream$' -fuzztime {{FUZZTIME}} ./gateway/translate/
+    go test -run '^$' -fuzz '^FuzzFromChatResponse$' -fuzztime {{FUZZTIME}} ./gateway/translate/
+    go test -run '^$' -fuzz '^FuzzDecodeInputs$' -fuzztime {{FUZZTIME}} ./hostabi/
+    go test -run '^$' -fuzz '^FuzzDocument$' -fuzztime {{FUZZTIME}} ./hostabi/
+    go test -run '^$' -fuzz '^FuzzDecodeRecoverResult$' -fuzztime {{FUZZTIME}} ./plugins/
+    go test -run '^$' -fuzz '^FuzzDecodeReplayResult$' -fuzztime {{FUZZTIME}} ./plugins/
 
 # Run the gateway on the embedded fake upstream
 demo:
