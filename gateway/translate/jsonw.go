@@ -3,7 +3,6 @@ package translate
 import (
 	"bytes"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 )
@@ -13,52 +12,6 @@ import (
 // and events are assembled by appending, and values taken from the input are
 // copied as their raw JSON text (already validated), which keeps a 1 MiB
 // Codex history to a couple of copies.
-
-const hexDigits = "0123456789abcdef"
-
-// appendString appends s as a JSON string literal. Control characters, quotes
-// and backslashes are escaped; invalid UTF-8 becomes U+FFFD, as encoding/json
-// does. HTML characters are left alone (the output is never embedded in HTML).
-func appendString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
-}
 
 // appendInt appends n in decimal.
 func appendInt(dst []byte, n int64) []byte { return strconv.AppendInt(dst, n, 10) }

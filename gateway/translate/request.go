@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/tidwall/gjson"
 )
 
@@ -377,7 +378,7 @@ func ToChat(body []byte, history []json.RawMessage, opts RequestOptions) (chat [
 	out := make([]byte, 0, size)
 	out = append(out, '{')
 	out = appendKey(out, "model")
-	out = appendString(out, model)
+	out = hostabi.AppendQuote(out, model)
 	out = appendKey(out, "messages")
 	out = c.appendMessages(out)
 	if len(tools.chat) > 0 {
@@ -1073,7 +1074,7 @@ func (c *converter) assistantMessage(i int, content gjson.Result) *apierr.Error 
 			m.content = string(append(b, ']'))
 		}
 		if len(refusal) > 0 {
-			m.refusal = string(appendString(nil, strings.Join(refusal, "")))
+			m.refusal = string(hostabi.AppendQuote(nil, strings.Join(refusal, "")))
 		}
 	}
 	c.takeReasoning(&m)
@@ -1238,7 +1239,7 @@ func (c *converter) appendMessages(out []byte) []byte {
 			out = append(out, ',')
 		}
 		out = append(out, `{"role":`...)
-		out = appendString(out, m.role)
+		out = hostabi.AppendQuote(out, m.role)
 		if m.role == "tool" {
 			out = append(out, `,"tool_call_id":`...)
 			out = append(out, m.toolCallID...)
@@ -1258,7 +1259,7 @@ func (c *converter) appendMessages(out []byte) []byte {
 		}
 		if m.reasoning != "" {
 			out = append(out, `,"reasoning_content":`...)
-			out = appendString(out, m.reasoning)
+			out = hostabi.AppendQuote(out, m.reasoning)
 		}
 		if len(m.toolCalls) > 0 {
 			out = append(out, `,"tool_calls":[`...)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/tidwall/gjson"
 )
 
@@ -324,9 +325,9 @@ func (s *Stream) fail(e *apierr.Error) []Event {
 		msg = "The upstream reported an error."
 	}
 	b := append(s.errObj[:0], `{"code":`...)
-	b = appendString(b, code)
+	b = hostabi.AppendQuote(b, code)
 	b = append(b, `,"message":`...)
-	b = appendString(b, msg)
+	b = hostabi.AppendQuote(b, msg)
 	s.errObj = append(b, '}')
 	s.pendingWS = s.pendingWS[:0]
 	s.terminal("response.failed", "failed")
@@ -532,7 +533,7 @@ func (s *Stream) textDelta(kind itemKind, pk partKind, text, raw string) {
 	if raw != "" {
 		b = append(b, raw...)
 	} else {
-		b = appendString(b, text)
+		b = hostabi.AppendQuote(b, text)
 	}
 	if pk == partText {
 		b = append(b, `,"logprobs":[]`...)
@@ -621,7 +622,7 @@ func (s *Stream) argsDelta(call *outItem, text, raw string) {
 	if raw != "" {
 		b = append(b, raw...)
 	} else {
-		b = appendString(b, text)
+		b = hostabi.AppendQuote(b, text)
 	}
 	s.end(typ, b)
 }
@@ -692,7 +693,7 @@ func (s *Stream) closePart(it *outItem, ci int) {
 	b := s.begin(typ, 160+len(p.text))
 	b = s.appendRef(b, it, ci)
 	b = appendKey(b, field)
-	b = appendString(b, string(p.text))
+	b = hostabi.AppendQuote(b, string(p.text))
 	if p.kind == partText {
 		b = append(b, `,"logprobs":[]`...)
 	}
@@ -718,9 +719,9 @@ func (s *Stream) closeItem(it *outItem, status string) {
 		b := s.begin(typ, 160+len(it.args))
 		b = s.appendRef(b, it, -1)
 		b = append(b, `,"name":`...)
-		b = appendString(b, it.name)
+		b = hostabi.AppendQuote(b, it.name)
 		b = append(b, `,"arguments":`...)
-		b = appendString(b, string(it.args))
+		b = hostabi.AppendQuote(b, string(it.args))
 		s.end(typ, b)
 	}
 	for ci, p := range it.parts {
@@ -763,7 +764,7 @@ func (s *Stream) flush() []Event {
 // appendRef appends item_id, output_index and (ci >= 0) content_index.
 func (s *Stream) appendRef(b []byte, it *outItem, ci int) []byte {
 	b = append(b, `,"item_id":`...)
-	b = appendString(b, it.id)
+	b = hostabi.AppendQuote(b, it.id)
 	b = append(b, `,"output_index":`...)
 	b = appendInt(b, int64(it.index))
 	if ci >= 0 {
@@ -778,13 +779,13 @@ func (p *outPart) appendJSON(b []byte) []byte {
 	switch p.kind {
 	case partText:
 		b = append(b, `{"type":"output_text","annotations":[],"logprobs":[],"text":`...)
-		b = appendString(b, string(p.text))
+		b = hostabi.AppendQuote(b, string(p.text))
 	case partRefusal:
 		b = append(b, `{"type":"refusal","refusal":`...)
-		b = appendString(b, string(p.text))
+		b = hostabi.AppendQuote(b, string(p.text))
 	default:
 		b = append(b, `{"type":"reasoning_text","text":`...)
-		b = appendString(b, string(p.text))
+		b = hostabi.AppendQuote(b, string(p.text))
 	}
 	return append(b, '}')
 }
@@ -793,7 +794,7 @@ func (p *outPart) appendJSON(b []byte) []byte {
 // announce renders it as output_item.added shows it (no arguments yet).
 func (it *outItem) appendJSON(b []byte, status string, announce bool) []byte {
 	b = append(b, `{"id":`...)
-	b = appendString(b, it.id)
+	b = hostabi.AppendQuote(b, it.id)
 	switch it.kind {
 	case kindCall:
 		b = append(b, `,"type":"function_call","status":"`...)
@@ -802,12 +803,12 @@ func (it *outItem) appendJSON(b []byte, status string, announce bool) []byte {
 		if announce {
 			b = append(b, `""`...) // arguments stream as deltas after added
 		} else {
-			b = appendString(b, string(it.args))
+			b = hostabi.AppendQuote(b, string(it.args))
 		}
 		b = append(b, `,"call_id":`...)
-		b = appendString(b, it.callID)
+		b = hostabi.AppendQuote(b, it.callID)
 		b = append(b, `,"name":`...)
-		b = appendString(b, it.name)
+		b = hostabi.AppendQuote(b, it.name)
 		return append(b, '}')
 	case kindReasoning:
 		b = append(b, `,"type":"reasoning","status":"`...)
@@ -831,7 +832,7 @@ func (it *outItem) appendJSON(b []byte, status string, announce bool) []byte {
 // items and usage.
 func (s *Stream) appendResponse(b []byte, status string, final bool) []byte {
 	b = append(b, `{"id":`...)
-	b = appendString(b, s.respID)
+	b = hostabi.AppendQuote(b, s.respID)
 	b = append(b, `,"object":"response","created_at":`...)
 	b = appendInt(b, s.createdAt)
 	b = append(b, `,"status":"`...)
@@ -845,13 +846,13 @@ func (s *Stream) appendResponse(b []byte, status string, final bool) []byte {
 	b = append(b, `,"incomplete_details":`...)
 	if final && s.incomplete != "" {
 		b = append(b, `{"reason":`...)
-		b = appendString(b, s.incomplete)
+		b = hostabi.AppendQuote(b, s.incomplete)
 		b = append(b, '}')
 	} else {
 		b = append(b, "null"...)
 	}
 	b = append(b, `,"model":`...)
-	b = appendString(b, s.model)
+	b = hostabi.AppendQuote(b, s.model)
 	b = append(b, `,"output":[`...)
 	if final {
 		for k, it := range s.items {
