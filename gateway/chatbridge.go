@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -151,38 +150,22 @@ func (s *Server) convertForChat(ctx context.Context, req *clientRequest) *chatCo
 // sendChat runs a Responses request against a Chat Completions upstream.
 func (s *Server) sendChat(upCtx context.Context, idle *time.Timer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
 	conv := req.chat
-	upReq, err := http.NewRequestWithContext(upCtx, http.MethodPost, u.URL("/chat/completions"), bytes.NewReader(conv.body))
-	if err != nil {
-		return nil, err
-	}
-	upReq.Header = upstreamHeaders(req.header, u.Config().APIKey, req.stream, req.setHeaders, req.removeHeaders)
-	upReq.ContentLength = int64(len(conv.body))
-	resp, err := s.client.Do(upReq)
-	if err != nil {
-		return nil, err
-	}
-	ans := &upstreamAnswer{status: resp.StatusCode, header: resp.Header, done: func(bool) { resp.Body.Close() }}
-	if resp.StatusCode/100 != 2 {
-		ans.body, _ = io.ReadAll(io.LimitReader(resp.Body, maxUpstreamErrorBody))
-		return ans, nil
+	resp, ans, err := s.post(upCtx, req, u, "/chat/completions", conv.body)
+	if err != nil || ans.status/100 != 2 {
+		return ans, err
 	}
 	opts := translate.StreamOptions{ResponseID: "resp_" + strings.ReplaceAll(uuid.NewString(), "-", ""), Model: conv.info.Model,
 		CreatedAt: time.Now().Unix(), Request: conv.info.Echo}
-	if req.stream && strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Type")), "text/event-stream") {
+	if isSSE(req, resp) {
 		idle.Reset(s.opts.IdleTimeout)
 		ir := &idleReader{r: resp.Body, t: idle, d: s.opts.IdleTimeout}
 		ans.src = &chatSource{s: s, ctx: upCtx, req: req, in: sse.NewReader(ir, s.opts.MaxEventBytes), tr: translate.NewStream(opts)}
 		ans.beforeRead = &ir.before
 		return ans, nil
 	}
-	limit := int64(s.opts.MaxEventBytes) * 4
-	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
-	switch {
-	case err != nil:
+	body, err := s.readAnswer(resp.Body)
+	if err != nil {
 		ans.readErr = err
-		return ans, nil
-	case int64(len(body)) > limit:
-		ans.readErr = fmt.Errorf("the upstream answer exceeds %d bytes", limit)
 		return ans, nil
 	}
 	out, items, aerr := translate.FromChatResponse(body, opts)

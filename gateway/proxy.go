@@ -14,6 +14,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/sluice-gw/sluice/gateway/clientkey"
 	"github.com/sluice-gw/sluice/gateway/sse"
 	"github.com/sluice-gw/sluice/gateway/upstream"
 	"github.com/sluice-gw/sluice/hostabi"
@@ -58,7 +59,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, ep endpoint) {
 	}
 	surface = req.surface()
 	req.header = r.Header
-	req.clientKeyHash = clientKeyHash(r.Header)
+	req.clientKeyHash = clientkey.Hash(r.Header)
 	if aerr := s.rewrite(r.Context(), req); aerr != nil {
 		aerr.Write(sw)
 		return
@@ -274,33 +275,53 @@ func (s *Server) send(upCtx context.Context, idle *time.Timer, req *clientReques
 	return s.sendHTTP(upCtx, idle, req, u)
 }
 
-func (s *Server) sendHTTP(upCtx context.Context, idle *time.Timer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
-	upReq, err := http.NewRequestWithContext(upCtx, http.MethodPost, u.URL(req.ep.path), bytes.NewReader(req.body))
+// post sends body to u's path with the request's headers. A non-2xx answer
+// comes back with its (bounded) body read.
+func (s *Server) post(upCtx context.Context, req *clientRequest, u *upstream.Upstream, path string, body []byte) (*http.Response, *upstreamAnswer, error) {
+	upReq, err := http.NewRequestWithContext(upCtx, http.MethodPost, u.URL(path), bytes.NewReader(body))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	upReq.Header = upstreamHeaders(req.header, u.Config().APIKey, req.stream, req.setHeaders, req.removeHeaders)
-	upReq.ContentLength = int64(len(req.body))
+	upReq.ContentLength = int64(len(body))
 	resp, err := s.client.Do(upReq)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ans := &upstreamAnswer{status: resp.StatusCode, header: resp.Header, done: func(bool) { resp.Body.Close() }}
 	if resp.StatusCode/100 != 2 {
 		ans.body, _ = io.ReadAll(io.LimitReader(resp.Body, maxUpstreamErrorBody))
-		return ans, nil
 	}
-	if req.stream && strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Type")), "text/event-stream") {
+	return resp, ans, nil
+}
+
+// isSSE reports whether a streaming request got an event stream back.
+func isSSE(req *clientRequest, resp *http.Response) bool {
+	return req.stream && strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Type")), "text/event-stream")
+}
+
+// readAnswer reads a complete 2xx answer, bounded.
+func (s *Server) readAnswer(r io.Reader) ([]byte, error) {
+	limit := int64(s.opts.MaxEventBytes) * 4
+	body, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err == nil && int64(len(body)) > limit {
+		err = fmt.Errorf("the upstream answer exceeds %d bytes", limit)
+	}
+	return body, err
+}
+
+func (s *Server) sendHTTP(upCtx context.Context, idle *time.Timer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
+	resp, ans, err := s.post(upCtx, req, u, req.ep.path, req.body)
+	if err != nil || ans.status/100 != 2 {
+		return ans, err
+	}
+	if isSSE(req, resp) {
 		idle.Reset(s.opts.IdleTimeout)
 		ir := &idleReader{r: resp.Body, t: idle, d: s.opts.IdleTimeout}
 		ans.src, ans.beforeRead = sse.NewReader(ir, s.opts.MaxEventBytes), &ir.before
 		return ans, nil
 	}
-	limit := int64(s.opts.MaxEventBytes) * 4
-	ans.body, ans.readErr = io.ReadAll(io.LimitReader(resp.Body, limit+1))
-	if ans.readErr == nil && int64(len(ans.body)) > limit {
-		ans.readErr = fmt.Errorf("the upstream answer exceeds %d bytes", limit)
-	}
+	ans.body, ans.readErr = s.readAnswer(resp.Body)
 	return ans, nil
 }
 

@@ -1,10 +1,7 @@
 package gateway
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -12,6 +9,7 @@ import (
 	"github.com/sluice-gw/sluice/gateway/apierr"
 	"github.com/sluice-gw/sluice/gateway/upstream"
 	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/sluice-gw/sluice/store"
 	"github.com/tidwall/gjson"
 )
 
@@ -196,26 +194,12 @@ func jsonKind(v gjson.Result) string {
 	return "null"
 }
 
-// clientKeyHash identifies a client credential without keeping it.
-func clientKeyHash(h http.Header) string {
-	cred := h.Get("Authorization")
-	if cred == "" {
-		cred = h.Get("Api-Key")
-	}
-	if cred == "" {
-		return ""
-	}
-	sum := sha256.Sum256([]byte(cred))
-	return hex.EncodeToString(sum[:16])
-}
-
 // LogID renders an identifier for logs as sha256:<12 hex>, never raw.
 func LogID(id string) string {
 	if id == "" {
 		return ""
 	}
-	sum := sha256.Sum256([]byte(id))
-	return fmt.Sprintf("sha256:%x", sum[:6])
+	return store.RedactID(id)
 }
 
 // policyHeaders is the subset of client headers a rewrite policy may read.

@@ -15,6 +15,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/sluice-gw/sluice/gateway/clientkey"
 	"github.com/sluice-gw/sluice/gateway/streaminput"
 	"github.com/sluice-gw/sluice/hostabi"
 )
@@ -57,7 +58,7 @@ func (s *Server) handleWebSocket(w http.ResponseWriter, r *http.Request, _ httpr
 	for _, k := range []string{"Sec-Websocket-Key", "Sec-Websocket-Version", "Sec-Websocket-Extensions", "Sec-Websocket-Protocol"} {
 		header.Del(k)
 	}
-	sess := &wsSession{s: s, conn: conn, header: header, keyHash: clientKeyHash(header), memory: newSessionMemory(),
+	sess := &wsSession{s: s, conn: conn, header: header, keyHash: clientkey.Hash(header), memory: newSessionMemory(),
 		input: streaminput.NewAccumulator(streaminput.AccumulatorOptions{MaxBytes: s.opts.MaxWSFrameBytes})}
 	sess.run()
 }

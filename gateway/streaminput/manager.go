@@ -3,7 +3,6 @@ package streaminput
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/sluice-gw/sluice/gateway/clientkey"
 	"github.com/sluice-gw/sluice/store"
 )
 
@@ -216,21 +216,6 @@ func (m *Manager) release(keyHash string) {
 	}
 }
 
-// keyHash identifies a client credential without keeping it, as the
-// gateway does: hex of the first 16 bytes of SHA-256(Authorization or
-// Api-Key); "" without a credential.
-func keyHash(h http.Header) string {
-	cred := h.Get("Authorization")
-	if cred == "" {
-		cred = h.Get("Api-Key")
-	}
-	if cred == "" {
-		return ""
-	}
-	sum := sha256.Sum256([]byte(cred))
-	return hex.EncodeToString(sum[:16])
-}
-
 func newID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
@@ -249,7 +234,7 @@ type sessionParams struct {
 
 // create opens a session, counting it against its client key's cap.
 func (m *Manager) create(ctx context.Context, p sessionParams) (*session, *apierr.Error) {
-	kh := keyHash(p.header)
+	kh := clientkey.Hash(p.header)
 	m.mu.Lock()
 	switch {
 	case m.isDraining():

@@ -11,6 +11,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/sluice-gw/sluice/gateway/clientkey"
 )
 
 // PathPrefix is where the REST API lives.
@@ -92,7 +93,7 @@ func (m *Manager) serveREST(w http.ResponseWriter, r *http.Request) {
 		errShutdown().Write(w)
 		return
 	}
-	s := m.get(id, keyHash(r.Header))
+	s := m.get(id, clientkey.Hash(r.Header))
 	if s == nil {
 		errNotFound().Write(w)
 		return
