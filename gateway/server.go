@@ -183,6 +183,10 @@ func NewTransport(connect, header time.Duration) *http.Transport {
 		ForceAttemptHTTP2:     true,
 		DisableCompression:    true,
 		ExpectContinueTimeout: time.Second,
+		// Events are small and large bodies bypass these buffers, so smaller
+		// ones cost nothing per event and save memory per held stream.
+		ReadBufferSize:  2 << 10,
+		WriteBufferSize: 2 << 10,
 	}
 }
 

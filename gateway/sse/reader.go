@@ -18,7 +18,7 @@ const DefaultMaxEventSize = 16 << 20 // 16 MiB
 var ErrEventTooLarge = errors.New("sse: event too large")
 
 const (
-	initialBufSize = 8 << 10  // first read buffer; grows only for longer lines
+	initialBufSize = 2 << 10  // first read buffer (held per open stream); grows only for longer lines
 	retainBufSize  = 64 << 10 // Reset keeps buffers up to this size
 	maxEmptyReads  = 100      // consecutive (0, nil) reads before io.ErrNoProgress
 	maxInternLen   = 64       // longest event name kept in a Reader's name cache
