@@ -346,6 +346,18 @@ func AppendRecoverOutput(dst []byte, out RecoverOutput) []byte {
 // ErrBadVerdict reports a verdict number the ABI does not define.
 var ErrBadVerdict = errors.New("hostabi: unknown verdict")
 
+// verdictField parses a verdict number from 0 to max.
+func verdictField(raw []byte, max int64) (int64, error) {
+	n, err := parseInt(raw)
+	if err != nil {
+		return 0, err
+	}
+	if n < 0 || n > max {
+		return 0, ErrBadVerdict
+	}
+	return n, nil
+}
+
 // DecodeRecoverOutput decodes and validates a recover hook output.
 func DecodeRecoverOutput(b []byte) (RecoverOutput, error) {
 	var out RecoverOutput
@@ -354,12 +366,9 @@ func DecodeRecoverOutput(b []byte) (RecoverOutput, error) {
 	err := d.object(func(k []byte, vs, ve int) error {
 		switch string(k) {
 		case "verdict":
-			n, err := parseInt(d.b[vs:ve])
+			n, err := verdictField(d.b[vs:ve], int64(RecoverFailClosed))
 			if err != nil {
 				return err
-			}
-			if n < 0 || n > int64(RecoverFailClosed) {
-				return ErrBadVerdict
 			}
 			seen = true
 			out.Verdict = RecoverVerdict(n)
@@ -394,12 +403,9 @@ func DecodeReplayOutput(b []byte) (ReplayOutput, error) {
 	err := d.object(func(k []byte, vs, ve int) error {
 		switch string(k) {
 		case "verdict":
-			n, err := parseInt(d.b[vs:ve])
+			n, err := verdictField(d.b[vs:ve], int64(ReplaySameUpstream))
 			if err != nil {
 				return err
-			}
-			if n < 0 || n > int64(ReplaySameUpstream) {
-				return ErrBadVerdict
 			}
 			seen = true
 			out.Verdict = ReplayVerdict(n)
