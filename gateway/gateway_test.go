@@ -1,6 +1,8 @@
 package gateway_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
 
@@ -278,5 +281,52 @@ func TestSlowLorisHeadersAreCutOff(t *testing.T) {
 	}
 	if time.Since(start) > 4*time.Second {
 		t.Fatalf("connection held for %v with incomplete headers", time.Since(start))
+	}
+}
+
+func TestCompressedRequestBodies(t *testing.T) {
+	h := newHarness(t, harnessConfig{opts: gateway.Options{MaxBodyBytes: 4096}})
+	body := `{"model":"gpt-fake-1","input":"compressed hello"}`
+	send := func(enc string, payload []byte) *http.Response {
+		req, _ := http.NewRequest(http.MethodPost, h.url+"/v1/responses", bytes.NewReader(payload))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Encoding", enc)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte(body))
+	zw.Close()
+	enc, _ := zstd.NewWriter(nil)
+	zs := enc.EncodeAll([]byte(body), nil)
+	for name, payload := range map[string][]byte{"gzip": gz.Bytes(), "zstd": zs} {
+		resp := send(name, payload)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: status %d", name, resp.StatusCode)
+		}
+		reqs := h.ups["A"].Requests()
+		last := reqs[len(reqs)-1]
+		if string(last.Body) != body || last.Header.Get("Content-Encoding") != "" {
+			t.Fatalf("%s: upstream got %q with Content-Encoding %q", name, last.Body, last.Header.Get("Content-Encoding"))
+		}
+	}
+	// A small body that inflates past the cap is payload_too_large.
+	var bomb bytes.Buffer
+	zw = gzip.NewWriter(&bomb)
+	zw.Write([]byte(`{"model":"gpt-fake-1","input":"` + strings.Repeat("a", 100000) + `"}`))
+	zw.Close()
+	if resp := send("gzip", bomb.Bytes()); resp.StatusCode != 413 {
+		t.Fatalf("inflating body: %d", resp.StatusCode)
+	}
+	if resp := send("br", []byte(body)); resp.StatusCode != 415 {
+		t.Fatalf("unsupported encoding: %d", resp.StatusCode)
+	}
+	if resp := send("gzip", []byte("not gzip")); resp.StatusCode != 400 {
+		t.Fatalf("corrupt gzip: %d", resp.StatusCode)
 	}
 }

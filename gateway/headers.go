@@ -28,7 +28,8 @@ func upstreamHeaders(client http.Header, apiKey string, stream bool, set map[str
 			h.Del(strings.TrimSpace(f))
 		}
 	}
-	for _, k := range []string{"Host", "Content-Length", "Accept-Encoding", "Cookie", "Expect"} {
+	// The body is sent decoded (the gateway reads and may rewrite it).
+	for _, k := range []string{"Host", "Content-Length", "Content-Encoding", "Accept-Encoding", "Cookie", "Expect"} {
 		h.Del(k)
 	}
 	if apiKey != "" {

@@ -1,11 +1,14 @@
 package gateway
 
 import (
+	"compress/gzip"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/sluice-gw/sluice/gateway/apierr"
 	"github.com/sluice-gw/sluice/gateway/upstream"
 	"github.com/sluice-gw/sluice/hostabi"
@@ -64,20 +67,51 @@ func (r *clientRequest) surface() string {
 	return r.ep.jsonLabel
 }
 
-// readBody reads at most limit bytes; a larger body is payload_too_large.
+// readBody reads the request body, decoding a gzip or zstd
+// Content-Encoding, and answers payload_too_large when the raw or the
+// decoded body exceeds limit.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *apierr.Error) {
 	if r.ContentLength > limit {
 		return nil, apierr.TooLarge(limit)
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return nil, apierr.TooLarge(limit)
+	raw := io.Reader(http.MaxBytesReader(w, r.Body, limit))
+	var body io.Reader = raw
+	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
+	case "", "identity":
+	case "gzip", "x-gzip":
+		zr, err := gzip.NewReader(raw)
+		if err != nil {
+			return nil, bodyError(err, limit, "the gzip request body is corrupt")
 		}
-		return nil, apierr.Invalid("", "invalid_body", "could not read the request body: %v", err)
+		defer zr.Close()
+		body = zr
+	case "zstd":
+		zr, err := zstd.NewReader(raw, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(limit)+1))
+		if err != nil {
+			return nil, bodyError(err, limit, "the zstd request body is corrupt")
+		}
+		defer zr.Close()
+		body = zr
+	default:
+		return nil, &apierr.Error{Status: http.StatusUnsupportedMediaType, Type: apierr.TypeInvalidRequest, Code: "unsupported_content_encoding",
+			Message: fmt.Sprintf("Content-Encoding %q is not supported; send identity, gzip or zstd", enc)}
 	}
-	return body, nil
+	data, err := io.ReadAll(io.LimitReader(body, limit+1))
+	if err != nil {
+		return nil, bodyError(err, limit, "could not read the request body")
+	}
+	if int64(len(data)) > limit {
+		return nil, apierr.TooLarge(limit)
+	}
+	return data, nil
+}
+
+func bodyError(err error, limit int64, what string) *apierr.Error {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return apierr.TooLarge(limit)
+	}
+	return apierr.Invalid("", "invalid_body", "%s: %v", what, err)
 }
 
 // parseRequest validates the fields the gateway relies on and leaves every
