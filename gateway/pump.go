@@ -110,7 +110,6 @@ type pump struct {
 
 	lastSeq    int64
 	responseID string
-	created    bool
 	sawFinish  bool // chat: a chunk carried a finish_reason
 
 	anchor   *pendingAnchor // the response's anchor write, once response.created was seen
@@ -207,7 +206,6 @@ func (p *pump) handleResponses(ev sse.Event) (string, bool, bool) {
 	case "error":
 		return p.upstreamError(ev.Data, typ), true, true
 	case "response.created":
-		p.created = true
 		p.responseID = strings.Clone(obj.Get("response.id").Str)
 		if c := p.s.cont; c != nil && p.responseID != "" && p.req.recordable() {
 			p.anchor = c.recordAsync(c.anchorFor(p.req, p.responseID, p.u.Name()))
