@@ -314,3 +314,21 @@ func TestStreamingInputThroughTheBinary(t *testing.T) {
 		t.Fatalf("mode A upstream saw %s", got)
 	}
 }
+
+func TestStoreThatCannotOpenIsAStartupError(t *testing.T) {
+	up := upstreamtest.NewServer(upstreamtest.Options{Name: "A"})
+	defer up.Close()
+	dataDir := filepath.Join(t.TempDir(), "data")
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// A file where the store's directory should be.
+	if err := os.WriteFile(filepath.Join(dataDir, "store"), []byte("not a directory"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr strings.Builder
+	code := run(context.Background(), []string{"serve", "--listen", "127.0.0.1:0", "--data-dir", dataDir, "--upstream", up.URL}, &stdout, &stderr)
+	if code == 0 || !strings.Contains(stderr.String(), "continuity store") || !strings.Contains(stderr.String(), dataDir) {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr.String())
+	}
+}
