@@ -3,6 +3,8 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -400,5 +402,29 @@ func TestReadyzFailsWhileDraining(t *testing.T) {
 	h.gw.Handler().ServeHTTP(rec, mustRequest(http.MethodGet, "/readyz"))
 	if rec.code != http.StatusServiceUnavailable {
 		t.Fatalf("readyz while draining = %d", rec.code)
+	}
+}
+
+func TestClientThatStopsReadingIsCut(t *testing.T) {
+	h := newHarness(t, harnessConfig{opts: gateway.Options{ClientWriteTimeout: 300 * time.Millisecond, MaxEventBytes: 1 << 20}})
+	// ~24 MB of events: far more than the socket buffers hold.
+	h.ups["A"].Enqueue(upstreamtest.Script{Frames: upstreamtest.ResponsesStream("resp_big", "gpt-fake-1", strings.Repeat("x", 8<<20), 256)})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(respBody), respBody)
+	// Never read. The gateway must give up on this client and free the stream.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m := h.metrics()
+		if strings.Contains(m, "sluice_active_streams 0") && strings.Contains(m, `reason="client_gone"`) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stream still held for a client that stopped reading:\n%s", grep(m, "sluice_active_streams")+"\n"+grep(m, "stream_terminal"))
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -32,10 +32,11 @@ type eventSink interface {
 // Flush, which the pump calls just before it would block on the upstream:
 // events that arrived together go out in one write, and none waits.
 type sseSink struct {
-	w     *sse.Writer
-	rc    *http.ResponseController
-	auto  bool
-	dirty bool
+	w       *sse.Writer
+	rc      *http.ResponseController
+	auto    bool
+	dirty   bool
+	timeout time.Duration // per flush: a client that stops reading is cut
 }
 
 // writeOnly hides the ResponseWriter's flush methods from the sse.Writer.
@@ -43,8 +44,8 @@ type writeOnly struct{ w io.Writer }
 
 func (o writeOnly) Write(p []byte) (int, error) { return o.w.Write(p) }
 
-func newSSESink(w http.ResponseWriter) *sseSink {
-	return &sseSink{w: sse.NewWriter(writeOnly{w}), rc: http.NewResponseController(w), auto: true}
+func newSSESink(w http.ResponseWriter, writeTimeout time.Duration) *sseSink {
+	return &sseSink{w: sse.NewWriter(writeOnly{w}), rc: http.NewResponseController(w), auto: true, timeout: writeTimeout}
 }
 
 func (s *sseSink) Event(name string, data []byte) error {
@@ -75,6 +76,9 @@ func (s *sseSink) Flush() error {
 		return nil
 	}
 	s.dirty = false
+	if s.timeout > 0 {
+		_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+	}
 	if err := s.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		return fmt.Errorf("flushing to the client: %w", err)
 	}

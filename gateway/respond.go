@@ -67,5 +67,5 @@ func (h *httpResponder) commit(header http.Header) eventSink {
 	hdr.Set("X-Accel-Buffering", "no")
 	hdr.Del("Content-Length")
 	h.w.WriteHeader(http.StatusOK)
-	return newSSESink(h.w)
+	return newSSESink(h.w, h.s.opts.ClientWriteTimeout)
 }

@@ -42,7 +42,10 @@ type Options struct {
 	IdleTimeout    time.Duration // between upstream events; default 300s
 	ReadHeader     time.Duration // client request headers; default 10s
 	DrainGrace     time.Duration // in-flight streams on shutdown; default 30s
-	MaxAttempts    int           // upstream attempts per request before the first byte; default 3
+	// ClientWriteTimeout bounds each write to a streaming client; one that
+	// stops reading is cut and its upstream released. Default 60s.
+	ClientWriteTimeout time.Duration
+	MaxAttempts        int // upstream attempts per request before the first byte; default 3
 
 	MaxWSFrameBytes    int64         // one response.create frame; larger → payload_too_large; default 15 MiB
 	MaxWSInboundBytes  int64         // any client frame; larger closes the socket (1009); default 64 MiB
@@ -127,6 +130,7 @@ func New(opts Options) (*Server, error) {
 	setDefault(&opts.IdleTimeout, 300*time.Second)
 	setDefault(&opts.ReadHeader, 10*time.Second)
 	setDefault(&opts.DrainGrace, 30*time.Second)
+	setDefault(&opts.ClientWriteTimeout, 60*time.Second)
 	setDefault(&opts.MaxAttempts, 3)
 	setDefault(&opts.AnchorTTL, 7*24*time.Hour)
 	setDefault(&opts.AnchorCacheSize, 100000)

@@ -229,6 +229,7 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger, admin
 		MaxWSFrameBytes:    cfg.Limits.MaxWSFrameBytes,
 		UpstreamSockets:    cfg.Limits.UpstreamSockets,
 		UpstreamSocketIdle: cfg.Timeouts.UpstreamIdle.D(),
+		ClientWriteTimeout: cfg.Timeouts.ClientWrite.D(),
 		Transport:          transport,
 	})
 	if err != nil {

@@ -56,6 +56,7 @@ type Timeouts struct {
 	DrainGrace    Duration `yaml:"drain_grace"`          // in-flight streams on shutdown
 	ProbeInterval Duration `yaml:"probe_interval"`       // upstream readiness probe period
 	UpstreamIdle  Duration `yaml:"upstream_socket_idle"` // an idle upstream WebSocket is closed after this
+	ClientWrite   Duration `yaml:"client_write"`         // one write to a streaming client that stopped reading
 }
 
 // Continuity configures previous_response_id owner pinning.
@@ -112,6 +113,7 @@ func Defaults() Config {
 			DrainGrace:    Duration(30 * time.Second),
 			ProbeInterval: Duration(15 * time.Second),
 			UpstreamIdle:  Duration(5 * time.Minute),
+			ClientWrite:   Duration(60 * time.Second),
 		},
 		Continuity: Continuity{AnchorTTL: Duration(7 * 24 * time.Hour)},
 	}
@@ -243,7 +245,7 @@ func (c *Config) Validate() error {
 	}
 	for key, d := range map[string]Duration{"timeouts.connect": c.Timeouts.Connect, "timeouts.header": c.Timeouts.Header,
 		"timeouts.idle": c.Timeouts.Idle, "timeouts.read_header": c.Timeouts.ReadHeader, "timeouts.probe_interval": c.Timeouts.ProbeInterval,
-		"timeouts.upstream_socket_idle": c.Timeouts.UpstreamIdle} {
+		"timeouts.upstream_socket_idle": c.Timeouts.UpstreamIdle, "timeouts.client_write": c.Timeouts.ClientWrite} {
 		if d <= 0 {
 			bad(key, "must be positive")
 		}
