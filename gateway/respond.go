@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/sluice-gw/sluice/gateway/apierr"
 )
@@ -53,6 +54,7 @@ func (h *httpResponder) fail(req *clientRequest, e *apierr.Error, kind failKind)
 }
 
 func (h *httpResponder) relay(_ *clientRequest, status int, header http.Header, body []byte) {
+	_ = http.NewResponseController(h.w).SetWriteDeadline(time.Now().Add(h.s.opts.ClientWriteTimeout))
 	copyResponseHeaders(h.w.Header(), header)
 	h.w.Header().Set("Content-Length", fmt.Sprint(len(body)))
 	h.w.WriteHeader(status)
