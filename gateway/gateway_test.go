@@ -330,3 +330,32 @@ func TestCompressedRequestBodies(t *testing.T) {
 		t.Fatalf("corrupt gzip: %d", resp.StatusCode)
 	}
 }
+
+func TestAdminToken(t *testing.T) {
+	h := newHarness(t, harnessConfig{opts: gateway.Options{AdminToken: "adm-secret"}})
+	get := func(auth string) int {
+		req, _ := http.NewRequest(http.MethodGet, h.url+"/admin/upstreams", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := get(""); code != 401 {
+		t.Fatalf("no token → %d", code)
+	}
+	if code := get("Bearer wrong"); code != 401 {
+		t.Fatalf("wrong token → %d", code)
+	}
+	if code := get("Bearer adm-secret"); code != 200 {
+		t.Fatalf("right token → %d", code)
+	}
+	// The API and health endpoints are not affected.
+	if code := h.getJSON("/healthz", nil); code != 200 {
+		t.Fatalf("healthz %d", code)
+	}
+}

@@ -5,6 +5,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -69,6 +70,9 @@ type Options struct {
 	Ready func() bool
 	// Admin mounts extra admin handlers, keyed by path (e.g. "/admin/policies").
 	Admin map[string]http.Handler
+	// AdminToken, when set, is required as "Authorization: Bearer <token>"
+	// on every /admin/ endpoint (they reveal upstreams, policies and owners).
+	AdminToken string
 }
 
 // Server is the gateway. Create it with New, serve it with Serve or mount
@@ -210,12 +214,12 @@ func (s *Server) routes() *httprouter.Router {
 	r.GET("/healthz", s.handleHealthz)
 	r.GET("/readyz", s.handleReadyz)
 	r.Handler(http.MethodGet, "/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
-	r.GET("/admin/upstreams", s.handleUpstreams)
+	r.GET("/admin/upstreams", s.admin(s.handleUpstreams))
 	if s.cont != nil {
-		r.GET("/admin/continuity/:response_id", s.handleAnchor)
+		r.GET("/admin/continuity/:response_id", s.admin(s.handleAnchor))
 	}
 	for path, h := range s.opts.Admin {
-		r.Handler(http.MethodGet, path, h)
+		r.GET(path, s.admin(func(w http.ResponseWriter, r *http.Request, _ httprouter.Params) { h.ServeHTTP(w, r) }))
 	}
 	r.NotFound = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		(&apierr.Error{Status: http.StatusNotFound, Type: apierr.TypeInvalidRequest, Code: apierr.CodeNotFound,
@@ -246,6 +250,22 @@ func (s *Server) Handle(method, path string, h http.Handler) {
 // before serving.
 func (s *Server) Wrap(mw func(http.Handler) http.Handler) {
 	s.handler = mw(s.handler)
+}
+
+// admin guards an admin handler with AdminToken, when one is set.
+func (s *Server) admin(h httprouter.Handle) httprouter.Handle {
+	if s.opts.AdminToken == "" {
+		return h
+	}
+	want := "Bearer " + s.opts.AdminToken
+	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte(want)) != 1 {
+			(&apierr.Error{Status: http.StatusUnauthorized, Type: apierr.TypeInvalidRequest, Code: "invalid_admin_token",
+				Message: "admin endpoints need Authorization: Bearer <admin_token>"}).Write(w)
+			return
+		}
+		h(w, r, ps)
+	}
 }
 
 func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {

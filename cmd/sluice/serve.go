@@ -215,6 +215,7 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger, admin
 		Ready:              rt.Ready,
 		Registry:           reg,
 		Admin:              withAdmin(admin, "/admin/policies", policyStatusHandler(rt)),
+		AdminToken:         cfg.AdminToken,
 		Store:              st,
 		Conversations:      convStore(st),
 		AnchorTTL:          cfg.Continuity.AnchorTTL.D(),

@@ -25,6 +25,7 @@ type Config struct {
 	DataDir      string         `yaml:"data_dir"`
 	PolicyDir    string         `yaml:"policy_dir"`
 	WasmCacheDir string         `yaml:"wasm_cache_dir"`
+	AdminToken   string         `yaml:"admin_token"` // required on /admin/ endpoints when set
 	Log          Log            `yaml:"log"`
 	Limits       Limits         `yaml:"limits"`
 	Timeouts     Timeouts       `yaml:"timeouts"`

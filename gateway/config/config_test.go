@@ -1,6 +1,7 @@
 package config
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -91,5 +92,27 @@ func TestUpstreamFromURL(t *testing.T) {
 	}
 	if _, err := UpstreamFromURL("ftp://x", 0); err == nil {
 		t.Fatal("ftp URL accepted")
+	}
+}
+
+// TestREADMEConfigParses keeps the README's sample config valid.
+func TestREADMEConfigParses(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(readme)
+	start := strings.Index(text, "```yaml\n")
+	if start < 0 {
+		t.Fatal("no yaml block in the README")
+	}
+	block := text[start+len("```yaml\n"):]
+	block = block[:strings.Index(block, "```")]
+	c, err := Parse([]byte(block), env(map[string]string{"OPENAI_API_KEY": "sk-x"}))
+	if err != nil {
+		t.Fatalf("README config: %v", err)
+	}
+	if len(c.Upstreams) != 1 || c.Upstreams[0].APIKey != "sk-x" || c.Timeouts.ClientWrite.D() != 60*time.Second || c.Policies["rewrite"] == nil {
+		t.Fatalf("README config parsed to %+v", c)
 	}
 }
