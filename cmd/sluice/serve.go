@@ -114,12 +114,12 @@ func serve(ctx context.Context, cfg config.Config, ln net.Listener, logger hclog
 // serveWith is serve with extra admin handlers mounted.
 func serveWith(ctx context.Context, cfg config.Config, ln net.Listener, logger hclog.Logger, stdout io.Writer, admin map[string]http.Handler) int {
 	gw, cleanup, err := assemble(ctx, cfg, logger, admin)
+	defer cleanup() // also on failure: stops what assemble had started
 	if err != nil {
 		logger.Error("startup failed", "error", err)
 		_ = ln.Close()
 		return 1
 	}
-	defer cleanup()
 
 	errc := make(chan error, 1)
 	go func() { errc <- gw.Serve(ln) }()
