@@ -32,6 +32,8 @@ type wsUpstreams struct {
 	max     int
 	idleTTL time.Duration
 
+	reaper sync.Once // the idle reaper starts with the first socket
+
 	mu       sync.Mutex
 	sockets  map[string]*upstreamSocket
 	httpOnly map[string]bool // auto upstreams that answered the upgrade with 426/404
@@ -48,9 +50,7 @@ type upstreamSocket struct {
 }
 
 func newWSUpstreams(s *Server, max int, idleTTL time.Duration) *wsUpstreams {
-	w := &wsUpstreams{s: s, max: max, idleTTL: idleTTL, sockets: map[string]*upstreamSocket{}, httpOnly: map[string]bool{}, stop: make(chan struct{})}
-	go w.reap()
-	return w
+	return &wsUpstreams{s: s, max: max, idleTTL: idleTTL, sockets: map[string]*upstreamSocket{}, httpOnly: map[string]bool{}, stop: make(chan struct{})}
 }
 
 // useWebSocket reports whether requests to u go over a WebSocket.
@@ -81,6 +81,7 @@ func (w *wsUpstreams) acquire(ctx context.Context, key string) (*upstreamSocket,
 		}
 		sock = &upstreamSocket{key: key, slot: make(chan struct{}, 1)}
 		w.sockets[key] = sock
+		w.reaper.Do(func() { go w.reap() })
 	}
 	sock.waiting++
 	pending := sock.waiting - 1
