@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/tidwall/gjson"
 
 	"github.com/sluice-gw/sluice/gateway/apierr"
 	"github.com/sluice-gw/sluice/gateway/sse"
@@ -150,12 +151,15 @@ func (s *Server) convertForChat(ctx context.Context, req *clientRequest) *chatCo
 // sendChat runs a Responses request against a Chat Completions upstream.
 func (s *Server) sendChat(upCtx context.Context, idle *time.Timer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
 	conv := req.chat
+	opts := translate.StreamOptions{ResponseID: "resp_" + strings.ReplaceAll(uuid.NewString(), "-", ""), Model: conv.info.Model,
+		CreatedAt: time.Now().Unix(), Request: conv.info.Echo}
+	if gjson.GetBytes(req.body, "generate").Type == gjson.False {
+		return s.warmUp(upCtx, req, opts), nil
+	}
 	resp, ans, err := s.post(upCtx, req, u, "/chat/completions", conv.body)
 	if err != nil || ans.status/100 != 2 {
 		return ans, err
 	}
-	opts := translate.StreamOptions{ResponseID: "resp_" + strings.ReplaceAll(uuid.NewString(), "-", ""), Model: conv.info.Model,
-		CreatedAt: time.Now().Unix(), Request: conv.info.Echo}
 	if isSSE(req, resp) {
 		idle.Reset(s.opts.IdleTimeout)
 		ir := &idleReader{r: resp.Body, t: idle, d: s.opts.IdleTimeout}
@@ -182,6 +186,23 @@ func (s *Server) sendChat(upCtx context.Context, idle *time.Timer, req *clientRe
 	s.convs.remember(context.WithoutCancel(upCtx), req, opts.ResponseID, items)
 	ans.body = out
 	return ans, nil
+}
+
+// warmUp answers a generate:false request (Codex sends one to open each turn
+// on its WebSocket) without calling the Chat upstream, which has no such
+// mode: the response exists, with no output, so later requests can chain
+// on its id, and no completion is generated or billed.
+func (s *Server) warmUp(ctx context.Context, req *clientRequest, opts translate.StreamOptions) *upstreamAnswer {
+	tr := translate.NewStream(opts)
+	evs := append(tr.Start(), tr.Finish()...)
+	s.convs.remember(context.WithoutCancel(ctx), req, opts.ResponseID, tr.OutputItems())
+	ans := &upstreamAnswer{status: http.StatusOK, header: http.Header{"Content-Type": {"application/json"}}, done: func(bool) {}}
+	if req.stream {
+		ans.src = &replayedAnswer{events: evs}
+	} else {
+		ans.body = []byte(gjson.GetBytes(evs[len(evs)-1].Data, "response").Raw)
+	}
+	return ans
 }
 
 // chatAnswerEvents renders a complete chat.completion as a Responses stream.

@@ -150,3 +150,26 @@ func TestChatUpstreamOverWebSocketWithStoreFalse(t *testing.T) {
 		t.Fatalf("store:false turn visible elsewhere: %s", last.data)
 	}
 }
+
+func TestWarmUpForChatUpstreamIsAnsweredLocally(t *testing.T) {
+	h := chatHarness(t)
+	c := h.dialWS(nil)
+	// Codex opens a turn with generate:false; the Chat upstream has no such
+	// mode, so the gateway answers it without a (billed) completion.
+	evs := c.turn(`{"type":"response.create","model":"gpt-fake-1","generate":false,"instructions":"be brief","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"warm"}]}]}`)
+	if evs[0].typ != "response.created" || evs[len(evs)-1].typ != "response.completed" {
+		t.Fatalf("warm-up frames %v", evs)
+	}
+	warm := completedIDOf(evs)
+	if n := h.ups["C"].RequestCount(); n != 0 {
+		t.Fatalf("the warm-up reached the Chat upstream (%d requests)", n)
+	}
+	// The next frame chains on the warm-up's id; the upstream sees its items.
+	evs = c.turn(createFrame(warm))
+	if evs[len(evs)-1].typ != "response.completed" {
+		t.Fatalf("chained turn: %s", evs[len(evs)-1].data)
+	}
+	if body := string(h.ups["C"].Requests()[0].Body); !strings.Contains(body, "warm") || !strings.Contains(body, `"hi"`) {
+		t.Fatalf("the chained Chat request lacks the warm-up's input: %s", body)
+	}
+}

@@ -70,6 +70,8 @@ TOML
   if [ "$protocol" = chat ]; then
     # The last Chat request must carry turn 1's prompt and answer.
     last=$(printf '%s' "$seen" | python3 -c 'import json,sys; r=[x for x in json.load(sys.stdin)["requests"] if x["path"].endswith("/chat/completions")]; print(json.dumps(r[-1]["body"]) if r else "")')
+    n=$(printf '%s' "$seen" | python3 -c 'import json,sys; print(sum(1 for x in json.load(sys.stdin)["requests"] if x["path"].endswith("/chat/completions")))')
+    if [ "$n" != 2 ]; then echo "  $n Chat completions for 2 turns (warm-ups must not reach the Chat upstream)"; ok=0; fi
     if [[ "$last" != *"Say hello"* || "$last" != *"Hello from demo"* || "$last" != *"Say it again"* ]]; then
       echo "  turn 2's Chat request lacks turn 1's history: ${last:0:300}"; ok=0
     else
