@@ -924,14 +924,12 @@ func (c *converter) message(i int, f itemFields) *apierr.Error {
 	return nil
 }
 
-// inputContent converts user/system/developer content to Chat content.
-func (c *converter) inputContent(i int, role string, content gjson.Result) (string, *apierr.Error) {
-	if content.Type == gjson.String {
-		return content.Raw, nil
-	}
-	var parts []byte
-	n, texts, single := 0, 0, ""
+// eachPart walks a message's content parts, checks that each is an object
+// with a string type, and hands it to fn with its param suffix. The first
+// error stops the walk.
+func (c *converter) eachPart(i int, content gjson.Result, fn func(suffix, typ string, p gjson.Result) *apierr.Error) *apierr.Error {
 	var err *apierr.Error
+	n := 0
 	content.ForEach(func(_, p gjson.Result) bool {
 		suffix := ".content[" + strconv.Itoa(n) + "]"
 		n++
@@ -944,17 +942,31 @@ func (c *converter) inputContent(i int, role string, content gjson.Result) (stri
 			err = apierr.Invalid(c.param(i, suffix+".type"), apierr.CodeMissingField, "Missing required parameter: '%s'.", c.where(i, suffix+".type"))
 			return false
 		}
+		err = fn(suffix, typ.Str, p)
+		return err == nil
+	})
+	return err
+}
+
+// inputContent converts user/system/developer content to Chat content.
+func (c *converter) inputContent(i int, role string, content gjson.Result) (string, *apierr.Error) {
+	if content.Type == gjson.String {
+		return content.Raw, nil
+	}
+	var parts []byte
+	n, texts, single := 0, 0, ""
+	err := c.eachPart(i, content, func(suffix, typ string, p gjson.Result) *apierr.Error {
+		n++
 		if len(parts) == 0 {
 			parts = append(parts, '[')
 		} else {
 			parts = append(parts, ',')
 		}
-		switch typ.Str {
+		switch typ {
 		case "input_text", "output_text", "text":
 			text := p.Get("text")
 			if text.Type != gjson.String {
-				err = c.wrongType(i, suffix+".text", "a string")
-				return false
+				return c.wrongType(i, suffix+".text", "a string")
 			}
 			parts = append(parts, `{"type":"text","text":`...)
 			parts = append(parts, text.Raw...)
@@ -963,28 +975,23 @@ func (c *converter) inputContent(i int, role string, content gjson.Result) (stri
 			single = text.Raw
 		case "input_image":
 			if role != "user" {
-				err = c.unsupported(i, suffix, "images are only supported in user messages by this upstream.")
-				return false
+				return c.unsupported(i, suffix, "images are only supported in user messages by this upstream.")
 			}
 			url, fileID, detail := p.Get("image_url"), p.Get("file_id"), p.Get("detail")
 			if !present(url) {
 				if present(fileID) {
-					err = c.unsupported(i, suffix, "input_image with file_id is not supported by this upstream; send image_url (a URL or a data: URL).")
-				} else {
-					err = apierr.Invalid(c.param(i, suffix+".image_url"), apierr.CodeMissingField, "Missing required parameter: '%s'.", c.where(i, suffix+".image_url"))
+					return c.unsupported(i, suffix, "input_image with file_id is not supported by this upstream; send image_url (a URL or a data: URL).")
 				}
-				return false
+				return apierr.Invalid(c.param(i, suffix+".image_url"), apierr.CodeMissingField, "Missing required parameter: '%s'.", c.where(i, suffix+".image_url"))
 			}
 			if url.Type != gjson.String {
-				err = c.wrongType(i, suffix+".image_url", "a string")
-				return false
+				return c.wrongType(i, suffix+".image_url", "a string")
 			}
 			parts = append(parts, `{"type":"image_url","image_url":{"url":`...)
 			parts = append(parts, url.Raw...)
 			if present(detail) {
 				if detail.Type != gjson.String {
-					err = c.wrongType(i, suffix+".detail", "a string")
-					return false
+					return c.wrongType(i, suffix+".detail", "a string")
 				}
 				parts = append(parts, `,"detail":`...)
 				if detail.Str == "original" { // Chat knows auto, low and high
@@ -995,10 +1002,9 @@ func (c *converter) inputContent(i int, role string, content gjson.Result) (stri
 			}
 			parts = append(parts, "}}"...)
 		default:
-			err = c.unsupported(i, suffix, "content part type %q is not supported by this upstream (Chat Completions).", typ.Str)
-			return false
+			return c.unsupported(i, suffix, "content part type %q is not supported by this upstream (Chat Completions).", typ)
 		}
-		return true
+		return nil
 	})
 	if err != nil {
 		return "", err
@@ -1019,40 +1025,24 @@ func (c *converter) assistantMessage(i int, content gjson.Result) *apierr.Error 
 	} else {
 		var texts []gjson.Result
 		var refusal []string
-		n := 0
-		var err *apierr.Error
-		content.ForEach(func(_, p gjson.Result) bool {
-			suffix := ".content[" + strconv.Itoa(n) + "]"
-			n++
-			if !p.IsObject() {
-				err = c.wrongType(i, suffix, "an object")
-				return false
-			}
-			typ := p.Get("type")
-			if typ.Type != gjson.String {
-				err = apierr.Invalid(c.param(i, suffix+".type"), apierr.CodeMissingField, "Missing required parameter: '%s'.", c.where(i, suffix+".type"))
-				return false
-			}
-			switch typ.Str {
+		err := c.eachPart(i, content, func(suffix, typ string, p gjson.Result) *apierr.Error {
+			switch typ {
 			case "output_text", "input_text", "text":
 				text := p.Get("text")
 				if text.Type != gjson.String {
-					err = c.wrongType(i, suffix+".text", "a string")
-					return false
+					return c.wrongType(i, suffix+".text", "a string")
 				}
 				texts = append(texts, text)
 			case "refusal":
 				r := p.Get("refusal")
 				if r.Type != gjson.String {
-					err = c.wrongType(i, suffix+".refusal", "a string")
-					return false
+					return c.wrongType(i, suffix+".refusal", "a string")
 				}
 				refusal = append(refusal, r.Str)
 			default:
-				err = c.unsupported(i, suffix, "content part type %q is not supported in assistant messages by this upstream (Chat Completions).", typ.Str)
-				return false
+				return c.unsupported(i, suffix, "content part type %q is not supported in assistant messages by this upstream (Chat Completions).", typ)
 			}
-			return true
+			return nil
 		})
 		if err != nil {
 			return err
