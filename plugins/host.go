@@ -2,6 +2,7 @@ package plugins
 
 import (
 	"context"
+	"math"
 	"strings"
 	"time"
 
@@ -159,17 +160,24 @@ func rewriteState(ctx context.Context, stack []uint64) (*callState, bool) {
 	return st, true
 }
 
-func readPath(mod api.Module, stack []uint64, ptr, n uint32) (string, bool) {
-	if n > hostabi.MaxPathBytes {
-		ret(stack, hostabi.CodeTooLarge)
-		return "", false
+// guestBytes reads n bytes at ptr from guest memory. Past max it answers
+// overCode, out of range CodeBadPointer; either way ok is false.
+func guestBytes(mod api.Module, stack []uint64, ptr, n, max uint32, overCode int32) ([]byte, bool) {
+	if n > max {
+		ret(stack, overCode)
+		return nil, false
 	}
 	b, ok := read(mod, ptr, n)
 	if !ok {
 		ret(stack, hostabi.CodeBadPointer)
-		return "", false
+		return nil, false
 	}
-	return string(b), true
+	return b, true
+}
+
+func readPath(mod api.Module, stack []uint64, ptr, n uint32) (string, bool) {
+	b, ok := guestBytes(mod, stack, ptr, n, hostabi.MaxPathBytes, hostabi.CodeTooLarge)
+	return string(b), ok
 }
 
 func hostDocGet(ctx context.Context, mod api.Module, stack []uint64) {
@@ -208,9 +216,8 @@ func hostDocSet(ctx context.Context, mod api.Module, stack []uint64) {
 	if !ok {
 		return
 	}
-	val, ok := read(mod, vp, vn)
+	val, ok := guestBytes(mod, stack, vp, vn, math.MaxUint32, hostabi.CodeTooLarge)
 	if !ok {
-		ret(stack, hostabi.CodeBadPointer)
 		return
 	}
 	st.lastOK = false
@@ -232,13 +239,8 @@ func hostDocDelete(ctx context.Context, mod api.Module, stack []uint64) {
 }
 
 func headerName(mod api.Module, stack []uint64, ptr, n uint32) (string, bool) {
-	if n > 256 {
-		ret(stack, hostabi.CodeBadValue)
-		return "", false
-	}
-	b, ok := read(mod, ptr, n)
+	b, ok := guestBytes(mod, stack, ptr, n, 256, hostabi.CodeBadValue)
 	if !ok {
-		ret(stack, hostabi.CodeBadPointer)
 		return "", false
 	}
 	name, code := hostabi.CheckHeaderEdit(string(b), "", true)
@@ -259,13 +261,8 @@ func hostHeaderSet(ctx context.Context, mod api.Module, stack []uint64) {
 	if !ok {
 		return
 	}
-	if vn > hostabi.MaxHeaderBytes {
-		ret(stack, hostabi.CodeTooLarge)
-		return
-	}
-	vb, ok := read(mod, vp, vn)
+	vb, ok := guestBytes(mod, stack, vp, vn, hostabi.MaxHeaderBytes, hostabi.CodeTooLarge)
 	if !ok {
-		ret(stack, hostabi.CodeBadPointer)
 		return
 	}
 	val := string(vb)
@@ -297,13 +294,12 @@ func hostUseUpstream(ctx context.Context, mod api.Module, stack []uint64) {
 	if !ok {
 		return
 	}
-	if n == 0 || n > hostabi.MaxUpstreamBytes {
+	if n == 0 {
 		ret(stack, hostabi.CodeBadValue)
 		return
 	}
-	b, ok := read(mod, p, n)
+	b, ok := guestBytes(mod, stack, p, n, hostabi.MaxUpstreamBytes, hostabi.CodeBadValue)
 	if !ok {
-		ret(stack, hostabi.CodeBadPointer)
 		return
 	}
 	name := string(b)
@@ -321,13 +317,8 @@ func hostReject(ctx context.Context, mod api.Module, stack []uint64) {
 	if !ok {
 		return
 	}
-	if n > hostabi.MaxOutputBytes {
-		ret(stack, hostabi.CodeTooLarge)
-		return
-	}
-	b, ok := read(mod, p, n)
+	b, ok := guestBytes(mod, stack, p, n, hostabi.MaxOutputBytes, hostabi.CodeTooLarge)
 	if !ok {
-		ret(stack, hostabi.CodeBadPointer)
 		return
 	}
 	e, err := hostabi.DecodeRejectError(b)
