@@ -21,17 +21,24 @@ import (
 
 // Config is the whole gateway configuration.
 type Config struct {
-	Listen       string         `yaml:"listen"`
-	DataDir      string         `yaml:"data_dir"`
-	PolicyDir    string         `yaml:"policy_dir"`
-	WasmCacheDir string         `yaml:"wasm_cache_dir"`
-	AdminToken   string         `yaml:"admin_token"` // required on /admin/ endpoints when set
-	Log          Log            `yaml:"log"`
-	Limits       Limits         `yaml:"limits"`
-	Timeouts     Timeouts       `yaml:"timeouts"`
-	Continuity   Continuity     `yaml:"continuity"`
-	Policies     map[string]any `yaml:"policies"` // per-policy config, keyed by policy name
-	Upstreams    []Upstream     `yaml:"upstreams"`
+	Listen       string `yaml:"listen"`
+	DataDir      string `yaml:"data_dir"`
+	PolicyDir    string `yaml:"policy_dir"`
+	WasmCacheDir string `yaml:"wasm_cache_dir"`
+	AdminToken   string `yaml:"admin_token"` // required on /admin/ endpoints when set
+	// MetricsPublic leaves /metrics open when admin_token is set (by
+	// default the token guards it too).
+	MetricsPublic bool `yaml:"metrics_public"`
+	// TrustedProxies lists the peers (CIDRs or addresses) whose
+	// X-Forwarded-For / Forwarded headers are believed; everyone else's
+	// are replaced with what the gateway itself saw.
+	TrustedProxies []string       `yaml:"trusted_proxies"`
+	Log            Log            `yaml:"log"`
+	Limits         Limits         `yaml:"limits"`
+	Timeouts       Timeouts       `yaml:"timeouts"`
+	Continuity     Continuity     `yaml:"continuity"`
+	Policies       map[string]any `yaml:"policies"` // per-policy config, keyed by policy name
+	Upstreams      []Upstream     `yaml:"upstreams"`
 }
 
 // Log configures logging.
@@ -46,6 +53,19 @@ type Limits struct {
 	MaxEventBytes   int   `yaml:"max_event_bytes"`    // one upstream SSE event
 	MaxWSFrameBytes int64 `yaml:"max_ws_frame_bytes"` // one response.create frame
 	UpstreamSockets int   `yaml:"upstream_sockets"`   // upstream WebSockets kept open at most
+	// MaxJSONDepth bounds the nesting of every JSON document a client or
+	// upstream sends (deeper → 400 before any parser sees it).
+	MaxJSONDepth int `yaml:"max_json_depth"`
+	// BodyMemoryBytes is the budget for request bodies being read at once,
+	// across all connections (503 server_overloaded with Retry-After beyond).
+	BodyMemoryBytes int64 `yaml:"body_memory_bytes"`
+	// MaxConnections caps open client connections; more wait in the
+	// kernel's accept queue.
+	MaxConnections int `yaml:"max_connections"`
+	// InputSessions caps the streaming-input sessions open at once, all
+	// clients together; InputSessionBytes caps their buffered bytes.
+	InputSessions     int   `yaml:"input_sessions"`
+	InputSessionBytes int64 `yaml:"input_session_bytes"`
 }
 
 // Timeouts bound every wait.
@@ -58,6 +78,8 @@ type Timeouts struct {
 	ProbeInterval Duration `yaml:"probe_interval"`       // upstream readiness probe period
 	UpstreamIdle  Duration `yaml:"upstream_socket_idle"` // an idle upstream WebSocket is closed after this
 	ClientWrite   Duration `yaml:"client_write"`         // one write to a streaming client that stopped reading
+	ReadBody      Duration `yaml:"read_body"`            // a whole client request body (408 beyond)
+	WSIdle        Duration `yaml:"ws_idle"`              // a client WebSocket with no frame and no request in flight
 }
 
 // Continuity configures previous_response_id owner pinning.
@@ -74,6 +96,10 @@ type Upstream struct {
 	Weight    int    `yaml:"weight"`
 	Protocol  string `yaml:"protocol"`
 	Transport string `yaml:"transport"`
+	// ForwardHeaders names client headers that still reach an upstream
+	// with its own api_key (credential-like ones are dropped otherwise:
+	// X-Api-Key, Api-Key, OpenAI-Organization, OpenAI-Project).
+	ForwardHeaders []string `yaml:"forward_headers"`
 }
 
 // Duration is a time.Duration written as "5s", "1m30s" or "168h".
@@ -105,7 +131,8 @@ func Defaults() Config {
 		Listen:  "127.0.0.1:8080",
 		DataDir: "./sluice-data",
 		Log:     Log{Level: "info"},
-		Limits:  Limits{MaxBodyBytes: 32 << 20, MaxEventBytes: 16 << 20, MaxWSFrameBytes: 15 << 20, UpstreamSockets: 1024},
+		Limits: Limits{MaxBodyBytes: 32 << 20, MaxEventBytes: 16 << 20, MaxWSFrameBytes: 15 << 20, UpstreamSockets: 1024,
+			MaxJSONDepth: 128, BodyMemoryBytes: 256 << 20, MaxConnections: 10000, InputSessions: 10000, InputSessionBytes: 1 << 30},
 		Timeouts: Timeouts{
 			Connect:       Duration(5 * time.Second),
 			Header:        Duration(120 * time.Second),
@@ -115,6 +142,8 @@ func Defaults() Config {
 			ProbeInterval: Duration(15 * time.Second),
 			UpstreamIdle:  Duration(5 * time.Minute),
 			ClientWrite:   Duration(60 * time.Second),
+			ReadBody:      Duration(30 * time.Second),
+			WSIdle:        Duration(10 * time.Minute),
 		},
 		Continuity: Continuity{AnchorTTL: Duration(7 * 24 * time.Hour)},
 	}
@@ -241,12 +270,26 @@ func (c *Config) Validate() error {
 	if c.Limits.MaxWSFrameBytes <= 0 {
 		bad("limits.max_ws_frame_bytes", "must be positive")
 	}
-	if c.Limits.UpstreamSockets <= 0 {
-		bad("limits.upstream_sockets", "must be positive")
+	for key, v := range map[string]int64{"limits.upstream_sockets": int64(c.Limits.UpstreamSockets),
+		"limits.max_json_depth": int64(c.Limits.MaxJSONDepth), "limits.body_memory_bytes": c.Limits.BodyMemoryBytes,
+		"limits.max_connections": int64(c.Limits.MaxConnections), "limits.input_sessions": int64(c.Limits.InputSessions),
+		"limits.input_session_bytes": c.Limits.InputSessionBytes} {
+		if v <= 0 {
+			bad(key, "must be positive")
+		}
+	}
+	if c.Limits.BodyMemoryBytes > 0 && c.Limits.BodyMemoryBytes < c.Limits.MaxBodyBytes {
+		bad("limits.body_memory_bytes", "must be at least limits.max_body_bytes (%d)", c.Limits.MaxBodyBytes)
+	}
+	for i, p := range c.TrustedProxies {
+		if _, _, err := net.ParseCIDR(p); err != nil && net.ParseIP(p) == nil {
+			bad(fmt.Sprintf("trusted_proxies[%d]", i), "%q is not an IP address or CIDR", p)
+		}
 	}
 	for key, d := range map[string]Duration{"timeouts.connect": c.Timeouts.Connect, "timeouts.header": c.Timeouts.Header,
 		"timeouts.idle": c.Timeouts.Idle, "timeouts.read_header": c.Timeouts.ReadHeader, "timeouts.probe_interval": c.Timeouts.ProbeInterval,
-		"timeouts.upstream_socket_idle": c.Timeouts.UpstreamIdle, "timeouts.client_write": c.Timeouts.ClientWrite} {
+		"timeouts.upstream_socket_idle": c.Timeouts.UpstreamIdle, "timeouts.client_write": c.Timeouts.ClientWrite,
+		"timeouts.read_body": c.Timeouts.ReadBody, "timeouts.ws_idle": c.Timeouts.WSIdle} {
 		if d <= 0 {
 			bad(key, "must be positive")
 		}
