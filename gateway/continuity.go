@@ -186,6 +186,10 @@ func (c *continuity) forget(ctx context.Context, responseID string) {
 // handleAnchor is GET /admin/continuity/{response_id}.
 func (s *Server) handleAnchor(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 	id := ps.ByName("response_id")
+	if len(id) > store.MaxIDLen {
+		apierr.Invalid("response_id", "invalid_value", "response ids are at most %d bytes", store.MaxIDLen).Write(w)
+		return
+	}
 	a, err := s.cont.store.GetAnchor(r.Context(), id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -193,7 +197,9 @@ func (s *Server) handleAnchor(w http.ResponseWriter, r *http.Request, ps httprou
 			Message: "no anchor for that response id"}).Write(w)
 		return
 	case err != nil:
-		apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "owner lookup failed: %v", err).Write(w)
+		// The store's error stays in the log: it names paths and internals.
+		s.log.Error("admin anchor lookup failed", "response_id", LogID(id), "error", err)
+		apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the anchor store could not be read; see the gateway log").Write(w)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{

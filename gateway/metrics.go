@@ -14,6 +14,11 @@ type metrics struct {
 	firstEvent       *prometheus.HistogramVec // surface: request start → first event to client
 	ownerResolution  *prometheus.CounterVec   // surface, source, outcome
 	failClosed       *prometheus.CounterVec   // surface, reason
+	skippedEvents    *prometheus.CounterVec   // surface, reason: upstream events the gateway skipped
+
+	bodyBudgetRefusals prometheus.Counter // requests refused because the body-memory budget was spent
+	connLimitWaits     prometheus.Counter // accepts that waited at max_connections
+	openConns          prometheus.Gauge   // client connections open now
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -40,7 +45,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		failClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "continuity_fail_closed_total", Help: "Requests failed closed to keep continuity, by surface and reason.",
 		}, []string{"surface", "reason"}),
+		bodyBudgetRefusals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_body_budget_refusals_total", Help: "Requests refused with 503 because limits.body_memory_bytes was spent.",
+		}),
+		connLimitWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_connection_limit_waits_total", Help: "Accepts that waited because limits.max_connections were open.",
+		}),
+		openConns: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_client_connections", Help: "Client connections open now.",
+		}),
 	}
+	reg.MustRegister(m.bodyBudgetRefusals, m.connLimitWaits, m.openConns)
+	m.skippedEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_stream_skipped_events_total", Help: "Upstream stream events skipped (not relayed), by surface and reason.",
+	}, []string{"surface", "reason"})
+	reg.MustRegister(m.skippedEvents)
 	reg.MustRegister(m.requests, m.upstreamAttempts, m.streamTerminal, m.activeStreams, m.firstEvent, m.ownerResolution, m.failClosed)
 	return m
 }

@@ -1,17 +1,15 @@
 package gateway
 
 import (
-	"compress/gzip"
+	"context"
 	"errors"
-	"fmt"
-	"io"
 	"net/http"
 	"strings"
 
-	"github.com/klauspost/compress/zstd"
 	"github.com/sluice-gw/sluice/gateway/apierr"
 	"github.com/sluice-gw/sluice/gateway/upstream"
 	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/sluice-gw/sluice/internal/jsonx"
 	"github.com/sluice-gw/sluice/store"
 	"github.com/tidwall/gjson"
 )
@@ -37,6 +35,7 @@ type clientRequest struct {
 	stream             bool
 	previousResponseID string
 	header             http.Header // the client's headers
+	fwd                forwarding  // the client's hop, for X-Forwarded-* (set where the request arrived)
 	setHeaders         map[string]string
 	removeHeaders      []string
 	upstreamName       string // chosen by a rewrite policy
@@ -47,6 +46,7 @@ type clientRequest struct {
 	storeFalse         bool               // the client sent store:false
 	memory             *sessionMemory     // the WebSocket session's store:false turns
 	chat               *chatConversion    // the request converted for Chat upstreams
+	try                *tryState          // the attempt in flight (forward sets it; see targets.go)
 }
 
 // recordable reports whether the response may later be named by
@@ -67,58 +67,12 @@ func (r *clientRequest) surface() string {
 	return r.ep.jsonLabel
 }
 
-// readBody reads the request body, decoding a gzip or zstd
-// Content-Encoding, and answers payload_too_large when the raw or the
-// decoded body exceeds limit.
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *apierr.Error) {
-	if r.ContentLength > limit {
-		return nil, apierr.TooLarge(limit)
-	}
-	raw := io.Reader(http.MaxBytesReader(w, r.Body, limit))
-	var body io.Reader = raw
-	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
-	case "", "identity":
-	case "gzip", "x-gzip":
-		zr, err := gzip.NewReader(raw)
-		if err != nil {
-			return nil, bodyError(err, limit, "the gzip request body is corrupt")
-		}
-		defer zr.Close()
-		body = zr
-	case "zstd":
-		zr, err := zstd.NewReader(raw, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(limit)+1))
-		if err != nil {
-			return nil, bodyError(err, limit, "the zstd request body is corrupt")
-		}
-		defer zr.Close()
-		body = zr
-	default:
-		return nil, &apierr.Error{Status: http.StatusUnsupportedMediaType, Type: apierr.TypeInvalidRequest, Code: "unsupported_content_encoding",
-			Message: fmt.Sprintf("Content-Encoding %q is not supported; send identity, gzip or zstd", enc)}
-	}
-	data, err := io.ReadAll(io.LimitReader(body, limit+1))
-	if err != nil {
-		return nil, bodyError(err, limit, "could not read the request body")
-	}
-	if int64(len(data)) > limit {
-		return nil, apierr.TooLarge(limit)
-	}
-	return data, nil
-}
-
-func bodyError(err error, limit int64, what string) *apierr.Error {
-	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
-		return apierr.TooLarge(limit)
-	}
-	return apierr.Invalid("", "invalid_body", "%s: %v", what, err)
-}
-
 // parseRequest validates the fields the gateway relies on and leaves every
 // other field untouched, so unknown fields pass through to the upstream.
-func parseRequest(ep endpoint, body []byte) (*clientRequest, *apierr.Error) {
-	if !gjson.ValidBytes(body) {
-		return nil, apierr.Invalid("", apierr.CodeInvalidJSON, "the request body is not valid JSON")
+// maxDepth bounds the body's nesting before any recursive parser runs.
+func parseRequest(ctx context.Context, ep endpoint, body []byte, maxDepth int) (*clientRequest, *apierr.Error) {
+	if aerr := validJSON(ctx, body, maxDepth, "the request body"); aerr != nil {
+		return nil, aerr
 	}
 	root := parseJSON(body)
 	if !root.IsObject() {
@@ -135,19 +89,16 @@ func parseRequest(ep endpoint, body []byte) (*clientRequest, *apierr.Error) {
 // the endpoint's required input field.
 func (r *clientRequest) readFields(root gjson.Result) *apierr.Error {
 	// One pass over the top-level keys: the body may be megabytes of history.
-	var model, stream, prev, input, messages, store gjson.Result
-	var keys []string
+	var model, stream, prev, input, messages, storeField gjson.Result
+	var seen keySet
 	var dup string
 	root.ForEach(func(key, value gjson.Result) bool {
 		// A repeated key is ambiguous: a policy could edit one copy while the
 		// upstream reads the other.
-		for _, k := range keys {
-			if k == key.Str {
-				dup = k
-				return false
-			}
+		if !seen.add(key.Str) {
+			dup = key.Str
+			return false
 		}
-		keys = append(keys, key.Str)
 		switch key.Str {
 		case "model":
 			model = value
@@ -160,12 +111,12 @@ func (r *clientRequest) readFields(root gjson.Result) *apierr.Error {
 		case "messages":
 			messages = value
 		case "store":
-			store = value
+			storeField = value
 		}
 		return true
 	})
 	if dup != "" {
-		return apierr.Invalid(dup, "duplicate_key", "the request body has the top-level key %q more than once", dup)
+		return apierr.Invalid(dup, apierr.CodeDuplicateKey, "the request body has the top-level key %q more than once", dup)
 	}
 	switch {
 	case !model.Exists() || model.Type == gjson.Null:
@@ -184,11 +135,14 @@ func (r *clientRequest) readFields(root gjson.Result) *apierr.Error {
 	default:
 		return apierr.Invalid("stream", apierr.CodeInvalidType, "stream must be a boolean, got %s", jsonKind(stream))
 	}
-	r.storeFalse = store.Type == gjson.False
+	r.storeFalse = storeField.Type == gjson.False
 	r.previousResponseID = ""
 	if prev.Exists() && prev.Type != gjson.Null {
 		if prev.Type != gjson.String {
 			return apierr.Invalid("previous_response_id", apierr.CodeInvalidType, "previous_response_id must be a string, got %s", jsonKind(prev))
+		}
+		if len(prev.Str) > store.MaxIDLen {
+			return apierr.Invalid("previous_response_id", "invalid_value", "previous_response_id is %d bytes; the longest accepted is %d", len(prev.Str), store.MaxIDLen)
 		}
 		r.previousResponseID = strings.Clone(prev.Str)
 	}
@@ -208,6 +162,57 @@ func (r *clientRequest) readFields(root gjson.Result) *apierr.Error {
 		return apierr.Invalid("input", apierr.CodeMissingField, "you must provide an input parameter")
 	case input.Type != gjson.String && !input.IsArray():
 		return apierr.Invalid("input", apierr.CodeInvalidType, "input must be a string or an array of items, got %s", jsonKind(input))
+	}
+	return nil
+}
+
+// keySet detects a repeated key in linear time: a short list is scanned,
+// a long one (a hostile body can have 100,000 keys) moves to a map.
+type keySet struct {
+	few  []string
+	many map[string]struct{}
+}
+
+const keySetScanMax = 16
+
+// add records k and reports false when it was already there.
+func (ks *keySet) add(k string) bool {
+	if ks.many != nil {
+		if _, dup := ks.many[k]; dup {
+			return false
+		}
+		ks.many[k] = struct{}{}
+		return true
+	}
+	for _, f := range ks.few {
+		if f == k {
+			return false
+		}
+	}
+	ks.few = append(ks.few, k)
+	if len(ks.few) > keySetScanMax {
+		ks.many = make(map[string]struct{}, 2*len(ks.few))
+		for _, f := range ks.few {
+			ks.many[f] = struct{}{}
+		}
+		ks.few = nil
+	}
+	return true
+}
+
+// validJSON checks a client or upstream document before any recursive
+// parser sees it: nesting depth first (iteratively; see internal/jsonx),
+// then syntax. It stops early when ctx ends.
+func validJSON(ctx context.Context, b []byte, maxDepth int, what string) *apierr.Error {
+	if err := jsonx.CheckDepthContext(ctx, b, maxDepth); err != nil {
+		var de *jsonx.DepthError
+		if errors.As(err, &de) {
+			return apierr.TooDeep(de.Limit, what)
+		}
+		return apierr.Invalid("", "invalid_body", "the request was canceled while %s was read", what)
+	}
+	if !gjson.ValidBytes(b) {
+		return apierr.Invalid("", apierr.CodeInvalidJSON, "%s is not valid JSON", what)
 	}
 	return nil
 }
@@ -236,13 +241,14 @@ func LogID(id string) string {
 	return store.RedactID(id)
 }
 
-// policyHeaders is the subset of client headers a rewrite policy may read.
+// policyHeaders is the subset of client headers a rewrite policy may read:
+// never credentials (hostabi.HiddenHeader, the one list the policy host
+// and the SDK harness use too).
 func policyHeaders(h http.Header) map[string]string {
 	out := make(map[string]string, 8)
 	for k, v := range h {
 		lk := strings.ToLower(k)
-		switch lk {
-		case "authorization", "api-key", "cookie", "proxy-authorization":
+		if hostabi.HiddenHeader(lk) {
 			continue
 		}
 		if len(v) > 0 {

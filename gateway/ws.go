@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 	"github.com/google/uuid"
@@ -58,8 +59,8 @@ func (s *Server) handleWebSocket(w http.ResponseWriter, r *http.Request, _ httpr
 	for _, k := range []string{"Sec-Websocket-Key", "Sec-Websocket-Version", "Sec-Websocket-Extensions", "Sec-Websocket-Protocol"} {
 		header.Del(k)
 	}
-	sess := &wsSession{s: s, conn: conn, header: header, keyHash: clientkey.Hash(header), memory: newSessionMemory(),
-		input: streaminput.NewAccumulator(streaminput.AccumulatorOptions{MaxBytes: s.opts.MaxWSFrameBytes})}
+	sess := &wsSession{s: s, conn: conn, header: header, fwd: forwardingOf(r, s.opts.TrustedProxies), keyHash: clientkey.Hash(header), memory: newSessionMemory(),
+		input: streaminput.NewAccumulator(streaminput.AccumulatorOptions{MaxBytes: s.opts.MaxWSFrameBytes, MaxJSONDepth: s.opts.MaxJSONDepth})}
 	sess.run()
 }
 
@@ -80,6 +81,7 @@ type wsSession struct {
 	s       *Server
 	conn    *websocket.Conn
 	header  http.Header
+	fwd     forwarding // the upgrade request's hop
 	keyHash string
 	memory  *sessionMemory // store:false conversation turns, gone with the socket
 	input   *streaminput.Accumulator
@@ -99,8 +101,14 @@ func (ws *wsSession) run() {
 			if err != nil {
 				return
 			}
-			if typ != websocket.MessageText {
+			switch {
+			case typ != websocket.MessageText:
 				data = nil // answered below as an unsupported frame
+			case !utf8.Valid(data):
+				// RFC 6455 §8.1: a text frame that is not UTF-8 fails the
+				// connection with 1007.
+				_ = ws.conn.Close(websocket.StatusInvalidFramePayloadData, "text frames must be UTF-8")
+				return
 			}
 			select {
 			case frames <- data:
@@ -109,6 +117,11 @@ func (ws *wsSession) run() {
 			}
 		}
 	}()
+	// A socket that sends nothing and has no request in flight is closed
+	// after WSIdleTimeout, so idle sockets cannot pile up (pings answered by
+	// the library do not count as activity).
+	idle := time.NewTimer(ws.s.opts.WSIdleTimeout)
+	defer idle.Stop()
 	for {
 		select {
 		case data, ok := <-frames:
@@ -117,6 +130,11 @@ func (ws *wsSession) run() {
 				return
 			}
 			ws.handleFrame(ctx, data)
+			idle.Reset(ws.s.opts.WSIdleTimeout)
+		case <-idle.C:
+			ws.s.log.Debug("closing an idle client WebSocket", "idle", ws.s.opts.WSIdleTimeout.String())
+			_ = ws.conn.Close(websocket.StatusNormalClosure, "idle timeout")
+			return
 		case <-ws.s.drainCh:
 			// Requests in flight were answered above; nothing new starts.
 			_ = ws.conn.Close(websocket.StatusNormalClosure, "the gateway is shutting down")
@@ -142,8 +160,8 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 		fail(apierr.TooLarge(s.opts.MaxWSFrameBytes))
 		return
 	}
-	if !gjson.ValidBytes(data) {
-		fail(apierr.Invalid("", apierr.CodeInvalidJSON, "the frame is not valid JSON"))
+	if aerr := validJSON(ctx, data, s.opts.MaxJSONDepth, "the frame"); aerr != nil {
+		fail(aerr)
 		return
 	}
 	if streaminput.IsInputChunk(data) {
@@ -178,7 +196,7 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 		fail(apierr.Invalid("", apierr.CodeInvalidJSON, "the frame could not be read: %v", err))
 		return
 	}
-	parsed, aerr := parseRequest(responsesEndpoint, body)
+	parsed, aerr := parseRequest(ctx, responsesEndpoint, body, s.opts.MaxJSONDepth)
 	if aerr != nil {
 		fail(aerr)
 		return
@@ -186,6 +204,7 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 	req = parsed
 	req.ep = responsesEndpoint
 	req.header = ws.header
+	req.fwd = ws.fwd
 	req.clientKeyHash = ws.keyHash
 	req.viaWebSocket = true
 	req.memory = ws.memory
@@ -221,8 +240,7 @@ func errorFrame(e *apierr.Error) []byte {
 
 func (o *wsResponder) fail(req *clientRequest, e *apierr.Error, kind failKind) {
 	if kind == failAsTerminal {
-		p := &pump{s: o.ws.s, req: req, sink: &wsSink{o}, surface: hostabi.SurfaceWebSocket, lastSeq: -1}
-		p.writeTerminal(e)
+		o.ws.s.writeGatewayTerminal(req, &wsSink{o}, e)
 		return
 	}
 	_ = o.write(errorFrame(e))

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"time"
 )
 
 // Error types used by the gateway.
@@ -26,15 +27,22 @@ const (
 	CodeMissingField        = "missing_required_parameter"
 	CodeInvalidType         = "invalid_type"
 	CodeNotFound            = "not_found"
+	CodeNestingTooDeep      = "nesting_too_deep"  // 400: JSON deeper than limits.max_json_depth
+	CodeServerOverloaded    = "server_overloaded" // 503: a gateway-wide budget is spent; retry after Retry-After
+	CodeRequestTimeout      = "request_timeout"   // 408: the body did not arrive within timeouts.read_body
+	CodeDuplicateKey        = "duplicate_key"     // 400: a top-level key appears twice
 )
 
 // Error is an OpenAI-style error with the HTTP status it travels with.
 type Error struct {
-	Status  int    `json:"-"`
-	Message string `json:"message"`
-	Type    string `json:"type"`
-	Code    string `json:"code"`
-	Param   string `json:"param"`
+	Status int `json:"-"`
+	// RetryAfter, when positive, is sent as the Retry-After header (whole
+	// seconds, rounded up).
+	RetryAfter time.Duration `json:"-"`
+	Message    string        `json:"message"`
+	Type       string        `json:"type"`
+	Code       string        `json:"code"`
+	Param      string        `json:"param"`
 }
 
 // Error implements the error interface.
@@ -83,6 +91,9 @@ func (e *Error) Write(w http.ResponseWriter) {
 	body, _ := e.MarshalJSON()
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", fmt.Sprint(len(body)))
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", fmt.Sprint(int64((e.RetryAfter+time.Second-1)/time.Second)))
+	}
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }
@@ -96,6 +107,23 @@ func Invalid(param, code, format string, args ...any) *Error {
 func TooLarge(limit int64) *Error {
 	return &Error{Status: http.StatusRequestEntityTooLarge, Type: TypeInvalidRequest, Code: CodePayloadTooLarge, Param: "input",
 		Message: fmt.Sprintf("request body exceeds the gateway limit of %d bytes", limit)}
+}
+
+// TooDeep is the 400 for a JSON document nested deeper than limit.
+func TooDeep(limit int, what string) *Error {
+	return Invalid("", CodeNestingTooDeep, "%s nests objects or arrays deeper than the gateway limit of %d levels", what, limit)
+}
+
+// Overloaded is the retryable 503 for a gateway-wide budget that is spent.
+func Overloaded(retryAfter time.Duration, format string, args ...any) *Error {
+	return &Error{Status: http.StatusServiceUnavailable, Type: TypeServer, Code: CodeServerOverloaded, RetryAfter: retryAfter,
+		Message: fmt.Sprintf(format, args...)}
+}
+
+// RequestTimeout is the 408 for a request body that did not arrive in time.
+func RequestTimeout(limit time.Duration) *Error {
+	return &Error{Status: http.StatusRequestTimeout, Type: TypeInvalidRequest, Code: CodeRequestTimeout,
+		Message: fmt.Sprintf("the request body did not arrive within %s", limit)}
 }
 
 // StreamIncomplete is the retryable error for a stream the upstream cut or lost.

@@ -2,21 +2,27 @@ package streaminput
 
 import (
 	"bytes"
+	"context"
 	"slices"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
 	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/sluice-gw/sluice/internal/jsonx"
 )
 
 // AccumulatorOptions configure an Accumulator. Zero values take the
-// package defaults (DefaultMaxSessionBytes, DefaultReorderWindow).
+// package defaults (DefaultMaxSessionBytes, DefaultReorderWindow,
+// jsonx.DefaultMaxDepth).
 type AccumulatorOptions struct {
 	// MaxBytes caps the decoded payload bytes held for one response.create.
 	MaxBytes int64
 	// ReorderWindow bounds out-of-order buffering, as for sessions.
 	ReorderWindow int
+	// MaxJSONDepth caps the nesting of the frames Add and Apply take: a
+	// deeper one is refused (400 nesting_too_deep) before it is parsed.
+	MaxJSONDepth int
 }
 
 // Accumulator collects the input_chunk frames of a Responses WebSocket and
@@ -53,26 +59,41 @@ func NewAccumulator(opts AccumulatorOptions) *Accumulator {
 	if opts.ReorderWindow <= 0 {
 		opts.ReorderWindow = DefaultReorderWindow
 	}
+	if opts.MaxJSONDepth <= 0 {
+		opts.MaxJSONDepth = jsonx.DefaultMaxDepth
+	}
 	return &Accumulator{opts: opts, chunks: map[uint64]chunk{}}
 }
 
 // IsInputChunk reports whether a WebSocket text frame is an input_chunk
-// frame, the ones Add takes.
+// frame, the ones Add takes. It is safe on any bytes, however deeply
+// nested: looking up a top-level key skips nested values with an iterative
+// scan, without recursion.
 func IsInputChunk(frame []byte) bool {
 	return gjson.GetBytes(frame, "type").Str == "input_chunk"
 }
 
 // Add takes one input_chunk frame. A duplicate of a chunk already held
-// (same sequence_id, same content) is accepted and ignored.
+// (same sequence_id, same content) is accepted and ignored. A frame nested
+// deeper than MaxJSONDepth, or repeating a key, is refused with a 400.
 func (a *Accumulator) Add(frame []byte) error {
-	if !gjson.ValidBytes(frame) {
-		return apierr.Invalid("", apierr.CodeInvalidJSON, "the input_chunk frame is not valid JSON")
+	return a.AddContext(context.Background(), frame)
+}
+
+// AddContext is Add that stops, with a 499 client_closed_request error,
+// when ctx ends (the socket is gone) while a large frame is checked.
+func (a *Accumulator) AddContext(ctx context.Context, frame []byte) error {
+	if aerr := checkJSON(ctx, frame, a.opts.MaxJSONDepth, "the input_chunk frame"); aerr != nil {
+		return aerr
 	}
 	root := gjson.ParseBytes(frame)
-	if t := root.Get("type"); t.Exists() && t.Str != "input_chunk" {
-		return apierr.Invalid("type", "invalid_value", "expected an input_chunk frame, got type %q", t.Str)
+	if !root.IsObject() {
+		return apierr.Invalid("", apierr.CodeInvalidType, "an input_chunk frame must be a JSON object")
 	}
-	c, aerr := parseChunk(root, &a.auto)
+	if t := root.Get("type"); t.Exists() && t.Str != "input_chunk" {
+		return apierr.Invalid("type", "invalid_value", "expected an input_chunk frame, got type %.64q", t.Str)
+	}
+	c, aerr := parseChunk(ctx, root, &a.auto)
 	if aerr != nil {
 		return aerr
 	}
@@ -142,7 +163,10 @@ func (a *Accumulator) Apply(body []byte) ([]byte, error) {
 		}
 		return nil, errConflict(CodeSequenceGap, "sequence_id", "the input chunks have gaps: sequence ids %s are missing", formatSeqs(gaps))
 	}
-	if !gjson.ValidBytes(body) || !gjson.ParseBytes(body).IsObject() {
+	if aerr := checkJSON(context.Background(), body, a.opts.MaxJSONDepth, "the response.create frame"); aerr != nil {
+		return nil, aerr
+	}
+	if !gjson.ParseBytes(body).IsObject() {
 		return nil, apierr.Invalid("", apierr.CodeInvalidJSON, "the response.create frame is not a JSON object")
 	}
 	chunks := make([]chunk, 0, len(a.chunks))
@@ -161,7 +185,7 @@ func (a *Accumulator) Apply(body []byte) ([]byte, error) {
 	root := gjson.ParseBytes(body)
 	var out []byte
 	if inner := root.Get("response"); inner.IsObject() && !root.Get("input").Exists() {
-		merged, aerr := assemble(false, []byte(inner.Raw), chunks)
+		merged, aerr := assemble(context.Background(), false, []byte(inner.Raw), chunks, a.opts.MaxJSONDepth)
 		if aerr != nil {
 			return nil, aerr
 		}
@@ -170,7 +194,7 @@ func (a *Accumulator) Apply(body []byte) ([]byte, error) {
 			return nil, apierr.Invalid("", "invalid_template", "the input chunks could not be merged: %v", err)
 		}
 	} else {
-		merged, aerr := assemble(false, body, chunks)
+		merged, aerr := assemble(context.Background(), false, body, chunks, a.opts.MaxJSONDepth)
 		if aerr != nil {
 			return nil, aerr
 		}

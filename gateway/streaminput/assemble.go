@@ -2,6 +2,7 @@ package streaminput
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"strconv"
@@ -50,11 +51,18 @@ func textOnly(gs []group) bool {
 // Text goes into the last user message (Responses: the input string, or the
 // last role:user item's text; Chat: the last user message's content),
 // extending its trailing text; audio and images become input parts after it.
-// Without a user message one is appended.
-func assemble(chat bool, template []byte, chunks []chunk) ([]byte, *apierr.Error) {
+// Without a user message one is appended. The template is checked against
+// maxDepth first (its callers checked it already; this keeps gjson and
+// sjson from ever walking a deeper one), and the parts the chunks add nest
+// no deeper than a template's own content parts.
+func assemble(ctx context.Context, chat bool, template []byte, chunks []chunk, maxDepth int) ([]byte, *apierr.Error) {
 	gs := groupChunks(chunks)
 	if len(gs) == 0 {
 		return template, nil
+	}
+	if aerr := checkDepth(ctx, template, maxDepth, "the template"); aerr != nil {
+		aerr.Param = "template"
+		return nil, aerr
 	}
 	d := dialect{chat: chat}
 	field := "input"

@@ -1,6 +1,7 @@
 package streaminput
 
 import (
+	"context"
 	"testing"
 )
 
@@ -48,7 +49,7 @@ func TestAssemble(t *testing.T) {
 		{"no chunks", false, `{"model":"m","input":"x"}`, nil, `{"model":"m","input":"x"}`},
 	}
 	for _, c := range cases {
-		got, aerr := assemble(c.chat, []byte(c.template), c.chunks)
+		got, aerr := assemble(context.Background(), c.chat, []byte(c.template), c.chunks, 0)
 		if aerr != nil {
 			t.Errorf("%s: %v", c.name, aerr)
 			continue
@@ -57,7 +58,7 @@ func TestAssemble(t *testing.T) {
 			t.Errorf("%s:\n got %s\nwant %s", c.name, got, c.want)
 		}
 	}
-	if _, aerr := assemble(false, []byte(`{"model":"m","input":5}`), textChunks("x")); aerr == nil {
+	if _, aerr := assemble(context.Background(), false, []byte(`{"model":"m","input":5}`), textChunks("x"), 0); aerr == nil {
 		t.Error("a numeric input was accepted")
 	}
 }

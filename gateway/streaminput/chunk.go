@@ -1,12 +1,14 @@
 package streaminput
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tidwall/gjson"
 
@@ -39,6 +41,20 @@ const (
 	CodeSessionCancelled = "session_cancelled"
 	// CodeResultGone (410): the answer can no longer be replayed.
 	CodeResultGone = "result_unavailable"
+	// CodeNestingTooDeep (400): a JSON document nests deeper than
+	// Options.MaxJSONDepth.
+	CodeNestingTooDeep = apierr.CodeNestingTooDeep
+	// CodeDuplicateKey (400): an object repeats a key.
+	CodeDuplicateKey = apierr.CodeDuplicateKey
+	// CodeRequestTimeout (408): a request body (or a Mode A header line)
+	// did not arrive within Options.ReadTimeout.
+	CodeRequestTimeout = apierr.CodeRequestTimeout
+	// CodeServerOverloaded (503, with Retry-After): a gateway-wide cap
+	// (Options.MaxSessions, Options.MaxTotalBytes) is reached.
+	CodeServerOverloaded = apierr.CodeServerOverloaded
+	// CodeUnsupportedEncoding (415): a Mode A body's Content-Encoding is
+	// not identity, gzip or zstd.
+	CodeUnsupportedEncoding = "unsupported_content_encoding"
 )
 
 // chunkMeta is what a chunk says besides its payload.
@@ -115,13 +131,34 @@ func decodeMeta(s string) (chunkMeta, error) {
 //	{"sequence_id":3,"modality":"text","payload":"…","format":"wav","end_of_input":false,"new_part":false}
 //
 // When auto is non-nil a missing sequence_id takes *auto (Mode A and the
-// WebSocket accumulator); otherwise it is required.
-func parseChunk(obj gjson.Result, auto *uint64) (chunk, *apierr.Error) {
+// WebSocket accumulator); otherwise it is required. The object's members
+// are read in one pass, which also refuses a repeated key. obj must come
+// from a document that passed checkJSON.
+func parseChunk(ctx context.Context, obj gjson.Result, auto *uint64) (chunk, *apierr.Error) {
 	if !obj.IsObject() {
 		return chunk{}, apierr.Invalid("", apierr.CodeInvalidType, "a chunk must be a JSON object")
 	}
+	var seq, modality, format, payload, end, newPart gjson.Result
+	if aerr := forEachMember(ctx, obj, "", func(key string, v gjson.Result) {
+		switch key {
+		case "sequence_id":
+			seq = v
+		case "modality":
+			modality = v
+		case "format":
+			format = v
+		case "payload":
+			payload = v
+		case "end_of_input":
+			end = v
+		case "new_part":
+			newPart = v
+		}
+	}); aerr != nil {
+		return chunk{}, aerr
+	}
 	var c chunk
-	switch seq := obj.Get("sequence_id"); {
+	switch {
 	case !seq.Exists() || seq.Type == gjson.Null:
 		if auto == nil {
 			return chunk{}, apierr.Invalid("sequence_id", apierr.CodeMissingField, "you must provide a sequence_id")
@@ -132,12 +169,12 @@ func parseChunk(obj gjson.Result, auto *uint64) (chunk, *apierr.Error) {
 	default:
 		n, err := strconv.ParseUint(seq.Raw, 10, 53)
 		if err != nil {
-			return chunk{}, apierr.Invalid("sequence_id", apierr.CodeInvalidType, "sequence_id must be a non-negative integer below 2^53, got %s", seq.Raw)
+			return chunk{}, apierr.Invalid("sequence_id", apierr.CodeInvalidType, "sequence_id must be a non-negative integer below 2^53, got %.40s", seq.Raw)
 		}
 		c.seq = n
 	}
 	c.meta.modality = ModalityText
-	if m := obj.Get("modality"); m.Exists() && m.Type != gjson.Null {
+	if m := modality; m.Exists() && m.Type != gjson.Null {
 		if m.Type != gjson.String {
 			return chunk{}, apierr.Invalid("modality", apierr.CodeInvalidType, "modality must be a string")
 		}
@@ -150,9 +187,9 @@ func parseChunk(obj gjson.Result, auto *uint64) (chunk, *apierr.Error) {
 	case ModalityImage:
 		c.meta.format = "png"
 	default:
-		return chunk{}, apierr.Invalid("modality", "invalid_value", "modality must be %q, %q or %q, got %q", ModalityText, ModalityAudio, ModalityImage, c.meta.modality)
+		return chunk{}, apierr.Invalid("modality", "invalid_value", "modality must be %q, %q or %q, got %.40q", ModalityText, ModalityAudio, ModalityImage, c.meta.modality)
 	}
-	if f := obj.Get("format"); f.Exists() && f.Type != gjson.Null {
+	if f := format; f.Exists() && f.Type != gjson.Null {
 		if c.meta.modality == ModalityText {
 			return chunk{}, apierr.Invalid("format", "invalid_value", "format applies to audio and image chunks only")
 		}
@@ -163,10 +200,10 @@ func parseChunk(obj gjson.Result, auto *uint64) (chunk, *apierr.Error) {
 	}
 	for _, flag := range []struct {
 		name string
+		v    gjson.Result
 		dst  *bool
-	}{{"end_of_input", &c.meta.end}, {"new_part", &c.meta.newPart}} {
-		v := obj.Get(flag.name)
-		switch {
+	}{{"end_of_input", end, &c.meta.end}, {"new_part", newPart, &c.meta.newPart}} {
+		switch v := flag.v; {
 		case !v.Exists() || v.Type == gjson.Null:
 		case v.Type == gjson.True || v.Type == gjson.False:
 			*flag.dst = v.Bool()
@@ -174,8 +211,7 @@ func parseChunk(obj gjson.Result, auto *uint64) (chunk, *apierr.Error) {
 			return chunk{}, apierr.Invalid(flag.name, apierr.CodeInvalidType, "%s must be a boolean", flag.name)
 		}
 	}
-	p := obj.Get("payload")
-	switch {
+	switch p := payload; {
 	case !p.Exists() || p.Type == gjson.Null:
 		if !c.meta.end {
 			return chunk{}, apierr.Invalid("payload", apierr.CodeMissingField, "you must provide a payload")
@@ -247,6 +283,22 @@ func errIdle() *apierr.Error {
 	return &apierr.Error{Status: http.StatusRequestTimeout, Type: apierr.TypeInvalidRequest, Code: CodeSessionExpired,
 		Message: "the streaming-input session received nothing within its idle timeout and was closed"}
 }
+
+// overloadRetryAfter is the Retry-After of a server_overloaded answer:
+// sessions end and expire continually, so a retry soon may succeed.
+const overloadRetryAfter = 5 * time.Second
+
+func errOverloaded(format string, args ...any) *apierr.Error {
+	return apierr.Overloaded(overloadRetryAfter, format, args...)
+}
+
+func errRequestTimeout(what string, limit time.Duration) *apierr.Error {
+	return &apierr.Error{Status: http.StatusRequestTimeout, Type: apierr.TypeInvalidRequest, Code: CodeRequestTimeout,
+		Message: fmt.Sprintf("%s did not arrive within %s", what, limit)}
+}
+
+// writeError sends e (with its Retry-After, when it has one).
+func writeError(w http.ResponseWriter, e *apierr.Error) { e.Write(w) }
 
 func errCancelled() *apierr.Error {
 	return &apierr.Error{Status: http.StatusConflict, Type: apierr.TypeInvalidRequest, Code: CodeSessionCancelled,

@@ -45,6 +45,8 @@ type Manager struct {
 	mu       sync.Mutex
 	sessions map[string]*session
 	perKey   map[string]int // open or running sessions per client key hash
+	held     int            // sessions held, all clients (MaxSessions): counted from create until close
+	heldB    int64          // bytes the sessions hold, all clients (MaxTotalBytes)
 }
 
 // New builds a Manager and restores the sessions in the store: an open
@@ -200,12 +202,49 @@ func (m *Manager) get(id, keyHash string) *session {
 	return s
 }
 
-func (m *Manager) forget(s *session) {
+// forget drops a closed session and gives back what it held of the global
+// caps. closeLocked calls it once per session.
+func (m *Manager) forget(s *session, bytes int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.sessions[s.id] == s {
 		delete(m.sessions, s.id)
 	}
+	m.held--
+	m.heldB -= bytes
+}
+
+// chargeBytes takes n bytes of MaxTotalBytes; false when they are not left.
+func (m *Manager) chargeBytes(n int64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n > 0 && m.heldB+n > m.opts.MaxTotalBytes {
+		return false
+	}
+	m.heldB += n
+	return true
+}
+
+func (m *Manager) releaseBytes(n int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.heldB -= n
+}
+
+// full reports whether MaxSessions is reached: a cheap early refusal,
+// before a create's body is read (create checks again).
+func (m *Manager) full() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.held >= m.opts.MaxSessions
+}
+
+func (m *Manager) errTooManySessions() *apierr.Error {
+	return errOverloaded("the gateway holds its limit of %d streaming-input sessions; retry later", m.opts.MaxSessions)
+}
+
+func (m *Manager) errBytesFull() *apierr.Error {
+	return errOverloaded("the streaming-input sessions hold the gateway's limit of %d bytes; retry later", m.opts.MaxTotalBytes)
 }
 
 func (m *Manager) release(keyHash string) {
@@ -232,28 +271,51 @@ type sessionParams struct {
 	onClose  func()
 }
 
-// create opens a session, counting it against its client key's cap.
+// create opens a session, counting it against its client key's cap and
+// the global caps (MaxSessions, and MaxTotalBytes for its template).
 func (m *Manager) create(ctx context.Context, p sessionParams) (*session, *apierr.Error) {
 	kh := clientkey.Hash(p.header)
+	keep, cred := splitHeaders(p.header)
+	durable := !p.modeA && m.opts.Store != nil
+	var env []byte
+	size := int64(len(p.tpl.body))
+	if durable {
+		env = encodeEnvelope(p.tpl, keep)
+		size = int64(len(env))
+	}
 	m.mu.Lock()
 	switch {
 	case m.isDraining():
 		m.mu.Unlock()
 		return nil, errShutdown()
+	case m.held >= m.opts.MaxSessions:
+		m.mu.Unlock()
+		return nil, m.errTooManySessions()
 	case m.perKey[kh] >= m.opts.MaxSessionsPerKey:
 		m.mu.Unlock()
 		return nil, &apierr.Error{Status: http.StatusTooManyRequests, Type: apierr.TypeInvalidRequest, Code: CodeTooManySessions,
 			Message: fmt.Sprintf("this key already has %d streaming-input sessions open or running; finish, delete or let one end first", m.opts.MaxSessionsPerKey)}
+	case m.heldB+size > m.opts.MaxTotalBytes:
+		m.mu.Unlock()
+		return nil, m.errBytesFull()
 	}
 	m.perKey[kh]++
+	m.held++
+	m.heldB += size
 	m.mu.Unlock()
+	unreserve := func() {
+		m.release(kh)
+		m.mu.Lock()
+		m.held--
+		m.heldB -= size
+		m.mu.Unlock()
+	}
 
-	keep, cred := splitHeaders(p.header)
 	now := m.now()
 	s := &session{
-		m: m, id: newID(), keyHash: kh, durable: !p.modeA && m.opts.Store != nil, modeA: p.modeA,
+		m: m, id: newID(), keyHash: kh, durable: durable, modeA: p.modeA,
 		tpl: p.tpl, policy: p.policy, headers: keep, dispatch: p.dispatch, onClose: p.onClose, created: now,
-		cred: cred, infos: map[uint64]chunkInfo{}, active: true, changed: make(chan struct{}),
+		cred: cred, infos: map[uint64]chunkInfo{}, active: true, changed: make(chan struct{}), held: size,
 	}
 	if !s.durable {
 		s.mem = map[uint64]chunk{}
@@ -263,10 +325,10 @@ func (m *Manager) create(ctx context.Context, p sessionParams) (*session, *apier
 	}
 	s.lastActivity, s.expiresAt = now, now.Add(m.opts.IdleTimeout)
 	if s.durable {
-		s.envelope = encodeEnvelope(p.tpl, keep)
+		s.envelope = env
 		s.tpl.body = envelopeTemplate(s.envelope) // one copy of the template, not two
 		if err := m.opts.Store.CreateInputSession(ctx, s.recordLocked()); err != nil {
-			m.release(kh)
+			unreserve()
 			if errors.Is(err, store.ErrTooLarge) {
 				return nil, apierr.Invalid("template", apierr.CodePayloadTooLarge, "the template is too large to store")
 			}
@@ -319,7 +381,7 @@ func (m *Manager) restore(ctx context.Context) error {
 }
 
 func (m *Manager) restoreOne(ctx context.Context, rec store.InputSession) (*session, error) {
-	tpl, headers, err := decodeEnvelope(rec.Endpoint, rec.Template)
+	tpl, headers, err := decodeEnvelope(ctx, rec.Endpoint, rec.Template, m.opts.MaxJSONDepth)
 	if err != nil {
 		return nil, err
 	}
@@ -365,8 +427,13 @@ func (m *Manager) restoreOne(ctx context.Context, rec store.InputSession) (*sess
 		s.started, s.done, s.resultLost = true, true, true
 		s.saw = upstreamSaw{chunks: s.next, bytes: s.contig, complete: s.finished}
 	}
+	// Restored sessions count against the global caps (they may exceed
+	// them, after a restart with lower caps: creates wait until they end).
+	s.held = int64(len(rec.Template)) + s.received
 	m.mu.Lock()
 	m.sessions[s.id] = s
+	m.held++
+	m.heldB += s.held
 	if !s.done {
 		s.active = true
 		m.perKey[s.keyHash]++

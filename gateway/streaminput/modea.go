@@ -3,8 +3,10 @@ package streaminput
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -12,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/tidwall/gjson"
 
 	"github.com/sluice-gw/sluice/gateway/apierr"
@@ -68,45 +71,84 @@ func (m *Manager) serveModeA(w http.ResponseWriter, r *http.Request, next http.H
 		return
 	}
 	rc := http.NewResponseController(w)
-	_ = rc.EnableFullDuplex() // answer while the body still arrives (HTTP/1.1)
-	lr := &lineReader{r: bufio.NewReaderSize(r.Body, 64<<10), max: m.opts.MaxTemplateBytes + m.opts.maxChunkRequest()}
-
-	line, err := lr.next()
-	for err == nil && len(line) == 0 {
-		line, err = lr.next()
-	}
-	if len(line) == 0 {
-		apierr.Invalid("", apierr.CodeMissingField, "a streaming-input body starts with a header line {\"template\":{…},\"start_policy\":…}").Write(w)
-		return
-	}
-	tpl, policy, aerr := parseModeAHeader(r.URL.Path, line)
-	if aerr != nil {
-		aerr.Write(w)
-		return
-	}
 	// A session closed while its body is still arriving (idle, shutdown,
-	// a bad line) cuts the body short with a read deadline, so that this
-	// handler can return. Once the body has ended the deadline must not be
-	// touched: the server's background read on the connection would fail
-	// and poison the next request on it.
-	var bodyMu sync.Mutex
-	reading, cut := true, false
-	lr.onEnd = func() {
-		bodyMu.Lock()
-		defer bodyMu.Unlock()
-		reading = false
-	}
-	cutBody := func() {
-		bodyMu.Lock()
-		defer bodyMu.Unlock()
-		if reading {
-			cut = true
-			_ = rc.SetReadDeadline(time.Now())
+	// a bad line), a header line that does not arrive within ReadTimeout,
+	// or an error answered before the body ended, cuts the body short with
+	// a read deadline: this handler can return, and the server does not
+	// wait on a stalled client to drain the rest. Once the body has ended
+	// the deadline must not be touched: the server's background read on
+	// the connection would fail and poison the next request on it.
+	//
+	// An answer that begins while the body is still arriving closes the
+	// connection after it: in full duplex the server does not drain an
+	// unread body before answering, and a connection whose request body
+	// was cut (or ends after the answer) must not carry another request.
+	bc := &bodyCutter{rc: rc, reading: true}
+	closeIfUnfinished := func(cut bool) {
+		if bc.unfinished() {
+			if cut {
+				bc.cut()
+			}
+			w.Header().Set("Connection", "close")
 		}
 	}
-	s, aerr := m.create(r.Context(), sessionParams{tpl: tpl, policy: policy, header: r.Header, modeA: true, dispatch: next, onClose: cutBody})
+	fail := func(aerr *apierr.Error) {
+		closeIfUnfinished(true) // the rest of the body is not read
+		writeError(w, aerr)
+	}
+	enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding")))
+	switch enc {
+	case "", "identity", "gzip", "x-gzip", "zstd":
+	default:
+		fail(&apierr.Error{Status: http.StatusUnsupportedMediaType, Type: apierr.TypeInvalidRequest, Code: CodeUnsupportedEncoding,
+			Message: fmt.Sprintf("Content-Encoding %.40q is not supported; send identity, gzip or zstd", enc)})
+		return
+	}
+	if m.full() {
+		fail(m.errTooManySessions())
+		return
+	}
+	_ = rc.EnableFullDuplex() // answer while the body still arrives (HTTP/1.1)
+
+	// The header line (and a gzip header before it) must arrive within
+	// ReadTimeout; later lines are bounded by the session's idle timer.
+	headerTimer := time.AfterFunc(m.opts.ReadTimeout, bc.expire)
+	body, closeBody, aerr := m.modeABody(&eofReader{r: r.Body, onEOF: bc.ended}, enc)
+	var line []byte
+	var err error
+	lr := &lineReader{max: m.opts.maxHeaderLine(), ctx: r.Context()}
+	if aerr == nil {
+		defer closeBody() // after the body is done with (bodyDone, below)
+		lr.r = bufio.NewReaderSize(body, 64<<10)
+		line, err = lr.next()
+		for err == nil && len(line) == 0 {
+			line, err = lr.next()
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			aerr = m.bodyError(r.Context(), err, "the header line")
+		}
+	}
+	headerTimer.Stop()
+	if bc.timedOut() {
+		aerr = errRequestTimeout("the streaming-input header line", m.opts.ReadTimeout)
+	}
+	switch {
+	case aerr != nil:
+		fail(aerr)
+		return
+	case len(line) == 0:
+		fail(apierr.Invalid("", apierr.CodeMissingField, "a streaming-input body starts with a header line {\"template\":{…},\"start_policy\":…}"))
+		return
+	}
+	tpl, policy, aerr := parseModeAHeader(r.Context(), r.URL.Path, line, m.opts.MaxJSONDepth)
 	if aerr != nil {
-		aerr.Write(w)
+		fail(aerr)
+		return
+	}
+	lr.max = m.opts.maxChunkRequest()
+	s, aerr := m.create(r.Context(), sessionParams{tpl: tpl, policy: policy, header: r.Header, modeA: true, dispatch: next, onClose: bc.cut})
+	if aerr != nil {
+		fail(aerr)
 		return
 	}
 	stop := context.AfterFunc(r.Context(), func() { s.close(errClientGone(), "client_gone") })
@@ -114,8 +156,7 @@ func (m *Manager) serveModeA(w http.ResponseWriter, r *http.Request, next http.H
 	bodyDone := make(chan struct{})
 	go func() {
 		defer close(bodyDone)
-		if err != nil { // the header was the last line
-			lr.onEnd()
+		if err != nil { // io.EOF: the header was the last line
 			s.endModeA(r.Context(), err)
 			return
 		}
@@ -128,13 +169,9 @@ func (m *Manager) serveModeA(w http.ResponseWriter, r *http.Request, next http.H
 	res, aerr := s.waitResult(ctx)
 	switch {
 	case aerr != nil:
-		bodyMu.Lock()
-		if cut || reading {
-			w.Header().Set("Connection", "close") // the rest of the body is not read
-		}
-		bodyMu.Unlock()
-		aerr.Write(w)
+		fail(aerr)
 	case res != nil:
+		closeIfUnfinished(false) // the body goes on arriving while the answer streams
 		res.serve(ctx, w, serveOptions{startingAfter: -1, extra: s.sawHeaders()})
 	}
 	if m.isDraining() {
@@ -144,23 +181,38 @@ func (m *Manager) serveModeA(w http.ResponseWriter, r *http.Request, next http.H
 	// timer bounds a body that neither ends nor sends.
 	<-bodyDone
 	s.close(errCancelled(), "completed")
+	// A body the reader left unfinished (a decoder that stopped before the
+	// raw body's end) is cut, so that the server does not wait for its
+	// rest; its connection was marked to close when the answer began.
+	bc.cut()
 }
 
-func parseModeAHeader(endpoint string, line []byte) (template, startPolicy, *apierr.Error) {
+func parseModeAHeader(ctx context.Context, endpoint string, line []byte, maxDepth int) (template, startPolicy, *apierr.Error) {
+	if aerr := checkDepth(ctx, line, maxDepth, "the header line"); aerr != nil {
+		return template{}, startPolicy{}, aerr
+	}
 	if !gjson.ValidBytes(line) || !gjson.ParseBytes(line).IsObject() {
 		return template{}, startPolicy{}, apierr.Invalid("", apierr.CodeInvalidJSON, "the first line of a streaming-input body must be a JSON header object")
 	}
-	root := gjson.ParseBytes(line)
-	raw := root.Get("template")
+	var raw, sp gjson.Result
+	if aerr := forEachMember(ctx, gjson.ParseBytes(line), "", func(key string, v gjson.Result) {
+		switch key {
+		case "template":
+			raw = v
+		case "start_policy":
+			sp = v
+		}
+	}); aerr != nil {
+		return template{}, startPolicy{}, aerr
+	}
 	if !raw.Exists() {
 		return template{}, startPolicy{}, apierr.Invalid("template", apierr.CodeMissingField,
 			"the first line of a streaming-input body must carry the request template: {\"template\":{…},\"start_policy\":…}")
 	}
-	tpl, aerr := parseTemplate(endpoint, []byte(raw.Raw))
+	tpl, aerr := parseTemplate(ctx, endpoint, []byte(raw.Raw), maxDepth)
 	if aerr != nil {
 		return template{}, startPolicy{}, aerr
 	}
-	sp := root.Get("start_policy")
 	if sp.Exists() && sp.Type != gjson.String && sp.Type != gjson.Null {
 		return template{}, startPolicy{}, apierr.Invalid("start_policy", apierr.CodeInvalidType, "start_policy must be a string")
 	}
@@ -176,12 +228,15 @@ func (s *session) readModeA(ctx context.Context, lr *lineReader) {
 	auto := uint64(0)
 	for n := 2; ; n++ {
 		line, err := lr.next()
-		if len(line) > 0 {
-			if !gjson.ValidBytes(line) {
-				s.close(apierr.Invalid("", apierr.CodeInvalidJSON, "line %d of the body is not valid JSON", n), "rejected")
+		if ctx.Err() != nil {
+			return // the client left: the session is closed (serveModeA's AfterFunc)
+		}
+		if len(line) > 0 && (err == nil || errors.Is(err, io.EOF)) {
+			if aerr := checkJSON(ctx, line, s.m.opts.MaxJSONDepth, "line "+strconv.Itoa(n)+" of the body"); aerr != nil {
+				s.close(aerr, "rejected")
 				return
 			}
-			c, aerr := parseChunk(gjson.ParseBytes(line), &auto)
+			c, aerr := parseChunk(ctx, gjson.ParseBytes(line), &auto)
 			if aerr == nil {
 				auto = c.seq + 1
 				_, aerr = s.accept(ctx, c)
@@ -211,11 +266,32 @@ func (s *session) endModeA(ctx context.Context, err error) {
 		if aerr != nil && !started {
 			s.close(aerr, "rejected")
 		}
-	case errors.Is(err, errLineTooLong):
-		s.close(errTooLarge(s.m.opts.MaxSessionBytes), "too_large")
 	default:
-		s.close(apierr.Invalid("", "invalid_body", "could not read the request body: %v", err), "rejected")
+		aerr := s.m.bodyError(ctx, err, "the body")
+		reason := "rejected"
+		if aerr.Status == http.StatusRequestEntityTooLarge {
+			reason = "too_large"
+		}
+		s.close(aerr, reason)
 	}
+}
+
+// bodyError maps the error that ended the reading of a Mode A body.
+func (m *Manager) bodyError(ctx context.Context, err error, what string) *apierr.Error {
+	switch {
+	case errors.Is(err, errLineTooLong):
+		e := apierr.TooLarge(m.opts.maxChunkRequest())
+		e.Message = fmt.Sprintf("a line of the streaming-input body exceeds the gateway limit (%d bytes for the header line, %d for a chunk line)",
+			m.opts.maxHeaderLine(), m.opts.maxChunkRequest())
+		return e
+	case errors.Is(err, errBodyTooLarge):
+		e := apierr.TooLarge(m.opts.maxDecodedModeA())
+		e.Message = fmt.Sprintf("the decoded streaming-input body exceeds the gateway limit of %d bytes", m.opts.maxDecodedModeA())
+		return e
+	case ctx.Err() != nil:
+		return errClientGone()
+	}
+	return apierr.Invalid("", "invalid_body", "could not read %s: %v", what, err)
 }
 
 func errClientGone() *apierr.Error {
@@ -224,28 +300,149 @@ func errClientGone() *apierr.Error {
 
 var errLineTooLong = errors.New("streaminput: NDJSON line too long")
 
+// errBodyTooLarge: a compressed Mode A body decodes to more than
+// Options.maxDecodedModeA.
+var errBodyTooLarge = errors.New("streaminput: decoded body too large")
+
+// modeABody is the body of a Mode A request, decoded for a gzip or zstd
+// Content-Encoding (enc, already checked) as it streams, and capped in
+// decoded size. Creating a gzip decoder reads the gzip header, so it runs
+// under the header timer. closeBody releases the decoder.
+func (m *Manager) modeABody(raw io.Reader, enc string) (body io.Reader, closeBody func(), aerr *apierr.Error) {
+	switch enc {
+	case "gzip", "x-gzip":
+		zr, err := gzip.NewReader(raw)
+		if err != nil {
+			return nil, nil, apierr.Invalid("", "invalid_body", "the gzip request body is corrupt: %v", err)
+		}
+		return &cappedReader{r: zr, left: m.opts.maxDecodedModeA()}, func() { _ = zr.Close() }, nil
+	case "zstd":
+		zr, err := zstd.NewReader(raw, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(zstdMaxWindow),
+			zstd.WithDecoderMaxMemory(zstdMaxWindow))
+		if err != nil {
+			return nil, nil, apierr.Invalid("", "invalid_body", "the zstd request body is corrupt: %v", err)
+		}
+		return &cappedReader{r: zr, left: m.opts.maxDecodedModeA()}, zr.Close, nil
+	}
+	return raw, func() {}, nil
+}
+
+// zstdMaxWindow is the largest zstd window a Mode A body may ask for: a
+// frame names its window up front, and the decoder holds that much memory
+// for as long as the body streams.
+const zstdMaxWindow = 8 << 20
+
+// cappedReader fails with errBodyTooLarge after left bytes.
+type cappedReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (c *cappedReader) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		// One byte more tells a body that ends exactly at the cap from one
+		// that goes on.
+		var one [1]byte
+		if n, err := c.r.Read(one[:]); n == 0 && err != nil {
+			return 0, err
+		}
+		return 0, errBodyTooLarge
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	return n, err
+}
+
+// bodyCutter cuts a Mode A body short, with a read deadline, while it is
+// still being read: when the session closes, or when the header line's
+// timer expires.
+type bodyCutter struct {
+	rc      *http.ResponseController
+	mu      sync.Mutex
+	reading bool // the body has not ended
+	cutDone bool
+	expired bool // cut by the header timer
+}
+
+// cut stops the body being read (the pending and every later read fail).
+func (b *bodyCutter) cut() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.cutLocked()
+}
+
+func (b *bodyCutter) cutLocked() {
+	if b.reading && !b.cutDone {
+		b.cutDone = true
+		_ = b.rc.SetReadDeadline(time.Now())
+	}
+}
+
+// expire is the header timer's cut.
+func (b *bodyCutter) expire() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.reading && !b.cutDone {
+		b.expired = true
+		b.cutLocked()
+	}
+}
+
+// ended records that the raw body is over (it returned io.EOF).
+func (b *bodyCutter) ended() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.reading = false
+}
+
+func (b *bodyCutter) timedOut() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.expired
+}
+
+// unfinished reports whether the body was cut or is still arriving: an
+// answer sent now must close the connection (the rest is not read).
+func (b *bodyCutter) unfinished() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.cutDone || b.reading
+}
+
+// eofReader reports when the reader it wraps returns io.EOF.
+type eofReader struct {
+	r     io.Reader
+	onEOF func()
+}
+
+func (e *eofReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if errors.Is(err, io.EOF) {
+		e.onEOF()
+	}
+	return n, err
+}
+
 // lineReader reads NDJSON lines of bounded length.
 type lineReader struct {
-	r     *bufio.Reader
-	max   int64
-	buf   []byte
-	onEnd func() // called once next returns an error (the body is over)
+	r   *bufio.Reader
+	max int64
+	ctx context.Context // a line being read stops when it ends
+	buf []byte
 }
 
 // next returns the next line without its line ending (empty for a blank
 // line). At the end of the body it returns the last line, if any, with
 // io.EOF.
 func (l *lineReader) next() ([]byte, error) {
-	line, err := l.read()
-	if err != nil && l.onEnd != nil {
-		l.onEnd()
-	}
-	return line, err
-}
-
-func (l *lineReader) read() ([]byte, error) {
 	l.buf = l.buf[:0]
 	for {
+		if l.ctx != nil && l.ctx.Err() != nil {
+			return nil, l.ctx.Err()
+		}
 		part, err := l.r.ReadSlice('\n')
 		l.buf = append(l.buf, part...)
 		if int64(len(l.buf)) > l.max {

@@ -7,6 +7,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-gw/sluice/internal/jsonx"
 	"github.com/sluice-gw/sluice/store"
 )
 
@@ -18,6 +19,9 @@ const (
 	DefaultReorderWindow     = 64
 	DefaultResultBuffer      = 16 << 20
 	DefaultMaxTemplateBytes  = 16 << 20
+	DefaultReadTimeout       = 30 * time.Second
+	DefaultMaxSessions       = 10000
+	DefaultMaxTotalBytes     = 1 << 30
 )
 
 // Options configure a Manager. Only Dispatch is required.
@@ -54,6 +58,25 @@ type Options struct {
 	ResultBuffer int64
 	// MaxTemplateBytes caps a session's request template. Default 16 MiB.
 	MaxTemplateBytes int64
+	// MaxJSONDepth caps the nesting of every JSON document a client sends
+	// (create and chunk bodies, Mode A lines, templates): a deeper one is
+	// refused with 400 nesting_too_deep before any recursive parser sees
+	// it. Default jsonx.DefaultMaxDepth (128).
+	MaxJSONDepth int
+	// ReadTimeout bounds how long a REST request body (create, chunk,
+	// finish) may take to arrive, and how long a Mode A request may take
+	// to send its header line: 408 request_timeout beyond. Later Mode A
+	// lines get IdleTimeout each. Default 30s.
+	ReadTimeout time.Duration
+	// MaxSessions caps the sessions held at once, all clients together
+	// (REST and Mode A, until they are closed or expire): a create beyond
+	// it gets 503 server_overloaded with Retry-After. Default 10000.
+	MaxSessions int
+	// MaxTotalBytes caps the bytes all sessions hold together (templates
+	// and chunk payloads, in memory or in the store): a create or chunk
+	// that would cross it gets 503 server_overloaded with Retry-After (the
+	// session stays open). Default 1 GiB.
+	MaxTotalBytes int64
 	// Now is the clock for timestamps and expiry times; nil means
 	// time.Now. It must agree with the store's clock.
 	Now func() time.Time
@@ -84,8 +107,30 @@ func (o *Options) setDefaults() {
 	if o.MaxTemplateBytes <= 0 {
 		o.MaxTemplateBytes = DefaultMaxTemplateBytes
 	}
+	if o.MaxJSONDepth <= 0 {
+		o.MaxJSONDepth = jsonx.DefaultMaxDepth
+	}
+	if o.ReadTimeout <= 0 {
+		o.ReadTimeout = DefaultReadTimeout
+	}
+	if o.MaxSessions <= 0 {
+		o.MaxSessions = DefaultMaxSessions
+	}
+	if o.MaxTotalBytes <= 0 {
+		o.MaxTotalBytes = DefaultMaxTotalBytes
+	}
 }
 
 // maxChunkRequest is the largest chunk request body: a payload as large as
 // the whole session, base64-encoded, plus the JSON around it.
 func (o *Options) maxChunkRequest() int64 { return o.MaxSessionBytes/3*4 + 64<<10 }
+
+// maxHeaderLine is the longest Mode A header line: a template and the JSON
+// around it.
+func (o *Options) maxHeaderLine() int64 { return o.MaxTemplateBytes + 64<<10 }
+
+// maxDecodedModeA caps the decoded size of a compressed Mode A body: the
+// header line and twice what the session's payload can be, base64-encoded
+// (room for per-line JSON and retransmitted duplicates). It is what stops a
+// small compressed body from expanding into an endless stream of lines.
+func (o *Options) maxDecodedModeA() int64 { return o.maxHeaderLine() + 2*o.maxChunkRequest() }

@@ -1,12 +1,16 @@
 package streaminput
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"strings"
+	"time"
 
 	"github.com/tidwall/gjson"
 
@@ -112,28 +116,57 @@ func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 		Message: fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path)}).Write(w)
 }
 
-// readJSON reads a JSON object body of at most limit bytes; an empty body
-// reads as an empty object when allowEmpty.
-func readJSON(w http.ResponseWriter, r *http.Request, limit int64, allowEmpty bool) (gjson.Result, *apierr.Error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return gjson.Result{}, apierr.TooLarge(limit)
-		}
-		return gjson.Result{}, apierr.Invalid("", "invalid_body", "could not read the request body: %v", err)
+// readJSON reads a JSON object body of at most limit bytes, which must
+// arrive within ReadTimeout (408 request_timeout beyond); an empty body
+// reads as an empty object when allowEmpty. The body's nesting is checked
+// before it is parsed.
+func (m *Manager) readJSON(w http.ResponseWriter, r *http.Request, limit int64, allowEmpty bool) (gjson.Result, *apierr.Error) {
+	body, aerr := m.readBody(w, r, limit)
+	if aerr != nil {
+		return gjson.Result{}, aerr
 	}
-	if allowEmpty && len(strings.TrimSpace(string(body))) == 0 {
+	if allowEmpty && len(bytes.TrimSpace(body)) == 0 {
 		return gjson.Parse("{}"), nil
 	}
-	if !gjson.ValidBytes(body) {
-		return gjson.Result{}, apierr.Invalid("", apierr.CodeInvalidJSON, "the request body is not valid JSON")
+	if aerr := checkJSON(r.Context(), body, m.opts.MaxJSONDepth, "the request body"); aerr != nil {
+		return gjson.Result{}, aerr
 	}
 	root := gjson.ParseBytes(body)
 	if !root.IsObject() {
 		return gjson.Result{}, apierr.Invalid("", apierr.CodeInvalidType, "the request body must be a JSON object")
 	}
 	return root, nil
+}
+
+// readBody reads a REST request body of at most limit bytes within
+// ReadTimeout. The read deadline is lifted once the body is read, so that
+// it cannot cut a long answer (GET …/result is never read this way, but a
+// keep-alive connection's next request must not inherit it).
+func (m *Manager) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *apierr.Error) {
+	if r.ContentLength > limit {
+		w.Header().Set("Connection", "close") // the body is not read
+		return nil, apierr.TooLarge(limit)
+	}
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(m.opts.ReadTimeout)); err == nil {
+		defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		var ne net.Error
+		switch {
+		case errors.As(err, &tooLarge):
+			return nil, apierr.TooLarge(limit)
+		case errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+			w.Header().Set("Connection", "close")
+			return nil, errRequestTimeout("the request body", m.opts.ReadTimeout)
+		case r.Context().Err() != nil:
+			return nil, errClientGone()
+		}
+		return nil, apierr.Invalid("", "invalid_body", "could not read the request body: %v", err)
+	}
+	return body, nil
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -148,64 +181,83 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 //
 //	{"endpoint":"/v1/responses","template":{…},"start_policy":"on_first_chunk","chunk":{…}}
 func (m *Manager) handleCreate(w http.ResponseWriter, r *http.Request) {
-	root, aerr := readJSON(w, r, m.opts.MaxTemplateBytes+m.opts.maxChunkRequest(), false)
+	if m.full() { // refused before its body is read
+		w.Header().Set("Connection", "close")
+		writeError(w, m.errTooManySessions())
+		return
+	}
+	root, aerr := m.readJSON(w, r, m.opts.MaxTemplateBytes+m.opts.maxChunkRequest(), false)
 	if aerr != nil {
-		aerr.Write(w)
+		writeError(w, aerr)
+		return
+	}
+	var endpointField, raw, sp, fc gjson.Result
+	if aerr := forEachMember(r.Context(), root, "", func(key string, v gjson.Result) {
+		switch key {
+		case "endpoint":
+			endpointField = v
+		case "template":
+			raw = v
+		case "start_policy":
+			sp = v
+		case "chunk":
+			fc = v
+		}
+	}); aerr != nil {
+		writeError(w, aerr)
 		return
 	}
 	endpoint := EndpointResponses
-	if e := root.Get("endpoint"); e.Exists() && e.Type != gjson.Null {
+	if e := endpointField; e.Exists() && e.Type != gjson.Null {
 		if e.Type != gjson.String {
-			apierr.Invalid("endpoint", apierr.CodeInvalidType, "endpoint must be a string").Write(w)
+			writeError(w, apierr.Invalid("endpoint", apierr.CodeInvalidType, "endpoint must be a string"))
 			return
 		}
 		endpoint = e.Str
 	}
-	raw := root.Get("template")
 	if !raw.Exists() {
-		apierr.Invalid("template", apierr.CodeMissingField, "you must provide a template (the request body without the streamed input)").Write(w)
+		writeError(w, apierr.Invalid("template", apierr.CodeMissingField, "you must provide a template (the request body without the streamed input)"))
 		return
 	}
 	if int64(len(raw.Raw)) > m.opts.MaxTemplateBytes {
-		apierr.TooLarge(m.opts.MaxTemplateBytes).Write(w)
+		writeError(w, apierr.TooLarge(m.opts.MaxTemplateBytes))
 		return
 	}
-	tpl, aerr := parseTemplate(endpoint, []byte(raw.Raw))
+	tpl, aerr := parseTemplate(r.Context(), endpoint, []byte(raw.Raw), m.opts.MaxJSONDepth)
 	if aerr != nil {
-		aerr.Write(w)
+		writeError(w, aerr)
 		return
 	}
-	sp := root.Get("start_policy")
 	if sp.Exists() && sp.Type != gjson.String && sp.Type != gjson.Null {
-		apierr.Invalid("start_policy", apierr.CodeInvalidType, "start_policy must be a string").Write(w)
+		writeError(w, apierr.Invalid("start_policy", apierr.CodeInvalidType, "start_policy must be a string"))
 		return
 	}
 	policy, aerr := parsePolicy(sp.Str)
 	if aerr != nil {
-		aerr.Write(w)
+		writeError(w, aerr)
 		return
 	}
 	var first *chunk
-	if fc := root.Get("chunk"); fc.Exists() && fc.Type != gjson.Null {
+	if fc.Exists() && fc.Type != gjson.Null {
 		zero := uint64(0)
-		c, aerr := parseChunk(fc, &zero)
+		c, aerr := parseChunk(r.Context(), fc, &zero)
 		if aerr != nil {
 			aerr.Param = "chunk." + aerr.Param
-			aerr.Write(w)
+			writeError(w, aerr)
 			return
 		}
 		first = &c
 	}
 	s, aerr := m.create(r.Context(), sessionParams{tpl: tpl, policy: policy, header: r.Header})
 	if aerr != nil {
-		aerr.Write(w)
+		writeError(w, aerr)
 		return
 	}
 	m.log.Debug("streaming-input session created", "policy", policy.String(), "endpoint", endpoint)
 	if first != nil {
 		if _, aerr := s.accept(r.Context(), *first); aerr != nil {
 			s.close(aerr, "rejected")
-			aerr.Write(w)
+			writeError(w, aerr)
 			return
 		}
 	}
@@ -213,23 +265,23 @@ func (m *Manager) handleCreate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (m *Manager) handleChunk(w http.ResponseWriter, r *http.Request, s *session) {
-	root, aerr := readJSON(w, r, m.opts.maxChunkRequest(), false)
+	root, aerr := m.readJSON(w, r, m.opts.maxChunkRequest(), false)
 	if aerr != nil {
 		if aerr.Status == http.StatusRequestEntityTooLarge {
 			aerr = errTooLarge(m.opts.MaxSessionBytes)
 			s.close(aerr, "too_large")
 		}
-		aerr.Write(w)
+		writeError(w, aerr)
 		return
 	}
-	c, aerr := parseChunk(root, nil)
+	c, aerr := parseChunk(r.Context(), root, nil)
 	if aerr != nil {
-		aerr.Write(w)
+		writeError(w, aerr)
 		return
 	}
 	a, aerr := s.accept(r.Context(), c)
 	if aerr != nil {
-		aerr.Write(w)
+		writeError(w, aerr)
 		return
 	}
 	st := s.status()
@@ -240,12 +292,12 @@ func (m *Manager) handleChunk(w http.ResponseWriter, r *http.Request, s *session
 }
 
 func (m *Manager) handleFinish(w http.ResponseWriter, r *http.Request, s *session) {
-	if _, aerr := readJSON(w, r, 64<<10, true); aerr != nil {
-		aerr.Write(w)
+	if _, aerr := m.readJSON(w, r, 64<<10, true); aerr != nil {
+		writeError(w, aerr)
 		return
 	}
 	if aerr := s.finish(r.Context()); aerr != nil {
-		aerr.Write(w)
+		writeError(w, aerr)
 		return
 	}
 	writeJSON(w, http.StatusOK, s.status())

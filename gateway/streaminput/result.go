@@ -13,6 +13,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/sluice-gw/sluice/internal/jsonx"
 )
 
 // result captures the answer to a session's assembled request and fans it
@@ -43,8 +44,9 @@ type result struct {
 	track       tracker
 }
 
-func newResult(stream, chat bool, model string, limit int64) *result {
-	return &result{stream: stream, chat: chat, model: model, limit: limit, hdr: http.Header{}, changed: make(chan struct{})}
+func newResult(stream, chat bool, model string, limit int64, maxDepth int) *result {
+	return &result{stream: stream, chat: chat, model: model, limit: limit, hdr: http.Header{}, changed: make(chan struct{}),
+		track: tracker{maxDepth: maxDepth}}
 }
 
 // Header implements http.ResponseWriter.
@@ -303,6 +305,7 @@ type tracker struct {
 
 	responseID string
 	ends       []eventEnd
+	maxDepth   int // events nested deeper are not parsed (the gateway refuses them before)
 }
 
 type eventEnd struct {
@@ -349,6 +352,9 @@ func (t *tracker) dispatch(end int64) {
 	if string(data) == "[DONE]" {
 		t.terminal = true
 		return
+	}
+	if jsonx.CheckDepth(data, t.maxDepth) != nil {
+		return // not an event this tracker can read (nor one the gateway emits)
 	}
 	obj := gjson.ParseBytes(data)
 	if obj.Get("error").Exists() {

@@ -82,7 +82,8 @@ type session struct {
 	cancel       context.CancelCauseFunc
 	closed       bool
 	closeErr     *apierr.Error
-	active       bool // counted against the client key's session cap
+	active       bool  // counted against the client key's session cap
+	held         int64 // bytes counted against Options.MaxTotalBytes (template and payloads)
 	changed      chan struct{}
 	idle         *time.Timer
 }
@@ -160,6 +161,13 @@ func (s *session) accept(ctx context.Context, c chunk) (ack, *apierr.Error) {
 		s.closeLocked(e, "too_large")
 		return ack{}, e
 	}
+	// The global byte cap refuses the chunk but keeps the session: the
+	// client may send it again once other sessions have let go.
+	if !s.m.chargeBytes(size) {
+		s.m.met.chunks.WithLabelValues("rejected").Inc()
+		return ack{}, s.m.errBytesFull()
+	}
+	s.held += size
 
 	// The state after this chunk, written with it in one synced batch.
 	prev := *s.snapshot()
@@ -191,6 +199,8 @@ func (s *session) accept(ctx context.Context, c chunk) (ack, *apierr.Error) {
 		if err != nil {
 			s.restore(prev)
 			delete(s.infos, c.seq)
+			s.held -= size
+			s.m.releaseBytes(size)
 			s.m.met.chunks.WithLabelValues("rejected").Inc()
 			return ack{}, s.storeFailureLocked("put chunk", err)
 		}
@@ -340,7 +350,7 @@ func (s *session) startLocked() {
 	}
 	ctx, cancel := context.WithCancelCause(s.m.base)
 	s.cancel = cancel
-	s.res = newResult(s.tpl.stream, s.tpl.chat, s.tpl.model, s.m.opts.ResultBuffer)
+	s.res = newResult(s.tpl.stream, s.tpl.chat, s.tpl.model, s.m.opts.ResultBuffer, s.m.opts.MaxJSONDepth)
 	var mem []chunk
 	if !s.durable {
 		mem = make([]chunk, 0, s.next)
@@ -398,7 +408,7 @@ func (s *session) run(ctx context.Context, res *result, upto uint64, mem []chunk
 			return
 		}
 	}
-	body, aerr := assemble(s.tpl.chat, s.tpl.body, chunks)
+	body, aerr := assemble(ctx, s.tpl.chat, s.tpl.body, chunks, s.m.opts.MaxJSONDepth)
 	chunks = nil
 	if aerr != nil {
 		fail(aerr)
@@ -519,7 +529,8 @@ func (s *session) closeLocked(e *apierr.Error, reason string) {
 			s.m.log.Error("could not delete a closed session's data", "session", store.RedactID(s.id), "error", err)
 		}
 	}
-	s.m.forget(s)
+	s.m.forget(s, s.held)
+	s.held = 0
 	s.m.met.closed.WithLabelValues(reason).Inc()
 }
 

@@ -1,6 +1,7 @@
 package streaminput
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -26,25 +27,44 @@ type template struct {
 	stream   bool
 }
 
-func parseTemplate(endpoint string, body []byte) (template, *apierr.Error) {
+// parseTemplate validates a request template: a JSON object (nested at
+// most maxDepth levels, without a repeated top-level key) naming a model.
+func parseTemplate(ctx context.Context, endpoint string, body []byte, maxDepth int) (template, *apierr.Error) {
 	t := template{endpoint: endpoint, body: body}
 	switch endpoint {
 	case EndpointResponses:
 	case EndpointChat:
 		t.chat = true
 	default:
-		return template{}, apierr.Invalid("endpoint", "invalid_value", "endpoint must be %q or %q, got %q", EndpointResponses, EndpointChat, endpoint)
+		return template{}, apierr.Invalid("endpoint", "invalid_value", "endpoint must be %q or %q, got %.100q", EndpointResponses, EndpointChat, endpoint)
+	}
+	if aerr := checkDepth(ctx, body, maxDepth, "the template"); aerr != nil {
+		aerr.Param = "template"
+		return template{}, aerr
 	}
 	if !gjson.ValidBytes(body) || !gjson.ParseBytes(body).IsObject() {
 		return template{}, apierr.Invalid("template", apierr.CodeInvalidType, "template must be a JSON object (the request body without the streamed input)")
 	}
-	root := gjson.ParseBytes(body)
-	model := root.Get("model")
+	var model, stream, input, messages gjson.Result
+	if aerr := forEachMember(ctx, gjson.ParseBytes(body), "template.", func(key string, v gjson.Result) {
+		switch key {
+		case "model":
+			model = v
+		case "stream":
+			stream = v
+		case "input":
+			input = v
+		case "messages":
+			messages = v
+		}
+	}); aerr != nil {
+		return template{}, aerr
+	}
 	if model.Type != gjson.String || strings.TrimSpace(model.Str) == "" {
 		return template{}, apierr.Invalid("template.model", apierr.CodeMissingField, "the template must name a model")
 	}
 	t.model = model.Str
-	switch s := root.Get("stream"); {
+	switch s := stream; {
 	case !s.Exists() || s.Type == gjson.Null:
 	case s.Type == gjson.True || s.Type == gjson.False:
 		t.stream = s.Bool()
@@ -52,10 +72,10 @@ func parseTemplate(endpoint string, body []byte) (template, *apierr.Error) {
 		return template{}, apierr.Invalid("template.stream", apierr.CodeInvalidType, "stream must be a boolean")
 	}
 	if t.chat {
-		if m := root.Get("messages"); m.Exists() && m.Type != gjson.Null && !m.IsArray() {
+		if m := messages; m.Exists() && m.Type != gjson.Null && !m.IsArray() {
 			return template{}, apierr.Invalid("template.messages", apierr.CodeInvalidType, "messages must be an array")
 		}
-	} else if in := root.Get("input"); in.Exists() && in.Type != gjson.Null && in.Type != gjson.String && !in.IsArray() {
+	} else if in := input; in.Exists() && in.Type != gjson.Null && in.Type != gjson.String && !in.IsArray() {
 		return template{}, apierr.Invalid("template.input", apierr.CodeInvalidType, "input must be a string or an array of items")
 	}
 	return t, nil
@@ -69,24 +89,52 @@ var droppedHeaders = map[string]bool{
 	"Expect": true, "Cookie": true, "X-Streaming-Input": true,
 }
 
-// credentialHeaders are kept in memory only, never written to the store.
-var credentialHeaders = []string{"Authorization", "Api-Key", "Proxy-Authorization"}
+// credentialHeaders are kept in memory only, never written to the store
+// (canonical names). Cookie is among droppedHeaders: it never travels.
+var credentialHeaders = map[string]bool{
+	"Authorization": true, "Api-Key": true, "X-Api-Key": true, "Proxy-Authorization": true,
+	"Openai-Organization": true, "Openai-Project": true,
+}
+
+// isCredential reports whether a (canonical) header name is, or looks like,
+// a credential: the known ones, and any name that says it carries a key,
+// token, secret, password or authorization (X-Goog-Api-Key, X-Auth-Token,
+// …). Such headers are dispatched from memory, never persisted.
+func isCredential(name string) bool {
+	if credentialHeaders[name] {
+		return true
+	}
+	l := strings.ToLower(name)
+	for _, s := range []string{"api-key", "apikey", "auth", "token", "secret", "password", "cookie"} {
+		if strings.Contains(l, s) {
+			return true
+		}
+	}
+	return false
+}
 
 // splitHeaders separates a client's headers into those a session keeps
-// (persisted with it) and its credentials (memory only).
+// (persisted with it and dispatched) and its credentials (dispatched from
+// memory only). Hop-by-hop headers, and any header the client's Connection
+// header names, are dropped from both.
 func splitHeaders(h http.Header) (keep, cred http.Header) {
 	keep, cred = http.Header{}, http.Header{}
+	hop := map[string]bool{}
+	for _, v := range h.Values("Connection") {
+		for _, f := range strings.Split(v, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				hop[http.CanonicalHeaderKey(f)] = true
+			}
+		}
+	}
 	for k, v := range h {
 		ck := http.CanonicalHeaderKey(k)
-		if droppedHeaders[ck] {
-			continue
-		}
-		keep[ck] = append([]string(nil), v...)
-	}
-	for _, k := range credentialHeaders {
-		if v := keep.Values(k); len(v) > 0 {
-			cred[k] = v
-			keep.Del(k)
+		switch {
+		case droppedHeaders[ck] || hop[ck]:
+		case isCredential(ck):
+			cred[ck] = append(cred[ck], v...)
+		default:
+			keep[ck] = append(keep[ck], v...)
 		}
 	}
 	return keep, cred
@@ -105,7 +153,12 @@ func encodeEnvelope(t template, headers http.Header) []byte {
 	return b
 }
 
-func decodeEnvelope(endpoint string, b []byte) (template, http.Header, error) {
+// decodeEnvelope reads a stored envelope. The envelope nests its template
+// one level down (maxDepth+1 levels in all).
+func decodeEnvelope(ctx context.Context, endpoint string, b []byte, maxDepth int) (template, http.Header, error) {
+	if aerr := checkDepth(ctx, b, maxDepth+1, "the stored session envelope"); aerr != nil {
+		return template{}, nil, aerr
+	}
 	var e envelope
 	if err := json.Unmarshal(b, &e); err != nil {
 		return template{}, nil, fmt.Errorf("decode session envelope: %w", err)
@@ -113,7 +166,7 @@ func decodeEnvelope(endpoint string, b []byte) (template, http.Header, error) {
 	if e.V != 1 {
 		return template{}, nil, fmt.Errorf("session envelope version %d is not supported", e.V)
 	}
-	t, aerr := parseTemplate(endpoint, envelopeTemplate(b))
+	t, aerr := parseTemplate(ctx, endpoint, envelopeTemplate(b), maxDepth)
 	if aerr != nil {
 		return template{}, nil, fmt.Errorf("stored template: %w", aerr)
 	}

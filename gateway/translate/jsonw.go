@@ -1,10 +1,11 @@
 package translate
 
 import (
-	"bytes"
 	"strconv"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/sluice-gw/sluice/internal/jsonx"
 )
 
 // This file holds the small append-style JSON writer both directions use. The
@@ -32,44 +33,10 @@ func present(r gjson.Result) bool { return r.Exists() && r.Type != gjson.Null }
 
 // maxDepth bounds object/array nesting in the JSON this package accepts.
 // Real requests nest a tool schema a few dozen levels at most; the bound keeps
-// hostile input from driving the recursive validator deep into the stack.
+// hostile input from driving the recursive validator deep into the stack. The
+// gateway applies its own, usually lower, limits.max_json_depth first.
 const maxDepth = 512
 
-// tooDeep reports whether b nests objects/arrays deeper than maxDepth. It is a
-// linear scan that only tracks strings and brackets; validity is checked
-// separately.
-func tooDeep(b []byte) bool {
-	depth := 0
-	for i := 0; i < len(b); i++ {
-		switch b[i] {
-		case '"':
-			// Jump to the closing quote: one not preceded by an odd number
-			// of backslashes.
-			j := i + 1
-			for {
-				k := bytes.IndexByte(b[j:], '"')
-				if k < 0 {
-					return false // unterminated: the validator rejects it
-				}
-				j += k
-				n := 0
-				for p := j - 1; p > i && b[p] == '\\'; p-- {
-					n++
-				}
-				if n%2 == 0 {
-					break
-				}
-				j++
-			}
-			i = j
-		case '{', '[':
-			depth++
-			if depth > maxDepth {
-				return true
-			}
-		case '}', ']':
-			depth--
-		}
-	}
-	return false
-}
+// tooDeep reports whether b nests objects/arrays deeper than maxDepth,
+// with the iterative check every entry point shares (internal/jsonx).
+func tooDeep(b []byte) bool { return jsonx.CheckDepth(b, maxDepth) != nil }

@@ -1,0 +1,181 @@
+package gateway
+
+import (
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/sluice-gw/sluice/gateway/apierr"
+)
+
+// Request bodies are the one thing a client can make the gateway hold in
+// memory, so reading them is bounded three ways (docs/ARCHITECTURE.md,
+// "Untrusted input"): each body by MaxBodyBytes (decoded size, checked while
+// decoding), all bodies being read at once by BodyMemoryBytes, and the time
+// one body may take by ReadBodyTimeout.
+
+// zstdMaxWindow is the largest zstd window accepted. A zstd frame asks the
+// decoder for its window up front; without a bound, a few bytes on the wire
+// reserve the window's memory for as long as the upload stalls.
+const zstdMaxWindow = 8 << 20
+
+// decoderReserve is what a decoder holds while a body streams through it,
+// charged to the body-memory budget before it is created.
+var decoderReserve = map[string]int64{"gzip": 64 << 10, "zstd": zstdMaxWindow + 256<<10}
+
+// overloadRetryAfter is the Retry-After sent when the body budget is spent:
+// bodies being read finish or time out within seconds.
+const overloadRetryAfter = 2 * time.Second
+
+// bodyBudget is the gateway-wide budget of memory held by request bodies
+// being read.
+type bodyBudget struct {
+	limit int64
+	used  atomic.Int64
+}
+
+func (b *bodyBudget) reserve(n int64) bool {
+	if b.used.Add(n) > b.limit {
+		b.used.Add(-n)
+		return false
+	}
+	return true
+}
+
+func (b *bodyBudget) release(n int64) { b.used.Add(-n) }
+
+// readBody reads r's body within the gateway's limits, decoding a gzip or
+// zstd Content-Encoding. The memory it reserves is released when it
+// returns: the body is then owned by the request, whose count is bounded by
+// max_connections.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apierr.Error) {
+	limit := s.opts.MaxBodyBytes
+	if r.ContentLength > limit {
+		return nil, apierr.TooLarge(limit)
+	}
+	// The deadline covers the whole body; it is lifted after, so a long
+	// stream's response is not cut by it.
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(s.opts.ReadBodyTimeout)); err == nil {
+		defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+	}
+	var held int64
+	defer func() { s.bodies.release(held) }()
+	charge := func(n int64) bool {
+		if !s.bodies.reserve(n) {
+			return false
+		}
+		held += n
+		return true
+	}
+	overloaded := func() *apierr.Error {
+		s.metrics.bodyBudgetRefusals.Inc()
+		return apierr.Overloaded(overloadRetryAfter, "the gateway is reading too many request bodies at once; retry shortly")
+	}
+
+	raw := io.Reader(http.MaxBytesReader(w, r.Body, limit))
+	var body io.Reader = raw
+	enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding")))
+	switch enc {
+	case "", "identity":
+	case "gzip", "x-gzip", "zstd":
+		if enc == "x-gzip" {
+			enc = "gzip"
+		}
+		if !charge(decoderReserve[enc]) {
+			return nil, overloaded()
+		}
+		var err error
+		if body, err = newDecoder(enc, raw, limit); err != nil {
+			return nil, s.bodyError(err, fmt.Sprintf("the %s request body is corrupt", enc))
+		}
+		if c, ok := body.(io.Closer); ok {
+			defer c.Close()
+		}
+	default:
+		return nil, &apierr.Error{Status: http.StatusUnsupportedMediaType, Type: apierr.TypeInvalidRequest, Code: "unsupported_content_encoding",
+			Message: fmt.Sprintf("Content-Encoding %q is not supported; send identity, gzip or zstd", enc)}
+	}
+
+	// Grow the buffer by doubling, charging each growth before making it, so
+	// the budget counts what is really allocated.
+	size := int64(4 << 10)
+	if enc == "" && r.ContentLength > 0 {
+		size = r.ContentLength + 1 // +1 sees EOF without another growth
+	}
+	size = min(size, limit+1)
+	if !charge(size) {
+		return nil, overloaded()
+	}
+	buf := make([]byte, 0, size)
+	for {
+		if len(buf) == cap(buf) {
+			if int64(len(buf)) > limit {
+				return nil, apierr.TooLarge(limit)
+			}
+			grown := min(int64(cap(buf))*2, limit+1)
+			if !charge(grown) {
+				return nil, overloaded()
+			}
+			next := make([]byte, len(buf), grown)
+			copy(next, buf)
+			s.bodies.release(int64(cap(buf)))
+			held -= int64(cap(buf))
+			buf = next
+		}
+		n, err := body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, s.bodyError(err, "could not read the request body")
+		}
+	}
+	if int64(len(buf)) > limit {
+		return nil, apierr.TooLarge(limit)
+	}
+	return buf, nil
+}
+
+func newDecoder(enc string, r io.Reader, limit int64) (io.Reader, error) {
+	if enc == "gzip" {
+		return gzip.NewReader(r)
+	}
+	zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
+		zstd.WithDecoderMaxWindow(zstdMaxWindow), zstd.WithDecoderMaxMemory(uint64(limit)+1))
+	if err != nil {
+		return nil, err
+	}
+	return zstdCloser{zr}, nil
+}
+
+// zstdCloser adapts zstd.Decoder's Close (no error) to io.Closer.
+type zstdCloser struct{ *zstd.Decoder }
+
+func (z zstdCloser) Close() error { z.Decoder.Close(); return nil }
+
+func (s *Server) bodyError(err error, what string) *apierr.Error {
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge), errors.Is(err, zstd.ErrDecoderSizeExceeded):
+		return apierr.TooLarge(s.opts.MaxBodyBytes)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return apierr.RequestTimeout(s.opts.ReadBodyTimeout)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// The client is gone; nobody reads this answer.
+		return apierr.Invalid("", "invalid_body", "the request was canceled while its body was read")
+	case errors.Is(err, zstd.ErrWindowSizeExceeded):
+		return apierr.Invalid("", "invalid_body", "the zstd request body needs a window over %d bytes; compress with a smaller window (e.g. zstd --long=23 or less)", zstdMaxWindow)
+	}
+	return apierr.Invalid("", "invalid_body", "%s: %v", what, err)
+}

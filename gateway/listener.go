@@ -1,0 +1,122 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The listener side of the gateway's limits (docs/ARCHITECTURE.md,
+// "Untrusted input"): at most MaxConnections client connections are open at
+// once (further clients wait in the kernel's accept queue instead of
+// exhausting file descriptors), and each connection remembers whether the
+// client only half-closed it, so a request whose client shut its write side
+// after sending is still answered.
+
+// limitListener caps open connections. Accept blocks while the cap is
+// reached; a log line (at most one per logEvery) says so.
+type limitListener struct {
+	net.Listener
+	s     *Server
+	slots chan struct{}
+
+	lastLog atomic.Int64 // unix nanos of the last "limit reached" line
+	done    chan struct{}
+	once    sync.Once
+}
+
+const connLimitLogEvery = 10 * time.Second
+
+func newLimitListener(ln net.Listener, s *Server, max int) *limitListener {
+	return &limitListener{Listener: ln, s: s, slots: make(chan struct{}, max), done: make(chan struct{})}
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	select {
+	case l.slots <- struct{}{}:
+	default:
+		l.s.metrics.connLimitWaits.Inc()
+		now := time.Now().UnixNano()
+		if last := l.lastLog.Load(); now-last > int64(connLimitLogEvery) && l.lastLog.CompareAndSwap(last, now) {
+			l.s.log.Warn("connection limit reached; new clients wait until one closes", "max_connections", cap(l.slots))
+		}
+		select {
+		case l.slots <- struct{}{}:
+		case <-l.done:
+			return nil, net.ErrClosed
+		}
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	l.s.metrics.openConns.Inc()
+	return &trackedConn{Conn: c, release: func() { <-l.slots; l.s.metrics.openConns.Dec() }}, nil
+}
+
+func (l *limitListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+// trackedConn frees its slot once, on Close (also after a WebSocket
+// hijack: the hijacked conn is this one), and records a clean EOF from the
+// client.
+type trackedConn struct {
+	net.Conn
+	release   func()
+	closeOnce sync.Once
+	readEOF   atomic.Bool
+}
+
+func (c *trackedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if errors.Is(err, io.EOF) {
+		c.readEOF.Store(true)
+	}
+	return n, err
+}
+
+func (c *trackedConn) Close() error {
+	err := c.Conn.Close()
+	c.closeOnce.Do(c.release)
+	return err
+}
+
+type connKey struct{}
+
+// connContext puts the connection in its requests' context (http.Server.ConnContext).
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	if tc, ok := c.(*trackedConn); ok {
+		return context.WithValue(ctx, connKey{}, tc)
+	}
+	return ctx
+}
+
+// requestContext is the context a request's work runs under. net/http
+// cancels r.Context() when the client's read side reaches EOF, which also
+// happens when a client half-closes after sending its whole request and
+// still waits for the answer. When the cancellation came from a clean EOF,
+// the work goes on, and a client that really left is noticed when a write to
+// it fails (every stream write has a deadline; see timeouts.client_write).
+// Any other cancellation (a reset, the handler returning) passes through.
+// The returned cancel must be called when the handler returns.
+func requestContext(r *http.Request) (context.Context, context.CancelFunc) {
+	tc, ok := r.Context().Value(connKey{}).(*trackedConn)
+	if !ok {
+		return context.WithCancel(r.Context())
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	stop := context.AfterFunc(r.Context(), func() {
+		if !tc.readEOF.Load() {
+			cancel()
+		}
+	})
+	return ctx, func() { stop(); cancel() }
+}
