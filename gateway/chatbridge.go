@@ -151,12 +151,20 @@ func (s *Server) convertForChat(ctx context.Context, req *clientRequest) *chatCo
 // sendChat runs a Responses request against a Chat Completions upstream.
 func (s *Server) sendChat(upCtx context.Context, idle *time.Timer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
 	conv := req.chat
-	opts := translate.StreamOptions{ResponseID: "resp_" + strings.ReplaceAll(uuid.NewString(), "-", ""), Model: conv.info.Model,
+	chatBody, model := conv.body, conv.info.Model
+	if m := tryOf(req).target.Model; m != "" && m != model { // the conversion is shared by a route's targets
+		if b, err := setModel(chatBody, m); err == nil {
+			chatBody, model = b, m
+		}
+	}
+	// The upstream's own model name, when its chunks carry one, wins over
+	// model in what the client sees (translate.StreamOptions.Model).
+	opts := translate.StreamOptions{ResponseID: "resp_" + strings.ReplaceAll(uuid.NewString(), "-", ""), Model: model,
 		CreatedAt: time.Now().Unix(), Request: conv.info.Echo}
 	if gjson.GetBytes(req.body, "generate").Type == gjson.False {
 		return s.warmUp(upCtx, req, opts), nil
 	}
-	resp, ans, err := s.post(upCtx, req, u, "/chat/completions", conv.body)
+	resp, ans, err := s.post(upCtx, req, u, "/chat/completions", chatBody)
 	if err != nil || ans.status/100 != 2 {
 		return ans, err
 	}
@@ -263,8 +271,8 @@ func (c *chatSource) Next() (sse.Event, error) {
 		}
 		ev, err := c.in.Next()
 		switch {
-		case err != nil && c.tr.FinishReason() != "" && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)):
-			c.queue = c.tr.Finish() // complete answer, the upstream just forgot [DONE]
+		case err != nil && c.tr.FinishReason() != "":
+			c.queue = c.tr.Finish() // complete answer (a finish_reason came): the upstream just did not say [DONE]
 		case err != nil:
 			return sse.Event{}, err
 		case ev.Done:

@@ -68,11 +68,16 @@ func TestResponsesStreamFaults(t *testing.T) {
 		{"hang", upstreamtest.HangAfter(3), "response.failed", "stream_incomplete", "idle_timeout"},
 		{"error field", upstreamtest.ErrorField([]byte(`{"code":"server_error","message":"boom","type":"server_error"}`), 3), "response.failed", "server_error", "upstream_error"},
 		{"empty data lines", upstreamtest.WithEmptyData(), "response.completed", "", "completed"},
-		{"garbage frame", upstreamtest.Garbage(), "response.failed", "stream_incomplete", "unparseable_event"},
+		{"garbage frame (skipped)", upstreamtest.Garbage(), "response.completed", "", "completed"},
+		{"three garbage frames", garbageRun(3), "response.failed", "stream_incomplete", "unparseable_event"},
 		{"oversize event", upstreamtest.Oversize(8192), "response.failed", "stream_incomplete", "oversize_event"},
 		{"slow but alive", upstreamtest.Slow(30 * time.Millisecond), "response.completed", "", "completed"},
-		{"error event after created", upstreamtest.QuotaEvent(upstreamtest.ShapeErrorEvent).AfterCreated(), "response.failed", "usage_limit_reached", "upstream_error"},
-		{"response.failed after created", upstreamtest.QuotaEvent(upstreamtest.ShapeFailed).AfterCreated(), "response.failed", "usage_limit_reached", "failed"},
+		{"error event after content", afterContent(upstreamtest.QuotaEvent(upstreamtest.ShapeErrorEvent)), "response.failed", "usage_limit_reached", "upstream_error"},
+		{"response.failed after content", afterContent(upstreamtest.QuotaEvent(upstreamtest.ShapeFailed)), "response.failed", "usage_limit_reached", "failed"},
+		// Before content, response.created is held back: the failure is
+		// invisible and replayed, and with no other upstream the client
+		// gets upstream_unavailable (TestQuotaAfterCreatedIsReplayedInvisibly).
+		{"error event after created", upstreamtest.QuotaEvent(upstreamtest.ShapeErrorEvent).AfterCreated(), "response.failed", "upstream_unavailable", "gateway_error"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -114,6 +119,34 @@ func TestResponsesStreamFaults(t *testing.T) {
 	}
 }
 
+// afterContent is sc's frames after the canned stream's first three events
+// (response.created, response.in_progress, output_item.added): a failure
+// once the client has seen content.
+func afterContent(sc upstreamtest.Script) upstreamtest.Script {
+	sc.Frames = append(upstreamtest.CutAfter(3).Frames, sc.Frames...)
+	return sc
+}
+
+// garbageRun is the canned stream with n unparseable frames in a row after
+// its first text delta (n in a row in chat too).
+func garbageRun(n int) upstreamtest.Script {
+	sc := upstreamtest.Garbage()
+	g := upstreamtest.Frame{Raw: []byte("data: not json{{\n\n"), WS: []byte("not json{{")}
+	for _, fs := range []*[]upstreamtest.Frame{&sc.Frames, &sc.ChatFrames} {
+		for i, f := range *fs {
+			if string(f.Raw) == string(g.Raw) {
+				run := append([]upstreamtest.Frame{}, (*fs)[:i]...)
+				for k := 0; k < n; k++ {
+					run = append(run, g)
+				}
+				*fs = append(run, (*fs)[i+1:]...)
+				break
+			}
+		}
+	}
+	return sc
+}
+
 func grep(s, substr string) string {
 	var out []string
 	for _, l := range strings.Split(s, "\n") {
@@ -127,7 +160,9 @@ func grep(s, substr string) string {
 func TestFailuresBeforeAnyEvent(t *testing.T) {
 	// One upstream: nothing to fail over to. JSON clients get an HTTP error;
 	// stream clients get one response.failed (the terminal-event rule), except
-	// for an upstream 4xx, which passes through as it is.
+	// for an upstream 4xx, which passes through as it is. Each script is
+	// queued twice: a 500 or a failed connection is retried once on the same
+	// upstream (a 429 beyond retry.max_wait is not).
 	tests := []struct {
 		name       string
 		script     upstreamtest.Script
@@ -135,7 +170,7 @@ func TestFailuresBeforeAnyEvent(t *testing.T) {
 		jsonCode   string //
 		streamCode string // code of response.failed; "" → the 4xx passes through
 	}{
-		{"429", upstreamtest.Status429(2 * time.Second), 429, "rate_limit_exceeded", "rate_limit_exceeded"},
+		{"429", upstreamtest.Status429(30 * time.Second), 429, "rate_limit_exceeded", "rate_limit_exceeded"},
 		{"quota error event", upstreamtest.QuotaEvent(upstreamtest.ShapeErrorEvent), 0, "", "upstream_unavailable"},
 		{"quota response.failed", upstreamtest.QuotaEvent(upstreamtest.ShapeFailed), 0, "", "upstream_unavailable"},
 		{"5xx", upstreamtest.Status5xx(500), 502, "upstream_unavailable", "upstream_unavailable"},
@@ -146,7 +181,7 @@ func TestFailuresBeforeAnyEvent(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t, harnessConfig{})
 			if tt.jsonStatus != 0 {
-				h.ups["A"].Enqueue(tt.script)
+				h.ups["A"].Enqueue(tt.script, tt.script)
 				resp := h.post("/v1/responses", `{"model":"gpt-fake-1","input":"hi"}`)
 				if resp.StatusCode != tt.jsonStatus {
 					t.Fatalf("JSON status %d, want %d", resp.StatusCode, tt.jsonStatus)
@@ -156,7 +191,7 @@ func TestFailuresBeforeAnyEvent(t *testing.T) {
 				}
 			}
 			h2 := newHarness(t, harnessConfig{})
-			h2.ups["A"].Enqueue(tt.script)
+			h2.ups["A"].Enqueue(tt.script, tt.script)
 			if tt.streamCode == "" {
 				resp := h2.post("/v1/responses", respBody)
 				if e := readError(t, resp); resp.StatusCode != tt.jsonStatus || deref(e.Error.Code) != tt.jsonCode {
@@ -185,7 +220,11 @@ func TestChatStreamFaults(t *testing.T) {
 		{"hang", upstreamtest.HangAfter(2), "stream_incomplete"},
 		{"error field", upstreamtest.ErrorField([]byte(`{"code":"server_error","message":"boom","type":"server_error"}`), 2), "server_error"},
 		{"empty data", upstreamtest.WithEmptyData(), ""},
-		{"garbage", upstreamtest.Garbage(), "stream_incomplete"},
+		{"garbage (skipped)", upstreamtest.Garbage(), ""},
+		{"three garbage chunks", garbageRun(3), "stream_incomplete"},
+		{"finish then cut without [DONE]", upstreamtest.CutAfter(5), ""},
+		{"cut before the finish chunk", upstreamtest.CutAfter(4), "stream_incomplete"},
+		{"finish then hang without [DONE]", upstreamtest.HangAfter(5), ""},
 		{"error chunk after start", upstreamtest.QuotaEvent(upstreamtest.ShapeErrorEvent).AfterCreated(), "usage_limit_reached"},
 	}
 	for _, tt := range tests {
@@ -266,17 +305,22 @@ func TestFailoverBeforeFirstByte(t *testing.T) {
 	if text != "Hello from B" {
 		t.Fatalf("client saw %q, want only B's stream", text)
 	}
-	// A cools down: the next requests avoid it.
+	// A's target (A, gpt-fake-1) cools down: the next requests avoid it.
 	var st struct {
 		Upstreams []struct {
-			Name       string
-			CoolingFor string `json:"cooling_for"`
+			Name    string
+			Targets []struct {
+				Model      string
+				CoolingFor string `json:"cooling_for"`
+			}
 		}
 	}
 	h.getJSON("/admin/upstreams", &st)
 	cooling := map[string]bool{}
 	for _, u := range st.Upstreams {
-		cooling[u.Name] = u.CoolingFor != ""
+		for _, tg := range u.Targets {
+			cooling[u.Name] = cooling[u.Name] || (tg.Model == "gpt-fake-1" && tg.CoolingFor != "")
+		}
 	}
 	if !cooling["A"] || cooling["B"] {
 		t.Fatalf("cooling %v, want only A", cooling)

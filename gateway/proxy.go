@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -20,13 +21,9 @@ import (
 	"github.com/sluice-gw/sluice/hostabi"
 )
 
-// Cooldowns applied when an upstream gives no hint of its own.
-const (
-	defaultRateLimitCooldown = 5 * time.Second
-	defaultQuotaCooldown     = 60 * time.Second
-	connectFailureCooldown   = 5 * time.Second
-	maxUpstreamErrorBody     = 1 << 20
-)
+// maxUpstreamErrorBody bounds an upstream's error body. (Cooldown rules live
+// in the upstream package: CapacityFailure, TargetFailed.)
+const maxUpstreamErrorBody = 1 << 20
 
 func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	s.serveAPI(w, r, responsesEndpoint)
@@ -47,25 +44,28 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, ep endpoint) {
 		apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the gateway is shutting down; retry on another instance").Write(sw)
 		return
 	}
-	body, aerr := readBody(sw, r, s.opts.MaxBodyBytes)
+	ctx, cancel := requestContext(r)
+	defer cancel()
+	body, aerr := s.readBody(sw, r)
 	if aerr != nil {
 		aerr.Write(sw)
 		return
 	}
-	req, aerr := parseRequest(ep, body)
+	req, aerr := parseRequest(ctx, ep, body, s.opts.MaxJSONDepth)
 	if aerr != nil {
 		aerr.Write(sw)
 		return
 	}
 	surface = req.surface()
 	req.header = r.Header
+	req.fwd = forwardingOf(r, s.opts.TrustedProxies)
 	req.clientKeyHash = clientkey.Hash(r.Header)
-	if aerr := s.rewrite(r.Context(), req); aerr != nil {
+	if aerr := s.rewrite(ctx, req); aerr != nil {
 		aerr.Write(sw)
 		return
 	}
 	surface = req.surface()
-	s.process(r.Context(), &httpResponder{s: s, w: sw}, req, start)
+	s.process(ctx, &httpResponder{s: s, w: sw}, req, start)
 }
 
 // process runs a validated, rewritten request: continuity, then upstreams.
@@ -74,7 +74,11 @@ func (s *Server) process(ctx context.Context, out responder, req *clientRequest,
 	if !s.pin(ctx, out, req) {
 		return
 	}
-	s.forward(ctx, out, req, start)
+	// One client stream per request: attempts feed it, and forward's
+	// failures reach the client through it.
+	cs := s.newClientStream(ctx, out, req, start)
+	defer cs.close()
+	s.forward(ctx, cs, req, start)
 }
 
 // rewrite runs the rewrite policy and applies its result to req.
@@ -95,8 +99,8 @@ func (s *Server) rewrite(ctx context.Context, req *clientRequest) *apierr.Error 
 		return &apierr.Error{Status: status, Type: typ, Code: rej.Code, Param: rej.Param, Message: rej.Message}
 	}
 	if out.Body != nil && !bytes.Equal(out.Body, req.body) {
-		if !gjson.ValidBytes(out.Body) {
-			s.log.Error("rewrite policy produced invalid JSON; using the original body")
+		if aerr := validJSON(ctx, out.Body, s.opts.MaxJSONDepth, "the rewritten body"); aerr != nil {
+			s.log.Error("rewrite policy produced an unusable body; using the original", "error", aerr.Message)
 		} else {
 			prev := *req
 			req.body = out.Body
@@ -151,9 +155,11 @@ type next int
 
 const (
 	nextDone        next = iota // the client has its answer, or is gone
-	nextFailover                // status-level failure: try another upstream
-	nextReplayOther             // replay policy: the same request on another upstream
-	nextReplaySame              // replay policy: the same request on the same upstream
+	nextFailover                // the target failed: try the next one
+	nextReplayOther             // replay policy: the same request on another target
+	nextReplaySame              // replay policy: the same request on the same target
+	nextRetrySame               // retry the same target once, after retryIn
+	nextOtherModel              // context_length_exceeded: the next target serving another model
 )
 
 // attemptResult is how one upstream attempt ended.
@@ -161,69 +167,92 @@ type attemptResult struct {
 	next      next
 	why       string        // for the failure summary
 	clientErr *apierr.Error // what the client gets if nothing later succeeds
+	retryIn   time.Duration // nextRetrySame: the wait before the retry
 }
 
-// forward sends req to upstreams until one answers. Before the client has
-// seen anything, status-level failures (connect errors, 5xx, 429, quota,
-// auth) fail over to another upstream, and failures that arrive as the
-// stream's first events are replayed as the replay policy says. Attempts are
-// bounded by MaxAttempts; a pinned request never leaves its owner.
+// forward sends req to its targets until one answers: the matching route's
+// targets in order, or without a route every usable upstream as the pool
+// chooses. Before the client has seen anything, failures follow the
+// failure table (README, "Routes and fallbacks"): a short Retry-After is
+// waited out on the same target, a 500/502/connect failure is retried once
+// on the same target, capacity and overload move on (cooling the target
+// down), a silent target is cancelled and left, context_length_exceeded
+// moves on only to another model, and failures that arrive as the stream's
+// first events are replayed as the replay policy says. Attempts are bounded
+// (candidates.limit); a pinned request never leaves its owner.
 func (s *Server) forward(ctx context.Context, out responder, req *clientRequest, start time.Time) {
-	var tried []*upstream.Upstream
+	c := s.candidatesFor(req)
+	limit := c.limit(s.opts.MaxAttempts)
+	orig := req.body
+	defer func() { req.body, req.try = orig, nil }()
+	bodies := map[string][]byte{}
 	var failures []string
 	var lastErr *apierr.Error
 	replays := 0
 	replayPending := false
-	var again *upstream.Upstream
-	skip := func(u *upstream.Upstream) bool {
-		if req.pinned != nil {
-			return u != req.pinned
-		}
-		for _, t := range tried {
-			if t == u {
-				return true
-			}
-		}
-		return req.upstreamName != "" && u.Name() != req.upstreamName
-	}
-	for attempt := 0; attempt < s.opts.MaxAttempts; attempt++ {
-		u := again
-		again = nil
-		if u == nil {
-			var err error
-			if u, err = s.pool.Pick(skip); err != nil {
+	retried := map[upstream.Target]bool{}
+	var again *upstream.Target // the target of a same-target retry or replay
+	for attempt := 0; attempt < limit; attempt++ {
+		var t upstream.Target
+		if again != nil {
+			t, again = *again, nil
+		} else {
+			var ok bool
+			if t, ok = c.next(); !ok {
 				break
 			}
 		}
-		res := s.attempt(ctx, out, req, u, replays, start)
-		switch res.next {
-		case nextDone:
+		try := &tryState{target: t, route: c.route, retry: !retried[t] && attempt+1+c.remaining(t) < limit, altModel: c.altModel(t)}
+		req.try, req.body = try, bodyFor(req, orig, t, bodies)
+		res := s.attempt(ctx, out, req, t.Upstream, replays, start)
+		if res.next == nextDone {
+			s.settle(t, try)
 			return
-		case nextReplaySame:
-			replays++
-			again = u
-		case nextReplayOther:
-			replays++
-			replayPending = true
-			tried = append(tried, u)
-		default:
-			replayPending = false
-			tried = append(tried, u)
 		}
-		failures = append(failures, u.Name()+": "+res.why)
+		failures = append(failures, t.String()+": "+res.why)
 		if res.clientErr != nil {
 			lastErr = res.clientErr
 		}
-		if req.pinned != nil && again == nil {
-			break
+		if res.next == nextRetrySame && try.retry {
+			retried[t] = true
+			if try.fail != nil {
+				s.targetM.failed(t, try.fail.Class) // counted; the circuit hears the retry's outcome
+			}
+			s.log.Info("retrying the same target", "upstream", t.Upstream.Name(), "model", t.Model, "after", res.retryIn.Round(time.Millisecond).String(), "why", res.why)
+			if !s.sleepCtx(ctx, res.retryIn) {
+				s.pool.TargetReleased(t)
+				return
+			}
+			again = &t
+			continue
 		}
+		switch res.next {
+		case nextReplaySame:
+			replays++
+			again = &t
+			continue // the replay is the same target's probe, if it was one
+		case nextReplayOther:
+			replays++
+			replayPending = true
+		case nextOtherModel:
+			c.skipModel[t.Model] = true
+			replayPending = false
+		default:
+			replayPending = false
+		}
+		c.tried[t] = true
+		s.settle(t, try)
 	}
 	if ctx.Err() != nil {
 		return
 	}
 	if req.pinned != nil {
+		why := c.why
+		if len(failures) > 0 {
+			why = failures[len(failures)-1]
+		}
 		s.failClosed(out, req, failOwnerUnavailable, http.StatusServiceUnavailable,
-			fmt.Sprintf("the upstream that owns previous_response_id failed (%s); retry later", failures[len(failures)-1]))
+			fmt.Sprintf("the upstream that owns previous_response_id failed (%s); retry later", why))
 		return
 	}
 	var e *apierr.Error
@@ -231,9 +260,15 @@ func (s *Server) forward(ctx context.Context, out responder, req *clientRequest,
 	case replayPending:
 		e = apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "no upstream left to replay the request on: %s", strings.Join(failures, "; "))
 	case lastErr != nil && (lastErr.Status == http.StatusTooManyRequests || upstream.IsQuotaCode(lastErr.Code)):
-		e = lastErr // every upstream is out of capacity: say what the last one said
+		e = lastErr // every target is out of capacity: say what the last one said
 	case len(failures) == 0 && req.upstreamName != "":
 		e = apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "upstream %q chosen by policy is unavailable or unknown", req.upstreamName)
+	case len(failures) == 0 && c.route != nil:
+		msg := fmt.Sprintf("no target for model %q is available", req.model)
+		if c.why != "" {
+			msg += " (" + c.why + ")"
+		}
+		e = apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "%s", msg)
 	case len(failures) == 0:
 		e = apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "no healthy upstream")
 	default:
@@ -282,7 +317,7 @@ func (s *Server) post(upCtx context.Context, req *clientRequest, u *upstream.Ups
 	if err != nil {
 		return nil, nil, err
 	}
-	upReq.Header = upstreamHeaders(req.header, u.Config().APIKey, req.stream, req.setHeaders, req.removeHeaders)
+	upReq.Header = upstreamHeaders(req, u.Config(), req.stream)
 	upReq.ContentLength = int64(len(body))
 	resp, err := s.client.Do(upReq)
 	if err != nil {
@@ -345,10 +380,16 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 	idle.Stop()
 	defer idle.Stop()
 
-	ans, err := s.send(upCtx, idle, req, u)
+	sendCtx, stopFirstByte := s.firstByteTimer(upCtx, cancel, req)
+	ans, err := s.send(sendCtx, idle, req, u)
+	stopFirstByte()
 	if err != nil {
+		if res, silent := s.silentTarget(ctx, upCtx, req, u, err); silent {
+			return res
+		}
 		return s.transportFailure(ctx, upCtx, out, req, u, err)
 	}
+	s.scrub.answer(ans) // before anything below reads, logs or relays it
 	reusable := false
 	defer func() { ans.done(reusable) }()
 
@@ -359,60 +400,61 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 		return s.relayJSON(ctx, upCtx, out, req, u, ans)
 	}
 
-	p := &pump{s: s, ctx: ctx, upCtx: upCtx, req: req, u: u, surface: req.surface(), lastSeq: -1}
+	// The client stream outlives this attempt: the pump feeds it, and a
+	// failure the client has not seen yet comes back here (unseen) for the
+	// replay policy.
+	cs := s.clientStreamOf(ctx, out, req, start)
+	p := &pump{s: s, cs: cs, ctx: ctx, upCtx: upCtx, req: req, u: u, src: ans.src, surface: req.surface(), replayable: true}
+	detach := cs.attach(ans)
+	defer detach()
+	s.metrics.activeStreams.Inc()
+	defer s.metrics.activeStreams.Dec()
+	stopFirstToken := s.firstTokenTimer(cancel, req)
 	first, err := ans.src.Next()
-	if err != nil {
-		if ctx.Err() != nil {
-			return attemptResult{next: nextDone}
-		}
-		reason, e := p.readFailure(err)
-		if reason != reasonCut {
-			s.metrics.upstreamAttempts.WithLabelValues(u.Name(), reason).Inc()
-			out.fail(req, e, failAsTerminal)
-			return attemptResult{next: nextDone}
-		}
-		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "cut_before_first_event").Inc()
-		if res, replay := s.replay(ctx, out, req, u, replays, ans, "transport", 0, ""); replay {
-			return res
-		}
-		out.fail(req, apierr.StreamIncomplete("the upstream closed the stream before its first event"), failAsTerminal)
-		return attemptResult{next: nextDone}
+	stopFirstToken()
+	if res, silent := s.silentTarget(ctx, upCtx, req, u, err); silent {
+		return res
 	}
-	if code, status, ok := errorShaped(first, req.ep.chat); ok {
-		reusable = true // the upstream finished this response with its error
-		msg := errorMessage(first)
-		if isCapacity(code, status) {
-			d, hinted := upstream.RetryAfter(nil, msg, time.Now())
-			if !hinted {
-				d = defaultQuotaCooldown
-				if code == "rate_limit_exceeded" || status == http.StatusTooManyRequests {
-					d = defaultRateLimitCooldown
-				}
+	end := p.run(first, err)
+	for end.unseen {
+		if end.err != nil {
+			if ctx.Err() != nil {
+				return attemptResult{next: nextDone}
 			}
-			s.pool.Cooldown(u, d, "stream error "+code)
+			reason, e := p.readFailure(end.err)
+			if reason != reasonCut {
+				s.metrics.upstreamAttempts.WithLabelValues(u.Name(), reason).Inc()
+				cs.fail(req, e, failAsTerminal)
+				return attemptResult{next: nextDone}
+			}
+			s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "cut_before_first_event").Inc()
+			if res, replay := s.replay(ctx, cs, req, u, replays, ans, "transport", 0, ""); replay {
+				cs.discard()
+				return res
+			}
+			cs.fail(req, apierr.StreamIncomplete("the upstream closed the stream before its first event"), failAsTerminal)
+			return attemptResult{next: nextDone}
 		}
-		if res, replay := s.replay(ctx, out, req, u, replays, ans, code, status, msg); replay {
+		// An error event before the client saw anything (first, or right
+		// after the held response.created/in_progress).
+		code, status, _ := errorShaped(end.ev, req.ep.chat)
+		reusable = true // the upstream finished this response with its error
+		msg := errorMessage(end.ev)
+		if res, replay := s.replay(ctx, cs, req, u, replays, ans, code, status, msg); replay {
+			cs.discard()
 			return res
 		}
 		if req.pinned != nil && isCapacity(code, status) {
 			s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "quota").Inc()
-			s.failClosed(out, req, failOwnerUnavailable, http.StatusServiceUnavailable,
+			s.failClosed(cs, req, failOwnerUnavailable, http.StatusServiceUnavailable,
 				fmt.Sprintf("the upstream that owns previous_response_id is out of capacity (%s); retry later", code))
 			return attemptResult{next: nextDone}
 		}
+		p.replayable = false // not replayed: the event is the stream's
+		end = p.run(end.ev, nil)
 	}
-
 	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "ok").Inc()
-	p.sink = out.commit(ans.header)
-	if fs, ok := p.sink.(*sseSink); ok && ans.beforeRead != nil {
-		fs.auto = false
-		*ans.beforeRead = func() { _ = fs.Flush() }
-		defer fs.Flush()
-	}
-	s.metrics.activeStreams.Inc()
-	defer s.metrics.activeStreams.Dec()
-	reason := p.run(ans.src, first, start)
-	s.metrics.streamTerminal.WithLabelValues(p.surface, reason).Inc()
+	cs.finish(end.reason)
 	reusable = p.cleanEnd
 	return attemptResult{next: nextDone}
 }
@@ -421,6 +463,19 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 // response.created. replay is false when the request is not replayed.
 func (s *Server) replay(ctx context.Context, out responder, req *clientRequest, u *upstream.Upstream, replays int,
 	ans *upstreamAnswer, code string, status int, msg string) (attemptResult, bool) {
+	try := tryOf(req)
+	switch {
+	case code == "context_length_exceeded" && try.altModel:
+		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "context_length").Inc()
+		return attemptResult{next: nextOtherModel, why: "context_length_exceeded before response.created: trying another model"}, true
+	case upstream.IsOverloadedCode(code):
+		f := upstream.Failure{Class: "overloaded", Reason: "stream error " + code}
+		f.Hint, _ = upstream.RetryAfter(nil, msg, time.Now())
+		try.fail = &f
+	case isCapacity(code, status):
+		f := upstream.CapacityFailure(nil, msg, code, status, time.Now(), "stream error "+code)
+		try.fail = &f
+	}
 	in := hostabi.ReplayInput{Surface: req.surface(), Upstream: u.Name(), Code: code, HTTPStatus: status, ReplayCount: replays,
 		PendingRequests: ans.pending, HasPreviousResponseID: req.previousResponseID != ""}
 	if req.pinned != nil {
@@ -430,8 +485,11 @@ func (s *Server) replay(ctx context.Context, out responder, req *clientRequest, 
 		in.RetryAfterMillis = d.Milliseconds()
 	}
 	v := s.policy.Replay(ctx, in)
-	if v.PenaltyMillis > 0 {
-		s.pool.Cooldown(u, time.Duration(v.PenaltyMillis)*time.Millisecond, "replay penalty after "+code)
+	if v.PenaltyMillis > 0 { // the policy's cooldown for the target, honoured like a Retry-After
+		if try.fail == nil {
+			try.fail = &upstream.Failure{Class: "replay_penalty", Reason: "replay penalty after " + code}
+		}
+		try.fail.Hint = max(try.fail.Hint, time.Duration(v.PenaltyMillis)*time.Millisecond)
 	}
 	why := "failed before response.created: " + code
 	switch v.Verdict {
@@ -452,7 +510,11 @@ func (s *Server) replay(ctx context.Context, out responder, req *clientRequest, 
 	return attemptResult{}, false
 }
 
-// transportFailure handles an attempt that got no answer at all.
+// transportFailure handles an attempt that got no answer at all. A
+// connection that failed (refused, reset) before the headers is retried
+// once on the same target after a short jittered backoff, then the upstream
+// cools down (connect failures are per upstream); a header timeout is the
+// target's and is not retried.
 func (s *Server) transportFailure(ctx, upCtx context.Context, out responder, req *clientRequest, u *upstream.Upstream, err error) attemptResult {
 	if ctx.Err() != nil { // the client went away
 		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "client_gone").Inc()
@@ -462,11 +524,20 @@ func (s *Server) transportFailure(ctx, upCtx context.Context, out responder, req
 		out.fail(req, apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the gateway is shutting down; retry the request"), failBeforeStream)
 		return attemptResult{next: nextDone}
 	}
+	why := s.scrub.String(upstream.RedactError(err))
+	try := tryOf(req)
+	var ne net.Error
+	var oe *net.OpError
+	if errors.As(err, &ne) && ne.Timeout() && !(errors.As(err, &oe) && oe.Op == "dial") {
+		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "header_timeout").Inc()
+		try.fail = &upstream.Failure{Class: "timeout", Reason: why}
+		s.log.Warn("upstream timed out before its headers", "upstream", u.Name(), "error", why)
+		return attemptResult{next: nextFailover, why: why}
+	}
 	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "transport_error").Inc()
-	why := upstream.RedactError(err)
-	s.pool.Cooldown(u, connectFailureCooldown, "transport: "+why)
 	s.log.Warn("upstream transport failure", "upstream", u.Name(), "error", why)
-	return attemptResult{next: nextFailover, why: why}
+	try.connect = true
+	return attemptResult{next: nextRetrySame, retryIn: s.pool.RetryBackoff(), why: why}
 }
 
 // statusFailure handles a non-2xx upstream answer: fail over on capacity,
@@ -481,18 +552,13 @@ func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRe
 		}
 	}
 	status := ans.status
+	try := tryOf(req)
+	why := fmt.Sprintf("HTTP %d %s", status, firstNonEmpty(perr.Code, perr.Message))
 	switch {
 	case status == http.StatusTooManyRequests || upstream.IsQuotaCode(perr.Code):
-		outcome := "rate_limited"
-		d, ok := upstream.RetryAfter(ans.header, perr.Message, time.Now())
-		if !ok {
-			d = defaultRateLimitCooldown
-			if perr.Code != "" && perr.Code != "rate_limit_exceeded" {
-				d, outcome = defaultQuotaCooldown, "quota"
-			}
-		}
-		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), outcome).Inc()
-		s.pool.Cooldown(u, d, fmt.Sprintf("HTTP %d %s", status, perr.Code))
+		f := upstream.CapacityFailure(ans.header, perr.Message, perr.Code, status, time.Now(), fmt.Sprintf("HTTP %d %s", status, perr.Code))
+		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), f.Class).Inc()
+		try.fail = &f
 		ce := perr
 		if ce.Type == "" {
 			ce.Type = apierr.TypeServer
@@ -500,17 +566,41 @@ func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRe
 		if ce.Status != http.StatusTooManyRequests {
 			ce.Status = http.StatusTooManyRequests
 		}
-		return attemptResult{next: nextFailover, why: fmt.Sprintf("HTTP %d %s", status, perr.Code), clientErr: &ce}
+		res := attemptResult{next: nextFailover, why: fmt.Sprintf("HTTP %d %s", status, perr.Code), clientErr: &ce}
+		if f.Hint > 0 && f.Hint <= s.opts.RetryMaxWait {
+			// A short wait: sit it out and ask the same target again, once.
+			res.next, res.retryIn = nextRetrySame, f.Hint
+		}
+		return res
 	case (status == http.StatusUnauthorized || status == http.StatusForbidden || upstream.IsAuthCode(perr.Code)) && u.Config().APIKey != "":
 		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "auth_failure").Inc()
 		s.pool.MarkFailed(u, fmt.Sprintf("HTTP %d %s", status, perr.Code))
 		return attemptResult{next: nextFailover, why: fmt.Sprintf("HTTP %d: the upstream rejected the gateway's credentials", status)}
+	case status == http.StatusServiceUnavailable || status == 529 || upstream.IsOverloadedCode(perr.Code):
+		// Overloaded: the next target at once; a hint cools this one down.
+		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "overloaded").Inc()
+		f := upstream.Failure{Class: "overloaded", Reason: why}
+		f.Hint, _ = upstream.RetryAfter(ans.header, perr.Message, time.Now())
+		try.fail = &f
+		return attemptResult{next: nextFailover, why: why}
 	case status >= 500:
 		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "server_error").Inc()
-		if d, ok := upstream.RetryAfter(ans.header, perr.Message, time.Now()); ok {
-			s.pool.Cooldown(u, d, fmt.Sprintf("HTTP %d", status))
+		f := upstream.Failure{Class: "server_error", Reason: why}
+		f.Hint, _ = upstream.RetryAfter(ans.header, perr.Message, time.Now())
+		if status == http.StatusGatewayTimeout {
+			f.Class = "timeout"
 		}
-		return attemptResult{next: nextFailover, why: fmt.Sprintf("HTTP %d %s", status, firstNonEmpty(perr.Code, perr.Message))}
+		try.fail = &f
+		if (status == http.StatusInternalServerError || status == http.StatusBadGateway) && (f.Hint == 0 || f.Hint <= s.opts.RetryMaxWait) {
+			// One retry on the same target after a short jittered backoff.
+			return attemptResult{next: nextRetrySame, retryIn: max(f.Hint, s.pool.RetryBackoff()), why: why}
+		}
+		return attemptResult{next: nextFailover, why: why}
+	case perr.Code == "context_length_exceeded" && try.altModel:
+		// A larger context may serve it: the next target of another model
+		// (never this model again).
+		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "context_length").Inc()
+		return attemptResult{next: nextOtherModel, why: why}
 	}
 	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "client_error").Inc()
 	verdict := s.policy.Recover(ctx, hostabi.RecoverInput{Surface: req.surface(), Upstream: u.Name(), HTTPStatus: status,
@@ -565,10 +655,11 @@ func (s *Server) relayJSON(ctx, upCtx context.Context, out responder, req *clien
 		return attemptResult{next: nextDone}
 	case err != nil:
 		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "cut").Inc()
-		out.fail(req, apierr.StreamIncomplete("the upstream answer was incomplete: %s", upstream.RedactError(err)), failAsTerminal)
+		out.fail(req, apierr.StreamIncomplete("the upstream answer was incomplete: %s", s.scrub.String(upstream.RedactError(err))), failAsTerminal)
 		return attemptResult{next: nextDone}
 	}
 	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "ok").Inc()
+	tryOf(req).answered = true
 	if s.cont != nil && !req.ep.chat && req.recordable() {
 		// The client must not see a response whose anchor could be lost.
 		if id := gjson.GetBytes(ans.body, "id"); id.Type == gjson.String && id.Str != "" {

@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-gw/sluice/gateway/sse"
 	"github.com/sluice-gw/sluice/gateway/upstream"
 	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/sluice-gw/sluice/internal/jsonx"
 )
 
 // eventSink is where a pump writes client-facing events: SSE here, WebSocket
@@ -101,48 +102,97 @@ const (
 	reasonClientGone    = "client_gone"
 )
 
-// pump moves one upstream stream to the client and guarantees the client
-// exactly one terminal event, whatever the upstream does.
+// Options.MalformedEvents values.
+const (
+	malformedSkip = "skip" // a single unparseable event is skipped and counted
+	malformedFail = "fail" // the first one fails the stream
+)
+
+// maxConsecutiveMalformed is how many unparseable events in a row fail a
+// stream even when single ones are skipped (Options.MalformedEvents).
+const maxConsecutiveMalformed = 3
+
+// pump feeds one upstream attempt's events to the client stream, through
+// one upstream-error path, and ends the stream when the upstream does not
+// (the terminal-event rule). It owns nothing the client sees: the
+// clientStream does.
 type pump struct {
 	s       *Server
+	cs      *clientStream
 	ctx     context.Context // the client's
 	upCtx   context.Context // the upstream attempt's (carries the cancel cause)
 	req     *clientRequest
 	u       *upstream.Upstream
-	sink    eventSink
+	src     eventSource
 	surface string
 
-	lastSeq    int64
-	responseID string
-	sawFinish  bool // chat: a chunk carried a finish_reason
+	// replayable: an error-shaped event or a read failure that arrives while
+	// the client has seen nothing goes back to the attempt (unseen), which
+	// may replay the request elsewhere; once it declined, events are
+	// handled here.
+	replayable bool
+	malformed  int // consecutive malformed events
 
-	anchor   *pendingAnchor // the response's anchor write, once response.created was seen
-	cleanEnd bool           // the upstream ended the response itself (its connection may be reused)
+	responseID string         // the upstream's response id (anchors, logs)
+	anchor     *pendingAnchor // the response's anchor write, once response.created was seen
+	cleanEnd   bool           // the upstream ended the response itself (its connection may be reused)
 }
 
-// run forwards first and every later event until a terminal one.
-func (p *pump) run(src eventSource, first sse.Event, start time.Time) string {
-	ev := first
-	firstWritten := false
+// pumpEnd is how feeding stopped.
+type pumpEnd struct {
+	reason string // the stream ended: why (sluice_stream_terminal_total)
+	// unseen: a failure arrived before the client saw anything; the
+	// attempt decides (replay, or p.replayable = false and run(ev) again).
+	unseen bool
+	ev     sse.Event // unseen: the error-shaped event (a copy)
+	err    error     // unseen: the read error
+}
+
+// run handles ev (or the read error err) and every later event until the
+// stream ends or an unseen failure comes up.
+func (p *pump) run(ev sse.Event, err error) pumpEnd {
 	for {
-		reason, done, wrote := p.handle(ev)
-		if wrote && !firstWritten {
-			firstWritten = true
-			p.s.metrics.firstEvent.WithLabelValues(p.surface).Observe(time.Since(start).Seconds())
-		}
-		if done {
-			return reason
-		}
-		var err error
-		ev, err = src.Next()
 		if err != nil {
-			if p.ctx.Err() != nil {
-				return reasonClientGone
-			}
-			reason, e := p.readFailure(err)
-			return p.terminate(reason, e)
+			return p.readEnded(err)
 		}
+		var end pumpEnd
+		var stop bool
+		if p.req.ep.chat {
+			end, stop = p.handleChat(ev)
+		} else {
+			end, stop = p.handleResponses(ev)
+		}
+		if stop {
+			return end
+		}
+		ev, err = p.src.Next()
 	}
+}
+
+// unseen reports whether a failure now is still invisible to the client.
+func (p *pump) unseen() bool { return p.replayable && !p.cs.visible() }
+
+func (p *pump) unseenEvent(ev sse.Event) (pumpEnd, bool) {
+	return pumpEnd{unseen: true, ev: ev.Clone()}, true
+}
+
+func ended(reason string) (pumpEnd, bool) { return pumpEnd{reason: reason}, true }
+
+// readEnded handles the end of the upstream's events.
+func (p *pump) readEnded(err error) pumpEnd {
+	if p.ctx.Err() != nil {
+		return pumpEnd{reason: reasonClientGone}
+	}
+	if p.unseen() {
+		return pumpEnd{unseen: true, err: err}
+	}
+	if p.req.ep.chat && p.cs.finished() {
+		// The answer was complete (a finish_reason went out); the upstream
+		// only failed to say [DONE].
+		return pumpEnd{reason: p.cs.done()}
+	}
+	reason, e := p.readFailure(err)
+	return pumpEnd{reason: p.terminate(reason, e)}
 }
 
 // readFailure classifies why reading the upstream stopped.
@@ -157,76 +207,88 @@ func (p *pump) readFailure(err error) (string, *apierr.Error) {
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return reasonCut, apierr.StreamIncomplete("the upstream closed the stream before it was complete")
 	default:
-		return reasonCut, apierr.StreamIncomplete("the upstream stream broke: %s", upstream.RedactError(err))
+		return reasonCut, apierr.StreamIncomplete("the upstream stream broke: %s", p.s.scrub.String(upstream.RedactError(err)))
 	}
 }
 
-// terminate writes the one terminal event for a stream that did not end on
-// its own, and returns the reason.
+// terminate ends a stream that did not end on its own with the gateway's
+// terminal event, and returns the reason.
 func (p *pump) terminate(reason string, e *apierr.Error) string {
 	if p.ctx.Err() != nil {
 		return reasonClientGone
 	}
 	p.s.log.Warn("stream ended by the gateway", "surface", p.surface, "upstream", p.u.Name(), "reason", reason, "response_id", LogID(p.responseID))
-	p.writeTerminal(e)
+	p.cs.abort(e)
 	return reason
 }
 
-// writeTerminal writes e as the stream's terminal event.
-func (p *pump) writeTerminal(e *apierr.Error) {
-	if p.req.ep.chat {
-		_ = p.sink.Event("", chatErrorChunk(e))
-		_ = p.sink.Done()
-		return
+// malformedEvent skips an unparseable event (counted), or fails the stream
+// in fail mode and after maxConsecutiveMalformed in a row.
+func (p *pump) malformedEvent(what string) (pumpEnd, bool) {
+	p.malformed++
+	if p.s.opts.MalformedEvents == malformedFail || p.malformed >= maxConsecutiveMalformed {
+		return ended(p.terminate(reasonGarbage, apierr.StreamIncomplete("the upstream sent %s", what)))
 	}
-	_ = p.sink.Event("response.failed", p.failedEvent(e))
+	p.s.metrics.skippedEvents.WithLabelValues(p.surface, "unparseable").Inc()
+	p.s.log.Debug("skipped an unparseable upstream event", "surface", p.surface, "upstream", p.u.Name())
+	return pumpEnd{}, false
 }
 
-// handle forwards one event. done reports that the stream is over (a
-// terminal event was written, or the client is gone).
-func (p *pump) handle(ev sse.Event) (reason string, done, wrote bool) {
-	if p.req.ep.chat {
-		return p.handleChat(ev)
-	}
-	return p.handleResponses(ev)
+// wellFormed reports whether data is JSON the gateway is willing to parse.
+func (p *pump) wellFormed(data []byte) bool {
+	return jsonx.CheckDepth(data, p.s.opts.MaxJSONDepth) == nil && gjson.ValidBytes(data)
 }
 
-func (p *pump) handleResponses(ev sse.Event) (string, bool, bool) {
+func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 	if ev.Error != nil {
-		return p.upstreamError(ev.Error, "error"), true, true
+		if p.unseen() {
+			return p.unseenEvent(ev)
+		}
+		return ended(p.upstreamError(ev.Error, "error"))
 	}
 	if ev.Done {
-		return p.terminate(reasonCut, apierr.StreamIncomplete("the upstream ended the stream without a terminal event")), true, true
+		return ended(p.terminate(reasonCut, apierr.StreamIncomplete("the upstream ended the stream without a terminal event")))
 	}
-	if !gjson.ValidBytes(ev.Data) {
-		return p.terminate(reasonGarbage, apierr.StreamIncomplete("the upstream sent an unparseable event")), true, true
+	if !p.wellFormed(ev.Data) {
+		return p.malformedEvent("an unparseable event")
 	}
-	obj := parseJSON(ev.Data)
-	typ := obj.Get("type").Str
-	if seq := obj.Get("sequence_number"); seq.Type == gjson.Number {
-		p.lastSeq = seq.Int()
+	f, ok := scanEvent(ev.Data)
+	if !ok {
+		return p.malformedEvent("an event that is not a JSON object")
+	}
+	p.malformed = 0
+	typ := f.typ.Str
+	if typ == "" && f.errObj.IsObject() {
+		typ = "error" // {"error":{…}} without a type
 	}
 	switch typ {
 	case "error":
-		return p.upstreamError(ev.Data, typ), true, true
+		if p.unseen() {
+			return p.unseenEvent(ev)
+		}
+		return ended(p.upstreamError(ev.Data, typ))
 	case "response.created":
-		p.responseID = strings.Clone(obj.Get("response.id").Str)
+		p.responseID = strings.Clone(f.response.Get("id").Str)
 		if c := p.s.cont; c != nil && p.responseID != "" && p.req.recordable() {
 			p.anchor = c.recordAsync(c.anchorFor(p.req, p.responseID, p.u.Name()))
 		}
 	case "response.completed", "response.incomplete":
-		p.confirmAnchor(obj)
+		p.confirmAnchor(f.response)
 	case "response.failed":
-		e := obj.Get("response.error")
+		if p.unseen() {
+			return p.unseenEvent(ev)
+		}
+		e := f.response.Get("error")
 		verdict := p.s.policy.Recover(p.ctx, hostabi.RecoverInput{Surface: p.surface, Upstream: p.u.Name(), EventType: typ,
 			Code: e.Get("code").String(), Type: e.Get("type").String(), Param: e.Get("param").String(), Message: e.Get("message").String()})
 		if ce := p.s.recoveredError(verdict); ce != nil {
+			p.cleanEnd = true
 			p.s.onRecovered(p.ctx, p.req, verdict)
-			return p.terminate(verdictReason(verdict), ce), true, true
+			return ended(p.terminate(verdictReason(verdict), ce))
 		}
 	}
 	if p.responseID == "" {
-		if id := obj.Get("response.id"); id.Type == gjson.String {
+		if id := f.response.Get("id"); id.Type == gjson.String {
 			p.responseID = strings.Clone(id.Str)
 		}
 	}
@@ -234,32 +296,39 @@ func (p *pump) handleResponses(ev sse.Event) (string, bool, bool) {
 	if name == "" {
 		name = typ
 	}
-	if err := p.sink.Event(name, ev.Data); err != nil {
-		return reasonClientGone, true, false
+	var err error
+	switch typ {
+	case "response.created", "response.in_progress", "response.queued":
+		err = p.cs.lifecycle(name, ev.Data, &f)
+	default:
+		err = p.cs.send(name, ev.Data, &f)
+	}
+	if err != nil {
+		return ended(reasonClientGone)
 	}
 	switch typ {
 	case "response.completed":
 		p.cleanEnd = true
-		return reasonCompleted, true, true
+		return ended(reasonCompleted)
 	case "response.failed":
 		p.cleanEnd = true
-		return reasonFailed, true, true
+		return ended(reasonFailed)
 	case "response.incomplete":
 		p.cleanEnd = true
-		return reasonIncomplete, true, true
+		return ended(reasonIncomplete)
 	}
-	return "", false, true
+	return pumpEnd{}, false
 }
 
 // confirmAnchor makes the response's anchor durable before the client sees
 // its completion: a crash right after completion must not lose it.
-func (p *pump) confirmAnchor(obj gjson.Result) {
+func (p *pump) confirmAnchor(resp gjson.Result) {
 	c := p.s.cont
 	if c == nil || !p.req.recordable() {
 		return
 	}
 	if p.anchor == nil {
-		id := strings.Clone(obj.Get("response.id").Str)
+		id := strings.Clone(resp.Get("id").Str)
 		if id == "" {
 			id = p.responseID
 		}
@@ -312,35 +381,56 @@ func verdictReason(v hostabi.RecoverOutput) string {
 	return reasonRecovered
 }
 
-func (p *pump) handleChat(ev sse.Event) (string, bool, bool) {
+func (p *pump) handleChat(ev sse.Event) (pumpEnd, bool) {
 	if ev.Error != nil {
-		return p.chatError(ev.Error), true, true
+		if p.unseen() {
+			return p.unseenEvent(ev)
+		}
+		return ended(p.chatError(ev.Error))
 	}
 	if ev.Done {
-		if !p.sawFinish {
-			return p.terminate(reasonCut, apierr.StreamIncomplete("the upstream ended the stream before a finish chunk")), true, true
+		if !p.cs.finished() {
+			return ended(p.terminate(reasonCut, apierr.StreamIncomplete("the upstream ended the stream before a finish chunk")))
 		}
-		if err := p.sink.Done(); err != nil {
-			return reasonClientGone, true, false
-		}
-		return reasonDone, true, true
+		return ended(p.cs.done())
 	}
-	if !gjson.ValidBytes(ev.Data) {
-		return p.terminate(reasonGarbage, apierr.StreamIncomplete("the upstream sent an unparseable chunk")), true, true
+	if !p.wellFormed(ev.Data) {
+		return p.malformedEvent("an unparseable chunk")
 	}
 	obj := parseJSON(ev.Data)
-	if obj.Get("error").Exists() {
-		return p.chatError(ev.Data), true, true
+	if !obj.IsObject() {
+		return p.malformedEvent("a chunk that is not a JSON object")
 	}
-	for _, fr := range obj.Get("choices.#.finish_reason").Array() {
-		if fr.Type == gjson.String && fr.Str != "" {
-			p.sawFinish = true
+	p.malformed = 0
+	var choices, usage, errField gjson.Result
+	obj.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "choices":
+			choices = v
+		case "usage":
+			usage = v
+		case "error":
+			errField = v
 		}
+		return true
+	})
+	if errField.Exists() {
+		if p.unseen() {
+			return p.unseenEvent(ev)
+		}
+		return ended(p.chatError(ev.Data))
 	}
-	if err := p.sink.Event("", ev.Data); err != nil {
-		return reasonClientGone, true, false
+	finish := false
+	choices.ForEach(func(_, ch gjson.Result) bool {
+		if fr := ch.Get("finish_reason"); fr.Type == gjson.String && fr.Str != "" {
+			finish = true
+		}
+		return true
+	})
+	if err := p.cs.sendChat(ev.Data, finish, usage); err != nil {
+		return ended(reasonClientGone)
 	}
-	return "", false, true
+	return pumpEnd{}, false
 }
 
 // chatError relays an upstream error chunk, through the recover policy, then
@@ -357,26 +447,6 @@ func (p *pump) chatError(payload []byte) string {
 	}
 	p.terminate(reasonUpstreamError, &perr)
 	return reasonUpstreamError
-}
-
-// failedEvent is a response.failed event carrying e, numbered after the last
-// event the client saw.
-func (p *pump) failedEvent(e *apierr.Error) []byte {
-	id := p.responseID
-	if id == "" {
-		id = "resp_sluice_failed"
-	}
-	ev := map[string]any{
-		"type":            "response.failed",
-		"sequence_number": p.lastSeq + 1,
-		"response": map[string]any{
-			"id": id, "object": "response", "created_at": time.Now().Unix(), "status": "failed",
-			"model": p.req.model, "output": []any{},
-			"error": map[string]any{"code": e.Code, "message": e.Message},
-		},
-	}
-	b, _ := json.Marshal(ev)
-	return b
 }
 
 // chatErrorChunk is the Chat Completions in-stream error chunk.

@@ -47,9 +47,7 @@ func (h *httpResponder) fail(req *clientRequest, e *apierr.Error, kind failKind)
 		e.Write(h.w)
 		return
 	}
-	sink := h.commit(nil)
-	p := &pump{s: h.s, req: req, sink: sink, surface: req.surface(), lastSeq: -1}
-	p.writeTerminal(e)
+	h.s.writeGatewayTerminal(req, h.commit(nil), e)
 	h.s.metrics.streamTerminal.WithLabelValues(req.surface(), "gateway_error").Inc()
 }
 

@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +25,7 @@ import (
 
 	"github.com/sluice-gw/sluice/gateway/apierr"
 	"github.com/sluice-gw/sluice/gateway/upstream"
+	"github.com/sluice-gw/sluice/internal/jsonx"
 	"github.com/sluice-gw/sluice/store"
 )
 
@@ -46,7 +49,44 @@ type Options struct {
 	// ClientWriteTimeout bounds each write to a streaming client; one that
 	// stops reading is cut and its upstream released. Default 60s.
 	ClientWriteTimeout time.Duration
-	MaxAttempts        int // upstream attempts per request before the first byte; default 3
+	MaxAttempts        int // upstream attempts per request before the first byte; default 3 (a route of T targets: at least T+1)
+
+	// Routes map client models to ordered targets (first match wins); none:
+	// every usable upstream serves every model, as the pool chooses.
+	Routes []Route
+	// RetryMaxWait is the longest Retry-After honoured by waiting and then
+	// retrying the same target once; default 5s; negative: never wait.
+	RetryMaxWait time.Duration
+	// KeepAlive is how often a client stream gets an SSE comment or a
+	// WebSocket ping while the upstream is silent; default 15s.
+	KeepAlive time.Duration
+
+	// MaxJSONDepth bounds the nesting of every JSON document from a client
+	// or an upstream; default 128 (internal/jsonx).
+	MaxJSONDepth int
+	// BodyMemoryBytes is the budget for request bodies being read at once;
+	// beyond it requests get 503 server_overloaded. Default 256 MiB.
+	BodyMemoryBytes int64
+	// ReadBodyTimeout bounds reading one request body (408 beyond); default 30s.
+	ReadBodyTimeout time.Duration
+	// MaxConnections caps client connections open at once (Serve only);
+	// further accepts wait. Default 10000.
+	MaxConnections int
+	// WSIdleTimeout closes a client WebSocket that sent no frame and had no
+	// request in flight for this long; default 10m.
+	WSIdleTimeout time.Duration
+	// MetricsPublic leaves /metrics open when AdminToken is set.
+	MetricsPublic bool
+
+	// LifecycleHold is how long a Responses stream's response.created and
+	// response.in_progress wait for the first content event before they go
+	// out, so a failure right after them (a quota error) can still be
+	// replayed invisibly; default 250ms; negative: not held.
+	LifecycleHold time.Duration
+	// MalformedEvents is what an unparseable upstream event does: "skip"
+	// (default: skipped and counted; 3 in a row still fail the stream) or
+	// "fail" (the first fails the stream).
+	MalformedEvents string
 
 	MaxWSFrameBytes    int64         // one response.create frame; larger → payload_too_large; default 15 MiB
 	MaxWSInboundBytes  int64         // any client frame; larger closes the socket (1009); default 64 MiB
@@ -63,6 +103,9 @@ type Options struct {
 	AnchorTTL time.Duration
 	// AnchorCacheSize bounds the in-memory anchor cache; default 100000.
 	AnchorCacheSize int
+	// Now is the continuity clock (anchor creation and expiry); nil means
+	// time.Now. Tests inject a fake clock here, the same as the store's.
+	Now func() time.Time
 
 	// Transport carries upstream requests; nil builds one from the timeouts.
 	Transport http.RoundTripper
@@ -73,6 +116,10 @@ type Options struct {
 	// AdminToken, when set, is required as "Authorization: Bearer <token>"
 	// on every /admin/ endpoint (they reveal upstreams, policies and owners).
 	AdminToken string
+	// TrustedProxies are the peers whose X-Forwarded-*, Forwarded and
+	// X-Real-IP headers are believed (see ParseTrustedProxies); every other
+	// peer's are replaced with what the gateway itself saw.
+	TrustedProxies []netip.Prefix
 }
 
 // Server is the gateway. Create it with New, serve it with Serve or mount
@@ -90,6 +137,10 @@ type Server struct {
 	cont    *continuity  // nil when continuity is off
 	wsUp    *wsUpstreams
 	convs   *conversations
+	scrub   *scrubber   // upstream API keys → [redacted]; nil when no upstream has a key
+	bodies  *bodyBudget // memory of request bodies being read
+	rtable  *routeTable // nil without routes
+	targetM *targetMetrics
 
 	wsMu       sync.Mutex     // orders wsSessions.Add before Shutdown's Wait
 	wsSessions sync.WaitGroup // client WebSockets (hijacked: http.Server does not track them)
@@ -136,8 +187,30 @@ func New(opts Options) (*Server, error) {
 	setDefault(&opts.DrainGrace, 30*time.Second)
 	setDefault(&opts.ClientWriteTimeout, 60*time.Second)
 	setDefault(&opts.MaxAttempts, 3)
+	if opts.LifecycleHold == 0 {
+		opts.LifecycleHold = defaultLifecycleHold
+	}
+	switch opts.MalformedEvents {
+	case "":
+		opts.MalformedEvents = malformedSkip
+	case malformedSkip, malformedFail:
+	default:
+		return nil, fmt.Errorf("gateway: MalformedEvents %q is not skip or fail", opts.MalformedEvents)
+	}
+	if opts.RetryMaxWait == 0 {
+		opts.RetryMaxWait = 5 * time.Second
+	}
+	setDefault(&opts.KeepAlive, 15*time.Second)
+	setDefault(&opts.MaxJSONDepth, jsonx.DefaultMaxDepth)
+	setDefault(&opts.BodyMemoryBytes, 256<<20)
+	setDefault(&opts.ReadBodyTimeout, 30*time.Second)
+	setDefault(&opts.MaxConnections, 10000)
+	setDefault(&opts.WSIdleTimeout, 10*time.Minute)
 	setDefault(&opts.AnchorTTL, 7*24*time.Hour)
 	setDefault(&opts.AnchorCacheSize, 100000)
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	setDefault(&opts.MaxWSFrameBytes, 15<<20)
 	setDefault(&opts.MaxWSInboundBytes, 64<<20)
 	if opts.MaxWSInboundBytes < opts.MaxWSFrameBytes {
@@ -157,12 +230,22 @@ func New(opts Options) (*Server, error) {
 		metrics: newMetrics(opts.Registry),
 		client:  &http.Client{Transport: opts.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		drainCh: make(chan struct{}),
+		bodies:  &bodyBudget{limit: opts.BodyMemoryBytes},
 	}
+	s.scrub = scrubberFor(opts.Pool)
+	if len(opts.Routes) > 0 {
+		rt, err := newRouteTable(opts.Routes, opts.Pool)
+		if err != nil {
+			return nil, err
+		}
+		s.rtable = rt
+	}
+	s.targetM = newTargetMetrics(opts.Registry, opts.Pool, s.rtable)
 	s.wsUp = newWSUpstreams(s, opts.UpstreamSockets, opts.UpstreamSocketIdle)
 	s.convs = &conversations{durable: opts.Conversations, log: opts.Logger.Named("conversations")}
 	if opts.Store != nil {
 		s.cont = &continuity{store: opts.Store, cache: newAnchorCache(opts.AnchorCacheSize), ttl: opts.AnchorTTL,
-			log: opts.Logger.Named("continuity"), m: s.metrics, now: time.Now}
+			log: opts.Logger.Named("continuity"), m: s.metrics, now: opts.Now}
 	}
 	s.streamsCtx, s.cancelStreams = context.WithCancelCause(context.Background())
 	s.router = s.routes()
@@ -213,7 +296,12 @@ func (s *Server) routes() *httprouter.Router {
 	r.GET("/v1/models", s.handleModels)
 	r.GET("/healthz", s.handleHealthz)
 	r.GET("/readyz", s.handleReadyz)
-	r.Handler(http.MethodGet, "/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	metricsHandler := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})
+	if s.opts.MetricsPublic {
+		r.Handler(http.MethodGet, "/metrics", metricsHandler)
+	} else {
+		r.GET("/metrics", s.admin(func(w http.ResponseWriter, r *http.Request, _ httprouter.Params) { metricsHandler.ServeHTTP(w, r) }))
+	}
 	r.GET("/admin/upstreams", s.admin(s.handleUpstreams))
 	if s.cont != nil {
 		r.GET("/admin/continuity/:response_id", s.admin(s.handleAnchor))
@@ -295,7 +383,26 @@ func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request, _ httprout
 	owners := s.pool.ModelOwners()
 	data := make([]model, 0, len(owners))
 	for _, id := range s.pool.Models() {
-		data = append(data, model{ID: id, Object: "model", OwnedBy: owners[id][0]})
+		data = append(data, model{ID: s.scrub.String(id), Object: "model", OwnedBy: owners[id][0]})
+	}
+	// Route models that are plain names are models too, served by Sluice
+	// (a name an upstream also lists is listed once, as the route's).
+	if names := s.rtable.names(); len(names) > 0 {
+		routed := map[string]bool{}
+		for _, id := range names {
+			routed[id] = true
+		}
+		kept := data[:0]
+		for _, m := range data {
+			if !routed[m.ID] {
+				kept = append(kept, m)
+			}
+		}
+		data = kept
+		for _, id := range names {
+			data = append(data, model{ID: id, Object: "model", OwnedBy: "sluice"})
+		}
+		sort.Slice(data, func(i, j int) bool { return data[i].ID < data[j].ID })
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
@@ -319,8 +426,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // Serve accepts connections on ln until Shutdown. It returns nil after a
 // clean shutdown.
 func (s *Server) Serve(ln net.Listener) error {
+	ln = newLimitListener(ln, s, s.opts.MaxConnections)
 	srv := &http.Server{
 		Handler:           s.handler,
+		ConnContext:       connContext,
 		ReadHeaderTimeout: s.opts.ReadHeader,
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),

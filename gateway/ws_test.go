@@ -76,13 +76,13 @@ func (c *wsClient) readUntilEnd() []eventLike {
 			Error    struct{ Code string }
 			Response struct {
 				ID    string
-				Error struct{ Code string }
+				Error struct{ Code, Message string }
 			}
 		}
 		if err := json.Unmarshal(data, &v); err != nil {
 			c.t.Fatalf("frame is not JSON: %s", data)
 		}
-		ev := eventLike{typ: v.Type, data: data, code: v.Response.Error.Code}
+		ev := eventLike{typ: v.Type, data: data, code: gatewayCode(v.Response.Error.Code, v.Response.Error.Message)}
 		if v.Type == "error" {
 			ev.code = v.Error.Code
 		}
@@ -263,11 +263,11 @@ func TestWebSocketNoUpstreamLeftAfterQuota(t *testing.T) {
 	}
 }
 
-func TestWebSocketNoReplayAfterCreated(t *testing.T) {
+func TestWebSocketNoReplayAfterContent(t *testing.T) {
 	h := newHarness(t, harnessConfig{transport: map[string]string{"A": "websocket", "B": "websocket"},
 		upstreams: []upstreamtest.Options{{Name: "A"}, {Name: "B"}}})
 	for _, name := range []string{"A", "B"} {
-		h.ups[name].Enqueue(upstreamtest.QuotaEvent(upstreamtest.ShapeFailed).AfterCreated())
+		h.ups[name].Enqueue(afterContent(upstreamtest.QuotaEvent(upstreamtest.ShapeFailed)))
 	}
 	c := h.dialWS(nil)
 	evs := c.turn(createFrame(""))
@@ -275,7 +275,7 @@ func TestWebSocketNoReplayAfterCreated(t *testing.T) {
 		t.Fatalf("frames %v", evs)
 	}
 	if total := h.ups["A"].RequestCount() + h.ups["B"].RequestCount(); total != 1 {
-		t.Fatalf("replayed after response.created: %d attempts", total)
+		t.Fatalf("replayed after the client saw content: %d attempts", total)
 	}
 }
 

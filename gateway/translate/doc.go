@@ -41,8 +41,15 @@
 //   - Stream. delta.reasoning_content (or delta.reasoning) becomes a reasoning
 //     item with one reasoning_text part; content a message item with an
 //     output_text part (refusal a refusal part); tool calls function_call items.
-//     A reasoning or message item is done when something else starts; tool
-//     calls, which Chat may interleave by index, are done at the finish_reason.
+//     One item is open at a time: a reasoning or message item is done when
+//     something else starts; a tool call is done when text starts, when the
+//     next call starts and its own arguments are complete JSON, or at the
+//     finish_reason (a call that starts while another is unfinished — Chat
+//     may interleave them by index — waits, buffered, until it is done).
+//     Echoed function tools carry strict (false when not sent) and parameters.
+//     A Response object's error.code is one of the spec's ResponseErrorCode
+//     values or an upstream code clients act on (ResponseErrorCode); any
+//     other code becomes server_error and leads the message.
 //     stop and tool_calls complete the response; length and content_filter
 //     make it incomplete; an error chunk fails it.
 package translate

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/sluice-gw/sluice/gateway/apierr"
@@ -24,9 +25,11 @@ type Event struct {
 type StreamOptions struct {
 	// ResponseID is the response id ("resp_…"); empty means NewID("resp").
 	ResponseID string
-	// Model is the model the response reports (normally RequestInfo.Model).
-	// Empty means the model named by the upstream's chunks, which is then
-	// missing from response.created and response.in_progress.
+	// Model is the model the response reports (normally RequestInfo.Model)
+	// until the upstream names its own: the model of the first chunk (or of
+	// the chat.completion), when it has one, wins, so the client sees the
+	// model that really served it. Empty and never named by the upstream:
+	// the response has an empty model.
 	Model string
 	// CreatedAt is the response's created_at (Unix seconds); zero means now.
 	CreatedAt int64
@@ -100,13 +103,19 @@ type Stream struct {
 	done    bool
 	status  string // response status once done
 
-	items     []*outItem         // added items, in output_index order
-	cur       *outItem           // the open reasoning or message item
-	calls     map[int64]*outItem // tool calls by Chat index
-	callIDs   map[string]bool    // upstream tool call ids seen
-	openCalls []*outItem         // tool calls not yet done, in start order
-	lastCall  int64
-	nextCall  int64 // Chat index for a tool call that names none
+	// One item is open at a time (announced and not done): cur or
+	// openCall. Tool calls that start while another item is open wait in
+	// pendingCalls, unannounced, and are announced in start order when it
+	// closes, so a client sees output_item.done before the next
+	// output_item.added even when Chat interleaves calls by index.
+	items        []*outItem         // added items, in output_index order
+	cur          *outItem           // the open reasoning or message item
+	openCall     *outItem           // the open (announced) tool call
+	pendingCalls []*outItem         // tool calls not yet announced, in start order
+	calls        map[int64]*outItem // tool calls by Chat index
+	callIDs      map[string]bool    // upstream tool call ids seen
+	lastCall     int64
+	nextCall     int64 // Chat index for a tool call that names none
 
 	// Whitespace-only text that would open a new item waits here: a message
 	// made only of the "\n\n" some servers send before a tool call is noise.
@@ -221,7 +230,7 @@ func (s *Stream) Chunk(data []byte) ([]Event, error) {
 		}
 		return s.fail(upstreamError(src)), nil
 	}
-	if s.model == "" && model.Type == gjson.String {
+	if model.Type == gjson.String && model.Str != "" && (!s.started || s.model == "") {
 		s.model = model.Str
 	}
 	if !s.started {
@@ -317,18 +326,11 @@ func (s *Stream) fail(e *apierr.Error) []Event {
 	if code == "" || (code[0] >= '0' && code[0] <= '9') {
 		code = e.Type // e.g. llama.cpp sends the HTTP status as code
 	}
-	if code == "" {
-		code = apierr.TypeServer
-	}
 	msg := e.Message
 	if msg == "" {
 		msg = "The upstream reported an error."
 	}
-	b := append(s.errObj[:0], `{"code":`...)
-	b = hostabi.AppendQuote(b, code)
-	b = append(b, `,"message":`...)
-	b = hostabi.AppendQuote(b, msg)
-	s.errObj = append(b, '}')
+	s.errObj = AppendResponseError(s.errObj[:0], code, msg)
 	s.pendingWS = s.pendingWS[:0]
 	s.terminal("response.failed", "failed")
 	return s.flush()
@@ -391,7 +393,7 @@ func (s *Stream) setFinish(reason string) {
 // closeAll closes the open item and every open tool call. Whitespace still
 // waiting becomes a message only when nothing else was said.
 func (s *Stream) closeAll(status string) {
-	if len(s.pendingWS) > 0 && len(s.items) == 0 && len(s.openCalls) == 0 {
+	if len(s.pendingWS) > 0 && len(s.items) == 0 && s.openCall == nil && len(s.pendingCalls) == 0 {
 		ws := string(s.pendingWS)
 		s.pendingWS = s.pendingWS[:0]
 		kind := itemKind(kindMessage)
@@ -403,10 +405,42 @@ func (s *Stream) closeAll(status string) {
 	}
 	s.pendingWS = s.pendingWS[:0]
 	s.closeCur(status)
-	for _, c := range s.openCalls {
+	s.closeCalls(status)
+}
+
+// closeCalls closes the open tool call, then announces and closes the
+// waiting ones in start order.
+func (s *Stream) closeCalls(status string) {
+	if s.openCall != nil {
+		s.closeItem(s.openCall, status)
+		s.openCall = nil
+	}
+	for _, c := range s.pendingCalls {
 		s.closeItem(c, status)
 	}
-	s.openCalls = s.openCalls[:0]
+	s.pendingCalls = s.pendingCalls[:0]
+}
+
+// advanceCalls moves to the next waiting tool call once the open one is
+// evidently finished (its arguments are a complete JSON value: nothing
+// more can be appended to them) and the next one has a name.
+func (s *Stream) advanceCalls() {
+	for len(s.pendingCalls) > 0 && s.pendingCalls[0].name != "" {
+		if s.cur != nil {
+			return
+		}
+		if oc := s.openCall; oc != nil {
+			if len(oc.args) == 0 || !gjson.ValidBytes(oc.args) {
+				return
+			}
+			s.closeItem(oc, statusCompleted)
+			s.openCall = nil
+		}
+		next := s.pendingCalls[0]
+		s.pendingCalls = s.pendingCalls[1:]
+		s.addCall(next)
+		s.openCall = next
+	}
 }
 
 func (s *Stream) closeCur(status string) {
@@ -503,6 +537,7 @@ func (s *Stream) textDelta(kind itemKind, pk partKind, text, raw string) {
 			s.pendingWS = s.pendingWS[:0]
 		}
 		s.closeCur(statusCompleted)
+		s.closeCalls(statusCompleted)
 		it = s.addItem(kind)
 		s.cur = it
 	}
@@ -572,7 +607,7 @@ func (s *Stream) toolDelta(tc gjson.Result, pos int64, positional bool) {
 		s.closeCur(statusCompleted)
 		call = &outItem{kind: kindCall, status: statusInProgress}
 		s.calls[idx] = call
-		s.openCalls = append(s.openCalls, call)
+		s.pendingCalls = append(s.pendingCalls, call)
 		if idx >= s.nextCall {
 			s.nextCall = idx + 1
 		}
@@ -592,15 +627,20 @@ func (s *Stream) toolDelta(tc gjson.Result, pos int64, positional bool) {
 	if fn.IsObject() {
 		name, args = fn.Get("name"), fn.Get("arguments")
 	}
-	if !call.added && nonEmptyString(name) {
+	if call.name == "" && nonEmptyString(name) {
 		call.name = name.Str
-		s.addCall(call)
+	}
+	if !call.added {
+		s.advanceCalls() // announces call if it is next and nothing else is open
 	}
 	switch {
 	case nonEmptyString(args):
 		s.callArgs(call, args.Str, args.Raw)
 	case args.IsObject(): // arguments sent as an object instead of a string
 		s.callArgs(call, args.Raw, "")
+	}
+	if len(s.pendingCalls) > 0 {
+		s.advanceCalls()
 	}
 }
 
@@ -862,11 +902,10 @@ func (s *Stream) appendResponse(b []byte, status string, final bool) []byte {
 			b = it.appendJSON(b, s.itemStatus(it), false)
 		}
 	}
-	b = append(b, `],"usage":`...)
-	if final && len(s.usage) > 0 {
+	b = append(b, ']')
+	if final && len(s.usage) > 0 { // the spec's usage is an object: absent while unknown
+		b = append(b, `,"usage":`...)
 		b = append(b, s.usage...)
-	} else {
-		b = append(b, "null"...)
 	}
 	b = append(b, s.echo...)
 	return append(b, '}')
@@ -895,9 +934,122 @@ func appendUsage(b []byte, u gjson.Result) []byte {
 	return append(b, '}')
 }
 
+// specErrorCodes is the ResponseErrorCode enum of OpenAI's OpenAPI spec
+// (github.com/openai/openai-openapi f85dbe2, spec version 2.3.0): the codes
+// a Response object's error.code may carry.
+var specErrorCodes = map[string]bool{
+	"server_error": true, "rate_limit_exceeded": true, "invalid_prompt": true, "data_residency_mismatch": true,
+	"bio_policy": true, "vector_store_timeout": true, "invalid_image": true, "invalid_image_format": true,
+	"invalid_base64_image": true, "invalid_image_url": true, "image_too_large": true, "image_too_small": true,
+	"image_parse_error": true, "image_content_policy_violation": true, "invalid_image_mode": true,
+	"image_file_too_large": true, "unsupported_image_media_type": true, "empty_image_file": true,
+	"failed_to_download_image": true, "image_file_not_found": true,
+}
+
+// upstreamActionCodes are codes outside the spec's enum that OpenAI itself
+// sends in response.failed and that clients act on (Codex stops on
+// insufficient_quota, usage_not_included and context_length_exceeded, backs
+// off on the overload codes): an upstream's code among them is kept as is.
+var upstreamActionCodes = map[string]bool{
+	"insufficient_quota": true, "usage_not_included": true, "usage_limit_reached": true, "quota_exceeded": true,
+	"context_length_exceeded": true, "server_is_overloaded": true, "overloaded_error": true, "slow_down": true,
+}
+
+// ResponseErrorCode maps an error code onto what a Response object's
+// error.code carries: a code of the spec's ResponseErrorCode enum, or one of
+// the upstream codes clients act on, is kept (keep true); anything else —
+// the gateway's own stream_incomplete, upstream_unavailable, an upstream's
+// invalid_value — becomes server_error (keep false), and the caller keeps
+// the original code in the message.
+func ResponseErrorCode(code string) (mapped string, keep bool) {
+	if specErrorCodes[code] || upstreamActionCodes[code] {
+		return code, true
+	}
+	return apierr.TypeServer, false
+}
+
+// AppendResponseError appends a Response object's error object for code and
+// message: {"code":…,"message":…}, with a code outside ResponseErrorCode's
+// enum mapped to server_error and kept as the message's prefix
+// ("stream_incomplete: the upstream …").
+func AppendResponseError(b []byte, code, message string) []byte {
+	mapped, keep := ResponseErrorCode(code)
+	if !keep && code != "" && code != mapped {
+		message = code + ": " + message
+	}
+	b = append(b, `{"code":`...)
+	b = hostabi.AppendQuote(b, mapped)
+	b = append(b, `,"message":`...)
+	b = hostabi.AppendQuote(b, message)
+	return append(b, '}')
+}
+
+// AppendEcho appends the request-derived fields of a Response object (see
+// RequestEcho), each prefixed by a comma, with the API's defaults for absent
+// or invalid values.
+func AppendEcho(b []byte, r RequestEcho) []byte { return appendEcho(b, r) }
+
+// EchoTools returns tools as a Response object echoes them: every function
+// tool carries the fields the spec's FunctionTool requires — strict (false
+// when the request left it out: a Chat upstream, which gets no strict then,
+// runs the function non-strict) and parameters (null when absent). Other
+// tools, and input that is not an array, come back unchanged.
+func EchoTools(tools json.RawMessage) json.RawMessage {
+	r := gjson.ParseBytes(tools)
+	if !r.IsArray() {
+		return tools
+	}
+	needs := false
+	r.ForEach(func(_, t gjson.Result) bool {
+		if t.Get("type").Str == "function" && (!t.Get("strict").Exists() || !t.Get("parameters").Exists()) {
+			needs = true
+			return false
+		}
+		return true
+	})
+	if !needs {
+		return tools
+	}
+	out := make([]byte, 0, len(tools)+64)
+	out = append(out, '[')
+	n := 0
+	r.ForEach(func(_, t gjson.Result) bool {
+		if n > 0 {
+			out = append(out, ',')
+		}
+		n++
+		raw := strings.TrimSpace(t.Raw)
+		if t.Get("type").Str != "function" || !t.IsObject() {
+			out = append(out, raw...)
+			return true
+		}
+		out = append(out, raw[:len(raw)-1]...)
+		empty := strings.TrimSpace(raw[1:len(raw)-1]) == ""
+		for _, f := range [...]struct{ key, def string }{{"strict", "false"}, {"parameters", "null"}} {
+			if t.Get(f.key).Exists() {
+				continue
+			}
+			if !empty {
+				out = append(out, ',')
+			}
+			empty = false
+			out = append(out, '"')
+			out = append(out, f.key...)
+			out = append(out, `":`...)
+			out = append(out, f.def...)
+		}
+		out = append(out, '}')
+		return true
+	})
+	return append(out, ']')
+}
+
 // appendEcho renders the request-derived fields of the response object, each
 // prefixed by a comma, with the API defaults for absent or invalid values.
 func appendEcho(b []byte, r RequestEcho) []byte {
+	if len(r.Tools) > 0 && json.Valid(r.Tools) {
+		r.Tools = EchoTools(r.Tools)
+	}
 	for _, f := range [...]struct {
 		key string
 		raw json.RawMessage
@@ -952,7 +1104,7 @@ func FromChatResponse(body []byte, opts StreamOptions) (response []byte, output 
 	}
 	s := NewStream(opts)
 	s.started = true
-	if m := root.Get("model"); s.model == "" && m.Type == gjson.String {
+	if m := root.Get("model"); m.Type == gjson.String && m.Str != "" {
 		s.model = m.Str
 	}
 	found := false

@@ -164,14 +164,16 @@ func TestStreams(t *testing.T) {
 				"response.reasoning_text.done rs_1 o0 c0",
 				"response.content_part.done rs_1 o0 c0",
 				"response.output_item.done rs_1 o0",
+				// fc_2 starts while fc_1's arguments are incomplete: it waits,
+				// and is announced with what it buffered once fc_1 is done.
 				"response.output_item.added fc_1 o1",
 				"response.function_call_arguments.delta fc_1 o1",
-				"response.output_item.added fc_2 o2",
-				"response.function_call_arguments.delta fc_2 o2",
 				"response.function_call_arguments.delta fc_1 o1",
-				"response.function_call_arguments.delta fc_2 o2",
 				"response.function_call_arguments.done fc_1 o1",
 				"response.output_item.done fc_1 o1",
+				"response.output_item.added fc_2 o2",
+				"response.function_call_arguments.delta fc_2 o2",
+				"response.function_call_arguments.delta fc_2 o2",
 				"response.function_call_arguments.done fc_2 o2",
 				"response.output_item.done fc_2 o2",
 				"response.completed",
@@ -183,6 +185,45 @@ func TestStreams(t *testing.T) {
 				`function_call completed: call_b get_time {"tz":"Europe/Oslo"}`,
 			},
 			usage: `{"input_tokens":100,"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":0},"output_tokens":40,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":140}`,
+		},
+		{
+			// Chat interleaves text and tool calls: each item is done
+			// before the next is added.
+			file: "text_tools_interleaved.txt",
+			events: []string{
+				"response.created",
+				"response.in_progress",
+				"response.output_item.added msg_1 o0",
+				"response.content_part.added msg_1 o0 c0",
+				"response.output_text.delta msg_1 o0 c0",
+				"response.output_text.done msg_1 o0 c0",
+				"response.content_part.done msg_1 o0 c0",
+				"response.output_item.done msg_1 o0",
+				"response.output_item.added fc_1 o1",
+				"response.function_call_arguments.delta fc_1 o1",
+				"response.function_call_arguments.delta fc_1 o1",
+				"response.function_call_arguments.done fc_1 o1",
+				"response.output_item.done fc_1 o1",
+				"response.output_item.added msg_2 o2",
+				"response.content_part.added msg_2 o2 c0",
+				"response.output_text.delta msg_2 o2 c0",
+				"response.output_text.done msg_2 o2 c0",
+				"response.content_part.done msg_2 o2 c0",
+				"response.output_item.done msg_2 o2",
+				"response.output_item.added fc_2 o3",
+				"response.function_call_arguments.delta fc_2 o3",
+				"response.function_call_arguments.delta fc_2 o3",
+				"response.function_call_arguments.done fc_2 o3",
+				"response.output_item.done fc_2 o3",
+				"response.completed",
+			},
+			status: "completed",
+			output: []string{
+				"message completed: Checking the weather.",
+				`function_call completed: call_w get_weather {"city":"Oslo"}`,
+				"message completed:  And the time.",
+				`function_call completed: call_t get_time {"tz":"Europe/Oslo"}`,
+			},
 		},
 		{
 			file: "length.txt",
@@ -261,7 +302,7 @@ func TestStreams(t *testing.T) {
 			},
 			status:  "failed",
 			output:  []string{"message incomplete: Half"},
-			errCode: "stream_incomplete",
+			errCode: "server_error", // the spec's enum has no stream_incomplete: it leads the message
 		},
 	}
 	for _, tc := range cases {
@@ -431,7 +472,8 @@ func TestStreamErrorChunkShapes(t *testing.T) {
 	for _, tc := range []struct{ chunk, code, msg string }{
 		{`{"error":{"message":"slow down","type":"invalid_request_error","code":"rate_limit_exceeded"}}`, "rate_limit_exceeded", "slow down"},
 		{`{"error":{"code":500,"message":"llama.cpp oops","type":"server_error"}}`, "server_error", "llama.cpp oops"},
-		{`{"object":"error","message":"vLLM oops","type":"BadRequestError","param":null,"code":400}`, "BadRequestError", "vLLM oops"},
+		{`{"object":"error","message":"vLLM oops","type":"BadRequestError","param":null,"code":400}`, "server_error", "BadRequestError: vLLM oops"},
+		{`{"error":{"message":"no credit","type":"insufficient_quota","code":"insufficient_quota"}}`, "insufficient_quota", "no credit"},
 		{`{"error":"plain string"}`, "server_error", "plain string"},
 		{`{"error":{}}`, "server_error", "The upstream reported an error."},
 	} {
@@ -478,7 +520,7 @@ func TestStreamBadChunk(t *testing.T) {
 
 func TestStreamEcho(t *testing.T) {
 	_, info, aerr := ToChat([]byte(`{"model":"m","instructions":"be brief","input":"hi","temperature":0.2,
-		"tools":[{"type":"function","name":"f","parameters":{"type":"object"},"strict":false},{"type":"web_search"}],
+		"tools":[{"type":"function","name":"f","parameters":{"type":"object"},"strict":false},{"type":"web_search"},{"type":"function","name":"g"}],
 		"tool_choice":"auto","metadata":{"k":"v"},"store":false,"previous_response_id":"resp_prev","max_output_tokens":99}`), nil, RequestOptions{})
 	if aerr != nil {
 		t.Fatal(aerr)
@@ -493,7 +535,7 @@ func TestStreamEcho(t *testing.T) {
 		"instructions":         `"be brief"`,
 		"temperature":          `0.2`,
 		"top_p":                `1`,
-		"tools":                `[{"type":"function","name":"f","parameters":{"type":"object"},"strict":false}]`,
+		"tools":                `[{"type":"function","name":"f","parameters":{"type":"object"},"strict":false},{"type":"function","name":"g","strict":false,"parameters":null}]`,
 		"tool_choice":          `"auto"`,
 		"metadata":             `{"k":"v"}`,
 		"store":                `false`,
@@ -501,7 +543,7 @@ func TestStreamEcho(t *testing.T) {
 		"max_output_tokens":    `99`,
 		"parallel_tool_calls":  `true`,
 		"model":                `"alias"`,
-		"usage":                `null`,
+		"usage":                ``, // absent until known: the spec's usage is an object
 		"output":               `[]`,
 	} {
 		if got := r.Get(path).Raw; got != want {

@@ -76,7 +76,7 @@ func validateEvents(events []Event) error {
 			if resp["object"] != "response" {
 				return fmt.Errorf("event %d: object %v", i, resp["object"])
 			}
-			for _, k := range []string{"created_at", "status", "model", "output", "error", "incomplete_details", "usage", "tools", "tool_choice", "instructions", "metadata", "parallel_tool_calls", "temperature", "top_p"} {
+			for _, k := range []string{"created_at", "status", "model", "output", "error", "incomplete_details", "tools", "tool_choice", "instructions", "metadata", "parallel_tool_calls", "temperature", "top_p"} {
 				if _, ok := resp[k]; !ok {
 					return fmt.Errorf("event %d: response has no %q", i, k)
 				}
@@ -119,6 +119,11 @@ func validateEvents(events []Event) error {
 			}
 			if byID[id] != nil || id == "" {
 				return fmt.Errorf("event %d: item id %q reused or empty", i, id)
+			}
+			for _, prev := range items { // one output item at a time
+				if !prev.closed {
+					return fmt.Errorf("event %d: item %s added while %s is open", i, id, prev.id)
+				}
 			}
 			prefix := map[string]string{"message": "msg_", "reasoning": "rs_", "function_call": "fc_"}[typ]
 			if prefix == "" || !strings.HasPrefix(id, prefix) {

@@ -96,3 +96,37 @@ func IsAuthCode(code string) bool {
 	}
 	return false
 }
+
+// Cooldown bases used when an upstream gives no hint of its own. A target's
+// capacity cooldown doubles with each consecutive one (see TargetFailed).
+const (
+	RateLimitBackoff       = 5 * time.Second  // 429 / rate_limit_exceeded
+	QuotaBackoff           = 60 * time.Second // insufficient_quota, usage_limit_reached, …
+	ConnectFailureCooldown = 5 * time.Second  // the whole upstream, after a failed connection
+)
+
+// CapacityFailure is the Failure a 429 or a quota code charges to a target:
+// the upstream's hint (from h and message) when it gave one, else a
+// jittered backoff from RateLimitBackoff (429, rate_limit_exceeded) or
+// QuotaBackoff (the other quota codes).
+func CapacityFailure(h http.Header, message, code string, status int, now time.Time, reason string) Failure {
+	f := Failure{Class: "rate_limited", Reason: reason, Backoff: RateLimitBackoff}
+	if code != "" && code != "rate_limit_exceeded" && IsQuotaCode(code) {
+		f.Class, f.Backoff = "quota", QuotaBackoff
+	}
+	if d, ok := RetryAfter(h, message, now); ok {
+		f.Hint = d
+	}
+	return f
+}
+
+// IsOverloadedCode reports whether an error code means the upstream (or
+// this model on it) is overloaded: the request moves to the next target at
+// once, like a 503.
+func IsOverloadedCode(code string) bool {
+	switch code {
+	case "server_is_overloaded", "overloaded_error", "overloaded", "model_overloaded":
+		return true
+	}
+	return false
+}

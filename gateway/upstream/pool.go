@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"sort"
@@ -41,7 +42,18 @@ type Config struct {
 	Weight    int // relative share of load; <=0 means 1
 	Protocol  string
 	Transport string
+	// ForwardHeaders names client headers that still reach this upstream
+	// when it has its own APIKey (X-Api-Key, Api-Key, OpenAI-Organization
+	// and OpenAI-Project are dropped otherwise).
+	ForwardHeaders []string
+	// Prefill says whether the upstream accepts a trailing assistant message
+	// (a prefill) to continue from; nil means it does (see AcceptsPrefill).
+	Prefill *bool
 }
+
+// AcceptsPrefill reports whether the upstream may be sent a trailing
+// assistant message (upstreams[].prefill; default true).
+func (c Config) AcceptsPrefill() bool { return c.Prefill == nil || *c.Prefill }
 
 // State is an upstream's health as the pool sees it.
 type State string
@@ -66,6 +78,7 @@ type Upstream struct {
 	coolReason string
 	models     []string
 	lastProbe  time.Time
+	targets    map[string]*targetState // by model; see target.go
 }
 
 // Name is the upstream's configured name.
@@ -113,6 +126,10 @@ type Status struct {
 	Inflight    int64     `json:"inflight"`
 	Models      []string  `json:"models,omitempty"`
 	LastProbeAt time.Time `json:"last_probe_at,omitzero"`
+	// Targets are the (upstream, model) pairs with model-specific state:
+	// those routes name with a model, and those that have failed (a clean
+	// one may be forgotten when MaxTargets are kept).
+	Targets []TargetStatus `json:"targets,omitempty"`
 }
 
 // Status returns the upstream's current status.
@@ -120,7 +137,7 @@ func (u *Upstream) Status(now time.Time) Status {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	s := Status{Name: u.cfg.Name, State: u.state, Reason: u.reason, Inflight: u.inflight.Load(),
-		Models: append([]string(nil), u.models...), LastProbeAt: u.lastProbe}
+		Models: append([]string(nil), u.models...), LastProbeAt: u.lastProbe, Targets: u.targetStatuses(now)}
 	if now.Before(u.coolUntil) {
 		s.CoolingFor = u.coolUntil.Sub(now).Round(time.Millisecond).String()
 		s.CoolReason = u.coolReason
@@ -135,6 +152,19 @@ type Options struct {
 	ProbeTimeout  time.Duration // default 5s
 	Logger        hclog.Logger
 	Now           func() time.Time
+
+	// CircuitFailures is how many consecutive failures open a target's
+	// circuit; default 3.
+	CircuitFailures int
+	// CircuitOpenFor is how long an open circuit is skipped before its
+	// half-open probe; default 30s.
+	CircuitOpenFor time.Duration
+	// MaxTargets bounds the targets an upstream keeps state for (clients
+	// choose model names); default 1024.
+	MaxTargets int
+	// Jitter returns a number in [0,1) for cooldown and retry jitter;
+	// default math/rand/v2.Float64.
+	Jitter func() float64
 }
 
 // Pool selects upstreams and tracks their health.
@@ -167,6 +197,18 @@ func NewPool(cfgs []Config, opts Options) (*Pool, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.CircuitFailures <= 0 {
+		opts.CircuitFailures = 3
+	}
+	if opts.CircuitOpenFor <= 0 {
+		opts.CircuitOpenFor = 30 * time.Second
+	}
+	if opts.MaxTargets <= 0 {
+		opts.MaxTargets = 1024
+	}
+	if opts.Jitter == nil {
+		opts.Jitter = rand.Float64
 	}
 	p := &Pool{byName: make(map[string]*Upstream), opts: opts}
 	for i, c := range cfgs {

@@ -1,0 +1,835 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/sluice-gw/sluice/gateway/translate"
+	"github.com/sluice-gw/sluice/hostabi"
+)
+
+// clientStream is the client's side of one request: created once per
+// request (process), it outlives the upstream attempts that feed it. It is
+// the request's responder, and the only writer of the client's event
+// stream: it owns the sink (SSE, WebSocket frames or Chat chunks), the
+// client-visible response id (the first one shown), a contiguous
+// sequence_number from 0 (each relayed event's number is rewritten in
+// place), what was sent (per output item: its added and done forms, the
+// text of each content and summary part so far, function call arguments so
+// far), the lifecycle events held back until the first content event, the
+// usage, and the one terminal event.
+//
+// Attempts feed it through a pump (pump.go): lifecycle events go to
+// lifecycle, every other event to send (Chat chunks to sendChat), and a
+// failure ends it with abort. Until an event has been written (visible), a
+// failure costs the client nothing: the attempt may replay the request
+// elsewhere (discard drops what was held). Writes are serialised by mu: the
+// attempt's goroutine, the hold-back deadline and the upstream reader's
+// flush hook all write.
+type clientStream struct {
+	s       *Server
+	ctx     context.Context
+	out     responder // the request's own responder: commit, relay, failures before the stream
+	req     *clientRequest
+	surface string
+	chat    bool // a Chat Completions client: chunks, [DONE], no sequence numbers
+	start   time.Time
+	hold    time.Duration // how long lifecycle events wait for content; <= 0: not held
+
+	mu      sync.Mutex
+	sink    eventSink   // nil until the first write commits the stream
+	fs      *sseSink    // sink, when it is SSE (flushed explicitly)
+	header  http.Header // headers of the attempt feeding the stream, sent at commit
+	lazy    bool        // the feeding attempt flushes before each blocking read
+	wrote   bool        // an event reached the client
+	ended   bool        // the terminal event is out (or was answered by out)
+	gone    bool        // a write failed: the client is gone
+	counted bool        // the terminal reason was counted
+
+	// Responses clients.
+	seq        int64       // the next sequence_number
+	responseID string      // the client-visible response id: the first one shown
+	createdAt  int64       // of the Response object the gateway writes
+	base       []byte      // the last lifecycle event's response object, as the upstream sent it
+	held       []heldEvent // lifecycle events waiting for content
+	holdTimer  *time.Timer
+	items      []*sentItem // output items sent, in output_index order
+	usage      []byte      // the upstream's usage, once known
+
+	// Chat clients.
+	sawFinish bool // a chunk carried a finish_reason
+
+	scratch []byte // sequence_number rewrites that change length
+}
+
+// heldEvent is a lifecycle event waiting for content (its data is a copy).
+type heldEvent struct {
+	name string
+	data []byte
+}
+
+// sentItem is one output item as the client saw it.
+type sentItem struct {
+	index   int64  // output_index
+	id      string // item id
+	typ     string // message, reasoning, function_call, …
+	added   []byte // the item as output_item.added showed it
+	done    []byte // the item as output_item.done showed it; nil while open
+	parts   []*sentPart
+	summary []*sentPart // reasoning summary parts
+	args    []byte      // function_call arguments / custom tool input so far, JSON-escaped without quotes
+}
+
+// sentPart is one content (or summary) part as the client saw it.
+type sentPart struct {
+	index int64
+	added []byte // the part as *_part.added showed it
+	done  []byte // the part as *_part.done showed it; nil while open
+	text  []byte // its text so far, JSON-escaped without quotes
+}
+
+var errClientGone = errors.New("the client is gone")
+
+// defaultLifecycleHold is how long response.created and response.in_progress
+// wait for the first content event (Options.LifecycleHold).
+const defaultLifecycleHold = 250 * time.Millisecond
+
+// newClientStream returns the stream of one request answered through out.
+func (s *Server) newClientStream(ctx context.Context, out responder, req *clientRequest, start time.Time) *clientStream {
+	return &clientStream{s: s, ctx: ctx, out: out, req: req, surface: req.surface(), chat: req.ep.chat, start: start,
+		hold: s.opts.LifecycleHold, createdAt: time.Now().Unix()}
+}
+
+// clientStreamOf is the client stream behind out (process makes every
+// request's responder one); a bare responder gets a stream of its own.
+func (s *Server) clientStreamOf(ctx context.Context, out responder, req *clientRequest, start time.Time) *clientStream {
+	if cs, ok := out.(*clientStream); ok {
+		return cs
+	}
+	return s.newClientStream(ctx, out, req, start)
+}
+
+// ---- responder: what forward and its helpers talk to ----
+
+// fail answers with a gateway error: through the request's responder while
+// the client has seen nothing (a JSON error, an error frame, or a lone
+// response.failed), else as the stream's terminal event.
+func (cs *clientStream) fail(req *clientRequest, e *apierr.Error, kind failKind) {
+	cs.mu.Lock()
+	if cs.ended || cs.gone {
+		cs.mu.Unlock()
+		return
+	}
+	if !cs.wrote {
+		cs.dropHeldLocked()
+		cs.ended = true
+		cs.mu.Unlock()
+		cs.out.fail(req, e, kind)
+		return
+	}
+	cs.abortLocked(e)
+	cs.countLocked("gateway_error")
+	cs.mu.Unlock()
+}
+
+func (cs *clientStream) relay(req *clientRequest, status int, header http.Header, body []byte) {
+	cs.mu.Lock()
+	cs.ended = true
+	cs.mu.Unlock()
+	cs.out.relay(req, status, header, body)
+}
+
+func (cs *clientStream) commit(header http.Header) eventSink {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.sink == nil {
+		cs.header = header
+	}
+	cs.commitLocked()
+	return cs.sink
+}
+
+// ---- attempts ----
+
+// attach makes ans the stream's feed: its headers go out at commit, and its
+// reader flushes the client before each read that may block (events that
+// arrive together leave in one write, and none waits). detach undoes it.
+func (cs *clientStream) attach(ans *upstreamAnswer) (detach func()) {
+	cs.mu.Lock()
+	if cs.sink == nil {
+		cs.header = ans.header
+	}
+	cs.lazy = ans.beforeRead != nil
+	if cs.fs != nil {
+		cs.fs.auto = !cs.lazy
+	}
+	cs.mu.Unlock()
+	if ans.beforeRead != nil {
+		*ans.beforeRead = cs.flush
+	}
+	return func() {
+		cs.mu.Lock()
+		defer cs.mu.Unlock()
+		cs.lazy = false
+		if cs.fs != nil {
+			cs.fs.auto = true
+			_ = cs.fs.Flush()
+		}
+	}
+}
+
+// flush sends what was written since the last flush.
+func (cs *clientStream) flush() {
+	cs.mu.Lock()
+	if cs.fs != nil {
+		_ = cs.fs.Flush()
+	}
+	cs.mu.Unlock()
+}
+
+// visible reports whether the client has seen anything of the stream (or
+// its answer): from then on a failure is the stream's terminal event.
+func (cs *clientStream) visible() bool {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.wrote || cs.ended
+}
+
+// finished reports whether a Chat client got a chunk with a finish_reason.
+func (cs *clientStream) finished() bool {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.sawFinish
+}
+
+// discard forgets what an attempt fed that the client never saw (the
+// held lifecycle events), before the request is replayed elsewhere.
+func (cs *clientStream) discard() {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if !cs.wrote {
+		cs.dropHeldLocked()
+		cs.responseID, cs.base = "", nil
+	}
+}
+
+// close ends the stream's life with its request: nothing is written after
+// it (a pending hold deadline included).
+func (cs *clientStream) close() {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.dropHeldLocked()
+	cs.ended = true
+}
+
+// finish counts the reason the stream ended (once).
+func (cs *clientStream) finish(reason string) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.countLocked(reason)
+}
+
+func (cs *clientStream) countLocked(reason string) {
+	if cs.counted || reason == "" {
+		return
+	}
+	cs.counted = true
+	cs.s.metrics.streamTerminal.WithLabelValues(cs.surface, reason).Inc()
+}
+
+// lifecycle takes response.created / in_progress / queued: held back until
+// the first content event or the hold deadline, so a failure right after
+// them still finds a client that has seen nothing.
+func (cs *clientStream) lifecycle(name string, data []byte, f *eventFields) error {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.gone || cs.ended {
+		return errClientGone
+	}
+	if cs.hold <= 0 || cs.wrote {
+		return cs.writeLocked(name, data, f)
+	}
+	cs.held = append(cs.held, heldEvent{name: name, data: bytes.Clone(data)})
+	if cs.holdTimer == nil {
+		cs.holdTimer = time.AfterFunc(cs.hold, cs.releaseHeld)
+	}
+	return nil
+}
+
+// releaseHeld is the hold deadline: the held events go out.
+func (cs *clientStream) releaseHeld() {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if len(cs.held) == 0 || cs.ended || cs.gone {
+		return
+	}
+	if cs.flushHeldLocked() == nil && cs.fs != nil {
+		_ = cs.fs.Flush() // the reader is blocked past its own flush
+	}
+}
+
+// send writes one upstream Responses event (after what was held).
+func (cs *clientStream) send(name string, data []byte, f *eventFields) error {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.gone || cs.ended {
+		return errClientGone
+	}
+	if err := cs.flushHeldLocked(); err != nil {
+		return err
+	}
+	return cs.writeLocked(name, data, f)
+}
+
+// sendChat writes one upstream Chat chunk.
+func (cs *clientStream) sendChat(data []byte, finish bool, usage gjson.Result) error {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.gone || cs.ended {
+		return errClientGone
+	}
+	if err := cs.eventLocked("", data); err != nil {
+		return err
+	}
+	if finish {
+		cs.sawFinish = true
+	}
+	if usage.IsObject() {
+		cs.usage = append(cs.usage[:0], usage.Raw...)
+	}
+	return nil
+}
+
+// done ends a Chat stream with [DONE] and returns the reason.
+func (cs *clientStream) done() string {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.gone || cs.ended {
+		return reasonClientGone
+	}
+	if cs.commitLocked(); cs.gone {
+		return reasonClientGone
+	}
+	cs.ended = true
+	if err := cs.sink.Done(); err != nil {
+		cs.gone = true
+		return reasonClientGone
+	}
+	return reasonDone
+}
+
+// abort ends the stream with the gateway's terminal event for e:
+// response.failed carrying the output already streamed, or a Chat error
+// chunk and [DONE]. It is a no-op once the stream ended.
+func (cs *clientStream) abort(e *apierr.Error) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.abortLocked(e)
+}
+
+// ---- under mu ----
+
+func (cs *clientStream) commitLocked() {
+	if cs.sink != nil {
+		return
+	}
+	cs.sink = cs.out.commit(cs.header)
+	if fs, ok := cs.sink.(*sseSink); ok {
+		cs.fs = fs
+		fs.auto = !cs.lazy
+	}
+}
+
+// eventLocked writes one event, committing the stream first.
+func (cs *clientStream) eventLocked(name string, data []byte) error {
+	cs.commitLocked()
+	if err := cs.sink.Event(name, data); err != nil {
+		cs.gone = true
+		return errClientGone
+	}
+	if !cs.wrote {
+		cs.wrote = true
+		cs.s.metrics.firstEvent.WithLabelValues(cs.surface).Observe(time.Since(cs.start).Seconds())
+	}
+	return nil
+}
+
+// writeLocked writes one Responses event numbered cs.seq and records what
+// it sent.
+func (cs *clientStream) writeLocked(name string, data []byte, f *eventFields) error {
+	if f.seq.Type == gjson.Number {
+		data = cs.renumber(data, f.seq)
+	}
+	if err := cs.eventLocked(name, data); err != nil {
+		return err
+	}
+	cs.seq++
+	cs.track(f)
+	if isTerminalType(f.typ.Str) {
+		cs.ended = true
+		cs.stopHoldLocked()
+	}
+	return nil
+}
+
+func (cs *clientStream) flushHeldLocked() error {
+	if len(cs.held) == 0 {
+		return nil
+	}
+	held := cs.held
+	cs.held = nil
+	cs.stopHoldLocked()
+	for _, h := range held {
+		f, _ := scanEvent(h.data)
+		if err := cs.writeLocked(h.name, h.data, &f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (cs *clientStream) dropHeldLocked() {
+	cs.held = nil
+	cs.stopHoldLocked()
+}
+
+func (cs *clientStream) stopHoldLocked() {
+	if cs.holdTimer != nil {
+		cs.holdTimer.Stop()
+		cs.holdTimer = nil
+	}
+}
+
+func (cs *clientStream) abortLocked(e *apierr.Error) {
+	if cs.ended || cs.gone {
+		return
+	}
+	if cs.chat {
+		if cs.eventLocked("", chatErrorChunk(e)) == nil {
+			if err := cs.sink.Done(); err != nil {
+				cs.gone = true
+			}
+		}
+		cs.ended = true
+		return
+	}
+	if cs.flushHeldLocked() != nil {
+		return
+	}
+	if cs.eventLocked("response.failed", cs.terminalEvent("response.failed", "failed", e)) == nil {
+		cs.seq++
+	}
+	cs.ended = true
+	cs.stopHoldLocked()
+}
+
+// renumber sets data's top-level sequence_number (seq, an alias into data)
+// to cs.seq: in place when the digits keep their length (always so when
+// the upstream's numbering matches), else in a copy.
+func (cs *clientStream) renumber(data []byte, seq gjson.Result) []byte {
+	if seq.Num == float64(cs.seq) {
+		return data
+	}
+	i, n := seq.Index, len(seq.Raw)
+	if i <= 0 || i+n > len(data) || string(data[i:i+n]) != seq.Raw {
+		return data // not where the parser said: leave it
+	}
+	var num [20]byte
+	d := strconv.AppendInt(num[:0], cs.seq, 10)
+	if len(d) == n {
+		copy(data[i:], d)
+		return data
+	}
+	b := append(cs.scratch[:0], data[:i]...)
+	b = append(b, d...)
+	b = append(b, data[i+n:]...)
+	cs.scratch = b
+	return b
+}
+
+// ---- what was sent ----
+
+// track records what an event the client got said about the output.
+func (cs *clientStream) track(f *eventFields) {
+	switch typ := f.typ.Str; typ {
+	case "response.created", "response.in_progress", "response.queued":
+		if f.response.IsObject() {
+			cs.base = append(cs.base[:0], f.response.Raw...)
+			if id := f.response.Get("id"); cs.responseID == "" && id.Type == gjson.String {
+				cs.responseID = strings.Clone(id.Str)
+			}
+		}
+	case "response.output_item.added":
+		it := &sentItem{index: f.outputIndex.Int(), added: []byte(f.item.Raw)}
+		it.id = strings.Clone(f.item.Get("id").String())
+		it.typ = strings.Clone(f.item.Get("type").String())
+		cs.items = append(cs.items, it)
+	case "response.output_item.done":
+		if it := cs.itemAt(f.outputIndex); it != nil {
+			it.done = []byte(f.item.Raw)
+		}
+	case "response.content_part.added", "response.reasoning_summary_part.added":
+		if it := cs.itemAt(f.outputIndex); it != nil {
+			p := &sentPart{added: []byte(f.part.Raw)}
+			if typ == "response.content_part.added" {
+				p.index = f.contentIndex.Int()
+				it.parts = append(it.parts, p)
+			} else {
+				p.index = f.summaryIndex.Int()
+				it.summary = append(it.summary, p)
+			}
+		}
+	case "response.content_part.done", "response.reasoning_summary_part.done":
+		if p := cs.partOf(typ == "response.content_part.done", f); p != nil {
+			p.done = []byte(f.part.Raw)
+		}
+	case "response.output_text.delta", "response.refusal.delta", "response.reasoning_text.delta":
+		if p := cs.partOf(true, f); p != nil && f.delta.Type == gjson.String {
+			p.text = append(p.text, f.delta.Raw[1:len(f.delta.Raw)-1]...)
+		}
+	case "response.reasoning_summary_text.delta":
+		if p := cs.partOf(false, f); p != nil && f.delta.Type == gjson.String {
+			p.text = append(p.text, f.delta.Raw[1:len(f.delta.Raw)-1]...)
+		}
+	case "response.function_call_arguments.delta", "response.custom_tool_call_input.delta":
+		if it := cs.itemAt(f.outputIndex); it != nil && f.delta.Type == gjson.String {
+			it.args = append(it.args, f.delta.Raw[1:len(f.delta.Raw)-1]...)
+		}
+	case "response.completed", "response.incomplete", "response.failed":
+		if u := f.response.Get("usage"); u.IsObject() {
+			cs.usage = append(cs.usage[:0], u.Raw...)
+		}
+	}
+}
+
+func (cs *clientStream) itemAt(idx gjson.Result) *sentItem {
+	if idx.Type != gjson.Number {
+		return nil
+	}
+	n := idx.Int()
+	if n >= 0 && n < int64(len(cs.items)) && cs.items[n].index == n {
+		return cs.items[n]
+	}
+	for k := len(cs.items) - 1; k >= 0; k-- {
+		if cs.items[k].index == n {
+			return cs.items[k]
+		}
+	}
+	return nil
+}
+
+func (cs *clientStream) partOf(content bool, f *eventFields) *sentPart {
+	it := cs.itemAt(f.outputIndex)
+	if it == nil {
+		return nil
+	}
+	parts, idx := it.parts, f.contentIndex
+	if !content {
+		parts, idx = it.summary, f.summaryIndex
+	}
+	n := idx.Int()
+	if n >= 0 && n < int64(len(parts)) && parts[n].index == n {
+		return parts[n]
+	}
+	for _, p := range parts {
+		if p.index == n {
+			return p
+		}
+	}
+	return nil
+}
+
+// Text returns the item's text so far: its content parts' texts joined.
+func (it *sentItem) Text() string {
+	var b []byte
+	for _, p := range it.parts {
+		b = append(b, p.text...)
+	}
+	return unescapeJSON(b)
+}
+
+// Arguments returns a function call's arguments so far.
+func (it *sentItem) Arguments() string { return unescapeJSON(it.args) }
+
+// Status is "completed" (or what its done form says) once done, else
+// "in_progress".
+func (it *sentItem) Status() string {
+	if it.done != nil {
+		if st := gjson.GetBytes(it.done, "status"); st.Type == gjson.String {
+			return st.Str
+		}
+		return "completed"
+	}
+	return "in_progress"
+}
+
+func unescapeJSON(escaped []byte) string {
+	var s string
+	if json.Unmarshal(append(append([]byte{'"'}, escaped...), '"'), &s) != nil {
+		return string(escaped)
+	}
+	return s
+}
+
+// appendJSON renders the item for a terminal Response object: its done form
+// once done, else its added form closed as incomplete with what was
+// streamed into it.
+func (it *sentItem) appendJSON(b []byte) []byte {
+	if it.done != nil {
+		return append(b, it.done...)
+	}
+	raw := it.added
+	set := func(path string, value []byte) {
+		if out, err := sjson.SetRawBytes(raw, path, value); err == nil {
+			raw = out
+		}
+	}
+	set("status", []byte(`"incomplete"`))
+	switch it.typ {
+	case "function_call", "custom_tool_call", "mcp_call":
+		field := "arguments"
+		if it.typ == "custom_tool_call" {
+			field = "input"
+		}
+		set(field, append(append([]byte{'"'}, it.args...), '"'))
+	default:
+		if len(it.parts) > 0 || it.typ == "message" {
+			set("content", appendParts(nil, it.parts))
+		}
+		if len(it.summary) > 0 {
+			set("summary", appendParts(nil, it.summary))
+		} else if it.typ == "reasoning" && !gjson.GetBytes(raw, "summary").Exists() {
+			set("summary", []byte("[]"))
+		}
+	}
+	return append(b, raw...)
+}
+
+func appendParts(b []byte, parts []*sentPart) []byte {
+	b = append(b, '[')
+	for k, p := range parts {
+		if k > 0 {
+			b = append(b, ',')
+		}
+		if p.done != nil {
+			b = append(b, p.done...)
+			continue
+		}
+		field := "text"
+		if gjson.GetBytes(p.added, "type").Str == "refusal" {
+			field = "refusal"
+		}
+		part := p.added
+		if out, err := sjson.SetRawBytes(part, field, append(append([]byte{'"'}, p.text...), '"')); err == nil {
+			part = out
+		}
+		b = append(b, part...)
+	}
+	return append(b, ']')
+}
+
+// ---- the terminal events the gateway writes ----
+
+// terminalEvent renders a terminal event of the given type and status for
+// e: a complete Response object (every field the spec's Response requires,
+// null where unknown) with the output already streamed, numbered next.
+func (cs *clientStream) terminalEvent(typ, status string, e *apierr.Error) []byte {
+	b := make([]byte, 0, 1024)
+	b = append(b, `{"type":`...)
+	b = hostabi.AppendQuote(b, typ)
+	b = append(b, `,"sequence_number":`...)
+	b = strconv.AppendInt(b, cs.seq, 10)
+	b = append(b, `,"response":`...)
+	b = cs.appendResponse(b, status, e)
+	return append(b, '}')
+}
+
+// responseKeys are the Response fields the gateway sets itself.
+var responseKeys = map[string]bool{"id": true, "object": true, "created_at": true, "status": true, "error": true,
+	"incomplete_details": true, "output": true, "usage": true}
+
+func (cs *clientStream) appendResponse(b []byte, status string, e *apierr.Error) []byte {
+	base := gjson.ParseBytes(cs.base)
+	id := cs.responseID
+	if id == "" {
+		id = "resp_sluice_" + randomHex(24)
+	}
+	b = append(b, `{"id":`...)
+	b = hostabi.AppendQuote(b, id)
+	b = append(b, `,"object":"response","created_at":`...)
+	if c := base.Get("created_at"); c.Type == gjson.Number {
+		b = append(b, c.Raw...)
+	} else {
+		b = strconv.AppendInt(b, cs.createdAt, 10)
+	}
+	b = append(b, `,"status":`...)
+	b = hostabi.AppendQuote(b, status)
+	b = append(b, `,"error":`...)
+	if e != nil {
+		b = translate.AppendResponseError(b, e.Code, e.Message)
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"incomplete_details":null,"output":[`...)
+	for k, it := range cs.items {
+		if k > 0 {
+			b = append(b, ',')
+		}
+		b = it.appendJSON(b)
+	}
+	b = append(b, ']')
+	if len(cs.usage) > 0 { // the spec's usage is an object: absent while unknown
+		b = append(b, `,"usage":`...)
+		b = append(b, cs.usage...)
+	}
+	seen := map[string]bool{}
+	if base.IsObject() {
+		base.ForEach(func(k, v gjson.Result) bool {
+			if !responseKeys[k.Str] {
+				seen[k.Str] = true
+				b = append(b, ',')
+				b = append(b, k.Raw...)
+				b = append(b, ':')
+				b = append(b, v.Raw...)
+			}
+			return true
+		})
+	}
+	if !seen["model"] {
+		b = append(b, `,"model":`...)
+		b = hostabi.AppendQuote(b, cs.req.model)
+	}
+	// The request's fields the Response echoes, for those the upstream did
+	// not show (or when it showed nothing), with the API's defaults.
+	echo := translate.AppendEcho([]byte{'{', '"', '_', '"', ':', '0'}, cs.requestEcho())
+	gjson.ParseBytes(append(echo, '}')).ForEach(func(k, v gjson.Result) bool {
+		if k.Str != "_" && !seen[k.Str] && !responseKeys[k.Str] {
+			b = append(b, ',')
+			b = append(b, k.Raw...)
+			b = append(b, ':')
+			b = append(b, v.Raw...)
+		}
+		return true
+	})
+	return append(b, '}')
+}
+
+// requestEcho reads the request fields a Response object echoes.
+func (cs *clientStream) requestEcho() translate.RequestEcho {
+	if cs.req.chat != nil && cs.req.chat.err == nil {
+		return cs.req.chat.info.Echo
+	}
+	var r translate.RequestEcho
+	raw := func(v gjson.Result) json.RawMessage {
+		if !v.Exists() {
+			return nil
+		}
+		return json.RawMessage(v.Raw)
+	}
+	parseJSON(cs.req.body).ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "instructions":
+			if v.Type == gjson.String || v.Type == gjson.Null || v.IsArray() {
+				r.Instructions = raw(v)
+			}
+		case "tools":
+			r.Tools = raw(v)
+		case "tool_choice":
+			r.ToolChoice = raw(v)
+		case "parallel_tool_calls":
+			r.ParallelToolCalls = raw(v)
+		case "temperature":
+			r.Temperature = raw(v)
+		case "top_p":
+			r.TopP = raw(v)
+		case "max_output_tokens":
+			r.MaxOutputTokens = raw(v)
+		case "previous_response_id":
+			r.PreviousResponseID = raw(v)
+		case "reasoning":
+			r.Reasoning = raw(v)
+		case "text":
+			r.Text = raw(v)
+		case "metadata":
+			r.Metadata = raw(v)
+		case "store":
+			r.Store = raw(v)
+		}
+		return true
+	})
+	return r
+}
+
+// writeGatewayTerminal writes e as the only event of a stream the gateway
+// answers itself (no upstream served it).
+func (s *Server) writeGatewayTerminal(req *clientRequest, sink eventSink, e *apierr.Error) {
+	cs := &clientStream{s: s, req: req, surface: req.surface(), chat: req.ep.chat, sink: sink, wrote: true, createdAt: time.Now().Unix()}
+	cs.abort(e)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n/2)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// ---- reading upstream events ----
+
+// eventFields are the top-level fields of a Responses event, read in one
+// pass. They alias the event's data.
+type eventFields struct {
+	typ, seq, outputIndex, contentIndex, summaryIndex gjson.Result
+	delta, item, part, response, errObj               gjson.Result
+}
+
+// scanEvent reads data's top-level fields; ok is false when data is not a
+// JSON object (the caller checked it is valid JSON).
+func scanEvent(data []byte) (f eventFields, ok bool) {
+	root := parseJSON(data)
+	if !root.IsObject() {
+		return f, false
+	}
+	root.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "type":
+			f.typ = v
+		case "sequence_number":
+			f.seq = v
+		case "output_index":
+			f.outputIndex = v
+		case "content_index":
+			f.contentIndex = v
+		case "summary_index":
+			f.summaryIndex = v
+		case "delta":
+			f.delta = v
+		case "item":
+			f.item = v
+		case "part":
+			f.part = v
+		case "response":
+			f.response = v
+		case "error":
+			f.errObj = v
+		}
+		return true
+	})
+	return f, true
+}
+
+func isTerminalType(typ string) bool {
+	return typ == "response.completed" || typ == "response.failed" || typ == "response.incomplete"
+}

@@ -1,0 +1,364 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/http/httptrace"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tidwall/sjson"
+
+	"github.com/sluice-gw/sluice/gateway/upstream"
+)
+
+var (
+	errFirstByteTimeout  = errors.New("no response headers within the route's first_byte timeout")
+	errFirstTokenTimeout = errors.New("no event within the route's first_token timeout")
+)
+
+// tryState is the attempt in flight, shared by forward (which decides what
+// comes next) and attempt (which says what happened).
+type tryState struct {
+	target   upstream.Target
+	route    *Route // nil without a matching route
+	retry    bool   // a same-target retry is still possible
+	altModel bool   // a later target serves another model (context_length_exceeded moves on)
+
+	answered bool              // the upstream answered 2xx with a body or a first event
+	fail     *upstream.Failure // charged to the target when forward moves on (or ends)
+	connect  bool              // a connect failure: the upstream cools down when forward moves on
+}
+
+// tryOf is req's attempt in flight (a blank one outside forward).
+func tryOf(req *clientRequest) *tryState {
+	if req.try == nil {
+		req.try = &tryState{}
+	}
+	return req.try
+}
+
+// candidates yields the targets of one request, in order.
+type candidates struct {
+	s     *Server
+	req   *clientRequest
+	route *Route
+	// list is the route's targets, restricted to the pinned owner or the
+	// policy's upstream; nil without a route (the pool picks upstreams).
+	list      []upstream.Target
+	tried     map[upstream.Target]bool
+	skipModel map[string]bool // models that exceeded their context: never again
+	why       string          // why the last usable-looking target was skipped
+}
+
+func (s *Server) candidatesFor(req *clientRequest) *candidates {
+	c := &candidates{s: s, req: req, tried: map[upstream.Target]bool{}, skipModel: map[string]bool{}}
+	c.route = s.rtable.match(req.model)
+	if c.route == nil {
+		return c
+	}
+	c.list = c.route.targets(s.pool, req.model)
+	var only *upstream.Upstream
+	switch {
+	case req.pinned != nil:
+		only = req.pinned
+	case req.upstreamName != "":
+		if only = s.pool.Get(req.upstreamName); only == nil {
+			c.list = []upstream.Target{} // unknown: nothing to try
+			return c
+		}
+	}
+	if only != nil {
+		var kept []upstream.Target
+		for _, t := range c.list {
+			if t.Upstream == only {
+				kept = append(kept, t)
+			}
+		}
+		if len(kept) == 0 { // the owner (or the policy's choice) serves the client's model itself
+			kept = []upstream.Target{{Upstream: only, Model: req.model}}
+		}
+		c.list = kept
+	}
+	return c
+}
+
+// limit is the attempt bound: MaxAttempts, and with a route of T targets at
+// least T+1 (every target once, plus one same-target retry or replay). A
+// same-target retry is only taken while the rest of the budget still
+// covers every target not yet tried (remaining), so the bound never costs a
+// target its turn. Each target is tried at most twice per request, plus
+// replays, which the replay policy bounds (one by default).
+func (c *candidates) limit(maxAttempts int) int {
+	if c.route == nil {
+		return maxAttempts
+	}
+	return max(maxAttempts, len(c.route.Targets)+1)
+}
+
+func (c *candidates) eligible(t upstream.Target) bool {
+	req := c.req
+	switch {
+	case c.tried[t], c.skipModel[t.Model]:
+		return false
+	case req.pinned != nil:
+		return t.Upstream == req.pinned
+	case req.upstreamName != "":
+		return t.Upstream.Name() == req.upstreamName
+	}
+	return true
+}
+
+// next begins the first eligible, usable target (which may become its
+// circuit's half-open probe; settle ends it).
+func (c *candidates) next() (upstream.Target, bool) {
+	pool := c.s.pool
+	if c.list != nil {
+		for _, t := range c.list {
+			if !c.eligible(t) {
+				continue
+			}
+			_, ok, why := pool.BeginTarget(t)
+			if ok {
+				return t, true
+			}
+			c.why = t.String() + ": " + why
+		}
+		return upstream.Target{}, false
+	}
+	for {
+		u, err := pool.Pick(func(u *upstream.Upstream) bool {
+			t := upstream.Target{Upstream: u, Model: c.req.model}
+			if !c.eligible(t) {
+				return true
+			}
+			if ok, why := pool.TargetUsable(t); !ok {
+				c.why = t.String() + ": " + why
+				return true
+			}
+			return false
+		})
+		if err != nil {
+			return upstream.Target{}, false
+		}
+		t := upstream.Target{Upstream: u, Model: c.req.model}
+		_, ok, why := pool.BeginTarget(t)
+		if ok {
+			return t, true
+		}
+		c.why = t.String() + ": " + why
+		c.tried[t] = true // taken by a concurrent request in between
+	}
+}
+
+// altModel reports whether a target after cur serves another model and is
+// usable: a context_length_exceeded on cur then moves on to it.
+func (c *candidates) altModel(cur upstream.Target) bool {
+	for _, t := range c.list {
+		if t != cur && t.Model != cur.Model && c.eligible(t) {
+			if ok, _ := c.s.pool.TargetUsable(t); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// remaining counts the usable targets other than cur still to try: a
+// same-target retry is only taken while the attempt budget covers them all.
+func (c *candidates) remaining(cur upstream.Target) int {
+	n := 0
+	count := func(t upstream.Target) {
+		if t != cur && c.eligible(t) {
+			if ok, _ := c.s.pool.TargetUsable(t); ok {
+				n++
+			}
+		}
+	}
+	if c.list != nil {
+		for _, t := range c.list {
+			count(t)
+		}
+		return n
+	}
+	for _, u := range c.s.pool.Upstreams() {
+		count(upstream.Target{Upstream: u, Model: c.req.model})
+	}
+	return n
+}
+
+// settle ends a begun target after its last attempt in this request:
+// charge its failure, cool its upstream after a connect failure, record
+// its success, or give its half-open probe back.
+func (s *Server) settle(t upstream.Target, try *tryState) {
+	switch {
+	case try.fail != nil:
+		s.targetM.failed(t, try.fail.Class)
+		s.pool.TargetFailed(t, *try.fail)
+	case try.connect:
+		s.pool.TargetReleased(t)
+		s.pool.Cooldown(t.Upstream, upstream.ConnectFailureCooldown, "connect failure")
+	case try.answered:
+		s.pool.TargetSucceeded(t)
+	default:
+		s.pool.TargetReleased(t)
+	}
+}
+
+// firstByteTimer cancels the attempt with errFirstByteTimeout when the
+// route's first_byte passes before the upstream's first response byte. It
+// returns the context to send with (it stops the timer on that byte) and
+// a stop func for the sends that never make an HTTP request.
+func (s *Server) firstByteTimer(upCtx context.Context, cancel context.CancelCauseFunc, req *clientRequest) (context.Context, func()) {
+	r := tryOf(req).route
+	if r == nil || r.FirstByte <= 0 {
+		return upCtx, func() {}
+	}
+	t := time.AfterFunc(r.FirstByte, func() { cancel(errFirstByteTimeout) })
+	stop := func() { t.Stop() }
+	return httptrace.WithClientTrace(upCtx, &httptrace.ClientTrace{GotFirstResponseByte: stop}), stop
+}
+
+// firstTokenTimer cancels the attempt with errFirstTokenTimeout when the
+// route's first_token passes before the upstream's first event.
+func (s *Server) firstTokenTimer(cancel context.CancelCauseFunc, req *clientRequest) func() {
+	r := tryOf(req).route
+	if r == nil || r.FirstToken <= 0 {
+		return func() {}
+	}
+	t := time.AfterFunc(r.FirstToken, func() { cancel(errFirstTokenTimeout) })
+	return func() { t.Stop() }
+}
+
+// silentTarget handles the end of the wait for an upstream's first event:
+// a route timeout moves on to the next target (never the silent one again);
+// a first event marks the target as having answered.
+func (s *Server) silentTarget(ctx, upCtx context.Context, req *clientRequest, u *upstream.Upstream, err error) (attemptResult, bool) {
+	if err == nil {
+		tryOf(req).answered = true
+		return attemptResult{}, false
+	}
+	if ctx.Err() != nil {
+		return attemptResult{}, false
+	}
+	switch cause := context.Cause(upCtx); {
+	case errors.Is(cause, errFirstTokenTimeout):
+		return s.timeoutFailure(req, u, "first_token", tryOf(req).route.FirstToken), true
+	case errors.Is(cause, errFirstByteTimeout): // fired as the headers arrived
+		return s.timeoutFailure(req, u, "first_byte", tryOf(req).route.FirstByte), true
+	}
+	return attemptResult{}, false
+}
+
+// timeoutFailure is a target that stayed silent: cancelled, charged, and
+// the request moves on without retrying it.
+func (s *Server) timeoutFailure(req *clientRequest, u *upstream.Upstream, which string, d time.Duration) attemptResult {
+	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), which+"_timeout").Inc()
+	why := which + " timeout: nothing within " + d.String()
+	tryOf(req).fail = &upstream.Failure{Class: "timeout", Reason: why}
+	s.log.Warn("upstream target silent; trying the next", "upstream", u.Name(), "model", tryOf(req).target.Model, "timeout", which, "after", d.String())
+	return attemptResult{next: nextFailover, why: why}
+}
+
+// sleepCtx waits d unless the client leaves first (false) or the drain
+// grace ends (the attempt that follows then fails as draining).
+func (s *Server) sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-s.streamsCtx.Done():
+	case <-ctx.Done():
+		return false
+	}
+	return true
+}
+
+// targetMetrics are the per-target series: the circuit-state gauge (read
+// from the pool at scrape time) and the failures counter.
+type targetMetrics struct {
+	pool     *upstream.Pool
+	failures *prometheus.CounterVec // upstream, model, class
+	state    *prometheus.Desc
+	named    map[string]bool // the routes' plain model names
+}
+
+func newTargetMetrics(reg prometheus.Registerer, pool *upstream.Pool, routes *routeTable) *targetMetrics {
+	m := &targetMetrics{
+		pool:  pool,
+		named: map[string]bool{},
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_target_failures_total",
+			Help: "Model-specific failures charged to a target (upstream, model), by class: rate_limited, quota, overloaded, server_error, timeout. Models no route names and the upstream does not list are labelled \"other\".",
+		}, []string{"upstream", "model", "class"}),
+		state: prometheus.NewDesc("sluice_target_circuit_state",
+			"A target's circuit: 0 closed, 1 open, 2 half-open (a probe may go).", []string{"upstream", "model"}, nil),
+	}
+	for _, n := range routes.names() {
+		m.named[n] = true
+	}
+	reg.MustRegister(m.failures, m)
+	return m
+}
+
+// failed counts a failure. The model label is the target's model when a
+// route names it or the upstream lists it, else "other": clients choose
+// model names, and labels must stay bounded.
+func (m *targetMetrics) failed(t upstream.Target, class string) {
+	m.failures.WithLabelValues(t.Upstream.Name(), m.modelLabel(t), class).Inc()
+}
+
+func (m *targetMetrics) modelLabel(t upstream.Target) string {
+	if m.named[t.Model] {
+		return t.Model
+	}
+	st := t.Upstream.Status(time.Now())
+	for _, ts := range st.Targets {
+		if ts.Model == t.Model && ts.Configured {
+			return t.Model
+		}
+	}
+	for _, id := range st.Models {
+		if id == t.Model {
+			return t.Model
+		}
+	}
+	return "other"
+}
+
+// Describe implements prometheus.Collector.
+func (m *targetMetrics) Describe(ch chan<- *prometheus.Desc) { ch <- m.state }
+
+// Collect implements prometheus.Collector: one gauge per target the pool
+// keeps state for (bounded by upstream.Options.MaxTargets).
+func (m *targetMetrics) Collect(ch chan<- prometheus.Metric) {
+	for _, ts := range m.pool.TargetStatuses() {
+		ch <- prometheus.MustNewConstMetric(m.state, prometheus.GaugeValue, float64(ts.State), ts.Upstream, ts.Model)
+	}
+}
+
+// bodyFor is req's body with the target's model: the original when the
+// target sends the client's model, else a copy with "model" replaced
+// (cached per model for retries and later targets).
+func bodyFor(req *clientRequest, orig []byte, t upstream.Target, cache map[string][]byte) []byte {
+	if t.Model == req.model || t.Model == "" {
+		return orig
+	}
+	if b, ok := cache[t.Model]; ok {
+		return b
+	}
+	b, err := setModel(orig, t.Model)
+	if err != nil {
+		return orig
+	}
+	cache[t.Model] = b
+	return b
+}
+
+// setModel returns body with its top-level "model" set to model.
+func setModel(body []byte, model string) ([]byte, error) {
+	return sjson.SetBytes(body, "model", model)
+}
