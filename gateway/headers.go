@@ -1,8 +1,14 @@
 package gateway
 
 import (
+	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"strings"
+
+	"github.com/sluice-gw/sluice/gateway/upstream"
+	"github.com/sluice-gw/sluice/hostabi"
 )
 
 // hopHeaders are connection-scoped and never forwarded in either direction.
@@ -11,48 +17,165 @@ var hopHeaders = []string{
 	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
 }
 
-// upstreamHeaders builds the headers sent upstream: the client's, minus
-// hop-by-hop and credential headers, with the upstream's own key. When the
-// upstream has no key configured, the client's Authorization passes through
-// (a drop-in proxy in front of an API the client holds keys for).
-func upstreamHeaders(client http.Header, apiKey string, stream bool, set map[string]string, remove []string) http.Header {
-	h := make(http.Header, len(client)+2)
+// credentialHeaders say who the client is or whom to bill. An upstream with
+// its own api_key bills the operator, so a client must not pick the key,
+// organization or project: they are dropped unless the upstream's
+// forward_headers names them.
+var credentialHeaders = []string{"Api-Key", "X-Api-Key", "Openai-Organization", "Openai-Project"}
+
+// upstreamHeaders builds the headers sent to u for req (over HTTP, and for
+// the WebSocket upgrade): the client's, minus hop-by-hop headers (the fixed
+// ones and every one the client's Connection lines name) and credentials,
+// with the upstream's own key, the gateway's forwarding headers and the
+// rewrite policy's edits. When the upstream has no key configured, the
+// client's Authorization and credential headers pass through (a drop-in
+// proxy in front of an API the client holds keys for).
+func upstreamHeaders(req *clientRequest, u upstream.Config, stream bool) http.Header {
+	client := req.header
+	h := make(http.Header, len(client)+4)
 	for k, v := range client {
 		h[k] = v
 	}
 	for _, k := range hopHeaders {
 		h.Del(k)
 	}
-	if c := client.Get("Connection"); c != "" {
+	for _, c := range client.Values("Connection") { // every Connection line, not just the first
 		for _, f := range strings.Split(c, ",") {
-			h.Del(strings.TrimSpace(f))
+			if f = strings.TrimSpace(f); f != "" {
+				h.Del(f)
+			}
 		}
 	}
 	// The body is sent decoded (the gateway reads and may rewrite it).
 	for _, k := range []string{"Host", "Content-Length", "Content-Encoding", "Accept-Encoding", "Cookie", "Expect"} {
 		h.Del(k)
 	}
-	if apiKey != "" {
-		h.Del("Api-Key")
-		h.Set("Authorization", "Bearer "+apiKey)
+	if u.APIKey != "" {
+		for _, k := range credentialHeaders {
+			if !namesHeader(u.ForwardHeaders, k) {
+				h.Del(k)
+			}
+		}
+		h.Set("Authorization", "Bearer "+u.APIKey)
 	}
+	req.fwd.apply(h)
 	h.Set("Content-Type", "application/json")
 	if stream {
 		h.Set("Accept", "text/event-stream")
 	}
-	for k, v := range set {
-		if strings.EqualFold(k, "authorization") {
-			continue // a policy never sees or sets credentials
+	// A policy never sets or removes credentials or framing (the same rule
+	// the policy host enforces, hostabi.ProtectedHeader).
+	for k, v := range req.setHeaders {
+		if !hostabi.ProtectedHeader(strings.ToLower(k)) {
+			h.Set(k, v)
 		}
-		h.Set(k, v)
 	}
-	for _, k := range remove {
-		if strings.EqualFold(k, "authorization") {
-			continue
+	for _, k := range req.removeHeaders {
+		if !hostabi.ProtectedHeader(strings.ToLower(k)) {
+			h.Del(k)
 		}
-		h.Del(k)
 	}
 	return h
+}
+
+func namesHeader(list []string, name string) bool {
+	for _, n := range list {
+		if strings.EqualFold(strings.TrimSpace(n), name) {
+			return true
+		}
+	}
+	return false
+}
+
+// forwarding is what the gateway tells an upstream about the client's hop.
+// The zero value trusts nothing and adds nothing.
+type forwarding struct {
+	trusted bool   // the peer is a trusted proxy: its forwarding headers are believed
+	peer    string // the immediate peer's IP ("" when unknown)
+	proto   string // http or https, as the gateway was reached
+	host    string // the Host the client asked the gateway for
+}
+
+// forwardingOf computes r's forwarding values. A peer is trusted when its
+// address is in trusted; only then are the X-Forwarded-*, Forwarded and
+// X-Real-IP headers it sent kept.
+func forwardingOf(r *http.Request, trusted []netip.Prefix) forwarding {
+	f := forwarding{proto: "http", host: r.Host}
+	if r.TLS != nil {
+		f.proto = "https"
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		a = a.Unmap().WithZone("")
+		f.peer = a.String()
+		for _, p := range trusted {
+			if p.Contains(a) {
+				f.trusted = true
+				break
+			}
+		}
+	}
+	return f
+}
+
+// apply sets the forwarding headers on h: X-Forwarded-For is the trusted
+// chain (if any) plus the peer, X-Forwarded-Proto and -Host are the
+// trusted proxy's or the gateway's own. An untrusted peer's X-Forwarded-*,
+// Forwarded and X-Real-IP never pass.
+func (f forwarding) apply(h http.Header) {
+	var chain []string
+	if f.trusted {
+		for _, v := range h.Values("X-Forwarded-For") {
+			if v = strings.TrimSpace(v); v != "" {
+				chain = append(chain, v)
+			}
+		}
+	} else {
+		for k := range h {
+			if ck := http.CanonicalHeaderKey(k); strings.HasPrefix(ck, "X-Forwarded-") || ck == "Forwarded" || ck == "X-Real-Ip" {
+				delete(h, k)
+			}
+		}
+	}
+	if f.peer != "" {
+		chain = append(chain, f.peer)
+	}
+	if len(chain) > 0 {
+		h.Set("X-Forwarded-For", strings.Join(chain, ", "))
+	} else {
+		h.Del("X-Forwarded-For")
+	}
+	if f.proto != "" && (!f.trusted || h.Get("X-Forwarded-Proto") == "") {
+		h.Set("X-Forwarded-Proto", f.proto)
+	}
+	if f.host != "" && (!f.trusted || h.Get("X-Forwarded-Host") == "") {
+		h.Set("X-Forwarded-Host", f.host)
+	}
+}
+
+// ParseTrustedProxies parses trusted_proxies: IP addresses and CIDRs.
+func ParseTrustedProxies(list []string) ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(list))
+	for i, s := range list {
+		s = strings.TrimSpace(s)
+		if a, err := netip.ParseAddr(s); err == nil {
+			a = a.Unmap().WithZone("")
+			out = append(out, netip.PrefixFrom(a, a.BitLen()))
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("trusted_proxies[%d]: %q is not an IP address or CIDR", i, s)
+		}
+		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 // copyResponseHeaders copies an upstream's response headers to the client,

@@ -75,16 +75,65 @@ type ReplayInput struct {
 	HasPreviousResponseID bool   `json:"has_previous_response_id"`
 	PinnedOwner           string `json:"pinned_owner,omitempty"` // the owner upstream of previous_response_id, if known
 	RetryAfterMillis      int64  `json:"retry_after_ms,omitempty"`
+
+	// ABI 2: the facts of the rescue table (docs/ARCHITECTURE.md, "The
+	// failure table"). A version-1 host leaves them zero: Phase "" means the
+	// version-1 meaning (a failure before response.created).
+	Phase            string `json:"phase,omitempty"`         // PhaseBeforeHeaders, PhaseBeforeContent or PhaseAfterContent
+	FailureClass     string `json:"failure_class,omitempty"` // one of the Failure* constants
+	BytesSent        int64  `json:"bytes_sent,omitempty"`    // bytes of output text and arguments the client already has
+	ItemsSent        int    `json:"items_sent,omitempty"`    // output items the client already saw added
+	ToolCallInFlight bool   `json:"tool_call_in_flight,omitempty"`
+	HasTools         bool   `json:"has_tools,omitempty"`       // the request carries tools
+	TargetIndex      int    `json:"target_index,omitempty"`    // 0-based position of the failed target in the route
+	TargetCount      int    `json:"target_count,omitempty"`    // targets in the route (upstreams, without routes)
+	HasNextTarget    bool   `json:"has_next_target,omitempty"` // an untried, usable target remains
+	// NextModelDiffers: the next target serves a different model (a larger
+	// context may help after context_length_exceeded).
+	NextModelDiffers  bool   `json:"next_model_differs,omitempty"`
+	SameTargetRetries int    `json:"same_target_retries,omitempty"` // retries already made on the failed target
+	MaxWaitMillis     int64  `json:"max_wait_ms,omitempty"`         // retry.max_wait: the longest Retry-After worth waiting
+	Continuation      string `json:"continuation,omitempty"`        // the route's continuation: auto, restart or off
+	PrefillAllowed    bool   `json:"prefill_allowed,omitempty"`     // the next target accepts a trailing assistant message
 }
+
+// Phases of a failure, by what the client had seen (ABI 2).
+const (
+	PhaseBeforeHeaders = "before_headers" // no upstream answer at all (connect error, status error, first-byte timeout)
+	PhaseBeforeContent = "before_content" // the upstream answered, the client has seen nothing (held-back lifecycle at most)
+	PhaseAfterContent  = "after_content"  // content reached the client: only a continuation can rescue it
+)
+
+// Failure classes (ABI 2). A policy should treat an unknown class like
+// FailureOther: new classes may be added without a version change.
+const (
+	FailureTransport     = "transport"      // connect refused or reset before headers
+	FailureServerError   = "server_error"   // HTTP 500/502 and other 5xx but 503
+	FailureOverloaded    = "overloaded"     // HTTP 503, or an overloaded code
+	FailureRateLimit     = "rate_limit"     // HTTP 429 or rate_limit_exceeded
+	FailureQuota         = "quota"          // insufficient_quota and the other quota codes
+	FailureFirstByte     = "first_byte"     // no response headers within the route's first_byte timeout
+	FailureFirstToken    = "first_token"    // no content event within the route's first_token timeout
+	FailureContextLength = "context_length" // context_length_exceeded
+	FailureClientError   = "client_error"   // any other 4xx, content filters included
+	FailureCut           = "cut"            // the stream closed or broke without a terminal event
+	FailureStall         = "stall"          // no event within the route's stall timeout
+	FailureErrorEvent    = "error_event"    // an error event or response.failed with another code
+	FailureOther         = "other"
+)
 
 // ReplayVerdict is whether and where a failed request is sent again.
 type ReplayVerdict uint32
 
 // Replay verdicts. The numeric values are part of the ABI.
 const (
-	ReplayNo            ReplayVerdict = 0
-	ReplayOtherUpstream ReplayVerdict = 1
-	ReplaySameUpstream  ReplayVerdict = 2
+	ReplayNo            ReplayVerdict = 0 // fail: the client gets the failure
+	ReplayOtherUpstream ReplayVerdict = 1 // send the request to the next target
+	ReplaySameUpstream  ReplayVerdict = 2 // retry the same target (after Retry-After or a short backoff)
+	// ABI 2, after content only: continue on the next target and splice its
+	// output into the client's stream.
+	ReplayContinuePrefill ReplayVerdict = 3 // the text already sent goes as a trailing assistant message
+	ReplayContinueRestart ReplayVerdict = 4 // the original request again; output suppressed until it matches what was sent
 )
 
 // String names the verdict as ABI.md does.
@@ -96,6 +145,10 @@ func (v ReplayVerdict) String() string {
 		return "replay_other_upstream"
 	case ReplaySameUpstream:
 		return "replay_same_upstream"
+	case ReplayContinuePrefill:
+		return "continue_prefill"
+	case ReplayContinueRestart:
+		return "continue_restart"
 	}
 	return "unknown"
 }

@@ -269,6 +269,7 @@ type sessionParams struct {
 	modeA    bool
 	dispatch http.Handler
 	onClose  func()
+	peer     string // the client's address (r.RemoteAddr)
 }
 
 // create opens a session, counting it against its client key's cap and
@@ -315,7 +316,7 @@ func (m *Manager) create(ctx context.Context, p sessionParams) (*session, *apier
 	s := &session{
 		m: m, id: newID(), keyHash: kh, durable: durable, modeA: p.modeA,
 		tpl: p.tpl, policy: p.policy, headers: keep, dispatch: p.dispatch, onClose: p.onClose, created: now,
-		cred: cred, infos: map[uint64]chunkInfo{}, active: true, changed: make(chan struct{}), held: size,
+		cred: cred, peer: p.peer, infos: map[uint64]chunkInfo{}, active: true, changed: make(chan struct{}), held: size,
 	}
 	if !s.durable {
 		s.mem = map[uint64]chunk{}

@@ -146,7 +146,7 @@ func (m *Manager) serveModeA(w http.ResponseWriter, r *http.Request, next http.H
 		return
 	}
 	lr.max = m.opts.maxChunkRequest()
-	s, aerr := m.create(r.Context(), sessionParams{tpl: tpl, policy: policy, header: r.Header, modeA: true, dispatch: next, onClose: bc.cut})
+	s, aerr := m.create(r.Context(), sessionParams{tpl: tpl, policy: policy, header: r.Header, modeA: true, dispatch: next, onClose: bc.cut, peer: r.RemoteAddr})
 	if aerr != nil {
 		fail(aerr)
 		return

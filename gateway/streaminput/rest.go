@@ -248,7 +248,7 @@ func (m *Manager) handleCreate(w http.ResponseWriter, r *http.Request) {
 		}
 		first = &c
 	}
-	s, aerr := m.create(r.Context(), sessionParams{tpl: tpl, policy: policy, header: r.Header})
+	s, aerr := m.create(r.Context(), sessionParams{tpl: tpl, policy: policy, header: r.Header, peer: r.RemoteAddr})
 	if aerr != nil {
 		writeError(w, aerr)
 		return

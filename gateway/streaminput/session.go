@@ -59,8 +59,11 @@ type session struct {
 	// stop reading the request body.
 	onClose func()
 
-	mu           sync.Mutex
-	cred         http.Header // credentials: memory only
+	mu   sync.Mutex
+	cred http.Header // credentials: memory only
+	// peer is the client's address, for the gateway's forwarding headers
+	// (memory only: a session restored after a restart has none).
+	peer         string
 	infos        map[uint64]chunkInfo
 	mem          map[uint64]chunk // payloads of non-durable sessions
 	next         uint64           // next expected sequence id
@@ -423,7 +426,17 @@ func (s *session) run(ctx context.Context, res *result, upto uint64, mem []chunk
 	req.Header.Set("Content-Type", "application/json")
 	req.ContentLength = int64(len(body))
 	req.RequestURI = s.tpl.endpoint
-	req.RemoteAddr = "127.0.0.1:0"
+	// The gateway sets X-Forwarded-For from RemoteAddr and believes a
+	// client's forwarding headers only from a trusted proxy: dispatch as the
+	// original client. A restored session no longer knows it, so its stored
+	// forwarding headers are not believed either.
+	req.RemoteAddr = s.peer
+	if req.RemoteAddr == "" {
+		req.RemoteAddr = "127.0.0.1:0"
+		for _, k := range []string{"X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Forwarded", "X-Real-Ip"} {
+			req.Header.Del(k)
+		}
+	}
 	s.m.log.Debug("dispatching streaming-input session", "session", store.RedactID(s.id), "chunks", upto, "bytes", len(body))
 	panicked := func() (p bool) {
 		defer func() {

@@ -1,0 +1,240 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"sort"
+	"strings"
+
+	"github.com/sluice-gw/sluice/gateway/sse"
+	"github.com/sluice-gw/sluice/gateway/upstream"
+)
+
+// minScrubKeyLen is the shortest api_key the scrubber looks for. A shorter
+// key ("test", "sk-1", "none") matches ordinary text, so redacting it would
+// corrupt model output, and the redaction would become an oracle: a client
+// could make the model echo guesses and watch which come back [redacted].
+// Real keys are far longer; an operator with a key this short has no secret
+// to protect.
+const minScrubKeyLen = 8
+
+var (
+	redactedText = []byte("[redacted]")
+	bearerText   = []byte("Bearer ")
+)
+
+// scrubber replaces the upstreams' configured API keys with [redacted] in
+// upstream text on its way to a client or a log line: error bodies, every
+// event or WebSocket frame, response headers. An upstream that quotes the
+// credential it received ("Incorrect API key provided: Bearer sk-…") must not
+// hand the operator's key to a client.
+//
+// It is built once; a nil scrubber (no keyed upstream) does nothing. Each
+// needle costs one bytes.Index per payload and nothing is allocated unless a
+// key is found. "Bearer <key>" is replaced as a whole.
+//
+// Besides the plain key it looks for the key's JSON-escaped forms when they
+// differ (keys with quotes, backslashes, control characters, <, >, & or /,
+// which JSON encoders may escape; non-ASCII keys escaped as \uXXXX by ASCII-only
+// encoders are not covered). Matching is per payload: a key split across two
+// events (two output_text deltas) is not seen, which only matters if a model
+// could echo the key, and it never sees it.
+type scrubber struct {
+	needles []needle // longest first, so a key inside a longer key is not half-redacted
+}
+
+type needle struct {
+	b []byte
+	s string
+}
+
+// scrubberFor collects the api_key of every upstream in the pool.
+func scrubberFor(p *upstream.Pool) *scrubber {
+	var keys []string
+	for _, u := range p.Upstreams() {
+		keys = append(keys, u.Config().APIKey)
+	}
+	return newScrubber(keys)
+}
+
+func newScrubber(keys []string) *scrubber {
+	seen := map[string]bool{}
+	var needles []needle
+	add := func(n string) {
+		if len(n) >= minScrubKeyLen && !seen[n] {
+			seen[n] = true
+			needles = append(needles, needle{b: []byte(n), s: n})
+		}
+	}
+	for _, k := range keys {
+		if len(k) < minScrubKeyLen {
+			continue
+		}
+		add(k)
+		for _, e := range jsonForms(k) {
+			add(e)
+		}
+	}
+	if len(needles) == 0 {
+		return nil
+	}
+	sort.SliceStable(needles, func(i, j int) bool { return len(needles[i].b) > len(needles[j].b) })
+	return &scrubber{needles: needles}
+}
+
+// jsonForms are the ways JSON encoders may write k inside a string, when
+// they differ from k itself.
+func jsonForms(k string) []string {
+	var out []string
+	if b, err := json.Marshal(k); err == nil { // escapes <, > and & too
+		out = append(out, string(b[1:len(b)-1]))
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if enc.Encode(k) == nil {
+		b := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+		out = append(out, string(b[1:len(b)-1]))
+	}
+	if strings.Contains(k, "/") {
+		out = append(out, strings.ReplaceAll(k, "/", `\/`))
+	}
+	forms := out[:0]
+	for _, f := range out {
+		if f != k {
+			forms = append(forms, f)
+		}
+	}
+	return forms
+}
+
+// Bytes returns b with every key replaced, or b itself when none occurs.
+// b is never modified. A valid JSON document stays valid: a match that
+// starts or ends inside an escape sequence is widened to cover it.
+func (s *scrubber) Bytes(b []byte) []byte {
+	if s == nil {
+		return b
+	}
+	for i := range s.needles {
+		if j := bytes.Index(b, s.needles[i].b); j >= 0 {
+			b = replaceAll(b, s.needles[i].b, j)
+		}
+	}
+	return b
+}
+
+// String is Bytes for a string (a header value, a log field).
+func (s *scrubber) String(v string) string {
+	if s == nil {
+		return v
+	}
+	for i := range s.needles {
+		if strings.Contains(v, s.needles[i].s) {
+			return string(s.Bytes([]byte(v)))
+		}
+	}
+	return v
+}
+
+// Header scrubs h's values in place (h is an upstream's response header,
+// owned by the gateway); a header whose name holds a key is dropped.
+func (s *scrubber) Header(h http.Header) {
+	if s == nil {
+		return
+	}
+	for k, vs := range h {
+		if s.String(k) != k {
+			delete(h, k)
+			continue
+		}
+		for i, v := range vs {
+			vs[i] = s.String(v)
+		}
+	}
+}
+
+// answer scrubs what an upstream said before any of it reaches the client:
+// its body, its headers and every event of its stream.
+func (s *scrubber) answer(ans *upstreamAnswer) {
+	if s == nil || ans == nil {
+		return
+	}
+	ans.body = s.Bytes(ans.body)
+	s.Header(ans.header)
+	if ans.src != nil {
+		ans.src = scrubbedSource{src: ans.src, s: s}
+	}
+}
+
+// scrubbedSource scrubs each event of an upstream stream (SSE events,
+// WebSocket frames, converted Chat events).
+type scrubbedSource struct {
+	src eventSource
+	s   *scrubber
+}
+
+func (x scrubbedSource) Next() (sse.Event, error) {
+	ev, err := x.src.Next()
+	ev.Data = x.s.Bytes(ev.Data)
+	ev.Error = x.s.Bytes(ev.Error)
+	ev.Name = x.s.String(ev.Name)
+	return ev, err
+}
+
+// replaceAll replaces every occurrence of n in b, the first at i, with
+// [redacted], swallowing a "Bearer " in front of each.
+func replaceAll(b, n []byte, i int) []byte {
+	out := make([]byte, 0, len(b))
+	for i >= 0 {
+		start, end := i, i+len(n)
+		if e := escapeStart(b, start); e >= 0 {
+			start = e // the match begins inside "\n" or "\u00e9": take the whole escape
+		}
+		if end < len(b) {
+			if e := escapeStart(b, end); e >= 0 {
+				end = escapeEnd(b, e) // the match ends inside an escape: take the rest of it
+			}
+		}
+		head := b[:start]
+		if len(head) >= len(bearerText) && bytes.EqualFold(head[len(head)-len(bearerText):], bearerText) {
+			head = head[:len(head)-len(bearerText)]
+		}
+		out = append(out, head...)
+		out = append(out, redactedText...)
+		b = b[end:]
+		i = bytes.Index(b, n)
+	}
+	return append(out, b...)
+}
+
+// escapeStart returns where the JSON escape sequence covering b[i] starts,
+// when one that starts before i does, else -1.
+func escapeStart(b []byte, i int) int {
+	for j := i - 1; j >= 0 && j >= i-5; j-- {
+		if b[j] != '\\' {
+			continue
+		}
+		run := 0 // backslashes right before j
+		for k := j - 1; k >= 0 && b[k] == '\\'; k-- {
+			run++
+		}
+		if run%2 == 1 {
+			return -1 // b[j] is the second half of "\\", which ends before i
+		}
+		if escapeEnd(b, j) > i {
+			return j
+		}
+		return -1
+	}
+	return -1
+}
+
+// escapeEnd is the end of the escape sequence starting at b[j] == '\\'.
+func escapeEnd(b []byte, j int) int {
+	end := j + 2
+	if j+1 < len(b) && b[j+1] == 'u' {
+		end = j + 6
+	}
+	return min(end, len(b))
+}
