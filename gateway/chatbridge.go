@@ -152,6 +152,9 @@ func (s *Server) convertForChat(ctx context.Context, req *clientRequest) *chatCo
 func (s *Server) sendChat(upCtx context.Context, idle *time.Timer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
 	conv := req.chat
 	chatBody, model := conv.body, conv.info.Model
+	if text, ok := chatPrefill(req); ok { // a continuation: the text sent as a trailing assistant message
+		chatBody = withChatPrefill(chatBody, text)
+	}
 	if m := tryOf(req).target.Model; m != "" && m != model { // the conversion is shared by a route's targets
 		if b, err := setModel(chatBody, m); err == nil {
 			chatBody, model = b, m
@@ -300,6 +303,11 @@ func (c *chatSource) Next() (sse.Event, error) {
 	c.queue = c.queue[1:]
 	if (ev.Type == "response.completed" || ev.Type == "response.incomplete") && !c.ended {
 		c.ended = true
+		if c.req.rescue != nil {
+			// A continuation: the pump remembers the whole answer under the
+			// client-visible id (confirmRescue).
+			return sse.Event{Name: ev.Type, Data: ev.Data}, nil
+		}
 		c.s.convs.remember(context.WithoutCancel(c.ctx), c.req, c.tr.ResponseID(), c.tr.OutputItems())
 	}
 	return sse.Event{Name: ev.Type, Data: ev.Data}, nil

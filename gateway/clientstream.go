@@ -59,6 +59,8 @@ type clientStream struct {
 	gone    bool        // a write failed: the client is gone
 	counted bool        // the terminal reason was counted
 
+	onEnd func(reason string) // hears the terminal reason once (usage.go: the access log); may be nil
+
 	// Responses clients.
 	seq        int64       // the next sequence_number
 	responseID string      // the client-visible response id: the first one shown
@@ -71,6 +73,20 @@ type clientStream struct {
 
 	// Chat clients.
 	sawFinish bool // a chunk carried a finish_reason
+	// What a Chat client was sent, kept once a continuation is armed (arm).
+	trackChat bool
+	chatID    string     // the completion id of the first chunk
+	chatText  []byte     // content, unescaped
+	chatTools []chatTool // tool calls by index
+
+	// Continuation (continuation.go): the splicer of the attempt that
+	// continues the stream after a failure after content.
+	splice *splicer
+
+	// Keepalive: a timer that writes an SSE comment or a WebSocket ping
+	// when nothing was written since its last run (active).
+	ka     *time.Timer
+	active bool
 
 	scratch []byte // sequence_number rewrites that change length
 }
@@ -233,6 +249,9 @@ func (cs *clientStream) close() {
 	defer cs.mu.Unlock()
 	cs.dropHeldLocked()
 	cs.ended = true
+	if cs.ka != nil {
+		cs.ka.Stop()
+	}
 }
 
 // finish counts the reason the stream ended (once).
@@ -248,6 +267,9 @@ func (cs *clientStream) countLocked(reason string) {
 	}
 	cs.counted = true
 	cs.s.metrics.streamTerminal.WithLabelValues(cs.surface, reason).Inc()
+	if cs.onEnd != nil {
+		cs.onEnd(reason)
+	}
 }
 
 // lifecycle takes response.created / in_progress / queued: held back until
@@ -258,6 +280,9 @@ func (cs *clientStream) lifecycle(name string, data []byte, f *eventFields) erro
 	defer cs.mu.Unlock()
 	if cs.gone || cs.ended {
 		return errClientGone
+	}
+	if cs.splice != nil {
+		return nil // the client has its lifecycle events (and response id) from the first attempt
 	}
 	if cs.hold <= 0 || cs.wrote {
 		return cs.writeLocked(name, data, f)
@@ -291,6 +316,9 @@ func (cs *clientStream) send(name string, data []byte, f *eventFields) error {
 	if err := cs.flushHeldLocked(); err != nil {
 		return err
 	}
+	if cs.splice != nil {
+		return cs.spliceLocked(name, data, f)
+	}
 	return cs.writeLocked(name, data, f)
 }
 
@@ -301,8 +329,14 @@ func (cs *clientStream) sendChat(data []byte, finish bool, usage gjson.Result) e
 	if cs.gone || cs.ended {
 		return errClientGone
 	}
+	if cs.splice != nil {
+		return cs.spliceChatLocked(data, finish, usage)
+	}
 	if err := cs.eventLocked("", data); err != nil {
 		return err
+	}
+	if cs.trackChat {
+		cs.trackChatLocked(data)
 	}
 	if finish {
 		cs.sawFinish = true
@@ -351,6 +385,7 @@ func (cs *clientStream) commitLocked() {
 		cs.fs = fs
 		fs.auto = !cs.lazy
 	}
+	cs.startKeepAliveLocked()
 }
 
 // eventLocked writes one event, committing the stream first.
@@ -360,6 +395,7 @@ func (cs *clientStream) eventLocked(name string, data []byte) error {
 		cs.gone = true
 		return errClientGone
 	}
+	cs.active = true
 	if !cs.wrote {
 		cs.wrote = true
 		cs.s.metrics.firstEvent.WithLabelValues(cs.surface).Observe(time.Since(cs.start).Seconds())
@@ -662,7 +698,22 @@ var responseKeys = map[string]bool{"id": true, "object": true, "created_at": tru
 	"incomplete_details": true, "output": true, "usage": true}
 
 func (cs *clientStream) appendResponse(b []byte, status string, e *apierr.Error) []byte {
+	return cs.appendResponseWith(b, status, e, nil, nil, gjson.Result{})
+}
+
+// appendResponseWith renders the Response object: the error e (or errRaw,
+// an upstream's error object), incomplete_details incRaw, and the other
+// fields of from (a continuation's own Response), else of the last
+// lifecycle event's.
+func (cs *clientStream) appendResponseWith(b []byte, status string, e *apierr.Error, errRaw, incRaw []byte, from gjson.Result) []byte {
 	base := gjson.ParseBytes(cs.base)
+	created := base.Get("created_at")
+	if from.IsObject() {
+		if created.Type != gjson.Number {
+			created = from.Get("created_at")
+		}
+		base = from
+	}
 	id := cs.responseID
 	if id == "" {
 		id = "resp_sluice_" + randomHex(24)
@@ -670,20 +721,29 @@ func (cs *clientStream) appendResponse(b []byte, status string, e *apierr.Error)
 	b = append(b, `{"id":`...)
 	b = hostabi.AppendQuote(b, id)
 	b = append(b, `,"object":"response","created_at":`...)
-	if c := base.Get("created_at"); c.Type == gjson.Number {
-		b = append(b, c.Raw...)
+	if created.Type == gjson.Number {
+		b = append(b, created.Raw...)
 	} else {
 		b = strconv.AppendInt(b, cs.createdAt, 10)
 	}
 	b = append(b, `,"status":`...)
 	b = hostabi.AppendQuote(b, status)
 	b = append(b, `,"error":`...)
-	if e != nil {
+	switch {
+	case e != nil:
 		b = translate.AppendResponseError(b, e.Code, e.Message)
+	case len(errRaw) > 0:
+		b = append(b, errRaw...)
+	default:
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"incomplete_details":`...)
+	if len(incRaw) > 0 {
+		b = append(b, incRaw...)
 	} else {
 		b = append(b, "null"...)
 	}
-	b = append(b, `,"incomplete_details":null,"output":[`...)
+	b = append(b, `,"output":[`...)
 	for k, it := range cs.items {
 		if k > 0 {
 			b = append(b, ',')

@@ -95,11 +95,14 @@ func (rs requestScope) sees(a store.Anchor) bool {
 type resolution struct {
 	owner  string // upstream name; "" on a miss
 	source string // memory or store
-	err    error  // the lookup failed: fail closed
+	// upstreamID is the id the owner knows the response by when it is not
+	// the one asked about (a continued stream's client-visible id).
+	upstreamID string
+	err        error // the lookup failed: fail closed
 }
 
 func (c *continuity) resolve(ctx context.Context, surface, responseID string, rs requestScope) resolution {
-	if a, ok := c.cache.get(responseID); ok && c.now().Before(a.ExpiresAt) {
+	if a, ok := c.memo().get(responseID); ok && c.now().Before(a.ExpiresAt) {
 		return c.decide(surface, "memory", responseID, a, rs)
 	}
 	a, err := c.store.GetAnchor(ctx, responseID)
@@ -113,7 +116,7 @@ func (c *continuity) resolve(ctx context.Context, surface, responseID string, rs
 		c.log.Error("owner lookup failed", "surface", surface, "response_id", LogID(responseID), "error", err)
 		return resolution{source: "store", err: err}
 	}
-	c.cache.put(a)
+	c.memo().put(a)
 	return c.decide(surface, "store", responseID, a, rs)
 }
 
@@ -126,7 +129,7 @@ func (c *continuity) decide(surface, source, responseID string, a store.Anchor, 
 	c.m.ownerResolution.WithLabelValues(surface, source, "hit").Inc()
 	c.log.Debug("owner resolution", "surface", surface, "source", source, "outcome", "hit", "owner", a.Upstream,
 		"scope", a.ScopeKind.String(), "response_id", LogID(responseID))
-	return resolution{owner: a.Upstream, source: source}
+	return resolution{owner: a.Upstream, source: source, upstreamID: a.UpstreamID}
 }
 
 // anchorFor builds the anchor of a response served by upstream for req.
@@ -156,7 +159,7 @@ func (p *pendingAnchor) wait(ctx context.Context) error {
 // recordAsync makes the anchor visible in memory at once and durable in the
 // background, so recording never delays the client's first byte.
 func (c *continuity) recordAsync(a store.Anchor) *pendingAnchor {
-	c.cache.put(a)
+	c.memo().put(a)
 	p := &pendingAnchor{done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
@@ -177,7 +180,7 @@ func (c *continuity) record(ctx context.Context, a store.Anchor) error {
 
 // forget drops a stale anchor (the owner said it no longer has the response).
 func (c *continuity) forget(ctx context.Context, responseID string) {
-	c.cache.remove(responseID)
+	c.memo().remove(responseID)
 	if err := c.store.DeleteAnchor(ctx, responseID); err != nil {
 		c.log.Warn("clearing stale anchor failed", "response_id", LogID(responseID), "error", err)
 	}
@@ -204,12 +207,29 @@ func (s *Server) handleAnchor(w http.ResponseWriter, r *http.Request, ps httprou
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"response_id": a.ResponseID, "owner": a.Upstream, "scope_kind": a.ScopeKind.String(), "scope_id": LogID(a.ScopeID),
-		"model": a.Model, "created_at": a.CreatedAt.UTC().Format(time.RFC3339), "expires_at": a.ExpiresAt.UTC().Format(time.RFC3339),
+		"model": a.Model, "upstream_id": LogID(a.UpstreamID), "created_at": a.CreatedAt.UTC().Format(time.RFC3339), "expires_at": a.ExpiresAt.UTC().Format(time.RFC3339),
 		"age_seconds": int64(s.cont.now().Sub(a.CreatedAt).Seconds()),
 	})
 }
 
-// anchorCache is a bounded LRU of anchors by response id.
+// memo is the anchor cache, or nil when the store is shared by several
+// replicas (store.IsShared: Redis). There the cache is off, not invalidated:
+// another replica may delete an anchor (its owner said the response is
+// gone) or replace it at any time, and a local copy would then send the
+// follow-up to a stale owner. Invalidation by pub/sub would need a version
+// check on every hit anyway (a message can be lost while disconnected),
+// which costs the same round trip as reading the anchor itself, so every
+// lookup reads the store: one GET on loopback-class networks (see the
+// benchmark in the README's scale-out section).
+func (c *continuity) memo() *anchorCache {
+	if c.cache == nil || store.IsShared(c.store) {
+		return nil
+	}
+	return c.cache
+}
+
+// anchorCache is a bounded LRU of anchors by response id. A nil
+// *anchorCache holds nothing.
 type anchorCache struct {
 	mu    sync.Mutex
 	max   int
@@ -222,6 +242,9 @@ func newAnchorCache(max int) *anchorCache {
 }
 
 func (c *anchorCache) get(id string) (store.Anchor, bool) {
+	if c == nil {
+		return store.Anchor{}, false
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.items[id]
@@ -233,6 +256,9 @@ func (c *anchorCache) get(id string) (store.Anchor, bool) {
 }
 
 func (c *anchorCache) put(a store.Anchor) {
+	if c == nil {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.items[a.ResponseID]; ok {
@@ -249,6 +275,9 @@ func (c *anchorCache) put(a store.Anchor) {
 }
 
 func (c *anchorCache) remove(id string) {
+	if c == nil {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.items[id]; ok {

@@ -64,11 +64,11 @@ func (h *harness) turn(prev string, headers map[string]string) ([]eventLike, str
 					Type     string
 					Response struct {
 						ID    string
-						Error struct{ Code string }
+						Error struct{ Code, Message string }
 					}
 				}
 				_ = json.Unmarshal([]byte(data), &v)
-				ev.typ, ev.code = v.Type, v.Response.Error.Code
+				ev.typ, ev.code = v.Type, gatewayCode(v.Response.Error.Code, v.Response.Error.Message)
 				if v.Type == "response.completed" {
 					id = v.Response.ID
 				}

@@ -297,6 +297,7 @@ func TestCompressedRequestBodies(t *testing.T) {
 		}
 		return resp
 	}
+	closed := func(resp *http.Response) *http.Response { resp.Body.Close(); return resp }
 	var gz bytes.Buffer
 	zw := gzip.NewWriter(&gz)
 	zw.Write([]byte(body))
@@ -320,13 +321,13 @@ func TestCompressedRequestBodies(t *testing.T) {
 	zw = gzip.NewWriter(&bomb)
 	zw.Write([]byte(`{"model":"gpt-fake-1","input":"` + strings.Repeat("a", 100000) + `"}`))
 	zw.Close()
-	if resp := send("gzip", bomb.Bytes()); resp.StatusCode != 413 {
+	if resp := send("gzip", bomb.Bytes()); closed(resp).StatusCode != 413 {
 		t.Fatalf("inflating body: %d", resp.StatusCode)
 	}
-	if resp := send("br", []byte(body)); resp.StatusCode != 415 {
+	if resp := send("br", []byte(body)); closed(resp).StatusCode != 415 {
 		t.Fatalf("unsupported encoding: %d", resp.StatusCode)
 	}
-	if resp := send("gzip", []byte("not gzip")); resp.StatusCode != 400 {
+	if resp := send("gzip", []byte("not gzip")); closed(resp).StatusCode != 400 {
 		t.Fatalf("corrupt gzip: %d", resp.StatusCode)
 	}
 }

@@ -50,6 +50,12 @@ func upstreamHeaders(req *clientRequest, u upstream.Config, stream bool) http.He
 	for _, k := range []string{"Host", "Content-Length", "Content-Encoding", "Accept-Encoding", "Cookie", "Expect"} {
 		h.Del(k)
 	}
+	if req.key != nil {
+		// A Sluice key is the gateway's credential, never an upstream's: a
+		// keyed upstream gets its own key below, one without gets none.
+		h.Del("Authorization")
+		h.Del("Api-Key")
+	}
 	if u.APIKey != "" {
 		for _, k := range credentialHeaders {
 			if !namesHeader(u.ForwardHeaders, k) {

@@ -15,6 +15,8 @@ type metrics struct {
 	ownerResolution  *prometheus.CounterVec   // surface, source, outcome
 	failClosed       *prometheus.CounterVec   // surface, reason
 	skippedEvents    *prometheus.CounterVec   // surface, reason: upstream events the gateway skipped
+	rescues          *prometheus.CounterVec   // surface, kind, outcome: continuations after content
+	keepalives       *prometheus.CounterVec   // surface: SSE comments / WebSocket pings while the upstream was silent
 
 	bodyBudgetRefusals prometheus.Counter // requests refused because the body-memory budget was spent
 	connLimitWaits     prometheus.Counter // accepts that waited at max_connections
@@ -60,6 +62,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "sluice_stream_skipped_events_total", Help: "Upstream stream events skipped (not relayed), by surface and reason.",
 	}, []string{"surface", "reason"})
 	reg.MustRegister(m.skippedEvents)
+	m.rescues = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_rescues_total", Help: "Continuations of a stream that failed after content reached the client, by surface, kind (prefill, restart) and outcome.",
+	}, []string{"surface", "kind", "outcome"})
+	m.keepalives = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_keepalives_total", Help: "Keepalives written to streaming clients while the upstream was silent (SSE comments, WebSocket pings), by surface.",
+	}, []string{"surface"})
+	reg.MustRegister(m.rescues, m.keepalives)
 	reg.MustRegister(m.requests, m.upstreamAttempts, m.streamTerminal, m.activeStreams, m.firstEvent, m.ownerResolution, m.failClosed)
 	return m
 }

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,8 +18,10 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/tidwall/gjson"
 
 	"github.com/sluice-gw/sluice/gateway"
+	"github.com/sluice-gw/sluice/gateway/sse"
 	"github.com/sluice-gw/sluice/gateway/upstreamtest"
 	"github.com/sluice-gw/sluice/plugins"
 	"github.com/sluice-gw/sluice/policies"
@@ -115,34 +119,148 @@ func TestWasmPoliciesDriveTheGateway(t *testing.T) {
 	}
 }
 
-// TestPolicyHotSwapUnderLoad swaps policy files (add, replace, a bad file,
-// delete) in the watched directory while requests stream through the
-// gateway: no request may fail, and the bad file is rejected while the
-// previous version keeps serving.
+// swapAnswer is what one request of TestPolicyHotSwapUnderLoad got.
+type swapAnswer struct {
+	start, end int    // the epoch observed live when it was sent; the last epoch begun when it ended
+	probe      bool   // the upstream failed it on purpose (a recoverable error)
+	rewriteVer int    // the version whose rewrite reached the upstream (model-N); -1 unknown
+	recoverVer int    // probes: the version whose recover hook answered; -1 unknown
+	bad        string // why it is neither a success nor an attributable probe
+}
+
+// modelVersion is N for "model-N", else -1.
+func modelVersion(model string) int {
+	switch model {
+	case "model-0":
+		return 0
+	case "model-1":
+		return 1
+	case "model-2":
+		return 2
+	}
+	return -1
+}
+
+// policyStatus is the status of the named policy (zero when not loaded).
+func policyStatus(rt *plugins.Runtime, name string) plugins.PolicyStatus {
+	for _, st := range rt.Status() {
+		if st.Name == name {
+			return st
+		}
+	}
+	return plugins.PolicyStatus{}
+}
+
+// TestPolicyHotSwapUnderLoad swaps a policy file in the watched directory
+// while requests stream through the gateway, and checks every answer against
+// the versions that were live while it ran.
+//
+// The policy (swapPolicy) rewrites the model to model-<version> and recovers
+// errors with the code swap_<version> (swap_one, swap_two). With no policy
+// file, the embedded rewrite policy maps the alias "fast" to model-0 and the
+// built-in recover passes the error on (its code swap_probe): version 0. The
+// upstream is strict: the alias itself, or any model it does not list, is a
+// 404, and every upstream request is checked for an unrewritten model.
+//
+// Epochs: 0 no file; 1 v1; 2 v2 over v1's name; 3 v1 again; 4 garbage
+// written over the live file's name (rejected: v1 must keep serving); 5 the
+// file deleted (version 0 again). In each epoch, recoverable errors are queued
+// until requests sent and answered within that epoch have been recovered by
+// its version, and successes answered within it carry its model. Only
+// successes count as served.
 func TestPolicyHotSwapUnderLoad(t *testing.T) {
+	const policyName = "10-swap"
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	rt, err := plugins.New(ctx, plugins.Options{Embedded: policies.Defaults(), PolicyDir: dir, Logger: hclog.NewNullLogger(),
 		CallTimeout: 5 * time.Second, Debounce: 20 * time.Millisecond,
-		Config: map[string]json.RawMessage{"rewrite": json.RawMessage(`{"model_aliases":{"fast":"gpt-fake-1"}}`)}})
+		Config: map[string]json.RawMessage{"rewrite": json.RawMessage(`{"model_aliases":{"fast":"model-0"}}`)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rt.Close(context.Background())
-	h := newHarness(t, harnessConfig{opts: gateway.Options{Policy: rt}})
+	t.Cleanup(func() { _ = rt.Close(context.Background()) }) // after the workers stop (cleanups run last-in first-out)
+	h := newHarness(t, harnessConfig{opts: gateway.Options{Policy: rt}, upstreams: []upstreamtest.Options{
+		{Name: "A", Models: []string{"model-0", "model-1", "model-2"}, StrictModels: true}}})
+	up := h.ups["A"]
+	probe := upstreamtest.Failure(upstreamtest.ShapeStatus, 400,
+		upstreamtest.ErrorBody("swap probe", "invalid_request_error", "swap_probe", "")).AfterCreated()
+	v1, v2 := swapPolicy(1), swapPolicy(2)
+	versionOf := []int{0, 1, 2, 1, 1, 0} // by epoch
 
-	wat, err := os.ReadFile("../examples/policies/05-wat-recover.wasm")
-	if err != nil {
-		t.Fatal(err)
+	var observed, begun atomic.Int32 // epochs
+	var mu sync.Mutex
+	var answers []swapAnswer
+	type tally struct{ ok, probes int }
+	within := make([]tally, len(versionOf)) // answers sent and received within one epoch
+	var bad []swapAnswer
+
+	client := &http.Client{Timeout: 30 * time.Second}
+	one := func() (a swapAnswer) {
+		a = swapAnswer{start: int(observed.Load()), rewriteVer: -1, recoverVer: -1}
+		defer func() { a.end = int(begun.Load()) }()
+		resp, err := client.Post(h.url+"/v1/responses", "application/json", strings.NewReader(`{"model":"fast","input":"hi","stream":true}`))
+		if err != nil {
+			a.bad = err.Error()
+			return a
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b, _ := io.ReadAll(resp.Body)
+			a.bad = fmt.Sprintf("status %d: %s", resp.StatusCode, b)
+			return a
+		}
+		r := sse.NewReader(resp.Body, 1<<20)
+		var terminal string
+		var final []byte
+		for {
+			ev, err := r.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				a.bad = "reading the stream: " + err.Error()
+				return a
+			}
+			typ := gjson.GetBytes(ev.Data, "type").Str
+			if typ == "response.created" {
+				a.rewriteVer = modelVersion(gjson.GetBytes(ev.Data, "response.model").Str)
+			}
+			if isTerminal(typ) {
+				if terminal != "" {
+					a.bad = "two terminal events"
+					return a
+				}
+				terminal, final = typ, bytes.Clone(ev.Data)
+			}
+		}
+		switch terminal {
+		case "response.completed":
+			if a.rewriteVer = modelVersion(gjson.GetBytes(final, "response.model").Str); a.rewriteVer < 0 {
+				a.bad = "completed for an unexpected model: " + string(final)
+			}
+		case "response.failed":
+			a.probe = true
+			code := gatewayCode(gjson.GetBytes(final, "response.error.code").Str, gjson.GetBytes(final, "response.error.message").Str)
+			switch code {
+			case "swap_probe":
+				a.recoverVer = 0
+			case "swap_one":
+				a.recoverVer = 1
+			case "swap_two":
+				a.recoverVer = 2
+			default:
+				a.bad = "failed: " + string(final)
+			}
+		default:
+			a.bad = "no terminal event"
+		}
+		return a
 	}
-	vendor, err := os.ReadFile("../examples/policies/10-vendor-overloaded.wasm")
-	if err != nil {
-		t.Fatal(err)
-	}
+
 	stop := make(chan struct{})
-	var failed, served atomic.Int64
 	var wg sync.WaitGroup
+	stopWorkers := sync.OnceFunc(func() { close(stop); wg.Wait() })
 	for w := 0; w < 2; w++ {
 		wg.Add(1)
 		go func() {
@@ -153,83 +271,149 @@ func TestPolicyHotSwapUnderLoad(t *testing.T) {
 					return
 				default:
 				}
-				resp, err := http.Post(h.url+"/v1/responses", "application/json", strings.NewReader(`{"model":"fast","input":"hi","stream":true}`))
-				if err != nil {
-					failed.Add(1)
-					continue
+				a := one()
+				mu.Lock()
+				answers = append(answers, a)
+				switch {
+				case a.bad != "":
+					bad = append(bad, a)
+				case a.start == a.end && a.probe:
+					within[a.start].probes++
+				case a.start == a.end:
+					within[a.start].ok++
 				}
-				body, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 || !strings.Contains(string(body), "response.completed") {
-					failed.Add(1)
-				}
-				served.Add(1)
+				mu.Unlock()
 			}
 		}()
 	}
-	write := func(name string, b []byte) {
-		tmp := filepath.Join(dir, "."+name+".tmp")
-		if err := os.WriteFile(tmp, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil { // atomic-rename write
-			t.Fatal(err)
+	// Registered after the harness and the runtime: the workers stop first,
+	// also when the test fails half-way.
+	t.Cleanup(stopWorkers)
+
+	// dwell keeps epoch e until enough requests were sent and answered
+	// within it, queueing recoverable errors as needed.
+	dwell := func(e int) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			mu.Lock()
+			c, nbad := within[e], len(bad)
+			var first []swapAnswer
+			if nbad > 0 {
+				first = slices.Clone(bad[:min(nbad, 5)])
+			}
+			mu.Unlock()
+			if nbad > 0 {
+				stopWorkers()
+				t.Fatalf("epoch %d: %d requests failed, first: %+v", e, nbad, first)
+			}
+			if c.ok >= 20 && c.probes >= 2 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("epoch %d: only %d successes and %d recoverable errors sent and answered within it", e, c.ok, c.probes)
+			}
+			if c.probes < 2 && up.Pending() == 0 {
+				up.Enqueue(probe)
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	waitFor := func(what string, ok func([]plugins.PolicyStatus) bool) {
+	waitStatus := func(what string, ok func(plugins.PolicyStatus, bool) bool) {
+		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
-		for !ok(rt.Status()) {
+		for {
+			var st plugins.PolicyStatus
+			found := false
+			for _, s := range rt.Status() {
+				if s.Name == policyName {
+					st, found = s, true
+				}
+			}
+			if ok(st, found) {
+				return
+			}
 			if time.Now().After(deadline) {
 				t.Fatalf("timed out waiting for %s: %+v", what, rt.Status())
 			}
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	rejected := func(name string) func([]plugins.PolicyStatus) bool {
-		return func(sts []plugins.PolicyStatus) bool {
-			for _, st := range sts {
-				if st.Name == name && st.State == plugins.StateRejected {
-					return true
-				}
+	sum := func(b []byte) string { return fmt.Sprintf("%x", sha256.Sum256(b)) }
+	serving := func(b []byte, state string) func(plugins.PolicyStatus, bool) bool {
+		return func(st plugins.PolicyStatus, found bool) bool {
+			return found && st.State == state && st.SHA256 == sum(b)
+		}
+	}
+	file := filepath.Join(dir, policyName+".wasm")
+	writeAtomic := func(b []byte) func() {
+		return func() {
+			tmp := filepath.Join(dir, "."+policyName+".tmp")
+			if err := os.WriteFile(tmp, b, 0o600); err != nil {
+				t.Fatal(err)
 			}
-			return false
-		}
-	}
-	version := func(b []byte) func([]plugins.PolicyStatus) bool {
-		sum := fmt.Sprintf("%x", sha256.Sum256(b))
-		return func(sts []plugins.PolicyStatus) bool {
-			for _, st := range sts {
-				if st.Name == "10-vendor-overloaded" && st.State == plugins.StateActive && st.SHA256 == sum {
-					return true
-				}
-			}
-			return false
-		}
-	}
-	write("10-vendor-overloaded.wasm", vendor)
-	waitFor("v1 active", version(vendor))
-	write("10-vendor-overloaded.wasm", wat) // v2: other bytes, same name
-	waitFor("v2 active", version(wat))
-	write("10-vendor-overloaded.wasm", vendor) // back to v1
-	waitFor("v1 again", version(vendor))
-	write("20-garbage.wasm", []byte("this is not wasm"))
-	waitFor("garbage rejected", rejected("20-garbage"))
-	if err := os.Remove(filepath.Join(dir, "10-vendor-overloaded.wasm")); err != nil {
-		t.Fatal(err)
-	}
-	waitFor("unloaded", func(sts []plugins.PolicyStatus) bool {
-		for _, st := range sts {
-			if st.Name == "10-vendor-overloaded" {
-				return false
+			if err := os.Rename(tmp, file); err != nil {
+				t.Fatal(err)
 			}
 		}
-		return true
-	})
-	time.Sleep(100 * time.Millisecond)
-	close(stop)
-	wg.Wait()
-	if failed.Load() != 0 || served.Load() == 0 {
-		t.Fatalf("%d of %d requests failed during swaps", failed.Load(), served.Load())
 	}
-	t.Logf("%d requests served across 4 swaps, a rejection and an unload, none failed", served.Load())
+	step := func(e int, what string, change func(), live func(plugins.PolicyStatus, bool) bool) {
+		t.Helper()
+		begun.Store(int32(e))
+		change()
+		waitStatus(what, live)
+		observed.Store(int32(e))
+		dwell(e)
+	}
+
+	dwell(0)
+	step(1, "v1 active", writeAtomic(v1), serving(v1, plugins.StateActive))
+	step(2, "v2 active", writeAtomic(v2), serving(v2, plugins.StateActive))
+	step(3, "v1 active again", writeAtomic(v1), serving(v1, plugins.StateActive))
+	step(4, "the garbage rejected, v1 kept", func() { // in place, over the live file
+		if err := os.WriteFile(file, []byte("this is not wasm"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}, func(st plugins.PolicyStatus, found bool) bool { return found && st.State == plugins.StateRejected })
+	if st := policyStatus(rt, policyName); st.SHA256 != sum(v1) {
+		t.Errorf("after the rejected file the status shows %+v, want v1 (%s) still serving", st, sum(v1))
+	}
+	step(5, "unloaded", func() {
+		if err := os.Remove(file); err != nil {
+			t.Fatal(err)
+		}
+	}, func(_ plugins.PolicyStatus, found bool) bool { return !found })
+	stopWorkers()
+
+	// Every answer came from a version live at some point while it ran.
+	var served, probes int
+	for _, a := range answers {
+		if a.bad != "" {
+			t.Errorf("epochs %d..%d: %s", a.start, a.end, a.bad)
+			continue
+		}
+		allowed := versionOf[a.start : a.end+1]
+		if a.rewriteVer >= 0 && !slices.Contains(allowed, a.rewriteVer) {
+			t.Errorf("sent in epoch %d, answered in epoch %d (versions %v), but rewritten by version %d", a.start, a.end, allowed, a.rewriteVer)
+		}
+		if a.probe && !slices.Contains(allowed, a.recoverVer) {
+			t.Errorf("sent in epoch %d, answered in epoch %d (versions %v), but recovered by version %d", a.start, a.end, allowed, a.recoverVer)
+		}
+		if a.probe {
+			probes++
+		} else {
+			served++
+		}
+	}
+	// Nothing reached the upstream without a rewrite.
+	unrewritten := 0
+	for _, r := range up.Requests() {
+		if modelVersion(r.Model) < 0 {
+			unrewritten++
+		}
+	}
+	if unrewritten != 0 {
+		t.Errorf("%d of %d upstream requests carried a model no policy version writes (the alias unrewritten)", unrewritten, up.RequestCount())
+	}
+	t.Logf("%d requests served and %d errors recovered across 3 swaps, a rejected file and an unload; per epoch (within): %+v", served, probes, within)
 }

@@ -38,7 +38,15 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, ep endpoint) {
 	start := time.Now()
 	sw := &statusWriter{ResponseWriter: w}
 	surface := ep.jsonLabel
-	defer func() { s.metrics.requests.WithLabelValues(surface, statusLabel(sw.status)).Inc() }()
+	meta := metaOf(r) // the access log line, usage and limits (usage.go)
+	meta.header = sw.Header()
+	defer func() {
+		s.metrics.requests.WithLabelValues(surface, statusLabel(sw.status)).Inc()
+		meta.mu.Lock()
+		meta.surface, meta.status = surface, sw.status
+		meta.mu.Unlock()
+		s.accessLog(meta)
+	}()
 
 	if s.draining.Load() {
 		apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the gateway is shutting down; retry on another instance").Write(sw)
@@ -60,6 +68,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, ep endpoint) {
 	req.header = r.Header
 	req.fwd = forwardingOf(r, s.opts.TrustedProxies)
 	req.clientKeyHash = clientkey.Hash(r.Header)
+	req.key, req.meta = keyOf(r), meta
 	if aerr := s.rewrite(ctx, req); aerr != nil {
 		aerr.Write(sw)
 		return
@@ -70,6 +79,17 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, ep endpoint) {
 
 // process runs a validated, rewritten request: continuity, then upstreams.
 func (s *Server) process(ctx context.Context, out responder, req *clientRequest, start time.Time) {
+	if req.meta != nil { // keys, limits, usage and the access log (usage.go)
+		req.meta.model, req.meta.surface = req.model, req.surface()
+		if rt := s.rtable.match(req.model); rt != nil {
+			req.meta.route = strings.Join(rt.Models, ",")
+		}
+		out = &meterResponder{responder: out, m: req.meta}
+		if !s.acct.admit(ctx, out, req) {
+			return
+		}
+		defer s.acct.settle(req)
+	}
 	req.scope = scopeOf(req.header, req.clientKeyHash)
 	if !s.pin(ctx, out, req) {
 		return
@@ -77,6 +97,7 @@ func (s *Server) process(ctx context.Context, out responder, req *clientRequest,
 	// One client stream per request: attempts feed it, and forward's
 	// failures reach the client through it.
 	cs := s.newClientStream(ctx, out, req, start)
+	cs.onEnd = req.meta.setReason
 	defer cs.close()
 	s.forward(ctx, cs, req, start)
 }
@@ -139,6 +160,7 @@ func (s *Server) pin(ctx context.Context, out responder, req *clientRequest) boo
 		return false
 	}
 	req.pinned = u
+	s.aliasPrevious(req, res.upstreamID)
 	return true
 }
 
@@ -154,12 +176,15 @@ func (s *Server) failClosed(out responder, req *clientRequest, reason string, st
 type next int
 
 const (
-	nextDone        next = iota // the client has its answer, or is gone
-	nextFailover                // the target failed: try the next one
-	nextReplayOther             // replay policy: the same request on another target
-	nextReplaySame              // replay policy: the same request on the same target
-	nextRetrySame               // retry the same target once, after retryIn
-	nextOtherModel              // context_length_exceeded: the next target serving another model
+	nextDone         next = iota // the client has its answer, or is gone
+	nextFailover                 // the target failed: try the next one
+	nextReplayOther              // replay policy: the same request on another target
+	nextReplaySame               // replay policy: the same request on the same target
+	nextRetrySame                // retry the same target once, after retryIn
+	nextOtherModel               // context_length_exceeded: the next target serving another model
+	nextStop                     // the replay policy said no: no further target; the client gets the failure
+	nextContinue                 // after content: continue the client's stream on the next target (continuation.go)
+	nextContinueSame             // after content: the target refused the prefill; restart it
 )
 
 // attemptResult is how one upstream attempt ended.
@@ -172,14 +197,14 @@ type attemptResult struct {
 
 // forward sends req to its targets until one answers: the matching route's
 // targets in order, or without a route every usable upstream as the pool
-// chooses. Before the client has seen anything, failures follow the
-// failure table (README, "Routes and fallbacks"): a short Retry-After is
-// waited out on the same target, a 500/502/connect failure is retried once
-// on the same target, capacity and overload move on (cooling the target
-// down), a silent target is cancelled and left, context_length_exceeded
-// moves on only to another model, and failures that arrive as the stream's
-// first events are replayed as the replay policy says. Attempts are bounded
-// (candidates.limit); a pinned request never leaves its owner.
+// chooses. Before the client has seen anything, every failure is put to
+// the replay policy (askReplay), whose default is the failure table
+// (hostabi/ABI.md §3.2, README "Routes and fallbacks"): the same target
+// again after Retry-After or a short backoff (nextRetrySame, at most once
+// per target and only while the attempt budget still covers every other
+// target), the next target (cooling the failed one down), or no more
+// targets. Attempts are bounded (candidates.limit); a pinned request never
+// leaves its owner.
 func (s *Server) forward(ctx context.Context, out responder, req *clientRequest, start time.Time) {
 	c := s.candidatesFor(req)
 	limit := c.limit(s.opts.MaxAttempts)
@@ -190,8 +215,10 @@ func (s *Server) forward(ctx context.Context, out responder, req *clientRequest,
 	var lastErr *apierr.Error
 	replays := 0
 	replayPending := false
-	retried := map[upstream.Target]bool{}
-	var again *upstream.Target // the target of a same-target retry or replay
+	retried := map[upstream.Target]bool{}  // the host's bound: one same-target retry per target
+	sameTries := map[upstream.Target]int{} // same-target retries and replays, for the policy
+	var again *upstream.Target             // the target of a same-target retry or replay
+attempts:
 	for attempt := 0; attempt < limit; attempt++ {
 		var t upstream.Target
 		if again != nil {
@@ -202,8 +229,12 @@ func (s *Server) forward(ctx context.Context, out responder, req *clientRequest,
 				break
 			}
 		}
-		try := &tryState{target: t, route: c.route, retry: !retried[t] && attempt+1+c.remaining(t) < limit, altModel: c.altModel(t)}
+		try := &tryState{target: t, route: c.route, retry: !retried[t] && attempt+1+c.remaining(t) < limit,
+			cands: c, attempt: attempt, limit: limit, sameTries: sameTries[t]}
 		req.try, req.body = try, bodyFor(req, orig, t, bodies)
+		if req.rescue != nil { // content reached the client: this attempt continues its stream
+			s.prepareContinuation(req, try, t)
+		}
 		res := s.attempt(ctx, out, req, t.Upstream, replays, start)
 		if res.next == nextDone {
 			s.settle(t, try)
@@ -215,6 +246,7 @@ func (s *Server) forward(ctx context.Context, out responder, req *clientRequest,
 		}
 		if res.next == nextRetrySame && try.retry {
 			retried[t] = true
+			sameTries[t]++
 			if try.fail != nil {
 				s.targetM.failed(t, try.fail.Class) // counted; the circuit hears the retry's outcome
 			}
@@ -226,9 +258,16 @@ func (s *Server) forward(ctx context.Context, out responder, req *clientRequest,
 			again = &t
 			continue
 		}
+		if (res.next == nextContinue || res.next == nextContinueSame) && attempt+1 >= limit {
+			limit++ // a continuation takes a target of its own; each target is continued at most twice
+		}
 		switch res.next {
+		case nextContinueSame:
+			again = &t
+			continue
 		case nextReplaySame:
 			replays++
+			sameTries[t]++
 			again = &t
 			continue // the replay is the same target's probe, if it was one
 		case nextReplayOther:
@@ -237,6 +276,11 @@ func (s *Server) forward(ctx context.Context, out responder, req *clientRequest,
 		case nextOtherModel:
 			c.skipModel[t.Model] = true
 			replayPending = false
+		case nextStop:
+			replayPending = false
+			c.tried[t] = true
+			s.settle(t, try)
+			break attempts
 		default:
 			replayPending = false
 		}
@@ -244,6 +288,10 @@ func (s *Server) forward(ctx context.Context, out responder, req *clientRequest,
 		s.settle(t, try)
 	}
 	if ctx.Err() != nil {
+		return
+	}
+	if req.rescue != nil { // no target left to continue on: the failure that started it
+		s.giveUp(s.clientStreamOf(ctx, out, req, start), req)
 		return
 	}
 	if req.pinned != nil {
@@ -365,6 +413,9 @@ func (s *Server) sendHTTP(upCtx context.Context, idle *time.Timer, req *clientRe
 func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest, u *upstream.Upstream, replays int, start time.Time) attemptResult {
 	if !req.ep.chat && u.Config().Protocol == upstream.ProtocolChat {
 		if conv := s.convertForChat(ctx, req); conv.err != nil {
+			if tryOf(req).cont != nil { // a continuation target that cannot take the request
+				return s.continuationFailed(ctx, s.clientStreamOf(ctx, out, req, start), req, u, hostabi.FailureClientError, conv.err.Code, 0, conv.err.Message)
+			}
 			out.fail(req, conv.err, failInvalid)
 			return attemptResult{next: nextDone}
 		}
@@ -383,6 +434,9 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 	sendCtx, stopFirstByte := s.firstByteTimer(upCtx, cancel, req)
 	ans, err := s.send(sendCtx, idle, req, u)
 	stopFirstByte()
+	if res, ok := s.continuationAnswer(ctx, upCtx, out, req, u, ans, err, start); ok {
+		return res // a continuation target that failed before its stream
+	}
 	if err != nil {
 		if res, silent := s.silentTarget(ctx, upCtx, req, u, err); silent {
 			return res
@@ -405,6 +459,8 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 	// replay policy.
 	cs := s.clientStreamOf(ctx, out, req, start)
 	p := &pump{s: s, cs: cs, ctx: ctx, upCtx: upCtx, req: req, u: u, src: ans.src, surface: req.surface(), replayable: true}
+	stopStall := s.armContinuation(cs, p, cancel) // after content: stall bound, splicing
+	defer stopStall()
 	detach := cs.attach(ans)
 	defer detach()
 	s.metrics.activeStreams.Inc()
@@ -413,6 +469,9 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 	first, err := ans.src.Next()
 	stopFirstToken()
 	if res, silent := s.silentTarget(ctx, upCtx, req, u, err); silent {
+		if tryOf(req).cont != nil {
+			return s.continuationFailed(ctx, cs, req, u, hostabi.FailureFirstToken, "", 0, res.why)
+		}
 		return res
 	}
 	end := p.run(first, err)
@@ -453,47 +512,49 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 		p.replayable = false // not replayed: the event is the stream's
 		end = p.run(end.ev, nil)
 	}
+	if end.after != nil { // a failure after content: continue the stream elsewhere?
+		if res, ok := s.continueAfter(ctx, cs, req, u, ans, p, end.after, replays); ok {
+			return res
+		}
+		p.armed = false // not continued: it ends the stream as it always did
+		end = p.run(end.after.ev, end.after.err)
+	}
+	if c := tryOf(req).cont; c != nil {
+		s.rescueOutcome(req, c.kind, rescueOutcomeOf(end.reason))
+	}
 	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "ok").Inc()
 	cs.finish(end.reason)
 	reusable = p.cleanEnd
 	return attemptResult{next: nextDone}
 }
 
-// replay asks the replay policy about a failure that arrived before
-// response.created. replay is false when the request is not replayed.
+// replay asks the replay policy about a failure that arrived before the
+// client saw anything (Phase before_content): an error event or
+// response.failed as the stream's first events (after the held-back
+// lifecycle), or a stream that broke before its first event (code
+// "transport"). replay is false when the request is not replayed: the
+// caller then passes the failure on.
 func (s *Server) replay(ctx context.Context, out responder, req *clientRequest, u *upstream.Upstream, replays int,
 	ans *upstreamAnswer, code string, status int, msg string) (attemptResult, bool) {
 	try := tryOf(req)
-	switch {
-	case code == "context_length_exceeded" && try.altModel:
-		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "context_length").Inc()
-		return attemptResult{next: nextOtherModel, why: "context_length_exceeded before response.created: trying another model"}, true
-	case upstream.IsOverloadedCode(code):
-		f := upstream.Failure{Class: "overloaded", Reason: "stream error " + code}
-		f.Hint, _ = upstream.RetryAfter(nil, msg, time.Now())
-		try.fail = &f
-	case isCapacity(code, status):
+	in := hostabi.ReplayInput{Phase: hostabi.PhaseBeforeContent, FailureClass: eventClass(code, status), Code: code, HTTPStatus: status,
+		ReplayCount: replays, PendingRequests: ans.pending}
+	hint, _ := upstream.RetryAfter(nil, msg, time.Now())
+	in.RetryAfterMillis = hint.Milliseconds()
+	switch in.FailureClass { // the target's cooldown (upstream package), whatever the verdict
+	case hostabi.FailureOverloaded:
+		try.fail = &upstream.Failure{Class: "overloaded", Reason: "stream error " + code, Hint: hint}
+	case hostabi.FailureRateLimit, hostabi.FailureQuota:
 		f := upstream.CapacityFailure(nil, msg, code, status, time.Now(), "stream error "+code)
 		try.fail = &f
 	}
-	in := hostabi.ReplayInput{Surface: req.surface(), Upstream: u.Name(), Code: code, HTTPStatus: status, ReplayCount: replays,
-		PendingRequests: ans.pending, HasPreviousResponseID: req.previousResponseID != ""}
-	if req.pinned != nil {
-		in.PinnedOwner = req.pinned.Name()
-	}
-	if d, ok := upstream.RetryAfter(nil, msg, time.Now()); ok {
-		in.RetryAfterMillis = d.Milliseconds()
-	}
-	v := s.policy.Replay(ctx, in)
-	if v.PenaltyMillis > 0 { // the policy's cooldown for the target, honoured like a Retry-After
-		if try.fail == nil {
-			try.fail = &upstream.Failure{Class: "replay_penalty", Reason: "replay penalty after " + code}
-		}
-		try.fail.Hint = max(try.fail.Hint, time.Duration(v.PenaltyMillis)*time.Millisecond)
-	}
 	why := "failed before response.created: " + code
-	switch v.Verdict {
+	switch s.askReplay(ctx, req, u, in) {
 	case hostabi.ReplayOtherUpstream:
+		if in.FailureClass == hostabi.FailureContextLength {
+			s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "context_length").Inc()
+			return attemptResult{next: nextOtherModel, why: "context_length_exceeded before response.created: trying another model"}, true
+		}
 		if req.pinned != nil {
 			s.failClosed(out, req, failOwnerUnavailable, http.StatusServiceUnavailable,
 				fmt.Sprintf("the upstream that owns previous_response_id failed (%s) and a pinned request is not replayed elsewhere; retry later", code))
@@ -510,11 +571,36 @@ func (s *Server) replay(ctx context.Context, out responder, req *clientRequest, 
 	return attemptResult{}, false
 }
 
-// transportFailure handles an attempt that got no answer at all. A
-// connection that failed (refused, reset) before the headers is retried
-// once on the same target after a short jittered backoff, then the upstream
-// cools down (connect failures are per upstream); a header timeout is the
-// target's and is not retried.
+// eventClass is the failure class (hostabi.Failure*) of an error-shaped
+// event before content; code "transport" is a stream that broke before its
+// first event.
+func eventClass(code string, status int) string {
+	switch {
+	case code == "transport":
+		return hostabi.FailureCut
+	case code == "context_length_exceeded":
+		return hostabi.FailureContextLength
+	case upstream.IsOverloadedCode(code) || status == http.StatusServiceUnavailable || status == 529:
+		return hostabi.FailureOverloaded
+	case isCapacity(code, status):
+		if code != "" && code != "rate_limit_exceeded" && upstream.IsQuotaCode(code) {
+			return hostabi.FailureQuota
+		}
+		return hostabi.FailureRateLimit
+	case status >= 500 || code == "server_error":
+		return hostabi.FailureServerError
+	case status >= 400:
+		return hostabi.FailureClientError
+	}
+	return hostabi.FailureErrorEvent
+}
+
+// transportFailure handles an attempt that got no answer at all: a
+// connection that failed (refused, reset) before the headers (class
+// transport: by default retried once on the same target after a short
+// jittered backoff, then the upstream cools down, as connect failures are
+// per upstream), or a header timeout (class first_byte: the target's, by
+// default never retried).
 func (s *Server) transportFailure(ctx, upCtx context.Context, out responder, req *clientRequest, u *upstream.Upstream, err error) attemptResult {
 	if ctx.Err() != nil { // the client went away
 		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "client_gone").Inc()
@@ -526,22 +612,29 @@ func (s *Server) transportFailure(ctx, upCtx context.Context, out responder, req
 	}
 	why := s.scrub.String(upstream.RedactError(err))
 	try := tryOf(req)
+	in := hostabi.ReplayInput{Phase: hostabi.PhaseBeforeHeaders, FailureClass: hostabi.FailureTransport, Code: "transport"}
 	var ne net.Error
 	var oe *net.OpError
 	if errors.As(err, &ne) && ne.Timeout() && !(errors.As(err, &oe) && oe.Op == "dial") {
 		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "header_timeout").Inc()
 		try.fail = &upstream.Failure{Class: "timeout", Reason: why}
 		s.log.Warn("upstream timed out before its headers", "upstream", u.Name(), "error", why)
-		return attemptResult{next: nextFailover, why: why}
+		in.FailureClass, in.Code = hostabi.FailureFirstByte, "first_byte_timeout"
+	} else {
+		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "transport_error").Inc()
+		s.log.Warn("upstream transport failure", "upstream", u.Name(), "error", why)
+		try.connect = true
 	}
-	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "transport_error").Inc()
-	s.log.Warn("upstream transport failure", "upstream", u.Name(), "error", why)
-	try.connect = true
-	return attemptResult{next: nextRetrySame, retryIn: s.pool.RetryBackoff(), why: why}
+	return s.rescue(ctx, req, u, in, why, nil)
 }
 
-// statusFailure handles a non-2xx upstream answer: fail over on capacity,
-// auth and server errors; otherwise let the recover policy decide.
+// statusFailure handles a non-2xx upstream answer. It classifies the
+// failure, charges the target (cooldowns and circuits stay in the upstream
+// package) and asks the replay policy (Phase before_headers). When the
+// policy says no, a 4xx of the request's own (a content filter, another
+// client error, context_length_exceeded) goes to the recover policy and
+// passes through unchanged unless it recovers; any other failure ends the
+// request with what forward reports.
 func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRequest, u *upstream.Upstream, ans *upstreamAnswer) attemptResult {
 	perr, _ := apierr.Parse(ans.body)
 	perr.Status = ans.status
@@ -554,6 +647,8 @@ func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRe
 	status := ans.status
 	try := tryOf(req)
 	why := fmt.Sprintf("HTTP %d %s", status, firstNonEmpty(perr.Code, perr.Message))
+	in := hostabi.ReplayInput{Phase: hostabi.PhaseBeforeHeaders, Code: perr.Code, HTTPStatus: status}
+	var clientErr *apierr.Error
 	switch {
 	case status == http.StatusTooManyRequests || upstream.IsQuotaCode(perr.Code):
 		f := upstream.CapacityFailure(ans.header, perr.Message, perr.Code, status, time.Now(), fmt.Sprintf("HTTP %d %s", status, perr.Code))
@@ -566,23 +661,22 @@ func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRe
 		if ce.Status != http.StatusTooManyRequests {
 			ce.Status = http.StatusTooManyRequests
 		}
-		res := attemptResult{next: nextFailover, why: fmt.Sprintf("HTTP %d %s", status, perr.Code), clientErr: &ce}
-		if f.Hint > 0 && f.Hint <= s.opts.RetryMaxWait {
-			// A short wait: sit it out and ask the same target again, once.
-			res.next, res.retryIn = nextRetrySame, f.Hint
+		clientErr, why = &ce, fmt.Sprintf("HTTP %d %s", status, perr.Code)
+		in.FailureClass, in.RetryAfterMillis = hostabi.FailureRateLimit, f.Hint.Milliseconds()
+		if f.Class == "quota" {
+			in.FailureClass = hostabi.FailureQuota
 		}
-		return res
 	case (status == http.StatusUnauthorized || status == http.StatusForbidden || upstream.IsAuthCode(perr.Code)) && u.Config().APIKey != "":
 		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "auth_failure").Inc()
 		s.pool.MarkFailed(u, fmt.Sprintf("HTTP %d %s", status, perr.Code))
-		return attemptResult{next: nextFailover, why: fmt.Sprintf("HTTP %d: the upstream rejected the gateway's credentials", status)}
+		why, in.FailureClass = fmt.Sprintf("HTTP %d: the upstream rejected the gateway's credentials", status), hostabi.FailureAuth
 	case status == http.StatusServiceUnavailable || status == 529 || upstream.IsOverloadedCode(perr.Code):
-		// Overloaded: the next target at once; a hint cools this one down.
+		// Overloaded: by default the next target at once; a hint cools this one down.
 		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "overloaded").Inc()
 		f := upstream.Failure{Class: "overloaded", Reason: why}
 		f.Hint, _ = upstream.RetryAfter(ans.header, perr.Message, time.Now())
 		try.fail = &f
-		return attemptResult{next: nextFailover, why: why}
+		in.FailureClass, in.RetryAfterMillis = hostabi.FailureOverloaded, f.Hint.Milliseconds()
 	case status >= 500:
 		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "server_error").Inc()
 		f := upstream.Failure{Class: "server_error", Reason: why}
@@ -591,16 +685,22 @@ func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRe
 			f.Class = "timeout"
 		}
 		try.fail = &f
-		if (status == http.StatusInternalServerError || status == http.StatusBadGateway) && (f.Hint == 0 || f.Hint <= s.opts.RetryMaxWait) {
-			// One retry on the same target after a short jittered backoff.
-			return attemptResult{next: nextRetrySame, retryIn: max(f.Hint, s.pool.RetryBackoff()), why: why}
-		}
-		return attemptResult{next: nextFailover, why: why}
-	case perr.Code == "context_length_exceeded" && try.altModel:
+		in.FailureClass, in.RetryAfterMillis = hostabi.FailureServerError, f.Hint.Milliseconds()
+	case perr.Code == "context_length_exceeded":
+		in.FailureClass = hostabi.FailureContextLength
+	default:
+		in.FailureClass = hostabi.FailureClientError
+	}
+	res := s.rescue(ctx, req, u, in, why, clientErr)
+	own := in.FailureClass == hostabi.FailureClientError || in.FailureClass == hostabi.FailureContextLength
+	switch {
+	case res.next == nextOtherModel:
 		// A larger context may serve it: the next target of another model
 		// (never this model again).
 		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "context_length").Inc()
-		return attemptResult{next: nextOtherModel, why: why}
+		return res
+	case res.next != nextStop || !own:
+		return res
 	}
 	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "client_error").Inc()
 	verdict := s.policy.Recover(ctx, hostabi.RecoverInput{Surface: req.surface(), Upstream: u.Name(), HTTPStatus: status,

@@ -27,6 +27,10 @@ type eventSink interface {
 	Event(name string, data []byte) error
 	// Done writes the Chat Completions [DONE] sentinel.
 	Done() error
+	// KeepAlive tells the client the stream is alive while nothing else is
+	// written (an SSE comment line, a WebSocket ping, which may take up to
+	// timeout to be answered; it does not block for it).
+	KeepAlive(timeout time.Duration) error
 }
 
 // sseSink writes SSE to an HTTP client. With auto off it leaves flushing to
@@ -69,6 +73,16 @@ func (s *sseSink) wrote() error {
 		return s.Flush()
 	}
 	return nil
+}
+
+// KeepAlive writes the SSE comment line ": keepalive", which readers
+// skip, and flushes it.
+func (s *sseSink) KeepAlive(time.Duration) error {
+	if err := s.w.WriteComment("keepalive"); err != nil {
+		return err
+	}
+	s.dirty = true
+	return s.Flush()
 }
 
 // Flush sends what was written since the last flush.
@@ -133,6 +147,18 @@ type pump struct {
 	replayable bool
 	malformed  int // consecutive malformed events
 
+	// armed: a failure after content goes back to the attempt (end.after),
+	// which may continue the stream on another target (continuation.go);
+	// once it declined, events are handled here.
+	armed bool
+	cont  bool // this attempt continues a stream (its events are spliced)
+	// stall bounds the silence between events once content flows (the
+	// route's stall; nil: the idle timeout alone).
+	stall       *time.Timer
+	stallD      time.Duration
+	stallOn     bool
+	sentContent bool
+
 	responseID string         // the upstream's response id (anchors, logs)
 	anchor     *pendingAnchor // the response's anchor write, once response.created was seen
 	cleanEnd   bool           // the upstream ended the response itself (its connection may be reused)
@@ -146,6 +172,9 @@ type pumpEnd struct {
 	unseen bool
 	ev     sse.Event // unseen: the error-shaped event (a copy)
 	err    error     // unseen: the read error
+	// after: a failure after content, for the attempt to continue the
+	// stream elsewhere (or, with p.armed = false, run(after.ev, after.err)).
+	after *afterFailure
 }
 
 // run handles ev (or the read error err) and every later event until the
@@ -165,7 +194,16 @@ func (p *pump) run(ev sse.Event, err error) pumpEnd {
 		if stop {
 			return end
 		}
+		if p.stall != nil {
+			p.stallOn = p.stallOn || p.sentContent || p.cont
+			if p.stallOn {
+				p.stall.Reset(p.stallD)
+			}
+		}
 		ev, err = p.src.Next()
+		if p.stallOn {
+			p.stall.Stop()
+		}
 	}
 }
 
@@ -192,6 +230,11 @@ func (p *pump) readEnded(err error) pumpEnd {
 		return pumpEnd{reason: p.cs.done()}
 	}
 	reason, e := p.readFailure(err)
+	if p.rescuable() {
+		if end, ok := p.afterRead(err, reason, e); ok {
+			return end
+		}
+	}
 	return pumpEnd{reason: p.terminate(reason, e)}
 }
 
@@ -202,6 +245,8 @@ func (p *pump) readFailure(err error) (string, *apierr.Error) {
 		return reasonDrain, apierr.StreamIncomplete("the gateway is shutting down; retry the request")
 	case errors.Is(cause, errIdleTimeout):
 		return reasonIdle, apierr.StreamIncomplete("the upstream sent nothing for %s", p.s.opts.IdleTimeout)
+	case errors.Is(cause, errStallTimeout):
+		return reasonStall, apierr.StreamIncomplete("the upstream sent nothing for %s after the answer started", p.stallD)
 	case errors.Is(err, sse.ErrEventTooLarge):
 		return reasonOversize, apierr.StreamIncomplete("the upstream sent an event larger than %d bytes", p.s.opts.MaxEventBytes)
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
@@ -244,10 +289,17 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 		if p.unseen() {
 			return p.unseenEvent(ev)
 		}
+		if p.rescuable() {
+			return p.afterEvent(ev, ev.Error, gjson.Result{})
+		}
 		return ended(p.upstreamError(ev.Error, "error"))
 	}
 	if ev.Done {
-		return ended(p.terminate(reasonCut, apierr.StreamIncomplete("the upstream ended the stream without a terminal event")))
+		e := apierr.StreamIncomplete("the upstream ended the stream without a terminal event")
+		if p.rescuable() {
+			return pumpEnd{after: &afterFailure{class: hostabi.FailureCut, reason: reasonCut, cause: e, ev: ev.Clone()}}, true
+		}
+		return ended(p.terminate(reasonCut, e))
 	}
 	if !p.wellFormed(ev.Data) {
 		return p.malformedEvent("an unparseable event")
@@ -266,6 +318,9 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 		if p.unseen() {
 			return p.unseenEvent(ev)
 		}
+		if p.rescuable() {
+			return p.afterEvent(ev, ev.Data, gjson.Result{})
+		}
 		return ended(p.upstreamError(ev.Data, typ))
 	case "response.created":
 		p.responseID = strings.Clone(f.response.Get("id").Str)
@@ -274,9 +329,13 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 		}
 	case "response.completed", "response.incomplete":
 		p.confirmAnchor(f.response)
+		p.confirmRescue()
 	case "response.failed":
 		if p.unseen() {
 			return p.unseenEvent(ev)
+		}
+		if p.rescuable() {
+			return p.afterEvent(ev, []byte(f.response.Get("error").Raw), f.response.Get("usage"))
 		}
 		e := f.response.Get("error")
 		verdict := p.s.policy.Recover(p.ctx, hostabi.RecoverInput{Surface: p.surface, Upstream: p.u.Name(), EventType: typ,
@@ -302,6 +361,10 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 		err = p.cs.lifecycle(name, ev.Data, &f)
 	default:
 		err = p.cs.send(name, ev.Data, &f)
+		p.sentContent = true
+	}
+	if errors.Is(err, errDiverged) {
+		return ended(reasonDiverged)
 	}
 	if err != nil {
 		return ended(reasonClientGone)
@@ -386,11 +449,18 @@ func (p *pump) handleChat(ev sse.Event) (pumpEnd, bool) {
 		if p.unseen() {
 			return p.unseenEvent(ev)
 		}
+		if p.rescuable() {
+			return p.afterEvent(ev, ev.Error, gjson.Result{})
+		}
 		return ended(p.chatError(ev.Error))
 	}
 	if ev.Done {
 		if !p.cs.finished() {
-			return ended(p.terminate(reasonCut, apierr.StreamIncomplete("the upstream ended the stream before a finish chunk")))
+			e := apierr.StreamIncomplete("the upstream ended the stream before a finish chunk")
+			if p.rescuable() {
+				return pumpEnd{after: &afterFailure{class: hostabi.FailureCut, reason: reasonCut, cause: e, ev: ev.Clone()}}, true
+			}
+			return ended(p.terminate(reasonCut, e))
 		}
 		return ended(p.cs.done())
 	}
@@ -418,6 +488,9 @@ func (p *pump) handleChat(ev sse.Event) (pumpEnd, bool) {
 		if p.unseen() {
 			return p.unseenEvent(ev)
 		}
+		if p.rescuable() {
+			return p.afterEvent(ev, ev.Data, usage)
+		}
 		return ended(p.chatError(ev.Data))
 	}
 	finish := false
@@ -428,8 +501,12 @@ func (p *pump) handleChat(ev sse.Event) (pumpEnd, bool) {
 		return true
 	})
 	if err := p.cs.sendChat(ev.Data, finish, usage); err != nil {
+		if errors.Is(err, errDiverged) {
+			return ended(reasonDiverged)
+		}
 		return ended(reasonClientGone)
 	}
+	p.sentContent = true
 	return pumpEnd{}, false
 }
 

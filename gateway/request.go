@@ -47,6 +47,9 @@ type clientRequest struct {
 	memory             *sessionMemory     // the WebSocket session's store:false turns
 	chat               *chatConversion    // the request converted for Chat upstreams
 	try                *tryState          // the attempt in flight (forward sets it; see targets.go)
+	rescue             *rescueState       // continuation after content, once decided (continuation.go)
+	key                *keyEntry          // the client's Sluice key (auth.go); nil: none, its credential passes through
+	meta               *reqMeta           // what the request did, for usage, limits and the access log (usage.go)
 }
 
 // recordable reports whether the response may later be named by

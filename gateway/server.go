@@ -111,8 +111,16 @@ type Options struct {
 	Transport http.RoundTripper
 	// Ready reports extra readiness conditions (e.g. policies loaded).
 	Ready func() bool
+	// StoreHealth, when set, reports whether a store that lives in a
+	// server (Redis) answers; /readyz shows it as "store". It does not make
+	// the gateway unready: every replica shares that store, and requests
+	// without previous_response_id are still served while it is down
+	// (continuity fails closed).
+	StoreHealth func() error
 	// Admin mounts extra admin handlers, keyed by path (e.g. "/admin/policies").
 	Admin map[string]http.Handler
+	// AdminPost mounts extra admin handlers for POST (e.g. "/admin/record").
+	AdminPost map[string]http.Handler
 	// AdminToken, when set, is required as "Authorization: Bearer <token>"
 	// on every /admin/ endpoint (they reveal upstreams, policies and owners).
 	AdminToken string
@@ -120,6 +128,9 @@ type Options struct {
 	// X-Real-IP headers are believed (see ParseTrustedProxies); every other
 	// peer's are replaced with what the gateway itself saw.
 	TrustedProxies []netip.Prefix
+	// Accounts: Sluice keys, their limits, usage accounting and the access
+	// log (auth.go); the zero value keeps the drop-in behaviour.
+	Accounts AccountsOptions
 }
 
 // Server is the gateway. Create it with New, serve it with Serve or mount
@@ -141,6 +152,7 @@ type Server struct {
 	bodies  *bodyBudget // memory of request bodies being read
 	rtable  *routeTable // nil without routes
 	targetM *targetMetrics
+	acct    *accounts // keys, limits, usage (auth.go)
 
 	wsMu       sync.Mutex     // orders wsSessions.Add before Shutdown's Wait
 	wsSessions sync.WaitGroup // client WebSockets (hijacked: http.Server does not track them)
@@ -247,6 +259,11 @@ func New(opts Options) (*Server, error) {
 		s.cont = &continuity{store: opts.Store, cache: newAnchorCache(opts.AnchorCacheSize), ttl: opts.AnchorTTL,
 			log: opts.Logger.Named("continuity"), m: s.metrics, now: opts.Now}
 	}
+	acct, err := newAccounts(s, opts.Accounts, opts.Registry)
+	if err != nil {
+		return nil, err
+	}
+	s.acct = acct
 	s.streamsCtx, s.cancelStreams = context.WithCancelCause(context.Background())
 	s.router = s.routes()
 	s.handler = s.router
@@ -282,7 +299,7 @@ func NewTransport(connect, header time.Duration) *http.Transport {
 }
 
 // Handler is the gateway's HTTP handler.
-func (s *Server) Handler() http.Handler { return s.handler }
+func (s *Server) Handler() http.Handler { return s.gate(s.handler) }
 
 // Registry is the registry the gateway's metrics are on.
 func (s *Server) Registry() *prometheus.Registry { return s.reg }
@@ -303,11 +320,15 @@ func (s *Server) routes() *httprouter.Router {
 		r.GET("/metrics", s.admin(func(w http.ResponseWriter, r *http.Request, _ httprouter.Params) { metricsHandler.ServeHTTP(w, r) }))
 	}
 	r.GET("/admin/upstreams", s.admin(s.handleUpstreams))
+	s.mountAdminKeys(r)
 	if s.cont != nil {
 		r.GET("/admin/continuity/:response_id", s.admin(s.handleAnchor))
 	}
 	for path, h := range s.opts.Admin {
 		r.GET(path, s.admin(func(w http.ResponseWriter, r *http.Request, _ httprouter.Params) { h.ServeHTTP(w, r) }))
+	}
+	for path, h := range s.opts.AdminPost {
+		r.POST(path, s.admin(func(w http.ResponseWriter, r *http.Request, _ httprouter.Params) { h.ServeHTTP(w, r) }))
 	}
 	r.NotFound = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		(&apierr.Error{Status: http.StatusNotFound, Type: apierr.TypeInvalidRequest, Code: apierr.CodeNotFound,
@@ -361,15 +382,25 @@ func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request, _ httprou
 }
 
 func (s *Server) handleReadyz(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
+	body := func(status string) map[string]string {
+		b := map[string]string{"status": status}
+		if s.opts.StoreHealth != nil { // the details (addresses) stay in the log and the metrics
+			b["store"] = "ok"
+			if s.opts.StoreHealth() != nil {
+				b["store"] = "unavailable"
+			}
+		}
+		return b
+	}
 	switch {
 	case s.draining.Load():
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
+		writeJSON(w, http.StatusServiceUnavailable, body("draining"))
 	case s.opts.Ready != nil && !s.opts.Ready():
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "policies not loaded"})
+		writeJSON(w, http.StatusServiceUnavailable, body("policies not loaded"))
 	case !s.pool.Healthy():
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "no healthy upstream"})
+		writeJSON(w, http.StatusServiceUnavailable, body("no healthy upstream"))
 	default:
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		writeJSON(w, http.StatusOK, body("ready"))
 	}
 }
 
@@ -428,7 +459,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func (s *Server) Serve(ln net.Listener) error {
 	ln = newLimitListener(ln, s, s.opts.MaxConnections)
 	srv := &http.Server{
-		Handler:           s.handler,
+		Handler:           s.Handler(),
 		ConnContext:       connContext,
 		ReadHeaderTimeout: s.opts.ReadHeader,
 		IdleTimeout:       120 * time.Second,

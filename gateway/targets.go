@@ -9,7 +9,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tidwall/sjson"
 
+	"github.com/sluice-gw/sluice/gateway/apierr"
 	"github.com/sluice-gw/sluice/gateway/upstream"
+	"github.com/sluice-gw/sluice/hostabi"
 )
 
 var (
@@ -20,10 +22,17 @@ var (
 // tryState is the attempt in flight, shared by forward (which decides what
 // comes next) and attempt (which says what happened).
 type tryState struct {
-	target   upstream.Target
-	route    *Route // nil without a matching route
-	retry    bool   // a same-target retry is still possible
-	altModel bool   // a later target serves another model (context_length_exceeded moves on)
+	target upstream.Target
+	route  *Route // nil without a matching route
+	retry  bool   // the host allows a same-target retry (once per target, within the attempt budget)
+
+	// Where the attempt stands, for the replay policy's facts (replayFacts).
+	cands     *candidates // nil outside forward
+	attempt   int         // 0-based attempt number of the request
+	limit     int         // the attempt bound
+	sameTries int         // same-target retries and replays already made on target
+
+	cont *contAttempt // a continuation after content (continuation.go); nil otherwise
 
 	answered bool              // the upstream answered 2xx with a body or a first event
 	fail     *upstream.Failure // charged to the target when forward moves on (or ends)
@@ -152,7 +161,7 @@ func (c *candidates) next() (upstream.Target, bool) {
 }
 
 // altModel reports whether a target after cur serves another model and is
-// usable: a context_length_exceeded on cur then moves on to it.
+// usable: a context_length_exceeded on cur may then move on to it.
 func (c *candidates) altModel(cur upstream.Target) bool {
 	for _, t := range c.list {
 		if t != cur && t.Model != cur.Model && c.eligible(t) {
@@ -192,17 +201,97 @@ func (c *candidates) remaining(cur upstream.Target) int {
 // its success, or give its half-open probe back.
 func (s *Server) settle(t upstream.Target, try *tryState) {
 	switch {
-	case try.fail != nil:
+	case try.fail != nil: // also a connect failure the replay policy gave a penalty
 		s.targetM.failed(t, try.fail.Class)
 		s.pool.TargetFailed(t, *try.fail)
-	case try.connect:
-		s.pool.TargetReleased(t)
-		s.pool.Cooldown(t.Upstream, upstream.ConnectFailureCooldown, "connect failure")
-	case try.answered:
+	case try.answered && !try.connect:
 		s.pool.TargetSucceeded(t)
 	default:
 		s.pool.TargetReleased(t)
 	}
+	if try.connect {
+		s.pool.Cooldown(t.Upstream, upstream.ConnectFailureCooldown, "connect failure")
+	}
+}
+
+// position is t's place among the request's targets: its index in the
+// route's list, or without a route the number of upstreams tried before it;
+// count is the route's targets (as the request may use them: a pinned
+// request's are its owner's) or the pool's upstreams.
+func (c *candidates) position(t upstream.Target) (index, count int) {
+	if c.list == nil {
+		return len(c.tried), len(c.s.pool.Upstreams())
+	}
+	for i, x := range c.list {
+		if x == t {
+			return i, len(c.list)
+		}
+	}
+	return len(c.tried), len(c.list)
+}
+
+// replayFacts fills in the ABI-2 facts about the target list and the
+// attempt in flight (hostabi.ReplayInput, ABI.md §3.2): the failed target's
+// position, whether an untried usable target remains within the attempt
+// budget, whether the next one serves another model, the same-target
+// retries made, retry.max_wait and the route's continuation mode.
+func (s *Server) replayFacts(req *clientRequest, in *hostabi.ReplayInput) {
+	try := tryOf(req)
+	in.Surface, in.HasPreviousResponseID = req.surface(), req.previousResponseID != ""
+	if req.pinned != nil {
+		in.PinnedOwner = req.pinned.Name()
+	}
+	in.MaxWaitMillis = s.opts.RetryMaxWait.Milliseconds()
+	in.SameTargetRetries = try.sameTries
+	in.Continuation = ContinuationAuto
+	if try.route != nil && try.route.Continuation != "" {
+		in.Continuation = try.route.Continuation
+	}
+	if c := try.cands; c != nil {
+		in.TargetIndex, in.TargetCount = c.position(try.target)
+		in.HasNextTarget = try.attempt+1 < try.limit && c.remaining(try.target) > 0
+		in.NextModelDiffers = c.list != nil && c.altModel(try.target)
+	}
+}
+
+// askReplay puts a failure to the replay policy (in carries the phase, the
+// class, the code, the status and the Retry-After; the rest is filled in
+// here) and returns what the host does (hostabi.EffectiveReplay). A penalty
+// in the answer cools the failed target down like a Retry-After would.
+func (s *Server) askReplay(ctx context.Context, req *clientRequest, u *upstream.Upstream, in hostabi.ReplayInput) hostabi.ReplayVerdict {
+	in.Upstream = u.Name()
+	s.replayFacts(req, &in)
+	out := s.policy.Replay(ctx, in)
+	if out.PenaltyMillis > 0 {
+		try := tryOf(req)
+		if try.fail == nil {
+			try.fail = &upstream.Failure{Class: "replay_penalty", Reason: "replay penalty after " + firstNonEmpty(in.Code, in.FailureClass)}
+		}
+		try.fail.Hint = max(try.fail.Hint, time.Duration(out.PenaltyMillis)*time.Millisecond)
+	}
+	return hostabi.EffectiveReplay(in, out.Verdict)
+}
+
+// rescue asks the replay policy about a failure before anything reached
+// the client and says what forward does: the same target again after
+// Retry-After (when it is within retry.max_wait) or a short jittered
+// backoff; the next target (of another model after
+// context_length_exceeded); or, for "no", no further target (nextStop).
+func (s *Server) rescue(ctx context.Context, req *clientRequest, u *upstream.Upstream, in hostabi.ReplayInput, why string, clientErr *apierr.Error) attemptResult {
+	res := attemptResult{next: nextStop, why: why, clientErr: clientErr}
+	switch s.askReplay(ctx, req, u, in) {
+	case hostabi.ReplaySameUpstream:
+		res.next, res.retryIn = nextRetrySame, s.pool.RetryBackoff()
+		if d := time.Duration(in.RetryAfterMillis) * time.Millisecond; d > 0 && d <= s.opts.RetryMaxWait {
+			res.retryIn = d
+		}
+	case hostabi.ReplayOtherUpstream:
+		res.next = nextFailover
+		if in.FailureClass == hostabi.FailureContextLength {
+			res.next = nextOtherModel
+		}
+	}
+	return res
 }
 
 // firstByteTimer cancels the attempt with errFirstByteTimeout when the
@@ -231,8 +320,8 @@ func (s *Server) firstTokenTimer(cancel context.CancelCauseFunc, req *clientRequ
 }
 
 // silentTarget handles the end of the wait for an upstream's first event:
-// a route timeout moves on to the next target (never the silent one again);
-// a first event marks the target as having answered.
+// a route timeout is put to the replay policy (timeoutFailure); a first
+// event marks the target as having answered.
 func (s *Server) silentTarget(ctx, upCtx context.Context, req *clientRequest, u *upstream.Upstream, err error) (attemptResult, bool) {
 	if err == nil {
 		tryOf(req).answered = true
@@ -243,21 +332,27 @@ func (s *Server) silentTarget(ctx, upCtx context.Context, req *clientRequest, u 
 	}
 	switch cause := context.Cause(upCtx); {
 	case errors.Is(cause, errFirstTokenTimeout):
-		return s.timeoutFailure(req, u, "first_token", tryOf(req).route.FirstToken), true
+		return s.timeoutFailure(ctx, req, u, "first_token", tryOf(req).route.FirstToken), true
 	case errors.Is(cause, errFirstByteTimeout): // fired as the headers arrived
-		return s.timeoutFailure(req, u, "first_byte", tryOf(req).route.FirstByte), true
+		return s.timeoutFailure(ctx, req, u, "first_byte", tryOf(req).route.FirstByte), true
 	}
 	return attemptResult{}, false
 }
 
-// timeoutFailure is a target that stayed silent: cancelled, charged, and
-// the request moves on without retrying it.
-func (s *Server) timeoutFailure(req *clientRequest, u *upstream.Upstream, which string, d time.Duration) attemptResult {
+// timeoutFailure is a target that stayed silent: cancelled and charged;
+// the replay policy decides what follows (by default the next target,
+// never the silent one again). A first_byte timeout is before the headers,
+// a first_token timeout before content.
+func (s *Server) timeoutFailure(ctx context.Context, req *clientRequest, u *upstream.Upstream, which string, d time.Duration) attemptResult {
 	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), which+"_timeout").Inc()
 	why := which + " timeout: nothing within " + d.String()
 	tryOf(req).fail = &upstream.Failure{Class: "timeout", Reason: why}
-	s.log.Warn("upstream target silent; trying the next", "upstream", u.Name(), "model", tryOf(req).target.Model, "timeout", which, "after", d.String())
-	return attemptResult{next: nextFailover, why: why}
+	s.log.Warn("upstream target silent", "upstream", u.Name(), "model", tryOf(req).target.Model, "timeout", which, "after", d.String())
+	in := hostabi.ReplayInput{Phase: hostabi.PhaseBeforeHeaders, FailureClass: hostabi.FailureFirstByte, Code: which + "_timeout"}
+	if which == "first_token" {
+		in.Phase, in.FailureClass = hostabi.PhaseBeforeContent, hostabi.FailureFirstToken
+	}
+	return s.rescue(ctx, req, u, in, why, nil)
 }
 
 // sleepCtx waits d unless the client leaves first (false) or the drain
@@ -344,6 +439,7 @@ func (m *targetMetrics) Collect(ch chan<- prometheus.Metric) {
 // target sends the client's model, else a copy with "model" replaced
 // (cached per model for retries and later targets).
 func bodyFor(req *clientRequest, orig []byte, t upstream.Target, cache map[string][]byte) []byte {
+	req.meta.tried(t) // one call per attempt: the access log's targets
 	if t.Model == req.model || t.Model == "" {
 		return orig
 	}

@@ -59,7 +59,8 @@ func (s *Server) handleWebSocket(w http.ResponseWriter, r *http.Request, _ httpr
 	for _, k := range []string{"Sec-Websocket-Key", "Sec-Websocket-Version", "Sec-Websocket-Extensions", "Sec-Websocket-Protocol"} {
 		header.Del(k)
 	}
-	sess := &wsSession{s: s, conn: conn, header: header, fwd: forwardingOf(r, s.opts.TrustedProxies), keyHash: clientkey.Hash(header), memory: newSessionMemory(),
+	metaOf(r).ws = true // each frame logs its own access line
+	sess := &wsSession{s: s, conn: conn, header: header, fwd: forwardingOf(r, s.opts.TrustedProxies), keyHash: clientkey.Hash(header), key: keyOf(r), memory: newSessionMemory(),
 		input: streaminput.NewAccumulator(streaminput.AccumulatorOptions{MaxBytes: s.opts.MaxWSFrameBytes, MaxJSONDepth: s.opts.MaxJSONDepth})}
 	sess.run()
 }
@@ -83,6 +84,7 @@ type wsSession struct {
 	header  http.Header
 	fwd     forwarding // the upgrade request's hop
 	keyHash string
+	key     *keyEntry      // the Sluice key of the upgrade (auth.go); its model check runs per frame
 	memory  *sessionMemory // store:false conversation turns, gone with the socket
 	input   *streaminput.Accumulator
 }
@@ -147,9 +149,12 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 	start := time.Now()
 	s := ws.s
 	out := &wsResponder{ws: ws, ctx: ctx}
+	meta := &reqMeta{start: start, method: "WS", endpoint: "/v1/responses", surface: hostabi.SurfaceWebSocket, key: ws.key}
+	defer s.accessLog(meta)
 	req := &clientRequest{ep: responsesEndpoint, stream: true}
 	fail := func(e *apierr.Error) {
 		s.metrics.requests.WithLabelValues(hostabi.SurfaceWebSocket, statusLabel(e.Status)).Inc()
+		meta.status, meta.code = e.Status, e.Code
 		out.fail(req, e, failBeforeStream)
 	}
 	if data == nil {
@@ -208,6 +213,7 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 	req.clientKeyHash = ws.keyHash
 	req.viaWebSocket = true
 	req.memory = ws.memory
+	req.key, req.meta = ws.key, meta
 	if aerr := s.rewrite(ctx, req); aerr != nil {
 		fail(aerr)
 		return
@@ -267,6 +273,17 @@ type wsSink struct{ o *wsResponder }
 
 func (k *wsSink) Event(_ string, data []byte) error { return k.o.write(data) }
 func (k *wsSink) Done() error                       { return nil }
+
+// KeepAlive pings the client. The ping waits for its pong, so it runs on
+// its own, bounded by timeout; the library serialises it with the frames.
+func (k *wsSink) KeepAlive(timeout time.Duration) error {
+	go func() {
+		ctx, cancel := context.WithTimeout(k.o.ctx, timeout)
+		defer cancel()
+		_ = k.o.ws.conn.Ping(ctx)
+	}()
+	return nil
+}
 
 // asAPIError keeps an OpenAI-style error as it is and wraps anything else.
 func asAPIError(err error) *apierr.Error {

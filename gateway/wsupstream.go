@@ -221,7 +221,7 @@ func (w *wsUpstreams) dial(ctx context.Context, req *clientRequest, u *upstream.
 	case strings.HasPrefix(url, "http://"):
 		url = "ws://" + strings.TrimPrefix(url, "http://")
 	}
-	h := upstreamHeaders(req.header, u.Config().APIKey, false, req.setHeaders, req.removeHeaders)
+	h := upstreamHeaders(req, u.Config(), false)
 	for _, k := range []string{"Content-Type", "Accept", "Sec-Websocket-Key", "Sec-Websocket-Version", "Sec-Websocket-Extensions", "Sec-Websocket-Protocol"} {
 		h.Del(k)
 	}

@@ -1,9 +1,18 @@
 package hostabi
 
-// ABIVersion is the version of the host ABI this package describes. A module
-// declares the version it was written for through its ExportABIVersion
-// export; the host loads only modules that declare exactly this version.
-const ABIVersion = 1
+// ABIVersion is the version of the host ABI this package describes, and the
+// version the Go SDK's modules declare. A module declares the version it was
+// written for through its ExportABIVersion export; the host loads modules
+// declaring any version from MinABIVersion to ABIVersion and speaks to each
+// in its own version (ABI.md §12): a version-1 module gets exactly the
+// version-1 inputs and may answer only version-1 verdicts.
+const ABIVersion = 2
+
+// MinABIVersion is the oldest ABI version the host still loads.
+const MinABIVersion = 1
+
+// SupportedABI reports whether the host loads modules declaring version v.
+func SupportedABI(v int32) bool { return v >= MinABIVersion && v <= ABIVersion }
 
 // Names a module exports (ABI.md §2).
 const (
@@ -12,7 +21,8 @@ const (
 	// ExportInitialize is the reactor initializer, called once per instance
 	// before anything else when it is exported.
 	ExportInitialize = "_initialize"
-	// ExportABIVersion is the version marker: () -> i32, must return ABIVersion.
+	// ExportABIVersion is the version marker: () -> i32, a version from
+	// MinABIVersion to ABIVersion.
 	ExportABIVersion = "sluice_abi_version"
 	// ExportAlloc reserves guest memory for a hook input: (size i32) -> ptr i32.
 	ExportAlloc = "sluice_alloc"

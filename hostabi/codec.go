@@ -190,8 +190,17 @@ func DecodeRecoverInput(b []byte) (RecoverInput, error) {
 	return in, err
 }
 
-// AppendReplayInput appends the JSON encoding of in.
+// AppendReplayInput appends the JSON encoding of in for a module of the
+// current ABIVersion.
 func AppendReplayInput(dst []byte, in ReplayInput) []byte {
+	return AppendReplayInputVersion(dst, in, ABIVersion)
+}
+
+// AppendReplayInputVersion appends the JSON encoding of in for a module
+// declaring ABI version v. Version 1 gets exactly the version-1 members
+// (the version-2 members are left out whatever their values); version 2 gets
+// them and then the version-2 members, each left out when zero.
+func AppendReplayInputVersion(dst []byte, in ReplayInput, v int32) []byte {
 	dst = append(dst, '{')
 	dst = appendStrField(dst, true, "surface", in.Surface)
 	dst = appendStrField(dst, false, "upstream", in.Upstream)
@@ -209,6 +218,51 @@ func AppendReplayInput(dst []byte, in ReplayInput) []byte {
 	}
 	if in.RetryAfterMillis != 0 {
 		dst = appendIntField(dst, false, "retry_after_ms", in.RetryAfterMillis)
+	}
+	if v < 2 {
+		return append(dst, '}')
+	}
+	if in.Phase != "" {
+		dst = appendStrField(dst, false, "phase", in.Phase)
+	}
+	if in.FailureClass != "" {
+		dst = appendStrField(dst, false, "failure_class", in.FailureClass)
+	}
+	if in.BytesSent != 0 {
+		dst = appendIntField(dst, false, "bytes_sent", in.BytesSent)
+	}
+	if in.ItemsSent != 0 {
+		dst = appendIntField(dst, false, "items_sent", int64(in.ItemsSent))
+	}
+	if in.ToolCallInFlight {
+		dst = appendBoolField(dst, false, "tool_call_in_flight", true)
+	}
+	if in.HasTools {
+		dst = appendBoolField(dst, false, "has_tools", true)
+	}
+	if in.TargetIndex != 0 {
+		dst = appendIntField(dst, false, "target_index", int64(in.TargetIndex))
+	}
+	if in.TargetCount != 0 {
+		dst = appendIntField(dst, false, "target_count", int64(in.TargetCount))
+	}
+	if in.HasNextTarget {
+		dst = appendBoolField(dst, false, "has_next_target", true)
+	}
+	if in.NextModelDiffers {
+		dst = appendBoolField(dst, false, "next_model_differs", true)
+	}
+	if in.SameTargetRetries != 0 {
+		dst = appendIntField(dst, false, "same_target_retries", int64(in.SameTargetRetries))
+	}
+	if in.MaxWaitMillis != 0 {
+		dst = appendIntField(dst, false, "max_wait_ms", in.MaxWaitMillis)
+	}
+	if in.Continuation != "" {
+		dst = appendStrField(dst, false, "continuation", in.Continuation)
+	}
+	if in.PrefillAllowed {
+		dst = appendBoolField(dst, false, "prefill_allowed", true)
 	}
 	return append(dst, '}')
 }
@@ -241,6 +295,34 @@ func DecodeReplayInput(b []byte) (ReplayInput, error) {
 			return d.str(&in.PinnedOwner, vs, ve)
 		case "retry_after_ms":
 			return d.int64(&in.RetryAfterMillis, vs, ve)
+		case "phase":
+			return d.str(&in.Phase, vs, ve)
+		case "failure_class":
+			return d.str(&in.FailureClass, vs, ve)
+		case "bytes_sent":
+			return d.int64(&in.BytesSent, vs, ve)
+		case "items_sent":
+			return d.int(&in.ItemsSent, vs, ve)
+		case "tool_call_in_flight":
+			return d.bool(&in.ToolCallInFlight, vs, ve)
+		case "has_tools":
+			return d.bool(&in.HasTools, vs, ve)
+		case "target_index":
+			return d.int(&in.TargetIndex, vs, ve)
+		case "target_count":
+			return d.int(&in.TargetCount, vs, ve)
+		case "has_next_target":
+			return d.bool(&in.HasNextTarget, vs, ve)
+		case "next_model_differs":
+			return d.bool(&in.NextModelDiffers, vs, ve)
+		case "same_target_retries":
+			return d.int(&in.SameTargetRetries, vs, ve)
+		case "max_wait_ms":
+			return d.int64(&in.MaxWaitMillis, vs, ve)
+		case "continuation":
+			return d.str(&in.Continuation, vs, ve)
+		case "prefill_allowed":
+			return d.bool(&in.PrefillAllowed, vs, ve)
 		}
 		return nil
 	})
@@ -395,15 +477,23 @@ func AppendReplayOutput(dst []byte, out ReplayOutput) []byte {
 	return append(dst, '}')
 }
 
-// DecodeReplayOutput decodes and validates a replay hook output.
+// DecodeReplayOutput decodes and validates a replay hook output of the
+// current ABIVersion.
 func DecodeReplayOutput(b []byte) (ReplayOutput, error) {
+	return DecodeReplayOutputVersion(b, ABIVersion)
+}
+
+// DecodeReplayOutputVersion decodes and validates a replay hook output of a
+// module declaring ABI version v: version 1 defines the verdicts 0 to 2,
+// version 2 adds 3 and 4.
+func DecodeReplayOutputVersion(b []byte, v int32) (ReplayOutput, error) {
 	var out ReplayOutput
 	seen := false
 	d := decoder{b: b}
 	err := d.object(func(k []byte, vs, ve int) error {
 		switch string(k) {
 		case "verdict":
-			n, err := verdictField(d.b[vs:ve], int64(ReplaySameUpstream))
+			n, err := verdictField(d.b[vs:ve], int64(maxReplayVerdict(v)))
 			if err != nil {
 				return err
 			}
@@ -430,8 +520,21 @@ func DecodeReplayOutput(b []byte) (ReplayOutput, error) {
 // ValidRecoverVerdict reports whether v is a recover verdict the ABI defines.
 func ValidRecoverVerdict(v uint32) bool { return v <= uint32(RecoverFailClosed) }
 
-// ValidReplayVerdict reports whether v is a replay verdict the ABI defines.
-func ValidReplayVerdict(v uint32) bool { return v <= uint32(ReplaySameUpstream) }
+// ValidReplayVerdict reports whether v is a replay verdict the current
+// ABIVersion defines.
+func ValidReplayVerdict(v uint32) bool { return ValidReplayVerdictVersion(v, ABIVersion) }
+
+// ValidReplayVerdictVersion reports whether v is a replay verdict ABI
+// version abi defines.
+func ValidReplayVerdictVersion(v uint32, abi int32) bool { return v <= uint32(maxReplayVerdict(abi)) }
+
+// maxReplayVerdict is the highest replay verdict of an ABI version.
+func maxReplayVerdict(abi int32) ReplayVerdict {
+	if abi < 2 {
+		return ReplaySameUpstream
+	}
+	return ReplayContinueRestart
+}
 
 // AppendRejectError appends the JSON encoding of e (the reject host
 // function's argument).

@@ -12,6 +12,7 @@ func TestCodecMatchesJSONTags(t *testing.T) {
 	pin := ReplayInput{Surface: "websocket", Upstream: "u", Code: "transport", HTTPStatus: 503, ReplayCount: 1,
 		ResponseCreatedSeen: true, ResponseIDAssigned: true, PendingRequests: 2, HasPreviousResponseID: true,
 		PinnedOwner: "o", RetryAfterMillis: 1500}
+	pin2 := fullReplayInput()
 	ctx := RewriteContext{Surface: "chat_json", Endpoint: "/v1/chat/completions", Model: "m", Stream: true, BodyBytes: 12,
 		Headers: map[string]string{"b": "2", "a": "1\n"}}
 	cases := []struct {
@@ -23,6 +24,8 @@ func TestCodecMatchesJSONTags(t *testing.T) {
 		{RecoverInput{}, AppendRecoverInput(nil, RecoverInput{}), func(b []byte) (any, error) { return DecodeRecoverInput(b) }},
 		{pin, AppendReplayInput(nil, pin), func(b []byte) (any, error) { return DecodeReplayInput(b) }},
 		{ReplayInput{}, AppendReplayInput(nil, ReplayInput{}), func(b []byte) (any, error) { return DecodeReplayInput(b) }},
+		{pin2, AppendReplayInput(nil, pin2), func(b []byte) (any, error) { return DecodeReplayInput(b) }},
+		{ReplayOutput{Verdict: ReplayContinueRestart}, AppendReplayOutput(nil, ReplayOutput{Verdict: ReplayContinueRestart}), func(b []byte) (any, error) { return DecodeReplayOutput(b) }},
 		{ctx, AppendRewriteContext(nil, ctx), func(b []byte) (any, error) { return DecodeRewriteContext(b) }},
 		{RecoverOutput{Verdict: 2, Code: "x"}, AppendRecoverOutput(nil, RecoverOutput{Verdict: 2, Code: "x"}), func(b []byte) (any, error) { return DecodeRecoverOutput(b) }},
 		{ReplayOutput{Verdict: 1, PenaltyMillis: 5}, AppendReplayOutput(nil, ReplayOutput{Verdict: 1, PenaltyMillis: 5}), func(b []byte) (any, error) { return DecodeReplayOutput(b) }},
@@ -98,4 +101,77 @@ func FuzzDecodeInputs(f *testing.F) {
 		}
 		_, _ = DecodeRejectError(b)
 	})
+}
+
+// fullReplayInput sets every member, the ABI-2 ones included.
+func fullReplayInput() ReplayInput {
+	return ReplayInput{Surface: "responses_stream", Upstream: "p", Code: "server_error", HTTPStatus: 500, ReplayCount: 1,
+		ResponseCreatedSeen: true, ResponseIDAssigned: true, PendingRequests: 1, HasPreviousResponseID: true,
+		PinnedOwner: "o", RetryAfterMillis: 1500,
+		Phase: PhaseAfterContent, FailureClass: FailureServerError, BytesSent: 1234, ItemsSent: 2, ToolCallInFlight: true,
+		HasTools: true, TargetIndex: 1, TargetCount: 3, HasNextTarget: true, NextModelDiffers: true, SameTargetRetries: 1,
+		MaxWaitMillis: 5000, Continuation: "auto", PrefillAllowed: true}
+}
+
+// TestReplayInputVersions: ABI.md §3.2's bytes, member for member. A
+// version-1 module gets exactly the version-1 encoding, whatever the
+// version-2 members hold; version 2 appends its members after them.
+func TestReplayInputVersions(t *testing.T) {
+	in := fullReplayInput()
+	const v1 = `{"surface":"responses_stream","upstream":"p","code":"server_error","http_status":500,"replay_count":1,` +
+		`"response_created_seen":true,"response_id_assigned":true,"pending_requests":1,"has_previous_response_id":true,` +
+		`"pinned_owner":"o","retry_after_ms":1500}`
+	v2 := v1[:len(v1)-1] + `,"phase":"after_content","failure_class":"server_error","bytes_sent":1234,"items_sent":2,` +
+		`"tool_call_in_flight":true,"has_tools":true,"target_index":1,"target_count":3,"has_next_target":true,` +
+		`"next_model_differs":true,"same_target_retries":1,"max_wait_ms":5000,"continuation":"auto","prefill_allowed":true}`
+	if got := string(AppendReplayInputVersion(nil, in, 1)); got != v1 {
+		t.Errorf("version 1:\n got %s\nwant %s", got, v1)
+	}
+	if got := string(AppendReplayInputVersion(nil, in, 2)); got != v2 {
+		t.Errorf("version 2:\n got %s\nwant %s", got, v2)
+	}
+	if got := string(AppendReplayInput(nil, in)); got != v2 {
+		t.Errorf("current version: %s", got)
+	}
+	// What version 1 sent for a version-1 input is what version 2 sends.
+	old := ReplayInput{Surface: "chat_json", Upstream: "u", Code: "transport"}
+	if a, b := AppendReplayInputVersion(nil, old, 1), AppendReplayInputVersion(nil, old, 2); string(a) != string(b) ||
+		string(a) != `{"surface":"chat_json","upstream":"u","code":"transport","replay_count":0,"response_created_seen":false,"response_id_assigned":false,"pending_requests":0,"has_previous_response_id":false}` {
+		t.Errorf("a version-1 input: %s / %s", a, b)
+	}
+	// A version-2 guest decodes a version-1 input (the new members zero).
+	got, err := DecodeReplayInput([]byte(v1))
+	want := in
+	want.Phase, want.FailureClass, want.BytesSent, want.ItemsSent, want.ToolCallInFlight, want.HasTools = "", "", 0, 0, false, false
+	want.TargetIndex, want.TargetCount, want.HasNextTarget, want.NextModelDiffers, want.SameTargetRetries = 0, 0, false, false, 0
+	want.MaxWaitMillis, want.Continuation, want.PrefillAllowed = 0, "", false
+	if err != nil || got != want {
+		t.Errorf("v1 input decoded by v2: %+v %v", got, err)
+	}
+}
+
+func TestReplayVerdictsByVersion(t *testing.T) {
+	for v := uint32(0); v <= 5; v++ {
+		if got, want := ValidReplayVerdictVersion(v, 1), v <= 2; got != want {
+			t.Errorf("v1 verdict %d valid=%v", v, got)
+		}
+		if got, want := ValidReplayVerdictVersion(v, 2), v <= 4; got != want {
+			t.Errorf("v2 verdict %d valid=%v", v, got)
+		}
+		b := []byte(`{"verdict":` + string(rune('0'+v)) + `}`)
+		if _, err := DecodeReplayOutputVersion(b, 1); (err == nil) != (v <= 2) {
+			t.Errorf("v1 decode %s: %v", b, err)
+		}
+		if out, err := DecodeReplayOutput(b); (err == nil) != (v <= 4) || (err == nil && uint32(out.Verdict) != v) {
+			t.Errorf("v2 decode %s: %+v %v", b, out, err)
+		}
+	}
+	if !SupportedABI(1) || !SupportedABI(2) || SupportedABI(0) || SupportedABI(3) {
+		t.Fatal("SupportedABI")
+	}
+	for v, name := range map[ReplayVerdict]string{0: "no", 1: "replay_other_upstream", 2: "replay_same_upstream", 3: "continue_prefill", 4: "continue_restart", 5: "unknown"} {
+		if v.String() != name {
+			t.Errorf("%d: %s", v, v.String())
+		}
+	}
 }

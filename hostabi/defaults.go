@@ -40,14 +40,14 @@ func DefaultRecover(in RecoverInput) RecoverOutput {
 }
 
 // DefaultReplay is the built-in replay decision. With a Phase (ABI 2) it is
-// the failure table of docs/ARCHITECTURE.md; without one, the version-1
-// rule: replay once, on another upstream, only before anything was committed
-// and only for the retryable capacity codes or a transport fault. A pinned
-// follow-up is never replayed elsewhere; a lost previous response may be
-// retried once on its owner.
+// the failure table (ABI.md §3.2): what each failure class does in each
+// phase. Without one, the version-1 rule: replay once, on another upstream,
+// only before anything was committed and only for the retryable capacity
+// codes, a transport fault or a 5xx. A pinned follow-up is never replayed
+// elsewhere; a lost previous response may be retried once on its owner.
 func DefaultReplay(in ReplayInput) ReplayOutput {
 	if in.Phase != "" {
-		return defaultRescue(in)
+		return ReplayOutput{Verdict: defaultRescue(in)}
 	}
 	if in.ReplayCount >= 1 || in.ResponseCreatedSeen || in.ResponseIDAssigned || in.PendingRequests > 0 {
 		return ReplayOutput{Verdict: ReplayNo}
@@ -64,78 +64,165 @@ func DefaultReplay(in ReplayInput) ReplayOutput {
 	return ReplayOutput{Verdict: ReplayNo}
 }
 
-// defaultRescue is the failure table (docs/ARCHITECTURE.md, "The failure
-// table"): what each failure class does in each phase.
-func defaultRescue(in ReplayInput) ReplayOutput {
-	no := ReplayOutput{Verdict: ReplayNo}
-	if in.PinnedOwner != "" {
-		// A pinned follow-up never leaves its owner; a lost previous
-		// response is retried once there.
-		if in.Code == "previous_response_not_found" && in.SameTargetRetries == 0 && in.Phase != PhaseAfterContent {
-			return ReplayOutput{Verdict: ReplaySameUpstream}
-		}
-		return no
-	}
-	if in.PendingRequests > 0 {
-		return no // another request shares the upstream connection: not ours to retry
-	}
-	if in.Phase == PhaseAfterContent {
+// defaultRescue is the failure table (ABI.md §3.2, "The failure table").
+func defaultRescue(in ReplayInput) ReplayVerdict {
+	switch in.Phase {
+	case PhaseBeforeHeaders:
+		return beforeHeaders(in)
+	case PhaseBeforeContent:
+		return beforeContent(in)
+	case PhaseAfterContent:
 		return continuation(in)
 	}
-	next := ReplayOutput{Verdict: ReplayOtherUpstream}
-	if !in.HasNextTarget {
-		next = no
+	return ReplayNo // a phase this version does not know
+}
+
+// next is the next target when there is one, else fail.
+func next(in ReplayInput) ReplayVerdict {
+	if in.HasNextTarget {
+		return ReplayOtherUpstream
 	}
-	same := ReplayOutput{Verdict: ReplaySameUpstream}
+	return ReplayNo
+}
+
+// beforeHeaders: the upstream gave no usable answer (a connect failure, a
+// non-2xx status, no headers in time). has_next_target already excludes
+// what a pinned request may not use, so no pinned rule is needed here.
+func beforeHeaders(in ReplayInput) ReplayVerdict {
+	first := in.SameTargetRetries == 0
 	switch in.FailureClass {
 	case FailureRateLimit, FailureQuota:
-		if in.RetryAfterMillis > 0 && in.RetryAfterMillis <= in.MaxWaitMillis && in.SameTargetRetries == 0 {
-			return same
+		// A short Retry-After is waited out on the same target, once;
+		// otherwise the host cools the target down and we move on.
+		if first && in.RetryAfterMillis > 0 && in.RetryAfterMillis <= in.MaxWaitMillis {
+			return ReplaySameUpstream
 		}
-		return next
-	case FailureServerError, FailureTransport:
-		if in.SameTargetRetries == 0 {
-			return same
+		return next(in)
+	case FailureServerError:
+		// 500 and 502 are retried once after a short backoff, unless the
+		// upstream asked for a longer wait than retry.max_wait; other 5xx
+		// (504, …) move on.
+		if first && (in.HTTPStatus == 500 || in.HTTPStatus == 502) && in.RetryAfterMillis <= in.MaxWaitMillis {
+			return ReplaySameUpstream
 		}
-		return next
-	case FailureOverloaded, FailureFirstByte, FailureFirstToken:
-		return next
+		return next(in)
+	case FailureTransport:
+		if first {
+			return ReplaySameUpstream
+		}
+		return next(in)
+	case FailureOverloaded, FailureFirstByte, FailureFirstToken, FailureAuth, FailureCut, FailureStall:
+		return next(in) // never the silent or overloaded target again
 	case FailureContextLength:
 		if in.NextModelDiffers {
-			return next
+			return next(in) // a larger context may serve it; never the same model
 		}
-		return no
-	case FailureCut, FailureStall:
-		return next
+		return ReplayNo
 	case FailureErrorEvent:
-		if in.Code == "" || IsReplayableCode(in.Code) || in.HTTPStatus >= 500 {
-			return next
+		if retryableEvent(in) {
+			return next(in)
 		}
-		return no
 	}
-	return no
+	return ReplayNo // client errors (content filters, other 4xx) and unknown classes pass through
+}
+
+// beforeContent: the upstream answered 2xx but failed before the client saw
+// anything (the lifecycle events are held back), so a replay is invisible.
+// As in version 1 there is one replay per request, and it is answered even
+// when no next target is known: the host then fails the request with the
+// retryable upstream_unavailable instead of the first upstream's error.
+func beforeContent(in ReplayInput) ReplayVerdict {
+	switch in.FailureClass {
+	case FailureContextLength:
+		if in.NextModelDiffers {
+			return next(in)
+		}
+		return ReplayNo
+	case FailureFirstToken, FailureFirstByte:
+		return next(in) // the silent target is left, not retried
+	}
+	if in.PendingRequests > 0 {
+		return ReplayNo // another request shares the upstream connection: not ours to retry
+	}
+	if in.PinnedOwner != "" {
+		// A pinned follow-up never leaves its owner; a lost previous
+		// response is retried there once.
+		if in.Code == "previous_response_not_found" && in.ReplayCount == 0 {
+			return ReplaySameUpstream
+		}
+		return ReplayNo
+	}
+	if in.ReplayCount >= 1 {
+		return ReplayNo
+	}
+	switch in.FailureClass {
+	case FailureRateLimit, FailureQuota, FailureOverloaded, FailureServerError, FailureTransport, FailureCut, FailureStall:
+		return ReplayOtherUpstream
+	case FailureErrorEvent:
+		if retryableEvent(in) {
+			return ReplayOtherUpstream
+		}
+	}
+	return ReplayNo
+}
+
+// retryableEvent reports whether an error event of no known class is worth
+// another target: no code at all, a capacity code, server_error or a 5xx.
+func retryableEvent(in ReplayInput) bool {
+	return in.Code == "" || in.Code == "server_error" || IsReplayableCode(in.Code) || in.HTTPStatus >= 500
 }
 
 // continuation decides how content already sent is rescued: by a prefill
 // (the text sent goes as a trailing assistant message) where the route and
-// the next target allow it and no tool call is involved, else by a restart.
-func continuation(in ReplayInput) ReplayOutput {
-	if in.Continuation == "off" || !in.HasNextTarget {
-		return ReplayOutput{Verdict: ReplayNo}
+// the next target allow it and no tool is involved, else by a restart.
+func continuation(in ReplayInput) ReplayVerdict {
+	if in.Continuation == "off" || !in.HasNextTarget || in.PinnedOwner != "" || in.PendingRequests > 0 {
+		return ReplayNo
 	}
 	switch in.FailureClass {
 	case FailureCut, FailureStall, FailureTransport, FailureServerError, FailureOverloaded, FailureRateLimit, FailureQuota:
 	case FailureErrorEvent:
-		if in.Code != "" && !IsReplayableCode(in.Code) && in.HTTPStatus < 500 && in.Code != "server_error" {
-			return ReplayOutput{Verdict: ReplayNo}
+		if !retryableEvent(in) {
+			return ReplayNo
 		}
 	default:
-		return ReplayOutput{Verdict: ReplayNo}
+		return ReplayNo // client errors, context length: another target would fail the same way
 	}
 	// A request with tools is never continued by a text prefill: the next
 	// target would answer in prose instead of calling the tool.
 	if in.Continuation == "restart" || !in.PrefillAllowed || in.ToolCallInFlight || in.HasTools {
-		return ReplayOutput{Verdict: ReplayContinueRestart}
+		return ReplayContinueRestart
 	}
-	return ReplayOutput{Verdict: ReplayContinuePrefill}
+	return ReplayContinuePrefill
+}
+
+// EffectiveReplay is what the host does with a policy's verdict v for the
+// failure in (ABI.md §3.2, "What the host does with a verdict"):
+//
+//   - before content (and without a phase) the continue verdicts mean
+//     ReplayOtherUpstream: the client has seen nothing to continue;
+//   - after content only the continue verdicts continue: ReplayOtherUpstream,
+//     ReplaySameUpstream and unknown verdicts mean ReplayNo (sending the
+//     request again as if nothing had been sent would give the client the
+//     answer twice), as does any verdict when the route's continuation is
+//     off; and a prefill becomes a restart when the route's continuation is
+//     restart, the next target takes no prefill, the request has tools or a
+//     tool call was in flight (the next target would answer in prose).
+func EffectiveReplay(in ReplayInput, v ReplayVerdict) ReplayVerdict {
+	if in.Phase != PhaseAfterContent {
+		switch v {
+		case ReplayContinuePrefill, ReplayContinueRestart:
+			return ReplayOtherUpstream
+		case ReplayNo, ReplayOtherUpstream, ReplaySameUpstream:
+			return v
+		}
+		return ReplayNo
+	}
+	if in.Continuation == "off" || (v != ReplayContinuePrefill && v != ReplayContinueRestart) {
+		return ReplayNo
+	}
+	if v == ReplayContinuePrefill && (in.Continuation == "restart" || !in.PrefillAllowed || in.ToolCallInFlight || in.HasTools) {
+		return ReplayContinueRestart
+	}
+	return v
 }

@@ -61,8 +61,11 @@ type RecoverOutput struct {
 	Message string         `json:"message,omitempty"`
 }
 
-// ReplayInput is the context of a request that failed before its response was
-// committed to the client.
+// ReplayInput is the context of a failed upstream attempt. In ABI version 1
+// it described only failures before the response was committed to the
+// client (the version-1 members); ABI version 2 adds the phase, the failure
+// class and the target list, and asks about every failure the gateway could
+// rescue (ABI.md §3.2).
 type ReplayInput struct {
 	Surface               string `json:"surface"`
 	Upstream              string `json:"upstream"`
@@ -76,20 +79,20 @@ type ReplayInput struct {
 	PinnedOwner           string `json:"pinned_owner,omitempty"` // the owner upstream of previous_response_id, if known
 	RetryAfterMillis      int64  `json:"retry_after_ms,omitempty"`
 
-	// ABI 2: the facts of the rescue table (docs/ARCHITECTURE.md, "The
-	// failure table"). A version-1 host leaves them zero: Phase "" means the
-	// version-1 meaning (a failure before response.created).
+	// ABI 2: the facts of the failure table (ABI.md §3.2). They are never
+	// sent to a version-1 module; Phase "" means the version-1 meaning (a
+	// failure before response.created, DefaultReplay's version-1 rule).
 	Phase            string `json:"phase,omitempty"`         // PhaseBeforeHeaders, PhaseBeforeContent or PhaseAfterContent
 	FailureClass     string `json:"failure_class,omitempty"` // one of the Failure* constants
 	BytesSent        int64  `json:"bytes_sent,omitempty"`    // bytes of output text and arguments the client already has
 	ItemsSent        int    `json:"items_sent,omitempty"`    // output items the client already saw added
 	ToolCallInFlight bool   `json:"tool_call_in_flight,omitempty"`
-	HasTools         bool   `json:"has_tools,omitempty"`       // the request carries tools
+	HasTools         bool   `json:"has_tools,omitempty"`       // the request carries tools (after content)
 	TargetIndex      int    `json:"target_index,omitempty"`    // 0-based position of the failed target in the route
 	TargetCount      int    `json:"target_count,omitempty"`    // targets in the route (upstreams, without routes)
-	HasNextTarget    bool   `json:"has_next_target,omitempty"` // an untried, usable target remains
-	// NextModelDiffers: the next target serves a different model (a larger
-	// context may help after context_length_exceeded).
+	HasNextTarget    bool   `json:"has_next_target,omitempty"` // an untried, usable target remains, within the attempt budget
+	// NextModelDiffers: a remaining usable target serves a different model
+	// (a larger context may help after context_length_exceeded).
 	NextModelDiffers  bool   `json:"next_model_differs,omitempty"`
 	SameTargetRetries int    `json:"same_target_retries,omitempty"` // retries already made on the failed target
 	MaxWaitMillis     int64  `json:"max_wait_ms,omitempty"`         // retry.max_wait: the longest Retry-After worth waiting
@@ -99,8 +102,8 @@ type ReplayInput struct {
 
 // Phases of a failure, by what the client had seen (ABI 2).
 const (
-	PhaseBeforeHeaders = "before_headers" // no upstream answer at all (connect error, status error, first-byte timeout)
-	PhaseBeforeContent = "before_content" // the upstream answered, the client has seen nothing (held-back lifecycle at most)
+	PhaseBeforeHeaders = "before_headers" // no usable answer: a connect error, a non-2xx status, a first-byte timeout
+	PhaseBeforeContent = "before_content" // the upstream answered 2xx, the client has seen nothing (held-back lifecycle at most)
 	PhaseAfterContent  = "after_content"  // content reached the client: only a continuation can rescue it
 )
 
@@ -108,17 +111,18 @@ const (
 // FailureOther: new classes may be added without a version change.
 const (
 	FailureTransport     = "transport"      // connect refused or reset before headers
-	FailureServerError   = "server_error"   // HTTP 500/502 and other 5xx but 503
-	FailureOverloaded    = "overloaded"     // HTTP 503, or an overloaded code
+	FailureServerError   = "server_error"   // HTTP 5xx other than 503/529, or a server_error event
+	FailureOverloaded    = "overloaded"     // HTTP 503/529, or an overloaded code
 	FailureRateLimit     = "rate_limit"     // HTTP 429 or rate_limit_exceeded
 	FailureQuota         = "quota"          // insufficient_quota and the other quota codes
 	FailureFirstByte     = "first_byte"     // no response headers within the route's first_byte timeout
 	FailureFirstToken    = "first_token"    // no content event within the route's first_token timeout
 	FailureContextLength = "context_length" // context_length_exceeded
 	FailureClientError   = "client_error"   // any other 4xx, content filters included
+	FailureAuth          = "auth"           // the upstream refused the gateway's own credentials (401/403 or an auth code): it is parked
 	FailureCut           = "cut"            // the stream closed or broke without a terminal event
 	FailureStall         = "stall"          // no event within the route's stall timeout
-	FailureErrorEvent    = "error_event"    // an error event or response.failed with another code
+	FailureErrorEvent    = "error_event"    // an error event or response.failed with another code (or none)
 	FailureOther         = "other"
 )
 
@@ -130,8 +134,9 @@ const (
 	ReplayNo            ReplayVerdict = 0 // fail: the client gets the failure
 	ReplayOtherUpstream ReplayVerdict = 1 // send the request to the next target
 	ReplaySameUpstream  ReplayVerdict = 2 // retry the same target (after Retry-After or a short backoff)
-	// ABI 2, after content only: continue on the next target and splice its
-	// output into the client's stream.
+	// ABI 2, after content: continue on the next target and splice its
+	// output into the client's stream (before content they mean
+	// ReplayOtherUpstream: there is nothing to continue; see EffectiveReplay).
 	ReplayContinuePrefill ReplayVerdict = 3 // the text already sent goes as a trailing assistant message
 	ReplayContinueRestart ReplayVerdict = 4 // the original request again; output suppressed until it matches what was sent
 )

@@ -29,8 +29,11 @@ type Trace struct {
 
 // TraceStep is one module's part in a decision.
 type TraceStep struct {
-	Policy   string        `json:"policy"`
-	Outcome  string        `json:"outcome"` // ok, defer, error, fault, canceled, busy, tripped
+	Policy string `json:"policy"`
+	// Outcome: ok, defer, error, fault, canceled, busy, tripped, or skipped
+	// (a version-1 module is not asked about a failure of a phase version 1
+	// did not ask about; ABI.md §12).
+	Outcome  string        `json:"outcome"`
 	Error    string        `json:"error,omitempty"`
 	Duration time.Duration `json:"duration_ns"`
 }
@@ -46,9 +49,10 @@ const (
 	outCanceled
 	outBusy
 	outTripped
+	outSkipped
 )
 
-var outcomeNames = [...]string{"ok", "defer", "error", "fault", "canceled", "busy", "tripped"}
+var outcomeNames = [...]string{"ok", "defer", "error", "fault", "canceled", "busy", "tripped", "skipped"}
 
 func (o outcome) String() string { return outcomeNames[o] }
 
@@ -82,10 +86,15 @@ func (v *version) invoke(ctx context.Context, h int, input []byte, rw *rewriteCa
 	start := time.Now()
 	hm := v.hm[h]
 	step := TraceStep{Policy: v.name}
+	// Waiting for an instance is bounded like a call; the call's own
+	// deadline starts once it has one, so a lazily created instance (a few
+	// ms, far more under the race detector) does not eat the call's time.
+	wctx, wcancel := v.rt.callContext(ctx)
+	inst, err := v.get(wctx)
+	wcancel()
 	cctx, cancel := v.rt.callContext(ctx)
 	defer cancel()
 	cctx = withState(cctx, &callState{v: v, hook: hookNames[h], rw: rw})
-	inst, err := v.get(cctx)
 	if err != nil {
 		v.st.errors.Add(1)
 		hm.canceled.Inc()
@@ -240,7 +249,10 @@ func (r *Runtime) fallback(hook int, reason string) {
 // Recover asks the recover policies about an upstream error. It never fails:
 // without a policy answer it returns hostabi.DefaultRecover(in).
 func (r *Runtime) Recover(ctx context.Context, in hostabi.RecoverInput) hostabi.RecoverOutput {
-	out, _ := r.RecoverTrace(ctx, in)
+	out, tr := r.RecoverTrace(ctx, in)
+	if r.recording.Load() {
+		r.recordRecover(in, out, tr)
+	}
 	return out
 }
 
@@ -248,12 +260,12 @@ func (r *Runtime) Recover(ctx context.Context, in hostabi.RecoverInput) hostabi.
 func (r *Runtime) RecoverTrace(ctx context.Context, in hostabi.RecoverInput) (hostabi.RecoverOutput, Trace) {
 	var input []byte
 	var out hostabi.RecoverOutput
-	tr, decided := r.decide(ctx, hRecover, func() []byte {
+	tr, decided := r.decide(ctx, hRecover, func(*version) []byte {
 		if input == nil {
 			input = hostabi.AppendRecoverInput(make([]byte, 0, 256), in)
 		}
 		return input
-	}, func(res uint64, mem memView) (resultKind, error) {
+	}, func(_ *version, res uint64, mem memView) (resultKind, error) {
 		var kind resultKind
 		var err error
 		out, kind, err = decodeRecoverResult(res, mem)
@@ -268,23 +280,37 @@ func (r *Runtime) RecoverTrace(ctx context.Context, in hostabi.RecoverInput) (ho
 // Replay asks the replay policies whether a failed request may be sent
 // again. Without a policy answer it returns hostabi.DefaultReplay(in).
 func (r *Runtime) Replay(ctx context.Context, in hostabi.ReplayInput) hostabi.ReplayOutput {
-	out, _ := r.ReplayTrace(ctx, in)
+	out, tr := r.ReplayTrace(ctx, in)
+	if r.recording.Load() {
+		r.recordReplay(in, out, tr)
+	}
 	return out
 }
 
 // ReplayTrace is Replay that also tells who decided.
+//
+// Each module gets the input of the ABI version it declares (ABI.md §12): a
+// version-1 module gets exactly the version-1 members and may answer only
+// the version-1 verdicts, and it is asked only about what version 1 asked
+// about, failures before content (Phase "" or PhaseBeforeContent); for
+// before_headers and after_content failures it is skipped, as if it had
+// deferred.
 func (r *Runtime) ReplayTrace(ctx context.Context, in hostabi.ReplayInput) (hostabi.ReplayOutput, Trace) {
-	var input []byte
+	var inputs [hostabi.ABIVersion + 1][]byte // by ABI version
 	var out hostabi.ReplayOutput
-	tr, decided := r.decide(ctx, hReplay, func() []byte {
-		if input == nil {
-			input = hostabi.AppendReplayInput(make([]byte, 0, 256), in)
+	tr, decided := r.decide(ctx, hReplay, func(v *version) []byte {
+		if v.abi < 2 && in.Phase != "" && in.Phase != hostabi.PhaseBeforeContent {
+			return nil // not asked
 		}
-		return input
-	}, func(res uint64, mem memView) (resultKind, error) {
+		abi := min(max(v.abi, hostabi.MinABIVersion), hostabi.ABIVersion)
+		if inputs[abi] == nil {
+			inputs[abi] = hostabi.AppendReplayInputVersion(make([]byte, 0, 512), in, abi)
+		}
+		return inputs[abi]
+	}, func(v *version, res uint64, mem memView) (resultKind, error) {
 		var kind resultKind
 		var err error
-		out, kind, err = decodeReplayResult(res, mem)
+		out, kind, err = decodeReplayResult(res, mem, v.abi)
 		return kind, err
 	})
 	if !decided {
@@ -294,19 +320,30 @@ func (r *Runtime) ReplayTrace(ctx context.Context, in hostabi.ReplayInput) (host
 }
 
 // decide asks the modules exporting hook h in order until one decides. It
-// reports false when the built-in default must be used.
-func (r *Runtime) decide(ctx context.Context, h int, input func() []byte,
-	decode func(uint64, memView) (resultKind, error)) (Trace, bool) {
+// reports false when the built-in default must be used. input returns a
+// module's input, nil when the module is not to be asked (skipped like a
+// defer); decode reads its result.
+func (r *Runtime) decide(ctx context.Context, h int, input func(v *version) []byte,
+	decode func(v *version, r uint64, mem memView) (resultKind, error)) (Trace, bool) {
 	var tr Trace
+	asked := 0
 	for attempt := 0; attempt < 4; attempt++ {
 		set := r.active.Load()
 		tr.Steps = tr.Steps[:0]
+		asked = 0
 		retry := false
 		for _, v := range set.byHook[h] {
 			if !v.acquire() { // swapped out since we loaded the set
 				retry = true
 				break
 			}
+			b := input(v)
+			if b == nil {
+				v.release()
+				tr.Steps = append(tr.Steps, TraceStep{Policy: v.name, Outcome: outSkipped.String()})
+				continue
+			}
+			asked++
 			if v.tripped.Load() {
 				v.release()
 				v.hm[h].tripped.Inc()
@@ -315,7 +352,7 @@ func (r *Runtime) decide(ctx context.Context, h int, input func() []byte,
 				r.fallback(h, outTripped.fallbackReason())
 				return tr, false
 			}
-			step := v.invoke(ctx, h, input(), nil, decode)
+			step := v.invoke(ctx, h, b, nil, func(res uint64, mem memView) (resultKind, error) { return decode(v, res, mem) })
 			v.release()
 			tr.Steps = append(tr.Steps, step)
 			switch step.Outcome {
@@ -334,7 +371,7 @@ func (r *Runtime) decide(ctx context.Context, h int, input func() []byte,
 		}
 	}
 	tr.Outcome = "default"
-	if len(tr.Steps) == 0 {
+	if asked == 0 {
 		r.fallback(h, "no_policy")
 	} else {
 		r.fallback(h, "deferred")
@@ -346,7 +383,10 @@ func (r *Runtime) decide(ctx context.Context, h int, input func() []byte,
 // sees the previous edits and a reject stops the chain. A policy that faults
 // or errs has its own edits dropped. Body is nil when nothing changed.
 func (r *Runtime) Rewrite(ctx context.Context, in hostabi.RewriteInput) hostabi.RewriteOutput {
-	out, _ := r.RewriteTrace(ctx, in)
+	out, tr := r.RewriteTrace(ctx, in)
+	if r.recording.Load() {
+		r.recordRewrite(in, out, tr)
+	}
 	return out
 }
 

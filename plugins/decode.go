@@ -73,8 +73,9 @@ func decodeRecoverResult(r uint64, mem memView) (hostabi.RecoverOutput, resultKi
 	return out, resDecided, nil
 }
 
-// decodeReplayResult decodes a replay hook's i64 result.
-func decodeReplayResult(r uint64, mem memView) (hostabi.ReplayOutput, resultKind, error) {
+// decodeReplayResult decodes a replay hook's i64 result from a module of
+// ABI version abi (version 1 defines fewer verdicts).
+func decodeReplayResult(r uint64, mem memView, abi int32) (hostabi.ReplayOutput, resultKind, error) {
 	kind, ptr, n := hostabi.UnpackResult(r)
 	switch kind {
 	case hostabi.ResultKindDefer:
@@ -82,8 +83,8 @@ func decodeReplayResult(r uint64, mem memView) (hostabi.ReplayOutput, resultKind
 	case hostabi.ResultKindError:
 		return hostabi.ReplayOutput{}, resError, nil
 	case hostabi.ResultKindVerdict:
-		if !hostabi.ValidReplayVerdict(n) {
-			return hostabi.ReplayOutput{}, resDecided, fmt.Errorf("%w: replay verdict %d", errInvalidOutput, n)
+		if !hostabi.ValidReplayVerdictVersion(n, abi) {
+			return hostabi.ReplayOutput{}, resDecided, fmt.Errorf("%w: replay verdict %d (ABI version %d)", errInvalidOutput, n, abi)
 		}
 		return hostabi.ReplayOutput{Verdict: hostabi.ReplayVerdict(n)}, resDecided, nil
 	}
@@ -91,7 +92,7 @@ func decodeReplayResult(r uint64, mem memView) (hostabi.ReplayOutput, resultKind
 	if err != nil {
 		return hostabi.ReplayOutput{}, resDecided, err
 	}
-	out, err := hostabi.DecodeReplayOutput(b)
+	out, err := hostabi.DecodeReplayOutputVersion(b, abi)
 	if err != nil {
 		return hostabi.ReplayOutput{}, resDecided, fmt.Errorf("%w: %v", errInvalidOutput, err)
 	}

@@ -47,12 +47,27 @@ func TestDecodeResults(t *testing.T) {
 		}
 	}
 	rj := `{"verdict":1,"penalty_ms":30000}`
-	rout, _, err := decodeReplayResult(hostabi.PackPtrLen(1024, uint32(len(rj))), mem(rj))
-	if err != nil || rout.Verdict != hostabi.ReplayOtherUpstream || rout.PenaltyMillis != 30000 {
-		t.Fatal(rout, err)
+	for abi := int32(1); abi <= 2; abi++ {
+		rout, _, err := decodeReplayResult(hostabi.PackPtrLen(1024, uint32(len(rj))), mem(rj), abi)
+		if err != nil || rout.Verdict != hostabi.ReplayOtherUpstream || rout.PenaltyMillis != 30000 {
+			t.Fatal(rout, err)
+		}
+		if _, _, err := decodeReplayResult(hostabi.PackPtrLen(1024, 26), mem(`{"verdict":1,"penalty_ms":-5}`), abi); err == nil {
+			t.Fatal("negative penalty accepted")
+		}
 	}
-	if _, _, err := decodeReplayResult(hostabi.PackPtrLen(1024, 26), mem(`{"verdict":1,"penalty_ms":-5}`)); err == nil {
-		t.Fatal("negative penalty accepted")
+	// The continue verdicts are ABI 2's: a version-1 module answering them
+	// faults, bare or in JSON.
+	for _, r := range []uint64{3, 4, hostabi.PackPtrLen(1024, 13)} {
+		if _, _, err := decodeReplayResult(r, mem(`{"verdict":4}`), 1); !errors.Is(err, errInvalidOutput) {
+			t.Errorf("v1 %#x: %v", r, err)
+		}
+		if out, _, err := decodeReplayResult(r, mem(`{"verdict":4}`), 2); err != nil || out.Verdict < 3 {
+			t.Errorf("v2 %#x: %+v %v", r, out, err)
+		}
+	}
+	if _, _, err := decodeReplayResult(5, nil, 2); !errors.Is(err, errInvalidOutput) {
+		t.Errorf("verdict 5 accepted: %v", err)
 	}
 	for r, want := range map[uint64]resultKind{0: resDecided, hostabi.ResultDefer: resDefer, hostabi.ResultError: resError} {
 		if k, err := decodeRewriteResult(r); err != nil || k != want {
@@ -88,13 +103,15 @@ func FuzzDecodeReplayResult(f *testing.F) {
 	f.Add(uint64(2), []byte{})
 	f.Add(hostabi.PackPtrLen(1, 30), []byte(" {\"verdict\":1,\"penalty_ms\":30}"))
 	f.Fuzz(func(t *testing.T, r uint64, m []byte) {
-		out, kind, err := decodeReplayResult(r, byteMem(m))
-		_, ptr, n := hostabi.UnpackResult(r)
-		if err == nil && kind == resDecided && ptr != 0 && uint64(ptr)+uint64(n) > uint64(len(m)) {
-			t.Fatalf("accepted an output outside memory: %#x", r)
-		}
-		if err == nil && (!hostabi.ValidReplayVerdict(uint32(out.Verdict)) || out.PenaltyMillis < 0) {
-			t.Fatalf("accepted %+v", out)
+		for abi := int32(1); abi <= hostabi.ABIVersion; abi++ {
+			out, kind, err := decodeReplayResult(r, byteMem(m), abi)
+			_, ptr, n := hostabi.UnpackResult(r)
+			if err == nil && kind == resDecided && ptr != 0 && uint64(ptr)+uint64(n) > uint64(len(m)) {
+				t.Fatalf("accepted an output outside memory: %#x", r)
+			}
+			if err == nil && (!hostabi.ValidReplayVerdictVersion(uint32(out.Verdict), abi) || out.PenaltyMillis < 0) {
+				t.Fatalf("ABI %d accepted %+v", abi, out)
+			}
 		}
 	})
 }

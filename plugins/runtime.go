@@ -38,9 +38,15 @@ type Options struct {
 	// PolicyDir is watched for *.wasm files; "" means embedded defaults only.
 	// It is created when missing.
 	PolicyDir string
-	// CacheDir holds wazero's compilation cache; "" means
-	// os.UserCacheDir()/sluice/wasm (the CLI maps --wasm-cache-dir here).
+	// CacheDir holds wazero's compilation cache (the CLI maps
+	// wasm_cache_dir here); New fails when it cannot be written. "" means
+	// DefaultCacheDir when it can be written, else FallbackCacheDir, else
+	// memory, with one warning naming wasm_cache_dir.
 	CacheDir string
+	// FallbackCacheDir is the compilation cache when CacheDir is "" and the
+	// user cache dir cannot be written (HOME unset or read-only, as under
+	// systemd or in containers); the CLI passes <data_dir>/wasm-cache.
+	FallbackCacheDir string
 	// Embedded maps file names ("recover.wasm") to module bytes, loaded first
 	// as defaults; a PolicyDir file with the same name overrides one.
 	Embedded map[string][]byte
@@ -51,8 +57,13 @@ type Options struct {
 	Logger hclog.Logger
 	// PoolSize bounds the instances per module; 0 = 2×GOMAXPROCS.
 	PoolSize int
-	// Prewarm is the number of instances created per module at load (the
-	// first synchronously, the rest in the background); 0 = min(2, PoolSize).
+	// Prewarm is the number of instances kept per module at load (the
+	// first is the one that ran the load checks, the rest are created in
+	// the background). 0 (or negative) = none: the load-time instance is
+	// closed after the checks and instances are created by the first calls
+	// that need them (about 4–5 ms each for the embedded Go policies, see
+	// BenchmarkInstantiate), which keeps an idle gateway small (each Go
+	// instance holds a few MiB of linear memory).
 	Prewarm int
 	// CallTimeout bounds every hook call (the request's own deadline applies
 	// when sooner); 0 = 50ms.
@@ -63,6 +74,15 @@ type Options struct {
 	FaultsBeforeRollback int
 	// Debounce is the quiet time after a file event before rescanning; 0 = 100ms.
 	Debounce time.Duration
+	// RecordDir, when set, receives every hook call the gateway makes (the
+	// input, the verdict and who gave it) as JSONL, keys and ids redacted
+	// (see Record); recording starts on and SetRecording toggles it.
+	RecordDir string
+	// RecordFileBytes rotates a recording file past this size; 0 =
+	// DefaultRecordFileBytes. RecordFiles is how many files are kept; 0 =
+	// DefaultRecordFiles.
+	RecordFileBytes int64
+	RecordFiles     int
 }
 
 // Defaults of Options.
@@ -118,6 +138,10 @@ type Runtime struct {
 	watchDone chan struct{}
 	bgMu      sync.Mutex
 	bg        sync.WaitGroup
+
+	rec       *recorder   // nil without Options.RecordDir
+	recording atomic.Bool // rec is on: the hook entry points record
+	recordErr atomic.Bool // a write error was logged
 }
 
 // background runs f in a goroutine that Close waits for; it does nothing
@@ -169,12 +193,64 @@ func newArtifact(source string, data []byte) *artifact {
 }
 
 // DefaultCacheDir is where the compilation cache lives when Options.CacheDir
-// is empty.
+// is empty: the user cache dir's sluice/wasm, or "" when there is no user
+// cache dir (HOME and XDG_CACHE_HOME unset).
 func DefaultCacheDir() string {
 	if d, err := os.UserCacheDir(); err == nil {
 		return filepath.Join(d, "sluice", "wasm")
 	}
-	return filepath.Join(os.TempDir(), "sluice-wasm-cache")
+	return ""
+}
+
+// openCache opens the compilation cache: in CacheDir when set, else in the
+// first writable of DefaultCacheDir and FallbackCacheDir, else in memory.
+// Only the fallbacks warn, once.
+func openCache(o Options, log hclog.Logger) (wazero.CompilationCache, error) {
+	if o.CacheDir != "" {
+		if err := writableDir(o.CacheDir); err != nil {
+			return nil, fmt.Errorf("plugins: wasm_cache_dir: %w", err)
+		}
+		return wazero.NewCompilationCacheWithDir(o.CacheDir)
+	}
+	def := DefaultCacheDir()
+	var why error = errors.New("no user cache dir (HOME is not set)")
+	if def != "" {
+		if why = writableDir(def); why == nil {
+			var c wazero.CompilationCache
+			if c, why = wazero.NewCompilationCacheWithDir(def); why == nil {
+				return c, nil
+			}
+		}
+	}
+	using := "memory"
+	var cache wazero.CompilationCache
+	if o.FallbackCacheDir != "" {
+		if err := writableDir(o.FallbackCacheDir); err == nil {
+			if c, err := wazero.NewCompilationCacheWithDir(o.FallbackCacheDir); err == nil {
+				cache, using = c, o.FallbackCacheDir
+			}
+		}
+	}
+	if cache == nil {
+		cache = wazero.NewCompilationCache()
+	}
+	log.Warn("the user cache dir cannot hold the Wasm compilation cache; set wasm_cache_dir to choose one",
+		"wasm_cache_dir", using, "reason", why.Error())
+	return cache, nil
+}
+
+// writableDir creates dir when missing and checks a file can be written in it.
+func writableDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".write-check-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	_ = f.Close()
+	return os.Remove(name)
 }
 
 func (o Options) withDefaults() Options {
@@ -184,10 +260,7 @@ func (o Options) withDefaults() Options {
 	if o.PoolSize <= 0 {
 		o.PoolSize = 2 * runtime.GOMAXPROCS(0)
 	}
-	if o.Prewarm <= 0 {
-		o.Prewarm = min(2, o.PoolSize)
-	}
-	o.Prewarm = min(o.Prewarm, o.PoolSize)
+	o.Prewarm = min(max(o.Prewarm, 0), o.PoolSize)
 	if o.CallTimeout <= 0 {
 		o.CallTimeout = DefaultCallTimeout
 	}
@@ -200,9 +273,6 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Debounce <= 0 {
 		o.Debounce = DefaultDebounce
-	}
-	if o.CacheDir == "" {
-		o.CacheDir = DefaultCacheDir()
 	}
 	return o
 }
@@ -219,12 +289,13 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		entries:  map[string]*entry{},
 		compiled: map[string]*compiled{},
 	}
-	if err := os.MkdirAll(opts.CacheDir, 0o755); err != nil {
-		return nil, fmt.Errorf("plugins: cache dir: %w", err)
+	if opts.RecordDir != "" {
+		r.rec = newRecorder(opts)
+		r.recording.Store(true)
 	}
-	cache, err := wazero.NewCompilationCacheWithDir(opts.CacheDir)
+	cache, err := openCache(opts, r.log)
 	if err != nil {
-		return nil, fmt.Errorf("plugins: compilation cache: %w", err)
+		return nil, err
 	}
 	r.cache = cache
 	cfg := wazero.NewRuntimeConfig().
@@ -595,9 +666,10 @@ func (r *Runtime) buildFrom(ctx context.Context, e *entry, a *artifact, comp *co
 	if err != nil {
 		return fail(fmt.Errorf("sluice_abi_version: %w", err))
 	}
-	if abi != hostabi.ABIVersion {
-		return fail(fmt.Errorf("ABI version %d, this host supports %d", abi, hostabi.ABIVersion))
+	if !hostabi.SupportedABI(abi) {
+		return fail(fmt.Errorf("ABI version %d, this host supports %d to %d", abi, hostabi.MinABIVersion, hostabi.ABIVersion))
 	}
+	v.abi = abi
 	if err := checkExports(comp.cm); err != nil {
 		return fail(err)
 	}
@@ -630,10 +702,25 @@ func (r *Runtime) buildFrom(ctx context.Context, e *entry, a *artifact, comp *co
 		}
 		v.hm[h] = r.m.forHook(e.name, hookNames[h])
 	}
-	v.idle <- inst
+	if v.hooks&(hostabi.HookRecover|hostabi.HookReplay|hostabi.HookRewrite) == 0 {
+		// The module answered (sluice_hooks) that with its config it has
+		// nothing to do: it is never called, so neither an instance nor
+		// its compiled module (megabytes of decoded code and data, and the
+		// native code) is kept; a changed file is compiled anew.
+		inst.close()
+		v.tokens <- struct{}{}
+		v.dormant = true
+		r.releaseCompiled(comp)
+	} else if r.opts.Prewarm > 0 {
+		v.idle <- inst
+		v.warm(r.opts.Prewarm - 1)
+	} else {
+		// Lazy pool: the first call that needs an instance creates it.
+		inst.close()
+		v.tokens <- struct{}{}
+	}
 	e.gen++
 	v.gen = e.gen
-	v.warm(r.opts.Prewarm - 1)
 	return v, nil
 }
 
@@ -821,6 +908,9 @@ func (r *Runtime) Close(ctx context.Context) error {
 	r.bg.Wait()
 	r.bgMu.Unlock()
 	r.releasePending()
+	if r.rec != nil {
+		_ = r.SetRecording(false) // closes the file
+	}
 	if cerr := r.wrt.Close(ctx); cerr != nil && err == nil {
 		err = cerr
 	}

@@ -282,7 +282,7 @@ func TestRejectedAtLoad(t *testing.T) {
 		"notwasm":       []byte("#!/bin/sh\necho hi\n"),
 	}
 	want := map[string]string{
-		"badabi":        "ABI version 2",
+		"badabi":        "ABI version 3",
 		"selftest_fail": "self_test failed",
 		"inittrap":      "init",
 		"badimport":     "unknown host function",
@@ -414,6 +414,10 @@ func TestHotSwapUnderLoad(t *testing.T) {
 	var calls, bad atomic.Int64
 	var seen sync.Map
 	var wg sync.WaitGroup
+	stopWorkers := func() { stop.Store(true); wg.Wait() }
+	// Registered after newRuntime's Close: the workers stop first, also when
+	// a t.Fatal below ends the test while they run.
+	t.Cleanup(stopWorkers)
 	for g := 0; g < 3; g++ {
 		wg.Add(1)
 		go func() {
@@ -448,7 +452,7 @@ func TestHotSwapUnderLoad(t *testing.T) {
 	write(t, dir, "p.wasm", fixture(t, "badabi"))
 	waitFor(t, func() bool { st, _ := statusOf(r, "p"); return st.State == StateRejected })
 	st, _ := statusOf(r, "p")
-	if st.SHA256 != sha(v1) || !strings.Contains(st.LastError, "ABI version 2") {
+	if st.SHA256 != sha(v1) || !strings.Contains(st.LastError, "ABI version 3") {
 		t.Fatalf("after bad file: %+v", st)
 	}
 	time.Sleep(50 * time.Millisecond)
@@ -456,8 +460,7 @@ func TestHotSwapUnderLoad(t *testing.T) {
 	write(t, dir, "p.wasm~", []byte("junk"))
 	write(t, dir, ".p.wasm.swp", []byte("junk"))
 	time.Sleep(100 * time.Millisecond)
-	stop.Store(true)
-	wg.Wait()
+	stopWorkers()
 	if bad.Load() != 0 {
 		t.Fatalf("%d of %d calls fell back", bad.Load(), calls.Load())
 	}
@@ -509,6 +512,8 @@ func TestCloseWhileCalling(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	var stop atomic.Bool
+	stopWorkers := func() { stop.Store(true); wg.Wait() }
+	t.Cleanup(stopWorkers) // also when t.Fatal ends the test while they run
 	for g := 0; g < 4; g++ {
 		wg.Add(1)
 		go func() {
@@ -527,6 +532,5 @@ func TestCloseWhileCalling(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(20 * time.Millisecond)
-	stop.Store(true)
-	wg.Wait()
+	stopWorkers()
 }

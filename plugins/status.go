@@ -32,7 +32,7 @@ func (r *Runtime) statusOf(e *entry) statusBase {
 	s := statusBase{st: e.st}
 	s.Name, s.State, s.LastError, s.Rejected, s.Hooks = e.name, e.state, e.lastError, e.rejectedSHA, []string{}
 	if v := e.cur; v != nil {
-		s.SHA256, s.ABIVersion, s.Version = v.comp.sha, 1, v.gen
+		s.SHA256, s.ABIVersion, s.Version = v.comp.sha, int(v.abi), v.gen
 		s.Hooks = v.hooks.Names()
 		s.LoadedAt, s.Source, s.Size = v.loadedAt, v.source, len(v.data)
 	}

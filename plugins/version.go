@@ -30,10 +30,12 @@ type compiled struct {
 type version struct {
 	rt       *Runtime
 	name     string
-	source   string // "embedded" or "dir"
-	data     []byte // the module bytes (kept for rollback)
-	comp     *compiled
+	source   string    // "embedded" or "dir"
+	data     []byte    // the module bytes (kept for rollback)
+	comp     *compiled // its cm is released (closed once unshared) when dormant
+	dormant  bool      // no hook to call: no instance, compiled module released
 	hooks    hostabi.Hook
+	abi      int32 // the ABI version the module declares (ABI.md §12)
 	loadedAt time.Time
 	gen      uint64
 	config   []byte
@@ -128,7 +130,9 @@ func (v *version) tryClose() {
 		}
 		break
 	}
-	v.rt.releaseCompiled(v.comp)
+	if !v.dormant {
+		v.rt.releaseCompiled(v.comp)
+	}
 	close(v.closed)
 }
 
@@ -155,7 +159,9 @@ func (v *version) get(ctx context.Context) (*instance, error) {
 	case i := <-v.idle:
 		return i, nil
 	case <-v.tokens:
-		i, err := v.newInstance(ctx)
+		// Instantiation is bounded by initTimeout, not by the wait: an
+		// instance that is almost ready is worth finishing.
+		i, err := v.newInstance(context.WithoutCancel(ctx))
 		if err != nil {
 			v.tokens <- struct{}{}
 			return nil, err
@@ -209,6 +215,9 @@ const initTimeout = 10 * time.Second
 
 // newInstance instantiates the module and resolves its exports.
 func (v *version) newInstance(ctx context.Context) (*instance, error) {
+	if v.dormant {
+		return nil, errors.New("the policy has no hook to call (its compiled module was released)")
+	}
 	tail := &tailWriter{}
 	cfg := wazero.NewModuleConfig().
 		WithName("").

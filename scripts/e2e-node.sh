@@ -1,34 +1,52 @@
 #!/usr/bin/env bash
-# openai-node's responses.stream() helper consumes a stream Sluice converted
-# from a Chat-Completions-only upstream, two turns chained by
-# previous_response_id. Skips (exit 0) when npm cannot install openai.
+# openai-node's responses.stream() helper (npm openai, pinned below) consumes
+# streams through `sluice serve`, two turns chained by previous_response_id,
+# in front of the in-repo fake upstream (scripts/e2e-upstream: strict about
+# models and previous_response_ids) as a Responses upstream and as a
+# Chat-Completions-only one. Responses: turn 2's previous_response_id must
+# reach the upstream, naming the response it created in turn 1. Chat: Sluice
+# converts the stream and expands the chain itself.
+# Skips (exit 0) when npm cannot install openai, except in CI (CI=true),
+# where that fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cache="${SLUICE_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice-e2e}"
-if [ ! -d "$cache/node_modules/openai" ]; then
-  mkdir -p "$cache"
-  if ! (cd "$cache" && timeout 300 npm install --no-audit --no-fund --silent openai >/dev/null 2>&1); then
-    echo "e2e-node: SKIP: npm could not install openai"
-    exit 0
+. scripts/e2e-lib.sh
+
+OPENAI_NODE_VERSION=7.57.0 # pinned: bump deliberately (each version gets its own cache)
+dir="$e2e_cache/openai-node-$OPENAI_NODE_VERSION"
+[ -f "$dir/node_modules/openai/package.json" ] || npm_install e2e-node "$dir" "openai@$OPENAI_NODE_VERSION"
+got=$(node -p 'require(process.argv[1]).version' "$dir/node_modules/openai/package.json" 2>/dev/null) || true
+if [ "$got" != "$OPENAI_NODE_VERSION" ]; then
+  echo "e2e-node: FAIL: $dir has openai '$got', want $OPENAI_NODE_VERSION"
+  exit 1
+fi
+echo "e2e-node: openai-node $got"
+cp scripts/node/responses-stream.mjs "$dir/" # resolves "openai" from $dir/node_modules
+e2e_build
+
+fail=0
+for protocol in responses chat; do
+  if ! start_stack "$protocol" "$protocol"; then
+    echo "FAIL $protocol upstream: the upstream or the gateway did not start"
+    fail=1
+    continue
   fi
-fi
-work=$(mktemp -d)
-pid=""
-cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"; }
-trap cleanup EXIT
-go build -o "$work/sluice" ./cmd/sluice
-"$work/sluice" demo --listen 127.0.0.1:0 --upstream-protocol chat --log-level warn >"$work/out" 2>"$work/err" &
-pid=$!
-base=""
-for _ in $(seq 1 200); do
-  base=$(grep -o 'listening on http://[0-9.:]*' "$work/out" | head -1 | sed 's/listening on //') || true
-  [ -n "$base" ] && break
-  sleep 0.1
+  echo "---- $protocol upstream"
+  ok=1
+  node "$dir/responses-stream.mjs" "$base" || ok=0
+  if [ "$protocol" = responses ]; then
+    upstream_check chain || ok=0
+  else
+    upstream_check || ok=0
+  fi
+  if [ $ok = 1 ]; then
+    echo "PASS $protocol upstream"
+  else
+    echo "FAIL $protocol upstream"
+    tail -5 "$work/sluice-$protocol.err"
+    fail=1
+  fi
+  stop_stack
 done
-[ -n "$base" ] || { echo "e2e-node: FAIL: the demo did not start"; cat "$work/err"; exit 1; }
-cp scripts/node/responses-stream.mjs "$cache/"
-if node "$cache/responses-stream.mjs" "$base"; then
-  echo "e2e-node: PASS"
-else
-  echo "e2e-node: FAIL"; exit 1
-fi
+if [ $fail = 0 ]; then echo "e2e-node: PASS"; else echo "e2e-node: FAIL"; fi
+exit $fail

@@ -119,3 +119,44 @@ func TestJSONHelpers(t *testing.T) {
 		t.Fatal(s)
 	}
 }
+
+// TestHarnessABI2: the ABI-2 members reach the handler through the encoding
+// and the continue verdicts come back, bare and in JSON.
+func TestHarnessABI2(t *testing.T) {
+	var got sdk.ReplayInput
+	h := &sdk.Harness{Policy: sdk.Policy{Replay: func(in sdk.ReplayInput) (sdk.ReplayOutput, error) {
+		got = in
+		switch in.FailureClass {
+		case sdk.FailureCut:
+			return sdk.ReplayOutput{Verdict: sdk.ReplayContinueRestart}, nil
+		case sdk.FailureStall:
+			return sdk.ReplayOutput{Verdict: sdk.ReplayContinuePrefill, PenaltyMillis: 9}, nil
+		case "bad":
+			return sdk.ReplayOutput{Verdict: 7}, nil
+		}
+		return sdk.DefaultReplay(in), nil
+	}}}
+	in := sdk.ReplayInput{Surface: "responses_stream", Upstream: "p", Code: "transport", Phase: sdk.PhaseAfterContent,
+		FailureClass: sdk.FailureCut, BytesSent: 42, ItemsSent: 1, ToolCallInFlight: true, HasTools: true, TargetIndex: 1,
+		TargetCount: 3, HasNextTarget: true, NextModelDiffers: true, SameTargetRetries: 1, MaxWaitMillis: 5000,
+		Continuation: "restart", PrefillAllowed: true, RetryAfterMillis: 10}
+	out, deferred, err := h.Replay(in)
+	if err != nil || deferred || out.Verdict != sdk.ReplayContinueRestart || got != in {
+		t.Fatalf("%+v %v %v; handler saw %+v", out, deferred, err, got)
+	}
+	in.FailureClass = sdk.FailureStall
+	if out, _, err := h.Replay(in); err != nil || out.Verdict != sdk.ReplayContinuePrefill || out.PenaltyMillis != 9 {
+		t.Fatalf("%+v %v", out, err)
+	}
+	in.FailureClass = "bad"
+	if _, _, err := h.Replay(in); !errors.Is(err, hostabi.ErrBadVerdict) {
+		t.Fatalf("verdict 7: %v", err)
+	}
+	in = sdk.ReplayInput{Phase: sdk.PhaseBeforeHeaders, FailureClass: sdk.FailureServerError, HTTPStatus: 502, HasNextTarget: true}
+	if out, _, _ := h.Replay(in); out.Verdict != sdk.ReplaySameUpstream {
+		t.Fatalf("the table through the SDK: %+v", out)
+	}
+	if sdk.ABIVersion != 2 || sdk.EffectiveReplay(sdk.ReplayInput{Phase: sdk.PhaseBeforeContent}, sdk.ReplayContinuePrefill) != sdk.ReplayOtherUpstream {
+		t.Fatal("re-exports")
+	}
+}

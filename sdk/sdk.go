@@ -48,6 +48,19 @@ type (
 	ReplayVerdict  = hostabi.ReplayVerdict
 	RewriteContext = hostabi.RewriteContext
 	RejectError    = hostabi.RejectError
+	// RewriteInput and RewriteOutput are what Harness.Rewrite takes and
+	// returns, so a policy's tests need not import hostabi.
+	RewriteInput  = hostabi.RewriteInput
+	RewriteOutput = hostabi.RewriteOutput
+)
+
+// Surfaces (Request.Surface, RewriteInput.Surface).
+const (
+	SurfaceResponsesStream = hostabi.SurfaceResponsesStream
+	SurfaceResponsesJSON   = hostabi.SurfaceResponsesJSON
+	SurfaceChatStream      = hostabi.SurfaceChatStream
+	SurfaceChatJSON        = hostabi.SurfaceChatJSON
+	SurfaceWebSocket       = hostabi.SurfaceWebSocket
 )
 
 // Verdicts.
@@ -56,10 +69,63 @@ const (
 	Recover    = hostabi.RecoverRecover
 	FailClosed = hostabi.RecoverFailClosed
 
-	ReplayNo            = hostabi.ReplayNo
-	ReplayOtherUpstream = hostabi.ReplayOtherUpstream
-	ReplaySameUpstream  = hostabi.ReplaySameUpstream
+	ReplayNo            = hostabi.ReplayNo            // fail: the client gets the failure
+	ReplayOtherUpstream = hostabi.ReplayOtherUpstream // the next target
+	ReplaySameUpstream  = hostabi.ReplaySameUpstream  // the same target again, after Retry-After or a short backoff
+	// ABI 2, after content: continue on the next target, the text sent as a
+	// trailing assistant message (prefill) or the request again with the
+	// output suppressed until it passes what was sent (restart).
+	ReplayContinuePrefill = hostabi.ReplayContinuePrefill
+	ReplayContinueRestart = hostabi.ReplayContinueRestart
 )
+
+// ABIVersion is the ABI version a policy built with this SDK declares.
+const ABIVersion = hostabi.ABIVersion
+
+// Phases of a failure (ReplayInput.Phase, ABI 2): what the client had seen.
+// "" means a version-1 style input (a failure before response.created).
+const (
+	PhaseBeforeHeaders = hostabi.PhaseBeforeHeaders // no usable upstream answer: connect error, non-2xx status, first-byte timeout
+	PhaseBeforeContent = hostabi.PhaseBeforeContent // a 2xx answer that failed before the client saw anything
+	PhaseAfterContent  = hostabi.PhaseAfterContent  // the client has content: only a continuation rescues it
+)
+
+// Failure classes (ReplayInput.FailureClass, ABI 2). Treat a class you do
+// not know like FailureOther: classes may be added without a version change.
+const (
+	FailureTransport     = hostabi.FailureTransport     // connect refused or reset before headers
+	FailureServerError   = hostabi.FailureServerError   // HTTP 5xx but 503, a server_error event
+	FailureOverloaded    = hostabi.FailureOverloaded    // HTTP 503/529 or an overloaded code
+	FailureRateLimit     = hostabi.FailureRateLimit     // HTTP 429 or rate_limit_exceeded
+	FailureQuota         = hostabi.FailureQuota         // insufficient_quota and the other quota codes
+	FailureFirstByte     = hostabi.FailureFirstByte     // no response headers within first_byte
+	FailureFirstToken    = hostabi.FailureFirstToken    // no content event within first_token
+	FailureContextLength = hostabi.FailureContextLength // context_length_exceeded
+	FailureClientError   = hostabi.FailureClientError   // any other 4xx, content filters included
+	FailureAuth          = hostabi.FailureAuth          // the upstream refused the gateway's credentials
+	FailureCut           = hostabi.FailureCut           // the stream broke without a terminal event
+	FailureStall         = hostabi.FailureStall         // no event within the route's stall timeout
+	FailureErrorEvent    = hostabi.FailureErrorEvent    // an error event with another code (or none)
+	FailureOther         = hostabi.FailureOther
+)
+
+// DefaultReplay is the host's built-in replay decision: with a Phase the
+// failure table (hostabi/ABI.md §3.2), without one the version-1 rule. A
+// policy that changes one rule can answer everything else with it.
+func DefaultReplay(in ReplayInput) ReplayOutput { return hostabi.DefaultReplay(in) }
+
+// DefaultRecover is the host's built-in recover decision.
+func DefaultRecover(in RecoverInput) RecoverOutput { return hostabi.DefaultRecover(in) }
+
+// EffectiveReplay is what the host does with verdict v for the failure in
+// (for example, before content a continue verdict means ReplayOtherUpstream).
+func EffectiveReplay(in ReplayInput, v ReplayVerdict) ReplayVerdict {
+	return hostabi.EffectiveReplay(in, v)
+}
+
+// IsReplayableCode reports whether code is one of the capacity codes
+// (rate_limit_exceeded, insufficient_quota, …) the defaults replay.
+func IsReplayableCode(code string) bool { return hostabi.IsReplayableCode(code) }
 
 // ErrDefer, returned by a handler, means "no opinion": the host asks the next
 // policy that implements the hook and finally uses its built-in default.

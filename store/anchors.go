@@ -77,6 +77,9 @@ func validAnchor(a *Anchor) error {
 	if a.Upstream == "" {
 		return fmt.Errorf("empty upstream: %w", ErrInvalid)
 	}
+	if len(a.UpstreamID) > MaxIDLen {
+		return fmt.Errorf("upstream id of %d bytes exceeds %d: %w", len(a.UpstreamID), MaxIDLen, ErrInvalid)
+	}
 	return nil
 }
 

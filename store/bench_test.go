@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/sluice-gw/sluice/internal/redistest"
 )
 
 // benchAnchor is an anchor shaped like a real one: a Responses API id, a
@@ -242,4 +244,70 @@ func BenchmarkHistory50Turns(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(size), "history-bytes")
+}
+
+// BenchmarkBackends compares the two backends on the operations on a
+// request's path: an anchor write (made durable before response.completed)
+// and an owner lookup (GetAnchor, for every follow-up), one caller at a
+// time, with per-call p50/p99. The Redis backend runs on a local
+// redis-server without persistence (the WAIT/AOF cost is Redis's own); it
+// is skipped without redis-server.
+func BenchmarkBackends(b *testing.B) {
+	aof := backend{name: "redis-appendfsync-always", open: func(tb testing.TB, edit ...func(*Options)) (contractStore, *fakeClock) {
+		srv := redistest.Start(tb, redistest.Options{AppendFsyncAlways: true})
+		return openRedisTestOn(tb, srv.URL, edit...)
+	}}
+	for _, be := range append(allBackends, aof) {
+		b.Run(be.name, func(b *testing.B) {
+			if be.name != "pebble" && !redisAvailable() {
+				b.Skip("needs redis-server")
+			}
+			b.Run("put-anchor", func(b *testing.B) {
+				s, _ := be.open(b, func(o *Options) { o.Now = time.Now })
+				ctx := context.Background()
+				var lat latencies
+				local := make([]time.Duration, 0, b.N)
+				b.ResetTimer()
+				for i := range b.N {
+					a := benchAnchor(i, 10)
+					start := time.Now()
+					if err := s.PutAnchor(ctx, a); err != nil {
+						b.Fatal(err)
+					}
+					local = append(local, time.Since(start))
+				}
+				b.StopTimer()
+				lat.add(local)
+				lat.report(b)
+			})
+			b.Run("get-anchor", func(b *testing.B) {
+				const n = 10_000
+				s, _ := be.open(b, func(o *Options) { o.Now = time.Now })
+				ctx := context.Background()
+				ids := make([]string, n)
+				for i := range ids {
+					a := benchAnchor(i, 10)
+					ids[i] = a.ResponseID
+					if err := s.PutAnchor(ctx, a); err != nil {
+						b.Fatal(err)
+					}
+				}
+				rng := rand.New(rand.NewPCG(1, 2))
+				var lat latencies
+				local := make([]time.Duration, 0, b.N)
+				b.ResetTimer()
+				for range b.N {
+					id := ids[rng.IntN(n)]
+					start := time.Now()
+					if _, err := s.GetAnchor(ctx, id); err != nil {
+						b.Fatal(err)
+					}
+					local = append(local, time.Since(start))
+				}
+				b.StopTimer()
+				lat.add(local)
+				lat.report(b)
+			})
+		})
+	}
 }

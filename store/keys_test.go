@@ -101,6 +101,8 @@ func TestScopeKey(t *testing.T) {
 func TestValueRoundTrip(t *testing.T) {
 	a := Anchor{ResponseID: "r", Upstream: "u", ClientKeyHash: "c", ScopeKind: ScopeSession, ScopeID: "s",
 		Model: "m", CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+	aliased := a
+	aliased.UpstreamID = "r2"
 	sc := ScopeRecord{LatestResponseID: "r", Owner: "u", UpdatedAt: t0, ExpiresAt: t0.Add(time.Hour)}
 	tu := Turn{ResponseID: "r", ParentID: "p", Input: []json.RawMessage{[]byte(`{"a":1}`), {}}, Output: []json.RawMessage{},
 		CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}
@@ -115,6 +117,7 @@ func TestValueRoundTrip(t *testing.T) {
 		want   any
 	}{
 		{"anchor", encodeAnchor(&a), func(v []byte) (any, error) { return decodeAnchor("r", v) }, a},
+		{"aliased anchor", encodeAnchor(&aliased), func(v []byte) (any, error) { return decodeAnchor("r", v) }, aliased},
 		{"scope", encodeScope(&sc), func(v []byte) (any, error) { return decodeScope(v) }, sc},
 		{"turn", encodeTurn(nil, &tu), func(v []byte) (any, error) { return decodeTurn("r", v) }, tu},
 		{"session", encodeSession(&se), func(v []byte) (any, error) { return decodeSession("i", v) }, se},

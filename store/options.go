@@ -83,6 +83,12 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Dir == "" {
 		return o, fmt.Errorf("store: options: Dir is required: %w", ErrInvalid)
 	}
+	return o.withCommonDefaults(), nil
+}
+
+// withCommonDefaults sets every zero field but Dir to its default; the
+// Redis store shares these.
+func (o Options) withCommonDefaults() Options {
 	if o.AnchorTTL <= 0 {
 		o.AnchorTTL = DefaultAnchorTTL
 	}
@@ -113,5 +119,5 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return o, nil
+	return o
 }

@@ -71,6 +71,11 @@ type Anchor struct {
 	CreatedAt time.Time
 	// ExpiresAt defaults to CreatedAt + Options.AnchorTTL.
 	ExpiresAt time.Time
+	// UpstreamID is the id the owner knows this response by, when it is
+	// not ResponseID: a stream continued on another upstream after content
+	// reached the client keeps the id the client was shown, and the
+	// upstream that finished it knows only its own. Empty: ResponseID.
+	UpstreamID string
 }
 
 // ScopeRecord points a scope at its latest response.
@@ -282,30 +287,49 @@ func (d *decoder) finish() error {
 }
 
 // Anchor value: version, kind(1), upstream, client_key_hash, scope_id,
-// model, created_at, expires_at.
+// model, created_at, expires_at; then upstream_id when it is set, which the
+// kind byte's high bit (anchorHasUpstreamID) announces, so anchors without
+// one keep the original layout and a truncation is still detected.
 func encodeAnchor(a *Anchor) []byte {
 	e := encoder{buf: make([]byte, 0, 16+len(a.Upstream)+len(a.ClientKeyHash)+len(a.ScopeID)+len(a.Model))}
 	e.byte(valueVersion)
-	e.byte(byte(a.ScopeKind))
+	kind := byte(a.ScopeKind)
+	if a.UpstreamID != "" {
+		kind |= anchorHasUpstreamID
+	}
+	e.byte(kind)
 	e.string(a.Upstream)
 	e.string(a.ClientKeyHash)
 	e.string(a.ScopeID)
 	e.string(a.Model)
 	e.time(a.CreatedAt)
 	e.time(a.ExpiresAt)
+	if a.UpstreamID != "" {
+		e.string(a.UpstreamID)
+	}
 	return e.buf
 }
+
+// anchorHasUpstreamID flags, in an anchor value's kind byte, that the
+// value ends with Anchor.UpstreamID.
+const anchorHasUpstreamID = 0x80
 
 func decodeAnchor(responseID string, v []byte) (Anchor, error) {
 	d := newDecoder(v)
 	a := Anchor{ResponseID: responseID}
-	a.ScopeKind = ScopeKind(d.byte())
+	kind := d.byte()
+	a.ScopeKind = ScopeKind(kind &^ anchorHasUpstreamID)
 	a.Upstream = d.string()
 	a.ClientKeyHash = d.string()
 	a.ScopeID = d.string()
 	a.Model = d.string()
 	a.CreatedAt = d.time()
 	a.ExpiresAt = d.time()
+	if kind&anchorHasUpstreamID != 0 {
+		if a.UpstreamID = d.string(); d.err == nil && a.UpstreamID == "" {
+			d.err = fmt.Errorf("empty upstream id: %w", ErrCorrupt) // written only when set
+		}
+	}
 	return a, d.finish()
 }
 

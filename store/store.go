@@ -35,6 +35,12 @@ var (
 	ErrExists = errors.New("store: already exists")
 	// ErrCorrupt means a stored value could not be decoded.
 	ErrCorrupt = errors.New("store: corrupt value")
+	// ErrConflict means a conditional write (SharedInputSessionStore) found
+	// that another writer changed the record since the caller read it.
+	ErrConflict = errors.New("store: conflict")
+	// ErrUnavailable means the store's server cannot be reached or answered
+	// too slowly (RedisStore). It is retryable; the gateway fails closed on it.
+	ErrUnavailable = errors.New("store: unavailable")
 )
 
 // Store is the continuity store the gateway depends on: response anchors
@@ -90,6 +96,60 @@ type InputSessionStore interface {
 	DeleteInputSession(ctx context.Context, id string) error
 	// ListInputSessions returns every live session.
 	ListInputSessions(ctx context.Context) ([]InputSession, error)
+}
+
+// SharedInputSessionStore is an InputSessionStore that several gateway
+// replicas share (RedisStore): a session opened on one replica takes chunks
+// on another, so writes are conditional on the record the writer last saw,
+// and the answer to a session is kept where every replica can read it.
+type SharedInputSessionStore interface {
+	InputSessionStore
+	// PutChunkIf is PutChunk that fails with ErrConflict unless the stored
+	// record's LastActivity still equals prev (the record the caller last
+	// read or wrote). A retry of a write that already applied succeeds.
+	PutChunkIf(ctx context.Context, sessionID string, seq uint64, c Chunk, sessionUpdate InputSession, prev time.Time) error
+	// UpdateInputSessionIf is UpdateInputSession under the same condition.
+	UpdateInputSessionIf(ctx context.Context, s InputSession, prev time.Time) error
+	// AppendResult appends one part of a session's answer, at byte offset
+	// off of the parts' data (a part whose offset was already appended is
+	// skipped, so a retried append is harmless). It fails with ErrNotFound
+	// when the session is gone (deleted by any replica).
+	AppendResult(ctx context.Context, sessionID string, off int64, p ResultPart) error
+	// ReadResult returns the parts after cursor ("" is the beginning),
+	// waiting up to wait for one to arrive, and the cursor to read on from.
+	// No part within wait is not an error: it returns none and cursor.
+	ReadResult(ctx context.Context, sessionID, cursor string, wait time.Duration) ([]ResultPart, string, error)
+}
+
+// ResultPart is one piece of a streaming-input session's answer as the
+// replica running it writes it for the others.
+type ResultPart struct {
+	// Kind is ResultHead (Data: the gateway's encoding of status and
+	// headers), ResultData (answer bytes) or ResultEnd (the answer is
+	// complete; Data empty).
+	Kind byte
+	Data []byte
+}
+
+// Result part kinds.
+const (
+	ResultHead byte = 'h'
+	ResultData byte = 'd'
+	ResultEnd  byte = 'e'
+)
+
+// IsShared reports whether st is shared by several gateway replicas
+// (RedisStore): a replica must then not serve anything from a local copy
+// that another replica may have changed since.
+func IsShared(st any) bool {
+	sh, ok := st.(interface{ SharedByReplicas() bool })
+	return ok && sh.SharedByReplicas()
+}
+
+// HealthReporter is implemented by stores that depend on a server (RedisStore):
+// Health returns nil while it answers, else why not.
+type HealthReporter interface {
+	Health() error
 }
 
 var (

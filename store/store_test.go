@@ -123,154 +123,162 @@ func TestOpenCanceled(t *testing.T) {
 // TestUseAfterClose checks that every operation on a closed store returns
 // ErrClosed instead of panicking: the gateway fails closed on it.
 func TestUseAfterClose(t *testing.T) {
-	s, _ := openTest(t)
-	ctx := context.Background()
-	if err := s.PutAnchor(ctx, anchor("r1", "up1", "s1")); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.CreateInputSession(ctx, InputSession{ID: "in1"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	ops := []struct {
-		name string
-		call func() error
-	}{
-		{"PutAnchor", func() error { return s.PutAnchor(ctx, anchor("r2", "up1", "s1")) }},
-		{"GetAnchor", func() error { _, err := s.GetAnchor(ctx, "r1"); return err }},
-		{"DeleteAnchor", func() error { return s.DeleteAnchor(ctx, "r1") }},
-		{"GetScope", func() error { _, err := s.GetScope(ctx, ScopeSession, "s1"); return err }},
-		{"Sweep", func() error { _, err := s.Sweep(ctx, t0); return err }},
-		{"PutConversation", func() error { return s.PutConversation(ctx, Turn{ResponseID: "r1"}) }},
-		{"GetTurn", func() error { _, err := s.GetTurn(ctx, "r1"); return err }},
-		{"History", func() error { _, err := s.History(ctx, "r1", 0, 0); return err }},
-		{"CreateInputSession", func() error { return s.CreateInputSession(ctx, InputSession{ID: "in2"}) }},
-		{"GetInputSession", func() error { _, err := s.GetInputSession(ctx, "in1"); return err }},
-		{"UpdateInputSession", func() error { return s.UpdateInputSession(ctx, InputSession{ID: "in1"}) }},
-		{"PutChunk", func() error { return s.PutChunk(ctx, "in1", 0, Chunk{}, InputSession{}) }},
-		{"Chunks", func() error { _, err := s.Chunks(ctx, "in1"); return err }},
-		{"DeleteInputSession", func() error { return s.DeleteInputSession(ctx, "in1") }},
-		{"ListInputSessions", func() error { _, err := s.ListInputSessions(ctx); return err }},
-		{"Close", s.Close},
-	}
-	for _, op := range ops {
-		t.Run(op.name, func(t *testing.T) {
-			if err := op.call(); !errors.Is(err, ErrClosed) {
-				t.Fatalf("%s after Close: %v, want ErrClosed", op.name, err)
-			}
-		})
-	}
-	if st := s.Stats(); st.AnchorsWritten != 1 || st.DiskBytes != 0 {
-		t.Errorf("Stats after Close = %+v", st)
-	}
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s, _ := b.open(t)
+		ctx := context.Background()
+		if err := s.PutAnchor(ctx, anchor("r1", "up1", "s1")); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CreateInputSession(ctx, InputSession{ID: "in1"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		ops := []struct {
+			name string
+			call func() error
+		}{
+			{"PutAnchor", func() error { return s.PutAnchor(ctx, anchor("r2", "up1", "s1")) }},
+			{"GetAnchor", func() error { _, err := s.GetAnchor(ctx, "r1"); return err }},
+			{"DeleteAnchor", func() error { return s.DeleteAnchor(ctx, "r1") }},
+			{"GetScope", func() error { _, err := s.GetScope(ctx, ScopeSession, "s1"); return err }},
+			{"Sweep", func() error { _, err := s.Sweep(ctx, t0); return err }},
+			{"PutConversation", func() error { return s.PutConversation(ctx, Turn{ResponseID: "r1"}) }},
+			{"GetTurn", func() error { _, err := s.GetTurn(ctx, "r1"); return err }},
+			{"History", func() error { _, err := s.History(ctx, "r1", 0, 0); return err }},
+			{"CreateInputSession", func() error { return s.CreateInputSession(ctx, InputSession{ID: "in2"}) }},
+			{"GetInputSession", func() error { _, err := s.GetInputSession(ctx, "in1"); return err }},
+			{"UpdateInputSession", func() error { return s.UpdateInputSession(ctx, InputSession{ID: "in1"}) }},
+			{"PutChunk", func() error { return s.PutChunk(ctx, "in1", 0, Chunk{}, InputSession{}) }},
+			{"Chunks", func() error { _, err := s.Chunks(ctx, "in1"); return err }},
+			{"DeleteInputSession", func() error { return s.DeleteInputSession(ctx, "in1") }},
+			{"ListInputSessions", func() error { _, err := s.ListInputSessions(ctx); return err }},
+			{"Close", s.Close},
+		}
+		for _, op := range ops {
+			t.Run(op.name, func(t *testing.T) {
+				if err := op.call(); !errors.Is(err, ErrClosed) {
+					t.Fatalf("%s after Close: %v, want ErrClosed", op.name, err)
+				}
+			})
+		}
+		if st := s.Stats(); st.AnchorsWritten != 1 || st.DiskBytes != 0 {
+			t.Errorf("Stats after Close = %+v", st)
+		}
+	})
 }
 
 func TestCanceledContext(t *testing.T) {
-	s, _ := openTest(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := s.PutAnchor(ctx, anchor("r1", "up1", "s1")); !errors.Is(err, context.Canceled) {
-		t.Errorf("PutAnchor: %v", err)
-	}
-	if _, err := s.GetAnchor(ctx, "r1"); !errors.Is(err, context.Canceled) {
-		t.Errorf("GetAnchor: %v", err)
-	}
-	if _, err := s.Sweep(ctx, t0); !errors.Is(err, context.Canceled) {
-		t.Errorf("Sweep: %v", err)
-	}
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s, _ := b.open(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := s.PutAnchor(ctx, anchor("r1", "up1", "s1")); !errors.Is(err, context.Canceled) {
+			t.Errorf("PutAnchor: %v", err)
+		}
+		if _, err := s.GetAnchor(ctx, "r1"); !errors.Is(err, context.Canceled) {
+			t.Errorf("GetAnchor: %v", err)
+		}
+		if _, err := s.Sweep(ctx, t0); !errors.Is(err, context.Canceled) {
+			t.Errorf("Sweep: %v", err)
+		}
+	})
 }
 
 // TestCloseUnderLoad closes the store while writers and readers run: each
 // call either succeeds or reports ErrClosed, and nothing panics.
 func TestCloseUnderLoad(t *testing.T) {
-	s, _ := openTest(t)
-	ctx := context.Background()
-	var wg sync.WaitGroup
-	errs := make(chan error, 64)
-	for g := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				id := fmt.Sprintf("r-%d-%d", g, i)
-				err := s.PutAnchor(ctx, anchor(id, "up1", "s1"))
-				if err == nil {
-					_, err = s.GetAnchor(ctx, id)
-				}
-				if err != nil {
-					if !errors.Is(err, ErrClosed) {
-						errs <- err
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s, _ := b.open(t)
+		ctx := context.Background()
+		var wg sync.WaitGroup
+		errs := make(chan error, 64)
+		for g := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					id := fmt.Sprintf("r-%d-%d", g, i)
+					err := s.PutAnchor(ctx, anchor(id, "up1", "s1"))
+					if err == nil {
+						_, err = s.GetAnchor(ctx, id)
 					}
-					return
+					if err != nil {
+						if !errors.Is(err, ErrClosed) {
+							errs <- err
+						}
+						return
+					}
 				}
-			}
-		}()
-	}
-	time.Sleep(50 * time.Millisecond)
-	if err := s.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Errorf("operation racing Close: %v", err)
-	}
+			}()
+		}
+		time.Sleep(50 * time.Millisecond)
+		if err := s.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Errorf("operation racing Close: %v", err)
+		}
+	})
 }
 
 // TestConcurrentPutAnchor runs 200 writers at once, as 200 streams
 // finishing together would; Pebble groups their synced commits.
 func TestConcurrentPutAnchor(t *testing.T) {
-	const writers, perWriter = 200, 5
-	s, _ := openTest(t)
-	ctx := context.Background()
-	var wg sync.WaitGroup
-	errs := make(chan error, writers)
-	for w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		const writers, perWriter = 200, 5
+		s, _ := b.open(t)
+		ctx := context.Background()
+		var wg sync.WaitGroup
+		errs := make(chan error, writers)
+		for w := range writers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range perWriter {
+					a := anchor(fmt.Sprintf("resp_%03d_%d", w, i), fmt.Sprintf("up%d", w%3), fmt.Sprintf("sess_%d", w%10))
+					if err := s.PutAnchor(ctx, a); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		for w := range writers {
 			for i := range perWriter {
-				a := anchor(fmt.Sprintf("resp_%03d_%d", w, i), fmt.Sprintf("up%d", w%3), fmt.Sprintf("sess_%d", w%10))
-				if err := s.PutAnchor(ctx, a); err != nil {
-					errs <- err
-					return
+				id := fmt.Sprintf("resp_%03d_%d", w, i)
+				a, err := s.GetAnchor(ctx, id)
+				if err != nil {
+					t.Fatalf("GetAnchor(%s): %v", id, err)
+				}
+				if want := fmt.Sprintf("up%d", w%3); a.Upstream != want {
+					t.Fatalf("GetAnchor(%s).Upstream = %q, want %q", id, a.Upstream, want)
 				}
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	for w := range writers {
-		for i := range perWriter {
-			id := fmt.Sprintf("resp_%03d_%d", w, i)
-			a, err := s.GetAnchor(ctx, id)
+		}
+		// Every scope points at one of its own anchors.
+		for sess := range 10 {
+			r, err := s.GetScope(ctx, ScopeSession, fmt.Sprintf("sess_%d", sess))
 			if err != nil {
-				t.Fatalf("GetAnchor(%s): %v", id, err)
+				t.Fatalf("GetScope(sess_%d): %v", sess, err)
 			}
-			if want := fmt.Sprintf("up%d", w%3); a.Upstream != want {
-				t.Fatalf("GetAnchor(%s).Upstream = %q, want %q", id, a.Upstream, want)
+			a, err := s.GetAnchor(ctx, r.LatestResponseID)
+			if err != nil || a.ScopeID != fmt.Sprintf("sess_%d", sess) || a.Upstream != r.Owner {
+				t.Fatalf("scope sess_%d points at %+v (%v)", sess, a, err)
 			}
 		}
-	}
-	// Every scope points at one of its own anchors.
-	for sess := range 10 {
-		r, err := s.GetScope(ctx, ScopeSession, fmt.Sprintf("sess_%d", sess))
-		if err != nil {
-			t.Fatalf("GetScope(sess_%d): %v", sess, err)
+		if got := s.Stats().AnchorsWritten; got != writers*perWriter {
+			t.Errorf("Stats().AnchorsWritten = %d, want %d", got, writers*perWriter)
 		}
-		a, err := s.GetAnchor(ctx, r.LatestResponseID)
-		if err != nil || a.ScopeID != fmt.Sprintf("sess_%d", sess) || a.Upstream != r.Owner {
-			t.Fatalf("scope sess_%d points at %+v (%v)", sess, a, err)
-		}
-	}
-	if got := s.Stats().AnchorsWritten; got != writers*perWriter {
-		t.Errorf("Stats().AnchorsWritten = %d, want %d", got, writers*perWriter)
-	}
+	})
 }
 
 // TestReopen writes every kind of record, closes the store and opens it
@@ -360,17 +368,19 @@ func TestRedactID(t *testing.T) {
 
 // TestErrorsDoNotLeakIDs checks that error messages carry redacted ids.
 func TestErrorsDoNotLeakIDs(t *testing.T) {
-	s, _ := openTest(t)
-	ctx := context.Background()
-	const secret = "resp_secret_value"
-	_, err := s.GetAnchor(ctx, secret)
-	if err == nil || strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), RedactID(secret)) {
-		t.Errorf("GetAnchor error %q", err)
-	}
-	_, err = s.GetScope(ctx, ScopeSession, secret)
-	if err == nil || strings.Contains(err.Error(), secret) {
-		t.Errorf("GetScope error %q", err)
-	}
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s, _ := b.open(t)
+		ctx := context.Background()
+		const secret = "resp_secret_value"
+		_, err := s.GetAnchor(ctx, secret)
+		if err == nil || strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), RedactID(secret)) {
+			t.Errorf("GetAnchor error %q", err)
+		}
+		_, err = s.GetScope(ctx, ScopeSession, secret)
+		if err == nil || strings.Contains(err.Error(), secret) {
+			t.Errorf("GetScope error %q", err)
+		}
+	})
 }
 
 // items makes JSON items from strings.

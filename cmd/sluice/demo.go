@@ -18,12 +18,11 @@ import (
 // temporary data dir, so a fresh machine can try Sluice with one command.
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	listen := fs.String("listen", "127.0.0.1:8080", "listen address")
-	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
-	protocol := fs.String("upstream-protocol", "responses", "what the fake upstream is configured as: responses, or chat (Chat Completions only, behind the Responses API)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	listen := fs.String("listen", "127.0.0.1:8080", "listen on `ADDR`, host:port (127.0.0.1:0 picks a free port)")
+	logLevel := fs.String("log-level", "info", "log at `LEVEL`: trace, debug, info, warn or error")
+	protocol := fs.String("upstream-protocol", "responses", "configure the fake upstream as `PROTOCOL`: responses, or chat\n(Chat Completions only, behind the Responses API)")
+	if done, code := parseFlags(fs, args, stdout, stderr, func(w io.Writer) { commandHelp(w, demoAbout, fs, demoEnv) }); done {
+		return code
 	}
 	fake := upstreamtest.NewServer(upstreamtest.Options{Name: "demo"})
 	defer fake.Close()

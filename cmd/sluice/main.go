@@ -4,7 +4,8 @@
 //	sluice serve --upstream https://api.openai.com/v1
 //	sluice demo                                 run on an embedded fake upstream
 //	sluice policy new|build|check|test …        write and check Wasm policies
-//	sluice version
+//	sluice version                              version, commit, Go and ABI versions
+//	sluice help [COMMAND]                       (or sluice COMMAND --help)
 package main
 
 import (
@@ -13,12 +14,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
+	"strings"
 	"syscall"
-)
 
-// version is stamped at build time with -ldflags "-X main.version=…".
-var version = "dev"
+	"github.com/sluice-gw/sluice/plugins/policycli"
+)
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -27,16 +27,8 @@ func main() {
 	os.Exit(code)
 }
 
-const usage = `usage: sluice <command> [flags]
-
-commands:
-  serve     run the gateway (sluice serve --config FILE, or --upstream URL …)
-  demo      run the gateway on an embedded fake upstream and print a curl line
-  policy    write, build, check and test Wasm policies (sluice policy --help)
-  version   print the version
-`
-
-// run is main without the process: it returns the exit code.
+// run is main without the process: it returns the exit code (0 success,
+// 1 failure, 2 usage error).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
@@ -49,21 +41,48 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runDemo(ctx, args[1:], stdout, stderr)
 	case "policy":
 		return runPolicy(ctx, args[1:], stdout, stderr)
-	case "version", "--version", "-v":
-		fmt.Fprintln(stdout, "sluice", versionString())
+	case "version", "--version", "-version", "-v":
+		if len(args) > 1 {
+			if args[1] == "-h" || args[1] == "--help" || args[1] == "-help" {
+				fmt.Fprint(stdout, versionHelp)
+				return 0
+			}
+			fmt.Fprintf(stderr, "sluice version: unexpected argument %q\n(sluice version --help for more)\n", args[1])
+			return 2
+		}
+		printVersion(stdout)
 		return 0
-	case "help", "--help", "-h":
-		fmt.Fprint(stdout, usage)
-		return 0
+	case "help", "--help", "-help", "-h":
+		return runHelp(ctx, args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "sluice: unknown command %q\n\n%s", args[0], usage)
 	return 2
 }
 
-func versionString() string {
-	v := version
-	if info, ok := debug.ReadBuildInfo(); ok && v == "dev" && info.Main.Version != "" && info.Main.Version != "(devel)" {
-		v = info.Main.Version
+// runHelp is `sluice help [COMMAND [SUBCOMMAND]]`.
+func runHelp(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stdout, usage)
+		return 0
 	}
-	return v
+	switch args[0] {
+	case "serve", "demo":
+		if len(args) == 1 {
+			return run(ctx, []string{args[0], "--help"}, stdout, stderr)
+		}
+	case "version":
+		if len(args) == 1 {
+			fmt.Fprint(stdout, versionHelp)
+			return 0
+		}
+	case "policy":
+		return policycli.Run(ctx, append([]string{"help"}, args[1:]...), stdout, stderr)
+	case "help":
+		if len(args) == 1 {
+			fmt.Fprint(stdout, usage)
+			return 0
+		}
+	}
+	fmt.Fprintf(stderr, "sluice help: unknown command %q\n\n%s", strings.Join(args, " "), usage)
+	return 2
 }

@@ -331,4 +331,7 @@ func TestStoreThatCannotOpenIsAStartupError(t *testing.T) {
 	if code == 0 || !strings.Contains(stderr.String(), "continuity store") || !strings.Contains(stderr.String(), dataDir) {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr.String())
 	}
+	if strings.Contains(stderr.String(), "context canceled") { // stopping the probes is not an upstream failure
+		t.Fatalf("misleading probe failure after the failed start:\n%s", stderr.String())
+	}
 }

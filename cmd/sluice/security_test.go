@@ -525,11 +525,11 @@ func TestSecurityStalledUploadsStayWithinTheBodyBudget(t *testing.T) {
 		// heap's headroom (GOGC=100 lets the heap reach twice the live
 		// bytes before a collection, and buffers of uploads that ended are
 		// garbage until then), freed spans not yet returned to the OS, and
-		// the decoders. Measured peaks were +152..+261 MiB over baseline on a
-		// loaded 2-core machine; the bound is set well above that noise and
-		// far below the failure it guards against: before the budget, the
-		// same storm reached 4.2 GB.
-		margin = 3*budget + 64<<20
+		// the decoders. Measured peaks were +152..+300 MiB over baseline on a
+		// loaded 2-core machine (the test suite running beside it); the bound
+		// is set well above that noise and far below the failure it guards
+		// against: before the budget, the same storm reached 4.2 GB.
+		margin = 7 * budget
 	)
 	up := newFakeUpstream(t)
 	body := bigRequestBody(31 << 20)

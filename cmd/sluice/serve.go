@@ -9,8 +9,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,19 +37,26 @@ func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	// The usages show the defaults: the flags' own are "" (unset: the file's value).
+	d := config.Defaults()
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	configPath := fs.String("config", "", "YAML config file")
-	listen := fs.String("listen", "", "listen address (overrides listen:)")
-	dataDir := fs.String("data-dir", "", "state directory (overrides data_dir:)")
-	policyDir := fs.String("policy-dir", "", "watched policy directory (overrides policy_dir:)")
-	wasmCache := fs.String("wasm-cache-dir", "", "Wasm compilation cache (overrides wasm_cache_dir:)")
-	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text")
-	logLevel := fs.String("log-level", "", "trace, debug, info, warn or error (overrides log.level:)")
+	configPath := fs.String("config", "", "read the YAML config `FILE` (default: none, the built-in defaults)")
+	listen := fs.String("listen", "", fmt.Sprintf("listen on `ADDR`, host:port (default %s; overrides listen:)", d.Listen))
+	dataDir := fs.String("data-dir", "", fmt.Sprintf("keep state (the continuity store) in `DIR` (default %s; overrides data_dir:)", d.DataDir))
+	policyDir := fs.String("policy-dir", "", "watch `DIR` for *.wasm policies that override or extend the embedded ones\n(default: none; overrides policy_dir:)")
+	wasmCache := fs.String("wasm-cache-dir", "", "keep the Wasm compilation cache in `DIR` (default: the user cache dir's\nsluice/wasm, else DATA_DIR/wasm-cache, else memory; overrides wasm_cache_dir:)")
+	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text (overrides log.json:)")
+	logLevel := fs.String("log-level", "", fmt.Sprintf("log at `LEVEL`: trace, debug, info, warn or error (default %s; overrides log.level:)", d.Log.Level))
+	pprofOn := fs.Bool("pprof", false, "serve Go's profiles (CPU, heap, allocs, goroutines) at GET /debug/pprof/…,\nbehind the admin token like /admin/* (default off)")
 	var upstreams stringList
-	fs.Var(&upstreams, "upstream", "upstream base URL, e.g. https://api.openai.com/v1 (repeatable; replaces upstreams:)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	fs.Var(&upstreams, "upstream", "proxy to the upstream at `URL` (repeatable; replaces upstreams:):\n"+
+		"  http(s)://HOST/v1            a Responses API server (OpenAI, vLLM, another gateway)\n"+
+		"  chat+http(s)://HOST/v1       a Chat-Completions-only server (llama.cpp's server, …):\n"+
+		"                               /v1/responses is converted to Chat Completions\n"+
+		"  responses+http(s)://HOST/v1  a Responses API server, explicitly\n"+
+		"  https://KEY@HOST/v1          with its API key (else SLUICE_UPSTREAM_API_KEY)")
+	if done, code := parseFlags(fs, args, stdout, stderr, func(w io.Writer) { commandHelp(w, serveAbout, fs, serveEnv) }); done {
+		return code
 	}
 	cfg := config.Defaults()
 	if *configPath != "" {
@@ -55,6 +65,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			fmt.Fprintf(stderr, "sluice: %v\n", err)
 			return 1
 		}
+	}
+	if cfg.AdminToken == "" {
+		cfg.AdminToken = os.Getenv("SLUICE_ADMIN_TOKEN")
 	}
 	if len(upstreams) > 0 {
 		cfg.Upstreams = nil
@@ -79,12 +92,20 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		cfg.Log.JSON = true
 	}
 	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(stderr, "sluice: config: %v\n", err)
+		fmt.Fprintf(stderr, "sluice: config: %s\n", config.Indent(err))
 		return 1
 	}
 	if len(cfg.Upstreams) == 0 {
 		fmt.Fprintln(stderr, "sluice: config: upstreams: at least one upstream is required (or pass --upstream URL)")
 		return 1
+	}
+	// Before anything starts (no upstream probes, no listener): a data dir
+	// that cannot be used is a config problem.
+	if !cfg.Continuity.Disabled {
+		if err := writableDir(cfg.DataDir); err != nil {
+			fmt.Fprintf(stderr, "sluice: data_dir %s cannot be used: %v (set data_dir: or --data-dir to a writable directory)\n", cfg.DataDir, err)
+			return 1
+		}
 	}
 	logger := newLogger(cfg.Log, stderr)
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -92,7 +113,28 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		logger.Error("cannot listen", "addr", cfg.Listen, "error", err)
 		return 1
 	}
+	logSummary(logger, *configPath, cfg, ln.Addr().String())
+	if *pprofOn {
+		return serveWith(ctx, cfg, ln, logger, stdout, pprofHandlers())
+	}
 	return serve(ctx, cfg, ln, logger, stdout)
+}
+
+// pprofHandlers are net/http/pprof's endpoints under /debug/pprof/, for
+// --pprof. The gateway mounts them as admin handlers (GET, exact paths,
+// behind the admin token when one is set).
+func pprofHandlers() map[string]http.Handler {
+	hs := map[string]http.Handler{
+		"/debug/pprof/":        http.HandlerFunc(pprof.Index),
+		"/debug/pprof/cmdline": http.HandlerFunc(pprof.Cmdline),
+		"/debug/pprof/profile": http.HandlerFunc(pprof.Profile),
+		"/debug/pprof/symbol":  http.HandlerFunc(pprof.Symbol),
+		"/debug/pprof/trace":   http.HandlerFunc(pprof.Trace),
+	}
+	for _, name := range []string{"allocs", "block", "goroutine", "heap", "mutex", "threadcreate"} {
+		hs["/debug/pprof/"+name] = pprof.Handler(name)
+	}
+	return hs
 }
 
 func override(dst *string, v string) {
@@ -120,6 +162,10 @@ func serveWith(ctx context.Context, cfg config.Config, ln net.Listener, logger h
 		_ = ln.Close()
 		return 1
 	}
+	// Loading the policies (decoding and compiling three Wasm modules)
+	// leaves tens of MiB of garbage: give it back to the OS now rather
+	// than idle with it resident.
+	debug.FreeOSMemory()
 
 	errc := make(chan error, 1)
 	go func() { errc <- gw.Serve(ln) }()
@@ -158,12 +204,37 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger, admin
 	transport := gateway.NewTransport(cfg.Timeouts.Connect.D(), cfg.Timeouts.Header.D())
 	ups := make([]upstream.Config, 0, len(cfg.Upstreams))
 	for _, u := range cfg.Upstreams {
-		ups = append(ups, upstream.Config{Name: u.Name, BaseURL: u.BaseURL, APIKey: u.APIKey, Weight: u.Weight, Protocol: u.Protocol, Transport: u.Transport})
+		ups = append(ups, upstream.Config{Name: u.Name, BaseURL: u.BaseURL, APIKey: u.APIKey, Weight: u.Weight, Protocol: u.Protocol, Transport: u.Transport,
+			ForwardHeaders: u.ForwardHeaders, Prefill: u.Prefill})
 	}
+	routes := make([]gateway.Route, 0, len(cfg.Routes))
+	for _, r := range cfg.Routes {
+		gr := gateway.Route{Models: r.Models, FirstByte: r.Timeouts.FirstByte.D(), FirstToken: r.Timeouts.FirstToken.D(),
+			Stall: r.Timeouts.Stall.D(), Continuation: r.Continuation}
+		for _, t := range r.Targets {
+			gr.Targets = append(gr.Targets, gateway.RouteTarget{Upstream: t.Upstream, Model: t.Model})
+		}
+		routes = append(routes, gr)
+	}
+	retryMaxWait := cfg.Retry.MaxWait.D()
+	if retryMaxWait == 0 {
+		retryMaxWait = -1 // retry.max_wait: 0 never waits
+	}
+	trusted, err := gateway.ParseTrustedProxies(cfg.TrustedProxies)
+	if err != nil {
+		return nil, cleanup, err
+	}
+	stores, err := openStore(ctx, cfg, logger) // store.go: pebble or redis
+	if err != nil {
+		return nil, cleanup, err
+	}
+	closers = append(closers, stores.close)
+	st, inputs := stores.st, stores.inputs
 	pool, err := upstream.NewPool(ups, upstream.Options{
 		Client:        &http.Client{Transport: transport, Timeout: 30 * time.Second},
 		ProbeInterval: cfg.Timeouts.ProbeInterval.D(),
 		Logger:        logger.Named("upstream"),
+		Shared:        stores.shared, // redis: target cooldowns and open circuits hold for every replica
 	})
 	if err != nil {
 		return nil, cleanup, err
@@ -173,27 +244,16 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger, admin
 	go func() { defer close(probesDone); pool.Run(probeCtx) }()
 	closers = append(closers, func() { stopProbes(); <-probesDone })
 
-	var st store.Store
-	var inputs store.InputSessionStore // nil: streaming-input sessions in memory only
-	if !cfg.Continuity.Disabled {
-		ps, err := store.Open(ctx, store.Options{Dir: filepath.Join(cfg.DataDir, "store"), AnchorTTL: cfg.Continuity.AnchorTTL.D(), Logger: logger.Named("store")})
-		if err != nil {
-			return nil, cleanup, fmt.Errorf("opening the continuity store in %s: %w", cfg.DataDir, err)
-		}
-		closers = append(closers, func() {
-			if err := ps.Close(); err != nil {
-				logger.Error("closing the store", "error", err)
-			}
-		})
-		st, inputs = ps, ps
-	}
-
 	rt, err := plugins.New(ctx, plugins.Options{
 		PolicyDir: cfg.PolicyDir,
 		CacheDir:  cfg.WasmCacheDir,
 		Embedded:  policies.Defaults(),
 		Config:    policyConfig(cfg.Policies),
 		Logger:    logger.Named("plugins"),
+		RecordDir: cfg.RecordDir,
+
+		// The Wasm compilation cache when the user cache dir cannot be written.
+		FallbackCacheDir: filepath.Join(cfg.DataDir, "wasm-cache"),
 	})
 	if err != nil {
 		return nil, cleanup, fmt.Errorf("loading policies: %w", err)
@@ -208,14 +268,18 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger, admin
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(rt.Collectors()...)
+	reg.MustRegister(storeCollectors(cfg, stores)...)
 
 	gw, err := gateway.New(gateway.Options{
 		Pool:               pool,
 		Policy:             rt,
 		Ready:              rt.Ready,
+		StoreHealth:        stores.health,
 		Registry:           reg,
-		Admin:              withAdmin(admin, "/admin/policies", policyStatusHandler(rt)),
+		Admin:              withAdmin(withAdmin(admin, "/admin/record", recordHandler(rt)), "/admin/policies", policyStatusHandler(rt)),
+		AdminPost:          map[string]http.Handler{"/admin/record": recordHandler(rt)},
 		AdminToken:         cfg.AdminToken,
+		TrustedProxies:     trusted,
 		Store:              st,
 		Conversations:      convStore(st),
 		AnchorTTL:          cfg.Continuity.AnchorTTL.D(),
@@ -231,7 +295,18 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger, admin
 		UpstreamSockets:    cfg.Limits.UpstreamSockets,
 		UpstreamSocketIdle: cfg.Timeouts.UpstreamIdle.D(),
 		ClientWriteTimeout: cfg.Timeouts.ClientWrite.D(),
+		MaxJSONDepth:       cfg.Limits.MaxJSONDepth,
+		BodyMemoryBytes:    cfg.Limits.BodyMemoryBytes,
+		ReadBodyTimeout:    cfg.Timeouts.ReadBody.D(),
+		MaxConnections:     cfg.Limits.MaxConnections,
+		WSIdleTimeout:      cfg.Timeouts.WSIdle.D(),
+		MetricsPublic:      cfg.MetricsPublic,
+		Routes:             routes,
+		RetryMaxWait:       retryMaxWait,
+		KeepAlive:          cfg.Timeouts.KeepAlive.D(),
+		MalformedEvents:    cfg.Streams.MalformedEvents,
 		Transport:          transport,
+		Accounts:           accountsOptions(cfg, st),
 	})
 	if err != nil {
 		return nil, cleanup, err
@@ -240,6 +315,10 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger, admin
 	sim, err := streaminput.New(ctx, streaminput.Options{
 		Store: inputs, Dispatch: gw.Handler(), Logger: logger.Named("streaminput"), Registerer: reg,
 		MaxSessionBytes: cfg.Limits.MaxBodyBytes / 4 * 3, // byte chunks travel base64 in the assembled body
+		MaxJSONDepth:    cfg.Limits.MaxJSONDepth,
+		ReadTimeout:     cfg.Timeouts.ReadBody.D(),
+		MaxSessions:     cfg.Limits.InputSessions,
+		MaxTotalBytes:   cfg.Limits.InputSessionBytes,
 	})
 	if err != nil {
 		return nil, cleanup, fmt.Errorf("streaming input: %w", err)
@@ -295,4 +374,26 @@ func withAdmin(extra map[string]http.Handler, path string, h http.Handler) map[s
 		out[k] = v
 	}
 	return out
+}
+
+// recordHandler serves GET /admin/record (the recording state) and POST
+// /admin/record?on=true|false (start or stop recording hook calls to
+// record_dir).
+func recordHandler(rt *plugins.Runtime) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			on, err := strconv.ParseBool(r.URL.Query().Get("on"))
+			if err != nil {
+				http.Error(w, `{"error":"want on=true or on=false"}`, http.StatusBadRequest)
+				return
+			}
+			if err := rt.SetRecording(on); err != nil {
+				http.Error(w, `{"error":"no record_dir configured"}`, http.StatusConflict)
+				return
+			}
+		}
+		dir, on := rt.Recording()
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"record_dir": dir, "recording": on})
+	})
 }

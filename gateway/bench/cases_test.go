@@ -27,6 +27,8 @@ import (
 //	ws-idle     BenchmarkWebSocket: RSS per idle client WebSocket, sockets per GiB
 //	replay      BenchmarkReplay: the time to first event a replay adds
 //	continuity  BenchmarkContinuity: continuity on vs off for store:true bodies
+//	stamped     BenchmarkStampedStreams: per-frame latency (arrival − emit) of
+//	            64-delta streams at 64, 256 and 1,024 concurrent streams
 //
 // "ws" is ws-turns and ws-idle; "all" is everything.
 const envCases = "SLUICE_BENCH_CASES"
@@ -38,9 +40,10 @@ const (
 	caseWSIdle     = "ws-idle"
 	caseReplay     = "replay"
 	caseContinuity = "continuity"
+	caseStamped    = "stamped"
 )
 
-var allCases = []string{caseOverhead, caseWSTurns, caseWSIdle, caseReplay, caseContinuity}
+var allCases = []string{caseOverhead, caseWSTurns, caseWSIdle, caseReplay, caseContinuity, caseStamped}
 
 // parseCases reads a SLUICE_BENCH_CASES value into the set of selected
 // cases; empty means all of them.

@@ -182,12 +182,16 @@ func serveFake(ln net.Listener, quota bool) (func(), error) {
 	hang.SetDefault(upstreamtest.HangAfter(1))
 	fail := upstreamtest.NewHandler(upstreamtest.Options{Name: "quota", DisableRecording: true})
 	fail.SetDefault(quotaFailure())
+	stamped := upstreamtest.NewHandler(upstreamtest.Options{Name: "stamped", DisableRecording: true})
+	stamped.SetDefault(upstreamtest.StampedDeltas(stampedDeltas, stampedGap))
 	srv := newRoleServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case quota && r.Header.Get(quotaHeader) != "":
 			fail.ServeHTTP(w, r)
 		case r.Header.Get(hangHeader) != "":
 			hang.ServeHTTP(w, r)
+		case r.Header.Get(stampedHeader) != "":
+			stamped.ServeHTTP(w, r)
 		default:
 			main.ServeHTTP(w, r)
 		}
@@ -195,6 +199,7 @@ func serveFake(ln net.Listener, quota bool) (func(), error) {
 	go func() { _ = srv.Serve(ln) }()
 	return func() {
 		fail.Close()
+		stamped.Close()
 		hang.Close()
 		main.Close()
 		_ = srv.Close()

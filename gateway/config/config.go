@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path"
 	"regexp"
 	"strings"
 	"time"
@@ -25,7 +26,11 @@ type Config struct {
 	DataDir      string `yaml:"data_dir"`
 	PolicyDir    string `yaml:"policy_dir"`
 	WasmCacheDir string `yaml:"wasm_cache_dir"`
-	AdminToken   string `yaml:"admin_token"` // required on /admin/ endpoints when set
+	// RecordDir, when set, records every policy hook call (input, verdict,
+	// who decided; keys and ids redacted) as JSONL for `sluice policy test
+	// -recording`; POST /admin/record?on=true|false toggles it.
+	RecordDir  string `yaml:"record_dir"`
+	AdminToken string `yaml:"admin_token"` // required on /admin/ endpoints when set
 	// MetricsPublic leaves /metrics open when admin_token is set (by
 	// default the token guards it too).
 	MetricsPublic bool `yaml:"metrics_public"`
@@ -39,6 +44,58 @@ type Config struct {
 	Continuity     Continuity     `yaml:"continuity"`
 	Policies       map[string]any `yaml:"policies"` // per-policy config, keyed by policy name
 	Upstreams      []Upstream     `yaml:"upstreams"`
+	// Routes map client models to ordered targets; first match wins. None:
+	// every upstream serves every model.
+	Routes []Route `yaml:"routes"`
+	Retry  Retry   `yaml:"retry"`
+	// Streams configures client streams.
+	Streams Streams `yaml:"streams"`
+	// Auth, Keys and Pricing: Sluice keys, their limits, and the price
+	// table for usage cost (accounts.go).
+	Auth    Auth             `yaml:"auth"`
+	Keys    []Key            `yaml:"keys"`
+	Pricing map[string]Price `yaml:"pricing"`
+	// Store selects where continuity, conversations, streaming-input
+	// sessions and shared target health live (store.go).
+	Store Store `yaml:"store"`
+}
+
+// Streams configures how client streams treat their upstreams' events.
+type Streams struct {
+	// MalformedEvents is what an unparseable upstream event does: skip
+	// (default: skipped and counted in sluice_stream_skipped_events_total;
+	// three in a row still fail the stream) or fail (the first fails it).
+	MalformedEvents string `yaml:"malformed_events"`
+}
+
+// Route is one entry of routes:.
+type Route struct {
+	Models       []string      `yaml:"models"`  // client model names: exact or path.Match globs
+	Targets      []Target      `yaml:"targets"` // tried in order
+	Timeouts     RouteTimeouts `yaml:"timeouts"`
+	Continuation string        `yaml:"continuation"` // auto (default) | restart | off
+}
+
+// Target is one entry of routes[].targets: an upstream, and the model sent
+// to it ("" sends the client's model).
+type Target struct {
+	Upstream string `yaml:"upstream"`
+	Model    string `yaml:"model"`
+}
+
+// RouteTimeouts bound a route's waits for a target; zero is no bound.
+type RouteTimeouts struct {
+	FirstByte  Duration `yaml:"first_byte"`  // response headers
+	FirstToken Duration `yaml:"first_token"` // the first event after them
+	Stall      Duration `yaml:"stall"`       // between events once content was sent
+}
+
+// Retry configures waiting on the same target.
+type Retry struct {
+	// MaxWait is the longest Retry-After honoured by waiting and retrying
+	// the same target once (longer ones move on to the next target); 0
+	// never waits.
+	MaxWait Duration `yaml:"max_wait"`
 }
 
 // Log configures logging.
@@ -80,6 +137,7 @@ type Timeouts struct {
 	ClientWrite   Duration `yaml:"client_write"`         // one write to a streaming client that stopped reading
 	ReadBody      Duration `yaml:"read_body"`            // a whole client request body (408 beyond)
 	WSIdle        Duration `yaml:"ws_idle"`              // a client WebSocket with no frame and no request in flight
+	KeepAlive     Duration `yaml:"keepalive"`            // SSE comment / WS ping to a client while the upstream is silent
 }
 
 // Continuity configures previous_response_id owner pinning.
@@ -100,6 +158,9 @@ type Upstream struct {
 	// with its own api_key (credential-like ones are dropped otherwise:
 	// X-Api-Key, Api-Key, OpenAI-Organization, OpenAI-Project).
 	ForwardHeaders []string `yaml:"forward_headers"`
+	// Prefill says whether the upstream accepts a trailing assistant
+	// message to continue from; absent means it does.
+	Prefill *bool `yaml:"prefill"`
 }
 
 // Duration is a time.Duration written as "5s", "1m30s" or "168h".
@@ -144,8 +205,12 @@ func Defaults() Config {
 			ClientWrite:   Duration(60 * time.Second),
 			ReadBody:      Duration(30 * time.Second),
 			WSIdle:        Duration(10 * time.Minute),
+			KeepAlive:     Duration(15 * time.Second),
 		},
 		Continuity: Continuity{AnchorTTL: Duration(7 * 24 * time.Hour)},
+		Retry:      Retry{MaxWait: Duration(5 * time.Second)},
+		Streams:    Streams{MalformedEvents: "skip"},
+		Store:      defaultStore(),
 	}
 }
 
@@ -157,13 +222,39 @@ func Load(path string) (Config, error) {
 	}
 	cfg, err := Parse(raw, os.LookupEnv)
 	if err != nil {
-		return Config{}, fmt.Errorf("config %s: %w", path, err)
+		return Config{}, &FileError{Path: path, Err: err}
 	}
 	return cfg, nil
 }
 
+// FileError is a config file's problems: one per line, each naming its key.
+type FileError struct {
+	Path string
+	Err  error // errors.Join of the problems, or one
+}
+
+// Error is "config FILE: problem", or with several problems one per
+// indented line after "config FILE: N problems:".
+func (e *FileError) Error() string {
+	return "config " + e.Path + ": " + Indent(e.Err)
+}
+
+func (e *FileError) Unwrap() error { return e.Err }
+
+// Indent renders an errors.Join of problems for a terminal: one problem as
+// is, several as "N problems:" and an indented line each.
+func Indent(err error) string {
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) == 1 {
+		return lines[0]
+	}
+	return fmt.Sprintf("%d problems:\n  %s", len(lines), strings.Join(lines, "\n  "))
+}
+
 // Parse decodes YAML over the defaults, expanding ${VAR} with lookup.
-// Unknown keys are errors, so a typo never silently falls back to a default.
+// Unknown keys are errors, so a typo never silently falls back to a default:
+// all of them are reported at once, each with its path and the key it most
+// likely meant, and so are values of the wrong shape.
 func Parse(raw []byte, lookup func(string) (string, bool)) (Config, error) {
 	cfg := Defaults()
 	var root yaml.Node
@@ -174,6 +265,9 @@ func Parse(raw []byte, lookup func(string) (string, bool)) (Config, error) {
 		return cfg, cfg.Validate()
 	}
 	if err := expandNode(&root, "", lookup); err != nil {
+		return cfg, err
+	}
+	if err := checkTree(&root); err != nil { // every bad key, each with its path
 		return cfg, err
 	}
 	expanded, err := yaml.Marshal(&root)
@@ -195,28 +289,28 @@ var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
 func expandNode(n *yaml.Node, path string, lookup func(string) (string, bool)) error {
 	switch n.Kind {
 	case yaml.DocumentNode:
+		var errs []error
 		for _, c := range n.Content {
-			if err := expandNode(c, path, lookup); err != nil {
-				return err
-			}
+			errs = append(errs, expandNode(c, path, lookup))
 		}
+		return errors.Join(errs...)
 	case yaml.MappingNode:
+		var errs []error // every unset variable, not just the first
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			key := n.Content[i].Value
 			p := key
 			if path != "" {
 				p = path + "." + key
 			}
-			if err := expandNode(n.Content[i+1], p, lookup); err != nil {
-				return err
-			}
+			errs = append(errs, expandNode(n.Content[i+1], p, lookup))
 		}
+		return errors.Join(errs...)
 	case yaml.SequenceNode:
+		var errs []error
 		for i, c := range n.Content {
-			if err := expandNode(c, fmt.Sprintf("%s[%d]", path, i), lookup); err != nil {
-				return err
-			}
+			errs = append(errs, expandNode(c, fmt.Sprintf("%s[%d]", path, i), lookup))
 		}
+		return errors.Join(errs...)
 	case yaml.ScalarNode:
 		if !strings.Contains(n.Value, "${") {
 			return nil
@@ -256,6 +350,11 @@ func (c *Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		bad("listen", "%q is not host:port", c.Listen)
 	}
+	switch c.Streams.MalformedEvents {
+	case "skip", "fail":
+	default:
+		bad("streams.malformed_events", "%q is not skip or fail", c.Streams.MalformedEvents)
+	}
 	switch strings.ToLower(c.Log.Level) {
 	case "trace", "debug", "info", "warn", "error":
 	default:
@@ -289,7 +388,7 @@ func (c *Config) Validate() error {
 	for key, d := range map[string]Duration{"timeouts.connect": c.Timeouts.Connect, "timeouts.header": c.Timeouts.Header,
 		"timeouts.idle": c.Timeouts.Idle, "timeouts.read_header": c.Timeouts.ReadHeader, "timeouts.probe_interval": c.Timeouts.ProbeInterval,
 		"timeouts.upstream_socket_idle": c.Timeouts.UpstreamIdle, "timeouts.client_write": c.Timeouts.ClientWrite,
-		"timeouts.read_body": c.Timeouts.ReadBody, "timeouts.ws_idle": c.Timeouts.WSIdle} {
+		"timeouts.read_body": c.Timeouts.ReadBody, "timeouts.ws_idle": c.Timeouts.WSIdle, "timeouts.keepalive": c.Timeouts.KeepAlive} {
 		if d <= 0 {
 			bad(key, "must be positive")
 		}
@@ -322,15 +421,76 @@ func (c *Config) Validate() error {
 			bad(key+".weight", "must not be negative")
 		}
 	}
+	c.validateStore(bad)
+	if c.Retry.MaxWait.D() > maxRetryWait {
+		bad("retry.max_wait", "must be at most %s", maxRetryWait)
+	}
+	for i, r := range c.Routes {
+		key := fmt.Sprintf("routes[%d]", i)
+		if len(r.Models) == 0 {
+			bad(key+".models", "is required")
+		}
+		for j, m := range r.Models {
+			mk := fmt.Sprintf("%s.models[%d]", key, j)
+			if strings.TrimSpace(m) == "" {
+				bad(mk, "must not be empty")
+			} else if _, err := path.Match(m, ""); err != nil {
+				bad(mk, "%q is not a valid pattern (%v)", m, err)
+			}
+		}
+		if len(r.Targets) == 0 {
+			bad(key+".targets", "is required")
+		}
+		seen := map[Target]int{}
+		for j, t := range r.Targets {
+			tk := fmt.Sprintf("%s.targets[%d]", key, j)
+			switch {
+			case t.Upstream == "":
+				bad(tk+".upstream", "is required")
+			case len(c.Upstreams) > 0 && !names[t.Upstream]: // none yet: --upstream flags may add them
+				bad(tk+".upstream", "%q is not a configured upstream", t.Upstream)
+			}
+			if k, dup := seen[t]; dup {
+				bad(tk, "repeats %s.targets[%d]", key, k)
+			} else {
+				seen[t] = j
+			}
+		}
+		switch r.Continuation {
+		case "", "auto", "restart", "off":
+		default:
+			bad(key+".continuation", "%q is not one of auto, restart, off", r.Continuation)
+		}
+	}
+	c.validateAccounts(bad)
 	return errors.Join(errs...)
 }
 
+// maxRetryWait bounds retry.max_wait: no upstream hint is honoured longer
+// (upstream.MaxCooldown).
+const maxRetryWait = 10 * time.Minute
+
 // UpstreamFromURL builds an upstream entry for a --upstream flag: the name is
-// derived from the host so several flags stay distinct.
+// derived from the host so several flags stay distinct. The scheme may name
+// the protocol: chat+http(s)://… is a Chat-Completions-only server,
+// responses+http(s)://… (or plain http(s)://) a Responses one. A key may
+// ride in the userinfo (https://KEY@host/v1 or https://:KEY@host/v1).
 func UpstreamFromURL(raw string, index int) (Upstream, error) {
 	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return Upstream{}, fmt.Errorf("--upstream %q: not an http(s) URL", raw)
+	if err != nil {
+		return Upstream{}, fmt.Errorf("--upstream %q: not an http(s) URL", redactURL(raw))
+	}
+	protocol := ""
+	if p, scheme, ok := strings.Cut(u.Scheme, "+"); ok {
+		switch p {
+		case "chat", "responses":
+			protocol, u.Scheme = p, scheme
+		default:
+			return Upstream{}, fmt.Errorf("--upstream %q: %q is not a protocol (chat+http(s)://… or responses+http(s)://…)", redactURL(raw), p)
+		}
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return Upstream{}, fmt.Errorf("--upstream %q: not an http(s) URL (optionally chat+ or responses+ before the scheme)", redactURL(raw))
 	}
 	key := ""
 	if u.User != nil {
@@ -340,5 +500,18 @@ func UpstreamFromURL(raw string, index int) (Upstream, error) {
 		}
 		u.User = nil
 	}
-	return Upstream{Name: fmt.Sprintf("%s-%d", u.Hostname(), index+1), BaseURL: strings.TrimRight(u.String(), "/"), APIKey: key}, nil
+	return Upstream{Name: fmt.Sprintf("%s-%d", u.Hostname(), index+1), BaseURL: strings.TrimRight(u.String(), "/"), APIKey: key,
+		Protocol: protocol}, nil
+}
+
+// redactURL hides the userinfo (a key) of a URL that is echoed in an error.
+func redactURL(raw string) string {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return raw
+	}
+	if at := strings.LastIndex(rest, "@"); at >= 0 && !strings.ContainsAny(rest[:at], "/?#") {
+		return scheme + "://[redacted]@" + rest[at+1:]
+	}
+	return raw
 }

@@ -53,7 +53,7 @@ timeouts:
 			}},
 		{name: "unset variable names the key", yaml: "upstreams:\n  - name: a\n    base_url: http://x/v1\n    api_key: ${NOPE}\n",
 			wantErr: "upstreams[0].api_key: environment variable NOPE is not set"},
-		{name: "unknown key", yaml: "listen: 127.0.0.1:1\nlistn: x\n", wantErr: "field listn not found"},
+		{name: "unknown key", yaml: "listen: 127.0.0.1:1\nlistn: x\n", wantErr: `unknown key "listn" (did you mean "listen"?)`},
 		{name: "bad duration", yaml: "timeouts:\n  idle: soon\n", wantErr: `"soon" is not a duration`},
 		{name: "bad protocol", yaml: "upstreams:\n  - name: a\n    base_url: http://x/v1\n    protocol: grpc\n", wantErr: "upstreams[0].protocol"},
 		{name: "trailing slash", yaml: "upstreams:\n  - name: a\n    base_url: http://x/v1/\n", wantErr: "upstreams[0].base_url"},
@@ -114,5 +114,111 @@ func TestREADMEConfigParses(t *testing.T) {
 	}
 	if len(c.Upstreams) != 1 || c.Upstreams[0].APIKey != "sk-x" || c.Timeouts.ClientWrite.D() != 60*time.Second || c.Policies["rewrite"] == nil {
 		t.Fatalf("README config parsed to %+v", c)
+	}
+}
+
+func TestRoutesConfig(t *testing.T) {
+	const ups = "upstreams:\n  - {name: primary, base_url: http://127.0.0.1:1/v1}\n  - {name: backup, base_url: http://127.0.0.1:2/v1, prefill: false}\n"
+	c, err := Parse([]byte(ups+`
+routes:
+  - models: ["gpt-5*", "fast"]
+    targets:
+      - {upstream: primary}
+      - {upstream: backup, model: gpt-4.1}
+    timeouts: {first_byte: 30s, first_token: 60s, stall: 45s}
+    continuation: restart
+  - models: ["*"]
+    targets: [{upstream: backup}]
+timeouts: {keepalive: 20s}
+retry: {max_wait: 2s}
+`), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Routes[0]
+	if len(c.Routes) != 2 || r.Models[1] != "fast" || r.Targets[1] != (Target{Upstream: "backup", Model: "gpt-4.1"}) ||
+		r.Timeouts.FirstByte.D() != 30*time.Second || r.Timeouts.FirstToken.D() != time.Minute || r.Timeouts.Stall.D() != 45*time.Second ||
+		r.Continuation != "restart" || c.Routes[1].Continuation != "" {
+		t.Fatalf("routes %+v", c.Routes)
+	}
+	if c.Timeouts.KeepAlive.D() != 20*time.Second || c.Retry.MaxWait.D() != 2*time.Second {
+		t.Fatalf("keepalive %v max_wait %v", c.Timeouts.KeepAlive.D(), c.Retry.MaxWait.D())
+	}
+	if c.Upstreams[0].Prefill != nil || c.Upstreams[1].Prefill == nil || *c.Upstreams[1].Prefill {
+		t.Fatal("prefill: absent must stay nil, false must be false")
+	}
+	d, err := Parse([]byte(ups), env(nil))
+	if err != nil || d.Timeouts.KeepAlive.D() != 15*time.Second || d.Retry.MaxWait.D() != 5*time.Second || d.Routes != nil {
+		t.Fatalf("defaults: %v keepalive %v max_wait %v", err, d.Timeouts.KeepAlive.D(), d.Retry.MaxWait.D())
+	}
+
+	for _, tt := range []struct{ name, yaml, want string }{
+		{"unknown upstream", "routes:\n  - models: [fast]\n    targets: [{upstream: primary}, {upstream: bakup}]\n",
+			`routes[0].targets[1].upstream: "bakup" is not a configured upstream`},
+		{"missing upstream", "routes:\n  - models: [fast]\n    targets: [{model: x}]\n",
+			`routes[0].targets[0].upstream: is required`},
+		{"no targets", "routes:\n  - models: [fast]\n", `routes[0].targets: is required`},
+		{"no models", "routes:\n  - targets: [{upstream: primary}]\n", `routes[0].models: is required`},
+		{"bad glob", "routes:\n  - models: [ok, \"gpt-[\"]\n    targets: [{upstream: primary}]\n",
+			`routes[0].models[1]: "gpt-[" is not a valid pattern (syntax error in pattern)`},
+		{"empty model", "routes:\n  - models: [\" \"]\n    targets: [{upstream: primary}]\n", `routes[0].models[0]: must not be empty`},
+		{"repeated target", "routes:\n  - models: [a]\n    targets: [{upstream: primary}]\n  - models: [b]\n    targets: [{upstream: backup, model: m}, {upstream: backup, model: m}]\n",
+			`routes[1].targets[1]: repeats routes[1].targets[0]`},
+		{"bad continuation", "routes:\n  - models: [a]\n    targets: [{upstream: primary}]\n    continuation: sometimes\n",
+			`routes[0].continuation: "sometimes" is not one of auto, restart, off`},
+		{"bad route timeout", "routes:\n  - models: [a]\n    targets: [{upstream: primary}]\n    timeouts: {first_byte: soon}\n",
+			`"soon" is not a duration (like 30s or 5m)`},
+		{"unknown route key", "routes:\n  - models: [a]\n    targets: [{upstream: primary, weight: 2}]\n", `routes[0].targets[0]: unknown key "weight" (known keys: upstream, model)`},
+		{"max_wait too long", "retry: {max_wait: 1h}\n", `retry.max_wait: must be at most 10m0s`},
+		{"keepalive zero", "timeouts: {keepalive: 0s}\n", `timeouts.keepalive: must be positive`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(ups+tt.yaml), env(nil))
+			if err == nil {
+				t.Fatalf("accepted; want %q", tt.want)
+			}
+			if strings.HasPrefix(tt.want, "line ") || strings.HasPrefix(tt.want, `"soon"`) {
+				if !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("error %q, want it to contain %q", err, tt.want)
+				}
+				return
+			}
+			if err.Error() != tt.want {
+				t.Fatalf("error\n got %q\nwant %q", err, tt.want)
+			}
+		})
+	}
+
+	// Routes may name upstreams that --upstream flags add later: with no
+	// upstreams yet, names are checked by the final Validate.
+	if _, err := Parse([]byte("routes:\n  - models: [a]\n    targets: [{upstream: later}]\n"), env(nil)); err != nil {
+		t.Fatalf("routes before upstreams: %v", err)
+	}
+}
+
+// TestREADMERoutesConfigParses keeps the "Routes and fallbacks" sample valid.
+func TestREADMERoutesConfigParses(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(readme)
+	i := strings.Index(text, "## Routes and fallbacks")
+	if i < 0 {
+		t.Fatal("no Routes and fallbacks section in the README")
+	}
+	text = text[i:]
+	start := strings.Index(text, "```yaml\n")
+	if start < 0 {
+		t.Fatal("no yaml block in the section")
+	}
+	block := text[start+len("```yaml\n"):]
+	block = block[:strings.Index(block, "```")]
+	c, err := Parse([]byte(block), env(nil))
+	if err != nil {
+		t.Fatalf("README routes config: %v", err)
+	}
+	if len(c.Routes) != 1 || len(c.Routes[0].Targets) != 2 || c.Routes[0].Targets[1].Model != "gpt-4.1" || c.Upstreams[1].Prefill == nil {
+		t.Fatalf("README routes config parsed to %+v", c)
 	}
 }

@@ -42,6 +42,12 @@ type Manager struct {
 	startOnce sync.Once
 	restored  []*session // sessions Start sends upstream
 
+	// shared is the store when several replicas share it (Redis): sessions
+	// are then loaded on demand and checked against the store on every
+	// request (shared.go). Nil with Pebble or no store.
+	shared  store.SharedInputSessionStore
+	adoptMu sync.Mutex // one load of a session from the shared store at a time
+
 	mu       sync.Mutex
 	sessions map[string]*session
 	perKey   map[string]int // open or running sessions per client key hash
@@ -76,7 +82,12 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 			return nil, fmt.Errorf("streaminput: registering metrics: %w", err)
 		}
 	}
-	if opts.Store != nil {
+	if sh, ok := opts.Store.(store.SharedInputSessionStore); ok && store.IsShared(opts.Store) {
+		// Sessions live in the shared store and are loaded by the replica
+		// a request reaches (shared.go); none is restored (and re-sent) at
+		// start, since another replica may be running it.
+		m.shared = sh
+	} else if opts.Store != nil {
 		if err := m.restore(ctx); err != nil {
 			m.stop(m.shutdownErr)
 			return nil, err
@@ -336,6 +347,7 @@ func (m *Manager) create(ctx context.Context, p sessionParams) (*session, *apier
 			m.log.Error("creating a streaming-input session failed", "error", err)
 			return nil, errStore()
 		}
+		s.stored = s.lastActivity
 	}
 	m.mu.Lock()
 	m.sessions[s.id] = s
@@ -399,10 +411,39 @@ func (m *Manager) restoreOne(ctx context.Context, rec store.InputSession) (*sess
 		envelope: rec.Template, dispatch: m.opts.Dispatch, created: rec.CreatedAt, infos: map[uint64]chunkInfo{},
 		changed: make(chan struct{}), lastActivity: rec.LastActivity, expiresAt: rec.ExpiresAt,
 	}
+	if err := s.applyStored(rec, stored); err != nil {
+		return nil, err
+	}
+	// Restored sessions count against the global caps (they may exceed
+	// them, after a restart with lower caps: creates wait until they end).
+	s.held = int64(len(rec.Template)) + s.received
+	m.mu.Lock()
+	m.sessions[s.id] = s
+	m.held++
+	m.heldB += s.held
+	if !s.done {
+		s.active = true
+		m.perKey[s.keyHash]++
+	}
+	m.mu.Unlock()
+	s.mu.Lock()
+	s.idle = time.AfterFunc(max(time.Millisecond, s.expiresAt.Sub(m.now())), s.onIdle)
+	s.mu.Unlock()
+	return s, nil
+}
+
+// applyStored sets what a session knows of its chunks and state from the
+// store: the chunk digests and sizes, the in-order prefix, the end of input,
+// and whether the request was started or its answer ended. restoreOne uses
+// it after a restart, and a replica that shares the store after another
+// replica changed the session (shared.go).
+func (s *session) applyStored(rec store.InputSession, stored []store.Chunk) error {
+	s.infos, s.received, s.maxSeq, s.endSeq, s.hasEnd, s.next, s.contig = map[uint64]chunkInfo{}, 0, 0, 0, false, 0, 0
+	s.started, s.done, s.resultLost = false, false, false
 	for _, sc := range stored {
 		meta, err := decodeMeta(sc.Modality)
 		if err != nil {
-			return nil, fmt.Errorf("chunk %d: %w", sc.Seq, err)
+			return fmt.Errorf("chunk %d: %w", sc.Seq, err)
 		}
 		c := chunk{seq: sc.Seq, meta: meta, payload: sc.Payload}
 		s.infos[sc.Seq] = chunkInfo{d: c.digest(), size: int64(len(sc.Payload)), end: meta.end}
@@ -428,20 +469,6 @@ func (m *Manager) restoreOne(ctx context.Context, rec store.InputSession) (*sess
 		s.started, s.done, s.resultLost = true, true, true
 		s.saw = upstreamSaw{chunks: s.next, bytes: s.contig, complete: s.finished}
 	}
-	// Restored sessions count against the global caps (they may exceed
-	// them, after a restart with lower caps: creates wait until they end).
-	s.held = int64(len(rec.Template)) + s.received
-	m.mu.Lock()
-	m.sessions[s.id] = s
-	m.held++
-	m.heldB += s.held
-	if !s.done {
-		s.active = true
-		m.perKey[s.keyHash]++
-	}
-	m.mu.Unlock()
-	s.mu.Lock()
-	s.idle = time.AfterFunc(max(time.Millisecond, s.expiresAt.Sub(m.now())), s.onIdle)
-	s.mu.Unlock()
-	return s, nil
+	s.stored = rec.LastActivity
+	return nil
 }

@@ -97,7 +97,11 @@ func (m *Manager) serveREST(w http.ResponseWriter, r *http.Request) {
 		errShutdown().Write(w)
 		return
 	}
-	s := m.get(id, clientkey.Hash(r.Header))
+	s, aerr := m.lookup(r.Context(), id, clientkey.Hash(r.Header)) // shared.go: with a shared store, checked against it
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
 	if s == nil {
 		errNotFound().Write(w)
 		return

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-gw/sluice/gateway/apierr"
 	"github.com/sluice-gw/sluice/internal/jsonx"
+	"github.com/sluice-gw/sluice/store"
 )
 
 // result captures the answer to a session's assembled request and fans it
@@ -42,6 +43,12 @@ type result struct {
 	size        int64 // total bytes written
 	done        bool
 	track       tracker
+
+	// tap, when set, sees every part of the answer as it is captured (its
+	// status and header, each write, the end), under mu: it must not block
+	// nor keep p. A session shares its answer with other replicas through
+	// it (shared.go).
+	tap func(kind byte, status int, header http.Header, p []byte)
 }
 
 func newResult(stream, chat bool, model string, limit int64, maxDepth int) *result {
@@ -68,6 +75,9 @@ func (r *result) writeHeaderLocked(code int) {
 	}
 	r.wroteHeader, r.status, r.header = true, code, r.hdr.Clone()
 	r.header.Del("Content-Length")
+	if r.tap != nil {
+		r.tap(store.ResultHead, code, r.header, nil)
+	}
 	r.notifyLocked()
 }
 
@@ -100,6 +110,9 @@ func (r *result) appendLocked(p []byte) {
 	}
 	r.buf = append(r.buf, p...)
 	r.size += int64(len(p))
+	if r.tap != nil {
+		r.tap(store.ResultData, 0, nil, p)
+	}
 	if over := int64(len(r.buf)) - r.limit; over > 0 && int64(len(r.buf)) > r.limit+r.limit/4 {
 		// Readers may hold slices of the old array: copy, never shift in place.
 		r.buf = append([]byte(nil), r.buf[over:]...)
@@ -151,7 +164,22 @@ func (r *result) finish(e *apierr.Error) {
 		r.appendLocked(r.terminalLocked(e))
 	}
 	r.done = true
+	if r.tap != nil {
+		r.tap(store.ResultEnd, 0, nil, nil)
+	}
 	r.notifyLocked()
+}
+
+// end marks the answer complete as it stands, without a terminal event of
+// its own: a copy followed from another replica, whose runner already
+// wrote whatever the answer needed.
+func (r *result) end() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.done {
+		r.done = true
+		r.notifyLocked()
+	}
 }
 
 // terminalLocked is the SSE terminal event for e: response.failed numbered

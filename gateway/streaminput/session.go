@@ -89,6 +89,16 @@ type session struct {
 	held         int64 // bytes counted against Options.MaxTotalBytes (template and payloads)
 	changed      chan struct{}
 	idle         *time.Timer
+
+	// With a store that several replicas share (shared.go): stored is the
+	// LastActivity of the record as this replica last read or wrote it
+	// (writes are conditional on it); local is set once this replica runs
+	// the upstream request; keepStored closes the session here without
+	// deleting it from the store (another replica may still serve it).
+	stored     time.Time
+	local      bool
+	keepStored bool
+	following  bool // a copy of the answer another replica runs is being fed from the store
 }
 
 // ack is the outcome of an accepted chunk.
@@ -138,6 +148,20 @@ func (s *session) touchLocked(now time.Time) {
 func (s *session) accept(ctx context.Context, c chunk) (ack, *apierr.Error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for try := 1; ; try++ {
+		a, aerr := s.acceptLocked(ctx, c)
+		if aerr != errChanged {
+			return a, aerr
+		}
+		// Another replica changed the session since this one read it:
+		// read it again and decide again.
+		if aerr := s.resyncLocked(ctx, try); aerr != nil {
+			return ack{}, aerr
+		}
+	}
+}
+
+func (s *session) acceptLocked(ctx context.Context, c chunk) (ack, *apierr.Error) {
 	if s.closed {
 		return ack{}, errNotFound()
 	}
@@ -198,12 +222,15 @@ func (s *session) accept(ctx context.Context, c chunk) (ack, *apierr.Error) {
 	now := s.m.now()
 	s.touchLocked(now)
 	if s.durable {
-		err := s.m.opts.Store.PutChunk(context.WithoutCancel(ctx), s.id, c.seq, store.Chunk{Modality: c.meta.encode(), Payload: c.payload}, s.recordLocked())
+		err := s.putChunkLocked(context.WithoutCancel(ctx), c.seq, store.Chunk{Modality: c.meta.encode(), Payload: c.payload})
 		if err != nil {
 			s.restore(prev)
 			delete(s.infos, c.seq)
 			s.held -= size
 			s.m.releaseBytes(size)
+			if errors.Is(err, store.ErrConflict) {
+				return ack{}, errChanged
+			}
 			s.m.met.chunks.WithLabelValues("rejected").Inc()
 			return ack{}, s.storeFailureLocked("put chunk", err)
 		}
@@ -282,6 +309,18 @@ func (s *session) storeFailureLocked(op string, err error) *apierr.Error {
 func (s *session) finish(ctx context.Context) *apierr.Error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for try := 1; ; try++ {
+		aerr := s.finishLocked(ctx)
+		if aerr != errChanged {
+			return aerr
+		}
+		if aerr := s.resyncLocked(ctx, try); aerr != nil {
+			return aerr
+		}
+	}
+}
+
+func (s *session) finishLocked(ctx context.Context) *apierr.Error {
 	if s.closed {
 		return errNotFound()
 	}
@@ -303,8 +342,11 @@ func (s *session) finish(ctx context.Context) *apierr.Error {
 	s.started = s.started || startNow
 	s.touchLocked(s.m.now())
 	if s.durable {
-		if err := s.m.opts.Store.UpdateInputSession(context.WithoutCancel(ctx), s.recordLocked()); err != nil {
+		if err := s.updateLocked(context.WithoutCancel(ctx)); err != nil {
 			s.restore(prev)
+			if errors.Is(err, store.ErrConflict) {
+				return errChanged
+			}
 			return s.storeFailureLocked("finish", err)
 		}
 	}
@@ -346,7 +388,7 @@ func formatSeqs(seqs []uint64) string {
 // startLocked sends the in-order prefix received so far upstream.
 func (s *session) startLocked() {
 	now := s.m.now()
-	s.started = true
+	s.started, s.local = true, true
 	s.saw = upstreamSaw{chunks: s.next, bytes: s.contig, complete: s.finished, at: now}
 	if !s.firstAt.IsZero() {
 		s.m.met.startDelay.Observe(now.Sub(s.firstAt).Seconds())
@@ -354,6 +396,9 @@ func (s *session) startLocked() {
 	ctx, cancel := context.WithCancelCause(s.m.base)
 	s.cancel = cancel
 	s.res = newResult(s.tpl.stream, s.tpl.chat, s.tpl.model, s.m.opts.ResultBuffer, s.m.opts.MaxJSONDepth)
+	if s.durable && s.m.shared != nil {
+		s.mirrorLocked(s.res) // the other replicas' readers follow the answer through the store
+	}
 	var mem []chunk
 	if !s.durable {
 		mem = make([]chunk, 0, s.next)
@@ -475,7 +520,7 @@ func (s *session) dispatchDone(ctx context.Context) {
 	}
 	s.touchLocked(s.m.now()) // the answer is kept IdleTimeout from now
 	if s.durable {
-		if err := s.m.opts.Store.UpdateInputSession(context.WithoutCancel(ctx), s.recordLocked()); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if err := s.writeRecordLocked(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, store.ErrNotFound) {
 			s.m.log.Warn("could not record the end of the answer", "session", store.RedactID(s.id), "error", err)
 		}
 	}
@@ -488,12 +533,16 @@ func (s *session) onIdle() {
 	if s.closed || s.m.isClosing() {
 		return
 	}
+	if s.m.shared != nil && !(s.local && s.started && !s.done) {
+		s.idleSharedLocked() // shared.go: another replica may have kept it alive
+		return
+	}
 	now := s.m.now()
 	if s.started && !s.done {
 		// The answer is still running: keep the session (and its record) alive.
 		s.touchLocked(now)
 		if s.durable {
-			if err := s.m.opts.Store.UpdateInputSession(s.m.base, s.recordLocked()); err != nil {
+			if err := s.writeRecordLocked(s.m.base); err != nil {
 				s.m.log.Warn("could not extend a running session", "session", store.RedactID(s.id), "error", err)
 			}
 		}
@@ -537,7 +586,7 @@ func (s *session) closeLocked(e *apierr.Error, reason string) {
 	s.deactivateLocked()
 	s.infos, s.mem = nil, nil
 	s.notifyLocked()
-	if s.durable {
+	if s.durable && !s.keepStored {
 		if err := s.m.opts.Store.DeleteInputSession(context.WithoutCancel(s.m.base), s.id); err != nil {
 			s.m.log.Error("could not delete a closed session's data", "session", store.RedactID(s.id), "error", err)
 		}

@@ -165,6 +165,15 @@ type Options struct {
 	// Jitter returns a number in [0,1) for cooldown and retry jitter;
 	// default math/rand/v2.Float64.
 	Jitter func() float64
+
+	// Shared, when set, shares target cooldowns and open circuits with the
+	// other gateway replicas (see SharedHealth): a target one replica saw
+	// fail is skipped by all. SharedRefresh (default and at most 1s) is how
+	// long a replica trusts what it last read of a target; SharedTimeout
+	// (default 100ms) bounds one read or write.
+	Shared        SharedHealth
+	SharedRefresh time.Duration
+	SharedTimeout time.Duration
 }
 
 // Pool selects upstreams and tracks their health.
@@ -173,6 +182,7 @@ type Pool struct {
 	byName map[string]*Upstream
 	opts   Options
 	next   atomic.Uint64 // rotates tie-breaks so equal upstreams share load
+	shared *sharedCache  // nil without Options.Shared
 }
 
 // ErrNoUpstream is returned by Pick when no upstream is usable.
@@ -211,6 +221,7 @@ func NewPool(cfgs []Config, opts Options) (*Pool, error) {
 		opts.Jitter = rand.Float64
 	}
 	p := &Pool{byName: make(map[string]*Upstream), opts: opts}
+	p.shared = newSharedCache(p)
 	for i, c := range cfgs {
 		if c.Name == "" {
 			c.Name = fmt.Sprintf("upstream-%d", i+1)
@@ -296,6 +307,9 @@ func (p *Pool) Cooldown(u *Upstream, d time.Duration, reason string) {
 	}
 	u.mu.Unlock()
 	p.opts.Logger.Warn("upstream cooling down", "upstream", u.cfg.Name, "for", d.String(), "reason", reason)
+	if p.shared != nil {
+		p.shared.publish(sharedKey{u.cfg.Name, ""}, p.opts.Now(), d, reason)
+	}
 }
 
 // MarkFailed parks u after an authentication failure until a probe succeeds.
@@ -376,6 +390,9 @@ func (p *Pool) ProbeAll(ctx context.Context) {
 // Probe asks GET {base_url}/models and updates u's state and model list.
 func (p *Pool) Probe(ctx context.Context, u *Upstream) {
 	models, state, reason := p.probe(ctx, u)
+	if ctx.Err() != nil {
+		return // the pool is stopping (or never started): the upstream is not down
+	}
 	u.mu.Lock()
 	prev := u.state
 	u.state, u.reason, u.lastProbe = state, reason, p.opts.Now()

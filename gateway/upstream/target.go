@@ -163,8 +163,12 @@ func (p *Pool) TargetUsable(t Target) (bool, string) {
 	}
 	u := t.Upstream
 	u.mu.Lock()
-	defer u.mu.Unlock()
-	return p.state(t, false, now).usable(now)
+	ok, why := p.state(t, false, now).usable(now)
+	u.mu.Unlock()
+	if !ok {
+		return false, why
+	}
+	return p.sharedUsable(t, now)
 }
 
 // BeginTarget is TargetUsable for a request about to be sent: when t's
@@ -174,6 +178,9 @@ func (p *Pool) TargetUsable(t Target) (bool, string) {
 func (p *Pool) BeginTarget(t Target) (probe, ok bool, why string) {
 	now := p.opts.Now()
 	if ok, why := t.Upstream.Usable(now); !ok {
+		return false, false, why
+	}
+	if ok, why := p.sharedUsable(t, now); !ok { // before the lock: it may read the shared store
 		return false, false, why
 	}
 	u := t.Upstream
@@ -205,6 +212,9 @@ func (p *Pool) TargetSucceeded(t Target) {
 	u.mu.Unlock()
 	if closed {
 		p.opts.Logger.Info("target circuit closed", "upstream", u.cfg.Name, "model", t.Model)
+		if p.shared != nil {
+			p.shared.clear(sharedKey{u.cfg.Name, t.Model}, p.opts.Now())
+		}
 	}
 }
 
@@ -248,7 +258,14 @@ func (p *Pool) TargetFailed(t Target, f Failure) (cooldown time.Duration, opened
 		ts.openUntil = now.Add(max(p.opts.CircuitOpenFor, cooldown))
 	}
 	failures, openFor := ts.failures, ts.openUntil.Sub(now)
+	skip, skipReason := cooldown, f.Class+": "+f.Reason
+	if ts.circuit == CircuitOpen && openFor > skip {
+		skip, skipReason = openFor, fmt.Sprintf("circuit open after %d consecutive failures (last: %s: %s)", failures, f.Class, f.Reason)
+	}
 	u.mu.Unlock()
+	if p.shared != nil && skip > 0 {
+		p.shared.publish(sharedKey{u.cfg.Name, t.Model}, now, skip, skipReason)
+	}
 	if opened {
 		p.opts.Logger.Warn("target circuit open", "upstream", u.cfg.Name, "model", t.Model, "failures", failures,
 			"for", openFor.Round(time.Millisecond).String(), "half_open_probe_failed", probe, "last", f.Class+": "+f.Reason)

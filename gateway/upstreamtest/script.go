@@ -92,6 +92,24 @@ type Script struct {
 	Gap time.Duration
 	// End is what happens after the frames.
 	End Ending
+
+	// Text, when set, is the answer a stream carries, built per request
+	// (Frames and ChatFrames are ignored): the canned event sequence (or
+	// chunks) for Text in Deltas text deltas, with usage. A request whose
+	// input (Responses) or messages (Chat) ends with an assistant message
+	// whose text is a prefix of Text is a prefill: it is answered with the
+	// rest of Text only, as a model continues its own message. Any other
+	// request (a restart) gets all of Text. See Answer.
+	Text string
+	// Deltas is how many text deltas Text (or its rest) is sent in; 0: 3.
+	Deltas int
+	// StopAfterDeltas, when > 0, stops a Text stream after that many text
+	// deltas: Tail (ChatTail on chat) follows, then End (EndCut: the
+	// stream is cut there; EndHang: it stalls). 0: the whole stream.
+	StopAfterDeltas int
+	// Tail and ChatTail are written after a stopped Text stream, e.g. the
+	// error event of FailAfterDeltas.
+	Tail, ChatTail []Frame
 }
 
 // ---- canned frames (with placeholders) ----
@@ -171,6 +189,28 @@ func ErrorField(errJSON []byte, afterEvents int) Script {
 	return Script{
 		Frames:     append(head(cannedRespFrames(), afterEvents), f),
 		ChatFrames: append(head(cannedChatFrames(), afterEvents), f),
+	}
+}
+
+// StampedDeltas is a stream of deltas text deltas, gap apart (every frame
+// is; the stream has 8 more: 4 before the deltas and 4 after on
+// /v1/responses, 1 before and 1 or 2 after on chat), each delta's text the
+// time it was written in Unix nanoseconds (PlaceholderEmitTime, 19 digits).
+// A client on the same host takes arrival − emit per delta as the latency
+// the path added to that frame, which the benchmark of a proxy compares
+// with the direct path. The done events' texts carry their own write
+// times, not the deltas'. On a WebSocket the frames are stamped alike.
+func StampedDeltas(deltas int, gap time.Duration) Script {
+	pieces := make([]string, max(deltas, 1))
+	for i := range pieces {
+		pieces[i] = PlaceholderEmitTime
+	}
+	created := rawJSON(PlaceholderCreatedAt)
+	return Script{
+		Frames: eventFrames(responsesEvents(PlaceholderID, PlaceholderItemID, PlaceholderModel, created, pieces)),
+		ChatFrames: dataFrames(chatChunks(ChatSpec{ID: PlaceholderID, Model: PlaceholderModel,
+			Text: strings.Join(pieces, ""), Deltas: len(pieces)}, created)),
+		Gap: gap,
 	}
 }
 
@@ -358,6 +398,9 @@ func statusErrorBody(status int) []byte {
 type cframe struct {
 	sse tmpl
 	ws  tmpl // nil: not sent on a WebSocket
+	// stamped: the frame holds PlaceholderEmitTime, set just before it is
+	// rendered.
+	stamped bool
 }
 
 type plan struct {
@@ -371,6 +414,7 @@ type plan struct {
 	latency    time.Duration
 	gap        time.Duration
 	end        Ending
+	text       *textPlan // a Text script: frames built per request
 }
 
 func (p *plan) failed() bool { return p.status != 0 && (p.status < 200 || p.status > 299) }
@@ -384,6 +428,7 @@ func compileFrames(fs []Frame) []cframe {
 			ws = wsFromRaw(f.Raw)
 		}
 		out[i].ws = compile(ws)
+		out[i].stamped = out[i].sse.stamped() || out[i].ws.stamped()
 	}
 	return out
 }
@@ -410,6 +455,11 @@ func compileScript(sc Script) *plan {
 		latency: sc.Latency, gap: sc.Gap, end: sc.End,
 		respCanned: sc.Frames == nil, chatCanned: sc.ChatFrames == nil,
 		resp: compileFrames(sc.Frames), chat: compileFrames(sc.ChatFrames),
+	}
+	if sc.Text != "" {
+		p.text = &textPlan{text: sc.Text, deltas: sc.Deltas, stop: sc.StopAfterDeltas,
+			tail: compileFrames(sc.Tail), chatTail: compileFrames(sc.ChatTail)}
+		p.respCanned, p.chatCanned = false, false
 	}
 	body := sc.Body
 	if body == nil && p.failed() {

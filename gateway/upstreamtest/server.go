@@ -41,6 +41,12 @@ type Options struct {
 	// DisableRecording stops keeping requests for Requests (counts are still
 	// kept); for benchmarks and the demo.
 	DisableRecording bool
+	// RefusePrefill answers 400 invalid_request_error ("This model does not
+	// support assistant message prefill…") to a request whose input
+	// (Responses) or messages (Chat) end with an assistant message, as
+	// upstreams that cannot continue a message do. Such a request does not
+	// consume a script.
+	RefusePrefill bool
 }
 
 // Request is one recorded model request: a POST to /v1/responses or
@@ -418,6 +424,9 @@ type turn struct {
 	id     string
 	forget bool // do not remember id for StrictPrevious
 	v      vars
+
+	prefill    string // the text of the trailing assistant message (Text scripts)
+	hasPrefill bool
 }
 
 func (s *Server) newTurn(ep endpoint, f *fields) *turn {
@@ -540,8 +549,15 @@ func (s *Server) serveModel(w http.ResponseWriter, r *http.Request, ep endpoint)
 		s.playHTTP(w, r, p, t)
 		return
 	}
+	if s.refusesPrefill(body, ep) {
+		refusePrefillHTTP(w, ep)
+		return
+	}
 	p := s.next()
 	t := s.newTurn(ep, &f)
+	if p.text != nil {
+		t.prefill, t.hasPrefill = trailingAssistant(body, ep)
+	}
 	s.setResponseID(handle, t.id)
 	s.playHTTP(w, r, p, t)
 }
@@ -600,6 +616,9 @@ func (s *Server) playHTTP(w http.ResponseWriter, r *http.Request, p *plan, t *tu
 			panic(http.ErrAbortHandler)
 		}
 		body := p.body
+		if p.text != nil {
+			body = p.text.body(t)
+		}
 		if body == nil {
 			body = s.canned.respBody
 			if t.ep == epChat {
@@ -632,6 +651,9 @@ func (s *Server) playHTTP(w http.ResponseWriter, r *http.Request, p *plan, t *tu
 		if i > 0 && p.gap > 0 && !s.wait(ctx, p.gap) {
 			panic(http.ErrAbortHandler)
 		}
+		if frames[i].stamped {
+			t.v.stamp()
+		}
 		*buf = frames[i].sse.render((*buf)[:0], &t.v)
 		if _, err := w.Write(*buf); err != nil {
 			return
@@ -650,6 +672,9 @@ func (s *Server) playHTTP(w http.ResponseWriter, r *http.Request, p *plan, t *tu
 }
 
 func (s *Server) frames(p *plan, t *turn) []cframe {
+	if p.text != nil {
+		return p.text.frames(t)
+	}
 	if t.ep == epChat {
 		if !p.chatCanned {
 			return p.chat

@@ -3,7 +3,9 @@ package upstreamtest
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // Placeholders that may appear anywhere in Script bodies and frames. The
@@ -28,6 +30,11 @@ const (
 	PlaceholderName = "{{name}}"
 	// PlaceholderPreviousResponseID is the request's previous_response_id.
 	PlaceholderPreviousResponseID = "{{previous_response_id}}"
+	// PlaceholderEmitTime is the time the frame holding it is written, in
+	// Unix nanoseconds (19 digits), rendered per frame just before the
+	// write: a client on the same host measures each frame's delivery
+	// latency as arrival − emit (see StampedDeltas).
+	PlaceholderEmitTime = "{{emit_unix_nano}}"
 )
 
 // Hole indexes into a vars array.
@@ -38,6 +45,7 @@ const (
 	holeCreatedAt
 	holeName
 	holePrevious
+	holeEmit
 	nHoles
 )
 
@@ -55,6 +63,8 @@ func holeIndex(name string) int {
 		return holeName
 	case PlaceholderPreviousResponseID:
 		return holePrevious
+	case PlaceholderEmitTime:
+		return holeEmit
 	}
 	return -1
 }
@@ -106,6 +116,19 @@ func compile(b []byte) tmpl {
 	}
 	return t
 }
+
+// stamped reports whether t holds PlaceholderEmitTime.
+func (t tmpl) stamped() bool {
+	for _, s := range t {
+		if s.hole == holeEmit {
+			return true
+		}
+	}
+	return false
+}
+
+// stamp sets v's emit time to now.
+func (v *vars) stamp() { v[holeEmit] = strconv.AppendInt(v[holeEmit][:0], time.Now().UnixNano(), 10) }
 
 // render appends t with v's values to dst.
 func (t tmpl) render(dst []byte, v *vars) []byte {

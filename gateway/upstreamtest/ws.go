@@ -83,8 +83,16 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 				}
 				break
 			}
+			if s.refusesPrefill(msg, epResponses) {
+				body := prefillRefusal(epResponses)
+				werr = c.Write(ctx, websocket.MessageText, marshal(obj{{"type", "error"}, {"status", http.StatusBadRequest}, {"error", rawJSON(innerError(body))}}))
+				break
+			}
 			p := s.next()
 			t := s.newTurn(epResponses, &f)
+			if p.text != nil {
+				t.prefill, t.hasPrefill = trailingAssistant(msg, epResponses)
+			}
 			s.setResponseID(handle, t.id)
 			if !s.playWS(ctx, c, p, t) {
 				return
@@ -124,6 +132,9 @@ func (s *Server) playWS(ctx context.Context, c *websocket.Conn, p *plan, t *turn
 		}
 		if frames[i].ws == nil {
 			continue
+		}
+		if frames[i].stamped {
+			t.v.stamp()
 		}
 		*buf = frames[i].ws.render((*buf)[:0], &t.v)
 		if err := c.Write(ctx, websocket.MessageText, *buf); err != nil {

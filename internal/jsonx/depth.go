@@ -35,7 +35,7 @@ func (e *DepthError) Error() string {
 // in one pass, without recursion and without allocating. max <= 0 means
 // DefaultMaxDepth.
 func CheckDepth(b []byte, max int) error {
-	return checkDepth(nil, b, max)
+	return checkDepth(context.Background(), b, max)
 }
 
 // CheckDepthContext is CheckDepth that also stops, with ctx's error, when
@@ -54,7 +54,7 @@ func checkDepth(ctx context.Context, b []byte, max int) error {
 	depth := 0
 	next := ctxStride
 	for i := 0; i < len(b); i++ {
-		if ctx != nil && i >= next {
+		if i >= next {
 			if err := ctx.Err(); err != nil {
 				return err
 			}

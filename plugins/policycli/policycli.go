@@ -33,12 +33,18 @@ const usage = `usage: sluice policy <command> [arguments]
 commands:
   new NAME [-dir PARENT] [-module PATH] [-sluice DIR]
         scaffold a Go policy in PARENT/NAME (main.go, main_test.go and, outside
-        the Sluice module, go.mod)
-  build DIR [-o OUT]
+        the Sluice module, go.mod plus the SDK this binary carries in
+        sluice-sdk/: it builds offline with only Go installed)
+  build DIR [-o OUT] [-update-sdk]
         compile the Go policy in DIR to OUT (default DIR.wasm) with
-        GOOS=wasip1 GOARCH=wasm -buildmode=c-shared -trimpath, then check it
+        GOOS=wasip1 GOARCH=wasm -buildmode=c-shared -trimpath (running go mod
+        tidy first when go.mod needs it), then check it
   check FILE [-config JSON|@FILE] [-wasm-cache-dir DIR]
         load FILE as the gateway would, run its self-test, print its hooks
+  test FILE -recording DIR [-expect EXPECT.jsonl] [-config JSON|@FILE]
+        replay every hook input recorded in DIR (record_dir) through FILE,
+        print {"hook","request","recorded_verdict","verdict","changed"} per
+        input and a summary; exit 1 when EXPECT disagrees
   test FILE -events EVENTS.jsonl [-config JSON|@FILE] [-wasm-cache-dir DIR]
         run each event through FILE (then the built-in defaults) and print one
         JSON result per line; an event is {"hook":"recover","input":{…}},
@@ -46,7 +52,137 @@ commands:
         "headers":{…},"surface":"…","endpoint":"…"}; an optional "expect"
         (a verdict name, or for rewrite "changed", "unchanged", "rejected")
         makes the command fail when the result differs
+  help [COMMAND]
+        print this, or a command's flags, environment and examples (also
+        sluice policy COMMAND -h)
+
+environment:
+  PATH, GOFLAGS, GOTOOLCHAIN, GOCACHE, …
+        build runs the go command found in PATH with GOOS=wasip1 GOARCH=wasm
+        CGO_ENABLED=0 and the rest of your Go environment
+  XDG_CACHE_HOME, HOME
+        locate the user cache dir, the default compilation cache of build,
+        check and test (none or unwritable: in memory)
+
+examples:
+  sluice policy new mypolicy
+  sluice policy build mypolicy -o policies.d/10-mypolicy.wasm
+  sluice policy test policies.d/10-mypolicy.wasm -events events.jsonl
 `
+
+// commandHelp is each command's `-h`.
+var commandHelp = map[string]string{
+	"new": `usage: sluice policy new NAME [-dir PARENT] [-module PATH] [-sluice DIR]
+
+Scaffold a Go policy in PARENT/NAME: main.go, main_test.go and, outside the
+Sluice module, a go.mod. The SDK (packages sdk and hostabi) comes from this
+binary: it is written to PARENT/NAME/sluice-sdk and go.mod replaces
+github.com/sluice-gw/sluice with it, so the policy builds and tests offline
+with only Go installed. -sluice uses a Sluice checkout instead.
+
+flags:
+  -dir PARENT
+        parent directory (default .)
+  -module PATH
+        module path for a policy outside the Sluice module (default NAME)
+  -sluice DIR
+        a Sluice checkout to use through a replace directive instead of
+        the SDK copy (for work on Sluice itself)
+
+environment: none
+
+examples:
+  sluice policy new mypolicy
+  sluice policy new quota -module example.com/policies/quota -sluice ~/src/sluice
+`,
+	"build": `usage: sluice policy build DIR [-o OUT] [-update-sdk]
+
+Compile the Go policy in DIR to Wasm with GOOS=wasip1 GOARCH=wasm
+-buildmode=c-shared -trimpath (reproducible: no VCS stamp, no build id),
+then check it like sluice policy check and print where the module went.
+When go.mod is behind the imports, go mod tidy runs first. A go.mod that
+replaces github.com/sluice-gw/sluice with ./sluice-sdk gets that copy
+written from this binary when it is missing.
+
+flags:
+  -o OUT
+        output file (default DIR.wasm); missing directories are created
+  -update-sdk
+        rewrite DIR/sluice-sdk from this binary first (a note says when
+        it differs)
+
+environment:
+  PATH, GOFLAGS, GOTOOLCHAIN, GOCACHE, …
+        the go command found in PATH runs with your Go environment, plus
+        GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0
+  XDG_CACHE_HOME, HOME
+        locate the user cache dir for the compilation cache (else in memory)
+
+examples:
+  sluice policy build ../mypolicy
+  sluice policy build ./mypolicy -o policies.d/10-mypolicy.wasm
+`,
+	"check": `usage: sluice policy check FILE [-config JSON|@FILE] [-wasm-cache-dir DIR]
+
+Load FILE as the gateway would (ABI version, imports, exports), run its
+self-test and print its sha256, size, ABI version and hooks. Exits 1 when
+the gateway would reject it.
+
+flags:
+  -config JSON|@FILE
+        the policy's config (what policies.NAME is in the gateway's config)
+  -wasm-cache-dir DIR
+        compilation cache (default: the user cache dir's sluice/wasm, else
+        in memory)
+
+environment:
+  XDG_CACHE_HOME, HOME
+        locate the user cache dir, the default compilation cache
+
+examples:
+  sluice policy check policies.d/10-mypolicy.wasm
+  sluice policy check rewrite.wasm -config '{"model_aliases":{"fast":"gpt-4.1-mini"}}'
+`,
+	"test": `usage: sluice policy test FILE (-events EVENTS.jsonl | -recording DIR [-expect EXPECT.jsonl])
+           [-config JSON|@FILE] [-wasm-cache-dir DIR]
+
+Run each event of EVENTS.jsonl through FILE (then the built-in defaults)
+and print one JSON result per line. An event is {"hook":"recover",
+"input":{…}}, {"hook":"replay","input":{…}} or {"hook":"rewrite",
+"body":{…},"headers":{…},"surface":"…","endpoint":"…"}; an optional
+"expect" (a verdict name, or for rewrite "changed", "unchanged",
+"rejected") makes the command exit 1 when the result differs. Blank lines
+and lines starting with # are skipped.
+
+With -recording, every line of DIR/*.jsonl (what record_dir wrote, oldest
+first; or one such file) runs through FILE and the output is one
+{"hook","request","recorded_verdict","verdict","changed"} line per input
+(request is FILE:LINE in the recording), then {"summary":{…}}.
+
+flags:
+  -events EVENTS.jsonl
+        the events, one JSON object a line ('-' for stdin)
+  -recording DIR
+        a record_dir (or one of its files) to replay instead of -events
+  -expect EXPECT.jsonl
+        with -recording: {"request","verdict"} lines; exit 1 when a result
+        differs or a request is missing
+  -config JSON|@FILE
+        the policy's config (what policies.NAME is in the gateway's config)
+  -wasm-cache-dir DIR
+        compilation cache (default: the user cache dir's sluice/wasm, else
+        in memory)
+
+environment:
+  XDG_CACHE_HOME, HOME
+        locate the user cache dir, the default compilation cache
+
+examples:
+  sluice policy test mypolicy.wasm -recording /var/lib/sluice/record -expect expect.jsonl
+  sluice policy test mypolicy.wasm -events recorded.jsonl
+  grep '"replay"' recorded.jsonl | sluice policy test mypolicy.wasm -events -
+`,
+}
 
 // Run runs `sluice policy` with args (the words after "policy") and returns
 // the process exit code: 0 success, 1 failure, 2 usage error.
@@ -67,8 +203,16 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "test":
 		err = runTest(ctx, rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
-		fmt.Fprint(stdout, usage)
-		return 0
+		if len(rest) == 0 {
+			fmt.Fprint(stdout, usage)
+			return 0
+		}
+		if h, ok := commandHelp[rest[0]]; ok && len(rest) == 1 {
+			fmt.Fprint(stdout, h)
+			return 0
+		}
+		fmt.Fprintf(stderr, "sluice policy help: unknown command %q\n\n%s", strings.Join(rest, " "), usage)
+		return 2
 	default:
 		fmt.Fprintf(stderr, "sluice policy: unknown command %q\n\n%s", cmd, usage)
 		return 2
@@ -77,8 +221,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch {
 	case err == nil:
 		return 0
+	case errors.Is(err, flag.ErrHelp): // -h, -help, --help
+		fmt.Fprint(stdout, commandHelp[cmd])
+		return 0
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "sluice policy %s: %v\n\n%s", cmd, err, usage)
+		line, _, _ := strings.Cut(commandHelp[cmd], "\n")
+		fmt.Fprintf(stderr, "sluice policy %s: %v\n%s\n(sluice policy %s -h for the flags and examples)\n", cmd, err, line, cmd)
 		return 2
 	case errors.Is(err, errReported):
 		return 1
@@ -88,6 +236,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
 
 // errReported means the failure was already printed.
 var errReported = errors.New("failed")
@@ -138,18 +288,14 @@ func runNew(args []string, stdout, stderr io.Writer) error {
 	}
 	modDir, modPath := findModule(absParent)
 	inSluice := modPath == SluiceModule
-	if !inSluice && *sluiceDir == "" && modPath == "" {
-		// Running from a Sluice checkout: use it.
-		if wd, err := os.Getwd(); err == nil {
-			if d, p := findModule(wd); p == SluiceModule {
-				*sluiceDir = d
-			}
-		}
-	}
+	data.Replace = "./" + SDKDir // the SDK carried by this binary, written next to the policy
 	if *sluiceDir != "" {
 		abs, err := filepath.Abs(*sluiceDir)
 		if err != nil {
 			return err
+		}
+		if _, p := findModule(abs); p != SluiceModule || !isDir(filepath.Join(abs, "sdk")) {
+			return fmt.Errorf("-sluice %s: not a Sluice checkout (no go.mod of %s with sdk/)", *sluiceDir, SluiceModule)
 		}
 		data.Replace = abs
 	}
@@ -175,13 +321,25 @@ func runNew(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "created %s\n", dir)
 	if inSluice {
 		fmt.Fprintf(stdout, "next:\n  go test ./%s && sluice policy build %s\n", filepath.ToSlash(mustRel(modDir, dir)), dir)
-	} else {
-		fmt.Fprintf(stdout, "next:\n  cd %s && go mod tidy && go test ./... && sluice policy build .\n", dir)
-		if data.Replace == "" {
-			fmt.Fprintf(stdout, "(go.mod requires %s; give -sluice DIR to build against a local checkout)\n", SluiceModule)
-		}
+		return nil
 	}
+	if *sluiceDir == "" {
+		hash, err := writeSDK(filepath.Join(dir, SDKDir))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "wrote %s (sdk %s, ABI %d; go.mod replaces %s with it: no network needed)\n",
+			filepath.Join(dir, SDKDir), hash, hostabi.ABIVersion, SluiceModule)
+	} else {
+		fmt.Fprintf(stdout, "go.mod replaces %s with %s\n", SluiceModule, data.Replace)
+	}
+	fmt.Fprintf(stdout, "next:\n  cd %s && go test ./... && sluice policy build .\n", dir)
 	return nil
+}
+
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
 }
 
 func mustRel(base, p string) string {
@@ -217,11 +375,14 @@ var goModTmpl = template.Must(template.New("go.mod").Parse(`module {{.Module}}
 go 1.26
 
 require ` + SluiceModule + ` v0.0.0-00010101000000-000000000000
-{{if .Replace}}
-replace ` + SluiceModule + ` => {{.Replace}}
-{{end}}`))
 
-var mainTmpl = template.Must(template.New("main.go").Parse(`// Command {{.Name}} is a Sluice policy (see hostabi/ABI.md in Sluice).
+// The SDK: ./` + SDKDir + ` is the copy ` + "`sluice policy new`" + ` wrote from the sluice
+// binary (` + "`sluice policy build -update-sdk`" + ` refreshes it); a path to a Sluice
+// checkout works too.
+replace ` + SluiceModule + ` => {{.Replace}}
+`))
+
+var mainTmpl = template.Must(template.New("main.go").Parse(`// Command {{.Name}} is a Sluice policy (the ABI: sluice-sdk/hostabi/ABI.md).
 //
 // Build:  sluice policy build .   (or: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -o {{.Name}}.wasm .)
 // Deploy: copy {{.Name}}.wasm into the gateway's policy_dir; it is picked up
@@ -266,7 +427,6 @@ package main
 import (
 	"testing"
 
-	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/sluice-gw/sluice/sdk"
 )
 
@@ -285,7 +445,7 @@ func TestRecover(t *testing.T) {
 }
 
 func TestRewrite(t *testing.T) {
-	out, err := (&sdk.Harness{}).Rewrite(hostabi.RewriteInput{Endpoint: "/v1/responses", Body: []byte(` + "`" + `{"model":"m","input":"hi"}` + "`" + `)})
+	out, err := (&sdk.Harness{}).Rewrite(sdk.RewriteInput{Endpoint: "/v1/responses", Body: []byte(` + "`" + `{"model":"m","input":"hi"}` + "`" + `)})
 	if err != nil || string(out.Body) != ` + "`" + `{"model":"m","input":"hi","reasoning":{"effort":"medium"}}` + "`" + ` {
 		t.Fatalf("got %s %v", out.Body, err)
 	}
@@ -295,6 +455,7 @@ func TestRewrite(t *testing.T) {
 func runBuild(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("build", flag.ContinueOnError)
 	out := fs.String("o", "", "output file (default DIR.wasm)")
+	updateSDK := fs.Bool("update-sdk", false, "rewrite DIR/"+SDKDir+" from this binary first")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -316,17 +477,73 @@ func runBuild(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if target, err = filepath.Abs(target); err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-buildmode=c-shared", "-trimpath", "-buildvcs=false",
-		"-ldflags=-s -w -buildid=", "-o", target, ".")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
-	cmd.Stdout, cmd.Stderr = stderr, stderr
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		return err
+	}
+	if err := ensureSDK(dir, *updateSDK, stdout, stderr); err != nil {
+		return err
+	}
 	start := time.Now()
-	if err := cmd.Run(); err != nil {
+	goCmd := func(env []string, args ...string) ([]byte, error) {
+		cmd := exec.CommandContext(ctx, "go", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), env...)
+		return cmd.CombinedOutput()
+	}
+	// Build next to the target under a name a policy_dir watcher ignores,
+	// check, then rename: a running gateway never sees a partial file or a
+	// module that fails its self-test.
+	tmp := filepath.Join(filepath.Dir(target), "."+filepath.Base(target)+".build")
+	defer os.Remove(tmp)
+	build := func() ([]byte, error) {
+		return goCmd([]string{"GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0"}, "build", "-buildmode=c-shared", "-trimpath",
+			"-buildvcs=false", "-ldflags=-s -w -buildid=", "-o", tmp, ".")
+	}
+	msg, err := build()
+	if err != nil && needsTidy(msg) && fileExists(filepath.Join(dir, "go.mod")) {
+		// go.mod or go.sum is behind the imports: tidy once, offline when
+		// the only dependency is the SDK copy.
+		fmt.Fprintf(stderr, "%s", msg)
+		fmt.Fprintf(stdout, "running go mod tidy in %s\n", dir)
+		if tmsg, terr := goCmd(nil, "mod", "tidy"); terr != nil {
+			stderr.Write(tmsg)
+			return fmt.Errorf("go mod tidy: %w", terr)
+		}
+		msg, err = build()
+	}
+	stderr.Write(msg)
+	if err != nil {
 		return fmt.Errorf("go build: %w", err)
 	}
 	fmt.Fprintf(stdout, "built %s in %v\n", target, time.Since(start).Round(time.Millisecond))
-	return check(ctx, target, nil, "", stdout, stderr)
+	if err := checkAs(ctx, tmp, target, nil, "", stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "%s not written\n", target)
+		return err
+	}
+	if err := os.Rename(tmp, target); err != nil {
+		return err
+	}
+	deployed := filepath.Base(target)
+	if deployed == "" || deployed[0] < '0' || deployed[0] > '9' {
+		deployed = "10-" + deployed
+	}
+	fmt.Fprintf(stdout, "deploy: copy it into the gateway's policy_dir (e.g. policies.d/%s); it is loaded without a restart\n", deployed)
+	return nil
+}
+
+// needsTidy reports whether go build's output asks for go mod tidy.
+func needsTidy(out []byte) bool {
+	for _, s := range []string{"missing go.sum entry", "go mod tidy", "no required module provides package", "updates to go.mod needed", "but not required"} {
+		if bytes.Contains(out, []byte(s)) {
+			return true
+		}
+	}
+	return false
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // loadConfig reads a -config value: inline JSON or @FILE.
@@ -350,11 +567,15 @@ func loadConfig(v string) (json.RawMessage, error) {
 
 // open loads one module file in a runtime of its own, named after the file.
 func open(ctx context.Context, file string, cfg json.RawMessage, cacheDir string, stderr io.Writer) (*plugins.Runtime, string, error) {
+	return openAs(ctx, file, file, cfg, cacheDir, stderr)
+}
+
+func openAs(ctx context.Context, file, label string, cfg json.RawMessage, cacheDir string, stderr io.Writer) (*plugins.Runtime, string, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, "", err
 	}
-	base := filepath.Base(file)
+	base := filepath.Base(label)
 	if !strings.HasSuffix(base, ".wasm") {
 		base += ".wasm"
 	}
@@ -394,8 +615,14 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 func check(ctx context.Context, file string, cfg json.RawMessage, cacheDir string, stdout, stderr io.Writer) error {
+	return checkAs(ctx, file, file, cfg, cacheDir, stdout, stderr)
+}
+
+// checkAs checks file, naming it label in what it prints (and loading it
+// under label's name).
+func checkAs(ctx context.Context, file, label string, cfg json.RawMessage, cacheDir string, stdout, stderr io.Writer) error {
 	start := time.Now()
-	rt, name, err := open(ctx, file, cfg, cacheDir, stderr)
+	rt, name, err := openAs(ctx, file, label, cfg, cacheDir, stderr)
 	if err != nil {
 		return err
 	}
@@ -405,7 +632,7 @@ func check(ctx context.Context, file string, cfg json.RawMessage, cacheDir strin
 			continue
 		}
 		if st.State != plugins.StateActive {
-			fmt.Fprintf(stderr, "%s: rejected: %s\n", file, st.LastError)
+			fmt.Fprintf(stderr, "%s: rejected: %s\n", label, st.LastError)
 			return errReported
 		}
 		selfTest := "none"
@@ -415,10 +642,10 @@ func check(ctx context.Context, file string, cfg json.RawMessage, cacheDir strin
 			}
 		}
 		fmt.Fprintf(stdout, "%s: ok\n  sha256:      %s\n  size:        %d bytes\n  abi_version: %d\n  hooks:       %s\n  self_test:   %s\n  loaded in:   %v\n",
-			file, st.SHA256, st.Size, st.ABIVersion, strings.Join(st.Hooks, ", "), selfTest, time.Since(start).Round(time.Millisecond))
+			label, st.SHA256, st.Size, st.ABIVersion, strings.Join(st.Hooks, ", "), selfTest, time.Since(start).Round(time.Millisecond))
 		return nil
 	}
-	return fmt.Errorf("%s: not loaded", file)
+	return fmt.Errorf("%s: not loaded", label)
 }
 
 // event is one line of a test events file.
@@ -454,18 +681,26 @@ type result struct {
 func runTest(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	events := fs.String("events", "", "JSONL file of events ('-' for stdin)")
+	recording := fs.String("recording", "", "a record_dir: replay every recorded hook input")
+	expect := fs.String("expect", "", "with -recording: JSONL of {\"request\",\"verdict\"} the results must match")
 	cfgFlag := fs.String("config", "", "policy config: JSON or @FILE")
 	cacheDir := fs.String("wasm-cache-dir", "", "compilation cache directory")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 || *events == "" {
-		return usageError{errors.New("want FILE and -events EVENTS.jsonl")}
+	if len(pos) != 1 || (*events == "") == (*recording == "") {
+		return usageError{errors.New("want FILE and one of -events EVENTS.jsonl or -recording DIR")}
+	}
+	if *expect != "" && *recording == "" {
+		return usageError{errors.New("-expect needs -recording")}
 	}
 	cfg, err := loadConfig(*cfgFlag)
 	if err != nil {
 		return err
+	}
+	if *recording != "" {
+		return runRecording(ctx, pos[0], *recording, *expect, cfg, *cacheDir, stdout, stderr)
 	}
 	var in io.Reader = os.Stdin
 	if *events != "-" {

@@ -5,6 +5,8 @@ package main
 import (
 	"testing"
 
+	"github.com/sluice-gw/sluice/hostabi"
+
 	"github.com/sluice-gw/sluice/sdk"
 )
 
@@ -37,5 +39,50 @@ func TestReplay(t *testing.T) {
 	h.Config = `{"penalty_ms": 1500}`
 	if out, _, _ := h.Replay(sdk.ReplayInput{Code: "quota_exceeded"}); out.PenaltyMillis != 1500 {
 		t.Fatalf("config penalty: %+v", out)
+	}
+}
+
+// TestReplayTable: with a phase the policy answers the failure table
+// (hostabi.DefaultReplay) for every class and phase, through the ABI
+// encoding; only capacity codes replayed before content get a penalty.
+func TestReplayTable(t *testing.T) {
+	h := &sdk.Harness{}
+	classes := []string{sdk.FailureTransport, sdk.FailureServerError, sdk.FailureOverloaded, sdk.FailureRateLimit, sdk.FailureQuota,
+		sdk.FailureFirstByte, sdk.FailureFirstToken, sdk.FailureContextLength, sdk.FailureClientError, sdk.FailureAuth,
+		sdk.FailureCut, sdk.FailureStall, sdk.FailureErrorEvent, sdk.FailureOther}
+	codes := map[string]string{sdk.FailureRateLimit: "rate_limit_exceeded", sdk.FailureQuota: "insufficient_quota",
+		sdk.FailureServerError: "server_error", sdk.FailureContextLength: "context_length_exceeded", sdk.FailureOverloaded: "server_is_overloaded"}
+	n := 0
+	for _, p := range []string{sdk.PhaseBeforeHeaders, sdk.PhaseBeforeContent, sdk.PhaseAfterContent} {
+		for _, c := range classes {
+			for _, next := range []bool{false, true} {
+				in := sdk.ReplayInput{Surface: hostabi.SurfaceResponsesStream, Upstream: "p", Code: codes[c], HTTPStatus: 500,
+					Phase: p, FailureClass: c, HasNextTarget: next, TargetCount: 2, MaxWaitMillis: 5000, PrefillAllowed: true}
+				want := hostabi.DefaultReplay(in)
+				if p == sdk.PhaseBeforeContent && want.Verdict == sdk.ReplayOtherUpstream && hostabi.IsReplayableCode(in.Code) {
+					want.PenaltyMillis = 30000
+				}
+				out, deferred, err := h.Replay(in)
+				if err != nil || deferred || out != want {
+					t.Errorf("%s × %s (next %v): %+v, want %+v", c, p, next, out, want)
+				}
+				if out.Verdict != sdk.ReplayNo {
+					n++
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("the table never rescues anything")
+	}
+	// 429 before the headers: the host's cooldown (Retry-After or backoff), no flat penalty.
+	out, _, _ := h.Replay(sdk.ReplayInput{Phase: sdk.PhaseBeforeHeaders, FailureClass: sdk.FailureRateLimit, Code: "rate_limit_exceeded",
+		HTTPStatus: 429, HasNextTarget: true})
+	if out.Verdict != sdk.ReplayOtherUpstream || out.PenaltyMillis != 0 {
+		t.Fatalf("429 before headers: %+v", out)
+	}
+	out, _, _ = h.Replay(sdk.ReplayInput{Phase: sdk.PhaseBeforeContent, FailureClass: sdk.FailureQuota, Code: "insufficient_quota", RetryAfterMillis: 2500})
+	if out.Verdict != sdk.ReplayOtherUpstream || out.PenaltyMillis != 2500 {
+		t.Fatalf("quota event before content: %+v", out)
 	}
 }

@@ -6,6 +6,13 @@
 // cooldown (config: {"penalty_ms": N}), and defers every other failure to the
 // next policy and the built-in default.
 //
+// With policy ABI version 2 (hostabi/ABI.md §3.2) the input also says in
+// which phase the failure came and its class; the policy then answers as the
+// table does for an overload (the next target before content, a
+// continuation after it). The committed 10-vendor-overloaded.wasm was built
+// for ABI version 1 and is kept that way: the host asks it only about
+// failures before content, with the version-1 input (ABI.md §12).
+//
 // Built to examples/policies/10-vendor-overloaded.wasm (build.sh); copy it
 // into policy_dir. The "10-" prefix makes it run before the embedded
 // replay.wasm.
@@ -15,7 +22,6 @@ import (
 	"errors"
 	"strconv"
 
-	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/sluice-gw/sluice/sdk"
 )
 
@@ -33,7 +39,10 @@ func replay(in sdk.ReplayInput) (sdk.ReplayOutput, error) {
 	// Decide as the default would for a known capacity code.
 	as := in
 	as.Code = "server_is_overloaded"
-	out := hostabi.DefaultReplay(as)
+	if in.Phase != "" {
+		as.FailureClass = sdk.FailureOverloaded // ABI 2: the table's overload row
+	}
+	out := sdk.DefaultReplay(as)
 	if out.Verdict == sdk.ReplayOtherUpstream {
 		out.PenaltyMillis = 10000
 		if raw, ok := sdk.Lookup(sdk.Config(), "penalty_ms"); ok {

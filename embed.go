@@ -1,0 +1,16 @@
+// Package sluice carries the guest SDK's sources inside the sluice binary, so
+// that `sluice policy new` can write a policy that builds offline with only Go
+// installed (no Sluice checkout, no module proxy). It is not an API.
+//
+// It sits at the module root because go:embed cannot reach parent
+// directories: the embedded files are the sdk and hostabi packages themselves,
+// so the copy can never drift from what the gateway is built with.
+package sluice
+
+import "embed"
+
+// SDKSource holds sdk/*.go and hostabi/*.go (tests included; writers skip
+// _test.go files) and hostabi/ABI.md, rooted at the module root.
+//
+//go:embed sdk/*.go hostabi/*.go hostabi/ABI.md
+var SDKSource embed.FS

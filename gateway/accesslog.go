@@ -1,0 +1,48 @@
+package gateway
+
+import (
+	"strings"
+	"time"
+)
+
+// accessLog writes the request's one INFO line (logger "access"): method,
+// endpoint, surface, key name, route, targets tried, status, time to first
+// event, duration, how it ended and its tokens. No secret and no raw id is
+// in it: keys by name, credentials never. The logger's format is the
+// gateway's (logfmt-like text, or JSON lines with --log-json).
+func (s *Server) accessLog(m *reqMeta) {
+	if m == nil || (s.acct != nil && s.acct.opts.DisableAccessLog) {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.logged = true
+	status := m.status
+	args := []any{
+		"method", m.method,
+		"endpoint", m.endpoint,
+		"surface", m.surface,
+		"key", m.keyName(),
+		"route", m.route,
+		"targets", strings.Join(m.targets, ","),
+		"model", m.model,
+		"status", status,
+	}
+	if m.code != "" {
+		args = append(args, "code", m.code)
+	}
+	ttfe := ""
+	if m.sawEvent {
+		ttfe = m.ttfe.Round(time.Millisecond).String()
+	}
+	reason := m.reason
+	if reason == "" && m.terminal != "" {
+		reason = m.terminal
+	}
+	args = append(args, "ttfe", ttfe, "duration", time.Since(m.start).Round(time.Millisecond).String(), "reason", reason)
+	if m.usage.known {
+		args = append(args, "input_tokens", m.usage.input, "output_tokens", m.usage.output,
+			"cached_tokens", m.usage.cached, "reasoning_tokens", m.usage.reasoning)
+	}
+	s.log.Named("access").Info("request", args...)
+}

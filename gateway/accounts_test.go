@@ -1,0 +1,389 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/hashicorp/go-hclog"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
+
+	"github.com/sluice-gw/sluice/gateway"
+	"github.com/sluice-gw/sluice/gateway/upstreamtest"
+	"github.com/sluice-gw/sluice/store"
+)
+
+const (
+	teamAKey = "sk-team-a-0123456789abcdef"
+	teamBKey = "sk-team-b-0123456789abcdef"
+)
+
+// keyedHarness runs the gateway with auth required, the keys given and a
+// Pebble store for run-time keys and usage.
+func keyedHarness(t *testing.T, keys ...store.KeyRecord) (*harness, *store.PebbleStore) {
+	t.Helper()
+	st, err := store.Open(context.Background(), store.Options{Dir: t.TempDir(), SweepInterval: -1, Logger: hclog.NewNullLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	h := newHarness(t, harnessConfig{opts: gateway.Options{Accounts: gateway.AccountsOptions{
+		Required: true, Keys: keys, KeyStore: st, Usage: st,
+		Pricing: map[string]gateway.Price{"gpt-fake-1": {Input: 1, Output: 2}},
+	}}})
+	return h, st
+}
+
+func keyRec(name, secret string, models []string, l store.KeyLimits) store.KeyRecord {
+	return store.KeyRecord{Name: name, SHA256: gateway.HashKey(secret), Models: models, Limits: l}
+}
+
+// send posts body to path with the credential (none when "").
+func send(t *testing.T, h *harness, method, path, cred, body string) (*http.Response, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(method, h.url+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if cred != "" {
+		req.Header.Set("Authorization", "Bearer "+cred)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, b
+}
+
+func codeOf(b []byte) string {
+	var e struct {
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	_ = json.Unmarshal(b, &e)
+	return e.Error.Code
+}
+
+const simple = `{"model":"gpt-fake-1","input":"hi"}`
+
+func TestKeysUnknownOrMissingKeyIs401OnEverySurface(t *testing.T) {
+	h, _ := keyedHarness(t, keyRec("team-a", teamAKey, nil, store.KeyLimits{}))
+	for _, cred := range []string{"", "sk-not-a-sluice-key-000000"} {
+		for _, path := range []string{"/v1/responses", "/v1/chat/completions"} {
+			resp, b := send(t, h, http.MethodPost, path, cred, simple)
+			if resp.StatusCode != 401 || codeOf(b) != "invalid_api_key" {
+				t.Fatalf("%s with %q: %d %s", path, cred, resp.StatusCode, b)
+			}
+		}
+		resp, b := send(t, h, http.MethodGet, "/v1/models", cred, "")
+		if resp.StatusCode != 401 {
+			t.Fatalf("models: %d %s", resp.StatusCode, b)
+		}
+	}
+	// The WebSocket upgrade is refused before it happens.
+	hdr := http.Header{"Authorization": {"Bearer sk-wrong-0000000000000"}}
+	_, resp, err := websocket.Dial(context.Background(), "ws"+strings.TrimPrefix(h.url, "http")+"/v1/responses", &websocket.DialOptions{HTTPHeader: hdr})
+	if err == nil || resp == nil || resp.StatusCode != 401 {
+		t.Fatalf("websocket upgrade without a key: %v %v", err, resp)
+	}
+	if n := h.ups["A"].RequestCount(); n != 0 {
+		t.Fatalf("the upstream saw %d requests", n)
+	}
+	// The right key passes.
+	if resp, b := send(t, h, http.MethodPost, "/v1/responses", teamAKey, simple); resp.StatusCode != 200 {
+		t.Fatalf("valid key: %d %s", resp.StatusCode, b)
+	}
+}
+
+func TestKeysModelNotAllowedIs403OverHTTPAndPerWebSocketFrame(t *testing.T) {
+	h, _ := keyedHarness(t, keyRec("team-a", teamAKey, []string{"gpt-fake-*"}, store.KeyLimits{}))
+	resp, b := send(t, h, http.MethodPost, "/v1/responses", teamAKey, `{"model":"gpt-other","input":"hi","stream":true}`)
+	if resp.StatusCode != 403 || codeOf(b) != "model_not_allowed" {
+		t.Fatalf("HTTP: %d %s", resp.StatusCode, b)
+	}
+	hdr := http.Header{"Authorization": {"Bearer " + teamAKey}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(h.url, "http")+"/v1/responses", &websocket.DialOptions{HTTPHeader: hdr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	_ = c.Write(ctx, websocket.MessageText, []byte(`{"type":"response.create","model":"gpt-other","input":"hi"}`))
+	_, frame, err := c.Read(ctx)
+	if err != nil || !bytes.Contains(frame, []byte(`"status":403`)) || !bytes.Contains(frame, []byte("model_not_allowed")) {
+		t.Fatalf("frame: %s %v", frame, err)
+	}
+	// The same socket still serves an allowed model.
+	_ = c.Write(ctx, websocket.MessageText, []byte(`{"type":"response.create","model":"gpt-fake-1","input":"hi"}`))
+	for {
+		_, frame, err := c.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(frame, []byte(`"response.completed"`)) {
+			break
+		}
+	}
+	if n := h.ups["A"].RequestCount(); n != 1 {
+		t.Fatalf("the upstream saw %d requests, want 1", n)
+	}
+}
+
+func TestSluiceKeyIsNeverForwarded(t *testing.T) {
+	up := upstreamtest.NewServer(upstreamtest.Options{Name: "A"})
+	t.Cleanup(up.Close)
+	keyed := upstreamtest.NewServer(upstreamtest.Options{Name: "K", APIKey: "sk-upstream-own-key-123"})
+	t.Cleanup(keyed.Close)
+	for name, srv := range map[string]*upstreamtest.Server{"A": up, "K": keyed} {
+		h := newHarness(t, harnessConfig{servers: map[string]*upstreamtest.Server{name: srv}, keys: map[string]string{"K": "sk-upstream-own-key-123"},
+			opts: gateway.Options{Accounts: gateway.AccountsOptions{Required: true, Keys: []store.KeyRecord{keyRec("team-a", teamAKey, nil, store.KeyLimits{})}}}})
+		if resp, b := send(t, h, http.MethodPost, "/v1/responses", teamAKey, simple); resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", name, resp.StatusCode, b)
+		}
+		got := srv.Requests()[0].Header.Get("Authorization")
+		switch name {
+		case "A":
+			if got != "" {
+				t.Fatalf("an upstream without api_key got Authorization %q", got)
+			}
+		case "K":
+			if got != "Bearer sk-upstream-own-key-123" {
+				t.Fatalf("a keyed upstream got Authorization %q", got)
+			}
+		}
+		if strings.Contains(h.logs.String(), teamAKey) {
+			t.Fatal("the Sluice key is in the logs")
+		}
+	}
+}
+
+// limit asserts a 429 with code and the rate-limit headers.
+func limit(t *testing.T, resp *http.Response, b []byte, code string) {
+	t.Helper()
+	if resp.StatusCode != 429 || codeOf(b) != code {
+		t.Fatalf("want 429 %s, got %d %s", code, resp.StatusCode, b)
+	}
+	if resp.Header.Get("Retry-After") == "" {
+		t.Fatal("no Retry-After")
+	}
+}
+
+func TestLimitRequestsPerMinute(t *testing.T) {
+	h, _ := keyedHarness(t, keyRec("team-a", teamAKey, nil, store.KeyLimits{RPM: 2}), keyRec("team-b", teamBKey, nil, store.KeyLimits{}))
+	for i := range 2 {
+		resp, b := send(t, h, http.MethodPost, "/v1/responses", teamAKey, simple)
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode, b)
+		}
+		if resp.Header.Get("X-Ratelimit-Limit-Requests") != "2" || resp.Header.Get("X-Ratelimit-Remaining-Requests") != []string{"1", "0"}[i] {
+			t.Fatalf("request %d headers: %v", i, resp.Header)
+		}
+	}
+	resp, b := send(t, h, http.MethodPost, "/v1/responses", teamAKey, simple)
+	limit(t, resp, b, "rate_limit_exceeded")
+	if resp.Header.Get("X-Ratelimit-Remaining-Requests") != "0" || resp.Header.Get("X-Ratelimit-Reset-Requests") == "" {
+		t.Fatalf("headers: %v", resp.Header)
+	}
+	// Another key is not affected.
+	if resp, b := send(t, h, http.MethodPost, "/v1/responses", teamBKey, simple); resp.StatusCode != 200 {
+		t.Fatalf("team-b: %d %s", resp.StatusCode, b)
+	}
+}
+
+func TestLimitConcurrentStreams(t *testing.T) {
+	h, _ := keyedHarness(t, keyRec("team-a", teamAKey, nil, store.KeyLimits{Concurrent: 1}))
+	h.ups["A"].Enqueue(upstreamtest.Script{Text: "slow answer", Deltas: 3, Gap: 300 * time.Millisecond})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		send(t, h, http.MethodPost, "/v1/responses", teamAKey, `{"model":"gpt-fake-1","input":"hi","stream":true}`)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := h.ups["A"].WaitRequests(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	resp, b := send(t, h, http.MethodPost, "/v1/responses", teamAKey, simple)
+	limit(t, resp, b, "rate_limit_exceeded")
+	wg.Wait()
+	if resp, b := send(t, h, http.MethodPost, "/v1/responses", teamAKey, simple); resp.StatusCode != 200 {
+		t.Fatalf("after the first ended: %d %s", resp.StatusCode, b)
+	}
+}
+
+func TestLimitTokensPerMinuteSettlesFromRealUsage(t *testing.T) {
+	h, _ := keyedHarness(t, keyRec("team-a", teamAKey, nil, store.KeyLimits{TPM: 1000}))
+	// Each body is ~2000 bytes: 500 tokens reserved. Without settling from
+	// the real usage (a few tokens) only two would pass.
+	body := `{"model":"gpt-fake-1","input":"` + strings.Repeat("x", 1960) + `"}`
+	for i := range 4 {
+		resp, b := send(t, h, http.MethodPost, "/v1/responses", teamAKey, body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode, b)
+		}
+		if resp.Header.Get("X-Ratelimit-Limit-Tokens") != "1000" {
+			t.Fatalf("headers: %v", resp.Header)
+		}
+	}
+	// A request estimated at the whole minute's tokens cannot pass now.
+	big := `{"model":"gpt-fake-1","input":"` + strings.Repeat("x", 4400) + `"}`
+	resp, b := send(t, h, http.MethodPost, "/v1/responses", teamAKey, big)
+	limit(t, resp, b, "rate_limit_exceeded")
+	if resp.Header.Get("X-Ratelimit-Remaining-Tokens") == "" || resp.Header.Get("X-Ratelimit-Reset-Tokens") == "" {
+		t.Fatalf("headers: %v", resp.Header)
+	}
+}
+
+func TestBudgetTokensPerDay(t *testing.T) {
+	h, _ := keyedHarness(t, keyRec("team-a", teamAKey, nil, store.KeyLimits{TokensPerDay: 5}))
+	if resp, b := send(t, h, http.MethodPost, "/v1/responses", teamAKey, simple); resp.StatusCode != 200 {
+		t.Fatalf("first: %d %s", resp.StatusCode, b)
+	}
+	resp, b := send(t, h, http.MethodPost, "/v1/responses", teamAKey, simple)
+	limit(t, resp, b, "insufficient_quota")
+}
+
+type usageReport struct {
+	Data  []store.UsageRecord `json:"data"`
+	Total struct {
+		Requests     int64    `json:"requests"`
+		InputTokens  int64    `json:"input_tokens"`
+		OutputTokens int64    `json:"output_tokens"`
+		CostUSD      *float64 `json:"cost_usd"`
+	} `json:"total"`
+}
+
+func TestUsageTotalsEqualTheUpstreamUsage(t *testing.T) {
+	h, _ := keyedHarness(t, keyRec("team-a", teamAKey, nil, store.KeyLimits{}))
+	c := openai.NewClient(option.WithBaseURL(h.url+"/v1/"), option.WithAPIKey(teamAKey), option.WithMaxRetries(0))
+	ctx := context.Background()
+	var wantIn, wantOut int64
+
+	// Responses, streamed.
+	st := c.Responses.NewStreaming(ctx, responses.ResponseNewParams{Model: "gpt-fake-1", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("hi")}})
+	for st.Next() {
+		if ev := st.Current(); ev.Type == "response.completed" {
+			wantIn += ev.Response.Usage.InputTokens
+			wantOut += ev.Response.Usage.OutputTokens
+		}
+	}
+	if err := st.Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Responses, JSON.
+	r, err := c.Responses.New(ctx, responses.ResponseNewParams{Model: "gpt-fake-1", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("hi")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantIn += r.Usage.InputTokens
+	wantOut += r.Usage.OutputTokens
+	// Chat, streamed with the usage chunk.
+	cs := c.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: "gpt-fake-1",
+		Messages:      []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")},
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}})
+	for cs.Next() {
+		if u := cs.Current().Usage; u.TotalTokens > 0 {
+			wantIn += u.PromptTokens
+			wantOut += u.CompletionTokens
+		}
+	}
+	if err := cs.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if wantIn == 0 || wantOut == 0 {
+		t.Fatalf("the fake reported no usage: %d %d", wantIn, wantOut)
+	}
+	// Usage is settled as each request ends, just after its last byte.
+	var rep usageReport
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		rep = usageReport{}
+		if code := h.getJSON("/admin/usage?key=team-a", &rep); code != 200 {
+			t.Fatalf("admin/usage: %d", code)
+		}
+		if (rep.Total.Requests == 3 && strings.Count(h.logs.String(), "access: request") == 3) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if rep.Total.Requests != 3 || rep.Total.InputTokens != wantIn || rep.Total.OutputTokens != wantOut {
+		t.Fatalf("usage %+v, want 3 requests, %d in, %d out", rep.Total, wantIn, wantOut)
+	}
+	if rep.Total.CostUSD == nil || *rep.Total.CostUSD <= 0 {
+		t.Fatalf("no cost: %+v", rep.Total)
+	}
+	if m := h.metrics(); !strings.Contains(m, `sluice_usage_tokens_total{key="team-a"`) {
+		t.Fatal("no usage counter in /metrics")
+	}
+	// One access line per request, with the key's name and tokens, never its secret.
+	logs := h.logs.String()
+	if n := strings.Count(logs, "access: request"); n != 3 {
+		t.Fatalf("%d access lines:\n%s", n, logs)
+	}
+	if !strings.Contains(logs, "key=team-a") || !strings.Contains(logs, "output_tokens=") || strings.Contains(logs, teamAKey) {
+		t.Fatalf("access log:\n%s", logs)
+	}
+}
+
+func TestAdminKeysLifecycle(t *testing.T) {
+	h, _ := keyedHarness(t, keyRec("from-config", teamBKey, nil, store.KeyLimits{}))
+	admin := func(method, path, body string) (int, []byte) {
+		resp, b := send(t, h, method, path, "", body)
+		return resp.StatusCode, b
+	}
+	code, b := admin(http.MethodPost, "/admin/keys", `{"name":"ci","models":["gpt-fake-*"],"limits":{"rpm":100}}`)
+	var created struct{ Name, Key string }
+	_ = json.Unmarshal(b, &created)
+	if code != 201 || created.Name != "ci" || !strings.HasPrefix(created.Key, "sk-sluice-") {
+		t.Fatalf("create: %d %s", code, b)
+	}
+	if code, b := admin(http.MethodPost, "/admin/keys", `{"name":"ci"}`); code != 409 {
+		t.Fatalf("duplicate: %d %s", code, b)
+	}
+	if code, b := admin(http.MethodDelete, "/admin/keys/from-config", ``); code != 409 {
+		t.Fatalf("config key delete: %d %s", code, b)
+	}
+	if resp, b := send(t, h, http.MethodPost, "/v1/responses", created.Key, simple); resp.StatusCode != 200 {
+		t.Fatalf("new key: %d %s", resp.StatusCode, b)
+	}
+	code, b = admin(http.MethodGet, "/admin/keys", "")
+	if code != 200 || !bytes.Contains(b, []byte(`"name":"ci"`)) || !bytes.Contains(b, []byte(`"source":"config"`)) || bytes.Contains(b, []byte(created.Key)) {
+		t.Fatalf("list: %d %s", code, b)
+	}
+	if code, b := admin(http.MethodPatch, "/admin/keys/ci", `{"models":["other-*"]}`); code != 200 {
+		t.Fatalf("patch: %d %s", code, b)
+	}
+	if resp, b := send(t, h, http.MethodPost, "/v1/responses", created.Key, simple); resp.StatusCode != 403 {
+		t.Fatalf("after patch: %d %s", resp.StatusCode, b)
+	}
+	if code, b := admin(http.MethodDelete, "/admin/keys/ci", ""); code != 204 {
+		t.Fatalf("delete: %d %s", code, b)
+	}
+	time.Sleep(1100 * time.Millisecond) // an unknown key reloads the store at most once a second
+	if resp, b := send(t, h, http.MethodPost, "/v1/responses", created.Key, simple); resp.StatusCode != 401 {
+		t.Fatalf("after delete: %d %s", resp.StatusCode, b)
+	}
+	if strings.Contains(h.logs.String(), created.Key) {
+		t.Fatal("a secret is in the logs")
+	}
+}
+
+func TestNoAuthRequiredKeepsPassThrough(t *testing.T) {
+	h := newHarness(t, harnessConfig{})
+	if resp, b := send(t, h, http.MethodPost, "/v1/responses", "sk-client-secret", simple); resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	if got := h.ups["A"].Requests()[0].Header.Get("Authorization"); got != "Bearer sk-client-secret" {
+		t.Fatalf("upstream got %q", got)
+	}
+}

@@ -1,0 +1,229 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/julienschmidt/httprouter"
+
+	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/sluice-gw/sluice/store"
+)
+
+// The admin keys API (admin token required when one is set):
+//
+//	POST   /admin/keys         {"name","models","limits"} → 201 {"name","key",…}: the secret, shown once
+//	GET    /admin/keys         every key: name, models, limits, source (config|store), created_at
+//	PATCH  /admin/keys/{name}  {"models"?, "limits"?} → the key
+//	DELETE /admin/keys/{name}  → 204
+//
+// Keys from the config are listed but cannot be changed here (409).
+
+var keyNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+type keyView struct {
+	Name      string          `json:"name"`
+	Key       string          `json:"key,omitempty"` // only in the answer to POST
+	Models    []string        `json:"models"`
+	Limits    store.KeyLimits `json:"limits"`
+	Source    string          `json:"source"`
+	CreatedAt *time.Time      `json:"created_at,omitempty"`
+}
+
+func viewOf(e *keyEntry) keyView {
+	v := keyView{Name: e.name, Models: e.models, Limits: e.limits, Source: "store"}
+	if v.Models == nil {
+		v.Models = []string{}
+	}
+	if e.fromConfig {
+		v.Source = "config"
+	} else if !e.created.IsZero() {
+		c := e.created
+		v.CreatedAt = &c
+	}
+	return v
+}
+
+func (s *Server) mountAdminKeys(r *httprouter.Router) {
+	r.GET("/admin/keys", s.admin(s.handleListKeys))
+	r.POST("/admin/keys", s.admin(s.handleCreateKey))
+	r.PATCH("/admin/keys/:name", s.admin(s.handlePatchKey))
+	r.DELETE("/admin/keys/:name", s.admin(s.handleDeleteKey))
+	r.GET("/admin/usage", s.admin(s.handleUsage))
+}
+
+func (s *Server) handleListKeys(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	_ = s.acct.keys.reload(r.Context())
+	out := []keyView{}
+	for _, e := range s.acct.keys.list() {
+		out = append(out, viewOf(e))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": out})
+}
+
+// keyPatch is the body of POST and PATCH.
+type keyPatch struct {
+	Name   string           `json:"name"`
+	Models *[]string        `json:"models"`
+	Limits *store.KeyLimits `json:"limits"`
+}
+
+func readKeyPatch(w http.ResponseWriter, r *http.Request) (keyPatch, bool) {
+	var p keyPatch
+	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		apierr.Invalid("", apierr.CodeInvalidJSON, "the body must be {\"name\",\"models\",\"limits\"}: %v", err).Write(w)
+		return p, false
+	}
+	if p.Models != nil {
+		for i, m := range *p.Models {
+			if _, err := path.Match(m, ""); err != nil || strings.TrimSpace(m) == "" {
+				apierr.Invalid(fmt.Sprintf("models[%d]", i), "invalid_pattern", "%q is not a model pattern", m).Write(w)
+				return p, false
+			}
+		}
+	}
+	if l := p.Limits; l != nil && (l.RPM < 0 || l.TPM < 0 || l.Concurrent < 0 || l.TokensPerDay < 0 || l.TokensPerMonth < 0) {
+		apierr.Invalid("limits", "invalid_limit", "limits must not be negative").Write(w)
+		return p, false
+	}
+	return p, true
+}
+
+func (s *Server) keyStoreOrFail(w http.ResponseWriter) store.KeyStore {
+	if s.acct.opts.KeyStore == nil {
+		(&apierr.Error{Status: http.StatusNotImplemented, Type: apierr.TypeInvalidRequest, Code: "keys_not_stored",
+			Message: "keys cannot be managed at run time: the gateway has no store (continuity.disabled)"}).Write(w)
+	}
+	return s.acct.opts.KeyStore
+}
+
+func (s *Server) handleCreateKey(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	st := s.keyStoreOrFail(w)
+	if st == nil {
+		return
+	}
+	p, ok := readKeyPatch(w, r)
+	if !ok {
+		return
+	}
+	if !keyNameRE.MatchString(p.Name) {
+		apierr.Invalid("name", "invalid_name", "name must be letters, digits, . _ - (at most 64), starting with a letter or digit").Write(w)
+		return
+	}
+	if e := s.acct.keys.get(p.Name); e != nil && e.fromConfig {
+		keyConflict(w, p.Name, "is defined in the config")
+		return
+	}
+	secret := newSecret()
+	rec := store.KeyRecord{Name: p.Name, SHA256: HashKey(secret), CreatedAt: time.Now().UTC().Truncate(time.Second)}
+	if p.Models != nil {
+		rec.Models = *p.Models
+	}
+	if p.Limits != nil {
+		rec.Limits = *p.Limits
+	}
+	if err := st.CreateKey(r.Context(), rec); err != nil {
+		if errors.Is(err, store.ErrExists) {
+			keyConflict(w, p.Name, "exists")
+			return
+		}
+		storeFailed(w, err)
+		return
+	}
+	_ = s.acct.keys.reload(context.WithoutCancel(r.Context()))
+	s.log.Info("key created", "key", p.Name)
+	v := viewOf(&keyEntry{name: rec.Name, models: rec.Models, limits: rec.Limits, created: rec.CreatedAt})
+	v.Key = secret
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusCreated, v)
+}
+
+func (s *Server) handlePatchKey(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+	st := s.keyStoreOrFail(w)
+	if st == nil {
+		return
+	}
+	name := ps.ByName("name")
+	if e := s.acct.keys.get(name); e != nil && e.fromConfig {
+		keyConflict(w, name, "is defined in the config; change it there")
+		return
+	}
+	p, ok := readKeyPatch(w, r)
+	if !ok {
+		return
+	}
+	rec, err := st.GetKey(r.Context(), name)
+	if err != nil {
+		keyLookupFailed(w, name, err)
+		return
+	}
+	if p.Models != nil {
+		rec.Models = *p.Models
+	}
+	if p.Limits != nil {
+		rec.Limits = *p.Limits
+	}
+	if err := st.PutKey(r.Context(), rec); err != nil {
+		storeFailed(w, err)
+		return
+	}
+	_ = s.acct.keys.reload(context.WithoutCancel(r.Context()))
+	s.log.Info("key changed", "key", name)
+	writeJSON(w, http.StatusOK, viewOf(&keyEntry{name: rec.Name, models: rec.Models, limits: rec.Limits, created: rec.CreatedAt}))
+}
+
+func (s *Server) handleDeleteKey(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+	st := s.keyStoreOrFail(w)
+	if st == nil {
+		return
+	}
+	name := ps.ByName("name")
+	if e := s.acct.keys.get(name); e != nil && e.fromConfig {
+		keyConflict(w, name, "is defined in the config; remove it there")
+		return
+	}
+	if err := st.DeleteKey(r.Context(), name); err != nil {
+		keyLookupFailed(w, name, err)
+		return
+	}
+	_ = s.acct.keys.reload(context.WithoutCancel(r.Context()))
+	s.log.Info("key deleted", "key", name)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func keyConflict(w http.ResponseWriter, name, why string) {
+	(&apierr.Error{Status: http.StatusConflict, Type: apierr.TypeInvalidRequest, Code: "key_conflict", Param: "name",
+		Message: fmt.Sprintf("the key %q %s", name, why)}).Write(w)
+}
+
+func keyLookupFailed(w http.ResponseWriter, name string, err error) {
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrInvalid) {
+		(&apierr.Error{Status: http.StatusNotFound, Type: apierr.TypeInvalidRequest, Code: apierr.CodeNotFound,
+			Message: fmt.Sprintf("no key named %q", name)}).Write(w)
+		return
+	}
+	storeFailed(w, err)
+}
+
+func storeFailed(w http.ResponseWriter, err error) {
+	apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the key store failed: %v", err).Write(w)
+}
+
+// newSecret is a new key: "sk-sluice-" and 32 random bytes, base64url.
+func newSecret() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return "sk-sluice-" + base64.RawURLEncoding.EncodeToString(b)
+}

@@ -1,0 +1,337 @@
+package gateway
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/sluice-gw/sluice/store"
+)
+
+// Sluice keys (README, "Keys, limits and usage"). A client presents its key
+// as Authorization: Bearer <key> (or Api-Key: <key>); the gateway hashes it
+// with SHA-256 and looks the hash up among the keys of the config and those
+// created at run time (kept hashed in the store, so replicas sharing it
+// agree and they survive restarts). The secret itself is never stored,
+// logged or forwarded upstream.
+
+// Error codes of Sluice keys and limits.
+const (
+	CodeInvalidAPIKey     = "invalid_api_key"
+	CodeModelNotAllowed   = "model_not_allowed"
+	CodeRateLimitExceeded = "rate_limit_exceeded"
+	CodeInsufficientQuota = "insufficient_quota"
+)
+
+// AccountsOptions configure Sluice keys, limits, usage accounting and the
+// access log. The zero value: no keys, the client's credential passes
+// through, usage counted in metrics only.
+type AccountsOptions struct {
+	// Required makes every /v1/ request carry a known Sluice key (401
+	// invalid_api_key otherwise). Without it, a request that presents a
+	// known key is still identified (its models, limits and usage apply)
+	// and any other credential passes through as before.
+	Required bool
+	// Keys are the config's keys (hashed; never the secret).
+	Keys []store.KeyRecord
+	// KeyStore keeps the keys created at run time (POST /admin/keys); nil:
+	// the config's keys only, and the admin API cannot create keys.
+	KeyStore store.KeyStore
+	// Usage keeps per-day usage totals (GET /admin/usage, budgets across
+	// restarts); nil: metrics only.
+	Usage store.UsageStore
+	// Limiter enforces the keys' limits; nil: a LocalLimiter (this process).
+	Limiter Limiter
+	// Pricing is per model, per 1M tokens: usage reports carry cost.
+	Pricing map[string]Price
+	// KeyRefresh is how often the store's keys are reloaded (keys created,
+	// changed or deleted by another replica); default 5s.
+	KeyRefresh time.Duration
+	// AccessLog writes one INFO line per request (default on; see
+	// accesslog.go). Set DisableAccessLog to turn it off.
+	DisableAccessLog bool
+}
+
+// Price is a model's price per 1M tokens.
+type Price struct {
+	Input, Output, CachedInput float64
+}
+
+// keyEntry is one known key, as the gateway uses it.
+type keyEntry struct {
+	name       string
+	sum        [32]byte
+	models     []string
+	limits     store.KeyLimits
+	fromConfig bool
+	created    time.Time
+}
+
+// allows reports whether the key may use model (its patterns; none: all).
+func (k *keyEntry) allows(model string) bool {
+	if len(k.models) == 0 {
+		return true
+	}
+	for _, p := range k.models {
+		if p == model {
+			return true
+		}
+		if ok, err := path.Match(p, model); err == nil && ok {
+			return true
+		}
+	}
+	return false
+}
+
+// keyring holds the known keys by hash and by name.
+type keyring struct {
+	st      store.KeyStore
+	refresh time.Duration
+	config  []*keyEntry
+
+	mu       sync.RWMutex
+	bySum    map[[32]byte]*keyEntry
+	byName   map[string]*keyEntry
+	loadedAt time.Time
+	loading  bool
+	missAt   time.Time // the last reload caused by an unknown key
+}
+
+func newKeyring(cfg []store.KeyRecord, st store.KeyStore, refresh time.Duration) (*keyring, error) {
+	kr := &keyring{st: st, refresh: refresh}
+	for _, k := range cfg {
+		e, err := entryOf(k)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: key %q: %w", k.Name, err)
+		}
+		e.fromConfig = true
+		kr.config = append(kr.config, e)
+	}
+	kr.install(nil)
+	return kr, nil
+}
+
+func entryOf(k store.KeyRecord) (*keyEntry, error) {
+	b, err := hex.DecodeString(strings.TrimSpace(k.SHA256))
+	if err != nil || len(b) != 32 {
+		return nil, errors.New("key_sha256 is not 64 hex digits")
+	}
+	e := &keyEntry{name: k.Name, models: k.Models, limits: k.Limits, created: k.CreatedAt}
+	copy(e.sum[:], b)
+	return e, nil
+}
+
+// HashKey is the hex SHA-256 of a Sluice key's secret (what key_sha256
+// holds).
+func HashKey(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+// install replaces the store's keys (the config's win on a name clash).
+func (kr *keyring) install(stored []store.KeyRecord) {
+	bySum := map[[32]byte]*keyEntry{}
+	byName := map[string]*keyEntry{}
+	for _, e := range kr.config {
+		bySum[e.sum], byName[e.name] = e, e
+	}
+	for _, k := range stored {
+		if _, taken := byName[k.Name]; taken {
+			continue
+		}
+		e, err := entryOf(k)
+		if err != nil {
+			continue
+		}
+		if _, taken := bySum[e.sum]; taken {
+			continue
+		}
+		bySum[e.sum], byName[e.name] = e, e
+	}
+	kr.mu.Lock()
+	kr.bySum, kr.byName = bySum, byName
+	kr.mu.Unlock()
+}
+
+// reload reads the store's keys.
+func (kr *keyring) reload(ctx context.Context) error {
+	if kr.st == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	recs, err := kr.st.ListKeys(ctx)
+	if err != nil {
+		return err
+	}
+	kr.install(recs)
+	kr.mu.Lock()
+	kr.loadedAt = time.Now()
+	kr.mu.Unlock()
+	return nil
+}
+
+// maybeReload reloads in the background when the keys are older than
+// refresh; an unknown key reloads at once (at most once a second), so a key
+// created on another replica works right away.
+func (kr *keyring) maybeReload(miss bool) {
+	if kr.st == nil {
+		return
+	}
+	kr.mu.Lock()
+	now := time.Now()
+	stale := now.Sub(kr.loadedAt) > kr.refresh
+	if miss && now.Sub(kr.missAt) > time.Second {
+		kr.missAt = now
+		kr.mu.Unlock()
+		_ = kr.reload(context.Background())
+		return
+	}
+	if !stale || kr.loading {
+		kr.mu.Unlock()
+		return
+	}
+	kr.loading = true
+	kr.mu.Unlock()
+	go func() {
+		_ = kr.reload(context.Background())
+		kr.mu.Lock()
+		kr.loading = false
+		kr.mu.Unlock()
+	}()
+}
+
+// lookup finds the key whose secret is secret.
+func (kr *keyring) lookup(secret string) *keyEntry {
+	if secret == "" {
+		return nil
+	}
+	sum := sha256.Sum256([]byte(secret))
+	find := func() *keyEntry {
+		kr.mu.RLock()
+		e := kr.bySum[sum]
+		kr.mu.RUnlock()
+		if e != nil && subtle.ConstantTimeCompare(e.sum[:], sum[:]) == 1 {
+			return e
+		}
+		return nil
+	}
+	if e := find(); e != nil {
+		kr.maybeReload(false)
+		return e
+	}
+	kr.maybeReload(true)
+	return find()
+}
+
+func (kr *keyring) get(name string) *keyEntry {
+	kr.mu.RLock()
+	defer kr.mu.RUnlock()
+	return kr.byName[name]
+}
+
+func (kr *keyring) list() []*keyEntry {
+	kr.mu.RLock()
+	out := make([]*keyEntry, 0, len(kr.byName))
+	for _, e := range kr.byName {
+		out = append(out, e)
+	}
+	kr.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+// presentedKey is the credential a client presents: the Bearer token of
+// Authorization, else Api-Key.
+func presentedKey(h http.Header) string {
+	if a := h.Get("Authorization"); a != "" {
+		if len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
+			return strings.TrimSpace(a[7:])
+		}
+		return ""
+	}
+	return strings.TrimSpace(h.Get("Api-Key"))
+}
+
+// authenticate identifies the client's key. With auth required, a missing
+// or unknown key is a 401 invalid_api_key; without, it is nil (pass-through).
+func (a *accounts) authenticate(h http.Header) (*keyEntry, *apierr.Error) {
+	e := a.keys.lookup(presentedKey(h))
+	if e == nil && a.opts.Required {
+		return nil, &apierr.Error{Status: http.StatusUnauthorized, Type: apierr.TypeInvalidRequest, Code: CodeInvalidAPIKey,
+			Message: "a valid Sluice key is required: send Authorization: Bearer <key>"}
+	}
+	return e, nil
+}
+
+// modelAllowed is the 403 for a model the key may not use, or nil.
+func modelAllowed(k *keyEntry, model string) *apierr.Error {
+	if k == nil || k.allows(model) {
+		return nil
+	}
+	return &apierr.Error{Status: http.StatusForbidden, Type: apierr.TypeInvalidRequest, Code: CodeModelNotAllowed, Param: "model",
+		Message: fmt.Sprintf("the key %q may not use the model %q", k.name, model)}
+}
+
+type keyCtxKey struct{}
+
+// gate authenticates every /v1/ request before it is routed (the HTTP API,
+// the WebSocket upgrade, streaming-input sessions, /v1/models): with auth
+// required, a request without a known key gets 401 before its body is read.
+// The key rides in the request's context; requests outside /v1/ pass.
+func (s *Server) gate(next http.Handler) http.Handler {
+	a := s.acct
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.URL.Path, "/v1/") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if _, seen := r.Context().Value(keyCtxKey{}).(*keyEntry); seen {
+			next.ServeHTTP(w, r) // re-dispatched (streaming input): checked already
+			return
+		}
+		m := newReqMeta(r)
+		k, aerr := a.authenticate(r.Header)
+		if aerr != nil {
+			aerr.Write(w)
+			m.status, m.code = aerr.Status, aerr.Code
+			s.accessLog(m)
+			return
+		}
+		m.key = k
+		ctx := context.WithValue(r.Context(), keyCtxKey{}, k)
+		ctx = context.WithValue(ctx, metaCtxKey{}, m)
+		sw := w
+		var rec *statusWriter
+		if !isUpgrade(r) {
+			rec = &statusWriter{ResponseWriter: w}
+			sw = rec
+		}
+		next.ServeHTTP(sw, r.WithContext(ctx))
+		if m.ws || m.logged {
+			return // WebSocket frames and API requests log their own lines
+		}
+		if rec != nil {
+			m.status = rec.status
+		}
+		s.accessLog(m)
+	})
+}
+
+func isUpgrade(r *http.Request) bool { return strings.EqualFold(r.Header.Get("Upgrade"), "websocket") }
+
+// keyOf is the key gate found for r (nil: none, or no gate).
+func keyOf(r *http.Request) *keyEntry {
+	k, _ := r.Context().Value(keyCtxKey{}).(*keyEntry)
+	return k
+}

@@ -1,0 +1,90 @@
+package config
+
+import (
+	"encoding/hex"
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+)
+
+// Auth configures Sluice keys (auth:).
+type Auth struct {
+	// Required makes every /v1/ request carry a Sluice key (Authorization:
+	// Bearer <key>, or Api-Key). false (default): the client's credential
+	// passes through to upstreams that have no api_key, as before.
+	Required bool `yaml:"required"`
+}
+
+// Key is one entry of keys:. Exactly one of KeySHA256 (hex SHA-256 of the
+// secret) and Key (the secret itself, usually ${VAR}) is set; the secret is
+// hashed at load and never kept or logged.
+type Key struct {
+	Name      string    `yaml:"name"`
+	KeySHA256 string    `yaml:"key_sha256"`
+	Key       string    `yaml:"key"`
+	Models    []string  `yaml:"models"` // model patterns this key may use (exact or glob); none: all
+	Limits    KeyLimits `yaml:"limits"`
+}
+
+// KeyLimits are one key's limits; 0 is unlimited.
+type KeyLimits struct {
+	RPM            int64 `yaml:"rpm"`
+	TPM            int64 `yaml:"tpm"`
+	Concurrent     int64 `yaml:"concurrent"`
+	TokensPerDay   int64 `yaml:"tokens_per_day"`
+	TokensPerMonth int64 `yaml:"tokens_per_month"`
+}
+
+// Price is one model's price in pricing:, per 1M tokens.
+type Price struct {
+	Input       float64 `yaml:"input"`
+	Output      float64 `yaml:"output"`
+	CachedInput float64 `yaml:"cached_input"` // default: input
+}
+
+// KeyNamePattern is what a key name may be.
+var KeyNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// validateAccounts checks auth:, keys: and pricing:.
+func (c *Config) validateAccounts(bad func(key, format string, args ...any)) {
+	names := map[string]int{}
+	for i, k := range c.Keys {
+		key := fmt.Sprintf("keys[%d]", i)
+		if !KeyNamePattern.MatchString(k.Name) {
+			bad(key+".name", "%q is not a key name (letters, digits, . _ -, at most 64)", k.Name)
+		} else if j, dup := names[k.Name]; dup {
+			bad(key+".name", "%q is used by keys[%d] too", k.Name, j)
+		} else {
+			names[k.Name] = i
+		}
+		switch {
+		case k.Key == "" && k.KeySHA256 == "":
+			bad(key, "needs key_sha256 (hex SHA-256 of the secret) or key")
+		case k.Key != "" && k.KeySHA256 != "":
+			bad(key, "has both key and key_sha256; keep one")
+		case k.KeySHA256 != "":
+			if b, err := hex.DecodeString(strings.TrimSpace(k.KeySHA256)); err != nil || len(b) != 32 {
+				bad(key+".key_sha256", "is not 64 hex digits")
+			}
+		case len(k.Key) < 16:
+			bad(key+".key", "is shorter than 16 characters") // never echo the secret
+		}
+		for j, m := range k.Models {
+			if _, err := path.Match(m, ""); err != nil || strings.TrimSpace(m) == "" {
+				bad(fmt.Sprintf("%s.models[%d]", key, j), "%q is not a valid pattern", m)
+			}
+		}
+		for lk, v := range map[string]int64{"rpm": k.Limits.RPM, "tpm": k.Limits.TPM, "concurrent": k.Limits.Concurrent,
+			"tokens_per_day": k.Limits.TokensPerDay, "tokens_per_month": k.Limits.TokensPerMonth} {
+			if v < 0 {
+				bad(key+".limits."+lk, "must not be negative")
+			}
+		}
+	}
+	for m, p := range c.Pricing {
+		if p.Input < 0 || p.Output < 0 || p.CachedInput < 0 {
+			bad("pricing."+m, "prices must not be negative")
+		}
+	}
+}

@@ -1,0 +1,1460 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/sluice-gw/sluice/gateway/sse"
+	"github.com/sluice-gw/sluice/gateway/upstream"
+	"github.com/sluice-gw/sluice/hostabi"
+)
+
+// Continuation after content (README, "Continuation"): when a stream fails
+// after content reached the client (cut, stall, a retryable error event),
+// the replay policy is asked (Phase after_content); on a continue verdict
+// the request goes to the route's next target and its output is spliced
+// into the same client stream:
+//
+//   - prefill: the original request plus the text already sent as a
+//     trailing assistant message; what the target adds is appended to the
+//     client's open message (one item per message);
+//   - restart: the original request again; its output is compared with what
+//     the client has and suppressed until it reproduced it exactly, then
+//     streamed; a contradiction ends the stream (stream_incomplete) before
+//     any contradicting text goes out.
+//
+// The client keeps one response id (the first it was shown), one numbering,
+// its indices and item ids; usage is summed; the one terminal event is
+// rebuilt with the whole output. The request's rescue (req.rescue) holds
+// what the decision needs across attempts; the client stream's splicer
+// (cs.splice) maps one continuation attempt's events onto the client's.
+
+var (
+	errStallTimeout = errors.New("no upstream event within the route's stall timeout")
+	errDiverged     = errors.New("the continuation diverged from what the client has")
+)
+
+// Reasons a stream ended (sluice_stream_terminal_total), besides pump.go's.
+const (
+	reasonStall    = "stall_timeout"
+	reasonDiverged = "diverged"
+)
+
+// Kinds of continuation (sluice_rescues_total{kind}).
+const (
+	kindPrefill = "prefill"
+	kindRestart = "restart"
+)
+
+// rescueState is a request's continuation state, from its first after-content
+// continuation on (req.rescue).
+type rescueState struct {
+	clientID   string         // the client-visible response id (Responses clients)
+	prevAnchor *pendingAnchor // the anchor write of the client-visible id (its first owner)
+	cause      *apierr.Error  // the last after-content failure: the client's terminal if nothing rescues it
+	reason     string         // its terminal reason
+	kind       string         // of the next continuation attempt
+	text       string         // the text the client had when it was decided (a prefill's message)
+	refused    map[*upstream.Upstream]bool
+	usage      []byte // usage of the failed attempts, summed
+	count      int    // continuations decided
+}
+
+// contAttempt marks an attempt as a continuation (tryState.cont).
+type contAttempt struct {
+	kind string
+	r    *rescueState
+}
+
+// afterFailure is a failure after content that the pump handed back to the
+// attempt (pumpEnd.after) instead of ending the stream.
+type afterFailure struct {
+	class  string // hostabi.Failure*
+	code   string
+	status int
+	reason string        // the terminal reason if it is not rescued
+	cause  *apierr.Error // the client's terminal error if it is not rescued
+	ev     sse.Event     // the error-shaped event (a copy); zero for a read failure
+	err    error         // the read failure
+	usage  []byte        // what the failed attempt reported
+}
+
+// continuationArmed reports whether a failure after content may be
+// continued: a streamed, routed request whose route does not turn it off,
+// not pinned to an owner. Without routes Sluice behaves as before.
+func (s *Server) continuationArmed(req *clientRequest) bool {
+	r := tryOf(req).route
+	if !req.stream || r == nil || r.Continuation == ContinuationOff || req.pinned != nil {
+		return false
+	}
+	if req.ep.chat { // one choice only: the splice follows choice 0
+		if n := gjson.GetBytes(req.body, "n"); n.Exists() && n.Int() > 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// stallTimeout is the route's stall bound (0: the idle timeout governs).
+func stallTimeout(req *clientRequest) time.Duration {
+	if r := tryOf(req).route; r != nil {
+		return r.Stall
+	}
+	return 0
+}
+
+// nextFor is the target a continuation after cur goes to: the route's first
+// eligible, usable target other than cur (what candidates.next will begin),
+// with cur's position and the route's size.
+func (c *candidates) nextFor(cur upstream.Target) (next upstream.Target, index, count int, ok bool) {
+	if c == nil || c.route == nil {
+		return upstream.Target{}, 0, 0, false
+	}
+	count = len(c.route.Targets)
+	for i, t := range c.list {
+		if t == cur {
+			index = i
+		}
+	}
+	for _, t := range c.list {
+		if t == cur || !c.eligible(t) {
+			continue
+		}
+		if usable, _ := c.s.pool.TargetUsable(t); usable {
+			return t, index, count, true
+		}
+	}
+	return upstream.Target{}, index, count, false
+}
+
+// afterContentClass is the failure class of an error that arrived after
+// content.
+func afterContentClass(code string, status int) string {
+	switch {
+	case code == "context_length_exceeded":
+		return hostabi.FailureContextLength
+	case upstream.IsOverloadedCode(code) || status == http.StatusServiceUnavailable || status == 529:
+		return hostabi.FailureOverloaded
+	case code == "rate_limit_exceeded" || status == http.StatusTooManyRequests:
+		return hostabi.FailureRateLimit
+	case upstream.IsQuotaCode(code) || hostabi.IsReplayableCode(code):
+		return hostabi.FailureQuota
+	}
+	return hostabi.FailureErrorEvent
+}
+
+// statusClass is the failure class of a continuation target's non-2xx answer.
+func statusClass(code string, status int) string {
+	switch {
+	case status == http.StatusTooManyRequests || upstream.IsQuotaCode(code):
+		if code != "" && code != "rate_limit_exceeded" && upstream.IsQuotaCode(code) {
+			return hostabi.FailureQuota
+		}
+		return hostabi.FailureRateLimit
+	case status == http.StatusServiceUnavailable || status == 529 || upstream.IsOverloadedCode(code):
+		return hostabi.FailureOverloaded
+	case status >= 500:
+		return hostabi.FailureServerError
+	case code == "context_length_exceeded":
+		return hostabi.FailureContextLength
+	}
+	return hostabi.FailureClientError
+}
+
+// chargeFor is what a failure class costs the target that failed.
+func chargeFor(class, code string, status int, why string) *upstream.Failure {
+	switch class {
+	case hostabi.FailureStall, hostabi.FailureFirstByte, hostabi.FailureFirstToken:
+		return &upstream.Failure{Class: "timeout", Reason: why}
+	case hostabi.FailureOverloaded:
+		return &upstream.Failure{Class: "overloaded", Reason: why}
+	case hostabi.FailureRateLimit, hostabi.FailureQuota:
+		f := upstream.CapacityFailure(nil, why, code, status, time.Now(), why)
+		return &f
+	case hostabi.FailureCut, hostabi.FailureServerError, hostabi.FailureErrorEvent:
+		return &upstream.Failure{Class: "server_error", Reason: why}
+	}
+	return nil
+}
+
+// isPrefillRefusal reports whether a continuation target's answer to a
+// prefill is a refusal of the trailing assistant message (a 4xx that is not
+// about credentials, the model, time or rate).
+func isPrefillRefusal(status int) bool {
+	switch status {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusRequestTimeout, http.StatusTooManyRequests:
+		return false
+	}
+	return status >= 400 && status < 500
+}
+
+func verdictKind(v hostabi.ReplayVerdict) string {
+	switch v {
+	case hostabi.ReplayContinuePrefill:
+		return kindPrefill
+	case hostabi.ReplayContinueRestart:
+		return kindRestart
+	}
+	return ""
+}
+
+// hasTools reports whether the request carries tools (or Chat functions).
+func hasTools(req *clientRequest) bool {
+	for _, k := range []string{"tools", "functions"} {
+		if v := gjson.GetBytes(req.body, k); v.IsArray() && len(v.Array()) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// askContinuation puts a failure after content to the replay policy
+// (askReplay fills in the target list's facts and applies the host's
+// rules, hostabi.EffectiveReplay) and returns the continuation kind, ""
+// for none, and the target it would go to.
+func (s *Server) askContinuation(ctx context.Context, req *clientRequest, u *upstream.Upstream, facts sentFacts, class, code string,
+	status, replays, pending int) (kind string, next upstream.Target, v hostabi.ReplayVerdict) {
+	try := tryOf(req)
+	next, _, _, ok := try.cands.nextFor(try.target)
+	in := hostabi.ReplayInput{Code: code, HTTPStatus: status, ReplayCount: replays,
+		ResponseCreatedSeen: true, ResponseIDAssigned: facts.responseID != "", PendingRequests: pending,
+		Phase: hostabi.PhaseAfterContent, FailureClass: class, BytesSent: facts.bytes, ItemsSent: facts.items,
+		ToolCallInFlight: facts.toolInFlight, HasTools: hasTools(req)}
+	if ok {
+		in.PrefillAllowed = next.Upstream.Config().AcceptsPrefill()
+		if r := req.rescue; r != nil && r.refused[next.Upstream] {
+			in.PrefillAllowed = false
+		}
+	}
+	if in.Code == "" {
+		switch class {
+		case hostabi.FailureCut, hostabi.FailureTransport:
+			in.Code = "transport"
+		case hostabi.FailureStall:
+			in.Code = "stall"
+		}
+	}
+	v = s.askReplay(ctx, req, u, in)
+	if !ok {
+		return "", next, v
+	}
+	kind = verdictKind(v)
+	// Whatever the policy says: a request with tools, or a tool call in
+	// flight, is never continued by a text prefill, and with nothing sent
+	// there is nothing to prefill.
+	if kind == kindPrefill && (in.HasTools || facts.toolInFlight || facts.text == "") {
+		kind = kindRestart
+	}
+	return kind, next, v
+}
+
+// continueAfter asks the replay policy about a failure after content and,
+// on a continue verdict with a target left, prepares the continuation: the
+// attempt returns nextContinue and forward sends the request on. ok is
+// false when the stream is not continued (the caller ends it as before).
+func (s *Server) continueAfter(ctx context.Context, cs *clientStream, req *clientRequest, u *upstream.Upstream, ans *upstreamAnswer,
+	p *pump, af *afterFailure, replays int) (attemptResult, bool) {
+	try := tryOf(req)
+	if try.cont != nil && !cs.splicedAny() {
+		// The continuation target failed before it added anything: its
+		// failure, not the stream's (a refused prefill is restarted).
+		return s.continuationFailed(ctx, cs, req, u, af.class, af.code, af.status, af.reason+": "+af.cause.Message), true
+	}
+	facts := cs.facts()
+	r := req.rescue
+	count := 0
+	if r != nil {
+		count = r.count
+	}
+	kind, next, v := s.askContinuation(ctx, req, u, facts, af.class, af.code, af.status, replays+count, ans.pending)
+	if kind == "" {
+		s.log.Info("stream failed after content; not continued", "surface", req.surface(), "upstream", u.Name(), "class", af.class,
+			"code", af.code, "verdict", v.String(), "response_id", LogID(facts.responseID))
+		return attemptResult{}, false
+	}
+	if r == nil {
+		r = &rescueState{clientID: facts.responseID, refused: map[*upstream.Upstream]bool{}}
+		if p.anchor != nil && p.responseID == facts.responseID {
+			r.prevAnchor = p.anchor
+		}
+		req.rescue = r
+	}
+	r.cause, r.reason, r.kind, r.text = af.cause, af.reason, kind, facts.text
+	r.usage = sumUsage(r.usage, af.usage)
+	r.count++
+	if try.cont != nil {
+		s.rescueOutcome(req, try.cont.kind, "continued")
+	}
+	try.fail = chargeFor(af.class, af.code, af.status, af.reason)
+	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "after_content_"+af.class).Inc()
+	s.log.Info("stream failed after content; continuing on the next target", "surface", req.surface(), "upstream", u.Name(),
+		"class", af.class, "code", af.code, "kind", kind, "next", next.String(), "bytes_sent", facts.bytes, "items_sent", facts.items,
+		"response_id", LogID(r.clientID))
+	return attemptResult{next: nextContinue, why: "failed after content (" + af.class + "): continuing"}, true
+}
+
+// continuationFailed handles a continuation target that failed before it
+// added anything to the stream: a refused prefill (a 4xx) restarts the same
+// target once; otherwise the policy is asked again for the next target, and
+// without one the client gets the failure that started the rescue, never
+// the continuation's own (a prefill's 400 must not hide the real failure).
+func (s *Server) continuationFailed(ctx context.Context, cs *clientStream, req *clientRequest, u *upstream.Upstream, class, code string, status int, why string) attemptResult {
+	try := tryOf(req)
+	r := try.cont.r
+	if ctx.Err() != nil {
+		s.rescueOutcome(req, try.cont.kind, "client_gone")
+		return attemptResult{next: nextDone}
+	}
+	if try.cont.kind == kindPrefill && isPrefillRefusal(status) && !r.refused[u] {
+		r.refused[u] = true
+		s.rescueOutcome(req, kindPrefill, "prefill_refused")
+		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "prefill_refused").Inc()
+		s.log.Info("the target refused the prefill; restarting it instead", "surface", req.surface(), "upstream", u.Name(),
+			"status", status, "code", code, "response_id", LogID(r.clientID))
+		return attemptResult{next: nextContinueSame, why: "refused the prefill: " + why}
+	}
+	s.rescueOutcome(req, try.cont.kind, "target_failed")
+	try.fail = chargeFor(class, code, status, why)
+	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "continuation_failed").Inc()
+	facts := cs.facts()
+	if kind, next, _ := s.askContinuation(ctx, req, u, facts, class, code, status, r.count, 0); kind != "" {
+		r.kind, r.text = kind, facts.text
+		r.count++
+		s.log.Info("continuation target failed; continuing on the next target", "surface", req.surface(), "upstream", u.Name(),
+			"class", class, "why", why, "kind", kind, "next", next.String(), "response_id", LogID(r.clientID))
+		return attemptResult{next: nextContinue, why: "continuation failed: " + why}
+	}
+	s.log.Info("continuation target failed; ending the stream with the original failure", "surface", req.surface(),
+		"upstream", u.Name(), "class", class, "why", why, "response_id", LogID(r.clientID))
+	s.giveUp(cs, req)
+	return attemptResult{next: nextDone}
+}
+
+// giveUp ends a rescued stream that nothing could continue with the
+// failure that started the rescue.
+func (s *Server) giveUp(cs *clientStream, req *clientRequest) {
+	r := req.rescue
+	if r == nil || r.cause == nil {
+		return
+	}
+	cs.abort(r.cause)
+	cs.finish(r.reason)
+}
+
+// rescueOutcome counts how one continuation attempt ended.
+func (s *Server) rescueOutcome(req *clientRequest, kind, outcome string) {
+	s.metrics.rescues.WithLabelValues(req.surface(), kind, outcome).Inc()
+}
+
+// rescueOutcomeOf maps a stream's end reason to a rescue outcome.
+func rescueOutcomeOf(reason string) string {
+	switch reason {
+	case reasonCompleted, reasonDone:
+		return "completed"
+	case reasonIncomplete, reasonDiverged, reasonClientGone:
+		return reason
+	}
+	return "failed"
+}
+
+// prepareContinuation readies the attempt on t of a rescued request: the
+// kind it gets (never a prefill to a target that refuses one) and its body.
+func (s *Server) prepareContinuation(req *clientRequest, try *tryState, t upstream.Target) {
+	r := req.rescue
+	kind := r.kind
+	if kind == kindPrefill && (!t.Upstream.Config().AcceptsPrefill() || r.refused[t.Upstream]) {
+		kind = kindRestart
+	}
+	try.cont = &contAttempt{kind: kind, r: r}
+	if kind != kindPrefill {
+		return
+	}
+	switch {
+	case req.ep.chat:
+		req.body = withChatPrefill(req.body, r.text)
+	case t.Upstream.Config().Protocol == upstream.ProtocolChat:
+		// sendChat adds it to the converted Chat body.
+	default:
+		req.body = withResponsesPrefill(req.body, r.text)
+	}
+}
+
+// chatPrefill is the prefill a Chat upstream's converted body gets, if any.
+func chatPrefill(req *clientRequest) (string, bool) {
+	if c := tryOf(req).cont; c != nil && c.kind == kindPrefill {
+		return c.r.text, true
+	}
+	return "", false
+}
+
+// withResponsesPrefill appends the text sent as an assistant message to a
+// Responses body's input (a string input becomes a user message first).
+func withResponsesPrefill(body []byte, text string) []byte {
+	item := append([]byte(`{"type":"message","role":"assistant","content":[{"type":"output_text","text":`), hostabi.AppendQuote(nil, text)...)
+	item = append(item, "}]}"...)
+	in := gjson.GetBytes(body, "input")
+	var out []byte
+	var err error
+	if in.Type == gjson.String {
+		list := append([]byte(`[{"role":"user","content":`), in.Raw...)
+		list = append(append(append(list, "},"...), item...), ']')
+		out, err = sjson.SetRawBytes(body, "input", list)
+	} else {
+		out, err = sjson.SetRawBytes(body, "input.-1", item)
+	}
+	if err != nil {
+		return body
+	}
+	return out
+}
+
+// withChatPrefill appends the text sent as a trailing assistant message to
+// a Chat body's messages.
+func withChatPrefill(body []byte, text string) []byte {
+	msg := append([]byte(`{"role":"assistant","content":`), hostabi.AppendQuote(nil, text)...)
+	out, err := sjson.SetRawBytes(body, "messages.-1", append(msg, '}'))
+	if err != nil {
+		return body
+	}
+	return out
+}
+
+// aliasPrevious makes a follow-up naming a continued response's
+// client-visible id name the id its owner knows it by.
+func (s *Server) aliasPrevious(req *clientRequest, upstreamID string) {
+	if upstreamID == "" || upstreamID == req.previousResponseID {
+		return
+	}
+	b, err := sjson.SetBytes(req.body, "previous_response_id", upstreamID)
+	if err != nil {
+		return
+	}
+	req.body = b
+	s.log.Debug("previous_response_id names a continued response; sending the id its owner knows", "previous_response_id",
+		LogID(req.previousResponseID), "owner_id", LogID(upstreamID))
+}
+
+// confirmRescue anchors a continued response before the client sees its
+// completion: the client-visible id is owned by the upstream that finished
+// it, aliased to the id that upstream knows (a Chat upstream has no ids of
+// its own: the conversation is remembered under the client-visible id).
+func (p *pump) confirmRescue() {
+	r, c := p.req.rescue, p.s.cont
+	if r == nil || tryOf(p.req).cont == nil || r.clientID == "" || p.req.ep.chat {
+		return
+	}
+	chatUp := p.u.Config().Protocol == upstream.ProtocolChat
+	if chatUp && p.req.chat != nil {
+		p.s.convs.remember(context.WithoutCancel(p.ctx), p.req, r.clientID, p.cs.outputItems())
+	}
+	if c == nil || !p.req.recordable() {
+		return
+	}
+	if r.prevAnchor != nil {
+		_ = r.prevAnchor.wait(p.ctx) // the first owner's write must not land after this one
+	}
+	a := c.anchorFor(p.req, r.clientID, p.u.Name())
+	if !chatUp && p.responseID != "" && p.responseID != r.clientID {
+		a.UpstreamID = p.responseID
+	}
+	if err := c.record(p.ctx, a); err != nil {
+		p.s.log.Error("continued response completed without a durable anchor", "response_id", LogID(r.clientID), "error", err)
+		return
+	}
+	p.s.log.Info("continued response anchored", "response_id", LogID(r.clientID), "owner", p.u.Name(), "owner_id", LogID(a.UpstreamID))
+}
+
+// ---- the pump's side ----
+
+// rescuable reports whether a failure now may be continued: armed, and
+// content reached the client.
+func (p *pump) rescuable() bool {
+	return p.armed && p.ctx.Err() == nil && p.cs.visible()
+}
+
+// afterEvent hands an error-shaped event after content back to the attempt.
+func (p *pump) afterEvent(ev sse.Event, payload []byte, usage gjson.Result) (pumpEnd, bool) {
+	cause := p.errorCause(payload)
+	status := int(gjson.GetBytes(payload, "status").Int())
+	af := &afterFailure{class: afterContentClass(cause.Code, status), code: cause.Code, status: status,
+		reason: reasonUpstreamError, cause: cause, ev: ev.Clone()}
+	if cause.Code == "upstream_error" {
+		af.code = ""
+		af.class = afterContentClass("", status)
+	}
+	if usage.IsObject() {
+		af.usage = []byte(usage.Raw)
+	}
+	return pumpEnd{after: af}, true
+}
+
+// errorCause is the client's error for an upstream error payload (an error
+// event, a Chat error chunk, or a response.failed's response.error).
+func (p *pump) errorCause(payload []byte) *apierr.Error {
+	perr, _ := apierr.Parse(payload)
+	obj := gjson.ParseBytes(payload)
+	if perr.Code == "" && perr.Message == "" {
+		e := obj
+		if r := obj.Get("response.error"); r.IsObject() {
+			e = r
+		}
+		perr.Code, perr.Message, perr.Param = e.Get("code").String(), e.Get("message").String(), e.Get("param").String()
+	}
+	if perr.Message == "" && perr.Code == "" {
+		perr.Message = strings.TrimSpace(string(payload))
+	}
+	if perr.Type == "" {
+		perr.Type = apierr.TypeServer
+	}
+	if perr.Code == "" {
+		perr.Code = "upstream_error"
+	}
+	return &perr
+}
+
+// afterRead hands a read failure after content back to the attempt; ok is
+// false for failures a continuation does not rescue (drain, oversize).
+func (p *pump) afterRead(err error, reason string, e *apierr.Error) (pumpEnd, bool) {
+	var class string
+	switch reason {
+	case reasonCut:
+		class = hostabi.FailureCut
+	case reasonIdle, reasonStall:
+		class = hostabi.FailureStall
+	default:
+		return pumpEnd{}, false
+	}
+	return pumpEnd{after: &afterFailure{class: class, reason: reason, cause: e, err: err}}, true
+}
+
+// ---- the client stream's side ----
+
+// sentFacts are what the client has, for the replay policy and a prefill.
+type sentFacts struct {
+	responseID   string
+	text         string // the visible answer text (message output_text; Chat content)
+	bytes        int64
+	items        int
+	toolInFlight bool
+}
+
+func (cs *clientStream) facts() sentFacts {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	f := sentFacts{responseID: cs.responseID}
+	if cs.chat {
+		f.text = string(cs.chatText)
+		f.bytes = int64(len(cs.chatText))
+		for _, t := range cs.chatTools {
+			f.bytes += int64(len(t.args))
+		}
+		if len(cs.chatText) > 0 || len(cs.chatTools) > 0 {
+			f.items = 1
+		}
+		f.toolInFlight = len(cs.chatTools) > 0 && !cs.sawFinish
+		return f
+	}
+	var text []byte
+	for _, it := range cs.items {
+		for _, p := range it.parts {
+			f.bytes += int64(len(p.text))
+			if it.typ == "message" && gjson.GetBytes(p.added, "type").Str == "output_text" {
+				text = append(text, p.text...)
+			}
+		}
+		f.bytes += int64(len(it.args))
+		switch it.typ {
+		case "message", "reasoning":
+		default:
+			if it.done == nil {
+				f.toolInFlight = true
+			}
+		}
+	}
+	f.items = len(cs.items)
+	f.text = unescapeJSON(text)
+	return f
+}
+
+// outputItems renders the items the client has, for a conversation record.
+func (cs *clientStream) outputItems() []json.RawMessage {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	out := make([]json.RawMessage, 0, len(cs.items))
+	for _, it := range cs.items {
+		out = append(out, it.appendJSON(nil))
+	}
+	return out
+}
+
+// arm makes a Chat stream keep what its client was sent (a continuation
+// needs it; Responses streams keep it anyway).
+func (cs *clientStream) arm() {
+	cs.mu.Lock()
+	cs.trackChat = cs.chat
+	cs.mu.Unlock()
+}
+
+// splicer maps one continuation attempt's events onto the client's stream.
+type splicer struct {
+	kind      string
+	prevUsage []byte // the failed attempts' usage, summed: added to this one's
+	fed       bool   // the attempt sent something beyond its lifecycle events
+
+	// Responses.
+	n          int                    // the client's items when the attempt began
+	snap       []itemSnap             // restart: what the client has of each
+	items      map[int64]*splicedItem // the attempt's output_index → where it goes
+	added      int                    // items the attempt added so far
+	reproduced int                    // restart: client items the attempt reproduced
+	merge      *sentItem              // prefill: the open message the attempt continues
+	merged     bool                   // prefill: its first message was merged (or can no longer be)
+	next       int64                  // the client output_index of the attempt's next new item
+
+	// Chat.
+	chatWant  reproducer // restart: the content the client has
+	chatTools []toolSnap
+}
+
+// itemSnap is a client item as a restart must reproduce it.
+type itemSnap struct {
+	typ, name string
+	done      bool
+	parts     []partSnap
+	args      string
+}
+
+type partSnap struct {
+	text string
+	done bool
+}
+
+// splicedItem is where one of the attempt's items goes.
+type splicedItem struct {
+	client  *sentItem // the client item it continues or reproduces; nil for a new or dropped item
+	index   int64     // the client's output_index
+	newItem bool      // the attempt's own item, passed on at index
+	drop    bool      // swallowed: reasoning before a continued message, or reasoning a restart redoes
+	snap    *itemSnap // restart: what it must reproduce
+	parts   map[int64]*splicedPart
+	args    reproducer
+}
+
+// splicedPart is where one content part of a mapped item goes.
+type splicedPart struct {
+	index int64 // the client's content_index
+	want  reproducer
+	done  bool // the client saw this part done: it may not grow
+}
+
+// reproducer checks that a restart reproduces text the client has.
+type reproducer struct {
+	want string
+	pos  int
+}
+
+// feed consumes delta: the part beyond what the client has comes back;
+// ok is false on a contradiction.
+func (r *reproducer) feed(delta string) (surplus string, ok bool) {
+	if r.pos < len(r.want) {
+		n := min(len(delta), len(r.want)-r.pos)
+		if delta[:n] != r.want[r.pos:r.pos+n] {
+			return "", false
+		}
+		r.pos += n
+		delta = delta[n:]
+	}
+	return delta, true
+}
+
+func (r *reproducer) complete() bool { return r.pos >= len(r.want) }
+
+// toolSnap is a Chat tool call the client has.
+type toolSnap struct {
+	name string
+	args reproducer
+}
+
+// chatTool is a Chat tool call as the client saw it.
+type chatTool struct {
+	name string
+	args []byte
+}
+
+// beginSplice makes the stream take the next attempt's events as a
+// continuation of the given kind.
+func (cs *clientStream) beginSplice(kind string, prevUsage []byte) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	sp := &splicer{kind: kind, prevUsage: prevUsage, items: map[int64]*splicedItem{}, n: len(cs.items), next: int64(len(cs.items))}
+	cs.usage = append(cs.usage[:0], prevUsage...) // what a failure now reports
+	if cs.chat {
+		if kind == kindRestart {
+			sp.chatWant = reproducer{want: string(cs.chatText)}
+			for _, t := range cs.chatTools {
+				sp.chatTools = append(sp.chatTools, toolSnap{name: t.name, args: reproducer{want: string(t.args)}})
+			}
+		}
+		cs.splice = sp
+		return
+	}
+	switch kind {
+	case kindRestart:
+		for _, it := range cs.items {
+			s := itemSnap{typ: it.typ, done: it.done != nil, args: unescapeJSON(it.args)}
+			if it.typ != "message" && it.typ != "reasoning" {
+				s.name = gjson.GetBytes(it.added, "name").Str
+			}
+			for _, p := range it.parts {
+				s.parts = append(s.parts, partSnap{text: unescapeJSON(p.text), done: p.done != nil})
+			}
+			sp.snap = append(sp.snap, s)
+		}
+	case kindPrefill:
+		if n := len(cs.items); n > 0 && cs.items[n-1].typ == "message" && cs.items[n-1].done == nil {
+			sp.merge = cs.items[n-1]
+		}
+	}
+	cs.splice = sp
+}
+
+// splicedAny reports whether the continuation attempt sent anything beyond
+// its lifecycle events.
+func (cs *clientStream) splicedAny() bool {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.splice != nil && cs.splice.fed
+}
+
+// divergeLocked ends the stream: the restart contradicted what was sent.
+func (cs *clientStream) divergeLocked(why string) error {
+	cs.abortLocked(apierr.StreamIncomplete("the stream was continued on another upstream, which %s; retry the request", why))
+	return errDiverged
+}
+
+// field is one top-level JSON field an event is rewritten with.
+type field struct {
+	path string
+	raw  []byte
+}
+
+func intField(path string, v int64) field { return field{path, strconv.AppendInt(nil, v, 10)} }
+func strField(path, v string) field       { return field{path, hostabi.AppendQuote(nil, v)} }
+
+// rewriteLocked writes an event with fields replaced.
+func (cs *clientStream) rewriteLocked(name string, data []byte, fields ...field) error {
+	for _, f := range fields {
+		if out, err := sjson.SetRawBytes(data, f.path, f.raw); err == nil {
+			data = out
+		}
+	}
+	f, _ := scanEvent(data)
+	return cs.writeLocked(name, data, &f)
+}
+
+// spliceLocked writes one Responses event of a continuation attempt.
+func (cs *clientStream) spliceLocked(name string, data []byte, f *eventFields) error {
+	sp := cs.splice
+	typ := f.typ.Str
+	if isTerminalType(typ) {
+		return cs.splicedTerminalLocked(typ, f.response)
+	}
+	sp.fed = true
+	if f.outputIndex.Type != gjson.Number {
+		return cs.writeLocked(name, data, f) // not about an item
+	}
+	k := f.outputIndex.Int()
+	if typ == "response.output_item.added" {
+		return cs.spliceAddedLocked(name, data, f, k)
+	}
+	m := sp.items[k]
+	switch {
+	case m == nil:
+		return nil // an item the attempt never added
+	case m.newItem:
+		if m.index == k {
+			return cs.writeLocked(name, data, f)
+		}
+		return cs.rewriteLocked(name, data, intField("output_index", m.index))
+	case m.drop:
+		if typ == "response.output_item.done" {
+			if sp.kind == kindRestart {
+				sp.reproduced++
+			}
+			if m.client != nil && m.client.done == nil {
+				return cs.closeItemLocked(m.client)
+			}
+		}
+		return nil
+	}
+	at := []field{intField("output_index", m.index), strField("item_id", m.client.id)}
+	switch typ {
+	case "response.content_part.added":
+		return cs.splicePartLocked(name, data, f, m, at)
+	case "response.output_text.delta", "response.refusal.delta", "response.reasoning_text.delta":
+		p := m.parts[f.contentIndex.Int()]
+		if p == nil {
+			return nil
+		}
+		d := f.delta.Str
+		if sp.kind == kindRestart {
+			surplus, ok := p.want.feed(d)
+			switch {
+			case !ok:
+				return cs.divergeLocked("wrote text that contradicts what was already sent")
+			case surplus == "":
+				return nil
+			case p.done:
+				return cs.divergeLocked("wrote more text into a part the client saw complete")
+			}
+			if surplus != d {
+				at = append(at, strField("delta", surplus))
+			}
+		}
+		return cs.rewriteLocked(name, data, append(at, intField("content_index", p.index))...)
+	case "response.function_call_arguments.delta", "response.custom_tool_call_input.delta":
+		d := f.delta.Str
+		if sp.kind == kindRestart {
+			surplus, ok := m.args.feed(d)
+			switch {
+			case !ok:
+				return cs.divergeLocked("called the tool with arguments that contradict those already sent")
+			case surplus == "":
+				return nil
+			case m.snap != nil && m.snap.done:
+				return cs.divergeLocked("added arguments to a tool call the client saw complete")
+			}
+			if surplus != d {
+				at = append(at, strField("delta", surplus))
+			}
+		}
+		return cs.rewriteLocked(name, data, at...)
+	case "response.content_part.done", "response.output_text.done", "response.refusal.done", "response.reasoning_text.done":
+		if p := m.parts[f.contentIndex.Int()]; p != nil && sp.kind == kindRestart && !p.want.complete() {
+			return cs.divergeLocked("ended a part before reproducing the text already sent")
+		}
+		return nil // the client's form goes out with the item's done
+	case "response.function_call_arguments.done", "response.custom_tool_call_input.done":
+		if sp.kind == kindRestart && !m.args.complete() {
+			return cs.divergeLocked("ended a tool call before reproducing the arguments already sent")
+		}
+		return nil
+	case "response.output_item.done":
+		if sp.kind == kindRestart {
+			if !m.args.complete() {
+				return cs.divergeLocked("ended a tool call before reproducing the arguments already sent")
+			}
+			for j, ps := range m.snap.parts {
+				p := m.parts[int64(j)]
+				if (p == nil && ps.text != "") || (p != nil && !p.want.complete()) {
+					return cs.divergeLocked("ended an item before reproducing what was already sent")
+				}
+			}
+			sp.reproduced++
+		}
+		if m.client.done == nil {
+			return cs.closeItemLocked(m.client)
+		}
+		return nil
+	}
+	// Any other event about a mapped item (annotations, …): dropped while
+	// a restart is still reproducing its part, else moved to the client's
+	// indices.
+	if f.contentIndex.Type == gjson.Number {
+		p := m.parts[f.contentIndex.Int()]
+		if p == nil || (sp.kind == kindRestart && !p.want.complete()) {
+			return nil
+		}
+		at = append(at, intField("content_index", p.index))
+	}
+	return cs.rewriteLocked(name, data, at...)
+}
+
+// spliceAddedLocked maps a continuation attempt's new output item.
+func (cs *clientStream) spliceAddedLocked(name string, data []byte, f *eventFields, k int64) error {
+	sp := cs.splice
+	typ := f.item.Get("type").Str
+	if sp.kind == kindRestart {
+		// Reasoning the client has that the restart does not redo (another
+		// model, or one that thinks differently) stays as it was shown.
+		for sp.added < sp.n && sp.snap[sp.added].typ == "reasoning" && typ != "reasoning" {
+			if it := cs.items[sp.added]; it.done == nil {
+				if err := cs.closeItemLocked(it); err != nil {
+					return err
+				}
+			}
+			sp.added++
+			sp.reproduced++
+		}
+	}
+	pos := sp.added
+	sp.added++
+	if sp.kind == kindRestart && pos < sp.n {
+		snap := &sp.snap[pos]
+		if typ != snap.typ || (snap.name != "" && f.item.Get("name").Str != snap.name) {
+			return cs.divergeLocked("answered with another item than the one already sent")
+		}
+		m := &splicedItem{client: cs.items[pos], index: cs.items[pos].index, snap: snap, parts: map[int64]*splicedPart{},
+			args: reproducer{want: snap.args}, drop: typ == "reasoning"}
+		sp.items[k] = m
+		return nil
+	}
+	if sp.kind == kindPrefill && !sp.merged && sp.merge != nil {
+		switch typ {
+		case "message":
+			sp.merged = true
+			sp.items[k] = &splicedItem{client: sp.merge, index: sp.merge.index, parts: map[int64]*splicedPart{}}
+			return nil
+		case "reasoning":
+			sp.items[k] = &splicedItem{drop: true}
+			return nil
+		}
+		// Something else comes first: the continued message ends as it is.
+		sp.merged = true
+		if err := cs.closeItemLocked(sp.merge); err != nil {
+			return err
+		}
+	}
+	if sp.kind == kindRestart && sp.reproduced < sp.n {
+		return cs.divergeLocked("started a new item before reproducing those already sent")
+	}
+	m := &splicedItem{newItem: true, index: sp.next}
+	sp.next++
+	sp.items[k] = m
+	if m.index == k {
+		return cs.writeLocked(name, data, f)
+	}
+	return cs.rewriteLocked(name, data, intField("output_index", m.index))
+}
+
+// splicePartLocked maps a content part of an item the attempt continues
+// or reproduces.
+func (cs *clientStream) splicePartLocked(name string, data []byte, f *eventFields, m *splicedItem, at []field) error {
+	j := f.contentIndex.Int()
+	if m.snap != nil { // restart
+		if int(j) < len(m.snap.parts) {
+			ps := m.snap.parts[j]
+			m.parts[j] = &splicedPart{index: m.client.parts[j].index, want: reproducer{want: ps.text}, done: ps.done}
+			return nil
+		}
+		if m.snap.done {
+			return cs.divergeLocked("added a part to an item the client saw complete")
+		}
+	} else if j == 0 && len(m.client.parts) > 0 { // prefill: its first part continues the open one
+		last := m.client.parts[len(m.client.parts)-1]
+		if last.done == nil && gjson.GetBytes(last.added, "type").Str == f.part.Get("type").Str {
+			m.parts[j] = &splicedPart{index: last.index}
+			return nil
+		}
+	}
+	idx := int64(len(m.client.parts))
+	m.parts[j] = &splicedPart{index: idx}
+	return cs.rewriteLocked(name, data, append(at, intField("content_index", idx))...)
+}
+
+// closeItemLocked writes the done events of an open client item from what
+// the client has: each open part's text done and part done, the arguments
+// done of a tool call, then the item done.
+func (cs *clientStream) closeItemLocked(it *sentItem) error {
+	head := func(typ string) []byte {
+		b := append([]byte(`{"type":`), hostabi.AppendQuote(nil, typ)...)
+		b = append(b, `,"sequence_number":`...)
+		b = strconv.AppendInt(b, cs.seq, 10)
+		b = append(b, `,"item_id":`...)
+		b = hostabi.AppendQuote(b, it.id)
+		b = append(b, `,"output_index":`...)
+		return strconv.AppendInt(b, it.index, 10)
+	}
+	write := func(typ string, b []byte) error {
+		b = append(b, '}')
+		f, _ := scanEvent(b)
+		return cs.writeLocked(typ, b, &f)
+	}
+	quoted := func(escaped []byte) []byte { return append(append([]byte{'"'}, escaped...), '"') }
+	closeParts := func(parts []*sentPart, summary bool) error {
+		for _, p := range parts {
+			if p.done != nil {
+				continue
+			}
+			ptype := gjson.GetBytes(p.added, "type").Str
+			textType, partType, idxKey, field := "response.output_text.done", "response.content_part.done", "content_index", "text"
+			switch {
+			case summary:
+				textType, partType, idxKey = "response.reasoning_summary_text.done", "response.reasoning_summary_part.done", "summary_index"
+			case ptype == "refusal":
+				textType, field = "response.refusal.done", "refusal"
+			case ptype == "reasoning_text":
+				textType = "response.reasoning_text.done"
+			}
+			b := head(textType)
+			b = append(append(append(b, ',', '"'), idxKey...), `":`...)
+			b = strconv.AppendInt(b, p.index, 10)
+			b = append(append(append(b, ',', '"'), field...), `":`...)
+			b = append(b, quoted(p.text)...)
+			if textType == "response.output_text.done" {
+				b = append(b, `,"logprobs":[]`...)
+			}
+			if err := write(textType, b); err != nil {
+				return err
+			}
+			part := p.added
+			if out, err := sjson.SetRawBytes(part, field, quoted(p.text)); err == nil {
+				part = out
+			}
+			b = head(partType)
+			b = append(append(append(b, ',', '"'), idxKey...), `":`...)
+			b = strconv.AppendInt(b, p.index, 10)
+			b = append(append(b, `,"part":`...), part...)
+			if err := write(partType, b); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := closeParts(it.parts, false); err != nil {
+		return err
+	}
+	if err := closeParts(it.summary, true); err != nil {
+		return err
+	}
+	switch it.typ {
+	case "function_call":
+		b := append(head("response.function_call_arguments.done"), `,"arguments":`...)
+		if err := write("response.function_call_arguments.done", append(b, quoted(it.args)...)); err != nil {
+			return err
+		}
+	case "custom_tool_call":
+		b := append(head("response.custom_tool_call_input.done"), `,"input":`...)
+		if err := write("response.custom_tool_call_input.done", append(b, quoted(it.args)...)); err != nil {
+			return err
+		}
+	}
+	b := append([]byte(`{"type":"response.output_item.done","sequence_number":`), strconv.AppendInt(nil, cs.seq, 10)...)
+	b = append(b, `,"output_index":`...)
+	b = strconv.AppendInt(b, it.index, 10)
+	b = append(b, `,"item":`...)
+	b = it.appendClosed(b)
+	return write("response.output_item.done", b)
+}
+
+// appendClosed renders an item closed as completed with what was streamed
+// into it (its parts' done forms).
+func (it *sentItem) appendClosed(b []byte) []byte {
+	raw := append([]byte(nil), it.appendJSON(nil)...)
+	if out, err := sjson.SetRawBytes(raw, "status", []byte(`"completed"`)); err == nil {
+		raw = out
+	}
+	return append(b, raw...)
+}
+
+// splicedTerminalLocked writes the terminal event of a continued stream:
+// the client-visible id, the whole output as the client saw it, the usage
+// of every attempt summed, the rest of the finishing upstream's Response.
+func (cs *clientStream) splicedTerminalLocked(typ string, resp gjson.Result) error {
+	sp := cs.splice
+	if typ != "response.failed" {
+		if sp.kind == kindRestart {
+			for ; sp.added < sp.n && sp.snap[sp.added].typ == "reasoning"; sp.added++ {
+				sp.reproduced++ // reasoning the restart did not redo stays as shown
+			}
+			if sp.reproduced < sp.n {
+				return cs.divergeLocked("ended before reproducing what was already sent")
+			}
+		}
+		if typ == "response.completed" {
+			for _, it := range cs.items {
+				if it.done == nil {
+					if err := cs.closeItemLocked(it); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	status := resp.Get("status").Str
+	if status == "" {
+		status = strings.TrimPrefix(typ, "response.")
+	}
+	cs.usage = sumUsage(sp.prevUsage, []byte(resp.Get("usage").Raw))
+	b := make([]byte, 0, 1024)
+	b = append(b, `{"type":`...)
+	b = hostabi.AppendQuote(b, typ)
+	b = append(b, `,"sequence_number":`...)
+	b = strconv.AppendInt(b, cs.seq, 10)
+	b = append(b, `,"response":`...)
+	var errRaw, incRaw []byte
+	if e := resp.Get("error"); e.IsObject() {
+		errRaw = []byte(e.Raw)
+	}
+	if d := resp.Get("incomplete_details"); d.IsObject() {
+		incRaw = []byte(d.Raw)
+	}
+	b = cs.appendResponseWith(b, status, nil, errRaw, incRaw, resp)
+	b = append(b, '}')
+	if err := cs.eventLocked(typ, b); err != nil {
+		return err
+	}
+	cs.seq++
+	cs.ended = true
+	cs.stopHoldLocked()
+	return nil
+}
+
+// spliceChatLocked writes one Chat chunk of a continuation attempt: the
+// client's completion id, no second role, no reasoning (the continuation's
+// thinking before it continues visible text), a restart's content and tool
+// arguments suppressed until they reproduce what the client has, usage
+// summed.
+func (cs *clientStream) spliceChatLocked(data []byte, finish bool, usage gjson.Result) error {
+	sp := cs.splice
+	root := parseJSON(data)
+	choice := root.Get("choices.0")
+	delta := choice.Get("delta")
+	var out []byte
+	changed := false
+	keep := false
+	if delta.IsObject() {
+		nd := []byte{'{'}
+		add := func(k gjson.Result, raw []byte) {
+			if len(nd) > 1 {
+				nd = append(nd, ',')
+			}
+			nd = append(append(append(nd, k.Raw...), ':'), raw...)
+		}
+		var derr error
+		delta.ForEach(func(k, v gjson.Result) bool {
+			switch k.Str {
+			case "role", "reasoning_content", "reasoning":
+				changed = true
+			case "content":
+				s := v.Str
+				if v.Type == gjson.String && sp.kind == kindRestart {
+					surplus, ok := sp.chatWant.feed(s)
+					if !ok {
+						derr = cs.divergeLocked("wrote text that contradicts what was already sent")
+						return false
+					}
+					s = surplus
+				}
+				if v.Type != gjson.String || s == "" {
+					changed = true
+					return true
+				}
+				if s != v.Str {
+					changed = true
+					add(k, hostabi.AppendQuote(nil, s))
+				} else {
+					add(k, []byte(v.Raw))
+				}
+				cs.chatText = append(cs.chatText, s...)
+			case "tool_calls":
+				calls, ch, err := cs.spliceToolCallsLocked(v)
+				if err != nil {
+					derr = err
+					return false
+				}
+				changed = changed || ch
+				if calls != nil {
+					add(k, calls)
+				}
+			default:
+				if v.Type != gjson.Null {
+					add(k, []byte(v.Raw))
+				}
+			}
+			return true
+		})
+		if derr != nil {
+			return derr
+		}
+		keep = len(nd) > 1
+		if changed {
+			out, _ = sjson.SetRawBytes(data, "choices.0.delta", append(nd, '}'))
+		}
+	}
+	if finish {
+		if sp.kind == kindRestart {
+			if !sp.chatWant.complete() {
+				return cs.divergeLocked("finished before reproducing the text already sent")
+			}
+			for _, t := range sp.chatTools {
+				if !t.args.complete() {
+					return cs.divergeLocked("finished before reproducing the tool call already sent")
+				}
+			}
+		}
+		keep = true
+	}
+	if usage.IsObject() {
+		keep = true
+		cs.usage = sumUsage(sp.prevUsage, []byte(usage.Raw))
+		if len(sp.prevUsage) > 0 {
+			if out == nil {
+				out = data
+			}
+			out, _ = sjson.SetRawBytes(out, "usage", cs.usage)
+		}
+	}
+	if !keep {
+		return nil // the role chunk, or nothing the client lacks
+	}
+	if out == nil {
+		out = data
+	}
+	if id := root.Get("id"); cs.chatID != "" && id.Type == gjson.String && id.Str != cs.chatID {
+		out, _ = sjson.SetBytes(out, "id", cs.chatID)
+	}
+	sp.fed = true
+	if err := cs.eventLocked("", out); err != nil {
+		return err
+	}
+	if finish {
+		cs.sawFinish = true
+	}
+	return nil
+}
+
+// spliceToolCallsLocked rewrites a continuation chunk's tool_calls: a
+// restart's calls the client has lose their header and keep only new
+// arguments; new calls pass.
+func (cs *clientStream) spliceToolCallsLocked(v gjson.Result) (calls []byte, changed bool, err error) {
+	sp := cs.splice
+	out := []byte{'['}
+	v.ForEach(func(_, tc gjson.Result) bool {
+		i := int(tc.Get("index").Int())
+		fn := tc.Get("function")
+		args := fn.Get("arguments").Str
+		raw := []byte(tc.Raw)
+		if sp.kind == kindRestart && i < len(sp.chatTools) {
+			t := &sp.chatTools[i]
+			if n := fn.Get("name").Str; n != "" && n != t.name {
+				err = cs.divergeLocked("called another tool than the one already sent")
+				return false
+			}
+			surplus, ok := t.args.feed(args)
+			if !ok {
+				err = cs.divergeLocked("called the tool with arguments that contradict those already sent")
+				return false
+			}
+			changed = true
+			if surplus == "" {
+				return true
+			}
+			raw = append([]byte(`{"index":`), strconv.AppendInt(nil, int64(i), 10)...)
+			raw = append(append(raw, `,"function":{"arguments":`...), hostabi.AppendQuote(nil, surplus)...)
+			raw = append(raw, "}}"...)
+			args = surplus
+		}
+		cs.trackToolLocked(i, fn.Get("name").Str, args)
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		out = append(out, raw...)
+		return true
+	})
+	if err != nil || len(out) == 1 {
+		return nil, true, err
+	}
+	return append(out, ']'), changed, nil
+}
+
+// trackChatLocked records what a Chat chunk the client got carried: the
+// completion id, content, tool calls.
+func (cs *clientStream) trackChatLocked(data []byte) {
+	root := parseJSON(data)
+	if cs.chatID == "" {
+		if id := root.Get("id"); id.Type == gjson.String {
+			cs.chatID = strings.Clone(id.Str)
+		}
+	}
+	delta := root.Get("choices.0.delta")
+	if c := delta.Get("content"); c.Type == gjson.String {
+		cs.chatText = append(cs.chatText, c.Str...)
+	}
+	delta.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
+		fn := tc.Get("function")
+		cs.trackToolLocked(int(tc.Get("index").Int()), fn.Get("name").Str, fn.Get("arguments").Str)
+		return true
+	})
+}
+
+func (cs *clientStream) trackToolLocked(i int, name, args string) {
+	if i < 0 || i > len(cs.chatTools) {
+		return
+	}
+	if i == len(cs.chatTools) {
+		cs.chatTools = append(cs.chatTools, chatTool{})
+	}
+	t := &cs.chatTools[i]
+	if t.name == "" {
+		t.name = name
+	}
+	t.args = append(t.args, args...)
+}
+
+// ---- usage ----
+
+// sumUsage adds two usage objects (either API's) field by field: numbers
+// are summed, nested objects recursively, a field only one has is kept.
+func sumUsage(a, b []byte) []byte {
+	switch {
+	case len(a) == 0:
+		return append([]byte(nil), b...)
+	case len(b) == 0:
+		return append([]byte(nil), a...)
+	}
+	return appendSum(nil, gjson.ParseBytes(a), gjson.ParseBytes(b))
+}
+
+func appendSum(dst []byte, a, b gjson.Result) []byte {
+	if !a.IsObject() || !b.IsObject() {
+		if b.Exists() && b.Type != gjson.Null {
+			return append(dst, b.Raw...)
+		}
+		return append(dst, a.Raw...)
+	}
+	am := a.Map()
+	dst = append(dst, '{')
+	n := 0
+	entry := func(k gjson.Result) {
+		if n > 0 {
+			dst = append(dst, ',')
+		}
+		n++
+		dst = append(append(dst, k.Raw...), ':')
+	}
+	b.ForEach(func(k, v gjson.Result) bool {
+		entry(k)
+		av, ok := am[k.Str]
+		delete(am, k.Str)
+		switch {
+		case ok && av.Type == gjson.Number && v.Type == gjson.Number:
+			if isInteger(av.Raw) && isInteger(v.Raw) {
+				dst = strconv.AppendInt(dst, av.Int()+v.Int(), 10)
+			} else {
+				dst = strconv.AppendFloat(dst, av.Num+v.Num, 'f', -1, 64)
+			}
+		case ok && av.IsObject() && v.IsObject():
+			dst = appendSum(dst, av, v)
+		default:
+			dst = append(dst, v.Raw...)
+		}
+		return true
+	})
+	a.ForEach(func(k, v gjson.Result) bool {
+		if _, left := am[k.Str]; left {
+			entry(k)
+			dst = append(dst, v.Raw...)
+		}
+		return true
+	})
+	return append(dst, '}')
+}
+
+func isInteger(raw string) bool { return !strings.ContainsAny(raw, ".eE") }
+
+// ---- keepalive ----
+
+// startKeepAliveLocked starts the stream's keepalive once it is committed.
+func (cs *clientStream) startKeepAliveLocked() {
+	d := cs.s.opts.KeepAlive
+	if d <= 0 || cs.ka != nil || cs.req == nil || !cs.req.stream {
+		return
+	}
+	cs.ka = time.AfterFunc(d, cs.keepAlive)
+}
+
+// keepAlive runs every KeepAlive: when nothing was written since the last
+// run (the upstream is silent, or a continuation is connecting), SSE
+// clients get a comment line and WebSocket clients a ping, so they and the
+// proxies between do not time the stream out. It writes under the stream's
+// lock, and only to a committed stream that has not ended.
+func (cs *clientStream) keepAlive() {
+	d := cs.s.opts.KeepAlive
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.ended || cs.gone || cs.sink == nil {
+		return
+	}
+	if cs.active {
+		cs.active = false
+		cs.ka.Reset(d)
+		return
+	}
+	if err := cs.sink.KeepAlive(d); err != nil {
+		cs.gone = true
+		return
+	}
+	cs.s.metrics.keepalives.WithLabelValues(cs.surface).Inc()
+	cs.ka.Reset(d)
+}
+
+// ---- the attempt's side ----
+
+// armContinuation readies an attempt's pump for failures after content:
+// armed when the request may be continued, the route's stall bound, and,
+// for an attempt that continues a stream, the client stream's splicer.
+func (s *Server) armContinuation(cs *clientStream, p *pump, cancel context.CancelCauseFunc) (stop func()) {
+	req := p.req
+	if p.armed = s.continuationArmed(req); p.armed {
+		cs.arm()
+	}
+	if c := tryOf(req).cont; c != nil {
+		p.cont = true
+		cs.beginSplice(c.kind, c.r.usage)
+	}
+	if d := stallTimeout(req); d > 0 && req.stream {
+		p.stall, p.stallD = time.AfterFunc(time.Hour, func() { cancel(errStallTimeout) }), d
+		p.stall.Stop()
+		return func() { p.stall.Stop() }
+	}
+	return func() {}
+}
+
+// continuationAnswer handles what a continuation target answered when it is
+// not a stream: no answer, a non-2xx status, a complete body. ok is false
+// for an attempt that is not a continuation, or got its stream.
+func (s *Server) continuationAnswer(ctx, upCtx context.Context, out responder, req *clientRequest, u *upstream.Upstream,
+	ans *upstreamAnswer, err error, start time.Time) (attemptResult, bool) {
+	if tryOf(req).cont == nil || (err == nil && ans.status/100 == 2 && ans.src != nil) {
+		return attemptResult{}, false
+	}
+	cs := s.clientStreamOf(ctx, out, req, start)
+	if err != nil {
+		if ctx.Err() != nil {
+			s.rescueOutcome(req, tryOf(req).cont.kind, "client_gone")
+			return attemptResult{next: nextDone}, true
+		}
+		cause := context.Cause(upCtx)
+		if errors.Is(cause, errDraining) {
+			cs.abort(apierr.StreamIncomplete("the gateway is shutting down; retry the request"))
+			cs.finish(reasonDrain)
+			return attemptResult{next: nextDone}, true
+		}
+		class := hostabi.FailureTransport
+		var ne interface{ Timeout() bool }
+		if errors.Is(cause, errFirstByteTimeout) || (errors.As(err, &ne) && ne.Timeout()) {
+			class = hostabi.FailureFirstByte
+		}
+		return s.continuationFailed(ctx, cs, req, u, class, "", 0, s.scrub.String(upstream.RedactError(err))), true
+	}
+	s.scrub.answer(ans)
+	if ans.done != nil {
+		defer ans.done(false)
+	}
+	if ans.status/100 != 2 {
+		perr, _ := apierr.Parse(ans.body)
+		why := "HTTP " + strconv.Itoa(ans.status) + " " + firstNonEmpty(perr.Code, perr.Message, strings.TrimSpace(string(ans.body)))
+		return s.continuationFailed(ctx, cs, req, u, statusClass(perr.Code, ans.status), perr.Code, ans.status, why), true
+	}
+	return s.continuationFailed(ctx, cs, req, u, hostabi.FailureOther, "", 0, "a complete answer instead of a stream"), true
+}

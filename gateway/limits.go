@@ -1,0 +1,278 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/sluice-gw/sluice/store"
+)
+
+// Limiter enforces the Sluice keys' limits: requests and tokens per minute,
+// requests in flight, and token budgets per UTC day and month. LocalLimiter
+// holds them in this process; a shared implementation (Redis, with an
+// atomic script) makes them hold across replicas.
+type Limiter interface {
+	// Admit decides whether a request of key, expected to cost estimate
+	// tokens, may start now. Admitted, it returns the Admission whose Done
+	// must be called exactly once when the request ends; refused, the
+	// LimitError says why and when to retry.
+	Admit(ctx context.Context, key string, l store.KeyLimits, estimate int64) (Admission, *LimitError)
+}
+
+// Admission is one admitted request.
+type Admission interface {
+	// State is the key's limits after the admission (x-ratelimit-* headers).
+	State() LimitState
+	// Done settles the request: used is the tokens it really cost (input
+	// plus output; the estimate is returned or the difference charged), and
+	// its concurrency slot is released.
+	Done(used int64)
+}
+
+// LimitState is what the x-ratelimit-* headers say; a zero limit is none.
+type LimitState struct {
+	LimitRequests, RemainingRequests int64
+	ResetRequests                    time.Duration
+	LimitTokens, RemainingTokens     int64
+	ResetTokens                      time.Duration
+}
+
+// LimitError is a refused admission.
+type LimitError struct {
+	Code       string // rate_limit_exceeded | insufficient_quota
+	Message    string
+	RetryAfter time.Duration
+	State      LimitState
+}
+
+// apiError is the 429 the client gets.
+func (e *LimitError) apiError() *apierr.Error {
+	typ := "requests"
+	if e.Code == CodeInsufficientQuota {
+		typ = CodeInsufficientQuota
+	}
+	return &apierr.Error{Status: http.StatusTooManyRequests, Type: typ, Code: e.Code, Message: e.Message, RetryAfter: e.RetryAfter}
+}
+
+// setHeaders writes the x-ratelimit-* headers, as OpenAI names them.
+func (st LimitState) setHeaders(h http.Header) {
+	if st.LimitRequests > 0 {
+		h.Set("X-Ratelimit-Limit-Requests", strconv.FormatInt(st.LimitRequests, 10))
+		h.Set("X-Ratelimit-Remaining-Requests", strconv.FormatInt(max(st.RemainingRequests, 0), 10))
+		h.Set("X-Ratelimit-Reset-Requests", resetString(st.ResetRequests))
+	}
+	if st.LimitTokens > 0 {
+		h.Set("X-Ratelimit-Limit-Tokens", strconv.FormatInt(st.LimitTokens, 10))
+		h.Set("X-Ratelimit-Remaining-Tokens", strconv.FormatInt(max(st.RemainingTokens, 0), 10))
+		h.Set("X-Ratelimit-Reset-Tokens", resetString(st.ResetTokens))
+	}
+}
+
+func resetString(d time.Duration) string {
+	if d <= 0 {
+		return "0s"
+	}
+	if d < time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+// bucket is a token bucket that may go into debt and take refunds, which a
+// settle-after-the-fact token count needs (golang.org/x/time/rate cannot
+// return a reservation once its time has passed).
+type bucket struct {
+	capacity float64 // also the refill per minute
+	tokens   float64
+	at       time.Time
+}
+
+func newBucket(perMinute int64, now time.Time) *bucket {
+	return &bucket{capacity: float64(perMinute), tokens: float64(perMinute), at: now}
+}
+
+func (b *bucket) rate() float64 { return b.capacity / 60 } // per second
+
+func (b *bucket) advance(now time.Time) {
+	if dt := now.Sub(b.at).Seconds(); dt > 0 {
+		b.tokens = math.Min(b.capacity, b.tokens+dt*b.rate())
+	}
+	b.at = now
+}
+
+// take takes n if that many are there; else it says how long until they are.
+func (b *bucket) take(n float64, now time.Time) (bool, time.Duration) {
+	b.advance(now)
+	n = math.Min(n, b.capacity) // more than the capacity could never pass
+	if b.tokens >= n {
+		b.tokens -= n
+		return true, 0
+	}
+	return false, time.Duration((n - b.tokens) / b.rate() * float64(time.Second))
+}
+
+// adjust adds n (a refund) or removes -n (a debt) after the fact.
+func (b *bucket) adjust(n float64, now time.Time) {
+	b.advance(now)
+	b.tokens = math.Min(b.capacity, b.tokens+n)
+}
+
+// untilFull is how long until the bucket is full again.
+func (b *bucket) untilFull() time.Duration {
+	return time.Duration((b.capacity - b.tokens) / b.rate() * float64(time.Second))
+}
+
+// LocalLimiter is the Limiter of one process: token buckets per key for
+// rpm and tpm, a counter for concurrent, and day/month totals for the
+// budgets (seeded from the usage store, so a restart keeps them).
+type LocalLimiter struct {
+	// Seed returns the tokens a key already used in [from, to] (UTC days,
+	// YYYY-MM-DD), read once per key and period; nil: 0.
+	Seed func(ctx context.Context, key, from, to string) int64
+	// Now is the clock; nil: time.Now.
+	Now func() time.Time
+
+	mu   sync.Mutex
+	keys map[string]*keyLimits
+}
+
+type keyLimits struct {
+	limits     store.KeyLimits
+	rpm, tpm   *bucket
+	inFlight   int64
+	day, month string // the periods the totals are of
+	dayUsed    int64
+	monthUsed  int64
+}
+
+func (l *LocalLimiter) now() time.Time {
+	if l.Now != nil {
+		return l.Now()
+	}
+	return time.Now()
+}
+
+// stateOf renders k's headers.
+func (k *keyLimits) state() LimitState {
+	var st LimitState
+	if k.rpm != nil {
+		st.LimitRequests, st.RemainingRequests, st.ResetRequests = int64(k.rpm.capacity), int64(math.Floor(k.rpm.tokens)), k.rpm.untilFull()
+	}
+	if k.tpm != nil {
+		st.LimitTokens, st.RemainingTokens, st.ResetTokens = int64(k.tpm.capacity), int64(math.Floor(k.tpm.tokens)), k.tpm.untilFull()
+	}
+	return st
+}
+
+// entry returns key's state, (re)built for l and seeded for today.
+func (l *LocalLimiter) entry(ctx context.Context, key string, lim store.KeyLimits, now time.Time) *keyLimits {
+	if l.keys == nil {
+		l.keys = map[string]*keyLimits{}
+	}
+	k := l.keys[key]
+	if k == nil {
+		k = &keyLimits{}
+		l.keys[key] = k
+	}
+	if k.limits != lim {
+		k.limits = lim
+		k.rpm, k.tpm = nil, nil
+		if lim.RPM > 0 {
+			k.rpm = newBucket(lim.RPM, now)
+		}
+		if lim.TPM > 0 {
+			k.tpm = newBucket(lim.TPM, now)
+		}
+	}
+	day, month := now.UTC().Format(time.DateOnly), now.UTC().Format("2006-01")
+	if k.day != day {
+		k.day, k.dayUsed = day, 0
+		if lim.TokensPerDay > 0 && l.Seed != nil {
+			k.dayUsed = l.Seed(ctx, key, day, day)
+		}
+	}
+	if k.month != month {
+		k.month, k.monthUsed = month, 0
+		if lim.TokensPerMonth > 0 && l.Seed != nil {
+			k.monthUsed = l.Seed(ctx, key, month+"-01", day)
+		}
+	}
+	return k
+}
+
+// Admit implements Limiter.
+func (l *LocalLimiter) Admit(ctx context.Context, key string, lim store.KeyLimits, estimate int64) (Admission, *LimitError) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	k := l.entry(ctx, key, lim, now)
+	refuse := func(code string, retry time.Duration, format string, args ...any) *LimitError {
+		if retry < time.Second {
+			retry = time.Second
+		}
+		return &LimitError{Code: code, RetryAfter: retry, State: k.state(), Message: fmt.Sprintf(format, args...)}
+	}
+	utc := now.UTC()
+	if lim.TokensPerDay > 0 && k.dayUsed >= lim.TokensPerDay {
+		midnight := time.Date(utc.Year(), utc.Month(), utc.Day()+1, 0, 0, 0, 0, time.UTC)
+		return nil, refuse(CodeInsufficientQuota, midnight.Sub(utc), "the key %q used its budget of %d tokens for today (UTC)", key, lim.TokensPerDay)
+	}
+	if lim.TokensPerMonth > 0 && k.monthUsed >= lim.TokensPerMonth {
+		next := time.Date(utc.Year(), utc.Month()+1, 1, 0, 0, 0, 0, time.UTC)
+		return nil, refuse(CodeInsufficientQuota, next.Sub(utc), "the key %q used its budget of %d tokens for this month (UTC)", key, lim.TokensPerMonth)
+	}
+	if lim.Concurrent > 0 && k.inFlight >= lim.Concurrent {
+		return nil, refuse(CodeRateLimitExceeded, time.Second, "the key %q has %d requests in flight, its limit", key, lim.Concurrent)
+	}
+	if k.rpm != nil {
+		k.rpm.advance(now)
+		if k.rpm.tokens < 1 {
+			_, wait := k.rpm.take(1, now)
+			return nil, refuse(CodeRateLimitExceeded, wait, "the key %q reached its limit of %d requests per minute", key, lim.RPM)
+		}
+	}
+	if k.tpm != nil {
+		if ok, wait := k.tpm.take(float64(estimate), now); !ok {
+			return nil, refuse(CodeRateLimitExceeded, wait, "the key %q reached its limit of %d tokens per minute", key, lim.TPM)
+		}
+	}
+	if k.rpm != nil {
+		k.rpm.take(1, now)
+	}
+	k.inFlight++
+	return &localAdmission{l: l, k: k, estimate: float64(min(estimate, max(lim.TPM, 0))), state: k.state()}, nil
+}
+
+type localAdmission struct {
+	l        *LocalLimiter
+	k        *keyLimits
+	estimate float64
+	state    LimitState
+	once     sync.Once
+}
+
+func (a *localAdmission) State() LimitState { return a.state }
+
+func (a *localAdmission) Done(used int64) {
+	a.once.Do(func() {
+		a.l.mu.Lock()
+		defer a.l.mu.Unlock()
+		k := a.k
+		k.inFlight--
+		if k.tpm != nil {
+			k.tpm.adjust(a.estimate-float64(used), a.l.now())
+		}
+		k.dayUsed += used
+		k.monthUsed += used
+	})
+}
+
+// estimateTokens is the token estimate reserved before a request: its
+// body's bytes / 4.
+func estimateTokens(body []byte) int64 { return int64(len(body)+3) / 4 }

@@ -1,0 +1,508 @@
+package streaminput
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/sluice-gw/sluice/store"
+)
+
+// Sessions in a store that several replicas share (Redis; Manager.shared).
+//
+// A load balancer may send each request of a session to another replica, so
+// no replica's memory is the truth; the store is:
+//
+//   - Every REST request first reads the session's record (lookup). A
+//     replica that does not hold the session loads it with its chunks
+//     (adopt); one whose copy is older than the record (another replica
+//     wrote since: its LastActivity differs) reloads it (refresh).
+//   - Every write is conditional on the record this replica last saw
+//     (PutChunkIf, UpdateInputSessionIf). When another replica wrote in
+//     between, the write fails with ErrConflict, the replica reloads and
+//     decides again: a chunk is accepted, refused as out of order or
+//     recognised as a duplicate on what the store holds, and two replicas
+//     never both start the upstream request (the second one's write, which
+//     would start it, conflicts, and after reloading it sees it started).
+//   - The replica whose write started the request runs it and writes the
+//     answer to the store as it comes (mirror); any other replica's readers
+//     follow it from there (follow), live, from its first byte.
+//   - Closing for idleness lets go of this replica's copy only: the record
+//     expires in the store by itself (its key's expiry), and another replica
+//     may have kept it alive.
+//
+// What is not shared: an answer running on a replica that dies is not
+// re-sent by another (readers elsewhere get stream_incomplete after
+// IdleTimeout without a byte; the input stays until the session expires),
+// and the session caps (MaxSessions, MaxSessionsPerKey, MaxTotalBytes) are
+// each replica's own.
+
+// errChanged is what acceptLocked and finishLocked return when their
+// conditional write found the session changed by another replica.
+var errChanged = &apierr.Error{Status: http.StatusConflict, Code: "session_changed"}
+
+// maxResyncs bounds the reload-and-retry rounds of one request: beyond it,
+// other replicas keep changing the session faster than this one decides.
+// Every conflict means another replica's write went through, so the
+// session always makes progress; a short, growing, jittered pause between
+// rounds keeps replicas that write at once from colliding again.
+const maxResyncs = 16
+
+func errSharedStore() *apierr.Error {
+	return &apierr.Error{Status: http.StatusServiceUnavailable, Type: apierr.TypeServer, Code: "store_unavailable",
+		Message: "the streaming-input session store is unavailable; retry the request"}
+}
+
+// lookup finds the session a REST request names. With a shared store it
+// checks the store first: the session may have been created, changed or
+// deleted by another replica. A nil session (and error) is a 404.
+func (m *Manager) lookup(ctx context.Context, id, keyHash string) (*session, *apierr.Error) {
+	if m.shared == nil {
+		return m.get(id, keyHash), nil
+	}
+	m.mu.Lock()
+	s := m.sessions[id]
+	m.mu.Unlock()
+	if s != nil && (s.modeA || s.keyHash != keyHash) {
+		return nil, nil
+	}
+	rec, err := m.shared.GetInputSession(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrInvalid):
+		if s != nil { // deleted (or expired) through another replica
+			s.mu.Lock()
+			s.keepStored = true
+			s.closeLocked(errNotFound(), "deleted")
+			s.mu.Unlock()
+		}
+		return nil, nil
+	case err != nil:
+		m.log.Error("reading a streaming-input session from the shared store failed", "session", store.RedactID(id), "error", err)
+		return nil, errSharedStore()
+	case rec.ClientKeyHash != keyHash:
+		return nil, nil
+	}
+	if s != nil {
+		s.mu.Lock()
+		if !s.closed {
+			var aerr *apierr.Error
+			if !s.stored.Equal(rec.LastActivity) {
+				aerr = s.refreshLocked(ctx, rec)
+			}
+			s.mu.Unlock()
+			if aerr != nil {
+				return nil, aerr
+			}
+			return s, nil
+		}
+		s.mu.Unlock() // let go of here: load it again
+	}
+	return m.adopt(ctx, id, keyHash)
+}
+
+// adopt loads a session another replica created (or that this one let go).
+func (m *Manager) adopt(ctx context.Context, id, keyHash string) (*session, *apierr.Error) {
+	m.adoptMu.Lock()
+	defer m.adoptMu.Unlock()
+	m.mu.Lock()
+	cur := m.sessions[id]
+	m.mu.Unlock()
+	if cur != nil { // a concurrent request adopted it first
+		cur.mu.Lock()
+		closed := cur.closed
+		cur.mu.Unlock()
+		if !closed {
+			return cur, nil
+		}
+	}
+	if m.isDraining() {
+		return nil, errShutdown()
+	}
+	rec, err := m.shared.GetInputSession(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, nil
+	case err != nil:
+		m.log.Error("reading a streaming-input session from the shared store failed", "session", store.RedactID(id), "error", err)
+		return nil, errSharedStore()
+	case rec.ClientKeyHash != keyHash:
+		return nil, nil
+	}
+	s, err := m.restoreOne(ctx, rec)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		m.log.Error("loading a streaming-input session from the shared store failed", "session", store.RedactID(id), "error", err)
+		return nil, errSharedStore()
+	}
+	s.mu.Lock()
+	s.sharedStateLocked()
+	s.mu.Unlock()
+	m.log.Debug("streaming-input session loaded from the shared store", "session", store.RedactID(id))
+	return s, nil
+}
+
+// refreshLocked brings the session up to rec, the record another replica
+// wrote: its chunks and state are read again. What this replica runs (its
+// answer) stays its own.
+func (s *session) refreshLocked(ctx context.Context, rec store.InputSession) *apierr.Error {
+	stored, err := s.m.shared.Chunks(ctx, s.id)
+	if errors.Is(err, store.ErrNotFound) {
+		s.keepStored = true
+		s.closeLocked(errNotFound(), "deleted")
+		return errNotFound()
+	}
+	if err != nil {
+		s.m.log.Error("reading a streaming-input session's chunks from the shared store failed", "session", store.RedactID(s.id), "error", err)
+		return errSharedStore()
+	}
+	local, started, done, res, saw := s.local, s.started, s.done, s.res, s.saw
+	oldHeld := s.held
+	if err := s.applyStored(rec, stored); err != nil {
+		s.m.log.Error("undecodable streaming-input session in the shared store", "session", store.RedactID(s.id), "error", err)
+		return errSharedStore()
+	}
+	if local {
+		s.started, s.done, s.res, s.saw = started, done, res, saw
+	} else if res != nil {
+		s.res, s.saw = res, saw // already following the answer
+	}
+	s.sharedStateLocked()
+	s.lastActivity, s.expiresAt = rec.LastActivity, rec.ExpiresAt
+	if s.idle != nil {
+		s.idle.Reset(max(time.Millisecond, s.expiresAt.Sub(s.m.now())))
+	}
+	s.held = int64(len(rec.Template)) + s.received
+	s.m.mu.Lock()
+	s.m.heldB += s.held - oldHeld
+	s.m.mu.Unlock()
+	s.notifyLocked()
+	return nil
+}
+
+// sharedStateLocked adjusts a session just read from the shared store: an
+// answer another replica runs (or ran) is in the store, not lost, and this
+// replica's readers follow it from there.
+func (s *session) sharedStateLocked() {
+	if s.local || !s.started {
+		return
+	}
+	s.resultLost = false
+	if s.done && s.active {
+		s.deactivateLocked()
+	}
+	if s.res == nil && !s.following {
+		s.followLocked()
+	}
+}
+
+// resyncLocked reads the session again after a conditional write found it
+// changed, for retry number try.
+func (s *session) resyncLocked(ctx context.Context, try int) *apierr.Error {
+	if try >= maxResyncs {
+		s.m.log.Warn("streaming-input session changed by other replicas on every try", "session", store.RedactID(s.id), "tries", try)
+		return errSharedStore()
+	}
+	time.Sleep(time.Duration(rand.Int64N(int64(try) * int64(time.Millisecond))))
+	rec, err := s.m.shared.GetInputSession(ctx, s.id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		s.keepStored = true
+		s.closeLocked(errNotFound(), "deleted")
+		return errNotFound()
+	case err != nil:
+		s.m.log.Error("reading a streaming-input session from the shared store failed", "session", store.RedactID(s.id), "error", err)
+		return errSharedStore()
+	}
+	return s.refreshLocked(ctx, rec)
+}
+
+// putChunkLocked stores a chunk with the session's record: conditionally on
+// the record this replica last saw when the store is shared.
+func (s *session) putChunkLocked(ctx context.Context, seq uint64, c store.Chunk) error {
+	rec := s.recordLocked()
+	var err error
+	if s.m.shared != nil {
+		err = s.m.shared.PutChunkIf(ctx, s.id, seq, c, rec, s.stored)
+	} else {
+		err = s.m.opts.Store.PutChunk(ctx, s.id, seq, c, rec)
+	}
+	if err == nil {
+		s.stored = rec.LastActivity
+	}
+	return err
+}
+
+// updateLocked writes the session's record (conditionally, when shared).
+func (s *session) updateLocked(ctx context.Context) error {
+	rec := s.recordLocked()
+	var err error
+	if s.m.shared != nil {
+		err = s.m.shared.UpdateInputSessionIf(ctx, rec, s.stored)
+	} else {
+		err = s.m.opts.Store.UpdateInputSession(ctx, rec)
+	}
+	if err == nil {
+		s.stored = rec.LastActivity
+	}
+	return err
+}
+
+// writeRecordLocked writes the record of what this replica decided alone
+// (its answer ended, it is still running): when another replica wrote in
+// between, it reads the session again and writes once more.
+func (s *session) writeRecordLocked(ctx context.Context) error {
+	for try := 1; ; try++ {
+		err := s.updateLocked(ctx)
+		if !errors.Is(err, store.ErrConflict) {
+			return err
+		}
+		if aerr := s.resyncLocked(ctx, try); aerr != nil {
+			return errors.New(aerr.Message)
+		}
+	}
+}
+
+// idleSharedLocked runs when the idle timer fires on a session this replica
+// is not running an answer for: the record may have been kept alive by
+// another replica; otherwise this replica lets go of its copy, and the
+// store's expiry removes the data.
+func (s *session) idleSharedLocked() {
+	now := s.m.now()
+	if rem := s.expiresAt.Sub(now); rem > 0 {
+		s.idle.Reset(rem)
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.m.base, 5*time.Second)
+	rec, err := s.m.shared.GetInputSession(ctx, s.id)
+	cancel()
+	if err == nil && rec.ExpiresAt.After(now) {
+		s.lastActivity, s.expiresAt = rec.LastActivity, rec.ExpiresAt
+		s.idle.Reset(rec.ExpiresAt.Sub(now))
+		return
+	}
+	s.keepStored = true
+	s.closeLocked(errIdle(), "idle")
+}
+
+// resultHead is the first part of an answer in the store: what a reader on
+// another replica needs before the bytes.
+type resultHead struct {
+	Status   int         `json:"status"`
+	Header   http.Header `json:"header"`
+	Chunks   uint64      `json:"chunks"`
+	Bytes    int64       `json:"bytes"`
+	Complete bool        `json:"complete"`
+	At       int64       `json:"started_at"` // Unix nanoseconds; 0 if unknown
+}
+
+// mirror writes an answer this replica runs to the shared store, in order,
+// off the answer's path: taps queue (data coalesced), one goroutine appends.
+type mirror struct {
+	s    *session
+	saw  upstreamSaw
+	wake chan struct{}
+
+	mu     sync.Mutex
+	q      []store.ResultPart
+	broken bool
+}
+
+// maxMirrorPart is the most answer bytes one appended part carries.
+const maxMirrorPart = 256 << 10
+
+func (s *session) mirrorLocked(res *result) {
+	mi := &mirror{s: s, saw: s.saw, wake: make(chan struct{}, 1)}
+	res.tap = mi.tap
+	s.m.wg.Add(1)
+	go mi.run()
+}
+
+func (mi *mirror) tap(kind byte, status int, header http.Header, p []byte) {
+	part := store.ResultPart{Kind: kind}
+	switch kind {
+	case store.ResultHead:
+		h := resultHead{Status: status, Header: header, Chunks: mi.saw.chunks, Bytes: mi.saw.bytes, Complete: mi.saw.complete}
+		if !mi.saw.at.IsZero() {
+			h.At = mi.saw.at.UnixNano()
+		}
+		part.Data, _ = json.Marshal(h)
+	case store.ResultData:
+		if len(p) == 0 {
+			return
+		}
+	}
+	mi.mu.Lock()
+	defer mi.mu.Unlock()
+	if mi.broken {
+		return
+	}
+	if n := len(mi.q); kind == store.ResultData && n > 0 && mi.q[n-1].Kind == store.ResultData && len(mi.q[n-1].Data)+len(p) <= maxMirrorPart {
+		mi.q[n-1].Data = append(mi.q[n-1].Data, p...)
+	} else {
+		if kind == store.ResultData {
+			part.Data = append(make([]byte, 0, max(len(p), 4<<10)), p...)
+		}
+		mi.q = append(mi.q, part)
+	}
+	select {
+	case mi.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (mi *mirror) run() {
+	s := mi.s
+	defer s.m.wg.Done()
+	n := int64(0)
+	for range mi.wake {
+		mi.mu.Lock()
+		q := mi.q
+		mi.q = nil
+		mi.mu.Unlock()
+		for _, part := range q {
+			err := mi.append(n, part)
+			if errors.Is(err, store.ErrNotFound) { // deleted through another replica: stop answering
+				mi.stop()
+				s.m.log.Info("streaming-input session deleted through another replica; cancelling its answer", "session", store.RedactID(s.id))
+				s.close(errCancelled(), "deleted")
+				return
+			}
+			if err != nil {
+				mi.stop()
+				s.m.log.Error("sharing a streaming-input answer with the other replicas failed; their readers will not see it end",
+					"session", store.RedactID(s.id), "error", err)
+				return
+			}
+			n++
+			if part.Kind == store.ResultEnd {
+				return
+			}
+		}
+	}
+}
+
+// append writes one part, retrying a store that is briefly unavailable.
+func (mi *mirror) append(n int64, part store.ResultPart) error {
+	var err error
+	for try := range 4 {
+		if try > 0 {
+			time.Sleep(time.Duration(try) * 100 * time.Millisecond)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = mi.s.m.shared.AppendResult(ctx, mi.s.id, n, part)
+		cancel()
+		if err == nil || errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+	}
+	return err
+}
+
+func (mi *mirror) stop() {
+	mi.mu.Lock()
+	mi.broken, mi.q = true, nil
+	mi.mu.Unlock()
+}
+
+// followLocked gives the session a copy of the answer another replica
+// runs, fed from the store. The copy becomes the session's result once its
+// head (status, headers, what the upstream saw) has arrived, so readers
+// see the same headers as on the replica running it.
+func (s *session) followLocked() {
+	res := newResult(s.tpl.stream, s.tpl.chat, s.tpl.model, s.m.opts.ResultBuffer, s.m.opts.MaxJSONDepth)
+	s.following = true
+	s.m.wg.Add(1)
+	go s.follow(res)
+}
+
+// follow feeds res from the store until the answer ends. A runner that
+// sends nothing for IdleTimeout (it died) ends the copy with
+// stream_incomplete.
+func (s *session) follow(res *result) {
+	defer s.m.wg.Done()
+	published := false
+	publish := func() {
+		if published {
+			return
+		}
+		published = true
+		s.mu.Lock()
+		if s.res == nil {
+			s.res = res
+		}
+		s.notifyLocked()
+		s.mu.Unlock()
+	}
+	defer publish()
+	const wait = 2 * time.Second
+	cursor, last, backoff := "", time.Now(), 100*time.Millisecond
+	for {
+		if s.m.base.Err() != nil {
+			res.finish(s.m.shutdownErr)
+			return
+		}
+		s.mu.Lock()
+		closed, closeErr := s.closed, s.closeErr
+		s.mu.Unlock()
+		if closed {
+			res.finish(closeErr)
+			return
+		}
+		if time.Since(last) > s.m.opts.IdleTimeout {
+			res.finish(apierr.StreamIncomplete("the replica running this session's answer stopped sending it"))
+			return
+		}
+		ctx, cancel := context.WithTimeout(s.m.base, wait+5*time.Second)
+		parts, next, err := s.m.shared.ReadResult(ctx, s.id, cursor, wait)
+		cancel()
+		if err != nil {
+			if s.m.base.Err() == nil {
+				s.m.log.Warn("following a streaming-input answer from the shared store failed; retrying", "session", store.RedactID(s.id), "error", err)
+			}
+			select {
+			case <-time.After(backoff):
+			case <-s.m.base.Done():
+			}
+			backoff = min(2*backoff, 2*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		cursor = next
+		if len(parts) > 0 {
+			last = time.Now()
+		}
+		for _, p := range parts {
+			switch p.Kind {
+			case store.ResultHead:
+				var h resultHead
+				if err := json.Unmarshal(p.Data, &h); err != nil || h.Status == 0 {
+					res.finish(errSharedStore())
+					return
+				}
+				s.mu.Lock()
+				s.saw = upstreamSaw{chunks: h.Chunks, bytes: h.Bytes, complete: h.Complete}
+				if h.At != 0 {
+					s.saw.at = time.Unix(0, h.At)
+				}
+				s.mu.Unlock()
+				for k, v := range h.Header {
+					res.Header()[k] = v
+				}
+				res.WriteHeader(h.Status)
+				publish()
+			case store.ResultData:
+				_, _ = res.Write(p.Data)
+			case store.ResultEnd:
+				res.end()
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,180 @@
+package upstream
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// SharedHealth shares what one gateway replica learned about a target's
+// health with the others (store.RedisStore implements it, with one key per
+// target that expires when the skip ends). The model "" stands for the
+// whole upstream (a connect-failure cooldown).
+type SharedHealth interface {
+	// PutTargetHealth records that the target is to be skipped for d
+	// (a longer skip already recorded is kept).
+	PutTargetHealth(ctx context.Context, upstream, model string, d time.Duration, reason string) error
+	// GetTargetHealth returns how long the target is still to be skipped
+	// (0: not at all) and why.
+	GetTargetHealth(ctx context.Context, upstream, model string) (time.Duration, string, error)
+	// ClearTargetHealth forgets the target's skip.
+	ClearTargetHealth(ctx context.Context, upstream, model string) error
+}
+
+// Defaults of the shared-health cache.
+const (
+	// DefaultSharedRefresh is how long a replica trusts what it last read
+	// of a target's shared health: a cooldown another replica reports is
+	// honoured here at most this much later.
+	DefaultSharedRefresh = time.Second
+	// DefaultSharedTimeout bounds one read or write of the shared health on
+	// the request path; a store that cannot answer in time is ignored (the
+	// local state still applies).
+	DefaultSharedTimeout = 100 * time.Millisecond
+
+	maxSharedEntries = 4096
+)
+
+// sharedKey names a target (model "" the whole upstream).
+type sharedKey struct{ upstream, model string }
+
+// sharedEntry is what a replica last read (or wrote) of a target's shared
+// health.
+type sharedEntry struct {
+	fetched  time.Time
+	fetching bool
+	until    time.Time
+	reason   string
+}
+
+// sharedCache reads the shared health of a target on selection, at most
+// once per refresh period per target, and publishes this replica's
+// cooldowns and open circuits. Why keys read on selection rather than
+// pub/sub: a key's expiry is the end of the skip, so there is nothing to
+// clear and nothing to miss while disconnected; a replica that starts (or
+// reconnects) reads the current state on its next selection, and the cost
+// is one small read per target per second per replica.
+type sharedCache struct {
+	h       SharedHealth
+	refresh time.Duration
+	timeout time.Duration
+	p       *Pool
+
+	mu sync.Mutex
+	m  map[sharedKey]*sharedEntry
+}
+
+func newSharedCache(p *Pool) *sharedCache {
+	if p.opts.Shared == nil {
+		return nil
+	}
+	c := &sharedCache{h: p.opts.Shared, refresh: p.opts.SharedRefresh, timeout: p.opts.SharedTimeout, p: p, m: map[sharedKey]*sharedEntry{}}
+	if c.refresh <= 0 || c.refresh > time.Second {
+		c.refresh = DefaultSharedRefresh
+	}
+	if c.timeout <= 0 {
+		c.timeout = DefaultSharedTimeout
+	}
+	return c
+}
+
+// skip reports whether another replica (or this one) recorded that the
+// target must be skipped at now.
+func (c *sharedCache) skip(k sharedKey, now time.Time) (bool, string) {
+	c.mu.Lock()
+	e := c.m[k]
+	if e == nil {
+		if len(c.m) >= maxSharedEntries {
+			c.m = map[sharedKey]*sharedEntry{} // clients choose model names: bound the table
+		}
+		e = &sharedEntry{}
+		c.m[k] = e
+	}
+	stale := !e.fetching && (e.fetched.IsZero() || now.Sub(e.fetched) >= c.refresh || now.Before(e.fetched))
+	if stale {
+		e.fetching = true
+	}
+	c.mu.Unlock()
+	if stale {
+		ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+		d, reason, err := c.h.GetTargetHealth(ctx, k.upstream, k.model)
+		cancel()
+		c.mu.Lock()
+		e.fetching, e.fetched = false, now
+		if err == nil {
+			e.until, e.reason = time.Time{}, ""
+			if d > 0 {
+				e.until, e.reason = now.Add(d), reason
+			}
+		} else {
+			// Keep what was known: the local state still applies, and a
+			// store that is down is not asked again before refresh.
+			c.p.opts.Logger.Debug("reading shared target health failed", "upstream", k.upstream, "model", k.model, "error", err)
+		}
+		c.mu.Unlock()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now.Before(e.until) {
+		what := "target"
+		if k.model == "" {
+			what = "upstream"
+		}
+		return true, fmt.Sprintf("cooling down for %s (%s state shared by the replicas): %s", e.until.Sub(now).Round(time.Millisecond), what, e.reason)
+	}
+	return false, ""
+}
+
+// publish records a skip of d for every replica.
+func (c *sharedCache) publish(k sharedKey, now time.Time, d time.Duration, reason string) {
+	if d <= 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	err := c.h.PutTargetHealth(ctx, k.upstream, k.model, d, reason)
+	cancel()
+	if err != nil {
+		c.p.opts.Logger.Warn("sharing a target's cooldown with the other replicas failed", "upstream", k.upstream, "model", k.model, "error", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.m[k]
+	if e == nil {
+		e = &sharedEntry{}
+		c.m[k] = e
+	}
+	if until := now.Add(d); until.After(e.until) {
+		e.until, e.reason = until, reason
+	}
+	e.fetched = now
+}
+
+// clear forgets the target's skip everywhere (its circuit closed here).
+func (c *sharedCache) clear(k sharedKey, now time.Time) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	err := c.h.ClearTargetHealth(ctx, k.upstream, k.model)
+	cancel()
+	if err != nil {
+		c.p.opts.Logger.Warn("clearing a target's shared cooldown failed", "upstream", k.upstream, "model", k.model, "error", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.m[k]; e != nil {
+		e.until, e.reason, e.fetched = time.Time{}, "", now
+	}
+}
+
+// sharedUsable checks the shared health of t and of its upstream.
+func (p *Pool) sharedUsable(t Target, now time.Time) (bool, string) {
+	if p.shared == nil {
+		return true, ""
+	}
+	if skip, why := p.shared.skip(sharedKey{t.Upstream.cfg.Name, ""}, now); skip {
+		return false, why
+	}
+	if skip, why := p.shared.skip(sharedKey{t.Upstream.cfg.Name, t.Model}, now); skip {
+		return false, why
+	}
+	return true, ""
+}

@@ -1,0 +1,455 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/julienschmidt/httprouter"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tidwall/gjson"
+
+	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/sluice-gw/sluice/gateway/upstream"
+	"github.com/sluice-gw/sluice/store"
+)
+
+// accounts is the gateway's side of keys, limits and usage.
+type accounts struct {
+	s       *Server
+	opts    AccountsOptions
+	keys    *keyring
+	limiter Limiter
+	tokens  *prometheus.CounterVec // sluice_usage_tokens_total{key,route,target,model,kind}
+	reqs    *prometheus.CounterVec // sluice_usage_requests_total{key,route,target,model}
+	cost    *prometheus.CounterVec // sluice_usage_cost_usd_total{key,route,target,model}
+}
+
+func newAccounts(s *Server, o AccountsOptions, reg prometheus.Registerer) (*accounts, error) {
+	if o.KeyRefresh <= 0 {
+		o.KeyRefresh = 5 * time.Second
+	}
+	kr, err := newKeyring(o.Keys, o.KeyStore, o.KeyRefresh)
+	if err != nil {
+		return nil, err
+	}
+	if err := kr.reload(context.Background()); err != nil {
+		return nil, err
+	}
+	a := &accounts{s: s, opts: o, keys: kr, limiter: o.Limiter}
+	if a.limiter == nil {
+		ll := &LocalLimiter{}
+		if o.Usage != nil {
+			ll.Seed = func(ctx context.Context, key, from, to string) int64 {
+				ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				defer cancel()
+				recs, err := o.Usage.Usage(ctx, key, from, to)
+				if err != nil {
+					s.log.Warn("reading a key's usage for its budget failed; counting from 0", "key", key, "error", err)
+				}
+				var n int64
+				for _, r := range recs {
+					n += r.Tokens()
+				}
+				return n
+			}
+		}
+		a.limiter = ll
+	}
+	labels := []string{"key", "route", "target", "model"}
+	a.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_usage_tokens_total",
+		Help: "Tokens used, from the upstreams' usage, by key, route, target, model and kind (input, output, cached, reasoning)."},
+		append(labels, "kind"))
+	a.reqs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_usage_requests_total",
+		Help: "Requests that reached an upstream, by key, route, target and model."}, labels)
+	a.cost = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_usage_cost_usd_total",
+		Help: "Cost in USD from the pricing table, by key, route, target and model."}, labels)
+	reg.MustRegister(a.tokens, a.reqs, a.cost)
+	return a, nil
+}
+
+// usage is one request's token counts.
+type usage struct {
+	input, output, cached, reasoning int64
+	known                            bool
+}
+
+func (u usage) total() int64 { return u.input + u.output }
+
+// parseUsage reads a Responses or Chat usage object.
+func parseUsage(o gjson.Result) (usage, bool) {
+	if !o.IsObject() {
+		return usage{}, false
+	}
+	var u usage
+	if o.Get("input_tokens").Exists() || o.Get("output_tokens").Exists() { // Responses
+		u.input, u.output = o.Get("input_tokens").Int(), o.Get("output_tokens").Int()
+		u.cached = o.Get("input_tokens_details.cached_tokens").Int()
+		u.reasoning = o.Get("output_tokens_details.reasoning_tokens").Int()
+	} else { // Chat
+		u.input, u.output = o.Get("prompt_tokens").Int(), o.Get("completion_tokens").Int()
+		u.cached = o.Get("prompt_tokens_details.cached_tokens").Int()
+		u.reasoning = o.Get("completion_tokens_details.reasoning_tokens").Int()
+	}
+	u.known = true
+	return u, true
+}
+
+// cost prices u for model (per 1M tokens; cached input at its own price,
+// else at the input price).
+func (a *accounts) priceOf(model string, u usage) (float64, bool) {
+	p, ok := a.opts.Pricing[model]
+	if !ok {
+		return 0, false
+	}
+	cachedPrice := p.CachedInput
+	if cachedPrice == 0 {
+		cachedPrice = p.Input
+	}
+	return (float64(u.input-u.cached)*p.Input + float64(u.cached)*cachedPrice + float64(u.output)*p.Output) / 1e6, true
+}
+
+// admit runs before a request goes upstream: the key's model check (403)
+// and its limits (429). It returns false when the request was answered.
+func (a *accounts) admit(ctx context.Context, out responder, req *clientRequest) bool {
+	m := req.meta
+	k := req.key
+	if k == nil {
+		return true
+	}
+	if aerr := modelAllowed(k, req.model); aerr != nil {
+		out.fail(req, aerr, failInvalid)
+		return false
+	}
+	est := estimateTokens(req.body)
+	adm, lerr := a.limiter.Admit(ctx, k.name, k.limits, est)
+	if lerr != nil {
+		if m != nil && m.header != nil {
+			lerr.State.setHeaders(m.header)
+		}
+		out.fail(req, lerr.apiError(), failInvalid)
+		return false
+	}
+	if m != nil {
+		m.admission = adm
+		if m.header != nil {
+			adm.State().setHeaders(m.header)
+		}
+	}
+	return true
+}
+
+// settle runs when a request ends: the limiter learns what it really cost,
+// and its usage is counted and added to the day's totals.
+func (a *accounts) settle(req *clientRequest) {
+	m := req.meta
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	u, adm, settled := m.usage, m.admission, m.settled
+	m.settled = true
+	m.mu.Unlock()
+	if settled {
+		return
+	}
+	if adm != nil {
+		adm.Done(u.total())
+	}
+	if len(m.targets) == 0 {
+		return // no upstream was asked: nothing to account
+	}
+	if !u.known && m.status/100 != 2 {
+		return // counted only once an upstream accepted the model (label cardinality)
+	}
+	key := m.keyName()
+	route, target := label(m.route), label(m.lastTarget())
+	model := m.servedModel
+	if model == "" {
+		model = req.model
+	}
+	model = label(model)
+	a.reqs.WithLabelValues(key, route, target, model).Inc()
+	if !u.known {
+		return
+	}
+	for kind, n := range map[string]int64{"input": u.input, "output": u.output, "cached": u.cached, "reasoning": u.reasoning} {
+		if n > 0 {
+			a.tokens.WithLabelValues(key, route, target, model, kind).Add(float64(n))
+		}
+	}
+	if c, ok := a.priceOf(model, u); ok && c > 0 {
+		a.cost.WithLabelValues(key, route, target, model).Add(c)
+	}
+	if a.opts.Usage == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rec := store.UsageRecord{Day: time.Now().UTC().Format(time.DateOnly), Key: key, Route: route, Target: target, Model: model,
+		Requests: 1, InputTokens: u.input, OutputTokens: u.output, CachedTokens: u.cached, ReasoningTokens: u.reasoning}
+	if err := a.opts.Usage.AddUsage(ctx, rec); err != nil {
+		a.s.log.Warn("recording usage failed", "key", key, "error", err)
+	}
+}
+
+// label makes a client- or upstream-chosen string a valid, bounded label value.
+func label(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) > 128 {
+		s = strings.ToValidUTF8(s[:128], "")
+	}
+	return s
+}
+
+// ---- observing what the client is sent ----
+
+// meterResponder wraps a request's responder: it notes the status, the
+// first event's time, the terminal event and its usage.
+type meterResponder struct {
+	responder
+	m *reqMeta
+}
+
+func (o *meterResponder) fail(req *clientRequest, e *apierr.Error, kind failKind) {
+	o.m.mu.Lock()
+	if o.m.status == 0 || !o.m.committed {
+		o.m.status, o.m.code = e.Status, e.Code
+	}
+	if o.m.reason == "" {
+		o.m.reason = "gateway_error"
+	}
+	o.m.mu.Unlock()
+	o.responder.fail(req, e, kind)
+}
+
+func (o *meterResponder) relay(req *clientRequest, status int, header http.Header, body []byte) {
+	o.m.mu.Lock()
+	o.m.status = status
+	o.m.firstEvent()
+	if status/100 == 2 {
+		if u, ok := parseUsage(gjson.GetBytes(body, "usage")); ok {
+			o.m.usage = u
+		}
+		if mod := gjson.GetBytes(body, "model"); mod.Type == gjson.String {
+			o.m.servedModel = mod.Str
+		}
+		if o.m.reason == "" {
+			o.m.reason = "json"
+		}
+	} else {
+		if e, ok := apierr.Parse(body); ok {
+			o.m.code = e.Code
+		}
+		if o.m.reason == "" {
+			o.m.reason = "upstream_error"
+		}
+	}
+	o.m.mu.Unlock()
+	o.responder.relay(req, status, header, body)
+}
+
+func (o *meterResponder) commit(header http.Header) eventSink {
+	o.m.mu.Lock()
+	o.m.committed = true
+	if o.m.status == 0 {
+		o.m.status = http.StatusOK
+	}
+	o.m.mu.Unlock()
+	return &meterSink{eventSink: o.responder.commit(header), m: o.m}
+}
+
+// meterSink notes the first event's time and reads usage from the events
+// that carry it (the Responses terminal event, the Chat usage chunk).
+type meterSink struct {
+	eventSink
+	m *reqMeta
+}
+
+var usageField = []byte(`"usage"`)
+
+func (k *meterSink) Event(name string, data []byte) error {
+	k.m.mu.Lock()
+	k.m.firstEvent()
+	if bytes.Contains(data, usageField) {
+		if typ := gjson.GetBytes(data, "type").Str; strings.HasPrefix(typ, "response.") {
+			if isTerminalType(typ) {
+				k.m.terminal = strings.TrimPrefix(typ, "response.")
+				if u, ok := parseUsage(gjson.GetBytes(data, "response.usage")); ok {
+					k.m.usage = u
+				}
+				if mod := gjson.GetBytes(data, "response.model"); mod.Type == gjson.String {
+					k.m.servedModel = mod.Str
+				}
+			}
+		} else if u, ok := parseUsage(gjson.GetBytes(data, "usage")); ok { // a Chat chunk
+			k.m.usage = u
+			if mod := gjson.GetBytes(data, "model"); mod.Type == gjson.String {
+				k.m.servedModel = mod.Str
+			}
+		}
+	} else if name != "" && isTerminalType(name) {
+		k.m.terminal = strings.TrimPrefix(name, "response.")
+	}
+	k.m.mu.Unlock()
+	return k.eventSink.Event(name, data)
+}
+
+// ---- GET /admin/usage ----
+
+// handleUsage serves GET /admin/usage?key=&from=&to= (UTC days,
+// YYYY-MM-DD; default: today): the per-day totals, with cost when the
+// pricing table has the model, and their sum.
+func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	a := s.acct
+	if a.opts.Usage == nil {
+		(&apierr.Error{Status: http.StatusNotImplemented, Type: apierr.TypeInvalidRequest, Code: "usage_not_recorded",
+			Message: "usage totals are not recorded: the gateway has no store (continuity.disabled)"}).Write(w)
+		return
+	}
+	q := r.URL.Query()
+	today := time.Now().UTC().Format(time.DateOnly)
+	from, to := q.Get("from"), q.Get("to")
+	if from == "" {
+		from = today
+	}
+	if to == "" {
+		to = today
+	}
+	for p, v := range map[string]string{"from": from, "to": to} {
+		if _, err := time.Parse(time.DateOnly, v); err != nil {
+			apierr.Invalid(p, "invalid_date", "%s must be a date, YYYY-MM-DD", p).Write(w)
+			return
+		}
+	}
+	recs, err := a.opts.Usage.Usage(r.Context(), q.Get("key"), from, to)
+	if err != nil {
+		apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "reading usage failed: %v", err).Write(w)
+		return
+	}
+	type row struct {
+		store.UsageRecord
+		CostUSD *float64 `json:"cost_usd,omitempty"`
+	}
+	type totals struct {
+		Requests        int64    `json:"requests"`
+		InputTokens     int64    `json:"input_tokens"`
+		OutputTokens    int64    `json:"output_tokens"`
+		CachedTokens    int64    `json:"cached_tokens"`
+		ReasoningTokens int64    `json:"reasoning_tokens"`
+		TotalTokens     int64    `json:"total_tokens"`
+		CostUSD         *float64 `json:"cost_usd,omitempty"`
+	}
+	rows := make([]row, 0, len(recs))
+	var t totals
+	for _, rec := range recs {
+		rw := row{UsageRecord: rec}
+		if c, ok := a.priceOf(rec.Model, usage{input: rec.InputTokens, output: rec.OutputTokens, cached: rec.CachedTokens}); ok {
+			rw.CostUSD = &c
+			if t.CostUSD == nil {
+				t.CostUSD = new(float64)
+			}
+			*t.CostUSD += c
+		}
+		rows = append(rows, rw)
+		t.Requests += rec.Requests
+		t.InputTokens += rec.InputTokens
+		t.OutputTokens += rec.OutputTokens
+		t.CachedTokens += rec.CachedTokens
+		t.ReasoningTokens += rec.ReasoningTokens
+	}
+	t.TotalTokens = t.InputTokens + t.OutputTokens
+	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Day < rows[j].Day })
+	writeJSON(w, http.StatusOK, map[string]any{"object": "usage", "key": q.Get("key"), "from": from, "to": to, "data": rows, "total": t})
+}
+
+// ---- per-request facts (the access log reads them too) ----
+
+type metaCtxKey struct{}
+
+// reqMeta is what one client request did, for its access log line, its
+// usage and its limits.
+type reqMeta struct {
+	mu          sync.Mutex
+	start       time.Time
+	method      string
+	endpoint    string
+	surface     string
+	key         *keyEntry
+	header      http.Header // the HTTP response's headers (x-ratelimit-*); nil on WebSocket
+	ws          bool        // a WebSocket: each frame logs its own line
+	logged      bool        // the request logged its line itself
+	route       string
+	targets     []string
+	model       string
+	servedModel string
+	status      int
+	code        string
+	committed   bool
+	ttfe        time.Duration
+	sawEvent    bool
+	terminal    string // completed | failed | incomplete (Responses)
+	reason      string // how the stream ended (the client stream's reason)
+	usage       usage
+	admission   Admission
+	settled     bool
+}
+
+func newReqMeta(r *http.Request) *reqMeta {
+	return &reqMeta{start: time.Now(), method: r.Method, endpoint: r.URL.Path}
+}
+
+// metaOf is the request's meta made by gate, or a fresh one.
+func metaOf(r *http.Request) *reqMeta {
+	if m, ok := r.Context().Value(metaCtxKey{}).(*reqMeta); ok {
+		return m
+	}
+	return newReqMeta(r)
+}
+
+func (m *reqMeta) firstEvent() {
+	if !m.sawEvent {
+		m.sawEvent = true
+		m.ttfe = time.Since(m.start)
+	}
+}
+
+func (m *reqMeta) keyName() string {
+	if m.key == nil {
+		return ""
+	}
+	return m.key.name
+}
+
+func (m *reqMeta) lastTarget() string {
+	if len(m.targets) == 0 {
+		return ""
+	}
+	t := m.targets[len(m.targets)-1]
+	name, _, _ := strings.Cut(t, "/")
+	return name
+}
+
+// tried notes an attempt on t (called once per attempt; nil-safe).
+func (m *reqMeta) tried(t upstream.Target) {
+	if m == nil || t.Upstream == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.targets = append(m.targets, t.String())
+}
+
+// setReason is the client stream's hook: how the stream ended.
+func (m *reqMeta) setReason(reason string) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.reason = reason
+	m.mu.Unlock()
+}

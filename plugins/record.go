@@ -1,0 +1,198 @@
+package plugins
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluice-gw/sluice/hostabi"
+)
+
+// Record is one line of a recording (Options.RecordDir): a hook call the
+// gateway made and what it got. Its hook, input, body, headers, surface and
+// endpoint members are those of a `sluice policy test -events` event, so a
+// recording replays as it is (`sluice policy test FILE -recording DIR`).
+type Record struct {
+	Time      string            `json:"time"`
+	Hook      string            `json:"hook"`            // recover, replay or rewrite
+	Input     json.RawMessage   `json:"input,omitempty"` // recover and replay: the hook input (ABI.md §3)
+	Surface   string            `json:"surface,omitempty"`
+	Endpoint  string            `json:"endpoint,omitempty"`
+	Body      json.RawMessage   `json:"body,omitempty"`    // rewrite: the client body
+	Headers   map[string]string `json:"headers,omitempty"` // rewrite: the headers a policy may read
+	Verdict   string            `json:"verdict"`           // the verdict name; for rewrite changed, unchanged or rejected
+	DecidedBy string            `json:"decided_by"`        // the policy, or "default"
+	Output    json.RawMessage   `json:"output,omitempty"`  // recover and replay: the output
+}
+
+// Recording limits.
+const (
+	DefaultRecordFileBytes = 16 << 20 // a file is rotated past this size
+	DefaultRecordFiles     = 8        // the newest files kept
+	recordPrefix           = "hooks-"
+)
+
+// ErrNoRecordDir is returned by SetRecording when no RecordDir was configured.
+var ErrNoRecordDir = errors.New("plugins: no record_dir configured")
+
+// idRE matches what logs redact: API keys and response, message, item and
+// call ids.
+var idRE = regexp.MustCompile(`\b(?:sk-[A-Za-z0-9_\-]{6,}|(?:resp|msg|rs|fc|call|conv|chatcmpl|ws|req|item|ctc)_[A-Za-z0-9_\-]{6,})`)
+
+// RedactID is how recordings hide an id: the first 6 bytes of its sha256,
+// the same form as store.RedactID in logs, so ids still correlate.
+func RedactID(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return "sha256:" + hex.EncodeToString(sum[:6])
+}
+
+// redactIDs replaces every key and id in a JSON text.
+func redactIDs(b []byte) []byte {
+	return idRE.ReplaceAllFunc(b, func(m []byte) []byte { return []byte(RedactID(string(m))) })
+}
+
+// recorder appends Records as JSONL to rotated files in a directory.
+type recorder struct {
+	dir      string
+	maxBytes int64
+	keep     int
+
+	mu sync.Mutex
+	f  *os.File
+	n  int64
+	on bool
+}
+
+func newRecorder(o Options) *recorder {
+	rec := &recorder{dir: o.RecordDir, maxBytes: o.RecordFileBytes, keep: o.RecordFiles, on: o.RecordDir != ""}
+	if rec.maxBytes <= 0 {
+		rec.maxBytes = DefaultRecordFileBytes
+	}
+	if rec.keep <= 0 {
+		rec.keep = DefaultRecordFiles
+	}
+	return rec
+}
+
+// SetRecording starts or stops recording hook calls to Options.RecordDir.
+func (r *Runtime) SetRecording(on bool) error {
+	if r.rec == nil {
+		return ErrNoRecordDir
+	}
+	r.rec.mu.Lock()
+	defer r.rec.mu.Unlock()
+	r.rec.on = on
+	if !on {
+		r.rec.closeLocked()
+	}
+	r.recording.Store(on)
+	return nil
+}
+
+// Recording reports the record dir ("" when none) and whether it records.
+func (r *Runtime) Recording() (string, bool) {
+	if r.rec == nil {
+		return "", false
+	}
+	return r.rec.dir, r.recording.Load()
+}
+
+func (rec *recorder) closeLocked() {
+	if rec.f != nil {
+		_ = rec.f.Close()
+		rec.f, rec.n = nil, 0
+	}
+}
+
+// write appends one record; errors are logged by the caller once.
+func (rec *recorder) write(line []byte) error {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if !rec.on {
+		return nil
+	}
+	if rec.f != nil && rec.n+int64(len(line)) > rec.maxBytes {
+		rec.closeLocked()
+	}
+	if rec.f == nil {
+		if err := os.MkdirAll(rec.dir, 0o700); err != nil {
+			return err
+		}
+		name := filepath.Join(rec.dir, fmt.Sprintf("%s%s.jsonl", recordPrefix, time.Now().UTC().Format("20060102T150405.000000000Z")))
+		f, err := os.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return err
+		}
+		rec.f, rec.n = f, 0
+		rec.pruneLocked()
+	}
+	n, err := rec.f.Write(line)
+	rec.n += int64(n)
+	return err
+}
+
+// pruneLocked deletes all but the newest keep recording files.
+func (rec *recorder) pruneLocked() {
+	m, _ := filepath.Glob(filepath.Join(rec.dir, recordPrefix+"*.jsonl"))
+	sort.Strings(m) // names sort by time
+	for len(m) > rec.keep {
+		_ = os.Remove(m[0])
+		m = m[1:]
+	}
+}
+
+func (r *Runtime) record(rc *Record, tr Trace) {
+	rc.Time = time.Now().UTC().Format(time.RFC3339Nano)
+	rc.DecidedBy = "default"
+	if tr.Outcome == "decided" || tr.Outcome == "rejected" {
+		rc.DecidedBy = tr.Policy
+	}
+	line, err := json.Marshal(rc)
+	if err == nil {
+		line = append(redactIDs(line), '\n')
+		err = r.rec.write(line)
+	}
+	if err != nil && r.recordErr.CompareAndSwap(false, true) {
+		r.log.Warn("cannot record hook calls; recording continues to try", "dir", r.rec.dir, "error", err)
+	}
+}
+
+func (r *Runtime) recordRecover(in hostabi.RecoverInput, out hostabi.RecoverOutput, tr Trace) {
+	rc := Record{Hook: "recover", Verdict: out.Verdict.String()}
+	rc.Input, _ = json.Marshal(in)
+	rc.Output, _ = json.Marshal(out)
+	r.record(&rc, tr)
+}
+
+func (r *Runtime) recordReplay(in hostabi.ReplayInput, out hostabi.ReplayOutput, tr Trace) {
+	rc := Record{Hook: "replay", Verdict: out.Verdict.String()}
+	rc.Input, _ = json.Marshal(in)
+	rc.Output, _ = json.Marshal(out)
+	r.record(&rc, tr)
+}
+
+func (r *Runtime) recordRewrite(in hostabi.RewriteInput, out hostabi.RewriteOutput, tr Trace) {
+	rc := Record{Hook: "rewrite", Surface: in.Surface, Endpoint: in.Endpoint, Headers: visibleHeaders(in.Headers), Verdict: "unchanged"}
+	if json.Valid(in.Body) {
+		rc.Body = in.Body
+	}
+	switch {
+	case out.Reject != nil:
+		rc.Verdict = "rejected"
+	case out.Body != nil: // as `sluice policy test` reports it
+		rc.Verdict = "changed"
+	}
+	if strings.TrimSpace(string(rc.Body)) == "" {
+		rc.Body = nil
+	}
+	r.record(&rc, tr)
+}

@@ -1,0 +1,312 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/pebble"
+)
+
+// Sluice keys and usage totals (issue 10). Two more key families, in the
+// layout of keys.go:
+//
+//	famKey      'k' | name
+//	            One Sluice key record per key name (KeyRecord, JSON). The
+//	            record holds the SHA-256 of the secret, never the secret.
+//
+//	famUsage    'u' | day (YYYY-MM-DD) | 0 | key | 0 | route | 0 | target | 0 | model
+//	            One usage total per (day, key, route, target, model)
+//	            (UsageRecord counters, JSON). Sorting by day first lets a
+//	            date range be one iterator.
+const (
+	famKey   byte = 'k'
+	famUsage byte = 'u'
+)
+
+// KeyLimits are a Sluice key's limits; zero is unlimited.
+type KeyLimits struct {
+	RPM            int64 `json:"rpm,omitempty"`              // requests per minute
+	TPM            int64 `json:"tpm,omitempty"`              // tokens per minute
+	Concurrent     int64 `json:"concurrent,omitempty"`       // requests in flight at once
+	TokensPerDay   int64 `json:"tokens_per_day,omitempty"`   // budget, UTC day
+	TokensPerMonth int64 `json:"tokens_per_month,omitempty"` // budget, UTC month
+}
+
+// KeyRecord is one Sluice key: its name, the hex SHA-256 of its secret,
+// the model patterns it may use (none: all) and its limits.
+type KeyRecord struct {
+	Name      string    `json:"name"`
+	SHA256    string    `json:"key_sha256"`
+	Models    []string  `json:"models,omitempty"`
+	Limits    KeyLimits `json:"limits"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// KeyStore keeps the Sluice keys created at run time, so that every
+// replica sharing the store agrees on them and they survive a restart.
+type KeyStore interface {
+	// CreateKey stores a new key, synced; ErrExists when the name is taken.
+	CreateKey(ctx context.Context, k KeyRecord) error
+	// PutKey creates or replaces the key named k.Name, synced.
+	PutKey(ctx context.Context, k KeyRecord) error
+	// GetKey loads a key by name; ErrNotFound when absent.
+	GetKey(ctx context.Context, name string) (KeyRecord, error)
+	// DeleteKey removes a key; ErrNotFound when absent.
+	DeleteKey(ctx context.Context, name string) error
+	// ListKeys returns every key, by name.
+	ListKeys(ctx context.Context) ([]KeyRecord, error)
+}
+
+// UsageRecord is the usage of one (UTC day, key, route, target, model).
+type UsageRecord struct {
+	Day             string `json:"day"` // YYYY-MM-DD, UTC
+	Key             string `json:"key"` // the key name ("" without auth)
+	Route           string `json:"route"`
+	Target          string `json:"target"` // upstream name
+	Model           string `json:"model"`
+	Requests        int64  `json:"requests"`
+	InputTokens     int64  `json:"input_tokens"`
+	OutputTokens    int64  `json:"output_tokens"`
+	CachedTokens    int64  `json:"cached_tokens"`
+	ReasoningTokens int64  `json:"reasoning_tokens"`
+}
+
+// Tokens is input plus output tokens (what budgets count).
+func (u UsageRecord) Tokens() int64 { return u.InputTokens + u.OutputTokens }
+
+// UsageStore keeps per-day usage totals.
+type UsageStore interface {
+	// AddUsage adds u's counters to the total of its (day, key, route,
+	// target, model).
+	AddUsage(ctx context.Context, u UsageRecord) error
+	// Usage returns the totals of the days from..to (inclusive,
+	// YYYY-MM-DD), of one key or of every key when key is "".
+	Usage(ctx context.Context, key, from, to string) ([]UsageRecord, error)
+}
+
+var (
+	_ KeyStore   = (*PebbleStore)(nil)
+	_ UsageStore = (*PebbleStore)(nil)
+)
+
+func keyKey(name string) []byte { return append([]byte{famKey}, name...) }
+
+func validName(what, s string) error {
+	if s == "" || len(s) > 256 || strings.IndexByte(s, 0) >= 0 {
+		return fmt.Errorf("%w: %s must be 1-256 bytes without NUL", ErrInvalid, what)
+	}
+	return nil
+}
+
+// CreateKey stores a new key; ErrExists when one has that name.
+func (s *PebbleStore) CreateKey(ctx context.Context, k KeyRecord) error {
+	return s.putKey(ctx, k, true)
+}
+
+// PutKey creates or replaces a key.
+func (s *PebbleStore) PutKey(ctx context.Context, k KeyRecord) error {
+	return s.putKey(ctx, k, false)
+}
+
+func (s *PebbleStore) putKey(ctx context.Context, k KeyRecord, create bool) error {
+	if err := validName("key name", k.Name); err != nil {
+		return fmt.Errorf("store: put key: %w", err)
+	}
+	if len(k.SHA256) != 64 {
+		return fmt.Errorf("store: put key %q: %w: key_sha256 must be 64 hex digits", k.Name, ErrInvalid)
+	}
+	v, err := json.Marshal(k)
+	if err != nil {
+		return fmt.Errorf("store: put key %q: %w", k.Name, err)
+	}
+	db, release, err := s.begin(ctx)
+	if err != nil {
+		return fmt.Errorf("store: put key %q: %w", k.Name, err)
+	}
+	defer release()
+	mu := s.sessionLock("key\x00" + k.Name)
+	mu.Lock()
+	defer mu.Unlock()
+	if create {
+		_, closer, err := db.Get(keyKey(k.Name))
+		switch {
+		case err == nil:
+			closer.Close()
+			return fmt.Errorf("store: create key %q: %w", k.Name, ErrExists)
+		case !errors.Is(err, pebble.ErrNotFound):
+			return fmt.Errorf("store: create key %q: %w", k.Name, err)
+		}
+	}
+	if err := db.Set(keyKey(k.Name), v, pebble.Sync); err != nil {
+		return fmt.Errorf("store: put key %q: %w", k.Name, err)
+	}
+	return nil
+}
+
+// GetKey loads a key by name.
+func (s *PebbleStore) GetKey(ctx context.Context, name string) (KeyRecord, error) {
+	var k KeyRecord
+	if err := validName("key name", name); err != nil {
+		return k, fmt.Errorf("store: get key: %w", err)
+	}
+	db, release, err := s.begin(ctx)
+	if err != nil {
+		return k, fmt.Errorf("store: get key %q: %w", name, err)
+	}
+	defer release()
+	err = get(db, keyKey(name), func(v []byte) error { return decodeJSON(v, &k) })
+	if errors.Is(err, pebble.ErrNotFound) {
+		return k, fmt.Errorf("store: get key %q: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return k, fmt.Errorf("store: get key %q: %w", name, err)
+	}
+	return k, nil
+}
+
+// DeleteKey removes a key.
+func (s *PebbleStore) DeleteKey(ctx context.Context, name string) error {
+	if err := validName("key name", name); err != nil {
+		return fmt.Errorf("store: delete key: %w", err)
+	}
+	db, release, err := s.begin(ctx)
+	if err != nil {
+		return fmt.Errorf("store: delete key %q: %w", name, err)
+	}
+	defer release()
+	mu := s.sessionLock("key\x00" + name)
+	mu.Lock()
+	defer mu.Unlock()
+	_, closer, err := db.Get(keyKey(name))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return fmt.Errorf("store: delete key %q: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("store: delete key %q: %w", name, err)
+	}
+	closer.Close()
+	if err := db.Delete(keyKey(name), pebble.Sync); err != nil {
+		return fmt.Errorf("store: delete key %q: %w", name, err)
+	}
+	return nil
+}
+
+// ListKeys returns every key, by name.
+func (s *PebbleStore) ListKeys(ctx context.Context) ([]KeyRecord, error) {
+	db, release, err := s.begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("store: list keys: %w", err)
+	}
+	defer release()
+	it, err := db.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: []byte{famKey}, UpperBound: []byte{famKey + 1}})
+	if err != nil {
+		return nil, fmt.Errorf("store: list keys: %w", err)
+	}
+	defer it.Close()
+	var out []KeyRecord
+	for it.First(); it.Valid(); it.Next() {
+		var k KeyRecord
+		if err := decodeJSON(it.Value(), &k); err != nil {
+			return nil, fmt.Errorf("store: list keys: %w", err)
+		}
+		out = append(out, k)
+	}
+	return out, it.Error()
+}
+
+func usageKey(u UsageRecord) []byte {
+	b := make([]byte, 0, 1+len(u.Day)+len(u.Key)+len(u.Route)+len(u.Target)+len(u.Model)+4)
+	b = append(b, famUsage)
+	b = append(b, u.Day...)
+	for _, f := range []string{u.Key, u.Route, u.Target, u.Model} {
+		b = append(b, 0)
+		b = append(b, f...)
+	}
+	return b
+}
+
+func validDay(d string) error {
+	if _, err := time.Parse(time.DateOnly, d); err != nil {
+		return fmt.Errorf("%w: day %q is not YYYY-MM-DD", ErrInvalid, d)
+	}
+	return nil
+}
+
+// AddUsage adds u to its day's total. The write is not synced: a crash of
+// the machine may lose the last moments of accounting, never corrupt it.
+func (s *PebbleStore) AddUsage(ctx context.Context, u UsageRecord) error {
+	if err := validDay(u.Day); err != nil {
+		return fmt.Errorf("store: add usage: %w", err)
+	}
+	for _, f := range []string{u.Key, u.Route, u.Target, u.Model} {
+		if len(f) > 256 || strings.IndexByte(f, 0) >= 0 {
+			return fmt.Errorf("store: add usage: %w: names must be at most 256 bytes without NUL", ErrInvalid)
+		}
+	}
+	db, release, err := s.begin(ctx)
+	if err != nil {
+		return fmt.Errorf("store: add usage: %w", err)
+	}
+	defer release()
+	k := usageKey(u)
+	mu := s.sessionLock("usage\x00" + string(k))
+	mu.Lock()
+	defer mu.Unlock()
+	var cur UsageRecord
+	err = get(db, k, func(v []byte) error { return decodeJSON(v, &cur) })
+	if err != nil && !errors.Is(err, pebble.ErrNotFound) {
+		return fmt.Errorf("store: add usage: %w", err)
+	}
+	u.Requests += cur.Requests
+	u.InputTokens += cur.InputTokens
+	u.OutputTokens += cur.OutputTokens
+	u.CachedTokens += cur.CachedTokens
+	u.ReasoningTokens += cur.ReasoningTokens
+	v, _ := json.Marshal(u)
+	if err := db.Set(k, v, pebble.NoSync); err != nil {
+		return fmt.Errorf("store: add usage: %w", err)
+	}
+	return nil
+}
+
+// Usage returns the totals of days from..to (inclusive) of key, or of
+// every key when key is "".
+func (s *PebbleStore) Usage(ctx context.Context, key, from, to string) ([]UsageRecord, error) {
+	if err := errors.Join(validDay(from), validDay(to)); err != nil {
+		return nil, fmt.Errorf("store: usage: %w", err)
+	}
+	db, release, err := s.begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("store: usage: %w", err)
+	}
+	defer release()
+	lower := append([]byte{famUsage}, from...)
+	upper := append(append([]byte{famUsage}, to...), 1) // every key of day "to" sorts below to|1
+	it, err := db.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return nil, fmt.Errorf("store: usage: %w", err)
+	}
+	defer it.Close()
+	var out []UsageRecord
+	for it.First(); it.Valid(); it.Next() {
+		var u UsageRecord
+		if err := decodeJSON(it.Value(), &u); err != nil {
+			return nil, fmt.Errorf("store: usage: %w", err)
+		}
+		if key == "" || u.Key == key {
+			out = append(out, u)
+		}
+	}
+	return out, it.Error()
+}
+
+func decodeJSON(v []byte, dst any) error {
+	if err := json.Unmarshal(v, dst); err != nil {
+		return fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	return nil
+}
