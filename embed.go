@@ -14,3 +14,9 @@ import "embed"
 //
 //go:embed sdk/*.go hostabi/*.go hostabi/ABI.md
 var SDKSource embed.FS
+
+// ASSDKSource holds the AssemblyScript guest SDK (sdk/assemblyscript), which
+// `sluice policy new --lang assemblyscript` writes next to a policy.
+//
+//go:embed sdk/assemblyscript/package.json sdk/assemblyscript/asconfig.json sdk/assemblyscript/README.md sdk/assemblyscript/assembly/*.ts
+var ASSDKSource embed.FS

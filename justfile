@@ -69,3 +69,7 @@ e2e-codex:
 # openai-node's responses.stream() helper through Sluice to a Chat-only upstream
 e2e-node:
     bash scripts/e2e-node.sh
+
+# Redis and two replicas on loopback, no containers: a follow-up and a streaming-input session cross replicas (examples/scale-out)
+scale-demo:
+    bash examples/scale-out/demo.sh

@@ -95,7 +95,7 @@ func readKeyPatch(w http.ResponseWriter, r *http.Request) (keyPatch, bool) {
 		}
 	}
 	if l := p.Limits; l != nil && (l.RPM < 0 || l.TPM < 0 || l.Concurrent < 0 || l.TokensPerDay < 0 || l.TokensPerMonth < 0) {
-		apierr.Invalid("limits", "invalid_limit", "limits must not be negative").Write(w)
+		apierr.Invalid("limits", apierr.CodeInvalidLimit, "limits must not be negative").Write(w)
 		return p, false
 	}
 	return p, true
@@ -103,7 +103,7 @@ func readKeyPatch(w http.ResponseWriter, r *http.Request) (keyPatch, bool) {
 
 func (s *Server) keyStoreOrFail(w http.ResponseWriter) store.KeyStore {
 	if s.acct.opts.KeyStore == nil {
-		(&apierr.Error{Status: http.StatusNotImplemented, Type: apierr.TypeInvalidRequest, Code: "keys_not_stored",
+		(&apierr.Error{Status: http.StatusNotImplemented, Type: apierr.TypeInvalidRequest, Code: apierr.CodeKeysNotStored,
 			Message: "keys cannot be managed at run time: the gateway has no store (continuity.disabled)"}).Write(w)
 	}
 	return s.acct.opts.KeyStore
@@ -119,7 +119,7 @@ func (s *Server) handleCreateKey(w http.ResponseWriter, r *http.Request, _ httpr
 		return
 	}
 	if !keyNameRE.MatchString(p.Name) {
-		apierr.Invalid("name", "invalid_name", "name must be letters, digits, . _ - (at most 64), starting with a letter or digit").Write(w)
+		apierr.Invalid("name", apierr.CodeInvalidName, "name must be letters, digits, . _ - (at most 64), starting with a letter or digit").Write(w)
 		return
 	}
 	if e := s.acct.keys.get(p.Name); e != nil && e.fromConfig {
@@ -204,7 +204,7 @@ func (s *Server) handleDeleteKey(w http.ResponseWriter, r *http.Request, ps http
 }
 
 func keyConflict(w http.ResponseWriter, name, why string) {
-	(&apierr.Error{Status: http.StatusConflict, Type: apierr.TypeInvalidRequest, Code: "key_conflict", Param: "name",
+	(&apierr.Error{Status: http.StatusConflict, Type: apierr.TypeInvalidRequest, Code: apierr.CodeKeyConflict, Param: "name",
 		Message: fmt.Sprintf("the key %q %s", name, why)}).Write(w)
 }
 

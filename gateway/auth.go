@@ -25,12 +25,13 @@ import (
 // agree and they survive restarts). The secret itself is never stored,
 // logged or forwarded upstream.
 
-// Error codes of Sluice keys and limits.
+// Error codes of Sluice keys and limits (defined, with every other code the
+// gateway emits, in apierr).
 const (
-	CodeInvalidAPIKey     = "invalid_api_key"
-	CodeModelNotAllowed   = "model_not_allowed"
-	CodeRateLimitExceeded = "rate_limit_exceeded"
-	CodeInsufficientQuota = "insufficient_quota"
+	CodeInvalidAPIKey     = apierr.CodeInvalidAPIKey
+	CodeModelNotAllowed   = apierr.CodeModelNotAllowed
+	CodeRateLimitExceeded = apierr.CodeRateLimitExceeded
+	CodeInsufficientQuota = apierr.CodeInsufficientQuota
 )
 
 // AccountsOptions configure Sluice keys, limits, usage accounting and the
@@ -304,6 +305,7 @@ func (s *Server) gate(next http.Handler) http.Handler {
 		k, aerr := a.authenticate(r.Header)
 		if aerr != nil {
 			aerr.Write(w)
+			s.countRequest(r, aerr.Status)
 			m.status, m.code = aerr.Status, aerr.Code
 			s.accessLog(m)
 			return
@@ -318,6 +320,9 @@ func (s *Server) gate(next http.Handler) http.Handler {
 			sw = rec
 		}
 		next.ServeHTTP(sw, r.WithContext(ctx))
+		if rec != nil && !m.ws && !m.counted { // e.g. a 426, /v1/models, a streaming-input session
+			s.countRequest(r, rec.status)
+		}
 		if m.ws || m.logged {
 			return // WebSocket frames and API requests log their own lines
 		}

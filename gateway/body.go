@@ -117,7 +117,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (_ []byte, aer
 			defer c.Close()
 		}
 	default:
-		return nil, &apierr.Error{Status: http.StatusUnsupportedMediaType, Type: apierr.TypeInvalidRequest, Code: "unsupported_content_encoding",
+		return nil, &apierr.Error{Status: http.StatusUnsupportedMediaType, Type: apierr.TypeInvalidRequest, Code: apierr.CodeUnsupportedEncoding,
 			Message: fmt.Sprintf("Content-Encoding %q is not supported; send identity, gzip or zstd", enc)}
 	}
 
@@ -188,9 +188,9 @@ func (s *Server) bodyError(err error, what string) *apierr.Error {
 		return apierr.RequestTimeout(s.opts.ReadBodyTimeout)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// The client is gone; nobody reads this answer.
-		return apierr.Invalid("", "invalid_body", "the request was canceled while its body was read")
+		return apierr.Invalid("", apierr.CodeInvalidBody, "the request was canceled while its body was read")
 	case errors.Is(err, zstd.ErrWindowSizeExceeded):
-		return apierr.Invalid("", "invalid_body", "the zstd request body needs a window over %d bytes; compress with a smaller window (e.g. zstd --long=23 or less)", zstdMaxWindow)
+		return apierr.Invalid("", apierr.CodeInvalidBody, "the zstd request body needs a window over %d bytes; compress with a smaller window (e.g. zstd --long=23 or less)", zstdMaxWindow)
 	}
-	return apierr.Invalid("", "invalid_body", "%s: %v", what, err)
+	return apierr.Invalid("", apierr.CodeInvalidBody, "%s: %v", what, err)
 }

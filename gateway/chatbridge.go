@@ -94,7 +94,7 @@ func (c *conversations) history(ctx context.Context, req *clientRequest) ([]json
 		case errors.Is(err, store.ErrNotFound):
 			return nil, notFound(req.previousResponseID)
 		case errors.Is(err, store.ErrTooLarge):
-			return nil, apierr.Invalid("previous_response_id", "context_length_exceeded", "the conversation of previous_response_id is longer than the gateway keeps (%d items, %d bytes)", maxHistoryItems, maxHistoryBytes)
+			return nil, apierr.Invalid("previous_response_id", apierr.CodeContextLengthExceeded, "the conversation of previous_response_id is longer than the gateway keeps (%d items, %d bytes)", maxHistoryItems, maxHistoryBytes)
 		case err != nil:
 			return nil, apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "reading the conversation of previous_response_id failed; retry the request")
 		}
@@ -108,7 +108,7 @@ func (c *conversations) history(ctx context.Context, req *clientRequest) ([]json
 }
 
 func notFound(id string) *apierr.Error {
-	return apierr.Invalid("previous_response_id", "previous_response_not_found", "Previous response with id '%s' not found.", id)
+	return apierr.Invalid("previous_response_id", apierr.CodePreviousResponseNotFound, "Previous response with id '%s' not found.", id)
 }
 
 // remember records a turn: durably, or in session memory for store:false.

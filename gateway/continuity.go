@@ -26,7 +26,7 @@ const (
 // this is failing.
 const anchorWriteTimeout = 5 * time.Second
 
-// continuity keeps which upstream owns which response (DESIGN.md §4): a
+// continuity keeps which upstream owns which response (README, "What it promises"): a
 // bounded in-memory cache in front of the durable store.
 type continuity struct {
 	store store.Store

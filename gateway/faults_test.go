@@ -472,3 +472,19 @@ func TestClientThatStopsReadingIsCut(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestClientThatReadsIsNotCutByTheWriteTimeout: the per-flush write deadline
+// is moved lazily (not on every flush), but a client that keeps reading a
+// stream far longer than timeouts.client_write gets all of it.
+func TestClientThatReadsIsNotCutByTheWriteTimeout(t *testing.T) {
+	h := newHarness(t, harnessConfig{opts: gateway.Options{ClientWriteTimeout: 200 * time.Millisecond}})
+	h.ups["A"].Enqueue(upstreamtest.StampedDeltas(20, 50*time.Millisecond)) // ~1 s, five write timeouts
+	_, evs := h.streamEvents("/v1/responses", respBody)
+	if len(evs) == 0 || evs[len(evs)-1].Name != "response.completed" {
+		last := "none"
+		if len(evs) > 0 {
+			last = evs[len(evs)-1].Name + " " + string(evs[len(evs)-1].Data)
+		}
+		t.Fatalf("%d events, last %s; want the stream to complete", len(evs), last)
+	}
+}

@@ -1,7 +1,13 @@
 package gateway
 
 import (
+	"net/http"
+	"strings"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-gw/sluice/gateway/streaminput"
+	"github.com/sluice-gw/sluice/hostabi"
 )
 
 // metrics are the gateway's Prometheus series, registered on a per-server
@@ -26,7 +32,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_requests_total", Help: "Client requests by surface and HTTP status.",
+			Name: "sluice_requests_total", Help: "Client requests by surface and HTTP status (README, Observability: API surfaces, models, streaming_input, and other for unknown endpoints and methods; not the operator endpoints).",
 		}, []string{"surface", "code"}),
 		upstreamAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_upstream_attempts_total", Help: "Requests sent to upstreams, by upstream and outcome.",
@@ -71,4 +77,45 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	reg.MustRegister(m.rescues, m.keepalives)
 	reg.MustRegister(m.requests, m.upstreamAttempts, m.streamTerminal, m.activeStreams, m.firstEvent, m.ownerResolution, m.failClosed)
 	return m
+}
+
+// Surfaces of sluice_requests_total besides the API surfaces
+// (hostabi.Surface*), which serveAPI and the WebSocket frames count.
+const (
+	surfaceModels         = "models"          // GET /v1/models
+	surfaceStreamingInput = "streaming_input" // the streaming-input REST API (Mode B)
+	surfaceOther          = "other"           // no such endpoint (404) or method (405)
+)
+
+// requestSurface labels a /v1/ request no API handler counted (an auth
+// failure, a 426, /v1/models, streaming-input sessions).
+func requestSurface(r *http.Request) string {
+	switch p := r.URL.Path; {
+	case p == "/v1/responses" && r.Method == http.MethodGet:
+		return hostabi.SurfaceWebSocket
+	case p == "/v1/responses":
+		return hostabi.SurfaceResponsesJSON
+	case p == "/v1/chat/completions":
+		return hostabi.SurfaceChatJSON
+	case p == "/v1/models":
+		return surfaceModels
+	case strings.HasPrefix(p, streaminput.PathPrefix):
+		return surfaceStreamingInput
+	}
+	return surfaceOther
+}
+
+// countRequest counts a /v1/ request in sluice_requests_total. The
+// operator's endpoints (/healthz, /readyz, /metrics, /admin/…) are not
+// counted; unknown paths and methods anywhere are (countUnrouted).
+func (s *Server) countRequest(r *http.Request, status int) {
+	s.metrics.requests.WithLabelValues(requestSurface(r), statusLabel(status)).Inc()
+}
+
+// countUnrouted counts a 404 or 405 as surface "other", wherever its path.
+func (s *Server) countUnrouted(r *http.Request, status int) {
+	s.metrics.requests.WithLabelValues(surfaceOther, statusLabel(status)).Inc()
+	if m, ok := r.Context().Value(metaCtxKey{}).(*reqMeta); ok {
+		m.counted = true
+	}
 }

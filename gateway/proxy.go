@@ -43,7 +43,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, ep endpoint) {
 	defer func() {
 		s.metrics.requests.WithLabelValues(surface, statusLabel(sw.status)).Inc()
 		meta.mu.Lock()
-		meta.surface, meta.status = surface, sw.status
+		meta.surface, meta.status, meta.counted = surface, sw.status, true
 		meta.mu.Unlock()
 		s.accessLog(meta)
 	}()
@@ -155,7 +155,11 @@ func (s *Server) pin(ctx context.Context, out responder, req *clientRequest) boo
 		s.failClosed(out, req, failOwnerUnavailable, http.StatusBadGateway, fmt.Sprintf("upstream %q that owns previous_response_id is no longer configured", res.owner))
 		return false
 	}
-	if ok, why := u.Usable(time.Now()); !ok {
+	ok, why := u.Usable(time.Now())
+	if !ok && s.pool.ProbeDown(ctx, []*upstream.Upstream{u}) { // down: it may be back since its last probe
+		ok, why = u.Usable(time.Now())
+	}
+	if !ok {
 		s.failClosed(out, req, failOwnerUnavailable, http.StatusBadGateway, fmt.Sprintf("upstream %q that owns previous_response_id is unavailable (%s); retry later", res.owner, why))
 		return false
 	}
@@ -206,7 +210,7 @@ type attemptResult struct {
 // targets. Attempts are bounded (candidates.limit); a pinned request never
 // leaves its owner.
 func (s *Server) forward(ctx context.Context, out responder, req *clientRequest, start time.Time) {
-	c := s.candidatesFor(req)
+	c := s.candidatesFor(ctx, req)
 	limit := c.limit(s.opts.MaxAttempts)
 	orig := req.body
 	defer func() { req.body, req.try = orig, nil }()
@@ -313,12 +317,16 @@ attempts:
 		e = apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "upstream %q chosen by policy is unavailable or unknown", req.upstreamName)
 	case len(failures) == 0 && c.route != nil:
 		msg := fmt.Sprintf("no target for model %q is available", req.model)
-		if c.why != "" {
-			msg += " (" + c.why + ")"
+		if why := firstNonEmpty(c.unavailable(), c.why); why != "" {
+			msg += " (" + why + ")"
 		}
 		e = apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "%s", msg)
 	case len(failures) == 0:
-		e = apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "no healthy upstream")
+		msg := "no healthy upstream"
+		if why := c.unavailable(); why != "" { // each upstream and why: a down one's last probe error
+			msg += ": " + why
+		}
+		e = apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "%s", msg)
 	default:
 		e = apierr.UpstreamUnavailable(http.StatusBadGateway, "no upstream could serve the request: %s", strings.Join(failures, "; "))
 	}

@@ -42,7 +42,16 @@ type sseSink struct {
 	auto    bool
 	dirty   bool
 	timeout time.Duration // per flush: a client that stops reading is cut
+	// deadline is the write deadline last set. It is moved only when it has
+	// come more than deadlineSlack closer: re-arming the connection's timer
+	// on every flush costs more than the event.
+	deadline time.Time
 }
+
+// deadlineSlack is how stale the write deadline may get before a flush moves
+// it (at most a quarter of the timeout): a flush that blocks is cut after
+// between timeout-slack and timeout.
+const deadlineSlack = time.Second
 
 // writeOnly hides the ResponseWriter's flush methods from the sse.Writer.
 type writeOnly struct{ w io.Writer }
@@ -92,7 +101,10 @@ func (s *sseSink) Flush() error {
 	}
 	s.dirty = false
 	if s.timeout > 0 {
-		_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+		if now := time.Now(); s.deadline.Sub(now) < s.timeout-min(deadlineSlack, s.timeout/4) {
+			s.deadline = now.Add(s.timeout)
+			_ = s.rc.SetWriteDeadline(s.deadline)
+		}
 	}
 	if err := s.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		return fmt.Errorf("flushing to the client: %w", err)
@@ -431,7 +443,7 @@ func (p *pump) upstreamError(payload []byte, eventType string) string {
 		perr.Type = apierr.TypeServer
 	}
 	if perr.Code == "" {
-		perr.Code = "upstream_error"
+		perr.Code = apierr.CodeUpstreamError
 	}
 	p.terminate(reasonUpstreamError, &perr)
 	return reasonUpstreamError
@@ -520,7 +532,7 @@ func (p *pump) chatError(payload []byte) string {
 		return p.terminate(verdictReason(verdict), ce)
 	}
 	if perr.Message == "" && perr.Code == "" {
-		perr = apierr.Error{Type: apierr.TypeServer, Code: "upstream_error", Message: strings.TrimSpace(string(payload))}
+		perr = apierr.Error{Type: apierr.TypeServer, Code: apierr.CodeUpstreamError, Message: strings.TrimSpace(string(payload))}
 	}
 	p.terminate(reasonUpstreamError, &perr)
 	return reasonUpstreamError

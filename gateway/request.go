@@ -145,7 +145,7 @@ func (r *clientRequest) readFields(root gjson.Result) *apierr.Error {
 			return apierr.Invalid("previous_response_id", apierr.CodeInvalidType, "previous_response_id must be a string, got %s", jsonKind(prev))
 		}
 		if len(prev.Str) > store.MaxIDLen {
-			return apierr.Invalid("previous_response_id", "invalid_value", "previous_response_id is %d bytes; the longest accepted is %d", len(prev.Str), store.MaxIDLen)
+			return apierr.Invalid("previous_response_id", apierr.CodeInvalidValue, "previous_response_id is %d bytes; the longest accepted is %d", len(prev.Str), store.MaxIDLen)
 		}
 		r.previousResponseID = strings.Clone(prev.Str)
 	}
@@ -212,7 +212,7 @@ func validJSON(ctx context.Context, b []byte, maxDepth int, what string) *apierr
 		if errors.As(err, &de) {
 			return apierr.TooDeep(de.Limit, what)
 		}
-		return apierr.Invalid("", "invalid_body", "the request was canceled while %s was read", what)
+		return apierr.Invalid("", apierr.CodeInvalidBody, "the request was canceled while %s was read", what)
 	}
 	if !gjson.ValidBytes(b) {
 		return apierr.Invalid("", apierr.CodeInvalidJSON, "%s is not valid JSON", what)

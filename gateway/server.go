@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/sluice-gw/sluice/gateway/config"
 	"github.com/sluice-gw/sluice/gateway/upstream"
 	"github.com/sluice-gw/sluice/internal/jsonx"
 	"github.com/sluice-gw/sluice/store"
@@ -190,14 +191,16 @@ func New(opts Options) (*Server, error) {
 		opts.Registry = prometheus.NewRegistry()
 		opts.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	setDefault(&opts.MaxBodyBytes, 32<<20)
-	setDefault(&opts.MaxEventBytes, 16<<20)
-	setDefault(&opts.ConnectTimeout, 5*time.Second)
-	setDefault(&opts.HeaderTimeout, 120*time.Second)
-	setDefault(&opts.IdleTimeout, 300*time.Second)
-	setDefault(&opts.ReadHeader, 10*time.Second)
-	setDefault(&opts.DrainGrace, 30*time.Second)
-	setDefault(&opts.ClientWriteTimeout, 60*time.Second)
+	// Zero values take config.Defaults(): the defaults live in one place.
+	def := config.Defaults()
+	setDefault(&opts.MaxBodyBytes, def.Limits.MaxBodyBytes)
+	setDefault(&opts.MaxEventBytes, def.Limits.MaxEventBytes)
+	setDefault(&opts.ConnectTimeout, def.Timeouts.Connect.D())
+	setDefault(&opts.HeaderTimeout, def.Timeouts.Header.D())
+	setDefault(&opts.IdleTimeout, def.Timeouts.Idle.D())
+	setDefault(&opts.ReadHeader, def.Timeouts.ReadHeader.D())
+	setDefault(&opts.DrainGrace, def.Timeouts.DrainGrace.D())
+	setDefault(&opts.ClientWriteTimeout, def.Timeouts.ClientWrite.D())
 	setDefault(&opts.MaxAttempts, 3)
 	if opts.LifecycleHold == 0 {
 		opts.LifecycleHold = defaultLifecycleHold
@@ -210,26 +213,26 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("gateway: MalformedEvents %q is not skip or fail", opts.MalformedEvents)
 	}
 	if opts.RetryMaxWait == 0 {
-		opts.RetryMaxWait = 5 * time.Second
+		opts.RetryMaxWait = def.Retry.MaxWait.D()
 	}
-	setDefault(&opts.KeepAlive, 15*time.Second)
+	setDefault(&opts.KeepAlive, def.Timeouts.KeepAlive.D())
 	setDefault(&opts.MaxJSONDepth, jsonx.DefaultMaxDepth)
-	setDefault(&opts.BodyMemoryBytes, 256<<20)
-	setDefault(&opts.ReadBodyTimeout, 30*time.Second)
-	setDefault(&opts.MaxConnections, 10000)
-	setDefault(&opts.WSIdleTimeout, 10*time.Minute)
-	setDefault(&opts.AnchorTTL, 7*24*time.Hour)
+	setDefault(&opts.BodyMemoryBytes, def.Limits.BodyMemoryBytes)
+	setDefault(&opts.ReadBodyTimeout, def.Timeouts.ReadBody.D())
+	setDefault(&opts.MaxConnections, def.Limits.MaxConnections)
+	setDefault(&opts.WSIdleTimeout, def.Timeouts.WSIdle.D())
+	setDefault(&opts.AnchorTTL, def.Continuity.AnchorTTL.D())
 	setDefault(&opts.AnchorCacheSize, 100000)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	setDefault(&opts.MaxWSFrameBytes, 15<<20)
+	setDefault(&opts.MaxWSFrameBytes, def.Limits.MaxWSFrameBytes)
 	setDefault(&opts.MaxWSInboundBytes, 64<<20)
 	if opts.MaxWSInboundBytes < opts.MaxWSFrameBytes {
 		opts.MaxWSInboundBytes = opts.MaxWSFrameBytes + 1<<20
 	}
-	setDefault(&opts.UpstreamSockets, 1024)
-	setDefault(&opts.UpstreamSocketIdle, 5*time.Minute)
+	setDefault(&opts.UpstreamSockets, def.Limits.UpstreamSockets)
+	setDefault(&opts.UpstreamSocketIdle, def.Timeouts.UpstreamIdle.D())
 	if opts.Transport == nil {
 		opts.Transport = NewTransport(opts.ConnectTimeout, opts.HeaderTimeout)
 	}
@@ -331,11 +334,13 @@ func (s *Server) routes() *httprouter.Router {
 		r.POST(path, s.admin(func(w http.ResponseWriter, r *http.Request, _ httprouter.Params) { h.ServeHTTP(w, r) }))
 	}
 	r.NotFound = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		s.countUnrouted(req, http.StatusNotFound)
 		(&apierr.Error{Status: http.StatusNotFound, Type: apierr.TypeInvalidRequest, Code: apierr.CodeNotFound,
 			Message: fmt.Sprintf("unknown endpoint %s %s", req.Method, req.URL.Path)}).Write(w)
 	})
 	r.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		(&apierr.Error{Status: http.StatusMethodNotAllowed, Type: apierr.TypeInvalidRequest, Code: "method_not_allowed",
+		s.countUnrouted(req, http.StatusMethodNotAllowed)
+		(&apierr.Error{Status: http.StatusMethodNotAllowed, Type: apierr.TypeInvalidRequest, Code: apierr.CodeMethodNotAllowed,
 			Message: fmt.Sprintf("%s is not allowed on %s", req.Method, req.URL.Path)}).Write(w)
 	})
 	r.PanicHandler = func(w http.ResponseWriter, req *http.Request, v any) {
@@ -343,7 +348,7 @@ func (s *Server) routes() *httprouter.Router {
 			panic(v)
 		}
 		s.log.Error("handler panic", "path", req.URL.Path, "panic", fmt.Sprint(v))
-		(&apierr.Error{Status: http.StatusInternalServerError, Type: apierr.TypeServer, Code: "internal_error",
+		(&apierr.Error{Status: http.StatusInternalServerError, Type: apierr.TypeServer, Code: apierr.CodeInternalError,
 			Message: "the gateway hit an internal error"}).Write(w)
 	}
 	return r
@@ -369,7 +374,7 @@ func (s *Server) admin(h httprouter.Handle) httprouter.Handle {
 	want := "Bearer " + s.opts.AdminToken
 	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte(want)) != 1 {
-			(&apierr.Error{Status: http.StatusUnauthorized, Type: apierr.TypeInvalidRequest, Code: "invalid_admin_token",
+			(&apierr.Error{Status: http.StatusUnauthorized, Type: apierr.TypeInvalidRequest, Code: apierr.CodeInvalidAdminToken,
 				Message: "admin endpoints need Authorization: Bearer <admin_token>"}).Write(w)
 			return
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http/httptrace"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,6 +51,7 @@ func tryOf(req *clientRequest) *tryState {
 // candidates yields the targets of one request, in order.
 type candidates struct {
 	s     *Server
+	ctx   context.Context // the request's: bounds the wait for on-demand probes
 	req   *clientRequest
 	route *Route
 	// list is the route's targets, restricted to the pinned owner or the
@@ -58,10 +60,11 @@ type candidates struct {
 	tried     map[upstream.Target]bool
 	skipModel map[string]bool // models that exceeded their context: never again
 	why       string          // why the last usable-looking target was skipped
+	probed    bool            // the down upstreams were probed on demand (once per request)
 }
 
-func (s *Server) candidatesFor(req *clientRequest) *candidates {
-	c := &candidates{s: s, req: req, tried: map[upstream.Target]bool{}, skipModel: map[string]bool{}}
+func (s *Server) candidatesFor(ctx context.Context, req *clientRequest) *candidates {
+	c := &candidates{s: s, ctx: ctx, req: req, tried: map[upstream.Target]bool{}, skipModel: map[string]bool{}}
 	c.route = s.rtable.match(req.model)
 	if c.route == nil {
 		return c
@@ -119,8 +122,72 @@ func (c *candidates) eligible(t upstream.Target) bool {
 }
 
 // next begins the first eligible, usable target (which may become its
-// circuit's half-open probe; settle ends it).
+// circuit's half-open probe; settle ends it). When there is none, the
+// eligible upstreams that are down are probed at once (once per request;
+// the pool bounds and shares the probes, upstream.Pool.ProbeDown) and the
+// selection is made again: an upstream that came back since its last
+// periodic probe serves the request.
 func (c *candidates) next() (upstream.Target, bool) {
+	if t, ok := c.pick(); ok || c.probed {
+		return t, ok
+	}
+	c.probed = true
+	if !c.s.pool.ProbeDown(c.ctx, c.upstreams()) {
+		return upstream.Target{}, false
+	}
+	return c.pick()
+}
+
+// upstreams are the distinct upstreams of the eligible targets.
+func (c *candidates) upstreams() []*upstream.Upstream {
+	var out []*upstream.Upstream
+	seen := map[*upstream.Upstream]bool{}
+	c.each(func(t upstream.Target) {
+		if !seen[t.Upstream] {
+			seen[t.Upstream] = true
+			out = append(out, t.Upstream)
+		}
+	})
+	return out
+}
+
+// each calls f for every eligible target: the route's, or without a route
+// one per pool upstream.
+func (c *candidates) each(f func(upstream.Target)) {
+	if c.list != nil {
+		for _, t := range c.list {
+			if c.eligible(t) {
+				f(t)
+			}
+		}
+		return
+	}
+	for _, u := range c.s.pool.Upstreams() {
+		if t := (upstream.Target{Upstream: u, Model: c.req.model}); c.eligible(t) {
+			f(t)
+		}
+	}
+}
+
+// unavailable names every eligible target (without a route: upstream) that
+// is not usable and why (a down upstream's last probe error, a cooldown, an
+// open circuit), scrubbed of upstream credentials, for the 503.
+func (c *candidates) unavailable() string {
+	var parts []string
+	c.each(func(t upstream.Target) {
+		if ok, why := c.s.pool.TargetUsable(t); !ok {
+			name := t.String()
+			if c.list == nil {
+				name = t.Upstream.Name()
+			}
+			parts = append(parts, name+": "+why)
+		}
+	})
+	return c.s.scrub.String(strings.Join(parts, "; "))
+}
+
+// pick is one selection (next without the on-demand probe).
+func (c *candidates) pick() (upstream.Target, bool) {
 	pool := c.s.pool
 	if c.list != nil {
 		for _, t := range c.list {

@@ -307,7 +307,7 @@ func (k *meterSink) Event(name string, data []byte) error {
 func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	a := s.acct
 	if a.opts.Usage == nil {
-		(&apierr.Error{Status: http.StatusNotImplemented, Type: apierr.TypeInvalidRequest, Code: "usage_not_recorded",
+		(&apierr.Error{Status: http.StatusNotImplemented, Type: apierr.TypeInvalidRequest, Code: apierr.CodeUsageNotRecorded,
 			Message: "usage totals are not recorded: the gateway has no store (continuity.disabled)"}).Write(w)
 		return
 	}
@@ -322,7 +322,7 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request, _ httproute
 	}
 	for p, v := range map[string]string{"from": from, "to": to} {
 		if _, err := time.Parse(time.DateOnly, v); err != nil {
-			apierr.Invalid(p, "invalid_date", "%s must be a date, YYYY-MM-DD", p).Write(w)
+			apierr.Invalid(p, apierr.CodeInvalidDate, "%s must be a date, YYYY-MM-DD", p).Write(w)
 			return
 		}
 	}
@@ -383,6 +383,7 @@ type reqMeta struct {
 	header      http.Header // the HTTP response's headers (x-ratelimit-*); nil on WebSocket
 	ws          bool        // a WebSocket: each frame logs its own line
 	logged      bool        // the request logged its line itself
+	counted     bool        // a handler counted it in sluice_requests_total (gate counts the rest)
 	route       string
 	targets     []string
 	model       string

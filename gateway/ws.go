@@ -30,13 +30,16 @@ const wsWriteTimeout = 30 * time.Second
 func (s *Server) handleWebSocket(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
 		w.Header().Set("Upgrade", "websocket")
-		(&apierr.Error{Status: http.StatusUpgradeRequired, Type: apierr.TypeInvalidRequest, Code: "websocket_required",
+		(&apierr.Error{Status: http.StatusUpgradeRequired, Type: apierr.TypeInvalidRequest, Code: apierr.CodeWebSocketRequired,
 			Message: "GET /v1/responses is the Responses WebSocket mode; upgrade to WebSocket or POST /v1/responses"}).Write(w)
 		return
 	}
 	if !s.trackWebSocket() {
 		// 426 makes clients such as Codex fall back to HTTP, where they
-		// learn the gateway is draining.
+		// learn the gateway is draining. (An upgrade request has no status
+		// recorder in gate: counted here.)
+		s.metrics.requests.WithLabelValues(hostabi.SurfaceWebSocket, statusLabel(http.StatusUpgradeRequired)).Inc()
+		metaOf(r).counted = true
 		(&apierr.Error{Status: http.StatusUpgradeRequired, Type: apierr.TypeServer, Code: apierr.CodeUpstreamUnavailable,
 			Message: "the gateway is shutting down; use HTTP or another instance"}).Write(w)
 		return
@@ -155,10 +158,10 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 	fail := func(e *apierr.Error) {
 		s.metrics.requests.WithLabelValues(hostabi.SurfaceWebSocket, statusLabel(e.Status)).Inc()
 		meta.status, meta.code = e.Status, e.Code
-		out.fail(req, e, failBeforeStream)
+		out.fail(req, e, failInvalid) // the frame itself was refused: no stream began
 	}
 	if data == nil {
-		fail(apierr.Invalid("", "unsupported_frame", "only text frames carrying JSON are supported"))
+		fail(apierr.Invalid("", apierr.CodeUnsupportedFrame, "only text frames carrying JSON are supported"))
 		return
 	}
 	if int64(len(data)) > s.opts.MaxWSFrameBytes {
@@ -190,7 +193,7 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 		data = merged
 	}
 	if typ := gjson.GetBytes(data, "type").String(); typ != "response.create" {
-		fail(apierr.Invalid("type", "unsupported_frame", "unsupported frame type %q; send response.create", typ))
+		fail(apierr.Invalid("type", apierr.CodeUnsupportedFrame, "unsupported frame type %q; send response.create", typ))
 		return
 	}
 	body, err := sjson.DeleteBytes(data, "type")
@@ -245,6 +248,11 @@ func errorFrame(e *apierr.Error) []byte {
 }
 
 func (o *wsResponder) fail(req *clientRequest, e *apierr.Error, kind failKind) {
+	if kind != failInvalid {
+		// A turn the gateway ended before any event: counted like the SSE
+		// surface's (httpResponder.fail).
+		o.ws.s.metrics.streamTerminal.WithLabelValues(hostabi.SurfaceWebSocket, "gateway_error").Inc()
+	}
 	if kind == failAsTerminal {
 		o.ws.s.writeGatewayTerminal(req, &wsSink{o}, e)
 		return
@@ -260,7 +268,7 @@ func (o *wsResponder) relay(_ *clientRequest, status int, _ http.Header, body []
 	}
 	e, ok := apierr.Parse(body)
 	if !ok {
-		e = apierr.Error{Type: apierr.TypeServer, Code: "upstream_error", Message: strings.TrimSpace(string(body))}
+		e = apierr.Error{Type: apierr.TypeServer, Code: apierr.CodeUpstreamError, Message: strings.TrimSpace(string(body))}
 	}
 	e.Status = status
 	_ = o.write(errorFrame(&e))
@@ -291,7 +299,7 @@ func asAPIError(err error) *apierr.Error {
 	if errors.As(err, &ae) {
 		return ae
 	}
-	return apierr.Invalid("", "invalid_input_chunk", "%v", err)
+	return apierr.Invalid("", apierr.CodeInvalidInputChunk, "%v", err)
 }
 
 var errWebSocketUnsupported = errors.New("the upstream does not offer the Responses WebSocket mode")

@@ -252,7 +252,7 @@ func (w *wsUpstreams) dial(ctx context.Context, req *clientRequest, u *upstream.
 		return nil, nil, err
 	}
 	if len(body) == 0 {
-		b, _ := (&apierr.Error{Type: apierr.TypeServer, Code: "websocket_refused", Message: fmt.Sprintf("the upstream refused the WebSocket upgrade with HTTP %d", resp.StatusCode)}).MarshalJSON()
+		b, _ := (&apierr.Error{Type: apierr.TypeServer, Code: apierr.CodeWebSocketRefused, Message: fmt.Sprintf("the upstream refused the WebSocket upgrade with HTTP %d", resp.StatusCode)}).MarshalJSON()
 		body = b
 	}
 	return nil, &upstreamAnswer{status: resp.StatusCode, header: resp.Header, body: body}, nil

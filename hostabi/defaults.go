@@ -3,7 +3,7 @@ package hostabi
 import "strings"
 
 // IsReplayableCode reports whether code is one of the capacity codes the
-// default replay policy replays once on another upstream (DESIGN.md §5).
+// default replay policy replays once on another upstream (README, "What it promises").
 func IsReplayableCode(code string) bool {
 	switch code {
 	case "rate_limit_exceeded", "usage_limit_reached", "insufficient_quota", "usage_not_included",
@@ -13,7 +13,7 @@ func IsReplayableCode(code string) bool {
 	return false
 }
 
-// IsPreviousResponseNotFound is the default recoverable predicate (DESIGN.md §4):
+// IsPreviousResponseNotFound is the default recoverable predicate (README, "What it promises"):
 // code previous_response_not_found, or an invalid_request_error on param
 // previous_response_id whose message says "previous response … not found".
 func IsPreviousResponseNotFound(code, errType, param, message string) bool {

@@ -84,9 +84,10 @@ func replayPolicyModel(in hostabi.ReplayInput) hostabi.ReplayOutput {
 }
 
 // TestReplayABI2Conformance runs the same ABI-2 replay inputs through the
-// three kinds of policy: the built-in default (no module), the first-party
-// Go guest (the embedded replay.wasm, built with the SDK) and the
-// hand-written WAT guest (testdata/replay_v2.wat). Each must answer what its
+// four kinds of policy: the built-in default (no module), the first-party
+// Go guest (the embedded replay.wasm, built with the SDK), the
+// hand-written WAT guest (testdata/replay_v2.wat) and the AssemblyScript
+// guest (examples/policies/20-as-replay.wasm, built with sdk/assemblyscript). Each must answer what its
 // Go model says: every member has to cross the encoding intact and the
 // continue verdicts have to come back, bare and as JSON.
 func TestReplayABI2Conformance(t *testing.T) {
@@ -101,6 +102,9 @@ func TestReplayABI2Conformance(t *testing.T) {
 		{"go guest", "replay", map[string][]byte{"replay.wasm": emb["replay.wasm"]},
 			func(in hostabi.ReplayInput) (hostabi.ReplayOutput, bool) { return replayPolicyModel(in), true }},
 		{"wat guest", "wat", map[string][]byte{"wat.wasm": fixture(t, "replay_v2")}, watModel},
+		// The AssemblyScript example answers the WAT fixture's rules, but
+		// after decoding every member with the AssemblyScript SDK.
+		{"assemblyscript guest", "as", map[string][]byte{"as.wasm": asExample(t)}, watModel},
 	}
 	inputs := conformanceInputs()
 	for _, g := range guests {

@@ -84,7 +84,7 @@ func (r *Runtime) callContext(ctx context.Context) (context.Context, context.Can
 func (v *version) invoke(ctx context.Context, h int, input []byte, rw *rewriteCall,
 	decode func(r uint64, mem memView) (resultKind, error)) TraceStep {
 	start := time.Now()
-	hm := v.hm[h]
+	hm := v.hookMetrics(h)
 	step := TraceStep{Policy: v.name}
 	// Waiting for an instance is bounded like a call; the call's own
 	// deadline starts once it has one, so a lazily created instance (a few
@@ -346,7 +346,7 @@ func (r *Runtime) decide(ctx context.Context, h int, input func(v *version) []by
 			asked++
 			if v.tripped.Load() {
 				v.release()
-				v.hm[h].tripped.Inc()
+				v.hookMetrics(h).tripped.Inc()
 				tr.Steps = append(tr.Steps, TraceStep{Policy: v.name, Outcome: outTripped.String()})
 				tr.Policy, tr.Outcome = v.name, outTripped.String()
 				r.fallback(h, outTripped.fallbackReason())
@@ -419,7 +419,7 @@ func (r *Runtime) RewriteTrace(ctx context.Context, in hostabi.RewriteInput) (ho
 		}
 		if v.tripped.Load() {
 			v.release()
-			v.hm[hRewrite].tripped.Inc()
+			v.hookMetrics(hRewrite).tripped.Inc()
 			r.fallback(hRewrite, outTripped.String())
 			tr.Steps = append(tr.Steps, TraceStep{Policy: v.name, Outcome: outTripped.String()})
 			continue

@@ -58,7 +58,9 @@ func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.calls, m.faults, m.fallbacks, m.swaps, m.rejections, m.rollbacks, m.duration, m.active}
 }
 
-// hookMetrics are the per-version, per-hook children, resolved once.
+// hookMetrics are the per-version, per-hook children, resolved once at
+// load for the hooks the version exports (and only those: a series for a
+// hook a policy lacks could never be non-zero).
 type hookMetrics struct {
 	ok, deferred, errored, faulted, canceled, tripped prometheus.Counter
 	duration                                          prometheus.Observer
@@ -74,4 +76,14 @@ func (m *metrics) forHook(policy, hook string) *hookMetrics {
 		tripped:  m.calls.WithLabelValues(policy, hook, "tripped"),
 		duration: m.duration.WithLabelValues(policy, hook),
 	}
+}
+
+// hookMetrics is v's children for hook h. They exist from load for every
+// hook v exports; a hook it does not export is never called, but should
+// one be, its series are made then rather than at load.
+func (v *version) hookMetrics(h int) *hookMetrics {
+	if hm := v.hm[h]; hm != nil {
+		return hm
+	}
+	return v.rt.m.forHook(v.name, hookNames[h])
 }

@@ -700,7 +700,12 @@ func (r *Runtime) buildFrom(ctx context.Context, e *entry, a *artifact, comp *co
 		if v.hooks&hookBits[h] != 0 {
 			inst.fns[h] = inst.mod.ExportedFunction(hookBits[h].Export())
 		}
-		v.hm[h] = r.m.forHook(e.name, hookNames[h])
+		// Series only for the hooks the policy answers: a hook it does not
+		// export (or self_test, run once at load) can never count anything.
+		v.hm[h] = nil
+		if v.hooks&hookBits[h] != 0 && h != hSelfTest {
+			v.hm[h] = r.m.forHook(e.name, hookNames[h])
+		}
 	}
 	if v.hooks&(hostabi.HookRecover|hostabi.HookReplay|hostabi.HookRewrite) == 0 {
 		// The module answered (sluice_hooks) that with its config it has

@@ -11,7 +11,7 @@ import (
 	"github.com/cockroachdb/pebble"
 )
 
-// Sluice keys and usage totals (issue 10). Two more key families, in the
+// Sluice keys and usage totals (README, "Keys, limits and usage"). Two more key families, in the
 // layout of keys.go:
 //
 //	famKey      'k' | name

@@ -45,6 +45,16 @@
 // it. Chunks have no index entries: they go with their session, by a range
 // deletion.
 //
+// # Redis
+//
+// RedisStore implements the same interfaces in Redis (or Valkey), for
+// several gateway replicas that share continuity, conversations,
+// streaming-input sessions (SharedInputSessionStore: conditional writes and
+// shared answers), keys and usage, and target health. It stores the same
+// encoded values, one key each, expiring with the record; redis.go has the
+// key layout, its failure behaviour and what "durable" means there. The
+// table tests in contract_test.go run against both backends.
+//
 // Values are a compact versioned binary encoding: one version byte (1), then
 // the fields in a fixed order; strings and byte slices are uvarint-length
 // prefixed, counters are uvarints and times are zig-zag varints of Unix

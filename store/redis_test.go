@@ -347,3 +347,108 @@ func TestRedisSchemaMismatch(t *testing.T) {
 		t.Fatalf("Health with another layout = %v", err)
 	}
 }
+
+// TestRedisRunScript is the hook for limits shared by replicas: a fixed
+// window counter, counted by two stores (two replicas) on one prefix.
+func TestRedisRunScript(t *testing.T) {
+	srv := redisServer(t)
+	open := func() *RedisStore {
+		s, err := OpenRedis(context.Background(), RedisOptions{URL: srv.URL, KeyPrefix: "sluicetest:limits:"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	r1, r2 := open(), open()
+	window := NewScript(`
+local n = redis.call('INCRBY', KEYS[1], ARGV[1])
+if n == tonumber(ARGV[1]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return n`)
+	ctx := context.Background()
+	for i, s := range []*RedisStore{r1, r2, r1} {
+		v, err := s.RunScript(ctx, window, []string{"rpm:team-a"}, 1, 60000)
+		if err != nil || v.(int64) != int64(i+1) {
+			t.Fatalf("count %d = %v, %v", i, v, err)
+		}
+	}
+	if d := rawClient(t, srv.URL).PTTL(ctx, "sluicetest:limits:rpm:team-a").Val(); d <= 0 || d > time.Minute {
+		t.Errorf("window key expires in %v", d)
+	}
+	r2.Close()
+	if _, err := r2.RunScript(ctx, window, []string{"rpm:team-a"}, 1, 60000); !errors.Is(err, ErrClosed) {
+		t.Errorf("RunScript after Close: %v", err)
+	}
+}
+
+// TestRedisKeysAndUsage: the run-time keys and the usage totals, as
+// PebbleStore keeps them (accounts_test.go), shared by two replicas.
+func TestRedisKeysAndUsage(t *testing.T) {
+	srv := redisServer(t)
+	open := func() *RedisStore {
+		s, err := OpenRedis(context.Background(), RedisOptions{URL: srv.URL, KeyPrefix: "sluicetest:accounts:"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	s, s2 := open(), open()
+	ctx := context.Background()
+	k := KeyRecord{Name: "ci", SHA256: strings.Repeat("ab", 32), Models: []string{"gpt-5*"}, Limits: KeyLimits{RPM: 5}}
+	if err := s.CreateKey(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.CreateKey(ctx, k); !errors.Is(err, ErrExists) {
+		t.Fatalf("duplicate through another replica: %v", err)
+	}
+	k.Limits.RPM = 9
+	if err := s.PutKey(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s2.GetKey(ctx, "ci"); err != nil || got.Limits.RPM != 9 || got.Models[0] != "gpt-5*" {
+		t.Fatalf("get through another replica: %+v %v", got, err)
+	}
+	if err := s.PutKey(ctx, KeyRecord{Name: "a", SHA256: strings.Repeat("cd", 32)}); err != nil {
+		t.Fatal(err)
+	}
+	if list, err := s2.ListKeys(ctx); err != nil || len(list) != 2 || list[0].Name != "a" || list[1].Name != "ci" {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+	if err := s2.DeleteKey(ctx, "ci"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.DeleteKey(ctx, "ci"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("second delete: %v", err)
+	}
+	if _, err := s.GetKey(ctx, "ci"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("after delete: %v", err)
+	}
+	if err := s.PutKey(ctx, KeyRecord{Name: "x", SHA256: "short"}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("bad hash: %v", err)
+	}
+
+	for i, u := range []UsageRecord{
+		{Day: "2026-03-01", Key: "a", Target: "up", Model: "m", Requests: 1, InputTokens: 10, OutputTokens: 5},
+		{Day: "2026-03-01", Key: "a", Target: "up", Model: "m", Requests: 1, InputTokens: 1, OutputTokens: 2, CachedTokens: 1},
+		{Day: "2026-03-02", Key: "a", Target: "up", Model: "m", Requests: 1, InputTokens: 100},
+		{Day: "2026-03-02", Key: "b", Target: "up", Model: "m", Requests: 1, InputTokens: 1000, ReasoningTokens: 7},
+	} {
+		if err := []*RedisStore{s, s2}[i%2].AddUsage(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.Usage(ctx, "a", "2026-03-01", "2026-03-01")
+	if err != nil || len(got) != 1 || got[0].Requests != 2 || got[0].InputTokens != 11 || got[0].OutputTokens != 7 || got[0].CachedTokens != 1 {
+		t.Fatalf("day 1 of a: %+v %v", got, err)
+	}
+	if got, _ := s2.Usage(ctx, "a", "2026-03-01", "2026-03-02"); len(got) != 2 || got[0].Day != "2026-03-01" {
+		t.Fatalf("two days of a: %+v", got)
+	}
+	if got, _ := s.Usage(ctx, "", "2026-03-02", "2026-03-02"); len(got) != 2 || got[1].Key != "b" || got[1].ReasoningTokens != 7 {
+		t.Fatalf("every key on day 2: %+v", got)
+	}
+	if _, err := s.Usage(ctx, "", "bad", "2026-03-02"); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("bad day: %v", err)
+	}
+}

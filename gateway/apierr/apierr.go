@@ -18,7 +18,7 @@ const (
 	TypeServer         = "server_error"
 )
 
-// Codes the gateway itself emits (DESIGN.md §3).
+// Codes the gateway itself emits (README, "Endpoints"; SECURITY.md for the limits).
 const (
 	CodeStreamIncomplete    = "stream_incomplete"
 	CodeUpstreamUnavailable = "upstream_unavailable"
@@ -31,6 +31,38 @@ const (
 	CodeServerOverloaded    = "server_overloaded" // 503: a gateway-wide budget is spent; retry after Retry-After
 	CodeRequestTimeout      = "request_timeout"   // 408: the body did not arrive within timeouts.read_body
 	CodeDuplicateKey        = "duplicate_key"     // 400: a top-level key appears twice
+
+	CodeInvalidValue             = "invalid_value"                // 400: a parameter has a value the gateway does not accept
+	CodeInvalidBody              = "invalid_body"                 // 400: the body could not be read or decompressed
+	CodeUnsupportedEncoding      = "unsupported_content_encoding" // 415: Content-Encoding is not identity, gzip or zstd
+	CodeMethodNotAllowed         = "method_not_allowed"           // 405
+	CodeInternalError            = "internal_error"               // 500: a gateway bug (a handler panic)
+	CodeWebSocketRequired        = "websocket_required"           // 426: GET /v1/responses without an upgrade
+	CodeUnsupportedFrame         = "unsupported_frame"            // a WebSocket frame that is not response.create JSON
+	CodeInvalidInputChunk        = "invalid_input_chunk"          // a streaming-input chunk frame was rejected
+	CodeInvalidTemplate          = "invalid_template"             // streaming input: the chunks do not merge into the template
+	CodeInvalidBase64            = "invalid_base64"               // streaming input: a binary chunk's payload
+	CodeStoreUnavailable         = "store_unavailable"            // 503: the session store does not answer
+	CodeClientClosedRequest      = "client_closed_request"        // 499: the client went away
+	CodeUpstreamError            = "upstream_error"               // an upstream error without a code of its own
+	CodeWebSocketRefused         = "websocket_refused"            // the upstream refused the WebSocket upgrade
+	CodeContextLengthExceeded    = "context_length_exceeded"      // the chat bridge's history is longer than it keeps
+	CodePreviousResponseNotFound = "previous_response_not_found"  // the chat bridge does not know previous_response_id
+
+	// Sluice keys and limits (gateway/auth.go).
+	CodeInvalidAPIKey     = "invalid_api_key"
+	CodeModelNotAllowed   = "model_not_allowed"
+	CodeRateLimitExceeded = "rate_limit_exceeded"
+	CodeInsufficientQuota = "insufficient_quota"
+
+	// The operator's endpoints (/admin/…).
+	CodeInvalidAdminToken = "invalid_admin_token" // 401
+	CodeInvalidLimit      = "invalid_limit"
+	CodeInvalidName       = "invalid_name"
+	CodeKeysNotStored     = "keys_not_stored"
+	CodeKeyConflict       = "key_conflict"
+	CodeUsageNotRecorded  = "usage_not_recorded"
+	CodeInvalidDate       = "invalid_date"
 )
 
 // Error is an OpenAI-style error with the HTTP status it travels with.

@@ -86,7 +86,7 @@ func (p *continuityPath) followOp() op {
 }
 
 // BenchmarkContinuity measures what continuity costs a store:true stream
-// (issue 4): the same 10-event stream at a fixed rate through Sluice with
+// (README, "What it promises"): the same 10-event stream at a fixed rate through Sluice with
 // continuity on (the default: anchors in Pebble) and with
 // `continuity: {disabled: true}`, next to direct (the fake upstream), for a
 // first turn and for a follow-up naming an earlier response of the same

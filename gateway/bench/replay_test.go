@@ -24,7 +24,7 @@ const replayGap = 3 * time.Millisecond
 
 // quotaFailure is upstreamtest.QuotaEvent(ShapeFailed) — usage_limit_reached
 // as response.failed before response.created, a failure Sluice replays
-// (DESIGN.md §5) — with a "try again in 1ms" hint in its message. Sluice
+// (README, "What it promises") — with a "try again in 1ms" hint in its message. Sluice
 // takes the hint as the upstream's cooldown, and the default replay policy
 // as its penalty, so the failed upstream is selectable again 1 ms later
 // instead of after the defaults (60 s and 30 s) that would hide it.

@@ -19,7 +19,7 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// The Responses WebSocket mode (DESIGN.md §7): GET /v1/responses upgraded,
+// The Responses WebSocket mode (README, "What it promises"): GET /v1/responses upgraded,
 // flat {"type":"response.create",…} frames in, one JSON text frame per event
 // out. Both the fake upstream and Sluice serve it.
 

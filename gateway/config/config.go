@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-gw/sluice/gateway/upstream"
 )
 
 // Config is the whole gateway configuration.
@@ -200,7 +202,7 @@ func Defaults() Config {
 			Idle:          Duration(300 * time.Second),
 			ReadHeader:    Duration(10 * time.Second),
 			DrainGrace:    Duration(30 * time.Second),
-			ProbeInterval: Duration(15 * time.Second),
+			ProbeInterval: Duration(upstream.DefaultProbeInterval),
 			UpstreamIdle:  Duration(5 * time.Minute),
 			ClientWrite:   Duration(60 * time.Second),
 			ReadBody:      Duration(30 * time.Second),
@@ -402,8 +404,8 @@ func (c *Config) Validate() error {
 			bad(key+".name", "%q is used twice", u.Name)
 		}
 		names[u.Name] = true
-		if pu, err := url.Parse(u.BaseURL); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
-			bad(key+".base_url", "%q is not an http(s) URL", u.BaseURL)
+		if err := upstream.CheckBaseURL(u.BaseURL); err != nil {
+			bad(key+".base_url", "%v", err)
 		} else if strings.HasSuffix(u.BaseURL, "/") {
 			bad(key+".base_url", "%q must not end with a slash (the probe is GET {base_url}/models)", u.BaseURL)
 		}
@@ -489,7 +491,7 @@ func UpstreamFromURL(raw string, index int) (Upstream, error) {
 			return Upstream{}, fmt.Errorf("--upstream %q: %q is not a protocol (chat+http(s)://… or responses+http(s)://…)", redactURL(raw), p)
 		}
 	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	if !upstream.IsHTTPURL(u) {
 		return Upstream{}, fmt.Errorf("--upstream %q: not an http(s) URL (optionally chat+ or responses+ before the scheme)", redactURL(raw))
 	}
 	key := ""

@@ -12,7 +12,7 @@
 // [Reader.Next] returns one [Event] per dispatched SSE event. The parser
 // follows the WHATWG event-stream grammar with these deliberate choices,
 // made so that whatever the gateway forwards can never break a client (see
-// the terminal-event rule in DESIGN.md §3):
+// the terminal-event rule in docs/ARCHITECTURE.md):
 //
 //   - Lines end in LF, CRLF or a lone CR, in any mix, and may be split across
 //     reads at any byte (including between the CR and LF of a CRLF). A UTF-8

@@ -91,7 +91,7 @@ func (a *Accumulator) AddContext(ctx context.Context, frame []byte) error {
 		return apierr.Invalid("", apierr.CodeInvalidType, "an input_chunk frame must be a JSON object")
 	}
 	if t := root.Get("type"); t.Exists() && t.Str != "input_chunk" {
-		return apierr.Invalid("type", "invalid_value", "expected an input_chunk frame, got type %.64q", t.Str)
+		return apierr.Invalid("type", apierr.CodeInvalidValue, "expected an input_chunk frame, got type %.64q", t.Str)
 	}
 	c, aerr := parseChunk(ctx, root, &a.auto)
 	if aerr != nil {
@@ -191,7 +191,7 @@ func (a *Accumulator) Apply(body []byte) ([]byte, error) {
 		}
 		var err error
 		if out, err = sjson.SetRawBytes(body, "response", merged); err != nil {
-			return nil, apierr.Invalid("", "invalid_template", "the input chunks could not be merged: %v", err)
+			return nil, apierr.Invalid("", apierr.CodeInvalidTemplate, "the input chunks could not be merged: %v", err)
 		}
 	} else {
 		merged, aerr := assemble(context.Background(), false, body, chunks, a.opts.MaxJSONDepth)

@@ -100,7 +100,7 @@ func assemble(ctx context.Context, chat bool, template []byte, chunks []chunk, m
 	}
 	out, err := sjson.SetRawBytesOptions(template, path, raw, &sjson.Options{Optimistic: false, ReplaceInPlace: false})
 	if err != nil {
-		return nil, apierr.Invalid("template", "invalid_template", "the chunks could not be merged into the template: %v", err)
+		return nil, apierr.Invalid("template", apierr.CodeInvalidTemplate, "the chunks could not be merged into the template: %v", err)
 	}
 	return out, nil
 }

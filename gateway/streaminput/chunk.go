@@ -54,7 +54,7 @@ const (
 	CodeServerOverloaded = apierr.CodeServerOverloaded
 	// CodeUnsupportedEncoding (415): a Mode A body's Content-Encoding is
 	// not identity, gzip or zstd.
-	CodeUnsupportedEncoding = "unsupported_content_encoding"
+	CodeUnsupportedEncoding = apierr.CodeUnsupportedEncoding
 )
 
 // chunkMeta is what a chunk says besides its payload.
@@ -187,14 +187,14 @@ func parseChunk(ctx context.Context, obj gjson.Result, auto *uint64) (chunk, *ap
 	case ModalityImage:
 		c.meta.format = "png"
 	default:
-		return chunk{}, apierr.Invalid("modality", "invalid_value", "modality must be %q, %q or %q, got %.40q", ModalityText, ModalityAudio, ModalityImage, c.meta.modality)
+		return chunk{}, apierr.Invalid("modality", apierr.CodeInvalidValue, "modality must be %q, %q or %q, got %.40q", ModalityText, ModalityAudio, ModalityImage, c.meta.modality)
 	}
 	if f := format; f.Exists() && f.Type != gjson.Null {
 		if c.meta.modality == ModalityText {
-			return chunk{}, apierr.Invalid("format", "invalid_value", "format applies to audio and image chunks only")
+			return chunk{}, apierr.Invalid("format", apierr.CodeInvalidValue, "format applies to audio and image chunks only")
 		}
 		if f.Type != gjson.String || !validFormat(f.Str) {
-			return chunk{}, apierr.Invalid("format", "invalid_value", "format must be a short lower-case name such as \"wav\", \"mp3\", \"png\" or \"jpeg\"")
+			return chunk{}, apierr.Invalid("format", apierr.CodeInvalidValue, "format must be a short lower-case name such as \"wav\", \"mp3\", \"png\" or \"jpeg\"")
 		}
 		c.meta.format = f.Str
 	}
@@ -223,7 +223,7 @@ func parseChunk(ctx context.Context, obj gjson.Result, auto *uint64) (chunk, *ap
 	default:
 		b, err := decodeBase64(p.Str)
 		if err != nil {
-			return chunk{}, apierr.Invalid("payload", "invalid_base64", "the payload of a %s chunk must be base64: %v", c.meta.modality, err)
+			return chunk{}, apierr.Invalid("payload", apierr.CodeInvalidBase64, "the payload of a %s chunk must be base64: %v", c.meta.modality, err)
 		}
 		c.payload = b
 	}
@@ -271,7 +271,7 @@ func errTooLarge(limit int64) *apierr.Error {
 }
 
 func errStore() *apierr.Error {
-	return &apierr.Error{Status: http.StatusServiceUnavailable, Type: apierr.TypeServer, Code: "store_unavailable",
+	return &apierr.Error{Status: http.StatusServiceUnavailable, Type: apierr.TypeServer, Code: apierr.CodeStoreUnavailable,
 		Message: "the gateway could not store the chunk durably; retry the request"}
 }
 

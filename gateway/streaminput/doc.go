@@ -1,4 +1,4 @@
-// Package streaminput implements streaming input sessions (issue 7): a client
+// Package streaminput implements streaming input sessions (its README.md): a client
 // sends a request's input in pieces and the gateway starts the upstream
 // request as soon as the session's start policy allows, without losing an
 // acknowledged piece across a crash.

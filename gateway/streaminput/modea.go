@@ -291,11 +291,11 @@ func (m *Manager) bodyError(ctx context.Context, err error, what string) *apierr
 	case ctx.Err() != nil:
 		return errClientGone()
 	}
-	return apierr.Invalid("", "invalid_body", "could not read %s: %v", what, err)
+	return apierr.Invalid("", apierr.CodeInvalidBody, "could not read %s: %v", what, err)
 }
 
 func errClientGone() *apierr.Error {
-	return &apierr.Error{Status: 499, Type: apierr.TypeInvalidRequest, Code: "client_closed_request", Message: "the client went away"}
+	return &apierr.Error{Status: 499, Type: apierr.TypeInvalidRequest, Code: apierr.CodeClientClosedRequest, Message: "the client went away"}
 }
 
 var errLineTooLong = errors.New("streaminput: NDJSON line too long")
@@ -313,14 +313,14 @@ func (m *Manager) modeABody(raw io.Reader, enc string) (body io.Reader, closeBod
 	case "gzip", "x-gzip":
 		zr, err := gzip.NewReader(raw)
 		if err != nil {
-			return nil, nil, apierr.Invalid("", "invalid_body", "the gzip request body is corrupt: %v", err)
+			return nil, nil, apierr.Invalid("", apierr.CodeInvalidBody, "the gzip request body is corrupt: %v", err)
 		}
 		return &cappedReader{r: zr, left: m.opts.maxDecodedModeA()}, func() { _ = zr.Close() }, nil
 	case "zstd":
 		zr, err := zstd.NewReader(raw, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(zstdMaxWindow),
 			zstd.WithDecoderMaxMemory(zstdMaxWindow))
 		if err != nil {
-			return nil, nil, apierr.Invalid("", "invalid_body", "the zstd request body is corrupt: %v", err)
+			return nil, nil, apierr.Invalid("", apierr.CodeInvalidBody, "the zstd request body is corrupt: %v", err)
 		}
 		return &cappedReader{r: zr, left: m.opts.maxDecodedModeA()}, zr.Close, nil
 	}

@@ -32,7 +32,7 @@ func parsePolicy(s string) (startPolicy, *apierr.Error) {
 			return startPolicy{kind: PolicyOnMinLength, min: n}, nil
 		}
 	}
-	return startPolicy{}, apierr.Invalid("start_policy", "invalid_value",
+	return startPolicy{}, apierr.Invalid("start_policy", apierr.CodeInvalidValue,
 		"start_policy must be %q, %q or %q with N a positive number of bytes, got %q", PolicyOnEndOnly, PolicyOnFirstChunk, PolicyOnMinLength+":N", s)
 }
 

@@ -116,7 +116,7 @@ func notFound(w http.ResponseWriter, r *http.Request) {
 }
 
 func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
-	(&apierr.Error{Status: http.StatusMethodNotAllowed, Type: apierr.TypeInvalidRequest, Code: "method_not_allowed",
+	(&apierr.Error{Status: http.StatusMethodNotAllowed, Type: apierr.TypeInvalidRequest, Code: apierr.CodeMethodNotAllowed,
 		Message: fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path)}).Write(w)
 }
 
@@ -168,7 +168,7 @@ func (m *Manager) readBody(w http.ResponseWriter, r *http.Request, limit int64) 
 		case r.Context().Err() != nil:
 			return nil, errClientGone()
 		}
-		return nil, apierr.Invalid("", "invalid_body", "could not read the request body: %v", err)
+		return nil, apierr.Invalid("", apierr.CodeInvalidBody, "could not read the request body: %v", err)
 	}
 	return body, nil
 }

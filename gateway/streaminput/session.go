@@ -464,7 +464,7 @@ func (s *session) run(ctx context.Context, res *result, upto uint64, mem []chunk
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.tpl.endpoint, bytes.NewReader(body))
 	if err != nil {
-		fail(&apierr.Error{Status: http.StatusInternalServerError, Type: apierr.TypeServer, Code: "internal_error", Message: "the gateway could not build the request"})
+		fail(&apierr.Error{Status: http.StatusInternalServerError, Type: apierr.TypeServer, Code: apierr.CodeInternalError, Message: "the gateway could not build the request"})
 		return
 	}
 	req.Header = headers

@@ -44,7 +44,9 @@ import (
 
 // errChanged is what acceptLocked and finishLocked return when their
 // conditional write found the session changed by another replica.
-var errChanged = &apierr.Error{Status: http.StatusConflict, Code: "session_changed"}
+// It never reaches a client: the request reads the session again and retries.
+var errChanged = &apierr.Error{Status: http.StatusServiceUnavailable, Type: apierr.TypeServer, Code: apierr.CodeStoreUnavailable,
+	Message: "the session was changed by another replica"}
 
 // maxResyncs bounds the reload-and-retry rounds of one request: beyond it,
 // other replicas keep changing the session faster than this one decides.
@@ -54,7 +56,7 @@ var errChanged = &apierr.Error{Status: http.StatusConflict, Code: "session_chang
 const maxResyncs = 16
 
 func errSharedStore() *apierr.Error {
-	return &apierr.Error{Status: http.StatusServiceUnavailable, Type: apierr.TypeServer, Code: "store_unavailable",
+	return &apierr.Error{Status: http.StatusServiceUnavailable, Type: apierr.TypeServer, Code: apierr.CodeStoreUnavailable,
 		Message: "the streaming-input session store is unavailable; retry the request"}
 }
 
@@ -393,6 +395,9 @@ func (mi *mirror) append(n int64, part store.ResultPart) error {
 	var err error
 	for try := range 4 {
 		if try > 0 {
+			if mi.s.m.isClosing() { // shutting down: do not hold Close up
+				return err
+			}
 			time.Sleep(time.Duration(try) * 100 * time.Millisecond)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

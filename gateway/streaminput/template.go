@@ -36,7 +36,7 @@ func parseTemplate(ctx context.Context, endpoint string, body []byte, maxDepth i
 	case EndpointChat:
 		t.chat = true
 	default:
-		return template{}, apierr.Invalid("endpoint", "invalid_value", "endpoint must be %q or %q, got %.100q", EndpointResponses, EndpointChat, endpoint)
+		return template{}, apierr.Invalid("endpoint", apierr.CodeInvalidValue, "endpoint must be %q or %q, got %.100q", EndpointResponses, EndpointChat, endpoint)
 	}
 	if aerr := checkDepth(ctx, body, maxDepth, "the template"); aerr != nil {
 		aerr.Param = "template"

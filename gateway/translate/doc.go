@@ -8,7 +8,7 @@
 // what it does not need. Answers come back the other way: a [Stream] turns the
 // `data:` payloads of a Chat stream into Responses SSE events — item ids that
 // stay stable from added to done, sequence numbers, output and content
-// indexes, and exactly one terminal event (DESIGN.md §3) whatever the order of
+// indexes, and exactly one terminal event (docs/ARCHITECTURE.md, "The terminal-event rule") whatever the order of
 // calls — and [FromChatResponse] does the same for a non-streamed
 // chat.completion.
 //

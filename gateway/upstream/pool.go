@@ -79,6 +79,11 @@ type Upstream struct {
 	models     []string
 	lastProbe  time.Time
 	targets    map[string]*targetState // by model; see target.go
+
+	// On-demand probes (ProbeDown): the one in flight, closed when it
+	// ends (nil when none), and when the last one started.
+	demand   chan struct{}
+	demandAt time.Time
 }
 
 // Name is the upstream's configured name.
@@ -148,10 +153,18 @@ func (u *Upstream) Status(now time.Time) Status {
 // Options tune the pool.
 type Options struct {
 	Client        *http.Client  // used for probes
-	ProbeInterval time.Duration // default 15s
-	ProbeTimeout  time.Duration // default 5s
-	Logger        hclog.Logger
-	Now           func() time.Time
+	ProbeInterval time.Duration // default DefaultProbeInterval
+	ProbeTimeout  time.Duration // default DefaultProbeTimeout
+	// OnDemandProbeTimeout bounds a probe a request triggers when every
+	// upstream it may use is down (ProbeDown); default
+	// DefaultOnDemandProbeTimeout, at most ProbeTimeout.
+	OnDemandProbeTimeout time.Duration
+	// OnDemandProbeEvery is the least time between two on-demand probes of
+	// one upstream, so a flood of requests is not a flood of probes;
+	// default DefaultOnDemandProbeEvery.
+	OnDemandProbeEvery time.Duration
+	Logger             hclog.Logger
+	Now                func() time.Time
 
 	// CircuitFailures is how many consecutive failures open a target's
 	// circuit; default 3.
@@ -176,6 +189,30 @@ type Options struct {
 	SharedTimeout time.Duration
 }
 
+// Probe defaults (gateway/config takes its timeouts.probe_interval default
+// from here).
+const (
+	DefaultProbeInterval        = 15 * time.Second
+	DefaultProbeTimeout         = 5 * time.Second
+	DefaultOnDemandProbeTimeout = 2 * time.Second
+	DefaultOnDemandProbeEvery   = time.Second
+)
+
+// IsHTTPURL reports whether u is an absolute http(s) URL with a host: the
+// one rule for an upstream's base URL, applied by NewPool, gateway/config
+// (base_url) and --upstream (config.UpstreamFromURL).
+func IsHTTPURL(u *url.URL) bool {
+	return u != nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
+// CheckBaseURL is IsHTTPURL for a base URL as configured.
+func CheckBaseURL(raw string) error {
+	if u, err := url.Parse(raw); err != nil || !IsHTTPURL(u) {
+		return fmt.Errorf("%q is not an http(s) URL", raw)
+	}
+	return nil
+}
+
 // Pool selects upstreams and tracks their health.
 type Pool struct {
 	ups    []*Upstream
@@ -197,10 +234,17 @@ func NewPool(cfgs []Config, opts Options) (*Pool, error) {
 		opts.Client = &http.Client{}
 	}
 	if opts.ProbeInterval <= 0 {
-		opts.ProbeInterval = 15 * time.Second
+		opts.ProbeInterval = DefaultProbeInterval
 	}
 	if opts.ProbeTimeout <= 0 {
-		opts.ProbeTimeout = 5 * time.Second
+		opts.ProbeTimeout = DefaultProbeTimeout
+	}
+	if opts.OnDemandProbeTimeout <= 0 {
+		opts.OnDemandProbeTimeout = DefaultOnDemandProbeTimeout
+	}
+	opts.OnDemandProbeTimeout = min(opts.OnDemandProbeTimeout, opts.ProbeTimeout)
+	if opts.OnDemandProbeEvery <= 0 {
+		opts.OnDemandProbeEvery = DefaultOnDemandProbeEvery
 	}
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
@@ -229,9 +273,8 @@ func NewPool(cfgs []Config, opts Options) (*Pool, error) {
 		if _, dup := p.byName[c.Name]; dup {
 			return nil, fmt.Errorf("upstream: duplicate name %q", c.Name)
 		}
-		u, err := url.Parse(c.BaseURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("upstream %q: base_url %q is not an http(s) URL", c.Name, c.BaseURL)
+		if err := CheckBaseURL(c.BaseURL); err != nil {
+			return nil, fmt.Errorf("upstream %q: base_url %w", c.Name, err)
 		}
 		c.BaseURL = strings.TrimRight(c.BaseURL, "/")
 		if c.Weight <= 0 {
@@ -389,7 +432,13 @@ func (p *Pool) ProbeAll(ctx context.Context) {
 
 // Probe asks GET {base_url}/models and updates u's state and model list.
 func (p *Pool) Probe(ctx context.Context, u *Upstream) {
-	models, state, reason := p.probe(ctx, u)
+	p.probeWithin(ctx, u, p.opts.ProbeTimeout, "periodic")
+}
+
+// probeWithin is Probe bounded by timeout. A change to down or failed is
+// logged at WARN, any other change at INFO.
+func (p *Pool) probeWithin(ctx context.Context, u *Upstream, timeout time.Duration, kind string) {
+	models, state, reason := p.probe(ctx, u, timeout)
 	if ctx.Err() != nil {
 		return // the pool is stopping (or never started): the upstream is not down
 	}
@@ -401,12 +450,64 @@ func (p *Pool) Probe(ctx context.Context, u *Upstream) {
 	}
 	u.mu.Unlock()
 	if prev != state {
-		p.opts.Logger.Info("upstream state changed", "upstream", u.cfg.Name, "from", string(prev), "to", string(state), "reason", reason)
+		log := p.opts.Logger.Info
+		if state == StateDown || state == StateFailed {
+			log = p.opts.Logger.Warn
+		}
+		log("upstream state changed", "upstream", u.cfg.Name, "from", string(prev), "to", string(state), "reason", reason, "probe", kind)
 	}
 }
 
-func (p *Pool) probe(ctx context.Context, u *Upstream) ([]string, State, string) {
-	ctx, cancel := context.WithTimeout(ctx, p.opts.ProbeTimeout)
+// ProbeDown probes, now, those of ups that are down (their last probe
+// failed) and waits for the answers or for ctx. A request calls it when it
+// finds no usable upstream, so an upstream that came back since its last
+// probe serves it at once rather than after the next ProbeInterval.
+// Upstreams cooling down (a 429, a connect failure) or parked after
+// rejected credentials are not probed. Probes are single-flight per
+// upstream (a caller waits for the one in flight), at most one per
+// OnDemandProbeEvery per upstream, each bounded by OnDemandProbeTimeout
+// and not tied to the caller: one caller leaving does not cut the probe
+// others wait for. It reports whether it waited for any probe (the caller
+// then selects again).
+func (p *Pool) ProbeDown(ctx context.Context, ups []*Upstream) bool {
+	now := p.opts.Now()
+	var wait []chan struct{}
+	for _, u := range ups {
+		u.mu.Lock()
+		ch := u.demand
+		if ch == nil && u.state == StateDown && (u.demandAt.IsZero() || now.Sub(u.demandAt) >= p.opts.OnDemandProbeEvery) {
+			ch = make(chan struct{})
+			u.demand, u.demandAt = ch, now
+			go p.demandProbe(u, ch)
+		}
+		u.mu.Unlock()
+		if ch != nil {
+			wait = append(wait, ch)
+		}
+	}
+	for _, ch := range wait {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return len(wait) > 0
+}
+
+// demandProbe is one on-demand probe of u; done is closed when it ends.
+func (p *Pool) demandProbe(u *Upstream, done chan struct{}) {
+	defer func() {
+		u.mu.Lock()
+		u.demand = nil
+		u.mu.Unlock()
+		close(done)
+	}()
+	p.probeWithin(context.Background(), u, p.opts.OnDemandProbeTimeout, "on demand")
+}
+
+func (p *Pool) probe(ctx context.Context, u *Upstream, timeout time.Duration) ([]string, State, string) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.URL("/models"), nil)
 	if err != nil {

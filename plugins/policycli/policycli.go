@@ -31,14 +31,17 @@ const SluiceModule = "github.com/sluice-gw/sluice"
 const usage = `usage: sluice policy <command> [arguments]
 
 commands:
-  new NAME [-dir PARENT] [-module PATH] [-sluice DIR]
+  new NAME [-dir PARENT] [-module PATH] [-sluice DIR] [-lang go|assemblyscript]
         scaffold a Go policy in PARENT/NAME (main.go, main_test.go and, outside
         the Sluice module, go.mod plus the SDK this binary carries in
-        sluice-sdk/: it builds offline with only Go installed)
+        sluice-sdk/: it builds offline with only Go installed); with
+        -lang assemblyscript an AssemblyScript policy (assembly/index.ts,
+        asconfig.json, package.json and the AssemblyScript SDK in sluice-sdk/)
   build DIR [-o OUT] [-update-sdk]
         compile the Go policy in DIR to OUT (default DIR.wasm) with
         GOOS=wasip1 GOARCH=wasm -buildmode=c-shared -trimpath (running go mod
-        tidy first when go.mod needs it), then check it
+        tidy first when go.mod needs it), then check it; a DIR with an
+        asconfig.json (AssemblyScript) is compiled with asc instead
   check FILE [-config JSON|@FILE] [-wasm-cache-dir DIR]
         load FILE as the gateway would, run its self-test, print its hooks
   test FILE -recording DIR [-expect EXPECT.jsonl] [-config JSON|@FILE]
@@ -72,7 +75,7 @@ examples:
 
 // commandHelp is each command's `-h`.
 var commandHelp = map[string]string{
-	"new": `usage: sluice policy new NAME [-dir PARENT] [-module PATH] [-sluice DIR]
+	"new": `usage: sluice policy new NAME [-dir PARENT] [-module PATH] [-sluice DIR] [-lang go|assemblyscript]
 
 Scaffold a Go policy in PARENT/NAME: main.go, main_test.go and, outside the
 Sluice module, a go.mod. The SDK (packages sdk and hostabi) comes from this
@@ -88,12 +91,18 @@ flags:
   -sluice DIR
         a Sluice checkout to use through a replace directive instead of
         the SDK copy (for work on Sluice itself)
+  -lang go|assemblyscript
+        the policy's language (default go). assemblyscript writes
+        assembly/index.ts, asconfig.json, package.json (assemblyscript pinned)
+        and the AssemblyScript SDK this binary carries in sluice-sdk/; build
+        it with sluice policy build (needs node and npm)
 
 environment: none
 
 examples:
   sluice policy new mypolicy
   sluice policy new quota -module example.com/policies/quota -sluice ~/src/sluice
+  sluice policy new --lang assemblyscript mypolicy
 `,
 	"build": `usage: sluice policy build DIR [-o OUT] [-update-sdk]
 
@@ -103,6 +112,12 @@ then check it like sluice policy check and print where the module went.
 When go.mod is behind the imports, go mod tidy runs first. A go.mod that
 replaces github.com/sluice-gw/sluice with ./sluice-sdk gets that copy
 written from this binary when it is missing.
+
+A DIR with an asconfig.json (or a package.json depending on assemblyscript)
+is an AssemblyScript policy: assembly/index.ts is compiled with asc (DIR's
+node_modules/.bin/asc, else $SLUICE_ASC, else assemblyscript@` + ASCVersion + `
+in the user cache, installed there with npm when missing), its sluice-sdk/
+written from this binary when missing, then checked the same way.
 
 flags:
   -o OUT
@@ -117,6 +132,9 @@ environment:
         GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0
   XDG_CACHE_HOME, HOME
         locate the user cache dir for the compilation cache (else in memory)
+        and, for AssemblyScript, sluice-npm/assemblyscript-VERSION
+  SLUICE_ASC
+        the asc to run for an AssemblyScript policy (else found as above)
 
 examples:
   sluice policy build ../mypolicy
@@ -266,6 +284,7 @@ func runNew(args []string, stdout, stderr io.Writer) error {
 	parent := fs.String("dir", ".", "parent directory")
 	module := fs.String("module", "", "module path for a policy outside the Sluice module (default: NAME)")
 	sluiceDir := fs.String("sluice", "", "a Sluice checkout to use through a replace directive")
+	lang := fs.String("lang", LangGo, "the policy's language: go or assemblyscript")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -277,6 +296,16 @@ func runNew(args []string, stdout, stderr io.Writer) error {
 	dir := filepath.Join(*parent, name)
 	if _, err := os.Stat(dir); err == nil {
 		return fmt.Errorf("%s already exists", dir)
+	}
+	switch *lang {
+	case LangGo:
+	case LangAS, "as":
+		if *module != "" || *sluiceDir != "" {
+			return usageError{errors.New("-module and -sluice are for Go policies")}
+		}
+		return newAS(name, dir, stdout)
+	default:
+		return usageError{fmt.Errorf("-lang %q: want go or assemblyscript", *lang)}
 	}
 	absParent, err := filepath.Abs(*parent)
 	if err != nil {
@@ -480,6 +509,9 @@ func runBuild(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
 		return err
 	}
+	if isASProject(dir) && !fileExists(filepath.Join(dir, "go.mod")) {
+		return buildASPolicy(ctx, dir, target, *updateSDK, stdout, stderr)
+	}
 	if err := ensureSDK(dir, *updateSDK, stdout, stderr); err != nil {
 		return err
 	}
@@ -516,6 +548,28 @@ func runBuild(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("go build: %w", err)
 	}
 	fmt.Fprintf(stdout, "built %s in %v\n", target, time.Since(start).Round(time.Millisecond))
+	return checkAndPlace(ctx, tmp, target, stdout, stderr)
+}
+
+// buildASPolicy builds the AssemblyScript policy in dir to target, checked
+// and placed like a Go one.
+func buildASPolicy(ctx context.Context, dir, target string, updateSDK bool, stdout, stderr io.Writer) error {
+	if err := ensureASSDK(dir, updateSDK, stdout, stderr); err != nil {
+		return err
+	}
+	start := time.Now()
+	tmp := filepath.Join(filepath.Dir(target), "."+filepath.Base(target)+".build")
+	defer os.Remove(tmp)
+	if err := buildAS(ctx, dir, tmp, stdout, stderr); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "built %s in %v (AssemblyScript)\n", target, time.Since(start).Round(time.Millisecond))
+	return checkAndPlace(ctx, tmp, target, stdout, stderr)
+}
+
+// checkAndPlace checks the module built at tmp as the gateway would and
+// renames it to target.
+func checkAndPlace(ctx context.Context, tmp, target string, stdout, stderr io.Writer) error {
 	if err := checkAs(ctx, tmp, target, nil, "", stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "%s not written\n", target)
 		return err

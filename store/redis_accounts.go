@@ -1,0 +1,258 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Sluice keys and usage totals in Redis (accounts.go has the records and
+// their rules), so that every replica agrees on the run-time keys and
+// counts usage into the same totals:
+//
+//	keys                     hash: key name → KeyRecord (JSON)
+//	u:<YYYY-MM-DD>:<counter> hash per day and counter (requests, input, output, cached, reasoning):
+//	                         key NUL route NUL target NUL model → total (HINCRBY)
+//
+// Neither expires, as in Pebble.
+
+var (
+	_ KeyStore   = (*RedisStore)(nil)
+	_ UsageStore = (*RedisStore)(nil)
+)
+
+// usageCounters are the per-day hashes, in UsageRecord's field order.
+var usageCounters = [...]string{"requests", "input", "output", "cached", "reasoning"}
+
+func (s *RedisStore) keysKey() string { return s.p + "keys" }
+
+func (s *RedisStore) usageDayKey(day, counter string) string { return s.p + "u:" + day + ":" + counter }
+
+// createKeyScript: KEYS keys; ARGV name, record. 0: the name is taken.
+var createKeyScript = redis.NewScript(`return redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])`)
+
+// putKeyScript: KEYS keys; ARGV name, record.
+var putKeyScript = redis.NewScript(`redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) return 1`)
+
+// deleteKeyScript: KEYS keys; ARGV name. 0: absent.
+var deleteKeyScript = redis.NewScript(`return redis.call('HDEL', KEYS[1], ARGV[1])`)
+
+// addUsageScript: KEYS the five counter hashes of the day; ARGV the field
+// and the five increments.
+var addUsageScript = redis.NewScript(`
+for i = 1, 5 do
+  local n = tonumber(ARGV[i + 1])
+  if n ~= 0 then redis.call('HINCRBY', KEYS[i], ARGV[1], n) end
+end
+return 1
+`)
+
+// CreateKey stores a new key; ErrExists when one has that name.
+func (s *RedisStore) CreateKey(ctx context.Context, k KeyRecord) error { return s.putKey(ctx, k, true) }
+
+// PutKey creates or replaces a key.
+func (s *RedisStore) PutKey(ctx context.Context, k KeyRecord) error { return s.putKey(ctx, k, false) }
+
+func (s *RedisStore) putKey(ctx context.Context, k KeyRecord, create bool) error {
+	if err := validName("key name", k.Name); err != nil {
+		return fmt.Errorf("store: put key: %w", err)
+	}
+	if len(k.SHA256) != 64 {
+		return fmt.Errorf("store: put key %q: %w: key_sha256 must be 64 hex digits", k.Name, ErrInvalid)
+	}
+	v, err := json.Marshal(k)
+	if err != nil {
+		return fmt.Errorf("store: put key %q: %w", k.Name, err)
+	}
+	release, err := s.begin(ctx)
+	if err != nil {
+		return fmt.Errorf("store: put key %q: %w", k.Name, err)
+	}
+	defer release()
+	sc := putKeyScript
+	if create {
+		sc = createKeyScript
+	}
+	n, err := s.exec(ctx, sc, []string{s.keysKey()}, k.Name, v)
+	if err != nil {
+		return fmt.Errorf("store: put key %q: %w", k.Name, s.fail(err))
+	}
+	if n, _ := n.(int64); create && n == 0 {
+		return fmt.Errorf("store: create key %q: %w", k.Name, ErrExists)
+	}
+	return nil
+}
+
+// GetKey loads a key by name.
+func (s *RedisStore) GetKey(ctx context.Context, name string) (KeyRecord, error) {
+	var k KeyRecord
+	if err := validName("key name", name); err != nil {
+		return k, fmt.Errorf("store: get key: %w", err)
+	}
+	release, err := s.begin(ctx)
+	if err != nil {
+		return k, fmt.Errorf("store: get key %q: %w", name, err)
+	}
+	defer release()
+	v, err := s.c.HGet(ctx, s.keysKey(), name).Bytes()
+	if err == nil {
+		err = decodeJSON(v, &k)
+	}
+	if err != nil {
+		return KeyRecord{}, fmt.Errorf("store: get key %q: %w", name, s.fail(err))
+	}
+	return k, nil
+}
+
+// DeleteKey removes a key; ErrNotFound when absent.
+func (s *RedisStore) DeleteKey(ctx context.Context, name string) error {
+	if err := validName("key name", name); err != nil {
+		return fmt.Errorf("store: delete key: %w", err)
+	}
+	release, err := s.begin(ctx)
+	if err != nil {
+		return fmt.Errorf("store: delete key %q: %w", name, err)
+	}
+	defer release()
+	n, err := s.exec(ctx, deleteKeyScript, []string{s.keysKey()}, name)
+	if err != nil {
+		return fmt.Errorf("store: delete key %q: %w", name, s.fail(err))
+	}
+	if n, _ := n.(int64); n == 0 {
+		return fmt.Errorf("store: delete key %q: %w", name, ErrNotFound)
+	}
+	return nil
+}
+
+// ListKeys returns every key, by name.
+func (s *RedisStore) ListKeys(ctx context.Context) ([]KeyRecord, error) {
+	release, err := s.begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("store: list keys: %w", err)
+	}
+	defer release()
+	all, err := s.c.HGetAll(ctx, s.keysKey()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: list keys: %w", s.fail(err))
+	}
+	var out []KeyRecord
+	for _, v := range all {
+		var k KeyRecord
+		if err := decodeJSON([]byte(v), &k); err != nil {
+			return nil, fmt.Errorf("store: list keys: %w", err)
+		}
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(a, b KeyRecord) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// AddUsage adds u to its day's totals (one script: atomic, whichever
+// replicas add at once).
+func (s *RedisStore) AddUsage(ctx context.Context, u UsageRecord) error {
+	if err := validDay(u.Day); err != nil {
+		return fmt.Errorf("store: add usage: %w", err)
+	}
+	for _, f := range []string{u.Key, u.Route, u.Target, u.Model} {
+		if len(f) > 256 || strings.IndexByte(f, 0) >= 0 {
+			return fmt.Errorf("store: add usage: %w: names must be at most 256 bytes without NUL", ErrInvalid)
+		}
+	}
+	release, err := s.begin(ctx)
+	if err != nil {
+		return fmt.Errorf("store: add usage: %w", err)
+	}
+	defer release()
+	keys := make([]string, len(usageCounters))
+	for i, c := range usageCounters {
+		keys[i] = s.usageDayKey(u.Day, c)
+	}
+	field := u.Key + "\x00" + u.Route + "\x00" + u.Target + "\x00" + u.Model
+	if _, err := s.exec(ctx, addUsageScript, keys, field, u.Requests, u.InputTokens, u.OutputTokens, u.CachedTokens, u.ReasoningTokens); err != nil {
+		return fmt.Errorf("store: add usage: %w", s.fail(err))
+	}
+	return nil
+}
+
+// maxUsageDays bounds one Usage query (a decade).
+const maxUsageDays = 3660
+
+// Usage returns the totals of days from..to (inclusive) of key, or of
+// every key when key is "", ordered by day, then key, route, target and
+// model (as PebbleStore).
+func (s *RedisStore) Usage(ctx context.Context, key, from, to string) ([]UsageRecord, error) {
+	if err := errors.Join(validDay(from), validDay(to)); err != nil {
+		return nil, fmt.Errorf("store: usage: %w", err)
+	}
+	first, _ := time.Parse(time.DateOnly, from)
+	last, _ := time.Parse(time.DateOnly, to)
+	if days := last.Sub(first).Hours() / 24; days > maxUsageDays {
+		return nil, fmt.Errorf("store: usage: %w: at most %d days at once", ErrInvalid, maxUsageDays)
+	}
+	release, err := s.begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("store: usage: %w", err)
+	}
+	defer release()
+	var out []UsageRecord
+	for d := first; !d.After(last); d = d.AddDate(0, 0, 1) {
+		day := d.Format(time.DateOnly)
+		cmds := make([]*redis.MapStringStringCmd, len(usageCounters))
+		if _, err := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, c := range usageCounters {
+				cmds[i] = p.HGetAll(ctx, s.usageDayKey(day, c))
+			}
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("store: usage: %w", s.fail(err))
+		}
+		byField := map[string]*UsageRecord{}
+		for i, cmd := range cmds {
+			for field, v := range cmd.Val() {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("store: usage: %w: counter %q", ErrCorrupt, v)
+				}
+				u := byField[field]
+				if u == nil {
+					parts := strings.SplitN(field, "\x00", 4)
+					if len(parts) != 4 {
+						return nil, fmt.Errorf("store: usage: %w: malformed field", ErrCorrupt)
+					}
+					u = &UsageRecord{Day: day, Key: parts[0], Route: parts[1], Target: parts[2], Model: parts[3]}
+					byField[field] = u
+				}
+				switch i {
+				case 0:
+					u.Requests = n
+				case 1:
+					u.InputTokens = n
+				case 2:
+					u.OutputTokens = n
+				case 3:
+					u.CachedTokens = n
+				case 4:
+					u.ReasoningTokens = n
+				}
+			}
+		}
+		fields := make([]string, 0, len(byField))
+		for f := range byField {
+			fields = append(fields, f)
+		}
+		slices.Sort(fields)
+		for _, f := range fields {
+			if u := byField[f]; key == "" || u.Key == key {
+				out = append(out, *u)
+			}
+		}
+	}
+	return out, nil
+}
