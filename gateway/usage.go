@@ -41,24 +41,35 @@ func newAccounts(s *Server, o AccountsOptions, reg prometheus.Registerer) (*acco
 		return nil, err
 	}
 	a := &accounts{s: s, opts: o, keys: kr, limiter: o.Limiter}
-	if a.limiter == nil {
-		ll := &LocalLimiter{}
-		if o.Usage != nil {
-			ll.Seed = func(ctx context.Context, key, from, to string) int64 {
-				ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				defer cancel()
-				recs, err := o.Usage.Usage(ctx, key, from, to)
-				if err != nil {
-					s.log.Warn("reading a key's usage for its budget failed; counting from 0", "key", key, "error", err)
-				}
-				var n int64
-				for _, r := range recs {
-					n += r.Tokens()
-				}
-				return n
+	var seed func(ctx context.Context, key, from, to string) int64
+	if o.Usage != nil {
+		seed = func(ctx context.Context, key, from, to string) int64 {
+			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			recs, err := o.Usage.Usage(ctx, key, from, to)
+			if err != nil {
+				s.log.Warn("reading a key's usage for its budget failed; counting from 0", "key", key, "error", err)
 			}
+			var n int64
+			for _, r := range recs {
+				n += r.Tokens()
+			}
+			return n
 		}
-		a.limiter = ll
+	}
+	switch l := a.limiter.(type) {
+	case nil:
+		a.limiter = &LocalLimiter{Seed: seed}
+	case *RedisLimiter:
+		if l.Seed == nil {
+			l.Seed = seed
+		}
+		if l.Logger == nil {
+			l.Logger = s.log.Named("limits")
+		}
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_limiter_fallback_total",
+			Help: "Admissions and settlements of the shared (Redis) limiter that Redis could not answer: limits held per replica (fail open)."},
+			func() float64 { return float64(l.Fallbacks()) }))
 	}
 	labels := []string{"key", "route", "target", "model"}
 	a.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_usage_tokens_total",

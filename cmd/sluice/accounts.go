@@ -29,6 +29,9 @@ func accountsOptions(cfg config.Config, st store.Store) gateway.AccountsOptions 
 	if us, ok := st.(store.UsageStore); ok {
 		o.Usage = us
 	}
+	if rs, ok := st.(*store.RedisStore); ok { // limits shared by the replicas (fail open to local limits while Redis is down)
+		o.Limiter = &gateway.RedisLimiter{Store: rs}
+	}
 	if len(cfg.Pricing) > 0 {
 		o.Pricing = map[string]gateway.Price{}
 		for m, p := range cfg.Pricing {

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -40,15 +41,34 @@ func TestMain(m *testing.M) {
 }
 
 // startProcess runs the binary and returns it with a reader of its stdout.
-func startProcess(t *testing.T, args ...string) (*exec.Cmd, *bufio.Reader, *strings.Builder) {
+// lockedBuilder is a strings.Builder that the process's stderr copier and
+// the test may use at once.
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func startProcess(t *testing.T, args ...string) (*exec.Cmd, *bufio.Reader, *lockedBuilder) {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr // read only after Wait
+	var stderr lockedBuilder
+	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -62,7 +62,7 @@ upstreams:
 type replica struct {
 	cmd    *exec.Cmd
 	base   string
-	stderr *strings.Builder
+	stderr *lockedBuilder
 }
 
 func (e *scaleOutEnv) start() *replica {

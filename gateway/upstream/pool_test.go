@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 )
@@ -103,10 +104,15 @@ func TestPickSpreadsEqualUpstreams(t *testing.T) {
 }
 
 func TestProbe(t *testing.T) {
+	var mu sync.Mutex // ProbeAll probes the upstreams concurrently
 	status := http.StatusOK
 	var gotPath, gotAuth string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		gotPath, gotAuth = r.URL.Path, r.Header.Get("Authorization")
+		mu.Lock()
+		defer mu.Unlock()
+		if r.Header.Get("Authorization") != "" || gotPath == "" {
+			gotPath, gotAuth = r.URL.Path, r.Header.Get("Authorization")
+		}
 		w.WriteHeader(status)
 		_, _ = w.Write([]byte(`{"object":"list","data":[{"id":"m2"},{"id":"m1"}]}`))
 	}))
@@ -117,8 +123,11 @@ func TestProbe(t *testing.T) {
 	ctx := context.Background()
 
 	p.Probe(ctx, a)
-	if gotPath != "/v1/models" || gotAuth != "Bearer sk-a" {
-		t.Fatalf("probe sent %q with auth %q", gotPath, gotAuth)
+	mu.Lock()
+	path, auth := gotPath, gotAuth
+	mu.Unlock()
+	if path != "/v1/models" || auth != "Bearer sk-a" {
+		t.Fatalf("probe sent %q with auth %q", path, auth)
 	}
 	if st := a.Status(c.now()); st.State != StateHealthy || len(st.Models) != 2 {
 		t.Fatalf("status %+v", st)
@@ -128,17 +137,18 @@ func TestProbe(t *testing.T) {
 		t.Fatalf("merged models %v, want de-duplicated and sorted", got)
 	}
 
-	status = http.StatusUnauthorized
+	setStatus := func(code int) { mu.Lock(); status = code; mu.Unlock() }
+	setStatus(http.StatusUnauthorized)
 	p.Probe(ctx, a)
 	if st := a.Status(c.now()); st.State != StateFailed {
 		t.Fatalf("401 probe → %s", st.State)
 	}
-	status = http.StatusServiceUnavailable
+	setStatus(http.StatusServiceUnavailable)
 	p.Probe(ctx, a)
 	if ok, _ := a.Usable(c.now()); ok {
 		t.Fatal("usable after failed probe")
 	}
-	status = http.StatusOK
+	setStatus(http.StatusOK)
 	p.MarkFailed(a, "HTTP 401")
 	p.Probe(ctx, a)
 	if ok, _ := a.Usable(c.now()); !ok {

@@ -1,0 +1,325 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/sluice-gw/sluice/store"
+)
+
+// ScriptRunner runs an atomic script on a shared store (store.RedisStore):
+// keys are prefixed with the store's key prefix.
+type ScriptRunner interface {
+	RunScript(ctx context.Context, sc *store.Script, keys []string, args ...any) (any, error)
+}
+
+// RedisLimiter is the Limiter shared by the replicas of one Redis store:
+// one Lua script per admission decides every limit of a key atomically,
+// and one per request end settles it, so a limit holds whichever replica a
+// request reaches. Under the store's prefix, per key name:
+//
+//	rl:<key>:r          rpm: GCRA, the theoretical arrival time (ms), expiring when the bucket is full
+//	rl:<key>:t          tpm: hash {t tokens, ts ms}, a token bucket that may go into debt
+//	rl:<key>:c          concurrent: sorted set of lease ids scored by their expiry (ms): a replica that
+//	                    dies mid-request leaks its slot for LeaseTTL at most
+//	rl:<key>:d:<day>    tokens used this UTC day, expiring at its end (seeded from the usage totals)
+//	rl:<key>:m:<month>  tokens used this UTC month, likewise
+//
+// The clock is Redis's (TIME), so replicas' clocks need not agree. While
+// Redis is unavailable it fails open to Fallback (each replica's own
+// limits), logs it, and counts it in Fallbacks.
+type RedisLimiter struct {
+	Store ScriptRunner
+	// Fallback is used while Redis is unavailable; nil: a LocalLimiter.
+	Fallback Limiter
+	// Seed returns the tokens a key already used in [from, to] (UTC days),
+	// read when a budget's counter does not exist yet; nil: 0. (With
+	// AccountsOptions.Usage set, the gateway fills it in.)
+	Seed func(ctx context.Context, key, from, to string) int64
+	// LeaseTTL bounds how long a concurrency slot is held without Done
+	// (a request longer than that stops counting); default 15m.
+	LeaseTTL time.Duration
+	// Logger; nil: the gateway's (set by the gateway when nil).
+	Logger hclog.Logger
+	// Now is the clock of the period names (day, month); nil: time.Now.
+	Now func() time.Time
+
+	fallbacks atomic.Int64
+	once      sync.Once
+	lastWarn  atomic.Int64
+}
+
+// Fallbacks is how many admissions and settlements went to the fallback
+// (or were dropped) because Redis was unavailable
+// (sluice_limiter_fallback_total).
+func (l *RedisLimiter) Fallbacks() int64 { return l.fallbacks.Load() }
+
+func (l *RedisLimiter) init() {
+	l.once.Do(func() {
+		if l.Fallback == nil {
+			l.Fallback = &LocalLimiter{Seed: l.Seed, Now: l.Now}
+		}
+		if l.LeaseTTL <= 0 {
+			l.LeaseTTL = 15 * time.Minute
+		}
+		if l.Logger == nil {
+			l.Logger = hclog.NewNullLogger()
+		}
+	})
+}
+
+// degraded counts and logs (at most every 10 s) a failure to reach Redis.
+func (l *RedisLimiter) degraded(what, key string, err error) {
+	l.fallbacks.Add(1)
+	now := time.Now().UnixNano()
+	if last := l.lastWarn.Load(); now-last > int64(10*time.Second) && l.lastWarn.CompareAndSwap(last, now) {
+		l.Logger.Warn("shared rate limits unavailable: limits hold per replica until Redis answers", "op", what, "key", key, "error", err)
+	}
+}
+
+// admitScript: KEYS rpm, tpm, concurrent, day, month. ARGV rpm, tpm,
+// concurrent, tokens_per_day, tokens_per_month, estimate, lease id, lease
+// ttl ms, day end ms, month end ms, day seed, month seed (-1: unknown).
+// Reply {code, retry ms, rpm remaining, rpm reset ms, tpm remaining, tpm
+// reset ms}; code 0 admitted, 1 day budget, 2 month budget, 3 concurrent,
+// 4 rpm, 5 tpm, 6 a budget's counter needs its seed (nothing was taken).
+var admitScript = store.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local rpm, tpm, conc = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local tpd, tpmo, est = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local lease, ttl = ARGV[7], tonumber(ARGV[8])
+local dayEnd, monthEnd = tonumber(ARGV[9]), tonumber(ARGV[10])
+local daySeed, monthSeed = tonumber(ARGV[11]), tonumber(ARGV[12])
+
+local rrem, rreset, trem, treset = 0, 0, 0, 0
+local tat, newTat, interval = now, now, 0
+if rpm > 0 then
+  interval = 60000 / rpm
+  tat = math.max(tonumber(redis.call('GET', KEYS[1]) or now), now)
+  newTat = tat + interval
+  rrem = math.floor((now - (tat - rpm * interval)) / interval)
+  if rrem > rpm then rrem = rpm end
+  rreset = tat - now
+end
+local tokens = 0
+if tpm > 0 then
+  local rate = tpm / 60000
+  local h = redis.call('HMGET', KEYS[2], 't', 'ts')
+  tokens = tonumber(h[1]) or tpm
+  local ts = tonumber(h[2]) or now
+  if now > ts then tokens = math.min(tpm, tokens + (now - ts) * rate) end
+  trem = math.floor(tokens)
+  treset = math.ceil((tpm - tokens) / rate)
+end
+local function reply(code, retry)
+  return {code, math.ceil(retry), rrem, math.ceil(rreset), trem, treset}
+end
+
+local function used(k, limit, seed, ends)
+  local v = redis.call('GET', k)
+  if v then return tonumber(v) end
+  if seed < 0 then return nil end
+  redis.call('SET', k, seed, 'PXAT', ends)
+  return seed
+end
+local unseeded = false
+if tpd > 0 then
+  local u = used(KEYS[4], tpd, daySeed, dayEnd)
+  if u == nil then unseeded = true elseif u >= tpd then return reply(1, dayEnd - now) end
+end
+if tpmo > 0 then
+  local u = used(KEYS[5], tpmo, monthSeed, monthEnd)
+  if u == nil then unseeded = true elseif u >= tpmo then return reply(2, monthEnd - now) end
+end
+if unseeded then return reply(6, 0) end
+
+if conc > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  if redis.call('ZCARD', KEYS[3]) >= conc then return reply(3, 1000) end
+end
+if rpm > 0 and newTat - rpm * interval > now then
+  return reply(4, newTat - rpm * interval - now)
+end
+if tpm > 0 and tokens < math.min(est, tpm) then
+  return reply(5, (math.min(est, tpm) - tokens) / (tpm / 60000))
+end
+
+if rpm > 0 then
+  redis.call('SET', KEYS[1], string.format('%.3f', newTat), 'PX', math.ceil(newTat - now) + 1)
+  rrem = math.max(rrem - 1, 0)
+  rreset = newTat - now
+end
+if tpm > 0 then
+  local rate = tpm / 60000
+  tokens = tokens - math.min(est, tpm)
+  redis.call('HSET', KEYS[2], 't', string.format('%.3f', tokens), 'ts', now)
+  redis.call('PEXPIRE', KEYS[2], math.ceil((tpm - tokens) / rate) + 1000)
+  trem = math.floor(tokens)
+  treset = math.ceil((tpm - tokens) / rate)
+end
+if conc > 0 then
+  redis.call('ZADD', KEYS[3], now + ttl, lease)
+  redis.call('PEXPIRE', KEYS[3], ttl)
+end
+return reply(0, 0)
+`)
+
+// settleScript: KEYS tpm, concurrent, day, month. ARGV tpm, refund (the
+// estimate minus what was used), lease id, used, day end ms, month end ms.
+var settleScript = store.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local tpm, refund, used = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[4])
+if tpm > 0 and refund ~= 0 then
+  local rate = tpm / 60000
+  local h = redis.call('HMGET', KEYS[1], 't', 'ts')
+  local tokens = tonumber(h[1]) or tpm
+  local ts = tonumber(h[2]) or now
+  if now > ts then tokens = math.min(tpm, tokens + (now - ts) * rate) end
+  tokens = math.min(tpm, tokens + refund)
+  redis.call('HSET', KEYS[1], 't', string.format('%.3f', tokens), 'ts', now)
+  redis.call('PEXPIRE', KEYS[1], math.ceil((tpm - tokens) / rate) + 1000)
+end
+if ARGV[3] ~= '' then redis.call('ZREM', KEYS[2], ARGV[3]) end
+if used > 0 then
+  if redis.call('EXISTS', KEYS[3]) == 1 then redis.call('INCRBY', KEYS[3], used) end
+  if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('INCRBY', KEYS[4], used) end
+end
+return 1
+`)
+
+type redisKeys struct{ rpm, tpm, conc, day, month string }
+
+func (l *RedisLimiter) keysOf(key string, now time.Time) (redisKeys, time.Time, time.Time) {
+	utc := now.UTC()
+	dayEnd := time.Date(utc.Year(), utc.Month(), utc.Day()+1, 0, 0, 0, 0, time.UTC)
+	monthEnd := time.Date(utc.Year(), utc.Month()+1, 1, 0, 0, 0, 0, time.UTC)
+	p := "rl:" + key + ":"
+	return redisKeys{rpm: p + "r", tpm: p + "t", conc: p + "c",
+		day: p + "d:" + utc.Format(time.DateOnly), month: p + "m:" + utc.Format("2006-01")}, dayEnd, monthEnd
+}
+
+func (l *RedisLimiter) now() time.Time {
+	if l.Now != nil {
+		return l.Now()
+	}
+	return time.Now()
+}
+
+// Admit implements Limiter.
+func (l *RedisLimiter) Admit(ctx context.Context, key string, lim store.KeyLimits, estimate int64) (Admission, *LimitError) {
+	l.init()
+	if lim == (store.KeyLimits{}) {
+		return l.Fallback.Admit(ctx, key, lim, estimate) // no limits: nothing to share
+	}
+	now := l.now()
+	ks, dayEnd, monthEnd := l.keysOf(key, now)
+	var lease string
+	if lim.Concurrent > 0 {
+		var b [12]byte
+		_, _ = rand.Read(b[:])
+		lease = hex.EncodeToString(b[:])
+	}
+	daySeed, monthSeed := int64(-1), int64(-1)
+	var reply []any
+	for attempt := 0; ; attempt++ {
+		v, err := l.Store.RunScript(ctx, admitScript, []string{ks.rpm, ks.tpm, ks.conc, ks.day, ks.month},
+			lim.RPM, lim.TPM, lim.Concurrent, lim.TokensPerDay, lim.TokensPerMonth, max(estimate, 0), lease,
+			l.LeaseTTL.Milliseconds(), dayEnd.UnixMilli(), monthEnd.UnixMilli(), daySeed, monthSeed)
+		if err == nil {
+			var ok bool
+			if reply, ok = v.([]any); !ok || len(reply) != 6 {
+				err = fmt.Errorf("rate-limit script: unexpected reply %v", v)
+			}
+		}
+		if err != nil {
+			if ctx.Err() != nil && !errors.Is(err, store.ErrUnavailable) {
+				return nil, &LimitError{Code: CodeRateLimitExceeded, RetryAfter: time.Second, Message: "the request ended before its limits were checked"}
+			}
+			l.degraded("admit", key, err)
+			return l.Fallback.Admit(ctx, key, lim, estimate)
+		}
+		if code, _ := reply[0].(int64); code != 6 || attempt > 0 {
+			break
+		}
+		// A budget's counter does not exist yet (a new day or month): seed it from the usage totals.
+		daySeed, monthSeed = 0, 0
+		if l.Seed != nil {
+			utc := now.UTC()
+			day := utc.Format(time.DateOnly)
+			if lim.TokensPerDay > 0 {
+				daySeed = l.Seed(ctx, key, day, day)
+			}
+			if lim.TokensPerMonth > 0 {
+				monthSeed = l.Seed(ctx, key, utc.Format("2006-01")+"-01", day)
+			}
+		}
+	}
+	n := func(i int) int64 { v, _ := reply[i].(int64); return v }
+	ms := func(i int) time.Duration { return time.Duration(n(i)) * time.Millisecond }
+	var st LimitState
+	if lim.RPM > 0 {
+		st.LimitRequests, st.RemainingRequests, st.ResetRequests = lim.RPM, n(2), ms(3)
+	}
+	if lim.TPM > 0 {
+		st.LimitTokens, st.RemainingTokens, st.ResetTokens = lim.TPM, n(4), ms(5)
+	}
+	refuse := func(code string, format string, args ...any) *LimitError {
+		retry := ms(1)
+		if retry < time.Second {
+			retry = time.Second
+		}
+		return &LimitError{Code: code, RetryAfter: retry, State: st, Message: fmt.Sprintf(format, args...)}
+	}
+	switch n(0) {
+	case 0:
+		return &redisAdmission{l: l, key: key, lim: lim, lease: lease, estimate: min(max(estimate, 0), max(lim.TPM, 0)), state: st}, nil
+	case 1:
+		return nil, refuse(CodeInsufficientQuota, "the key %q used its budget of %d tokens for today (UTC)", key, lim.TokensPerDay)
+	case 2:
+		return nil, refuse(CodeInsufficientQuota, "the key %q used its budget of %d tokens for this month (UTC)", key, lim.TokensPerMonth)
+	case 3:
+		return nil, refuse(CodeRateLimitExceeded, "the key %q has %d requests in flight, its limit", key, lim.Concurrent)
+	case 4:
+		return nil, refuse(CodeRateLimitExceeded, "the key %q reached its limit of %d requests per minute", key, lim.RPM)
+	case 5:
+		return nil, refuse(CodeRateLimitExceeded, "the key %q reached its limit of %d tokens per minute", key, lim.TPM)
+	}
+	l.degraded("admit", key, fmt.Errorf("rate-limit script: unexpected code %d", n(0)))
+	return l.Fallback.Admit(ctx, key, lim, estimate)
+}
+
+type redisAdmission struct {
+	l        *RedisLimiter
+	key      string
+	lim      store.KeyLimits
+	lease    string
+	estimate int64
+	state    LimitState
+	once     sync.Once
+}
+
+func (a *redisAdmission) State() LimitState { return a.state }
+
+// Done settles in Redis; when Redis is unavailable the settlement is lost
+// (the lease expires after LeaseTTL, the bucket refills by itself).
+func (a *redisAdmission) Done(used int64) {
+	a.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ks, dayEnd, monthEnd := a.l.keysOf(a.key, a.l.now())
+		if _, err := a.l.Store.RunScript(ctx, settleScript, []string{ks.tpm, ks.conc, ks.day, ks.month},
+			a.lim.TPM, a.estimate-used, a.lease, max(used, 0), dayEnd.UnixMilli(), monthEnd.UnixMilli()); err != nil {
+			a.l.degraded("settle", a.key, err)
+		}
+	})
+}
