@@ -89,6 +89,12 @@ type clientStream struct {
 	active bool
 
 	scratch []byte // sequence_number rewrites that change length
+
+	// The stream_event hook (streamhook.go): nil unless a policy
+	// implemented it when the stream began.
+	hook     StreamPolicy
+	upstream string // the upstream feeding the stream (the hook's input)
+	edited   bool   // the hook dropped or replaced an event
 }
 
 // heldEvent is a lifecycle event waiting for content (its data is a copy).
@@ -107,14 +113,16 @@ type sentItem struct {
 	parts   []*sentPart
 	summary []*sentPart // reasoning summary parts
 	args    []byte      // function_call arguments / custom tool input so far, JSON-escaped without quotes
+	edited  bool        // the stream hook dropped or replaced an event about it
 }
 
 // sentPart is one content (or summary) part as the client saw it.
 type sentPart struct {
-	index int64
-	added []byte // the part as *_part.added showed it
-	done  []byte // the part as *_part.done showed it; nil while open
-	text  []byte // its text so far, JSON-escaped without quotes
+	index  int64
+	added  []byte // the part as *_part.added showed it
+	done   []byte // the part as *_part.done showed it; nil while open
+	text   []byte // its text so far, JSON-escaped without quotes
+	edited bool   // the stream hook dropped or replaced an event about it
 }
 
 var errClientGone = errors.New("the client is gone")
@@ -125,8 +133,12 @@ const defaultLifecycleHold = 250 * time.Millisecond
 
 // newClientStream returns the stream of one request answered through out.
 func (s *Server) newClientStream(ctx context.Context, out responder, req *clientRequest, start time.Time) *clientStream {
-	return &clientStream{s: s, ctx: ctx, out: out, req: req, surface: req.surface(), chat: req.ep.chat, start: start,
+	cs := &clientStream{s: s, ctx: ctx, out: out, req: req, surface: req.surface(), chat: req.ep.chat, start: start,
 		hold: s.opts.LifecycleHold, createdAt: time.Now().Unix()}
+	if sp, ok := s.policy.(StreamPolicy); ok && !cs.chat && sp.StreamHookActive() {
+		cs.hook = sp
+	}
+	return cs
 }
 
 // clientStreamOf is the client stream behind out (process makes every
@@ -308,6 +320,12 @@ func (cs *clientStream) releaseHeld() {
 
 // send writes one upstream Responses event (after what was held).
 func (cs *clientStream) send(name string, data []byte, f *eventFields) error {
+	return cs.sendFrom("", name, data, f)
+}
+
+// sendFrom is send for an event of the named upstream (the stream hook's
+// input says where an event came from).
+func (cs *clientStream) sendFrom(upstream, name string, data []byte, f *eventFields) error {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if cs.gone || cs.ended {
@@ -315,6 +333,13 @@ func (cs *clientStream) send(name string, data []byte, f *eventFields) error {
 	}
 	if err := cs.flushHeldLocked(); err != nil {
 		return err
+	}
+	if cs.hook != nil {
+		cs.upstream = upstream
+		var keep bool
+		if data, f, keep = cs.streamHookLocked(data, f); !keep {
+			return nil
+		}
 	}
 	if cs.splice != nil {
 		return cs.spliceLocked(name, data, f)

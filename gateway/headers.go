@@ -81,6 +81,7 @@ func upstreamHeaders(req *clientRequest, u upstream.Config, stream bool) http.He
 			h.Del(k)
 		}
 	}
+	req.injectTrace(h) // with tracing: the attempt's traceparent (tracing.go)
 	return h
 }
 

@@ -36,3 +36,13 @@ func (BuiltinPolicy) Replay(_ context.Context, in hostabi.ReplayInput) hostabi.R
 func (BuiltinPolicy) Rewrite(context.Context, hostabi.RewriteInput) hostabi.RewriteOutput {
 	return hostabi.RewriteOutput{}
 }
+
+// StreamPolicy is implemented by a Policy that may run a per-event hook on
+// Responses streams (the plugin runtime's stream_event, ABI.md §3.5). The
+// gateway asks StreamHookActive once per stream; when it is false (or the
+// Policy does not implement StreamPolicy) the stream never builds a hook
+// input: the no-hook path is one nil check per event.
+type StreamPolicy interface {
+	StreamHookActive() bool
+	StreamEvent(ctx context.Context, in hostabi.StreamEventInput) hostabi.StreamEventOutput
+}

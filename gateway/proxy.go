@@ -79,6 +79,8 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, ep endpoint) {
 
 // process runs a validated, rewritten request: continuity, then upstreams.
 func (s *Server) process(ctx context.Context, out responder, req *clientRequest, start time.Time) {
+	defer s.traceRequest(req)() // tracing.go: the request's span; nothing without tracing
+
 	if req.meta != nil { // keys, limits, usage and the access log (usage.go)
 		req.meta.model, req.meta.surface = req.model, req.surface()
 		if rt := s.rtable.match(req.model); rt != nil {
@@ -89,6 +91,7 @@ func (s *Server) process(ctx context.Context, out responder, req *clientRequest,
 			return
 		}
 		defer s.acct.settle(req)
+		s.askChatUsage(req) // chatusage.go
 	}
 	req.scope = scopeOf(req.header, req.clientKeyHash)
 	if !s.pin(ctx, out, req) {
@@ -239,7 +242,9 @@ attempts:
 		if req.rescue != nil { // content reached the client: this attempt continues its stream
 			s.prepareContinuation(req, try, t)
 		}
+		s.traceAttempt(req, t)
 		res := s.attempt(ctx, out, req, t.Upstream, replays, start)
+		s.traceAttemptEnd(req, res)
 		if res.next == nextDone {
 			s.settle(t, try)
 			return
@@ -442,6 +447,7 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 	sendCtx, stopFirstByte := s.firstByteTimer(upCtx, cancel, req)
 	ans, err := s.send(sendCtx, idle, req, u)
 	stopFirstByte()
+	s.traceAnswer(req, ans)
 	if res, ok := s.continuationAnswer(ctx, upCtx, out, req, u, ans, err, start); ok {
 		return res // a continuation target that failed before its stream
 	}

@@ -50,6 +50,7 @@ type clientRequest struct {
 	rescue             *rescueState       // continuation after content, once decided (continuation.go)
 	key                *keyEntry          // the client's Sluice key (auth.go); nil: none, its credential passes through
 	meta               *reqMeta           // what the request did, for usage, limits and the access log (usage.go)
+	trace              *reqTrace          // its spans (tracing.go); nil when tracing is off
 }
 
 // recordable reports whether the response may later be named by

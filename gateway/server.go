@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-gw/sluice/gateway/apierr"
 	"github.com/sluice-gw/sluice/gateway/config"
@@ -132,6 +133,10 @@ type Options struct {
 	// Accounts: Sluice keys, their limits, usage accounting and the access
 	// log (auth.go); the zero value keeps the drop-in behaviour.
 	Accounts AccountsOptions
+	// TracerProvider, when set, traces every request and upstream attempt
+	// (tracing.go; NewOTLPTracerProvider builds the OTLP/HTTP one). The
+	// server owns it: Shutdown flushes and stops it. nil: no tracing.
+	TracerProvider trace.TracerProvider
 }
 
 // Server is the gateway. Create it with New, serve it with Serve or mount
@@ -154,6 +159,7 @@ type Server struct {
 	rtable  *routeTable // nil without routes
 	targetM *targetMetrics
 	acct    *accounts // keys, limits, usage (auth.go)
+	tracing *tracing  // nil when tracing is off (tracing.go)
 
 	wsMu       sync.Mutex     // orders wsSessions.Add before Shutdown's Wait
 	wsSessions sync.WaitGroup // client WebSockets (hijacked: http.Server does not track them)
@@ -267,6 +273,7 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.acct = acct
+	s.tracing = newTracing(opts.TracerProvider)
 	s.streamsCtx, s.cancelStreams = context.WithCancelCause(context.Background())
 	s.router = s.routes()
 	s.handler = s.router
@@ -524,5 +531,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.cancelStreams(errDraining)
 	s.wsUp.close()
+	s.shutdownTracing()
 	return err
 }

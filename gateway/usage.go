@@ -249,6 +249,9 @@ func (o *meterResponder) relay(req *clientRequest, status int, header http.Heade
 		if mod := gjson.GetBytes(body, "model"); mod.Type == gjson.String {
 			o.m.servedModel = mod.Str
 		}
+		if o.m.traced {
+			o.m.noteFinish("", body)
+		}
 		if o.m.reason == "" {
 			o.m.reason = "json"
 		}
@@ -302,9 +305,16 @@ func (k *meterSink) Event(name string, data []byte) error {
 			if mod := gjson.GetBytes(data, "model"); mod.Type == gjson.String {
 				k.m.servedModel = mod.Str
 			}
+			if k.m.hideChatUsage && usageOnlyChunk(data) {
+				k.m.mu.Unlock()
+				return nil // counted; the client did not ask for it
+			}
 		}
 	} else if name != "" && isTerminalType(name) {
 		k.m.terminal = strings.TrimPrefix(name, "response.")
+	}
+	if k.m.traced {
+		k.m.noteFinish(name, data)
 	}
 	k.m.mu.Unlock()
 	return k.eventSink.Event(name, data)
@@ -409,6 +419,12 @@ type reqMeta struct {
 	usage       usage
 	admission   Admission
 	settled     bool
+	// hideChatUsage: the gateway asked a Chat upstream for usage the
+	// client did not ask for; its usage-only chunk is counted, not sent
+	// (chatusage.go).
+	hideChatUsage bool
+	traced        bool     // the request is traced: finish reasons are noted (tracing.go)
+	finish        []string // the finish reasons the client was sent (traced only)
 }
 
 func newReqMeta(r *http.Request) *reqMeta {

@@ -37,6 +37,9 @@ const (
 	ExportRewrite = "sluice_rewrite_request"
 	// ExportSelfTest is the self-test hook: () -> i32, 0 means passed.
 	ExportSelfTest = "sluice_self_test"
+	// ExportStreamEvent is the optional per-event stream hook:
+	// (ptr i32, len i32) -> i64 (ABI.md §3.5).
+	ExportStreamEvent = "sluice_stream_event"
 )
 
 // ImportModule is the module name of the host functions (ABI.md §5).
@@ -65,10 +68,17 @@ const (
 	HookReplay   Hook = 1 << 1
 	HookRewrite  Hook = 1 << 2
 	HookSelfTest Hook = 1 << 3
+	// HookStreamEvent is the optional per-event stream hook (version 2,
+	// additive: ABI.md §3.5).
+	HookStreamEvent Hook = 1 << 4
 )
 
 // AllHooks is every hook the ABI defines.
-const AllHooks = HookRecover | HookReplay | HookRewrite | HookSelfTest
+const AllHooks = HookRecover | HookReplay | HookRewrite | HookSelfTest | HookStreamEvent
+
+// CallHooks are the hooks the host calls while serving (every hook but
+// self_test); a module must export at least one of them.
+const CallHooks = HookRecover | HookReplay | HookRewrite | HookStreamEvent
 
 // String names the hook as ABI.md and the host's metrics do.
 func (h Hook) String() string {
@@ -81,6 +91,8 @@ func (h Hook) String() string {
 		return "rewrite_request"
 	case HookSelfTest:
 		return "self_test"
+	case HookStreamEvent:
+		return "stream_event"
 	}
 	return "unknown"
 }
@@ -88,7 +100,7 @@ func (h Hook) String() string {
 // Names lists the hooks in h, in ABI order.
 func (h Hook) Names() []string {
 	var out []string
-	for _, one := range []Hook{HookRecover, HookReplay, HookRewrite, HookSelfTest} {
+	for _, one := range []Hook{HookRecover, HookReplay, HookRewrite, HookSelfTest, HookStreamEvent} {
 		if h&one != 0 {
 			out = append(out, one.String())
 		}
@@ -107,6 +119,8 @@ func (h Hook) Export() string {
 		return ExportRewrite
 	case HookSelfTest:
 		return ExportSelfTest
+	case HookStreamEvent:
+		return ExportStreamEvent
 	}
 	return ""
 }

@@ -531,3 +531,66 @@ func rewriteContext(in hostabi.RewriteInput, doc *hostabi.Document, headers map[
 	}
 	return c
 }
+
+// StreamHookActive reports whether any loaded policy implements the
+// stream_event hook now. The gateway asks once per stream: without one it
+// never builds a StreamEventInput (the no-hook path costs nothing).
+func (r *Runtime) StreamHookActive() bool {
+	return len(r.active.Load().byHook[hStreamEvent]) > 0
+}
+
+// StreamEvent runs every stream_event policy in order on one stream event;
+// each sees the previous one's replacement, and a drop stops the chain. A
+// module that defers, errs or faults passes the event on as it got it. The
+// result is StreamPass when nothing changed, StreamDrop, or StreamReplace
+// with the final delta/text in out.
+func (r *Runtime) StreamEvent(ctx context.Context, in hostabi.StreamEventInput) hostabi.StreamEventOutput {
+	out := hostabi.StreamEventOutput{Verdict: hostabi.StreamPass}
+	mods := r.active.Load().byHook[hStreamEvent]
+	if len(mods) == 0 {
+		return out
+	}
+	var buf []byte
+	for _, v := range mods {
+		if !v.acquire() {
+			if v = r.active.Load().find(v.name, hStreamEvent); v == nil || !v.acquire() {
+				continue
+			}
+		}
+		if v.tripped.Load() {
+			v.release()
+			v.hookMetrics(hStreamEvent).tripped.Inc()
+			r.fallback(hStreamEvent, outTripped.String())
+			continue
+		}
+		buf = hostabi.AppendStreamEventInput(buf[:0], in)
+		var res hostabi.StreamEventOutput
+		step := v.invoke(ctx, hStreamEvent, buf, nil, func(x uint64, mem memView) (resultKind, error) {
+			var kind resultKind
+			var err error
+			res, kind, err = decodeStreamEventResult(x, mem)
+			return kind, err
+		})
+		v.release()
+		if step.Outcome != outOK.String() {
+			if step.Outcome != outDefer.String() {
+				r.fallback(hStreamEvent, outcomeFrom(step.Outcome).fallbackReason())
+			}
+			continue
+		}
+		switch res.Verdict {
+		case hostabi.StreamDrop:
+			if in.HasDelta {
+				return hostabi.StreamEventOutput{Verdict: hostabi.StreamDrop}
+			}
+		case hostabi.StreamReplace:
+			if res.HasDelta && in.HasDelta && res.Delta != in.Delta {
+				in.Delta, out.Delta, out.HasDelta, out.Verdict = res.Delta, res.Delta, true, hostabi.StreamReplace
+			}
+			if res.HasText && in.HasText && res.Text != in.Text {
+				in.Text, out.Text, out.HasText, out.Verdict = res.Text, res.Text, true, hostabi.StreamReplace
+			}
+		}
+	}
+	return out
+}

@@ -111,3 +111,29 @@ func decodeRewriteResult(r uint64) (resultKind, error) {
 	}
 	return resDecided, fmt.Errorf("%w: rewrite result %#x", errInvalidOutput, r)
 }
+
+// decodeStreamEventResult decodes a stream_event hook's i64 result: a bare
+// pass (0) or drop (1), or an output object (a replace).
+func decodeStreamEventResult(r uint64, mem memView) (hostabi.StreamEventOutput, resultKind, error) {
+	kind, ptr, n := hostabi.UnpackResult(r)
+	switch kind {
+	case hostabi.ResultKindDefer:
+		return hostabi.StreamEventOutput{}, resDefer, nil
+	case hostabi.ResultKindError:
+		return hostabi.StreamEventOutput{}, resError, nil
+	case hostabi.ResultKindVerdict:
+		if !hostabi.ValidStreamVerdict(n) {
+			return hostabi.StreamEventOutput{}, resDecided, fmt.Errorf("%w: stream_event verdict %d", errInvalidOutput, n)
+		}
+		return hostabi.StreamEventOutput{Verdict: hostabi.StreamVerdict(n)}, resDecided, nil
+	}
+	b, err := readOutput(mem, ptr, n)
+	if err != nil {
+		return hostabi.StreamEventOutput{}, resDecided, err
+	}
+	out, err := hostabi.DecodeStreamEventOutput(b)
+	if err != nil {
+		return hostabi.StreamEventOutput{}, resDecided, fmt.Errorf("%w: %v", errInvalidOutput, err)
+	}
+	return out, resDecided, nil
+}

@@ -184,7 +184,7 @@ type artifact struct {
 // activeSet is the ordered set of serving versions, by hook.
 type activeSet struct {
 	all    []*version
-	byHook [3][]*version
+	byHook [hStreamEvent + 1][]*version // self_test's list stays empty
 }
 
 func newArtifact(source string, data []byte) *artifact {
@@ -543,8 +543,8 @@ func (r *Runtime) publish() {
 		e := r.entries[n]
 		if v := e.cur; v != nil {
 			set.all = append(set.all, v)
-			for h := hRecover; h <= hRewrite; h++ {
-				if v.hooks&hookBits[h] != 0 {
+			for h := range set.byHook {
+				if h != hSelfTest && v.hooks&hookBits[h] != 0 {
 					set.byHook[h] = append(set.byHook[h], v)
 				}
 			}
@@ -673,8 +673,8 @@ func (r *Runtime) buildFrom(ctx context.Context, e *entry, a *artifact, comp *co
 	if err := checkExports(comp.cm); err != nil {
 		return fail(err)
 	}
-	if v.hooks&(hostabi.HookRecover|hostabi.HookReplay|hostabi.HookRewrite) == 0 {
-		return fail(errors.New("the module exports none of the hooks recover, replay, rewrite_request"))
+	if v.hooks&hostabi.CallHooks == 0 {
+		return fail(errors.New("the module exports none of the hooks recover, replay, rewrite_request, stream_event"))
 	}
 	if inst.mod.ExportedFunction(hostabi.ExportHooks) != nil {
 		// A module may answer that, with its config, it has nothing to do:
@@ -707,7 +707,7 @@ func (r *Runtime) buildFrom(ctx context.Context, e *entry, a *artifact, comp *co
 			v.hm[h] = r.m.forHook(e.name, hookNames[h])
 		}
 	}
-	if v.hooks&(hostabi.HookRecover|hostabi.HookReplay|hostabi.HookRewrite) == 0 {
+	if v.hooks&hostabi.CallHooks == 0 {
 		// The module answered (sluice_hooks) that with its config it has
 		// nothing to do: it is never called, so neither an instance nor
 		// its compiled module (megabytes of decoded code and data, and the
@@ -824,7 +824,7 @@ func checkExports(cm wazero.CompiledModule) error {
 		return err
 	}
 	hook := []api.ValueType{i32, i32}
-	for _, name := range []string{hostabi.ExportRecover, hostabi.ExportReplay, hostabi.ExportRewrite} {
+	for _, name := range []string{hostabi.ExportRecover, hostabi.ExportReplay, hostabi.ExportRewrite, hostabi.ExportStreamEvent} {
 		if _, err := checkFunc(exps, name, hook, []api.ValueType{i64}, false); err != nil {
 			return err
 		}

@@ -52,7 +52,7 @@ type version struct {
 	tripped     atomic.Bool  // every call falls back to the built-in default
 	rolling     atomic.Bool  // a rollback was started
 
-	hm [4]*hookMetrics // by hookIndex
+	hm [5]*hookMetrics // by hookIndex
 }
 
 // hook indexes into per-hook arrays.
@@ -61,10 +61,11 @@ const (
 	hReplay
 	hRewrite
 	hSelfTest
+	hStreamEvent
 )
 
-var hookNames = [4]string{"recover", "replay", "rewrite_request", "self_test"}
-var hookBits = [4]hostabi.Hook{hostabi.HookRecover, hostabi.HookReplay, hostabi.HookRewrite, hostabi.HookSelfTest}
+var hookNames = [5]string{"recover", "replay", "rewrite_request", "self_test", "stream_event"}
+var hookBits = [5]hostabi.Hook{hostabi.HookRecover, hostabi.HookReplay, hostabi.HookRewrite, hostabi.HookSelfTest, hostabi.HookStreamEvent}
 
 // stats are a policy name's counters, kept across its versions.
 type stats struct {
@@ -79,7 +80,7 @@ type instance struct {
 	mod   api.Module
 	mem   api.Memory
 	alloc api.Function
-	fns   [4]api.Function
+	fns   [5]api.Function
 	stack []uint64
 	tail  *tailWriter
 	inPtr uint32 // the input region from the last sluice_alloc

@@ -88,3 +88,26 @@ func dispatchRewrite(p Policy, input []byte, b backend) uint64 {
 	failed("rewrite", err)
 	return hostabi.ResultError
 }
+
+// dispatchStreamEvent runs the stream_event handler: a bare pass or drop,
+// or a replace as an output object.
+func dispatchStreamEvent(p Policy, input, outbuf []byte) hookResult {
+	if p.StreamEvent == nil {
+		return deferResult
+	}
+	in, err := hostabi.DecodeStreamEventInput(input)
+	if err != nil {
+		return failed("stream_event input", err)
+	}
+	out, err := p.StreamEvent(in)
+	if errors.Is(err, ErrDefer) {
+		return deferResult
+	}
+	if err != nil {
+		return failed("stream_event", err)
+	}
+	if out.Verdict != hostabi.StreamReplace {
+		return hookResult{kind: hostabi.ResultKindVerdict, verdict: uint32(out.Verdict)}
+	}
+	return hookResult{kind: hostabi.ResultKindOutput, out: hostabi.AppendStreamEventOutput(outbuf[:0], out)}
+}

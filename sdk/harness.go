@@ -192,6 +192,27 @@ func (h *Harness) Rewrite(in hostabi.RewriteInput) (hostabi.RewriteOutput, error
 	return out, nil
 }
 
+// StreamEvent runs the stream_event handler on one event (see Recover).
+// A zero OutputIndex/ContentIndex in ev is sent as 0; set -1 for absent.
+func (h *Harness) StreamEvent(ev StreamEvent) (out StreamVerdict, deferred bool, err error) {
+	p := h.enter()
+	defer h.leave()
+	r := dispatchStreamEvent(p, hostabi.AppendStreamEventInput(nil, ev), nil)
+	switch r.kind {
+	case hostabi.ResultKindDefer:
+		return out, true, nil
+	case hostabi.ResultKindError:
+		return out, false, ErrHookError
+	case hostabi.ResultKindVerdict:
+		if !hostabi.ValidStreamVerdict(r.verdict) {
+			return out, false, hostabi.ErrBadVerdict
+		}
+		return StreamVerdict{Verdict: hostabi.StreamVerdict(r.verdict)}, false, nil
+	}
+	out, err = hostabi.DecodeStreamEventOutput(r.out)
+	return out, false, err
+}
+
 // SelfTest runs the self-test handler.
 func (h *Harness) SelfTest() error {
 	p := h.enter()

@@ -160,3 +160,38 @@ func TestHarnessABI2(t *testing.T) {
 		t.Fatal("re-exports")
 	}
 }
+
+func TestHarnessStreamEvent(t *testing.T) {
+	h := &sdk.Harness{Policy: sdk.Policy{StreamEvent: func(ev sdk.StreamEvent) (sdk.StreamVerdict, error) {
+		switch {
+		case ev.Delta == "drop":
+			return sdk.DropEvent(), nil
+		case ev.Delta == "defer":
+			return sdk.StreamVerdict{}, sdk.ErrDefer
+		case ev.HasText:
+			return sdk.ReplaceText(ev.Text + "!"), nil
+		case ev.HasDelta && ev.Delta != "keep":
+			return sdk.ReplaceDelta("[" + ev.Delta + "]"), nil
+		}
+		return sdk.PassEvent(), nil
+	}}}
+	ev := func(delta string) sdk.StreamEvent {
+		return sdk.StreamEvent{Type: "response.output_text.delta", OutputIndex: 0, ContentIndex: -1, Delta: delta, HasDelta: true}
+	}
+	if out, _, err := h.StreamEvent(ev("x")); err != nil || out.Verdict != hostabi.StreamReplace || out.Delta != "[x]" {
+		t.Fatalf("replace: %+v %v", out, err)
+	}
+	if out, _, err := h.StreamEvent(ev("drop")); err != nil || out.Verdict != hostabi.StreamDrop {
+		t.Fatalf("drop: %+v %v", out, err)
+	}
+	if out, _, err := h.StreamEvent(ev("keep")); err != nil || out.Verdict != hostabi.StreamPass {
+		t.Fatalf("pass: %+v %v", out, err)
+	}
+	if _, deferred, err := h.StreamEvent(ev("defer")); err != nil || !deferred {
+		t.Fatalf("defer: %v %v", deferred, err)
+	}
+	done := sdk.StreamEvent{Type: "response.output_text.done", OutputIndex: 0, ContentIndex: 0, Text: "all", HasText: true}
+	if out, _, err := h.StreamEvent(done); err != nil || !out.HasText || out.Text != "all!" {
+		t.Fatalf("text: %+v %v", out, err)
+	}
+}

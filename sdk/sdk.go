@@ -139,6 +139,11 @@ type Policy struct {
 	Replay   func(in ReplayInput) (ReplayOutput, error)
 	Rewrite  func(req *Request) error
 	SelfTest func() error
+	// StreamEvent, when set, is the optional per-event stream hook
+	// (ABI.md §3.5): it sees each text-bearing Responses event the client
+	// is about to get (deltas and *.done text events) and may pass, drop
+	// or replace it. It runs once per such event, so keep it short.
+	StreamEvent func(ev StreamEvent) (StreamVerdict, error)
 	// Active, when set, is asked once at load (after init, with the
 	// policy's config readable through Config): false tells the host the
 	// policy has nothing to do, so it is loaded but never called, and
@@ -166,6 +171,42 @@ func Register(p Policy) {
 	if p.SelfTest != nil {
 		registered.SelfTest = p.SelfTest
 	}
+	if p.StreamEvent != nil {
+		registered.StreamEvent = p.StreamEvent
+	}
+}
+
+// HandleStreamEvent registers the stream_event handler.
+func HandleStreamEvent(f func(ev StreamEvent) (StreamVerdict, error)) {
+	Register(Policy{StreamEvent: f})
+}
+
+// StreamEvent is one Responses event as the stream_event hook sees it:
+// Type, the client's SequenceNumber, OutputIndex and ContentIndex (-1 when
+// absent), ItemID, and Delta (HasDelta: a *.delta event) or Text (HasText:
+// a *.done text event).
+type StreamEvent = hostabi.StreamEventInput
+
+// StreamVerdict is a stream_event handler's answer; the zero value passes
+// the event. Use PassEvent, DropEvent, ReplaceDelta or ReplaceText.
+type StreamVerdict = hostabi.StreamEventOutput
+
+// PassEvent sends the event as it is.
+func PassEvent() StreamVerdict { return StreamVerdict{} }
+
+// DropEvent leaves a delta out of the client's stream (the host keeps the
+// sequence numbers contiguous and the recorded text consistent). On a
+// *.done event it passes.
+func DropEvent() StreamVerdict { return StreamVerdict{Verdict: hostabi.StreamDrop} }
+
+// ReplaceDelta sends a delta event with delta d instead of its own.
+func ReplaceDelta(d string) StreamVerdict {
+	return StreamVerdict{Verdict: hostabi.StreamReplace, Delta: d, HasDelta: true}
+}
+
+// ReplaceText sends a *.done text event with text t instead of its own.
+func ReplaceText(t string) StreamVerdict {
+	return StreamVerdict{Verdict: hostabi.StreamReplace, Text: t, HasText: true}
 }
 
 // HandleRecover registers the recover handler.
@@ -207,6 +248,9 @@ func (p Policy) hooks() hostabi.Hook {
 	}
 	if p.SelfTest != nil {
 		h |= hostabi.HookSelfTest
+	}
+	if p.StreamEvent != nil {
+		h |= hostabi.HookStreamEvent
 	}
 	return h
 }

@@ -199,6 +199,11 @@ func exportRewrite(p unsafe.Pointer, n int32) uint64 {
 	return dispatchRewrite(registered, input(p, n), hostBackend{})
 }
 
+//go:wasmexport sluice_stream_event
+func exportStreamEvent(p unsafe.Pointer, n int32) uint64 {
+	return encode(dispatchStreamEvent(registered, input(p, n), outbox))
+}
+
 //go:wasmexport sluice_self_test
 func exportSelfTest() int32 { return dispatchSelfTest(registered) }
 

@@ -265,6 +265,19 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger, admin
 			logger.Error("closing the policy runtime", "error", err)
 		}
 	})
+	tp, err := tracerProvider(ctx, cfg.Tracing) // tracing.go: nil without tracing.otlp_endpoint
+	if err != nil {
+		return nil, cleanup, err
+	}
+	if tp != nil {
+		// The gateway owns it (Shutdown flushes it); this closer covers a
+		// failed start. Shutting down twice is harmless.
+		closers = append(closers, func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = tp.Shutdown(sctx)
+		})
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(rt.Collectors()...)
@@ -307,6 +320,7 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger, admin
 		MalformedEvents:    cfg.Streams.MalformedEvents,
 		Transport:          transport,
 		Accounts:           accountsOptions(cfg, st),
+		TracerProvider:     tracerOption(tp),
 	})
 	if err != nil {
 		return nil, cleanup, err

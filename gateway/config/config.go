@@ -60,6 +60,8 @@ type Config struct {
 	// Store selects where continuity, conversations, streaming-input
 	// sessions and shared target health live (store.go).
 	Store Store `yaml:"store"`
+	// Tracing exports OpenTelemetry spans over OTLP/HTTP (tracing.go).
+	Tracing Tracing `yaml:"tracing"`
 }
 
 // Streams configures how client streams treat their upstreams' events.
@@ -465,6 +467,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	c.validateAccounts(bad)
+	c.validateTracing(bad)
 	return errors.Join(errs...)
 }
 

@@ -2,9 +2,9 @@
 # Rebuilds the committed test fixtures: *.wat -> *.wasm with wabt's wat2wasm
 # (Debian: apt-get install -y wabt) and the Go fixture gofixture/ ->
 # gofixture.wasm. CI uses the committed .wasm files and needs neither.
-# ABI versions: replay_v2.wat declares 2, badabi.wat 3 (rejected), the others
-# 1; the committed gofixture.wasm was built when the SDK declared 1 (a
-# rebuild declares the SDK's current version; its tests accept either).
+# ABI versions: replay_v2.wat and stream_redact.wat declare 2, badabi.wat 3 (rejected), the others
+# 1; gofixture.wasm declares the SDK's version (2 since it gained a
+# stream_event handler; its tests accept either).
 set -euo pipefail
 cd "$(dirname "$0")"
 for f in *.wat; do

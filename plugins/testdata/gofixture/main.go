@@ -11,6 +11,10 @@
 // drops the web_search tool, "headers" sets x-set and removes x-drop,
 // "upstream" chooses "backup", "reject" rejects with 429, "panic" panics
 // after an edit.
+//
+// stream_event: replaces "secret" with "[redacted]" in
+// response.output_text.delta events (as stream_redact.wat does), passes the
+// rest.
 package main
 
 import (
@@ -81,6 +85,12 @@ func init() {
 				panic("fixture rewrite panic")
 			}
 			return nil
+		},
+		StreamEvent: func(ev sdk.StreamEvent) (sdk.StreamVerdict, error) {
+			if ev.Type != "response.output_text.delta" || !strings.Contains(ev.Delta, "secret") {
+				return sdk.PassEvent(), nil
+			}
+			return sdk.ReplaceDelta(strings.ReplaceAll(ev.Delta, "secret", "[redacted]")), nil
 		},
 		SelfTest: func() error {
 			if sdk.Now().Year() < 2024 {

@@ -1,0 +1,34 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluice-gw/sluice/gateway"
+	"github.com/sluice-gw/sluice/gateway/config"
+)
+
+// tracerProvider builds the OTLP/HTTP tracer provider of tracing: (spans to
+// {otlp_endpoint}/v1/traces), or nil when tracing.otlp_endpoint is unset.
+func tracerProvider(ctx context.Context, t config.Tracing) (*sdktrace.TracerProvider, error) {
+	if !t.Enabled() {
+		return nil, nil
+	}
+	tp, err := gateway.NewOTLPTracerProvider(ctx, t.TracesURL(), t.Ratio(), currentBuild().Version)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
+	return tp, nil
+}
+
+// tracerOption is tp as gateway.Options.TracerProvider: a nil interface
+// (not a typed nil) when tracing is off.
+func tracerOption(tp *sdktrace.TracerProvider) trace.TracerProvider {
+	if tp == nil {
+		return nil
+	}
+	return tp
+}

@@ -1,0 +1,76 @@
+package gateway_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/tidwall/gjson"
+
+	"github.com/sluice-gw/sluice/gateway"
+	"github.com/sluice-gw/sluice/gateway/upstreamtest"
+	"github.com/sluice-gw/sluice/plugins"
+)
+
+// TestStreamEventHookRedactsLiveStream: a live SSE stream through the
+// gateway with the WAT stream_event fixture loaded in the real plugin
+// runtime. The fixture replaces "secret" in text deltas; the host keeps
+// every later form of the text (output_text.done, content_part.done,
+// output_item.done and the upstream's response.completed) consistent with
+// what the client was sent.
+func TestStreamEventHookRedactsLiveStream(t *testing.T) {
+	wasm, err := os.ReadFile(filepath.Join("..", "plugins", "testdata", "stream_redact.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rt, err := plugins.New(ctx, plugins.Options{Embedded: map[string][]byte{"stream_redact.wasm": wasm},
+		Logger: hclog.NewNullLogger(), CallTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	if !rt.StreamHookActive() {
+		t.Fatal("the fixture's stream_event hook is not active")
+	}
+	h := newHarness(t, harnessConfig{opts: gateway.Options{Policy: rt}})
+	h.ups["A"].Enqueue(upstreamtest.Answer("the secret plan", 3))
+
+	_, evs := h.streamEvents("/v1/responses", `{"model":"m","input":"hi","stream":true}`)
+	var deltas strings.Builder
+	var completed gjson.Result
+	for k, ev := range evs {
+		if strings.Contains(string(ev.Data), "secret") {
+			t.Errorf("event %d still says secret: %s", k, ev.Data)
+		}
+		d := gjson.ParseBytes(ev.Data)
+		if got := d.Get("sequence_number").Int(); got != int64(k) {
+			t.Errorf("event %d numbered %d", k, got)
+		}
+		switch d.Get("type").Str {
+		case "response.output_text.delta":
+			deltas.WriteString(d.Get("delta").Str)
+		case "response.output_text.done":
+			if got := d.Get("text").Str; got != "the [redacted] plan" {
+				t.Errorf("output_text.done text %q", got)
+			}
+		case "response.completed":
+			completed = d
+		}
+	}
+	t.Logf("%d events, deltas %q, completed %s", len(evs), deltas.String(), completed.Get("response.output").Raw)
+	if got := deltas.String(); got != "the [redacted] plan" {
+		t.Fatalf("client deltas %q", got)
+	}
+	if got := completed.Get("response.output.0.content.0.text").Str; got != "the [redacted] plan" {
+		t.Fatalf("response.completed output text %q (%s)", got, completed.Raw)
+	}
+	if !strings.Contains(string(h.ups["A"].Requests()[0].Body), `"input":"hi"`) {
+		t.Fatal("upstream request changed")
+	}
+}

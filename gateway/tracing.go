@@ -1,0 +1,358 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluice-gw/sluice/gateway/upstream"
+)
+
+// Tracing (README "Tracing"). With Options.TracerProvider set, each client
+// request (each response.create on a WebSocket) is a server span, and each
+// upstream attempt a client span under it, carrying the GenAI semantic
+// convention attributes (gen_ai.*), the route, the target and what the
+// attempt loop decided after it (sluice.rescue). A client's W3C traceparent
+// is the request span's parent, and the attempt span's context is what the
+// upstream gets as its traceparent. Without a provider nothing here runs:
+// every hook returns at a nil check, and a client's traceparent reaches the
+// upstream unchanged, like any other header (none is invented).
+//
+// No global state: the provider and the propagator are the server's, and
+// Shutdown flushes and stops the provider.
+
+// tracing is the server's tracer; nil when tracing is off.
+type tracing struct {
+	tracer trace.Tracer
+	prop   propagation.TraceContext
+	stop   func(context.Context) error // the provider's Shutdown, when it has one
+}
+
+const tracerName = "github.com/sluice-gw/sluice/gateway"
+
+func newTracing(tp trace.TracerProvider) *tracing {
+	if tp == nil {
+		return nil
+	}
+	t := &tracing{tracer: tp.Tracer(tracerName)}
+	if sd, ok := tp.(interface{ Shutdown(context.Context) error }); ok {
+		t.stop = sd.Shutdown
+	}
+	return t
+}
+
+// shutdownTracing flushes the spans still buffered and stops the provider
+// (Shutdown, after the last stream ended). A collector that does not answer
+// costs at most 5 seconds.
+func (s *Server) shutdownTracing() {
+	if s.tracing == nil || s.tracing.stop == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.tracing.stop(ctx); err != nil {
+		s.log.Warn("flushing traces failed", "error", err)
+	}
+}
+
+// NewOTLPTracerProvider is the SDK tracer provider that sends spans over
+// OTLP/HTTP (protobuf) to tracesURL ({otlp_endpoint}/v1/traces), batched,
+// recording the share ratio (0..1) of new traces; a client's sampled flag
+// decides for its own trace. Hand it to Options.TracerProvider: the server
+// owns it from then on and shuts it down on drain.
+func NewOTLPTracerProvider(ctx context.Context, tracesURL string, ratio float64, version string) (*sdktrace.TracerProvider, error) {
+	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(tracesURL))
+	if err != nil {
+		return nil, err
+	}
+	attrs := []attribute.KeyValue{attribute.String("service.name", "sluice")}
+	if version != "" {
+		attrs = append(attrs, attribute.String("service.version", version))
+	}
+	return sdktrace.NewTracerProvider(
+		sdktrace.WithBatcher(exp),
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))),
+		sdktrace.WithResource(resource.NewSchemaless(attrs...)),
+	), nil
+}
+
+// reqTrace is one request's spans.
+type reqTrace struct {
+	t       *tracing
+	ctx     context.Context // holds the request span: the attempts' parent
+	span    trace.Span
+	attempt trace.Span // the attempt in flight; nil between attempts
+	status  int        // the attempt's upstream HTTP status (0: none)
+	count   int        // attempts made
+}
+
+func noTrace() {}
+
+// traceRequest starts req's span (the client's traceparent, if any, is its
+// parent) and returns what ends it. Without tracing it does nothing.
+func (s *Server) traceRequest(req *clientRequest) (end func()) {
+	if s.tracing == nil {
+		return noTrace
+	}
+	t := s.tracing
+	parent := t.prop.Extract(context.Background(), propagation.HeaderCarrier(req.header))
+	name, method, path := "POST /v1"+req.ep.path, http.MethodPost, "/v1"+req.ep.path
+	if req.viaWebSocket {
+		name, method = "WS /v1/responses", "GET"
+	}
+	ctx, span := t.tracer.Start(parent, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
+		attribute.String("gen_ai.operation.name", "chat"),
+		attribute.String("gen_ai.system", "openai"),
+		attribute.String("gen_ai.provider.name", "openai"),
+		attribute.String("gen_ai.request.model", req.model),
+		attribute.String("http.request.method", method),
+		attribute.String("url.path", path),
+		attribute.String("sluice.surface", req.surface()),
+	))
+	rt := &reqTrace{t: t, ctx: ctx, span: span}
+	req.trace = rt
+	if req.meta != nil {
+		req.meta.mu.Lock()
+		req.meta.traced = true
+		req.meta.mu.Unlock()
+	}
+	return func() { rt.end(req) }
+}
+
+// end records what the request did (read from its meta: usage, served
+// model, status, finish reasons, how it ended) and ends its span.
+func (rt *reqTrace) end(req *clientRequest) {
+	span := rt.span
+	span.SetAttributes(attribute.Int("sluice.attempts", rt.count))
+	if req.key != nil {
+		span.SetAttributes(attribute.String("sluice.key", req.key.name))
+	}
+	failed := false
+	if m := req.meta; m != nil {
+		m.mu.Lock()
+		attrs := []attribute.KeyValue{attribute.String("sluice.route", m.route)}
+		attrs = append(attrs, genAIResult(m)...)
+		if m.reason != "" || m.terminal != "" {
+			attrs = append(attrs, attribute.String("sluice.reason", firstNonEmpty(m.reason, m.terminal)))
+		}
+		if len(m.targets) > 0 {
+			attrs = append(attrs, attribute.String("sluice.target", m.targets[len(m.targets)-1]),
+				attribute.StringSlice("sluice.targets", m.targets))
+		}
+		if m.code != "" {
+			attrs = append(attrs, attribute.String("error.type", m.code))
+		}
+		failed = m.status >= 500 || m.terminal == "failed"
+		m.mu.Unlock()
+		span.SetAttributes(attrs...)
+	}
+	if failed {
+		span.SetStatus(codes.Error, "")
+	}
+	span.End()
+}
+
+// genAIResult is the response side of the GenAI attributes (m.mu held).
+func genAIResult(m *reqMeta) []attribute.KeyValue {
+	var attrs []attribute.KeyValue
+	if m.status != 0 {
+		attrs = append(attrs, attribute.Int("http.response.status_code", m.status))
+	}
+	if m.servedModel != "" {
+		attrs = append(attrs, attribute.String("gen_ai.response.model", m.servedModel))
+	}
+	if m.usage.known {
+		attrs = append(attrs, attribute.Int64("gen_ai.usage.input_tokens", m.usage.input),
+			attribute.Int64("gen_ai.usage.output_tokens", m.usage.output))
+		if m.usage.cached > 0 {
+			attrs = append(attrs, attribute.Int64("gen_ai.usage.cache_read.input_tokens", m.usage.cached))
+		}
+		if m.usage.reasoning > 0 {
+			attrs = append(attrs, attribute.Int64("gen_ai.usage.reasoning.output_tokens", m.usage.reasoning))
+		}
+	}
+	if len(m.finish) > 0 {
+		attrs = append(attrs, attribute.StringSlice("gen_ai.response.finish_reasons", m.finish))
+	}
+	return attrs
+}
+
+// traceAttempt starts the span of an attempt on t (a child of the
+// request's span); traceAttemptEnd ends it.
+func (s *Server) traceAttempt(req *clientRequest, t upstream.Target) {
+	rt := req.trace
+	if rt == nil {
+		return
+	}
+	rt.count++
+	rt.status = 0
+	model := firstNonEmpty(t.Model, req.model)
+	attrs := []attribute.KeyValue{
+		attribute.String("gen_ai.operation.name", "chat"),
+		attribute.String("gen_ai.system", "openai"),
+		attribute.String("gen_ai.provider.name", "openai"),
+		attribute.String("gen_ai.request.model", model),
+		attribute.String("sluice.target", t.String()),
+		attribute.String("sluice.upstream", t.Upstream.Name()),
+		attribute.Int("sluice.attempt", rt.count-1),
+	}
+	if u, err := url.Parse(t.Upstream.Config().BaseURL); err == nil {
+		host, port := u.Hostname(), u.Port()
+		if port == "" && u.Scheme == "https" {
+			port = "443"
+		} else if port == "" {
+			port = "80"
+		}
+		attrs = append(attrs, attribute.String("server.address", host))
+		if p, err := strconv.Atoi(port); err == nil {
+			attrs = append(attrs, attribute.Int("server.port", p))
+		}
+	}
+	if req.try != nil && req.try.route != nil {
+		attrs = append(attrs, attribute.String("sluice.route", strings.Join(req.try.route.Models, ",")))
+	}
+	if req.try != nil && req.try.cont != nil {
+		attrs = append(attrs, attribute.String("sluice.continuation", req.try.cont.kind))
+	}
+	_, rt.attempt = rt.t.tracer.Start(rt.ctx, "chat "+model, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+}
+
+// traceAnswer notes the upstream's HTTP status for the attempt's span.
+func (s *Server) traceAnswer(req *clientRequest, ans *upstreamAnswer) {
+	if req.trace == nil || ans == nil {
+		return
+	}
+	req.trace.status = ans.status
+}
+
+// rescueDecision names what the attempt loop does after an attempt.
+func rescueDecision(n next) string {
+	switch n {
+	case nextDone:
+		return "done"
+	case nextFailover:
+		return "next_target"
+	case nextReplayOther:
+		return "replay_other_target"
+	case nextReplaySame:
+		return "replay_same_target"
+	case nextRetrySame:
+		return "retry_same_target"
+	case nextOtherModel:
+		return "other_model"
+	case nextStop:
+		return "stop"
+	case nextContinue:
+		return "continue"
+	case nextContinueSame:
+		return "continue_same_target"
+	}
+	return "unknown"
+}
+
+// traceAttemptEnd ends the attempt's span with its outcome: the upstream's
+// status, the rescue decision and why; the attempt that ended the request
+// carries the response's model, usage and finish reasons as the client got
+// them (on a continued stream: the attempts' usage summed).
+func (s *Server) traceAttemptEnd(req *clientRequest, res attemptResult) {
+	rt := req.trace
+	if rt == nil || rt.attempt == nil {
+		return
+	}
+	span := rt.attempt
+	rt.attempt = nil
+	attrs := []attribute.KeyValue{attribute.String("sluice.rescue", rescueDecision(res.next))}
+	if rt.status != 0 {
+		attrs = append(attrs, attribute.Int("http.response.status_code", rt.status))
+	}
+	if res.next == nextDone {
+		if m := req.meta; m != nil {
+			m.mu.Lock()
+			attrs = append(attrs, genAIResult(m)...)
+			m.mu.Unlock()
+		}
+	} else {
+		if res.why != "" {
+			attrs = append(attrs, attribute.String("sluice.failure", res.why))
+		}
+		span.SetStatus(codes.Error, res.why)
+	}
+	span.SetAttributes(attrs...)
+	span.End()
+}
+
+// injectTrace sets the traceparent (and tracestate) an upstream gets: the
+// attempt span's context, replacing what the client sent. Without tracing
+// the client's headers pass as they are.
+func (req *clientRequest) injectTrace(h http.Header) {
+	rt := req.trace
+	if rt == nil {
+		return
+	}
+	h.Del("Traceparent")
+	h.Del("Tracestate")
+	ctx := rt.ctx
+	if rt.attempt != nil {
+		ctx = trace.ContextWithSpan(ctx, rt.attempt)
+	}
+	rt.t.prop.Inject(ctx, propagation.HeaderCarrier(h))
+}
+
+// noteFinish records the finish reasons of an event the client is sent
+// (m.mu held; only while traced): a Chat chunk's choices[].finish_reason,
+// a Responses terminal event's status (completed: stop; incomplete: its
+// reason, max_output_tokens as length; failed: error).
+func (m *reqMeta) noteFinish(name string, data []byte) {
+	if name != "" && !isTerminalType(name) {
+		return // a Responses event that ends nothing
+	}
+	obj := gjson.GetBytes(data, "object").Str
+	if obj == "chat.completion.chunk" || obj == "chat.completion" {
+		if !bytes.Contains(data, finishField) {
+			return
+		}
+		gjson.GetBytes(data, "choices.#.finish_reason").ForEach(func(_, v gjson.Result) bool {
+			if v.Type == gjson.String && v.Str != "" {
+				m.finish = append(m.finish, v.Str)
+			}
+			return true
+		})
+		return
+	}
+	var resp gjson.Result
+	switch typ := gjson.GetBytes(data, "type").Str; {
+	case isTerminalType(typ):
+		resp = gjson.GetBytes(data, "response")
+	case typ == "" && obj == "response": // a JSON answer
+		resp = gjson.ParseBytes(data)
+	default:
+		return
+	}
+	switch resp.Get("status").Str {
+	case "completed":
+		m.finish = append(m.finish[:0], "stop")
+	case "incomplete":
+		r := resp.Get("incomplete_details.reason").Str
+		if r == "max_output_tokens" {
+			r = "length"
+		}
+		m.finish = append(m.finish[:0], firstNonEmpty(r, "incomplete"))
+	case "failed":
+		m.finish = append(m.finish[:0], "error")
+	}
+}
+
+var finishField = []byte(`"finish_reason":"`)

@@ -1,0 +1,49 @@
+package gateway
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/sluice-gw/sluice/gateway/upstream"
+)
+
+// TestTracingOffAllocatesNothing: without a tracer provider every tracing
+// hook of the request path returns at its nil check: no allocation.
+func TestTracingOffAllocatesNothing(t *testing.T) {
+	s := &Server{}
+	req := &clientRequest{ep: responsesEndpoint, model: "m", header: http.Header{"Traceparent": {"x"}}, meta: &reqMeta{}}
+	h := http.Header{}
+	var tgt upstream.Target
+	ans := &upstreamAnswer{status: 200}
+	if n := testing.AllocsPerRun(1000, func() {
+		end := s.traceRequest(req)
+		s.traceAttempt(req, tgt)
+		s.traceAnswer(req, ans)
+		s.traceAttemptEnd(req, attemptResult{})
+		req.injectTrace(h)
+		end()
+	}); n != 0 {
+		t.Fatalf("%v allocations per request with tracing off", n)
+	}
+	if req.trace != nil || req.meta.traced || len(h) != 0 {
+		t.Fatal("tracing off left state behind")
+	}
+}
+
+// BenchmarkTracingOff is the cost of the tracing hooks of one request with
+// one attempt when tracing is off.
+func BenchmarkTracingOff(b *testing.B) {
+	s := &Server{}
+	req := &clientRequest{ep: responsesEndpoint, model: "m", header: http.Header{}}
+	h := http.Header{}
+	var tgt upstream.Target
+	b.ReportAllocs()
+	for b.Loop() {
+		end := s.traceRequest(req)
+		s.traceAttempt(req, tgt)
+		s.traceAnswer(req, nil)
+		s.traceAttemptEnd(req, attemptResult{})
+		req.injectTrace(h)
+		end()
+	}
+}
