@@ -150,6 +150,13 @@ func (s *PebbleStore) History(ctx context.Context, responseID string, maxItems, 
 	defer release()
 	s.stats.historyLookups.Add(1)
 
+	return walkHistory(ctx, responseID, maxItems, maxBytes, func(id string) (Turn, error) { return s.loadLiveTurn(db, id) })
+}
+
+// walkHistory follows a conversation's parent chain from responseID, with
+// load reading one live turn, and returns the items oldest first; both
+// backends share it so the chain rules (cycles, broken links, caps) are one.
+func walkHistory(ctx context.Context, responseID string, maxItems, maxBytes int, load func(id string) (Turn, error)) ([]json.RawMessage, error) {
 	var (
 		turns        []Turn // newest first
 		items, bytes int
@@ -165,7 +172,7 @@ func (s *PebbleStore) History(ctx context.Context, responseID string, maxItems, 
 		}
 		seen[id] = struct{}{}
 
-		t, err := s.loadLiveTurn(db, id)
+		t, err := load(id)
 		switch {
 		case errors.Is(err, ErrNotFound) && id != responseID:
 			return nil, &BrokenChainError{ResponseID: responseID, MissingID: id, ChildID: child}

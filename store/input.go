@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cockroachdb/pebble"
 )
@@ -269,20 +270,19 @@ func (s *PebbleStore) ListInputSessions(ctx context.Context) ([]InputSession, er
 }
 
 // validSession checks the fields of a session record that the store relies
-// on.
-func (s *PebbleStore) validSession(sess *InputSession) error {
+// on (both backends).
+func validSession(sess *InputSession, maxTemplate int) error {
 	if err := validID("session id", sess.ID); err != nil {
 		return err
 	}
-	if len(sess.Template) > s.opts.MaxChunkBytes {
-		return fmt.Errorf("template of %d bytes exceeds %d: %w", len(sess.Template), s.opts.MaxChunkBytes, ErrTooLarge)
+	if len(sess.Template) > maxTemplate {
+		return fmt.Errorf("template of %d bytes exceeds %d: %w", len(sess.Template), maxTemplate, ErrTooLarge)
 	}
 	return nil
 }
 
-// sessionDefaults fills a session's zero timestamps.
-func (s *PebbleStore) sessionDefaults(sess *InputSession) {
-	now := s.now()
+// sessionDefaults fills a session's zero timestamps (both backends).
+func sessionDefaults(sess *InputSession, now time.Time, ttl time.Duration) {
 	if sess.CreatedAt.IsZero() {
 		sess.CreatedAt = now
 	}
@@ -290,8 +290,16 @@ func (s *PebbleStore) sessionDefaults(sess *InputSession) {
 		sess.LastActivity = now
 	}
 	if sess.ExpiresAt.IsZero() {
-		sess.ExpiresAt = sess.LastActivity.Add(s.opts.InputSessionTTL)
+		sess.ExpiresAt = sess.LastActivity.Add(ttl)
 	}
+}
+
+func (s *PebbleStore) validSession(sess *InputSession) error {
+	return validSession(sess, s.opts.MaxChunkBytes)
+}
+
+func (s *PebbleStore) sessionDefaults(sess *InputSession) {
+	sessionDefaults(sess, s.now(), s.opts.InputSessionTTL)
 }
 
 // commitSession adds sess's record and expiry entry to b and commits it

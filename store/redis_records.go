@@ -340,71 +340,17 @@ func (s *RedisStore) History(ctx context.Context, responseID string, maxItems, m
 	}
 	defer release()
 	s.stats.historyLookups.Add(1)
-	var (
-		turns        []Turn
-		items, bytes int
-		seen         = map[string]struct{}{}
-		child        string
-	)
-	for id := responseID; id != ""; {
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("store: history %s: %w", RedactID(responseID), err)
-		}
-		if _, ok := seen[id]; ok {
-			return nil, fmt.Errorf("store: history %s: cycle at %s: %w", RedactID(responseID), RedactID(id), ErrCorrupt)
-		}
-		seen[id] = struct{}{}
-		t, err := s.loadLiveTurn(ctx, id)
-		switch {
-		case errors.Is(err, ErrNotFound) && id != responseID:
-			return nil, &BrokenChainError{ResponseID: responseID, MissingID: id, ChildID: child}
-		case err != nil:
-			return nil, fmt.Errorf("store: history %s: turn %s: %w", RedactID(responseID), RedactID(id), err)
-		}
-		items += len(t.Input) + len(t.Output)
-		for _, list := range [][]json.RawMessage{t.Input, t.Output} {
-			for _, it := range list {
-				bytes += len(it)
-			}
-		}
-		if maxItems > 0 && items > maxItems || maxBytes > 0 && bytes > maxBytes {
-			return nil, fmt.Errorf("store: history %s: more than %d items or %d bytes after %d turns: %w",
-				RedactID(responseID), maxItems, maxBytes, len(turns)+1, ErrTooLarge)
-		}
-		turns = append(turns, t)
-		child, id = id, t.ParentID
-	}
-	out := make([]json.RawMessage, 0, items)
-	for i := len(turns) - 1; i >= 0; i-- {
-		out = append(out, turns[i].Input...)
-		out = append(out, turns[i].Output...)
-	}
-	return out, nil
+	return walkHistory(ctx, responseID, maxItems, maxBytes, func(id string) (Turn, error) { return s.loadLiveTurn(ctx, id) })
 }
 
 // --- input sessions
 
 func (s *RedisStore) validSession(sess *InputSession) error {
-	if err := validID("session id", sess.ID); err != nil {
-		return err
-	}
-	if len(sess.Template) > s.opts.MaxChunkBytes {
-		return fmt.Errorf("template of %d bytes exceeds %d: %w", len(sess.Template), s.opts.MaxChunkBytes, ErrTooLarge)
-	}
-	return nil
+	return validSession(sess, s.opts.MaxChunkBytes)
 }
 
 func (s *RedisStore) sessionDefaults(sess *InputSession) {
-	now := s.now()
-	if sess.CreatedAt.IsZero() {
-		sess.CreatedAt = now
-	}
-	if sess.LastActivity.IsZero() {
-		sess.LastActivity = now
-	}
-	if sess.ExpiresAt.IsZero() {
-		sess.ExpiresAt = sess.LastActivity.Add(s.opts.InputSessionTTL)
-	}
+	sessionDefaults(sess, s.now(), s.opts.InputSessionTTL)
 }
 
 // CreateInputSession stores a new session; ErrExists if a live one has the

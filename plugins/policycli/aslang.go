@@ -70,25 +70,7 @@ func embeddedASSDK() ([]sdkFile, string) {
 // earlier write put there) and returns its digest.
 func writeASSDK(dir string) (string, error) {
 	files, hash := embeddedASSDK()
-	if _, err := os.Stat(dir); err == nil {
-		if _, err := os.Stat(filepath.Join(dir, sdkStamp)); err != nil {
-			return "", fmt.Errorf("%s exists and was not written by sluice; move it away", dir)
-		}
-		if err := os.RemoveAll(dir); err != nil {
-			return "", err
-		}
-	}
-	for _, f := range files {
-		p := filepath.Join(dir, filepath.FromSlash(f.path))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return "", err
-		}
-		if err := os.WriteFile(p, f.data, 0o644); err != nil {
-			return "", err
-		}
-	}
-	stamp := fmt.Sprintf("sdk %s\nabi %d\nlang %s\n", hash, hostabi.ABIVersion, LangAS)
-	return hash, os.WriteFile(filepath.Join(dir, sdkStamp), []byte(stamp), 0o644)
+	return writeSDKFiles(dir, files, fmt.Sprintf("sdk %s\nabi %d\nlang %s\n", hash, hostabi.ABIVersion, LangAS), hash)
 }
 
 // isASProject reports whether dir holds an AssemblyScript policy: an

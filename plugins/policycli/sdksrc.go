@@ -71,6 +71,12 @@ func embeddedSDK() ([]sdkFile, string) {
 // writeSDK put there) and returns its digest.
 func writeSDK(dir string) (string, error) {
 	files, hash := embeddedSDK()
+	return writeSDKFiles(dir, files, fmt.Sprintf("sdk %s\nabi %d\n", hash, hostabi.ABIVersion), hash)
+}
+
+// writeSDKFiles replaces dir (only if an earlier write of ours made it: it
+// has the stamp) with files and the stamp, and returns hash.
+func writeSDKFiles(dir string, files []sdkFile, stamp, hash string) (string, error) {
 	if _, err := os.Stat(dir); err == nil {
 		if _, err := os.Stat(filepath.Join(dir, sdkStamp)); err != nil {
 			return "", fmt.Errorf("%s exists and was not written by sluice; move it away", dir)
@@ -88,7 +94,6 @@ func writeSDK(dir string) (string, error) {
 			return "", err
 		}
 	}
-	stamp := fmt.Sprintf("sdk %s\nabi %d\n", hash, hostabi.ABIVersion)
 	return hash, os.WriteFile(filepath.Join(dir, sdkStamp), []byte(stamp), 0o644)
 }
 
