@@ -524,16 +524,23 @@ func (p *pump) errorCause(payload []byte) *apierr.Error {
 // afterRead hands a read failure after content back to the attempt; ok is
 // false for failures a continuation does not rescue (drain, oversize).
 func (p *pump) afterRead(err error, reason string, e *apierr.Error) (pumpEnd, bool) {
-	var class string
+	var class, code string
 	switch reason {
 	case reasonCut:
 		class = hostabi.FailureCut
 	case reasonIdle, reasonStall:
 		class = hostabi.FailureStall
+	case reasonFirstToken:
+		// No content within first_token, but the client saw the lifecycle
+		// events (the hold deadline passed) or a Chat role chunk: a silence
+		// after the answer started, continued like a stall (a restart with
+		// nothing to reproduce: the next target's answer, under the id and
+		// numbering the client has).
+		class, code = hostabi.FailureStall, "first_token_timeout"
 	default:
 		return pumpEnd{}, false
 	}
-	return pumpEnd{after: &afterFailure{class: class, reason: reason, cause: e, err: err}}, true
+	return pumpEnd{after: &afterFailure{class: class, code: code, reason: reason, cause: e, err: err}}, true
 }
 
 // ---- the client stream's side ----

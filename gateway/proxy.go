@@ -479,9 +479,12 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 	defer detach()
 	s.metrics.activeStreams.Inc()
 	defer s.metrics.activeStreams.Dec()
+	// first_token runs until the first content event (the pump stops it),
+	// not merely the first event: lifecycle events alone do not count.
 	stopFirstToken := s.firstTokenTimer(cancel, req)
+	defer stopFirstToken()
+	p.firstToken = stopFirstToken
 	first, err := ans.src.Next()
-	stopFirstToken()
 	if res, silent := s.silentTarget(ctx, upCtx, req, u, err); silent {
 		if tryOf(req).cont != nil {
 			return s.continuationFailed(ctx, cs, req, u, hostabi.FailureFirstToken, "", 0, res.why)
@@ -493,6 +496,12 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 		if end.err != nil {
 			if ctx.Err() != nil {
 				return attemptResult{next: nextDone}
+			}
+			// No content within first_token after the held lifecycle
+			// events: the silent target is left, invisibly.
+			if res, silent := s.silentTarget(ctx, upCtx, req, u, end.err); silent {
+				cs.discard()
+				return res
 			}
 			reason, e := p.readFailure(end.err)
 			if reason != reasonCut {

@@ -126,6 +126,7 @@ const (
 	reasonGarbage       = "unparseable_event"
 	reasonDrain         = "drain"
 	reasonClientGone    = "client_gone"
+	reasonFirstToken    = "first_token_timeout"
 )
 
 // Options.MalformedEvents values.
@@ -170,6 +171,9 @@ type pump struct {
 	stallD      time.Duration
 	stallOn     bool
 	sentContent bool
+	// firstToken stops the route's first_token timer: called at the first
+	// content event (gotContent); nil once called, or without the timer.
+	firstToken func()
 
 	responseID string         // the upstream's response id (anchors, logs)
 	anchor     *pendingAnchor // the response's anchor write, once response.created was seen
@@ -259,6 +263,12 @@ func (p *pump) readFailure(err error) (string, *apierr.Error) {
 		return reasonIdle, apierr.StreamIncomplete("the upstream sent nothing for %s", p.s.opts.IdleTimeout)
 	case errors.Is(cause, errStallTimeout):
 		return reasonStall, apierr.StreamIncomplete("the upstream sent nothing for %s after the answer started", p.stallD)
+	case errors.Is(cause, errFirstTokenTimeout):
+		var d time.Duration
+		if r := tryOf(p.req).route; r != nil {
+			d = r.FirstToken
+		}
+		return reasonFirstToken, apierr.StreamIncomplete("the upstream sent no content within %s", d)
 	case errors.Is(err, sse.ErrEventTooLarge):
 		return reasonOversize, apierr.StreamIncomplete("the upstream sent an event larger than %d bytes", p.s.opts.MaxEventBytes)
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
@@ -372,7 +382,10 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 	case "response.created", "response.in_progress", "response.queued":
 		err = p.cs.lifecycle(name, ev.Data, &f)
 	default:
-		err = p.cs.send(name, ev.Data, &f)
+		if !progressOnly(typ) {
+			p.gotContent()
+		}
+		err = p.cs.sendFrom(p.u.Name(), name, ev.Data, &f)
 		p.sentContent = true
 	}
 	if errors.Is(err, errDiverged) {
@@ -505,13 +518,19 @@ func (p *pump) handleChat(ev sse.Event) (pumpEnd, bool) {
 		}
 		return ended(p.chatError(ev.Data))
 	}
-	finish := false
+	finish, content := false, false
 	choices.ForEach(func(_, ch gjson.Result) bool {
 		if fr := ch.Get("finish_reason"); fr.Type == gjson.String && fr.Str != "" {
 			finish = true
 		}
+		if !content && p.firstToken != nil {
+			content = chatContent(ch.Get("delta"))
+		}
 		return true
 	})
+	if finish || content {
+		p.gotContent()
+	}
 	if err := p.cs.sendChat(ev.Data, finish, usage); err != nil {
 		if errors.Is(err, errDiverged) {
 			return ended(reasonDiverged)
@@ -520,6 +539,45 @@ func (p *pump) handleChat(ev sse.Event) (pumpEnd, bool) {
 	}
 	p.sentContent = true
 	return pumpEnd{}, false
+}
+
+// gotContent marks the first content event: the route's first_token
+// timer stops.
+func (p *pump) gotContent() {
+	if p.firstToken != nil {
+		p.firstToken()
+		p.firstToken = nil
+	}
+}
+
+// progressOnly reports whether a Responses event type says only that the
+// response exists or is alive (lifecycle, keepalive): not content, for the
+// route's first_token.
+func progressOnly(typ string) bool {
+	switch typ {
+	case "response.created", "response.in_progress", "response.queued", "keepalive", "ping", "response.keepalive", "response.ping":
+		return true
+	}
+	return false
+}
+
+// chatContent reports whether a Chat delta carries content: text, a
+// refusal, reasoning, or a tool call. A role-only delta (the first chunk,
+// often with "content":"") is not content.
+func chatContent(delta gjson.Result) bool {
+	found := false
+	delta.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "content", "refusal", "reasoning_content", "reasoning":
+			found = v.Type == gjson.String && v.Str != ""
+		case "tool_calls":
+			found = v.IsArray() && len(v.Array()) > 0
+		case "function_call":
+			found = v.IsObject()
+		}
+		return !found
+	})
+	return found
 }
 
 // chatError relays an upstream error chunk, through the recover policy, then

@@ -17,7 +17,7 @@ import (
 
 var (
 	errFirstByteTimeout  = errors.New("no response headers within the route's first_byte timeout")
-	errFirstTokenTimeout = errors.New("no event within the route's first_token timeout")
+	errFirstTokenTimeout = errors.New("no content event within the route's first_token timeout")
 )
 
 // tryState is the attempt in flight, shared by forward (which decides what
@@ -376,7 +376,9 @@ func (s *Server) firstByteTimer(upCtx context.Context, cancel context.CancelCaus
 }
 
 // firstTokenTimer cancels the attempt with errFirstTokenTimeout when the
-// route's first_token passes before the upstream's first event.
+// route's first_token passes before the upstream's first content event
+// (pump.gotContent: lifecycle and keepalive events, and a Chat role-only
+// chunk, do not count). It returns the func that stops it.
 func (s *Server) firstTokenTimer(cancel context.CancelCauseFunc, req *clientRequest) func() {
 	r := tryOf(req).route
 	if r == nil || r.FirstToken <= 0 {
@@ -386,9 +388,10 @@ func (s *Server) firstTokenTimer(cancel context.CancelCauseFunc, req *clientRequ
 	return func() { t.Stop() }
 }
 
-// silentTarget handles the end of the wait for an upstream's first event:
-// a route timeout is put to the replay policy (timeoutFailure); a first
-// event marks the target as having answered.
+// silentTarget handles a read that ended while the client has seen
+// nothing (the wait for the first event, or for content after the held
+// lifecycle events): a route timeout is put to the replay policy
+// (timeoutFailure); a first event marks the target as having answered.
 func (s *Server) silentTarget(ctx, upCtx context.Context, req *clientRequest, u *upstream.Upstream, err error) (attemptResult, bool) {
 	if err == nil {
 		tryOf(req).answered = true

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/cockroachdb/pebble"
 )
@@ -37,32 +38,8 @@ func (e *BrokenChainError) Unwrap() error { return ErrNotFound }
 // MaxTurnBytes is rejected with ErrTooLarge. The parent is not checked here:
 // History reports a missing one. Items are opaque bytes to the store.
 func (s *PebbleStore) PutConversation(ctx context.Context, t Turn) error {
-	if err := validID("response id", t.ResponseID); err != nil {
-		return fmt.Errorf("store: put conversation: %w", err)
-	}
-	if t.ParentID != "" {
-		if err := validID("parent id", t.ParentID); err != nil {
-			return fmt.Errorf("store: put conversation %s: %w", RedactID(t.ResponseID), err)
-		}
-		if t.ParentID == t.ResponseID {
-			return fmt.Errorf("store: put conversation %s: turn is its own parent: %w", RedactID(t.ResponseID), ErrInvalid)
-		}
-	}
-	size := 0
-	for _, items := range [][]json.RawMessage{t.Input, t.Output} {
-		for _, it := range items {
-			size += len(it)
-		}
-	}
-	if size > s.opts.MaxTurnBytes {
-		return fmt.Errorf("store: put conversation %s: items of %d bytes exceed %d: %w",
-			RedactID(t.ResponseID), size, s.opts.MaxTurnBytes, ErrTooLarge)
-	}
-	if t.CreatedAt.IsZero() {
-		t.CreatedAt = s.now()
-	}
-	if t.ExpiresAt.IsZero() {
-		t.ExpiresAt = t.CreatedAt.Add(s.opts.TurnTTL)
+	if err := prepareTurn(&t, s.now(), s.opts.MaxTurnBytes, s.opts.TurnTTL); err != nil {
+		return err
 	}
 
 	db, release, err := s.begin(ctx)
@@ -151,6 +128,39 @@ func (s *PebbleStore) History(ctx context.Context, responseID string, maxItems, 
 	s.stats.historyLookups.Add(1)
 
 	return walkHistory(ctx, responseID, maxItems, maxBytes, func(id string) (Turn, error) { return s.loadLiveTurn(db, id) })
+}
+
+// prepareTurn checks a turn before either backend stores it and fills its
+// zero timestamps: ids valid, not its own parent, items within maxBytes.
+func prepareTurn(t *Turn, now time.Time, maxBytes int, ttl time.Duration) error {
+	if err := validID("response id", t.ResponseID); err != nil {
+		return fmt.Errorf("store: put conversation: %w", err)
+	}
+	if t.ParentID != "" {
+		if err := validID("parent id", t.ParentID); err != nil {
+			return fmt.Errorf("store: put conversation %s: %w", RedactID(t.ResponseID), err)
+		}
+		if t.ParentID == t.ResponseID {
+			return fmt.Errorf("store: put conversation %s: turn is its own parent: %w", RedactID(t.ResponseID), ErrInvalid)
+		}
+	}
+	size := 0
+	for _, items := range [][]json.RawMessage{t.Input, t.Output} {
+		for _, it := range items {
+			size += len(it)
+		}
+	}
+	if size > maxBytes {
+		return fmt.Errorf("store: put conversation %s: items of %d bytes exceed %d: %w",
+			RedactID(t.ResponseID), size, maxBytes, ErrTooLarge)
+	}
+	if t.CreatedAt.IsZero() {
+		t.CreatedAt = now
+	}
+	if t.ExpiresAt.IsZero() {
+		t.ExpiresAt = t.CreatedAt.Add(ttl)
+	}
+	return nil
 }
 
 // walkHistory follows a conversation's parent chain from responseID, with

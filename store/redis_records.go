@@ -258,32 +258,8 @@ func (s *RedisStore) GetScope(ctx context.Context, kind ScopeKind, id string) (S
 
 // PutConversation stores one turn (see PebbleStore.PutConversation).
 func (s *RedisStore) PutConversation(ctx context.Context, t Turn) error {
-	if err := validID("response id", t.ResponseID); err != nil {
-		return fmt.Errorf("store: put conversation: %w", err)
-	}
-	if t.ParentID != "" {
-		if err := validID("parent id", t.ParentID); err != nil {
-			return fmt.Errorf("store: put conversation %s: %w", RedactID(t.ResponseID), err)
-		}
-		if t.ParentID == t.ResponseID {
-			return fmt.Errorf("store: put conversation %s: turn is its own parent: %w", RedactID(t.ResponseID), ErrInvalid)
-		}
-	}
-	size := 0
-	for _, items := range [][]json.RawMessage{t.Input, t.Output} {
-		for _, it := range items {
-			size += len(it)
-		}
-	}
-	if size > s.opts.MaxTurnBytes {
-		return fmt.Errorf("store: put conversation %s: items of %d bytes exceed %d: %w",
-			RedactID(t.ResponseID), size, s.opts.MaxTurnBytes, ErrTooLarge)
-	}
-	if t.CreatedAt.IsZero() {
-		t.CreatedAt = s.now()
-	}
-	if t.ExpiresAt.IsZero() {
-		t.ExpiresAt = t.CreatedAt.Add(s.opts.TurnTTL)
+	if err := prepareTurn(&t, s.now(), s.opts.MaxTurnBytes, s.opts.TurnTTL); err != nil {
+		return err
 	}
 	release, err := s.begin(ctx)
 	if err != nil {
