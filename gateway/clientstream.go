@@ -318,13 +318,8 @@ func (cs *clientStream) releaseHeld() {
 	}
 }
 
-// send writes one upstream Responses event (after what was held).
-func (cs *clientStream) send(name string, data []byte, f *eventFields) error {
-	return cs.sendFrom("", name, data, f)
-}
-
-// sendFrom is send for an event of the named upstream (the stream hook's
-// input says where an event came from).
+// sendFrom writes one Responses event of the named upstream (after what was
+// held); the stream hook's input says where an event came from.
 func (cs *clientStream) sendFrom(upstream, name string, data []byte, f *eventFields) error {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
