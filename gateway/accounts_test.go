@@ -255,6 +255,15 @@ func TestBudgetTokensPerDay(t *testing.T) {
 	limit(t, resp, b, "insufficient_quota")
 }
 
+func TestBudgetTokensPerMonth(t *testing.T) {
+	h, _ := keyedHarness(t, keyRec("team-a", teamAKey, nil, store.KeyLimits{TokensPerMonth: 5}))
+	if resp, b := send(t, h, http.MethodPost, "/v1/responses", teamAKey, simple); resp.StatusCode != 200 {
+		t.Fatalf("first: %d %s", resp.StatusCode, b)
+	}
+	resp, b := send(t, h, http.MethodPost, "/v1/responses", teamAKey, simple)
+	limit(t, resp, b, "insufficient_quota")
+}
+
 type usageReport struct {
 	Data  []store.UsageRecord `json:"data"`
 	Total struct {

@@ -58,6 +58,9 @@ type clientStream struct {
 	ended   bool        // the terminal event is out (or was answered by out)
 	gone    bool        // a write failed: the client is gone
 	counted bool        // the terminal reason was counted
+	// abandon cancels the request's work (set by process); called when the
+	// client is gone.
+	abandon context.CancelCauseFunc
 
 	onEnd func(reason string) // hears the terminal reason once (usage.go: the access log); may be nil
 
@@ -379,7 +382,7 @@ func (cs *clientStream) done() string {
 	}
 	cs.ended = true
 	if err := cs.sink.Done(); err != nil {
-		cs.gone = true
+		cs.goneLocked()
 		return reasonClientGone
 	}
 	return reasonDone
@@ -395,6 +398,18 @@ func (cs *clientStream) abort(e *apierr.Error) {
 }
 
 // ---- under mu ----
+
+// goneLocked records that a write to the client failed and stops the work
+// feeding the stream: the attempt's context is cancelled, so an upstream that
+// is silent (or slow) is released at once instead of at its idle timeout. A
+// client that closed cleanly is noticed here, at its first failed write (see
+// requestContext in listener.go).
+func (cs *clientStream) goneLocked() {
+	cs.gone = true
+	if cs.abandon != nil {
+		cs.abandon(errClientGone)
+	}
+}
 
 func (cs *clientStream) commitLocked() {
 	if cs.sink != nil {
@@ -412,7 +427,7 @@ func (cs *clientStream) commitLocked() {
 func (cs *clientStream) eventLocked(name string, data []byte) error {
 	cs.commitLocked()
 	if err := cs.sink.Event(name, data); err != nil {
-		cs.gone = true
+		cs.goneLocked()
 		return errClientGone
 	}
 	cs.active = true
@@ -476,7 +491,7 @@ func (cs *clientStream) abortLocked(e *apierr.Error) {
 	if cs.chat {
 		if cs.eventLocked("", chatErrorChunk(e)) == nil {
 			if err := cs.sink.Done(); err != nil {
-				cs.gone = true
+				cs.goneLocked()
 			}
 		}
 		cs.ended = true

@@ -1398,7 +1398,7 @@ func (cs *clientStream) keepAlive() {
 		return
 	}
 	if err := cs.sink.KeepAlive(d); err != nil {
-		cs.gone = true
+		cs.goneLocked()
 		return
 	}
 	cs.s.metrics.keepalives.WithLabelValues(cs.surface).Inc()

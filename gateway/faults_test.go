@@ -488,3 +488,47 @@ func TestClientThatReadsIsNotCutByTheWriteTimeout(t *testing.T) {
 		t.Fatalf("%d events, last %s; want the stream to complete", len(evs), last)
 	}
 }
+
+// TestClientThatClosesCleanlyReleasesItsUpstream: a client that closes its
+// connection (a FIN, no reset) while the upstream is silent is noticed at the
+// first keepalive write that fails, and that cancels the attempt: the
+// upstream is released long before the idle timeout.
+func TestClientThatClosesCleanlyReleasesItsUpstream(t *testing.T) {
+	h := newHarness(t, harnessConfig{opts: gateway.Options{KeepAlive: 100 * time.Millisecond, IdleTimeout: time.Minute}})
+	h.ups["A"].Enqueue(upstreamtest.HangAfter(3))
+	conn, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(respBody), respBody)
+	// Read until the stream is under way, then drain what is buffered so
+	// that Close sends a FIN, not a reset.
+	buf := make([]byte, 64<<10)
+	var got strings.Builder
+	for !strings.Contains(got.String(), "response.created") {
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, err := conn.Read(buf)
+		if err != nil {
+			t.Fatalf("reading the stream: %v (%q)", err, got.String())
+		}
+		got.Write(buf[:n])
+	}
+	for {
+		_ = conn.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+		if _, err := conn.Read(buf); err != nil {
+			break
+		}
+	}
+	conn.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m := h.metrics()
+		if strings.Contains(m, "sluice_active_streams 0") && strings.Contains(m, `reason="client_gone"`) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the upstream is still held for a client that closed:\n%s", grep(m, "sluice_active_streams")+"\n"+grep(m, "stream_terminal"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

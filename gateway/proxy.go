@@ -99,7 +99,10 @@ func (s *Server) process(ctx context.Context, out responder, req *clientRequest,
 	}
 	// One client stream per request: attempts feed it, and forward's
 	// failures reach the client through it.
+	ctx, abandon := context.WithCancelCause(ctx)
+	defer abandon(nil)
 	cs := s.newClientStream(ctx, out, req, start)
+	cs.abandon = abandon
 	cs.onEnd = req.meta.setReason
 	defer cs.close()
 	s.forward(ctx, cs, req, start)
