@@ -99,25 +99,32 @@ func (h *Harness) leave() {
 // use its built-in default).
 var ErrHookError = errors.New("sdk: the handler returned an error (the host would use its built-in default)")
 
-// Recover runs the recover handler. deferred is true when the policy has no
-// recover handler or returned ErrDefer.
-func (h *Harness) Recover(in RecoverInput) (out RecoverOutput, deferred bool, err error) {
-	p := h.enter()
-	defer h.leave()
-	r := dispatchRecover(p, hostabi.AppendRecoverInput(nil, in), nil)
+// hookAnswer reads a verdict-or-output hook result as the host would: a
+// defer, the handler's error, a bare verdict (checked), or an output to decode.
+func hookAnswer[T any](r hookResult, valid func(uint32) bool, verdict func(uint32) T, decode func([]byte) (T, error)) (out T, deferred bool, err error) {
 	switch r.kind {
 	case hostabi.ResultKindDefer:
 		return out, true, nil
 	case hostabi.ResultKindError:
 		return out, false, ErrHookError
 	case hostabi.ResultKindVerdict:
-		if !hostabi.ValidRecoverVerdict(r.verdict) {
+		if !valid(r.verdict) {
 			return out, false, hostabi.ErrBadVerdict
 		}
-		return RecoverOutput{Verdict: RecoverVerdict(r.verdict)}, false, nil
+		return verdict(r.verdict), false, nil
 	}
-	out, err = hostabi.DecodeRecoverOutput(r.out)
+	out, err = decode(r.out)
 	return out, false, err
+}
+
+// Recover runs the recover handler. deferred is true when the policy has no
+// recover handler or returned ErrDefer.
+func (h *Harness) Recover(in RecoverInput) (out RecoverOutput, deferred bool, err error) {
+	p := h.enter()
+	defer h.leave()
+	r := dispatchRecover(p, hostabi.AppendRecoverInput(nil, in), nil)
+	return hookAnswer(r, hostabi.ValidRecoverVerdict,
+		func(v uint32) RecoverOutput { return RecoverOutput{Verdict: RecoverVerdict(v)} }, hostabi.DecodeRecoverOutput)
 }
 
 // Replay runs the replay handler (see Recover).
@@ -125,19 +132,8 @@ func (h *Harness) Replay(in ReplayInput) (out ReplayOutput, deferred bool, err e
 	p := h.enter()
 	defer h.leave()
 	r := dispatchReplay(p, hostabi.AppendReplayInput(nil, in), nil)
-	switch r.kind {
-	case hostabi.ResultKindDefer:
-		return out, true, nil
-	case hostabi.ResultKindError:
-		return out, false, ErrHookError
-	case hostabi.ResultKindVerdict:
-		if !hostabi.ValidReplayVerdict(r.verdict) {
-			return out, false, hostabi.ErrBadVerdict
-		}
-		return ReplayOutput{Verdict: ReplayVerdict(r.verdict)}, false, nil
-	}
-	out, err = hostabi.DecodeReplayOutput(r.out)
-	return out, false, err
+	return hookAnswer(r, hostabi.ValidReplayVerdict,
+		func(v uint32) ReplayOutput { return ReplayOutput{Verdict: ReplayVerdict(v)} }, hostabi.DecodeReplayOutput)
 }
 
 // Rewrite runs the rewrite handler on in, as the host would for one policy:
@@ -198,19 +194,8 @@ func (h *Harness) StreamEvent(ev StreamEvent) (out StreamVerdict, deferred bool,
 	p := h.enter()
 	defer h.leave()
 	r := dispatchStreamEvent(p, hostabi.AppendStreamEventInput(nil, ev), nil)
-	switch r.kind {
-	case hostabi.ResultKindDefer:
-		return out, true, nil
-	case hostabi.ResultKindError:
-		return out, false, ErrHookError
-	case hostabi.ResultKindVerdict:
-		if !hostabi.ValidStreamVerdict(r.verdict) {
-			return out, false, hostabi.ErrBadVerdict
-		}
-		return StreamVerdict{Verdict: hostabi.StreamVerdict(r.verdict)}, false, nil
-	}
-	out, err = hostabi.DecodeStreamEventOutput(r.out)
-	return out, false, err
+	return hookAnswer(r, hostabi.ValidStreamVerdict,
+		func(v uint32) StreamVerdict { return StreamVerdict{Verdict: hostabi.StreamVerdict(v)} }, hostabi.DecodeStreamEventOutput)
 }
 
 // SelfTest runs the self-test handler.
