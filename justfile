@@ -42,18 +42,18 @@ bench-micro:
 # Fuzz each parser for a while (FUZZTIME=30s by default): SSE reader, translators, ABI decoding, the HTTP entry
 fuzz FUZZTIME="30s":
     go test -run '^$' -fuzz '^FuzzReader$' -fuzztime {{FUZZTIME}} ./gateway/sse/
-    go test -run '^$' -fuzz '^FuzzToChat$' -fuzztime {{FUZZTIME}} ./gateway/translate/
-    go test -run '^$' -fuzz '^FuzzStream$' -fuzztime {{FUZZTIME}} ./gateway/translate/
-    go test -run '^$' -fuzz '^FuzzFromChatResponse$' -fuzztime {{FUZZTIME}} ./gateway/translate/
+    go test -run '^$' -fuzz '^FuzzToChat$' -fuzztime {{FUZZTIME}} ./internal/translate/
+    go test -run '^$' -fuzz '^FuzzStream$' -fuzztime {{FUZZTIME}} ./internal/translate/
+    go test -run '^$' -fuzz '^FuzzFromChatResponse$' -fuzztime {{FUZZTIME}} ./internal/translate/
     go test -run '^$' -fuzz '^FuzzDecodeInputs$' -fuzztime {{FUZZTIME}} ./hostabi/
-    go test -run '^$' -fuzz '^FuzzDocument$' -fuzztime {{FUZZTIME}} ./hostabi/
+    go test -run '^$' -fuzz '^FuzzDocument$' -fuzztime {{FUZZTIME}} ./internal/jsonx/
     go test -run '^$' -fuzz '^FuzzDecodeRecoverResult$' -fuzztime {{FUZZTIME}} ./plugins/
     go test -run '^$' -fuzz '^FuzzDecodeReplayResult$' -fuzztime {{FUZZTIME}} ./plugins/
     # fuzz-serve: the whole HTTP entry (coverage through a loopback upstream is not deterministic: bound minimization)
     go test -run '^$' -fuzz '^FuzzServeHTTP$' -fuzztime {{FUZZTIME}} -fuzzminimizetime 200x ./gateway/
 
 # Mutation testing (gremlins, on a copy of the tree): LIVED mutants are edits no test notices. Slow: try `just mutate ./store`
-mutate +PKGS="./gateway ./store ./plugins ./hostabi":
+mutate +PKGS="./gateway ./store ./plugins ./hostabi ./internal/jsonx":
     for p in {{PKGS}}; do \
       go run github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0 unleash --workers 1 --timeout-coefficient 10 "$p" || exit 1; \
     done

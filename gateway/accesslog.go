@@ -40,6 +40,9 @@ func (s *Server) accessLog(m *reqMeta) {
 		reason = m.terminal
 	}
 	args = append(args, "ttfe", ttfe, "duration", time.Since(m.start).Round(time.Millisecond).String(), "reason", reason)
+	if m.continuity != "" {
+		args = append(args, "continuity", m.continuity)
+	}
 	if m.usage.known {
 		args = append(args, "input_tokens", m.usage.input, "output_tokens", m.usage.output,
 			"cached_tokens", m.usage.cached, "reasoning_tokens", m.usage.reasoning)

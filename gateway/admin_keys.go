@@ -16,7 +16,7 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
-	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/sluice-gw/sluice/store"
 )
 

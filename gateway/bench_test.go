@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-gw/sluice/gateway"
-	"github.com/sluice-gw/sluice/gateway/upstreamtest"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
 // BenchmarkContinuity measures what continuity adds to a streamed

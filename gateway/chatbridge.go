@@ -14,10 +14,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/tidwall/gjson"
 
-	"github.com/sluice-gw/sluice/gateway/apierr"
 	"github.com/sluice-gw/sluice/gateway/sse"
-	"github.com/sluice-gw/sluice/gateway/translate"
 	"github.com/sluice-gw/sluice/gateway/upstream"
+	"github.com/sluice-gw/sluice/internal/apierr"
+	"github.com/sluice-gw/sluice/internal/translate"
 	"github.com/sluice-gw/sluice/store"
 )
 
@@ -37,11 +37,13 @@ type chatConversion struct {
 }
 
 // conversations keeps the items of responses served by Chat upstreams, so
-// previous_response_id works in front of upstreams that never had it. Items
-// of store:false requests stay in the WebSocket session's memory only.
+// previous_response_id works in front of upstreams that never had it, and
+// with portable on those of every response relayed (portable.go). Items of
+// store:false requests stay in the WebSocket session's memory only.
 type conversations struct {
-	durable store.ConversationStore // nil: only session memory
-	log     interface {
+	durable  store.ConversationStore // nil: only session memory
+	portable bool                    // continuity.portable: keep every response's items
+	log      interface {
 		Error(string, ...any)
 	}
 }
@@ -115,6 +117,11 @@ func notFound(id string) *apierr.Error {
 func (c *conversations) remember(ctx context.Context, req *clientRequest, responseID string, output []json.RawMessage) {
 	conv := req.chat
 	t := store.Turn{ResponseID: responseID, ParentID: req.previousResponseID, Input: conv.info.InputItems, Output: output}
+	if pt := req.portable; pt != nil && pt.parent != "" {
+		// Rehydrated: the converted input holds the whole history; the turn
+		// keeps the request's own items and chains on the parent.
+		t.ParentID, t.Input = pt.parent, pt.ownInput()
+	}
 	if conv.info.Store != nil && !*conv.info.Store {
 		if req.memory != nil {
 			req.memory.put(t)

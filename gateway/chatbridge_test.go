@@ -11,7 +11,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/sluice-gw/sluice/gateway"
-	"github.com/sluice-gw/sluice/gateway/upstreamtest"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
 func chatHarness(t *testing.T) *harness {

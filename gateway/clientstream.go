@@ -16,9 +16,9 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
-	"github.com/sluice-gw/sluice/gateway/apierr"
-	"github.com/sluice-gw/sluice/gateway/translate"
-	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/sluice-gw/sluice/internal/apierr"
+	"github.com/sluice-gw/sluice/internal/jsonx"
+	"github.com/sluice-gw/sluice/internal/translate"
 )
 
 // clientStream is the client's side of one request: created once per
@@ -98,6 +98,14 @@ type clientStream struct {
 	hook     StreamPolicy
 	upstream string // the upstream feeding the stream (the hook's input)
 	edited   bool   // the hook dropped or replaced an event
+
+	// Resume (resume.go): every event a Responses client gets is logged
+	// once the response id is known, so the stream can be resumed.
+	resumable  bool
+	rlog       *streamLog
+	background bool          // a background request: no client reads the stream; it runs to its end
+	detach     time.Duration // how long the work goes on after the client left; 0: stopped at once
+	detached   bool          // the client is gone, the work goes on: events are only logged
 }
 
 // heldEvent is a lifecycle event waiting for content (its data is a copy).
@@ -141,6 +149,10 @@ func (s *Server) newClientStream(ctx context.Context, out responder, req *client
 	if sp, ok := s.policy.(StreamPolicy); ok && !cs.chat && sp.StreamHookActive() {
 		cs.hook = sp
 	}
+	if s.logs != nil && !cs.chat && req.stream {
+		cs.resumable, cs.background = true, req.background
+		cs.detach = s.logs.opts.DetachGrace
+	}
 	return cs
 }
 
@@ -180,6 +192,9 @@ func (cs *clientStream) relay(req *clientRequest, status int, header http.Header
 	cs.mu.Lock()
 	cs.ended = true
 	cs.mu.Unlock()
+	if cs.s.logs != nil && !cs.chat && status/100 == 2 {
+		cs.s.logs.answeredJSON(req, body)
+	}
 	cs.out.relay(req, status, header, body)
 }
 
@@ -262,6 +277,9 @@ func (cs *clientStream) discard() {
 func (cs *clientStream) close() {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
+	if cs.rlog != nil && !cs.ended {
+		cs.endLogLocked()
+	}
 	cs.dropHeldLocked()
 	cs.ended = true
 	if cs.ka != nil {
@@ -293,7 +311,7 @@ func (cs *clientStream) countLocked(reason string) {
 func (cs *clientStream) lifecycle(name string, data []byte, f *eventFields) error {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	if cs.gone || cs.ended {
+	if cs.ended || cs.gone && !cs.detached {
 		return errClientGone
 	}
 	if cs.splice != nil {
@@ -313,7 +331,7 @@ func (cs *clientStream) lifecycle(name string, data []byte, f *eventFields) erro
 func (cs *clientStream) releaseHeld() {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	if len(cs.held) == 0 || cs.ended || cs.gone {
+	if len(cs.held) == 0 || cs.ended || cs.gone && !cs.detached {
 		return
 	}
 	if cs.flushHeldLocked() == nil && cs.fs != nil {
@@ -326,7 +344,7 @@ func (cs *clientStream) releaseHeld() {
 func (cs *clientStream) sendFrom(upstream, name string, data []byte, f *eventFields) error {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	if cs.gone || cs.ended {
+	if cs.ended || cs.gone && !cs.detached {
 		return errClientGone
 	}
 	if err := cs.flushHeldLocked(); err != nil {
@@ -405,7 +423,14 @@ func (cs *clientStream) abort(e *apierr.Error) {
 // client that closed cleanly is noticed here, at its first failed write (see
 // requestContext in listener.go).
 func (cs *clientStream) goneLocked() {
+	if cs.gone {
+		return
+	}
 	cs.gone = true
+	if cs.rlog != nil && (cs.background || cs.detach > 0) {
+		cs.detachLocked()
+		return
+	}
 	if cs.abandon != nil {
 		cs.abandon(errClientGone)
 	}
@@ -416,18 +441,28 @@ func (cs *clientStream) commitLocked() {
 		return
 	}
 	cs.sink = cs.out.commit(cs.header)
-	if fs, ok := cs.sink.(*sseSink); ok {
+	if fs := sseSinkOf(cs.sink); fs != nil {
 		cs.fs = fs
 		fs.auto = !cs.lazy
 	}
 	cs.startKeepAliveLocked()
 }
 
-// eventLocked writes one event, committing the stream first.
+// eventLocked writes one event, committing the stream first. A detached
+// stream (resume.go) writes nothing: its events are only logged.
 func (cs *clientStream) eventLocked(name string, data []byte) error {
+	if cs.gone {
+		if cs.detached {
+			return nil
+		}
+		return errClientGone
+	}
 	cs.commitLocked()
 	if err := cs.sink.Event(name, data); err != nil {
 		cs.goneLocked()
+		if cs.detached {
+			return nil
+		}
 		return errClientGone
 	}
 	cs.active = true
@@ -444,7 +479,14 @@ func (cs *clientStream) writeLocked(name string, data []byte, f *eventFields) er
 	if f.seq.Type == gjson.Number {
 		data = cs.renumber(data, f.seq)
 	}
+	if cs.resumable {
+		cs.logLocked(name, data, isTerminalType(f.typ.Str))
+	}
 	if err := cs.eventLocked(name, data); err != nil {
+		if cs.rlog != nil { // logged: what the log's terminal shows must agree with it
+			cs.seq++
+			cs.track(f)
+		}
 		return err
 	}
 	cs.seq++
@@ -485,7 +527,7 @@ func (cs *clientStream) stopHoldLocked() {
 }
 
 func (cs *clientStream) abortLocked(e *apierr.Error) {
-	if cs.ended || cs.gone {
+	if cs.ended || cs.gone && !cs.detached {
 		return
 	}
 	if cs.chat {
@@ -500,7 +542,11 @@ func (cs *clientStream) abortLocked(e *apierr.Error) {
 	if cs.flushHeldLocked() != nil {
 		return
 	}
-	if cs.eventLocked("response.failed", cs.terminalEvent("response.failed", "failed", e)) == nil {
+	ev := cs.terminalEvent("response.failed", "failed", e)
+	if cs.resumable {
+		cs.logLocked("response.failed", ev, true)
+	}
+	if cs.eventLocked("response.failed", ev) == nil {
 		cs.seq++
 	}
 	cs.ended = true
@@ -720,7 +766,7 @@ func appendParts(b []byte, parts []*sentPart) []byte {
 func (cs *clientStream) terminalEvent(typ, status string, e *apierr.Error) []byte {
 	b := make([]byte, 0, 1024)
 	b = append(b, `{"type":`...)
-	b = hostabi.AppendQuote(b, typ)
+	b = jsonx.AppendQuote(b, typ)
 	b = append(b, `,"sequence_number":`...)
 	b = strconv.AppendInt(b, cs.seq, 10)
 	b = append(b, `,"response":`...)
@@ -754,7 +800,7 @@ func (cs *clientStream) appendResponseWith(b []byte, status string, e *apierr.Er
 		id = "resp_sluice_" + randomHex(24)
 	}
 	b = append(b, `{"id":`...)
-	b = hostabi.AppendQuote(b, id)
+	b = jsonx.AppendQuote(b, id)
 	b = append(b, `,"object":"response","created_at":`...)
 	if created.Type == gjson.Number {
 		b = append(b, created.Raw...)
@@ -762,7 +808,7 @@ func (cs *clientStream) appendResponseWith(b []byte, status string, e *apierr.Er
 		b = strconv.AppendInt(b, cs.createdAt, 10)
 	}
 	b = append(b, `,"status":`...)
-	b = hostabi.AppendQuote(b, status)
+	b = jsonx.AppendQuote(b, status)
 	b = append(b, `,"error":`...)
 	switch {
 	case e != nil:
@@ -805,7 +851,7 @@ func (cs *clientStream) appendResponseWith(b []byte, status string, e *apierr.Er
 	}
 	if !seen["model"] {
 		b = append(b, `,"model":`...)
-		b = hostabi.AppendQuote(b, cs.req.model)
+		b = jsonx.AppendQuote(b, cs.req.model)
 	}
 	// The request's fields the Response echoes, for those the upstream did
 	// not show (or when it showed nothing), with the API's defaults.

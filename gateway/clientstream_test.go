@@ -14,7 +14,7 @@ import (
 
 	"github.com/sluice-gw/sluice/gateway"
 	"github.com/sluice-gw/sluice/gateway/sse"
-	"github.com/sluice-gw/sluice/gateway/upstreamtest"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
 // assertContiguous checks that a Responses stream's sequence_number runs

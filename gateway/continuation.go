@@ -12,10 +12,11 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
-	"github.com/sluice-gw/sluice/gateway/apierr"
 	"github.com/sluice-gw/sluice/gateway/sse"
 	"github.com/sluice-gw/sluice/gateway/upstream"
 	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/sluice-gw/sluice/internal/apierr"
+	"github.com/sluice-gw/sluice/internal/jsonx"
 )
 
 // Continuation after content (README, "Continuation"): when a stream fails
@@ -399,7 +400,7 @@ func chatPrefill(req *clientRequest) (string, bool) {
 // withResponsesPrefill appends the text sent as an assistant message to a
 // Responses body's input (a string input becomes a user message first).
 func withResponsesPrefill(body []byte, text string) []byte {
-	item := append([]byte(`{"type":"message","role":"assistant","content":[{"type":"output_text","text":`), hostabi.AppendQuote(nil, text)...)
+	item := append([]byte(`{"type":"message","role":"assistant","content":[{"type":"output_text","text":`), jsonx.AppendQuote(nil, text)...)
 	item = append(item, "}]}"...)
 	in := gjson.GetBytes(body, "input")
 	var out []byte
@@ -420,7 +421,7 @@ func withResponsesPrefill(body []byte, text string) []byte {
 // withChatPrefill appends the text sent as a trailing assistant message to
 // a Chat body's messages.
 func withChatPrefill(body []byte, text string) []byte {
-	msg := append([]byte(`{"role":"assistant","content":`), hostabi.AppendQuote(nil, text)...)
+	msg := append([]byte(`{"role":"assistant","content":`), jsonx.AppendQuote(nil, text)...)
 	out, err := sjson.SetRawBytes(body, "messages.-1", append(msg, '}'))
 	if err != nil {
 		return body
@@ -755,7 +756,7 @@ type field struct {
 }
 
 func intField(path string, v int64) field { return field{path, strconv.AppendInt(nil, v, 10)} }
-func strField(path, v string) field       { return field{path, hostabi.AppendQuote(nil, v)} }
+func strField(path, v string) field       { return field{path, jsonx.AppendQuote(nil, v)} }
 
 // rewriteLocked writes an event with fields replaced.
 func (cs *clientStream) rewriteLocked(name string, data []byte, fields ...field) error {
@@ -973,11 +974,11 @@ func (cs *clientStream) splicePartLocked(name string, data []byte, f *eventField
 // done of a tool call, then the item done.
 func (cs *clientStream) closeItemLocked(it *sentItem) error {
 	head := func(typ string) []byte {
-		b := append([]byte(`{"type":`), hostabi.AppendQuote(nil, typ)...)
+		b := append([]byte(`{"type":`), jsonx.AppendQuote(nil, typ)...)
 		b = append(b, `,"sequence_number":`...)
 		b = strconv.AppendInt(b, cs.seq, 10)
 		b = append(b, `,"item_id":`...)
-		b = hostabi.AppendQuote(b, it.id)
+		b = jsonx.AppendQuote(b, it.id)
 		b = append(b, `,"output_index":`...)
 		return strconv.AppendInt(b, it.index, 10)
 	}
@@ -1094,7 +1095,7 @@ func (cs *clientStream) splicedTerminalLocked(typ string, resp gjson.Result) err
 	cs.usage = sumUsage(sp.prevUsage, []byte(resp.Get("usage").Raw))
 	b := make([]byte, 0, 1024)
 	b = append(b, `{"type":`...)
-	b = hostabi.AppendQuote(b, typ)
+	b = jsonx.AppendQuote(b, typ)
 	b = append(b, `,"sequence_number":`...)
 	b = strconv.AppendInt(b, cs.seq, 10)
 	b = append(b, `,"response":`...)
@@ -1107,6 +1108,9 @@ func (cs *clientStream) splicedTerminalLocked(typ string, resp gjson.Result) err
 	}
 	b = cs.appendResponseWith(b, status, nil, errRaw, incRaw, resp)
 	b = append(b, '}')
+	if cs.resumable {
+		cs.logLocked(typ, b, true)
+	}
 	if err := cs.eventLocked(typ, b); err != nil {
 		return err
 	}
@@ -1158,7 +1162,7 @@ func (cs *clientStream) spliceChatLocked(data []byte, finish bool, usage gjson.R
 				}
 				if s != v.Str {
 					changed = true
-					add(k, hostabi.AppendQuote(nil, s))
+					add(k, jsonx.AppendQuote(nil, s))
 				} else {
 					add(k, []byte(v.Raw))
 				}
@@ -1257,7 +1261,7 @@ func (cs *clientStream) spliceToolCallsLocked(v gjson.Result) (calls []byte, cha
 				return true
 			}
 			raw = append([]byte(`{"index":`), strconv.AppendInt(nil, int64(i), 10)...)
-			raw = append(append(raw, `,"function":{"arguments":`...), hostabi.AppendQuote(nil, surplus)...)
+			raw = append(append(raw, `,"function":{"arguments":`...), jsonx.AppendQuote(nil, surplus)...)
 			raw = append(raw, "}}"...)
 			args = surplus
 		}

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-gw/sluice/gateway/apierr"
 	"github.com/sluice-gw/sluice/gateway/sse"
 	"github.com/sluice-gw/sluice/gateway/upstream"
-	"github.com/sluice-gw/sluice/gateway/upstreamtest"
+	"github.com/sluice-gw/sluice/internal/apierr"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
 func TestSumUsage(t *testing.T) {
@@ -64,12 +64,6 @@ type discard struct{}
 func (discard) fail(*clientRequest, *apierr.Error, failKind)   {}
 func (discard) relay(*clientRequest, int, http.Header, []byte) {}
 func (discard) commit(http.Header) eventSink                   { return discardSink{} }
-
-type discardSink struct{}
-
-func (discardSink) Event(string, []byte) error    { return nil }
-func (discardSink) Done() error                   { return nil }
-func (discardSink) KeepAlive(time.Duration) error { return nil }
 
 // BenchmarkPumpContinuationArmed: the gateway's own cost per event of a
 // healthy 2000-delta stream (no network: pre-rendered events into a sink

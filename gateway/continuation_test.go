@@ -16,8 +16,8 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/sluice-gw/sluice/gateway"
-	"github.com/sluice-gw/sluice/gateway/upstreamtest"
 	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
 // The answer the continuation tests stream: nine words, one per delta from

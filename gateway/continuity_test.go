@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-gw/sluice/gateway"
-	"github.com/sluice-gw/sluice/gateway/upstreamtest"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
 	"github.com/sluice-gw/sluice/store"
 )
 

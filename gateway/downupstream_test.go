@@ -14,7 +14,7 @@ import (
 
 	"github.com/sluice-gw/sluice/gateway"
 	"github.com/sluice-gw/sluice/gateway/upstream"
-	"github.com/sluice-gw/sluice/gateway/upstreamtest"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
 // TestRequestOneSecondAfterOnlyUpstreamCameUpSucceeds: the gateway starts

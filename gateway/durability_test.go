@@ -16,7 +16,7 @@ import (
 
 	"github.com/sluice-gw/sluice/gateway"
 	"github.com/sluice-gw/sluice/gateway/sse"
-	"github.com/sluice-gw/sluice/gateway/upstreamtest"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
 	"github.com/sluice-gw/sluice/store"
 )
 

@@ -14,7 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluice-gw/sluice/gateway"
-	"github.com/sluice-gw/sluice/gateway/upstreamtest"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
 // assertOneTerminal checks the terminal-event rule on a Responses stream:

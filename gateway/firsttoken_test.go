@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-gw/sluice/gateway"
-	"github.com/sluice-gw/sluice/gateway/upstreamtest"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
 // TestFirstTokenMeansContent: a route's first_token bounds the wait for the

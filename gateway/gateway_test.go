@@ -17,7 +17,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/sluice-gw/sluice/gateway"
-	"github.com/sluice-gw/sluice/gateway/upstreamtest"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
 const respBody = `{"model":"gpt-fake-1","input":"hi","stream":true}`

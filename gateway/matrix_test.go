@@ -16,7 +16,7 @@ package gateway_test
 //
 //	resp_http  protocol responses, transport http (SSE)
 //	resp_ws    protocol responses, transport websocket
-//	chat_http  protocol chat: Responses clients are translated (gateway/translate)
+//	chat_http  protocol chat: Responses clients are translated (internal/translate)
 //
 // Combinations run: sse and ws × all three kinds, chat × resp_http and
 // chat_http: 8 per case. Skipped: chat × resp_ws, because a Chat client's
@@ -110,7 +110,7 @@ import (
 
 	"github.com/sluice-gw/sluice/gateway"
 	"github.com/sluice-gw/sluice/gateway/sse"
-	"github.com/sluice-gw/sluice/gateway/upstreamtest"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
 	"github.com/sluice-gw/sluice/plugins"
 )
 

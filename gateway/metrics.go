@@ -23,6 +23,8 @@ type metrics struct {
 	skippedEvents    *prometheus.CounterVec   // surface, reason: upstream events the gateway skipped
 	rescues          *prometheus.CounterVec   // surface, kind, outcome: continuations after content
 	keepalives       *prometheus.CounterVec   // surface: SSE comments / WebSocket pings while the upstream was silent
+	resumes          *prometheus.CounterVec   // via (sse, websocket): streams resumed from their log (resume.go)
+	rehydrations     *prometheus.CounterVec   // surface, reason: conversations sent elsewhere because their owner is gone (portable.go)
 
 	bodyBudgetRefusals prometheus.Counter // requests refused because the body-memory budget was spent
 	connLimitWaits     prometheus.Counter // accepts that waited at max_connections
@@ -74,7 +76,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.keepalives = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_keepalives_total", Help: "Keepalives written to streaming clients while the upstream was silent (SSE comments, WebSocket pings), by surface.",
 	}, []string{"surface"})
-	reg.MustRegister(m.rescues, m.keepalives)
+	m.resumes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_stream_resumes_total", Help: "Streams resumed from their log (GET /v1/responses/{id}?stream=true or a response.resume frame), by how (sse, websocket).",
+	}, []string{"via"})
+	reg.MustRegister(m.rescues, m.keepalives, m.resumes)
+	m.rehydrations = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_continuity_rehydrations_total", Help: "Follow-ups whose previous_response_id owner was gone, rehydrated from the kept items on another upstream, by surface and reason (owner_removed, owner_down, policy).",
+	}, []string{"surface", "reason"})
+	reg.MustRegister(m.rehydrations)
 	reg.MustRegister(m.requests, m.upstreamAttempts, m.streamTerminal, m.activeStreams, m.firstEvent, m.ownerResolution, m.failClosed)
 	return m
 }

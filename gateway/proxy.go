@@ -14,11 +14,11 @@ import (
 	"github.com/julienschmidt/httprouter"
 	"github.com/tidwall/gjson"
 
-	"github.com/sluice-gw/sluice/gateway/apierr"
-	"github.com/sluice-gw/sluice/gateway/clientkey"
 	"github.com/sluice-gw/sluice/gateway/sse"
 	"github.com/sluice-gw/sluice/gateway/upstream"
 	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/sluice-gw/sluice/internal/apierr"
+	"github.com/sluice-gw/sluice/internal/clientkey"
 )
 
 // maxUpstreamErrorBody bounds an upstream's error body. (Cooldown rules live
@@ -74,6 +74,10 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, ep endpoint) {
 		return
 	}
 	surface = req.surface()
+	if req.background && !req.stream && !req.ep.chat && s.logs != nil {
+		s.runBackground(ctx, sw, req, start) // resource.go: answered at once, run to its end
+		return
+	}
 	s.process(ctx, &httpResponder{s: s, w: sw}, req, start)
 }
 
@@ -98,11 +102,25 @@ func (s *Server) process(ctx context.Context, out responder, req *clientRequest,
 		return
 	}
 	// One client stream per request: attempts feed it, and forward's
-	// failures reach the client through it.
+	// failures reach the client through it. A resumable stream's work does
+	// not end with its client (resume.go): it detaches, and the client can
+	// pick the stream up again; it is cancelled (abandon) when nobody can.
+	clientCtx := ctx
+	if s.logs != nil && req.stream && !req.ep.chat && (req.background || s.logs.opts.DetachGrace > 0) {
+		ctx = context.WithoutCancel(ctx)
+	}
 	ctx, abandon := context.WithCancelCause(ctx)
 	defer abandon(nil)
 	cs := s.newClientStream(ctx, out, req, start)
 	cs.abandon = abandon
+	if clientCtx != ctx {
+		stop := context.AfterFunc(clientCtx, func() {
+			cs.mu.Lock()
+			defer cs.mu.Unlock()
+			cs.goneLocked()
+		})
+		defer stop()
+	}
 	cs.onEnd = req.meta.setReason
 	defer cs.close()
 	s.forward(ctx, cs, req, start)
@@ -145,6 +163,7 @@ func (s *Server) rewrite(ctx context.Context, req *clientRequest) *apierr.Error 
 // request was failed closed: the owner is known but unusable, or the lookup
 // failed. A pinned request never silently goes to another upstream.
 func (s *Server) pin(ctx context.Context, out responder, req *clientRequest) bool {
+	s.startPortable(req) // portable.go: nothing unless continuity.portable
 	if s.cont == nil || req.previousResponseID == "" || req.ep.chat {
 		return true
 	}
@@ -158,6 +177,9 @@ func (s *Server) pin(ctx context.Context, out responder, req *clientRequest) boo
 	}
 	u := s.pool.Get(res.owner)
 	if u == nil {
+		if s.rehydrate(ctx, req, res.owner, nil, "no longer configured") { // portable.go
+			return true
+		}
 		s.failClosed(out, req, failOwnerUnavailable, http.StatusBadGateway, fmt.Sprintf("upstream %q that owns previous_response_id is no longer configured", res.owner))
 		return false
 	}
@@ -166,6 +188,9 @@ func (s *Server) pin(ctx context.Context, out responder, req *clientRequest) boo
 		ok, why = u.Usable(time.Now())
 	}
 	if !ok {
+		if s.rehydrate(ctx, req, res.owner, u, why) { // portable.go
+			return true
+		}
 		s.failClosed(out, req, failOwnerUnavailable, http.StatusBadGateway, fmt.Sprintf("upstream %q that owns previous_response_id is unavailable (%s); retry later", res.owner, why))
 		return false
 	}
@@ -438,6 +463,7 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 	}
 	release := u.Acquire()
 	defer release()
+	s.startEvents(req) // recording hook calls: this attempt keeps its last events (recordevents.go)
 
 	upCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -461,6 +487,7 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 		return s.transportFailure(ctx, upCtx, out, req, u, err)
 	}
 	s.scrub.answer(ans) // before anything below reads, logs or relays it
+	recordEvents(req, ans)
 	reusable := false
 	defer func() { ans.done(reusable) }()
 
@@ -761,7 +788,7 @@ func (s *Server) recoveredError(v hostabi.RecoverOutput) *apierr.Error {
 			e.Code = v.Code
 		}
 		return e
-	case hostabi.RecoverFailClosed:
+	case hostabi.RecoverFailClosed, hostabi.RecoverRehydrate: // rehydrate answers only an owner question (hostabi.EffectiveRecover)
 		e := apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "%s", firstNonEmpty(v.Message, "the upstream that owns this conversation is unavailable"))
 		if v.Code != "" {
 			e.Code = v.Code
@@ -793,6 +820,9 @@ func (s *Server) relayJSON(ctx, upCtx context.Context, out responder, req *clien
 				s.log.Error("response served without a durable anchor", "response_id", LogID(id.Str), "error", err)
 			}
 		}
+	}
+	if req.portable != nil { // portable.go: the turn is kept before the client sees it
+		s.keepTurnJSON(ctx, req, u, ans.body)
 	}
 	out.relay(req, ans.status, ans.header, ans.body)
 	return attemptResult{next: nextDone}

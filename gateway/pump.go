@@ -13,10 +13,10 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/sluice-gw/sluice/gateway/apierr"
 	"github.com/sluice-gw/sluice/gateway/sse"
 	"github.com/sluice-gw/sluice/gateway/upstream"
 	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/sluice-gw/sluice/internal/jsonx"
 )
 
@@ -46,6 +46,22 @@ type sseSink struct {
 	// come more than deadlineSlack closer: re-arming the connection's timer
 	// on every flush costs more than the event.
 	deadline time.Time
+}
+
+// sseSinkOf is the SSE sink under k, or nil: the metering of a request's
+// usage wraps it (usage.go), and the client stream must still reach it to
+// flush explicitly.
+func sseSinkOf(k eventSink) *sseSink {
+	for {
+		switch s := k.(type) {
+		case *sseSink:
+			return s
+		case *meterSink:
+			k = s.eventSink
+		default:
+			return nil
+		}
+	}
 }
 
 // deadlineSlack is how stale the write deadline may get before a flush moves
@@ -352,6 +368,9 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 	case "response.completed", "response.incomplete":
 		p.confirmAnchor(f.response)
 		p.confirmRescue()
+		if p.req.portable != nil { // portable.go: the turn is kept before the terminal event goes out
+			p.keepTurn(f.response)
+		}
 	case "response.failed":
 		if p.unseen() {
 			return p.unseenEvent(ev)
@@ -360,7 +379,7 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 			return p.afterEvent(ev, []byte(f.response.Get("error").Raw), f.response.Get("usage"))
 		}
 		e := f.response.Get("error")
-		verdict := p.s.policy.Recover(p.ctx, hostabi.RecoverInput{Surface: p.surface, Upstream: p.u.Name(), EventType: typ,
+		verdict := p.s.policy.Recover(p.hookCtx(), hostabi.RecoverInput{Surface: p.surface, Upstream: p.u.Name(), EventType: typ,
 			Code: e.Get("code").String(), Type: e.Get("type").String(), Param: e.Get("param").String(), Message: e.Get("message").String()})
 		if ce := p.s.recoveredError(verdict); ce != nil {
 			p.cleanEnd = true
@@ -446,7 +465,7 @@ func (p *pump) upstreamError(payload []byte, eventType string) string {
 	if perr.Message == "" && perr.Code == "" {
 		perr.Message = strings.TrimSpace(string(payload))
 	}
-	verdict := p.s.policy.Recover(p.ctx, hostabi.RecoverInput{Surface: p.surface, Upstream: p.u.Name(), EventType: eventType,
+	verdict := p.s.policy.Recover(p.hookCtx(), hostabi.RecoverInput{Surface: p.surface, Upstream: p.u.Name(), EventType: eventType,
 		HTTPStatus: int(obj.Get("status").Int()), Code: perr.Code, Type: perr.Type, Param: perr.Param, Message: perr.Message})
 	if ce := p.s.recoveredError(verdict); ce != nil {
 		p.s.onRecovered(p.ctx, p.req, verdict)
@@ -584,7 +603,7 @@ func chatContent(delta gjson.Result) bool {
 // ends the stream with [DONE].
 func (p *pump) chatError(payload []byte) string {
 	perr, _ := apierr.Parse(payload)
-	verdict := p.s.policy.Recover(p.ctx, hostabi.RecoverInput{Surface: p.surface, Upstream: p.u.Name(), EventType: "error",
+	verdict := p.s.policy.Recover(p.hookCtx(), hostabi.RecoverInput{Surface: p.surface, Upstream: p.u.Name(), EventType: "error",
 		Code: perr.Code, Type: perr.Type, Param: perr.Param, Message: perr.Message})
 	if ce := p.s.recoveredError(verdict); ce != nil {
 		return p.terminate(verdictReason(verdict), ce)

@@ -6,9 +6,9 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/sluice-gw/sluice/gateway/apierr"
 	"github.com/sluice-gw/sluice/gateway/upstream"
 	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/sluice-gw/sluice/internal/jsonx"
 	"github.com/sluice-gw/sluice/store"
 	"github.com/tidwall/gjson"
@@ -51,6 +51,9 @@ type clientRequest struct {
 	key                *keyEntry          // the client's Sluice key (auth.go); nil: none, its credential passes through
 	meta               *reqMeta           // what the request did, for usage, limits and the access log (usage.go)
 	trace              *reqTrace          // its spans (tracing.go); nil when tracing is off
+	portable           *portableTurn      // continuity.portable: what the turn keeps (portable.go); nil when off
+	background         bool               // background: true (resource.go runs it and answers at once)
+	onLog              func(*streamLog)   // hears the stream's log once it opens (a background request's answer waits for it)
 }
 
 // recordable reports whether the response may later be named by
@@ -93,7 +96,7 @@ func parseRequest(ctx context.Context, ep endpoint, body []byte, maxDepth int) (
 // the endpoint's required input field.
 func (r *clientRequest) readFields(root gjson.Result) *apierr.Error {
 	// One pass over the top-level keys: the body may be megabytes of history.
-	var model, stream, prev, input, messages, storeField gjson.Result
+	var model, stream, prev, input, messages, storeField, background gjson.Result
 	var seen keySet
 	var dup string
 	root.ForEach(func(key, value gjson.Result) bool {
@@ -116,6 +119,8 @@ func (r *clientRequest) readFields(root gjson.Result) *apierr.Error {
 			messages = value
 		case "store":
 			storeField = value
+		case "background":
+			background = value
 		}
 		return true
 	})
@@ -140,6 +145,7 @@ func (r *clientRequest) readFields(root gjson.Result) *apierr.Error {
 		return apierr.Invalid("stream", apierr.CodeInvalidType, "stream must be a boolean, got %s", jsonKind(stream))
 	}
 	r.storeFalse = storeField.Type == gjson.False
+	r.background = background.Type == gjson.True
 	r.previousResponseID = ""
 	if prev.Exists() && prev.Type != gjson.Null {
 		if prev.Type != gjson.String {

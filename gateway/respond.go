@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/sluice-gw/sluice/internal/apierr"
 )
 
 // failKind says how a gateway error reaches a client that has seen nothing

@@ -8,8 +8,8 @@ import (
 
 	"github.com/sluice-gw/sluice/gateway"
 	"github.com/sluice-gw/sluice/gateway/upstream"
-	"github.com/sluice-gw/sluice/gateway/upstreamtest"
 	"github.com/sluice-gw/sluice/internal/redistest"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
 	"github.com/sluice-gw/sluice/store"
 )
 

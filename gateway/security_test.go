@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/sluice-gw/sluice/gateway"
-	"github.com/sluice-gw/sluice/gateway/upstreamtest"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
 // operatorKey is the upstream's api_key in these tests; it must never reach

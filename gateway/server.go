@@ -24,9 +24,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sluice-gw/sluice/gateway/apierr"
 	"github.com/sluice-gw/sluice/gateway/config"
 	"github.com/sluice-gw/sluice/gateway/upstream"
+	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/sluice-gw/sluice/internal/jsonx"
 	"github.com/sluice-gw/sluice/store"
 )
@@ -105,6 +105,15 @@ type Options struct {
 	AnchorTTL time.Duration
 	// AnchorCacheSize bounds the in-memory anchor cache; default 100000.
 	AnchorCacheSize int
+	// Portable keeps the input and output items of every response relayed
+	// in Conversations (not only those of Chat upstreams), so a follow-up
+	// whose owner is gone can be rehydrated on another upstream
+	// (continuity.portable; README "Continuity").
+	Portable bool
+	// RehydrateAfter is how long an owner must have been down before the
+	// default recover decision rehydrates (continuity.rehydrate_after);
+	// default 5m.
+	RehydrateAfter time.Duration
 	// Now is the continuity clock (anchor creation and expiry); nil means
 	// time.Now. Tests inject a fake clock here, the same as the store's.
 	Now func() time.Time
@@ -133,6 +142,9 @@ type Options struct {
 	// Accounts: Sluice keys, their limits, usage accounting and the access
 	// log (auth.go); the zero value keeps the drop-in behaviour.
 	Accounts AccountsOptions
+	// Resume configures resumable streams, background requests and the
+	// responses resource API (resume.go, resource.go).
+	Resume ResumeOptions
 	// TracerProvider, when set, traces every request and upstream attempt
 	// (tracing.go; NewOTLPTracerProvider builds the OTLP/HTTP one). The
 	// server owns it: Shutdown flushes and stops it. nil: no tracing.
@@ -154,6 +166,8 @@ type Server struct {
 	cont    *continuity  // nil when continuity is off
 	wsUp    *wsUpstreams
 	convs   *conversations
+	logs    *streamLogs // client-visible event logs (resume.go); nil when off
+	bgRuns  sync.WaitGroup // background requests running (resource.go)
 	scrub   *scrubber   // upstream API keys → [redacted]; nil when no upstream has a key
 	bodies  *bodyBudget // memory of request bodies being read
 	rtable  *routeTable // nil without routes
@@ -229,6 +243,7 @@ func New(opts Options) (*Server, error) {
 	setDefault(&opts.WSIdleTimeout, def.Timeouts.WSIdle.D())
 	setDefault(&opts.AnchorTTL, def.Continuity.AnchorTTL.D())
 	setDefault(&opts.AnchorCacheSize, 100000)
+	setDefault(&opts.RehydrateAfter, def.Continuity.RehydrateAfter.D())
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -263,7 +278,12 @@ func New(opts Options) (*Server, error) {
 	}
 	s.targetM = newTargetMetrics(opts.Registry, opts.Pool, s.rtable)
 	s.wsUp = newWSUpstreams(s, opts.UpstreamSockets, opts.UpstreamSocketIdle)
-	s.convs = &conversations{durable: opts.Conversations, log: opts.Logger.Named("conversations")}
+	s.convs = &conversations{durable: opts.Conversations, log: opts.Logger.Named("conversations"), portable: opts.Portable}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	s.logs = newStreamLogs(opts.Resume, now, opts.Logger.Named("resume"))
 	if opts.Store != nil {
 		s.cont = &continuity{store: opts.Store, cache: newAnchorCache(opts.AnchorCacheSize), ttl: opts.AnchorTTL,
 			log: opts.Logger.Named("continuity"), m: s.metrics, now: opts.Now}
@@ -319,6 +339,10 @@ func (s *Server) routes() *httprouter.Router {
 	r.HandleMethodNotAllowed = true
 	r.POST("/v1/responses", s.handleResponses)
 	r.GET("/v1/responses", s.handleWebSocket)
+	r.GET("/v1/responses/:response_id", s.handleGetResponse)
+	r.GET("/v1/responses/:response_id/input_items", s.handleInputItems)
+	r.DELETE("/v1/responses/:response_id", s.handleDeleteResponse)
+	r.POST("/v1/responses/:response_id/cancel", s.handleCancelResponse)
 	r.POST("/v1/chat/completions", s.handleChat)
 	r.GET("/v1/models", s.handleModels)
 	r.GET("/healthz", s.handleHealthz)
@@ -529,7 +553,21 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			err = ctx.Err()
 		}
 	}
+	// Background requests run to their end within the grace, like streams.
+	bgDone := make(chan struct{})
+	go func() { s.bgRuns.Wait(); close(bgDone) }()
+	select {
+	case <-bgDone:
+	case <-ctx.Done():
+	}
 	s.cancelStreams(errDraining)
+	select { // cancelled: each ends with its terminal event at once
+	case <-bgDone:
+	case <-time.After(5 * time.Second):
+	}
+	if s.logs != nil {
+		s.logs.wait(ctx) // durable logs written before the store closes
+	}
 	s.wsUp.close()
 	s.shutdownTracing()
 	return err

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/sluice-gw/sluice/gateway"
-	"github.com/sluice-gw/sluice/gateway/upstreamtest"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
 // specSubset is testdata/openapi-response-subset.json: the schemas of

@@ -10,9 +10,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tidwall/sjson"
 
-	"github.com/sluice-gw/sluice/gateway/apierr"
 	"github.com/sluice-gw/sluice/gateway/upstream"
 	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/sluice-gw/sluice/internal/apierr"
+	"github.com/sluice-gw/sluice/internal/eventring"
 )
 
 var (
@@ -34,6 +35,8 @@ type tryState struct {
 	sameTries int         // same-target retries and replays already made on target
 
 	cont *contAttempt // a continuation after content (continuation.go); nil otherwise
+
+	events *eventring.Ring // the attempt's last upstream events while hook calls are recorded (recordevents.go); nil otherwise
 
 	answered bool              // the upstream answered 2xx with a body or a first event
 	fail     *upstream.Failure // charged to the target when forward moves on (or ends)
@@ -328,7 +331,7 @@ func (s *Server) replayFacts(req *clientRequest, in *hostabi.ReplayInput) {
 func (s *Server) askReplay(ctx context.Context, req *clientRequest, u *upstream.Upstream, in hostabi.ReplayInput) hostabi.ReplayVerdict {
 	in.Upstream = u.Name()
 	s.replayFacts(req, &in)
-	out := s.policy.Replay(ctx, in)
+	out := s.policy.Replay(hookCtx(ctx, req), in)
 	if out.PenaltyMillis > 0 {
 		try := tryOf(req)
 		if try.fail == nil {

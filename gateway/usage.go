@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tidwall/gjson"
 
-	"github.com/sluice-gw/sluice/gateway/apierr"
 	"github.com/sluice-gw/sluice/gateway/upstream"
+	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/sluice-gw/sluice/store"
 )
 
@@ -424,6 +424,7 @@ type reqMeta struct {
 	// (chatusage.go).
 	hideChatUsage bool
 	traced        bool     // the request is traced: finish reasons are noted (tracing.go)
+	continuity    string   // "rehydrated" when the conversation was rehydrated on another upstream (portable.go)
 	finish        []string // the finish reasons the client was sent (traced only)
 }
 

@@ -15,10 +15,10 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
-	"github.com/sluice-gw/sluice/gateway/apierr"
-	"github.com/sluice-gw/sluice/gateway/clientkey"
 	"github.com/sluice-gw/sluice/gateway/streaminput"
 	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/sluice-gw/sluice/internal/apierr"
+	"github.com/sluice-gw/sluice/internal/clientkey"
 )
 
 // wsWriteTimeout bounds one frame write to a client that stopped reading.
@@ -180,6 +180,12 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 		}
 		return
 	}
+	if gjson.GetBytes(data, "type").String() == "response.resume" {
+		if aerr := ws.resume(ctx, out, data); aerr != nil {
+			fail(aerr)
+		}
+		return
+	}
 	if gjson.GetBytes(data, "type").String() == "response.create" {
 		merged, err := ws.input.Apply(data)
 		if err != nil {
@@ -303,3 +309,42 @@ func asAPIError(err error) *apierr.Error {
 }
 
 var errWebSocketUnsupported = errors.New("the upstream does not offer the Responses WebSocket mode")
+
+// resume answers a response.resume frame (README "Resuming a stream"):
+// {"type":"response.resume","response_id":…,"starting_after":N} replays the
+// response's events after N as frames, then follows the live stream to its
+// terminal event, like GET /v1/responses/{id}?stream=true over SSE.
+func (ws *wsSession) resume(ctx context.Context, out *wsResponder, data []byte) *apierr.Error {
+	s := ws.s
+	id := gjson.GetBytes(data, "response_id")
+	if id.Type != gjson.String || id.Str == "" {
+		return apierr.Invalid("response_id", apierr.CodeMissingField, "response.resume needs a response_id")
+	}
+	after := int64(-1)
+	if v := gjson.GetBytes(data, "starting_after"); v.Exists() && v.Type != gjson.Null {
+		if v.Type != gjson.Number || v.Num != float64(int64(v.Num)) || v.Num < -1 {
+			return apierr.Invalid("starting_after", apierr.CodeInvalidValue, "starting_after must be a sequence number")
+		}
+		after = v.Int()
+	}
+	window := defaultResumeWindow
+	if s.logs != nil {
+		window = s.logs.opts.Window
+	}
+	if s.logs == nil {
+		return notResumable(id.Str, window)
+	}
+	emit := func(_ string, data []byte) error { return out.write(data) }
+	ka := func() error { return nil } // the library answers pings; frames are the keepalive
+	if l := s.logs.get(id.Str, ws.keyHash); l != nil {
+		s.metrics.resumes.WithLabelValues("websocket").Inc()
+		_ = l.follow(ctx, after, emit, ka, s.opts.KeepAlive)
+		return nil
+	}
+	if rec, ok := s.storedLog(ctx, id.Str, ws.keyHash); ok {
+		s.metrics.resumes.WithLabelValues("websocket").Inc()
+		_ = s.logs.followStored(ctx, rec, after, emit, ka, s.opts.IdleTimeout)
+		return nil
+	}
+	return notResumable(id.Str, window)
+}

@@ -1,12 +1,19 @@
 package hostabi
 
+import (
+	"errors"
+
+	"github.com/sluice-gw/sluice/internal/jsonx"
+)
+
 // ABIVersion is the version of the host ABI this package describes, and the
 // version the Go SDK's modules declare. A module declares the version it was
 // written for through its ExportABIVersion export; the host loads modules
 // declaring any version from MinABIVersion to ABIVersion and speaks to each
 // in its own version (ABI.md §12): a version-1 module gets exactly the
-// version-1 inputs and may answer only version-1 verdicts.
-const ABIVersion = 2
+// version-1 inputs and may answer only version-1 verdicts; a module older
+// than version 3 is never asked about an owner_unavailable conversation.
+const ABIVersion = 3
 
 // MinABIVersion is the oldest ABI version the host still loads.
 const MinABIVersion = 1
@@ -180,6 +187,24 @@ const (
 	CodeInvalidDocument int32 = -8 // the document is not valid JSON where the path leads
 )
 
+// CodeOf maps an error of the document engine (jsonx.Document, jsonx.Lookup,
+// jsonx.ParsePath) to its host-function code (ABI.md §5).
+func CodeOf(err error) int32 {
+	switch {
+	case err == nil:
+		return CodeOK
+	case errors.Is(err, jsonx.ErrPathNotFound):
+		return CodeNotFound
+	case errors.Is(err, jsonx.ErrPathSyntax):
+		return CodeBadPath
+	case errors.Is(err, jsonx.ErrValue):
+		return CodeBadValue
+	case errors.Is(err, jsonx.ErrNotApplicable):
+		return CodeNotApplicable
+	}
+	return CodeInvalidDocument
+}
+
 // CodeText names a host-function status code.
 func CodeText(code int32) string {
 	switch {
@@ -216,9 +241,9 @@ const (
 
 // Limits the host enforces (ABI.md §8).
 const (
-	MaxOutputBytes   = 64 << 10 // a hook's output JSON
-	MaxLogBytes      = 4 << 10  // one log message; longer ones are truncated
-	MaxHeaderBytes   = 8 << 10  // one header value
-	MaxUpstreamBytes = 256      // an upstream name
-	MaxPathBytes     = 4 << 10  // a document path
+	MaxOutputBytes   = 64 << 10           // a hook's output JSON
+	MaxLogBytes      = 4 << 10            // one log message; longer ones are truncated
+	MaxHeaderBytes   = 8 << 10            // one header value
+	MaxUpstreamBytes = 256                // an upstream name
+	MaxPathBytes     = jsonx.MaxPathBytes // a document path (4 KiB)
 )

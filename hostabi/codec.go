@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+
+	"github.com/sluice-gw/sluice/internal/jsonx"
 )
 
 // This file holds the wire encodings of hook inputs and outputs (ABI.md §3,
@@ -35,7 +37,7 @@ func appendKey(dst []byte, first bool, key string) []byte {
 }
 
 func appendStrField(dst []byte, first bool, key, v string) []byte {
-	return AppendQuote(appendKey(dst, first, key), v)
+	return jsonx.AppendQuote(appendKey(dst, first, key), v)
 }
 
 func appendIntField(dst []byte, first bool, key string, v int64) []byte {
@@ -46,8 +48,16 @@ func appendBoolField(dst []byte, first bool, key string, v bool) []byte {
 	return strconv.AppendBool(appendKey(dst, first, key), v)
 }
 
-// AppendRecoverInput appends the JSON encoding of in.
+// AppendRecoverInput appends the JSON encoding of in for a module of the
+// current ABIVersion.
 func AppendRecoverInput(dst []byte, in RecoverInput) []byte {
+	return AppendRecoverInputVersion(dst, in, ABIVersion)
+}
+
+// AppendRecoverInputVersion appends the JSON encoding of in for a module
+// declaring ABI version v: before version 3 the version-3 members are left
+// out whatever their values; from version 3 each is left out when zero.
+func AppendRecoverInputVersion(dst []byte, in RecoverInput, v int32) []byte {
 	dst = append(dst, '{')
 	dst = appendStrField(dst, true, "surface", in.Surface)
 	dst = appendStrField(dst, false, "upstream", in.Upstream)
@@ -72,6 +82,21 @@ func AppendRecoverInput(dst []byte, in RecoverInput) []byte {
 	if in.Transport {
 		dst = appendBoolField(dst, false, "transport", true)
 	}
+	if v < 3 {
+		return append(dst, '}')
+	}
+	if in.OwnerRemoved {
+		dst = appendBoolField(dst, false, "owner_removed", true)
+	}
+	if in.OwnerDownMillis != 0 {
+		dst = appendIntField(dst, false, "owner_down_ms", in.OwnerDownMillis)
+	}
+	if in.RehydrateAfterMillis != 0 {
+		dst = appendIntField(dst, false, "rehydrate_after_ms", in.RehydrateAfterMillis)
+	}
+	if in.Portable {
+		dst = appendBoolField(dst, false, "portable", true)
+	}
 	return append(dst, '}')
 }
 
@@ -87,13 +112,13 @@ type decoder struct {
 // raw key (escapes are decoded only when present) and the value's span.
 func (d *decoder) object(set func(key []byte, vs, ve int) error) error {
 	b := d.b
-	i := skipSpace(b, 0)
+	i := jsonx.SkipSpace(b, 0)
 	var ferr error
-	end, err := forEachMember(b, i, func(key []byte, _, vs, ve int) bool {
-		if hasBackslash(key) {
-			k, ok := unescape(key)
+	end, err := jsonx.WalkMembers(b, i, func(key []byte, _, vs, ve int) bool {
+		if jsonx.HasBackslash(key) {
+			k, ok := jsonx.Unescape(key)
 			if !ok {
-				ferr = ErrSyntax
+				ferr = jsonx.ErrSyntax
 				return false
 			}
 			key = []byte(k)
@@ -110,8 +135,8 @@ func (d *decoder) object(set func(key []byte, vs, ve int) error) error {
 	if ferr != nil {
 		return ferr
 	}
-	if skipSpace(b, end) != len(b) {
-		return ErrSyntax
+	if jsonx.SkipSpace(b, end) != len(b) {
+		return jsonx.ErrSyntax
 	}
 	return nil
 }
@@ -123,13 +148,13 @@ func (d *decoder) str(p *string, vs, ve int) error {
 		return nil
 	}
 	if len(raw) < 2 || raw[0] != '"' {
-		return ErrSyntax
+		return jsonx.ErrSyntax
 	}
 	inner := raw[1 : len(raw)-1]
-	if hasBackslash(inner) {
-		s, ok := unescape(inner)
+	if jsonx.HasBackslash(inner) {
+		s, ok := jsonx.Unescape(inner)
 		if !ok {
-			return ErrSyntax
+			return jsonx.ErrSyntax
 		}
 		*p = s
 		return nil
@@ -142,21 +167,21 @@ func (d *decoder) str(p *string, vs, ve int) error {
 }
 
 func (d *decoder) int(p *int, vs, ve int) error {
-	n, err := parseInt(d.b[vs:ve])
+	n, err := jsonx.ParseInt(d.b[vs:ve])
 	if err != nil || int64(int(n)) != n {
-		return ErrSyntax
+		return jsonx.ErrSyntax
 	}
 	*p = int(n)
 	return nil
 }
 
 func (d *decoder) int64(p *int64, vs, ve int) (err error) {
-	*p, err = parseInt(d.b[vs:ve])
+	*p, err = jsonx.ParseInt(d.b[vs:ve])
 	return err
 }
 
 func (d *decoder) bool(p *bool, vs, ve int) (err error) {
-	*p, err = parseBool(d.b[vs:ve])
+	*p, err = jsonx.ParseBool(d.b[vs:ve])
 	return err
 }
 
@@ -184,6 +209,14 @@ func DecodeRecoverInput(b []byte) (RecoverInput, error) {
 			return d.str(&in.Message, vs, ve)
 		case "transport":
 			return d.bool(&in.Transport, vs, ve)
+		case "owner_removed":
+			return d.bool(&in.OwnerRemoved, vs, ve)
+		case "owner_down_ms":
+			return d.int64(&in.OwnerDownMillis, vs, ve)
+		case "rehydrate_after_ms":
+			return d.int64(&in.RehydrateAfterMillis, vs, ve)
+		case "portable":
+			return d.bool(&in.Portable, vs, ve)
 		}
 		return nil
 	})
@@ -352,9 +385,9 @@ func AppendRewriteContext(dst []byte, c RewriteContext) []byte {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = AppendQuote(dst, k)
+			dst = jsonx.AppendQuote(dst, k)
 			dst = append(dst, ':')
-			dst = AppendQuote(dst, c.Headers[k])
+			dst = jsonx.AppendQuote(dst, c.Headers[k])
 		}
 		dst = append(dst, '}')
 	}
@@ -430,7 +463,7 @@ var ErrBadVerdict = errors.New("hostabi: unknown verdict")
 
 // verdictField parses a verdict number from 0 to max.
 func verdictField(raw []byte, max int64) (int64, error) {
-	n, err := parseInt(raw)
+	n, err := jsonx.ParseInt(raw)
 	if err != nil {
 		return 0, err
 	}
@@ -440,15 +473,23 @@ func verdictField(raw []byte, max int64) (int64, error) {
 	return n, nil
 }
 
-// DecodeRecoverOutput decodes and validates a recover hook output.
+// DecodeRecoverOutput decodes and validates a recover hook output of the
+// current ABIVersion.
 func DecodeRecoverOutput(b []byte) (RecoverOutput, error) {
+	return DecodeRecoverOutputVersion(b, ABIVersion)
+}
+
+// DecodeRecoverOutputVersion decodes and validates a recover hook output of
+// a module declaring ABI version v: versions 1 and 2 define the verdicts 0
+// to 2, version 3 adds 3 (rehydrate).
+func DecodeRecoverOutputVersion(b []byte, v int32) (RecoverOutput, error) {
 	var out RecoverOutput
 	seen := false
 	d := decoder{b: b}
 	err := d.object(func(k []byte, vs, ve int) error {
 		switch string(k) {
 		case "verdict":
-			n, err := verdictField(d.b[vs:ve], int64(RecoverFailClosed))
+			n, err := verdictField(d.b[vs:ve], int64(maxRecoverVerdict(v)))
 			if err != nil {
 				return err
 			}
@@ -500,7 +541,7 @@ func DecodeReplayOutputVersion(b []byte, v int32) (ReplayOutput, error) {
 			seen = true
 			out.Verdict = ReplayVerdict(n)
 		case "penalty_ms":
-			n, err := parseInt(d.b[vs:ve])
+			n, err := jsonx.ParseInt(d.b[vs:ve])
 			if err != nil {
 				return err
 			}
@@ -517,8 +558,21 @@ func DecodeReplayOutputVersion(b []byte, v int32) (ReplayOutput, error) {
 	return out, err
 }
 
-// ValidRecoverVerdict reports whether v is a recover verdict the ABI defines.
-func ValidRecoverVerdict(v uint32) bool { return v <= uint32(RecoverFailClosed) }
+// ValidRecoverVerdict reports whether v is a recover verdict the current
+// ABIVersion defines.
+func ValidRecoverVerdict(v uint32) bool { return ValidRecoverVerdictVersion(v, ABIVersion) }
+
+// ValidRecoverVerdictVersion reports whether v is a recover verdict ABI
+// version abi defines.
+func ValidRecoverVerdictVersion(v uint32, abi int32) bool { return v <= uint32(maxRecoverVerdict(abi)) }
+
+// maxRecoverVerdict is the highest recover verdict of an ABI version.
+func maxRecoverVerdict(abi int32) RecoverVerdict {
+	if abi < 3 {
+		return RecoverFailClosed
+	}
+	return RecoverRehydrate
+}
 
 // ValidReplayVerdict reports whether v is a replay verdict the current
 // ABIVersion defines.

@@ -8,7 +8,8 @@ import (
 
 func TestCodecMatchesJSONTags(t *testing.T) {
 	rin := RecoverInput{Surface: "responses_stream", Upstream: "u\"1", HTTPStatus: 400, EventType: "error",
-		Code: "c", Type: "t", Param: "p", Message: "m <&> \u2028 é \x01", Transport: true}
+		Code: "c", Type: "t", Param: "p", Message: "m <&> \u2028 é \x01", Transport: true,
+		OwnerRemoved: true, OwnerDownMillis: 360000, RehydrateAfterMillis: 300000, Portable: true}
 	pin := ReplayInput{Surface: "websocket", Upstream: "u", Code: "transport", HTTPStatus: 503, ReplayCount: 1,
 		ResponseCreatedSeen: true, ResponseIDAssigned: true, PendingRequests: 2, HasPreviousResponseID: true,
 		PinnedOwner: "o", RetryAfterMillis: 1500}
@@ -162,14 +163,54 @@ func TestReplayVerdictsByVersion(t *testing.T) {
 		if _, err := DecodeReplayOutputVersion(b, 1); (err == nil) != (v <= 2) {
 			t.Errorf("v1 decode %s: %v", b, err)
 		}
-		if out, err := DecodeReplayOutput(b); (err == nil) != (v <= 4) || (err == nil && uint32(out.Verdict) != v) {
+		if out, err := DecodeReplayOutputVersion(b, 2); (err == nil) != (v <= 4) || (err == nil && uint32(out.Verdict) != v) {
 			t.Errorf("v2 decode %s: %+v %v", b, out, err)
 		}
+		if out, err := DecodeReplayOutput(b); (err == nil) != (v <= 4) || (err == nil && uint32(out.Verdict) != v) {
+			t.Errorf("v3 decode %s: %+v %v", b, out, err)
+		}
 	}
-	if !SupportedABI(1) || !SupportedABI(2) || SupportedABI(0) || SupportedABI(3) {
+	if !SupportedABI(1) || !SupportedABI(2) || !SupportedABI(3) || SupportedABI(0) || SupportedABI(4) {
 		t.Fatal("SupportedABI")
 	}
 	for v, name := range map[ReplayVerdict]string{0: "no", 1: "replay_other_upstream", 2: "replay_same_upstream", 3: "continue_prefill", 4: "continue_restart", 5: "unknown"} {
+		if v.String() != name {
+			t.Errorf("%d: %s", v, v.String())
+		}
+	}
+}
+
+// TestRecoverABI3: the owner_unavailable members and the rehydrate verdict
+// are version 3's: never encoded for an older module, a fault from one.
+func TestRecoverABI3(t *testing.T) {
+	in := RecoverInput{Surface: "responses_stream", Upstream: "a", Code: CodeOwnerUnavailable, Message: "gone",
+		OwnerRemoved: true, OwnerDownMillis: 7, RehydrateAfterMillis: 300000, Portable: true}
+	const v2 = `{"surface":"responses_stream","upstream":"a","code":"owner_unavailable","message":"gone"}`
+	v3 := v2[:len(v2)-1] + `,"owner_removed":true,"owner_down_ms":7,"rehydrate_after_ms":300000,"portable":true}`
+	for v, want := range map[int32]string{1: v2, 2: v2, 3: v3} {
+		if got := string(AppendRecoverInputVersion(nil, in, v)); got != want {
+			t.Errorf("version %d:\n got %s\nwant %s", v, got, want)
+		}
+	}
+	if got := string(AppendRecoverInput(nil, in)); got != v3 {
+		t.Errorf("current version: %s", got)
+	}
+	for v := uint32(0); v <= 4; v++ {
+		if got, want := ValidRecoverVerdictVersion(v, 2), v <= 2; got != want {
+			t.Errorf("v2 recover verdict %d valid=%v", v, got)
+		}
+		if got, want := ValidRecoverVerdictVersion(v, 3), v <= 3; got != want {
+			t.Errorf("v3 recover verdict %d valid=%v", v, got)
+		}
+		b := []byte(`{"verdict":` + string(rune('0'+v)) + `}`)
+		if _, err := DecodeRecoverOutputVersion(b, 2); (err == nil) != (v <= 2) {
+			t.Errorf("v2 decode %s: %v", b, err)
+		}
+		if out, err := DecodeRecoverOutput(b); (err == nil) != (v <= 3) || (err == nil && uint32(out.Verdict) != v) {
+			t.Errorf("v3 decode %s: %+v %v", b, out, err)
+		}
+	}
+	for v, name := range map[RecoverVerdict]string{0: "pass", 1: "recover", 2: "fail_closed", 3: "rehydrate", 4: "unknown"} {
 		if v.String() != name {
 			t.Errorf("%d: %s", v, v.String())
 		}

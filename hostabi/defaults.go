@@ -31,8 +31,19 @@ func IsPreviousResponseNotFound(code, errType, param, message string) bool {
 }
 
 // DefaultRecover is the built-in recover decision: recover a lost
-// previous response, pass everything else through unchanged.
+// previous response, pass everything else through unchanged. Asked about an
+// unavailable owner (ABI 3, RecoverInput.OwnerQuestion), it rehydrates a
+// portable conversation only when its owner is no longer configured or has
+// been down longer than rehydrate_after, and fails closed otherwise (a
+// cooling or briefly down owner is waited for: it still has the
+// conversation, encrypted reasoning included).
 func DefaultRecover(in RecoverInput) RecoverOutput {
+	if in.OwnerQuestion() {
+		if in.Portable && (in.OwnerRemoved || (in.RehydrateAfterMillis > 0 && in.OwnerDownMillis > in.RehydrateAfterMillis)) {
+			return RecoverOutput{Verdict: RecoverRehydrate}
+		}
+		return RecoverOutput{Verdict: RecoverFailClosed}
+	}
 	if IsPreviousResponseNotFound(in.Code, in.Type, in.Param, in.Message) {
 		return RecoverOutput{Verdict: RecoverRecover}
 	}
@@ -225,4 +236,26 @@ func EffectiveReplay(in ReplayInput, v ReplayVerdict) ReplayVerdict {
 		return ReplayContinueRestart
 	}
 	return v
+}
+
+// EffectiveRecover is what the host does with a policy's recover verdict v
+// for in (ABI.md §3.1): rehydrate is obeyed only for an owner_unavailable
+// question about a portable conversation and means fail_closed anywhere
+// else; an owner_unavailable question answered with pass or recover fails
+// closed too (there is no upstream error to pass or recover: the owner was
+// never called); unknown verdicts mean pass for an upstream error.
+func EffectiveRecover(in RecoverInput, v RecoverVerdict) RecoverVerdict {
+	if in.OwnerQuestion() {
+		if v == RecoverRehydrate && in.Portable {
+			return RecoverRehydrate
+		}
+		return RecoverFailClosed
+	}
+	switch v {
+	case RecoverPass, RecoverRecover, RecoverFailClosed:
+		return v
+	case RecoverRehydrate:
+		return RecoverFailClosed
+	}
+	return RecoverPass
 }

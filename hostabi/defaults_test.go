@@ -202,3 +202,47 @@ func TestEffectiveReplay(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultRecoverOwner: an owner_unavailable question rehydrates a
+// portable conversation only when its owner is removed or down longer than
+// rehydrate_after; EffectiveRecover obeys rehydrate only there.
+func TestDefaultRecoverOwner(t *testing.T) {
+	base := RecoverInput{Surface: SurfaceResponsesStream, Upstream: "a", Code: CodeOwnerUnavailable, RehydrateAfterMillis: 300000, Portable: true}
+	cases := []struct {
+		name string
+		edit func(*RecoverInput)
+		want RecoverVerdict
+	}{
+		{"removed", func(in *RecoverInput) { in.OwnerRemoved = true }, RecoverRehydrate},
+		{"down longer", func(in *RecoverInput) { in.OwnerDownMillis = 300001 }, RecoverRehydrate},
+		{"down shorter", func(in *RecoverInput) { in.OwnerDownMillis = 299999 }, RecoverFailClosed},
+		{"cooling (not down)", func(in *RecoverInput) {}, RecoverFailClosed},
+		{"removed, not portable", func(in *RecoverInput) { in.OwnerRemoved, in.Portable = true, false }, RecoverFailClosed},
+		{"an upstream's own error with that code", func(in *RecoverInput) { in.OwnerRemoved, in.HTTPStatus = true, 400 }, RecoverPass},
+	}
+	for _, c := range cases {
+		in := base
+		c.edit(&in)
+		if got := DefaultRecover(in).Verdict; got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+	owner := base
+	for v, want := range map[RecoverVerdict]RecoverVerdict{RecoverPass: RecoverFailClosed, RecoverRecover: RecoverFailClosed,
+		RecoverFailClosed: RecoverFailClosed, RecoverRehydrate: RecoverRehydrate} {
+		if got := EffectiveRecover(owner, v); got != want {
+			t.Errorf("owner question, %v: %v", v, got)
+		}
+	}
+	owner.Portable = false
+	if got := EffectiveRecover(owner, RecoverRehydrate); got != RecoverFailClosed {
+		t.Errorf("rehydrate without the items: %v", got)
+	}
+	upstreamErr := RecoverInput{Code: "previous_response_not_found", HTTPStatus: 400}
+	for v, want := range map[RecoverVerdict]RecoverVerdict{RecoverPass: RecoverPass, RecoverRecover: RecoverRecover,
+		RecoverFailClosed: RecoverFailClosed, RecoverRehydrate: RecoverFailClosed, 9: RecoverPass} {
+		if got := EffectiveRecover(upstreamErr, v); got != want {
+			t.Errorf("upstream error, %v: %v", v, got)
+		}
+	}
+}

@@ -17,7 +17,12 @@ const (
 )
 
 // RecoverInput describes one upstream error-shaped answer: an `error` event, a
-// `response.failed` event, a non-2xx HTTP answer or a transport fault.
+// `response.failed` event, a non-2xx HTTP answer or a transport fault. Since
+// ABI version 3 it may also describe a conversation whose owner is gone
+// (Code CodeOwnerUnavailable, ABI.md §3.1): the owner upstream of
+// previous_response_id is no longer configured or is unusable, and the
+// gateway kept the conversation's items, so it could rehydrate it on
+// another upstream.
 type RecoverInput struct {
 	Surface    string `json:"surface"`
 	Upstream   string `json:"upstream"`              // the upstream's configured name
@@ -28,6 +33,23 @@ type RecoverInput struct {
 	Param      string `json:"param,omitempty"`
 	Message    string `json:"message,omitempty"`
 	Transport  bool   `json:"transport,omitempty"` // a connection-level fault, no error body
+
+	// ABI 3: the facts of an owner_unavailable question. They are never sent
+	// to a module older than version 3, which is never asked it.
+	OwnerRemoved         bool  `json:"owner_removed,omitempty"`      // the owner is no longer in the config
+	OwnerDownMillis      int64 `json:"owner_down_ms,omitempty"`      // how long the owner has been down (0: not down, e.g. cooling down)
+	RehydrateAfterMillis int64 `json:"rehydrate_after_ms,omitempty"` // continuity.rehydrate_after
+	Portable             bool  `json:"portable,omitempty"`           // the conversation's items are kept: rehydrate is possible
+}
+
+// CodeOwnerUnavailable is RecoverInput.Code when the host asks whether a
+// conversation whose owner is gone is rehydrated elsewhere (ABI 3).
+const CodeOwnerUnavailable = "owner_unavailable"
+
+// OwnerQuestion reports whether in asks about an unavailable owner (ABI 3):
+// modules older than version 3 are not asked it.
+func (in RecoverInput) OwnerQuestion() bool {
+	return in.Code == CodeOwnerUnavailable && in.EventType == "" && in.HTTPStatus == 0 && !in.Transport
 }
 
 // RecoverVerdict is what the host does with an upstream error.
@@ -38,6 +60,10 @@ const (
 	RecoverPass       RecoverVerdict = 0 // forward the error to the client as it is
 	RecoverRecover    RecoverVerdict = 1 // rewrite to the retryable stream_incomplete contract, drop the upstream connection
 	RecoverFailClosed RecoverVerdict = 2 // answer the retryable upstream_unavailable error
+	// ABI 3, for an owner_unavailable question only: send the conversation's
+	// kept items, with the request's own input, to the normal targets
+	// (anywhere else it means fail_closed; see EffectiveRecover).
+	RecoverRehydrate RecoverVerdict = 3
 )
 
 // String names the verdict as ABI.md does.
@@ -49,6 +75,8 @@ func (v RecoverVerdict) String() string {
 		return "recover"
 	case RecoverFailClosed:
 		return "fail_closed"
+	case RecoverRehydrate:
+		return "rehydrate"
 	}
 	return "unknown"
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/sluice-gw/sluice/internal/jsonx"
 	"github.com/sluice-gw/sluice/policies"
 )
 
@@ -77,6 +78,62 @@ func BenchmarkReplay(b *testing.B) {
 	})
 }
 
+// BenchmarkGuestCallCost is the per-call cost of the same hook and input
+// through the runtime (one goroutine, a warm instance) for the three guest
+// languages: Go (the embedded policies and gofixture, built with the Go
+// SDK), AssemblyScript (the example and asfixture, built with
+// sdk/assemblyscript) and hand-written WAT. stream_event is the per-event
+// hook (a delta that is redacted). The call deadline is raised to a second
+// so that a loaded machine's pauses do not count as faults. The README's
+// "Policies" section has the numbers.
+func BenchmarkGuestCallCost(b *testing.B) {
+	emb := policies.Defaults()
+	recIn := hostabi.RecoverInput{Surface: "responses_stream", Upstream: "primary", HTTPStatus: 400, EventType: "error",
+		Code: "upstream_context_lost", Type: "invalid_request_error", Message: "context lost"}
+	repIn := hostabi.ReplayInput{Surface: "responses_stream", Upstream: "primary", Code: "server_is_overloaded", HTTPStatus: 503,
+		Phase: hostabi.PhaseBeforeContent, FailureClass: hostabi.FailureOverloaded, TargetCount: 2, HasNextTarget: true,
+		MaxWaitMillis: 5000, Continuation: "auto"}
+	evIn := streamDelta("the secret plan")
+	guests := []struct {
+		name          string
+		rec, rep, evt []byte
+	}{
+		{"go", emb["recover.wasm"], emb["replay.wasm"], fixture(b, "gofixture")},
+		{"assemblyscript", asExample(b), asExample(b), fixture(b, "asfixture")},
+		{"wat", fixture(b, "recover_v1"), fixture(b, "replay_v2"), fixture(b, "stream_redact")},
+	}
+	ctx := context.Background()
+	for _, g := range guests {
+		b.Run("recover/"+g.name, func(b *testing.B) {
+			r := newRuntime(b, Options{Embedded: map[string][]byte{"p.wasm": g.rec}, PoolSize: 1, CallTimeout: time.Second})
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, tr := r.RecoverTrace(ctx, recIn); tr.Outcome != "decided" {
+					b.Fatal(tr)
+				}
+			}
+		})
+		b.Run("replay/"+g.name, func(b *testing.B) {
+			r := newRuntime(b, Options{Embedded: map[string][]byte{"p.wasm": g.rep}, PoolSize: 1, CallTimeout: time.Second})
+			b.ReportAllocs()
+			for b.Loop() {
+				if out, tr := r.ReplayTrace(ctx, repIn); tr.Outcome != "decided" || out.Verdict != hostabi.ReplayOtherUpstream {
+					b.Fatal(out, tr)
+				}
+			}
+		})
+		b.Run("stream_event/"+g.name, func(b *testing.B) {
+			r := newRuntime(b, Options{Embedded: map[string][]byte{"p.wasm": g.evt}, PoolSize: 1, CallTimeout: time.Second})
+			b.ReportAllocs()
+			for b.Loop() {
+				if out := r.StreamEvent(ctx, evIn); out.Verdict != hostabi.StreamReplace {
+					b.Fatal(out)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkRecoverWAT is the floor: a WAT guest answering a bare verdict.
 func BenchmarkRecoverWAT(b *testing.B) {
 	r := benchRuntime(b, map[string][]byte{"v1.wasm": fixture(b, "recover_v1")})
@@ -107,13 +164,13 @@ func benchRewrite(b *testing.B, size int) {
 func BenchmarkRewrite1KiB(b *testing.B) { benchRewrite(b, 1<<10) }
 func BenchmarkRewrite1MiB(b *testing.B) { benchRewrite(b, 1<<20) }
 
-// BenchmarkRewriteNative1MiB is the native part alone (hostabi.Document): the
+// BenchmarkRewriteNative1MiB is the native part alone (jsonx.Document): the
 // same two edits without Wasm.
 func BenchmarkRewriteNative1MiB(b *testing.B) {
 	body := codexBody(1 << 20)
 	b.SetBytes(int64(len(body)))
 	parallel2(b, func() {
-		d := hostabi.NewDocument(body)
+		d := jsonx.NewDocument(body)
 		_, _ = d.Get("model")
 		_, _ = d.Get("stream")
 		_ = d.Set("model", []byte(`"gpt-5.1-codex"`))

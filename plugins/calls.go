@@ -10,6 +10,7 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/sluice-gw/sluice/internal/jsonx"
 )
 
 // Trace tells how a hook decision was taken (for logs, `sluice policy test`
@@ -251,24 +252,34 @@ func (r *Runtime) fallback(hook int, reason string) {
 func (r *Runtime) Recover(ctx context.Context, in hostabi.RecoverInput) hostabi.RecoverOutput {
 	out, tr := r.RecoverTrace(ctx, in)
 	if r.recording.Load() {
-		r.recordRecover(in, out, tr)
+		r.recordRecover(ctx, in, out, tr)
 	}
 	return out
 }
 
 // RecoverTrace is Recover that also tells who decided.
+//
+// Each module gets the input of the ABI version it declares (ABI.md §12): a
+// module older than version 3 never gets the version-3 members, may not
+// answer rehydrate, and is not asked an owner_unavailable question at all
+// (it is skipped, as if it had deferred).
 func (r *Runtime) RecoverTrace(ctx context.Context, in hostabi.RecoverInput) (hostabi.RecoverOutput, Trace) {
-	var input []byte
+	var inputs [hostabi.ABIVersion + 1][]byte // by ABI version
 	var out hostabi.RecoverOutput
-	tr, decided := r.decide(ctx, hRecover, func(*version) []byte {
-		if input == nil {
-			input = hostabi.AppendRecoverInput(make([]byte, 0, 256), in)
+	owner := in.OwnerQuestion()
+	tr, decided := r.decide(ctx, hRecover, func(v *version) []byte {
+		if v.abi < 3 && owner {
+			return nil // not asked
 		}
-		return input
-	}, func(_ *version, res uint64, mem memView) (resultKind, error) {
+		abi := min(max(v.abi, hostabi.MinABIVersion), hostabi.ABIVersion)
+		if inputs[abi] == nil {
+			inputs[abi] = hostabi.AppendRecoverInputVersion(make([]byte, 0, 256), in, abi)
+		}
+		return inputs[abi]
+	}, func(v *version, res uint64, mem memView) (resultKind, error) {
 		var kind resultKind
 		var err error
-		out, kind, err = decodeRecoverResult(res, mem)
+		out, kind, err = decodeRecoverResult(res, mem, v.abi)
 		return kind, err
 	})
 	if !decided {
@@ -282,7 +293,7 @@ func (r *Runtime) RecoverTrace(ctx context.Context, in hostabi.RecoverInput) (ho
 func (r *Runtime) Replay(ctx context.Context, in hostabi.ReplayInput) hostabi.ReplayOutput {
 	out, tr := r.ReplayTrace(ctx, in)
 	if r.recording.Load() {
-		r.recordReplay(in, out, tr)
+		r.recordReplay(ctx, in, out, tr)
 	}
 	return out
 }
@@ -406,7 +417,7 @@ func (r *Runtime) RewriteTrace(ctx context.Context, in hostabi.RewriteInput) (ho
 		tr.Outcome = "default"
 		return out, tr
 	}
-	doc := hostabi.NewDocument(in.Body)
+	doc := jsonx.NewDocument(in.Body)
 	headers := visibleHeaders(in.Headers)
 	var buf []byte
 	for _, v := range mods {
@@ -519,10 +530,10 @@ func visibleHeaders(h map[string]string) map[string]string {
 }
 
 // rewriteContext is the rewrite hook's input for the document's current state.
-func rewriteContext(in hostabi.RewriteInput, doc *hostabi.Document, headers map[string]string) hostabi.RewriteContext {
+func rewriteContext(in hostabi.RewriteInput, doc *jsonx.Document, headers map[string]string) hostabi.RewriteContext {
 	c := hostabi.RewriteContext{Surface: in.Surface, Endpoint: in.Endpoint, BodyBytes: doc.Len(), Headers: headers}
 	if raw, err := doc.Get("model"); err == nil {
-		if s, ok := hostabi.Unquote(raw); ok {
+		if s, ok := jsonx.Unquote(raw); ok {
 			c.Model = s
 		}
 	}

@@ -48,8 +48,9 @@ func readOutput(mem memView, ptr, n uint32) ([]byte, error) {
 	return b, nil
 }
 
-// decodeRecoverResult decodes a recover hook's i64 result.
-func decodeRecoverResult(r uint64, mem memView) (hostabi.RecoverOutput, resultKind, error) {
+// decodeRecoverResult decodes a recover hook's i64 result from a module of
+// ABI version abi (versions before 3 define fewer verdicts).
+func decodeRecoverResult(r uint64, mem memView, abi int32) (hostabi.RecoverOutput, resultKind, error) {
 	kind, ptr, n := hostabi.UnpackResult(r)
 	switch kind {
 	case hostabi.ResultKindDefer:
@@ -57,7 +58,7 @@ func decodeRecoverResult(r uint64, mem memView) (hostabi.RecoverOutput, resultKi
 	case hostabi.ResultKindError:
 		return hostabi.RecoverOutput{}, resError, nil
 	case hostabi.ResultKindVerdict:
-		if !hostabi.ValidRecoverVerdict(n) {
+		if !hostabi.ValidRecoverVerdictVersion(n, abi) {
 			return hostabi.RecoverOutput{}, resDecided, fmt.Errorf("%w: recover verdict %d", errInvalidOutput, n)
 		}
 		return hostabi.RecoverOutput{Verdict: hostabi.RecoverVerdict(n)}, resDecided, nil
@@ -66,7 +67,7 @@ func decodeRecoverResult(r uint64, mem memView) (hostabi.RecoverOutput, resultKi
 	if err != nil {
 		return hostabi.RecoverOutput{}, resDecided, err
 	}
-	out, err := hostabi.DecodeRecoverOutput(b)
+	out, err := hostabi.DecodeRecoverOutputVersion(b, abi)
 	if err != nil {
 		return hostabi.RecoverOutput{}, resDecided, fmt.Errorf("%w: %v", errInvalidOutput, err)
 	}

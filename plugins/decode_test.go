@@ -15,36 +15,48 @@ func mem(data string) byteMem {
 }
 
 func TestDecodeResults(t *testing.T) {
-	out, kind, err := decodeRecoverResult(1, nil)
+	out, kind, err := decodeRecoverResult(1, nil, 2)
 	if err != nil || kind != resDecided || out.Verdict != hostabi.RecoverRecover {
 		t.Fatal(out, kind, err)
 	}
-	if _, kind, err = decodeRecoverResult(hostabi.ResultDefer, nil); err != nil || kind != resDefer {
+	if _, kind, err = decodeRecoverResult(hostabi.ResultDefer, nil, 2); err != nil || kind != resDefer {
 		t.Fatal(kind, err)
 	}
-	if _, kind, err = decodeRecoverResult(hostabi.ResultError, nil); err != nil || kind != resError {
+	if _, kind, err = decodeRecoverResult(hostabi.ResultError, nil, 2); err != nil || kind != resError {
 		t.Fatal(kind, err)
 	}
 	j := `{"verdict":2,"code":"c","message":"m","extra":[1,{"x":null}]}`
-	out, _, err = decodeRecoverResult(hostabi.PackPtrLen(1024, uint32(len(j))), mem(j))
+	out, _, err = decodeRecoverResult(hostabi.PackPtrLen(1024, uint32(len(j))), mem(j), 2)
 	if err != nil || out.Verdict != hostabi.RecoverFailClosed || out.Code != "c" || out.Message != "m" {
 		t.Fatal(out, err)
 	}
 	bad := []uint64{
-		3,                                  // undefined verdict
+		3,                                  // undefined verdict before ABI 3
 		hostabi.PackPtrLen(1024, 1<<20),    // too long
 		hostabi.PackPtrLen(0xFFFF0000, 10), // outside memory
 		hostabi.PackPtrLen(1024, 5),        // truncated JSON
 	}
 	for _, r := range bad {
-		if _, _, err := decodeRecoverResult(r, mem(j)); !errors.Is(err, errInvalidOutput) {
+		if _, _, err := decodeRecoverResult(r, mem(j), 2); !errors.Is(err, errInvalidOutput) {
 			t.Errorf("%#x: %v", r, err)
 		}
 	}
 	for _, s := range []string{`{"code":"x"}`, `{"verdict":-1}`, `{"verdict":"1"}`, `{"verdict":1.5}`, `[1]`, `{"verdict":1}x`} {
-		if _, _, err := decodeRecoverResult(hostabi.PackPtrLen(1024, uint32(len(s))), mem(s)); !errors.Is(err, errInvalidOutput) {
+		if _, _, err := decodeRecoverResult(hostabi.PackPtrLen(1024, uint32(len(s))), mem(s), 2); !errors.Is(err, errInvalidOutput) {
 			t.Errorf("%s accepted", s)
 		}
+	}
+	// Rehydrate is ABI 3's: a version-3 module may answer it, bare or in JSON.
+	for _, r := range []uint64{3, hostabi.PackPtrLen(1024, 13)} {
+		if out, _, err := decodeRecoverResult(r, mem(`{"verdict":3}`), 3); err != nil || out.Verdict != hostabi.RecoverRehydrate {
+			t.Errorf("v3 %#x: %+v %v", r, out, err)
+		}
+		if _, _, err := decodeRecoverResult(r, mem(`{"verdict":3}`), 2); !errors.Is(err, errInvalidOutput) {
+			t.Errorf("v2 %#x: %v", r, err)
+		}
+	}
+	if _, _, err := decodeRecoverResult(4, nil, 3); !errors.Is(err, errInvalidOutput) {
+		t.Errorf("recover verdict 4 accepted: %v", err)
 	}
 	rj := `{"verdict":1,"penalty_ms":30000}`
 	for abi := int32(1); abi <= 2; abi++ {
@@ -87,7 +99,7 @@ func FuzzDecodeRecoverResult(f *testing.F) {
 	f.Add(hostabi.PackPtrLen(0, 2), []byte("{}"))
 	f.Add(uint64(0xFFFFFFFF00000010), []byte("x"))
 	f.Fuzz(func(t *testing.T, r uint64, m []byte) {
-		out, kind, err := decodeRecoverResult(r, byteMem(m))
+		out, kind, err := decodeRecoverResult(r, byteMem(m), hostabi.ABIVersion)
 		_, ptr, n := hostabi.UnpackResult(r)
 		if err == nil && kind == resDecided && ptr != 0 && uint64(ptr)+uint64(n) > uint64(len(m)) {
 			t.Fatalf("accepted an output outside memory: %#x", r)

@@ -10,6 +10,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/sluice-gw/sluice/internal/jsonx"
 )
 
 // callState is what the host functions of one call may touch. It travels in
@@ -26,7 +27,7 @@ type callState struct {
 
 // rewriteCall is one module's part of a rewrite chain.
 type rewriteCall struct {
-	doc      *hostabi.Document
+	doc      *jsonx.Document
 	headers  []headerEdit
 	upstream string
 	reject   *hostabi.RejectError

@@ -1,6 +1,7 @@
 package plugins
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/sluice-gw/sluice/internal/eventring"
 )
 
 // Record is one line of a recording (Options.RecordDir): a hook call the
@@ -32,6 +34,11 @@ type Record struct {
 	Verdict   string            `json:"verdict"`           // the verdict name; for rewrite changed, unchanged or rejected
 	DecidedBy string            `json:"decided_by"`        // the policy, or "default"
 	Output    json.RawMessage   `json:"output,omitempty"`  // recover and replay: the output
+	// UpstreamEvents are the last upstream events (at most eventring.Size,
+	// oldest first) of the attempt whose failure a recover or replay call
+	// is about, when the gateway saw any; keys and ids in them are
+	// redacted like the rest of the line. `sluice policy test` ignores them.
+	UpstreamEvents []eventring.Event `json:"upstream_events,omitempty"`
 }
 
 // Recording limits.
@@ -166,15 +173,15 @@ func (r *Runtime) record(rc *Record, tr Trace) {
 	}
 }
 
-func (r *Runtime) recordRecover(in hostabi.RecoverInput, out hostabi.RecoverOutput, tr Trace) {
-	rc := Record{Hook: "recover", Verdict: out.Verdict.String()}
+func (r *Runtime) recordRecover(ctx context.Context, in hostabi.RecoverInput, out hostabi.RecoverOutput, tr Trace) {
+	rc := Record{Hook: "recover", Verdict: out.Verdict.String(), UpstreamEvents: eventring.FromContext(ctx).Events()}
 	rc.Input, _ = json.Marshal(in)
 	rc.Output, _ = json.Marshal(out)
 	r.record(&rc, tr)
 }
 
-func (r *Runtime) recordReplay(in hostabi.ReplayInput, out hostabi.ReplayOutput, tr Trace) {
-	rc := Record{Hook: "replay", Verdict: out.Verdict.String()}
+func (r *Runtime) recordReplay(ctx context.Context, in hostabi.ReplayInput, out hostabi.ReplayOutput, tr Trace) {
+	rc := Record{Hook: "replay", Verdict: out.Verdict.String(), UpstreamEvents: eventring.FromContext(ctx).Events()}
 	rc.Input, _ = json.Marshal(in)
 	rc.Output, _ = json.Marshal(out)
 	r.record(&rc, tr)

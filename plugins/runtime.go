@@ -578,7 +578,7 @@ func (r *Runtime) getCompiled(ctx context.Context, a *artifact) (*compiled, erro
 	c := &compiled{sha: a.sha, refs: 1, ready: make(chan struct{})}
 	r.compiled[a.sha] = c
 	r.cmu.Unlock()
-	c.cm, c.err = r.wrt.CompileModule(ctx, a.data)
+	c.cm, c.err = r.wrt.CompileModule(ctx, mergeDataSegments(a.data)) // datasegments.go
 	close(c.ready)
 	if c.err != nil {
 		err := c.err

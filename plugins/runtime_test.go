@@ -282,7 +282,7 @@ func TestRejectedAtLoad(t *testing.T) {
 		"notwasm":       []byte("#!/bin/sh\necho hi\n"),
 	}
 	want := map[string]string{
-		"badabi":        "ABI version 3",
+		"badabi":        "ABI version 99",
 		"selftest_fail": "self_test failed",
 		"inittrap":      "init",
 		"badimport":     "unknown host function",
@@ -452,7 +452,7 @@ func TestHotSwapUnderLoad(t *testing.T) {
 	write(t, dir, "p.wasm", fixture(t, "badabi"))
 	waitFor(t, func() bool { st, _ := statusOf(r, "p"); return st.State == StateRejected })
 	st, _ := statusOf(r, "p")
-	if st.SHA256 != sha(v1) || !strings.Contains(st.LastError, "ABI version 3") {
+	if st.SHA256 != sha(v1) || !strings.Contains(st.LastError, "ABI version 99") {
 		t.Fatalf("after bad file: %+v", st)
 	}
 	time.Sleep(50 * time.Millisecond)

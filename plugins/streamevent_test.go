@@ -15,11 +15,11 @@ func streamDelta(delta string) hostabi.StreamEventInput {
 		ItemID: "msg_1", Delta: delta, HasDelta: true}
 }
 
-// TestStreamEventHook runs the stream_event hook of the WAT fixture and of
-// the Go fixture: both replace "secret" with "[redacted]" in text deltas
-// and pass everything else.
+// TestStreamEventHook runs the stream_event hook of the WAT fixture, the Go
+// fixture and the AssemblyScript fixture: each replaces "secret" with
+// "[redacted]" in text deltas and passes everything else.
 func TestStreamEventHook(t *testing.T) {
-	for _, name := range []string{"stream_redact", "gofixture"} {
+	for _, name := range []string{"stream_redact", "gofixture", "asfixture"} {
 		t.Run(name, func(t *testing.T) {
 			r := newRuntime(t, Options{Embedded: map[string][]byte{"s.wasm": fixture(t, name)}, CallTimeout: 5 * time.Second})
 			if !r.StreamHookActive() {
@@ -91,10 +91,11 @@ func TestStreamEventCodec(t *testing.T) {
 	}
 }
 
-// BenchmarkStreamEvent is the cost of the hook per event: a WAT guest and
-// a Go SDK guest, on a delta that is replaced and on one that passes.
+// BenchmarkStreamEvent is the cost of the hook per event: a WAT guest, a
+// Go SDK guest and an AssemblyScript SDK guest, on a delta that is replaced
+// and on one that passes.
 func BenchmarkStreamEvent(b *testing.B) {
-	for _, name := range []string{"stream_redact", "gofixture"} {
+	for _, name := range []string{"stream_redact", "gofixture", "asfixture"} {
 		r := newRuntime(b, Options{Embedded: map[string][]byte{"s.wasm": fixture(b, name)}, CallTimeout: time.Second})
 		for _, c := range []struct{ name, delta string }{{"replace", "the secret plan"}, {"pass", "the open plan"}} {
 			b.Run(name+"/"+c.name, func(b *testing.B) {

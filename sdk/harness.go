@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/sluice-gw/sluice/internal/jsonx"
 )
 
 // nativePlatform serves Log, Config and Now outside Wasm: from the Harness
@@ -55,7 +56,7 @@ type LogEntry struct {
 
 // Harness runs a policy's handlers natively with the host's semantics: the
 // inputs and outputs go through the ABI encodings, and a rewrite edits an
-// in-memory document with the host's path engine (hostabi.Document). Use it
+// in-memory document with the host's path engine (jsonx.Document). Use it
 // from `go test` in the policy's package:
 //
 //	h := &sdk.Harness{Config: `{"model_aliases":{"fast":"gpt-5-mini"}}`}
@@ -149,10 +150,10 @@ func (h *Harness) Rewrite(in hostabi.RewriteInput) (hostabi.RewriteOutput, error
 	if in.Endpoint == "" {
 		in.Endpoint = "/v1/responses"
 	}
-	doc := hostabi.NewDocument(in.Body)
+	doc := jsonx.NewDocument(in.Body)
 	c := hostabi.RewriteContext{Surface: in.Surface, Endpoint: in.Endpoint, BodyBytes: len(in.Body)}
 	if raw, err := doc.Get("model"); err == nil {
-		c.Model, _ = hostabi.Unquote(raw)
+		c.Model, _ = jsonx.Unquote(raw)
 	}
 	if raw, err := doc.Get("stream"); err == nil && string(raw) == "true" {
 		c.Stream = true
@@ -220,7 +221,7 @@ func lower(s string) string {
 
 // memBackend is a Request over an in-memory document, with the host's checks.
 type memBackend struct {
-	doc      *hostabi.Document
+	doc      *jsonx.Document
 	headers  []headerEdit
 	upstream string
 	rejected *RejectError

@@ -156,7 +156,7 @@ func TestHarnessABI2(t *testing.T) {
 	if out, _, _ := h.Replay(in); out.Verdict != sdk.ReplaySameUpstream {
 		t.Fatalf("the table through the SDK: %+v", out)
 	}
-	if sdk.ABIVersion != 2 || sdk.EffectiveReplay(sdk.ReplayInput{Phase: sdk.PhaseBeforeContent}, sdk.ReplayContinuePrefill) != sdk.ReplayOtherUpstream {
+	if sdk.ABIVersion != 3 || sdk.Rehydrate != 3 || sdk.EffectiveReplay(sdk.ReplayInput{Phase: sdk.PhaseBeforeContent}, sdk.ReplayContinuePrefill) != sdk.ReplayOtherUpstream {
 		t.Fatal("re-exports")
 	}
 }
@@ -193,5 +193,25 @@ func TestHarnessStreamEvent(t *testing.T) {
 	done := sdk.StreamEvent{Type: "response.output_text.done", OutputIndex: 0, ContentIndex: 0, Text: "all", HasText: true}
 	if out, _, err := h.StreamEvent(done); err != nil || !out.HasText || out.Text != "all!" {
 		t.Fatalf("text: %+v %v", out, err)
+	}
+}
+
+// TestHarnessOwnerQuestion: the ABI-3 owner_unavailable question reaches a
+// Go policy with its members, and a rehydrate answer comes back.
+func TestHarnessOwnerQuestion(t *testing.T) {
+	h := &sdk.Harness{Policy: sdk.Policy{Recover: func(in sdk.RecoverInput) (sdk.RecoverOutput, error) {
+		if in.OwnerQuestion() && in.Portable && in.OwnerDownMillis > 1000 {
+			return sdk.RecoverOutput{Verdict: sdk.Rehydrate}, nil
+		}
+		return sdk.DefaultRecover(in), nil
+	}}}
+	in := sdk.RecoverInput{Surface: sdk.SurfaceResponsesStream, Upstream: "a", Code: sdk.CodeOwnerUnavailable, OwnerDownMillis: 2000,
+		RehydrateAfterMillis: 300000, Portable: true}
+	if out, _, err := h.Recover(in); err != nil || out.Verdict != sdk.Rehydrate || sdk.EffectiveRecover(in, out.Verdict) != sdk.Rehydrate {
+		t.Fatal(out, err)
+	}
+	in.OwnerDownMillis = 10
+	if out, _, err := h.Recover(in); err != nil || out.Verdict != sdk.FailClosed {
+		t.Fatal(out, err)
 	}
 }

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/sluice-gw/sluice/internal/jsonx"
 )
 
 // Hook inputs and outputs are the host's own types (hostabi/hooks.go); their
@@ -68,6 +69,9 @@ const (
 	Pass       = hostabi.RecoverPass
 	Recover    = hostabi.RecoverRecover
 	FailClosed = hostabi.RecoverFailClosed
+	// ABI 3, for an owner_unavailable question (RecoverInput.OwnerQuestion):
+	// send the conversation's kept items to the normal targets.
+	Rehydrate = hostabi.RecoverRehydrate
 
 	ReplayNo            = hostabi.ReplayNo            // fail: the client gets the failure
 	ReplayOtherUpstream = hostabi.ReplayOtherUpstream // the next target
@@ -116,6 +120,19 @@ func DefaultReplay(in ReplayInput) ReplayOutput { return hostabi.DefaultReplay(i
 
 // DefaultRecover is the host's built-in recover decision.
 func DefaultRecover(in RecoverInput) RecoverOutput { return hostabi.DefaultRecover(in) }
+
+// CodeOwnerUnavailable is RecoverInput.Code when the host asks (ABI 3)
+// whether a conversation whose owner upstream is gone is rehydrated on
+// another upstream: OwnerRemoved, OwnerDownMillis, RehydrateAfterMillis and
+// Portable say why and whether it can be. Answer Rehydrate or FailClosed.
+const CodeOwnerUnavailable = hostabi.CodeOwnerUnavailable
+
+// EffectiveRecover is what the host does with recover verdict v for in:
+// Rehydrate only for an owner_unavailable question about a portable
+// conversation (fail_closed elsewhere).
+func EffectiveRecover(in RecoverInput, v RecoverVerdict) RecoverVerdict {
+	return hostabi.EffectiveRecover(in, v)
+}
 
 // EffectiveReplay is what the host does with verdict v for the failure in
 // (for example, before content a continue verdict means ReplayOtherUpstream).
@@ -369,7 +386,7 @@ func (r *Request) GetString(path string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	return hostabi.Unquote([]byte(raw))
+	return jsonx.Unquote([]byte(raw))
 }
 
 // Len returns the length of the array at path.
@@ -396,7 +413,7 @@ func (r *Request) Set(path, rawJSON string) error {
 }
 
 // SetString stores s as a JSON string at path.
-func (r *Request) SetString(path, s string) error { return r.Set(path, hostabi.Quote(s)) }
+func (r *Request) SetString(path, s string) error { return r.Set(path, jsonx.Quote(s)) }
 
 // Delete removes the member or element at path; it reports false (and no
 // error) when nothing is there.
@@ -435,13 +452,13 @@ func (r *Request) Reject(status int, code, param, message string) error {
 func (r *Request) Config() string { return Config() }
 
 // Quote returns s as a JSON string literal.
-func Quote(s string) string { return hostabi.Quote(s) }
+func Quote(s string) string { return jsonx.Quote(s) }
 
 // Unquote decodes a raw JSON string (with quotes).
-func Unquote(raw string) (string, bool) { return hostabi.Unquote([]byte(raw)) }
+func Unquote(raw string) (string, bool) { return jsonx.Unquote([]byte(raw)) }
 
 // EscapeKey escapes an object key for use as one path segment.
-func EscapeKey(key string) string { return hostabi.EscapeKey(key) }
+func EscapeKey(key string) string { return jsonx.EscapeKey(key) }
 
 // Lookup returns the raw JSON at path inside the JSON text raw (the same path
 // syntax as Request.Get), e.g. Lookup(Config(), "model_aliases."+EscapeKey(m)).
@@ -449,7 +466,7 @@ func Lookup(raw, path string) (string, bool) {
 	if raw == "" {
 		return "", false
 	}
-	v, err := hostabi.Lookup([]byte(raw), path)
+	v, err := jsonx.Lookup([]byte(raw), path)
 	if err != nil {
 		return "", false
 	}
@@ -468,13 +485,13 @@ func LookupString(raw, path string) (string, bool) {
 // EachElement calls fn with each element (raw JSON) of the array raw; it
 // reports whether raw is an array.
 func EachElement(raw string, fn func(i int, elem string) bool) bool {
-	return hostabi.ForEachElement([]byte(raw), func(i int, e []byte) bool { return fn(i, string(e)) })
+	return jsonx.ForEachElement([]byte(raw), func(i int, e []byte) bool { return fn(i, string(e)) })
 }
 
 // EachMember calls fn with each member of the object raw (decoded key, raw
 // JSON value); it reports whether raw is an object.
 func EachMember(raw string, fn func(key, value string) bool) bool {
-	return hostabi.ForEachMember([]byte(raw), func(k string, v []byte) bool { return fn(k, string(v)) })
+	return jsonx.ForEachMember([]byte(raw), func(k string, v []byte) bool { return fn(k, string(v)) })
 }
 
 // platformAPI is what differs between Wasm and native builds.

@@ -16,16 +16,18 @@ import (
 )
 
 // One contract, two implementations: the table tests of anchors, scopes,
-// conversations and input sessions (anchors_test.go, conversation_test.go,
-// input_test.go, store_test.go) run against every backend through
-// forEachBackend. The Redis backend needs redis-server: without it those
-// subtests are skipped, except in CI (CI=true), where they fail.
+// conversations, input sessions and stream logs (anchors_test.go,
+// conversation_test.go, input_test.go, streamlog_test.go, store_test.go)
+// run against every backend through forEachBackend. The Redis backend needs
+// redis-server: without it those subtests are skipped, except in CI
+// (CI=true), where they fail.
 
 // contractStore is what every backend implements.
 type contractStore interface {
 	Store
 	ConversationStore
 	InputSessionStore
+	StreamLogStore
 	Stats() Stats
 }
 

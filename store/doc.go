@@ -1,9 +1,11 @@
 // Package store keeps Sluice's continuity state in an embedded Pebble
 // database: response anchors and session scopes (who owns a
 // previous_response_id), conversation items (to expand previous_response_id
-// in front of upstreams that only speak Chat Completions), and streaming-input
-// sessions (a request sent in pieces). Everything has a time to live and is
-// removed by a background sweeper.
+// in front of upstreams that only speak Chat Completions), streaming-input
+// sessions (a request sent in pieces), and stream logs (StreamLogStore: a
+// streaming response's record and client-visible events, so that a client
+// can resume the stream after a restart or on another replica). Everything
+// has a time to live and is removed by a background sweeper.
 //
 // # Guarantees
 //
@@ -35,15 +37,29 @@
 //	turn     't'    't' response_id                            turn record (input+output items)
 //	session  'i'    'i' session_id                             input-session record
 //	chunk    'c'    'c' len(session_id)(2) session_id seq(8)   chunk record
+//	slog     'l'    'l' response_id                            stream-log record
+//	sevent   'e'    'e' len(response_id)(2) response_id seq(8) stream event (name, data)
 //	expiry   'x'    'x' expiry_unix_nanos(8) primary_key       empty
 //
 // The expiry family indexes every record that expires (anchors, scopes,
-// turns, input sessions) by its expiry time rounded up to the minute, so a
+// turns, input sessions, stream logs) by its expiry time rounded up to the minute, so a
 // sweep reads only the part of the index that is due instead of scanning all
 // records. An index entry can be stale (the record was rewritten with a later
 // expiry, or deleted); the sweeper checks the record itself before deleting
-// it. Chunks have no index entries: they go with their session, by a range
-// deletion.
+// it. Chunks and stream events have no index entries: they go with their
+// session or stream-log record, by a range deletion.
+//
+// # Stream logs
+//
+// A stream log is a record (owner, status, latest Response object, input
+// items, a cancel-requested flag) and its events keyed by sequence_number.
+// AppendStreamEvents skips numbers already stored, so a retried append is
+// harmless, and fails with ErrNotFound once the record is gone (expired,
+// swept or deleted); StreamEvents reads on from a number with one iterator.
+// PutStreamLog replaces a live record but keeps its events and its cancel
+// flag (read and written back under a per-log lock); an expired, unswept
+// record is replaced as if absent. Sweep and DeleteStreamLog remove the
+// record and its events together.
 //
 // # Redis
 //

@@ -37,6 +37,20 @@ import (
 //	            share, so one range deletion removes a session's chunks and an
 //	            iterator over that prefix yields them in sequence order.
 //
+//	famStreamLog 'l' | response_id
+//	            One stream-log record per response id (StreamLog, records.go):
+//	            the client-visible state of a streaming response whose events
+//	            are kept for resumption.
+//
+//	famStreamEvent 'e' | len(response_id) (2 bytes, big-endian) |
+//	            response_id | seq (8 bytes, big-endian)
+//	            One event of a stream log per (response, sequence_number),
+//	            laid out like famChunk: 'e' | len | response_id is a prefix no
+//	            other response's events share, so one range deletion removes
+//	            a log's events and an iterator from a sequence number reads
+//	            them on in order. Events have no expiry entries: they go with
+//	            their record.
+//
 //	famExpiry   'x' | expiry (8 bytes, big-endian Unix nanoseconds, rounded
 //	            up to expiryGranularity) | primary key
 //	            Expiry index with empty values. The primary key is the full
@@ -51,6 +65,9 @@ const (
 	famSession byte = 'i'
 	famChunk   byte = 'c'
 	famExpiry  byte = 'x'
+
+	famStreamLog   byte = 'l'
+	famStreamEvent byte = 'e'
 )
 
 // schemaVersion is the on-disk layout version recorded under metaSchemaKey.
@@ -115,6 +132,26 @@ func chunkSeq(key []byte, prefixLen int) (uint64, bool) {
 		return 0, false
 	}
 	return binary.BigEndian.Uint64(key[prefixLen:]), true
+}
+
+func streamLogKey(responseID string) []byte {
+	k := make([]byte, 0, 1+len(responseID))
+	k = append(k, famStreamLog)
+	return append(k, responseID...)
+}
+
+// streamEventPrefix is the prefix shared by all event keys of one stream log
+// and by no other key. responseID must be at most MaxIDLen bytes.
+func streamEventPrefix(responseID string) []byte {
+	k := make([]byte, 0, 3+len(responseID)+8)
+	k = append(k, famStreamEvent)
+	k = binary.BigEndian.AppendUint16(k, uint16(len(responseID)))
+	return append(k, responseID...)
+}
+
+// streamEventKey is the key of event seq (0 <= seq) of responseID's log.
+func streamEventKey(responseID string, seq int64) []byte {
+	return binary.BigEndian.AppendUint64(streamEventPrefix(responseID), uint64(seq))
 }
 
 // expiryNanos maps t to the index's clock: Unix nanoseconds, clamped to

@@ -444,6 +444,76 @@ func decodeChunk(seq uint64, v []byte) (Chunk, error) {
 	return c, d.finish()
 }
 
+// Stream-log value: version, flags(1: streamLog* bits), owner, status,
+// response, input, created_at, expires_at. The response id is in the key.
+func encodeStreamLog(l *StreamLog) []byte {
+	e := encoder{buf: make([]byte, 0, 32+len(l.Owner)+len(l.Status)+len(l.Response)+len(l.Input))}
+	e.byte(valueVersion)
+	var flags byte
+	if l.Background {
+		flags |= streamLogBackground
+	}
+	if l.Ended {
+		flags |= streamLogEnded
+	}
+	if l.CancelRequested {
+		flags |= streamLogCancelRequested
+	}
+	e.byte(flags)
+	e.string(l.Owner)
+	e.string(l.Status)
+	e.bytes(l.Response)
+	e.bytes(l.Input)
+	e.time(l.CreatedAt)
+	e.time(l.ExpiresAt)
+	return e.buf
+}
+
+// Flags of a stream-log value.
+const (
+	streamLogBackground      = 1 << 0
+	streamLogEnded           = 1 << 1
+	streamLogCancelRequested = 1 << 2
+	streamLogFlags           = streamLogBackground | streamLogEnded | streamLogCancelRequested
+)
+
+func decodeStreamLog(responseID string, v []byte) (StreamLog, error) {
+	d := newDecoder(v)
+	l := StreamLog{ResponseID: responseID}
+	flags := d.byte()
+	if d.err == nil && flags&^streamLogFlags != 0 {
+		d.err = fmt.Errorf("stream log flags %#x: %w", flags, ErrCorrupt)
+	}
+	l.Background = flags&streamLogBackground != 0
+	l.Ended = flags&streamLogEnded != 0
+	l.CancelRequested = flags&streamLogCancelRequested != 0
+	l.Owner = d.string()
+	l.Status = d.string()
+	l.Response = d.bytes()
+	l.Input = d.bytes()
+	l.CreatedAt = d.time()
+	l.ExpiresAt = d.time()
+	return l, d.finish()
+}
+
+// Stream-event value: version, name, data. The sequence number is in the
+// key (Pebble) or in front of the value (Redis).
+func encodeStreamEvent(ev *StreamEvent) []byte {
+	e := encoder{buf: make([]byte, 0, 12+len(ev.Name)+len(ev.Data))}
+	e.byte(valueVersion)
+	e.string(ev.Name)
+	e.bytes(ev.Data)
+	return e.buf
+}
+
+func decodeStreamEvent(seq int64, v []byte) (StreamEvent, error) {
+	d := newDecoder(v)
+	ev := StreamEvent{Seq: seq}
+	ev.Name = d.string()
+	ev.Data = d.bytes()
+	return ev, d.finish()
+}
+
 // decodeExpiry returns the ExpiresAt of a record of the given family; the
 // sweeper uses it to check an index entry against the record.
 func decodeExpiry(primary, v []byte) (time.Time, error) {
@@ -460,6 +530,9 @@ func decodeExpiry(primary, v []byte) (time.Time, error) {
 	case famSession:
 		s, err := decodeSession("", v)
 		return s.ExpiresAt, err
+	case famStreamLog:
+		l, err := decodeStreamLog("", v)
+		return l.ExpiresAt, err
 	default:
 		return time.Time{}, fmt.Errorf("family %q has no expiry: %w", primary[0], ErrCorrupt)
 	}

@@ -82,6 +82,9 @@ type RedisOptions struct {
 //	c:<session_id>                       its chunks (hash: decimal sequence id → chunk)
 //	o:<session_id>                       its answer (stream of result parts)
 //	sessions                             the session ids (set; an index for ListInputSessions)
+//	l:<response_id>                      stream log (hash: r = record, x = expiry, c = cancel requested)
+//	e:<response_id>                      its events (sorted set: score = sequence number,
+//	                                     member = 8-byte big-endian number and event)
 //	h:<len>:<upstream>:<model>           a target's shared cooldown (string: reason; expiry: its end)
 //	meta:schema                          the key layout's version
 //
@@ -530,6 +533,7 @@ func (s *RedisStore) Stats() Stats {
 		AnchorsWritten: c.anchorsWritten.Load(), AnchorLookups: c.anchorLookups.Load(), AnchorHits: c.anchorHits.Load(),
 		AnchorsDeleted: c.anchorsDeleted.Load(), ScopeLookups: c.scopeLookups.Load(), TurnsWritten: c.turnsWritten.Load(),
 		HistoryLookups: c.historyLookups.Load(), SessionsWritten: c.sessionsWritten.Load(), ChunksWritten: c.chunksWritten.Load(),
+		StreamLogsWritten: c.streamLogsWritten.Load(), StreamEventsWritten: c.streamEventsWritten.Load(),
 	}
 }
 

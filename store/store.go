@@ -180,6 +180,9 @@ type PebbleStore struct {
 	// sessionLocks serialize the read-check-write operations on one input
 	// session (create, update, put chunk, delete), striped by session id.
 	sessionLocks [sessionLockStripes]sync.Mutex
+	// streamLocks serialize the read-check-write operations on one stream
+	// log (put, append, cancel, delete), striped by response id.
+	streamLocks [sessionLockStripes]sync.Mutex
 
 	stopSweeper context.CancelFunc
 	sweeperDone chan struct{}
@@ -196,14 +199,18 @@ type counters struct {
 	sweeps, sweepErrors                       atomic.Uint64
 	sweptAnchors, sweptScopes                 atomic.Uint64
 	sweptTurns, sweptSessions                 atomic.Uint64
+	streamLogsWritten, streamEventsWritten    atomic.Uint64
+	sweptStreamLogs                           atomic.Uint64
 }
 
-// Memtable sizing. Pebble's defaults (4 MiB, stop writes at 2 queued)
-// stall writes as soon as one flush falls behind; a burst of finishing
-// streams on a slow disk should not. Worst case memtable memory is their
-// product, 64 MiB.
+// Memtable sizing. Pebble's default stop-writes threshold (2 queued)
+// stalls writes as soon as one flush falls behind; a burst of finishing
+// streams on a slow disk should not, so up to 4 memtables queue. Each is
+// Pebble's default 4 MiB (it starts at 256 KiB and doubles as writes come):
+// a gateway's records are small, and a memtable's arena stays resident
+// while it fills, so the worst case, their product, is 16 MiB.
 const (
-	memTableSize       = 16 << 20
+	memTableSize       = 4 << 20
 	memTableStopWrites = 4
 )
 
@@ -348,13 +355,23 @@ func (s *PebbleStore) begin(ctx context.Context) (*pebble.DB, func(), error) {
 
 // sessionLock returns the mutex that serializes writes to one session.
 func (s *PebbleStore) sessionLock(id string) *sync.Mutex {
-	// FNV-1a, inline to avoid allocating a hash.Hash per call.
+	return &s.sessionLocks[lockStripe(id)]
+}
+
+// streamLock returns the mutex that serializes writes to one stream log.
+func (s *PebbleStore) streamLock(responseID string) *sync.Mutex {
+	return &s.streamLocks[lockStripe(responseID)]
+}
+
+// lockStripe picks the stripe of id: FNV-1a, inline to avoid allocating a
+// hash.Hash per call.
+func lockStripe(id string) uint32 {
 	h := uint32(2166136261)
 	for i := 0; i < len(id); i++ {
 		h ^= uint32(id[i])
 		h *= 16777619
 	}
-	return &s.sessionLocks[h%sessionLockStripes]
+	return h % sessionLockStripes
 }
 
 // now is the store's clock.
@@ -392,11 +409,18 @@ type Stats struct {
 	SessionsWritten uint64
 	// ChunksWritten counts successful PutChunk calls.
 	ChunksWritten uint64
+	// StreamLogsWritten counts stream-log records written (PutStreamLog,
+	// CancelStreamLog); StreamEventsWritten the events AppendStreamEvents
+	// stored (retried ones it skipped not counted).
+	StreamLogsWritten, StreamEventsWritten uint64
 	// Sweeps counts sweeps (background and explicit); SweepErrors those
 	// that failed.
 	Sweeps, SweepErrors uint64
 	// Swept counts expired records removed, in total and by family.
 	Swept, SweptAnchors, SweptScopes, SweptTurns, SweptSessions uint64
+	// SweptStreamLogs counts expired stream logs removed (with their
+	// events); Swept includes it.
+	SweptStreamLogs uint64
 	// DiskBytes is the space the database uses on disk (WAL, tables,
 	// manifest), as Pebble reports it. Zero once closed.
 	DiskBytes uint64
@@ -430,8 +454,12 @@ func (s *PebbleStore) Stats() Stats {
 		SweptScopes:     c.sweptScopes.Load(),
 		SweptTurns:      c.sweptTurns.Load(),
 		SweptSessions:   c.sweptSessions.Load(),
+
+		StreamLogsWritten:   c.streamLogsWritten.Load(),
+		StreamEventsWritten: c.streamEventsWritten.Load(),
+		SweptStreamLogs:     c.sweptStreamLogs.Load(),
 	}
-	st.Swept = st.SweptAnchors + st.SweptScopes + st.SweptTurns + st.SweptSessions
+	st.Swept = st.SweptAnchors + st.SweptScopes + st.SweptTurns + st.SweptSessions + st.SweptStreamLogs
 	db, release, err := s.acquire()
 	if err != nil {
 		return st

@@ -154,6 +154,12 @@ func TestUseAfterClose(t *testing.T) {
 			{"Chunks", func() error { _, err := s.Chunks(ctx, "in1"); return err }},
 			{"DeleteInputSession", func() error { return s.DeleteInputSession(ctx, "in1") }},
 			{"ListInputSessions", func() error { _, err := s.ListInputSessions(ctx); return err }},
+			{"PutStreamLog", func() error { return s.PutStreamLog(ctx, StreamLog{ResponseID: "r1", ExpiresAt: t0.Add(time.Hour)}) }},
+			{"GetStreamLog", func() error { _, err := s.GetStreamLog(ctx, "r1"); return err }},
+			{"AppendStreamEvents", func() error { return s.AppendStreamEvents(ctx, "r1", 0, []StreamEvent{{}}) }},
+			{"StreamEvents", func() error { _, err := s.StreamEvents(ctx, "r1", -1, 0); return err }},
+			{"CancelStreamLog", func() error { return s.CancelStreamLog(ctx, "r1") }},
+			{"DeleteStreamLog", func() error { return s.DeleteStreamLog(ctx, "r1") }},
 			{"Close", s.Close},
 		}
 		for _, op := range ops {
@@ -379,6 +385,15 @@ func TestErrorsDoNotLeakIDs(t *testing.T) {
 		_, err = s.GetScope(ctx, ScopeSession, secret)
 		if err == nil || strings.Contains(err.Error(), secret) {
 			t.Errorf("GetScope error %q", err)
+		}
+		for name, err := range map[string]error{
+			"GetStreamLog":       func() error { _, err := s.GetStreamLog(ctx, secret); return err }(),
+			"AppendStreamEvents": s.AppendStreamEvents(ctx, secret, 0, []StreamEvent{{Data: []byte("{}")}}),
+			"PutStreamLog":       s.PutStreamLog(ctx, StreamLog{ResponseID: secret}),
+		} {
+			if err == nil || strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), RedactID(secret)) {
+				t.Errorf("%s error %q", name, err)
+			}
 		}
 	})
 }

@@ -14,12 +14,13 @@ import (
 // is kept small.
 const sweepBatchSize = 128
 
-// Sweep removes every anchor, scope record, turn and input session (with
-// its chunks) whose ExpiresAt is at or before now, and returns how many
-// records it removed (chunks not counted). It reads only the due part of the
-// expiry index, whose times are rounded up to the minute, so a record is
-// removed by the first sweep at or after its ExpiresAt rounded up to the
-// minute. Reads never return expired records, swept or not.
+// Sweep removes every anchor, scope record, turn, input session (with its
+// chunks) and stream log (with its events) whose ExpiresAt is at or before
+// now, and returns how many records it removed (chunks and events not
+// counted). It reads only the due part of the expiry index, whose times are
+// rounded up to the minute, so a record is removed by the first sweep at or
+// after its ExpiresAt rounded up to the minute. Reads never return expired
+// records, swept or not.
 //
 // Sweep works in small steps and checks ctx between them; on an error it
 // returns what it removed so far. Deletions are not synced: a sweep lost in
@@ -92,7 +93,7 @@ func (s *PebbleStore) removeDue(due [][]byte, now time.Time) (int, error) {
 
 	b := db.NewBatch()
 	defer b.Close()
-	var anchors, scopes, turns, sessions uint64
+	var anchors, scopes, turns, sessions, streamLogs uint64
 	for _, entry := range due {
 		if err := b.Delete(entry, nil); err != nil {
 			return 0, err
@@ -133,6 +134,9 @@ func (s *PebbleStore) removeDue(due [][]byte, now time.Time) (int, error) {
 		case famSession:
 			sessions++
 			err = deleteSession(b, string(primary[1:]))
+		case famStreamLog:
+			streamLogs++
+			err = deleteStreamLog(b, string(primary[1:]))
 		}
 		if err != nil {
 			return 0, err
@@ -145,7 +149,8 @@ func (s *PebbleStore) removeDue(due [][]byte, now time.Time) (int, error) {
 	s.stats.sweptScopes.Add(scopes)
 	s.stats.sweptTurns.Add(turns)
 	s.stats.sweptSessions.Add(sessions)
-	return int(anchors + scopes + turns + sessions), nil
+	s.stats.sweptStreamLogs.Add(streamLogs)
+	return int(anchors + scopes + turns + sessions + streamLogs), nil
 }
 
 // sweepLoop runs Sweep every interval until ctx is canceled (by Close).

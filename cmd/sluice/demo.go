@@ -11,7 +11,7 @@ import (
 	"os"
 
 	"github.com/sluice-gw/sluice/gateway/config"
-	"github.com/sluice-gw/sluice/gateway/upstreamtest"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
 // runDemo serves the gateway in front of the in-repo fake upstream, with a

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-gw/sluice/gateway/upstreamtest"
 	"github.com/sluice-gw/sluice/internal/redistest"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
 // Keys' limits and budgets through the binary (README, "Keys, limits and

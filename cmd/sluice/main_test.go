@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/sluice-gw/sluice/gateway/sse"
-	"github.com/sluice-gw/sluice/gateway/upstreamtest"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
 // binary is the sluice executable built once for the process-level tests.

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/sluice-gw/sluice/gateway/sse"
-	"github.com/sluice-gw/sluice/gateway/upstreamtest"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
 // startWithEnv runs the binary with env (the test's environment without

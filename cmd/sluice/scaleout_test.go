@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-gw/sluice/gateway/upstreamtest"
 	"github.com/sluice-gw/sluice/internal/redistest"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
 // Scale-out through the binary: two `sluice serve` processes share one real

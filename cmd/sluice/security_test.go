@@ -32,7 +32,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/sluice-gw/sluice/gateway/sse"
-	"github.com/sluice-gw/sluice/gateway/upstreamtest"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
 // ---- harness ----

@@ -164,8 +164,10 @@ func serveWith(ctx context.Context, cfg config.Config, ln net.Listener, logger h
 	}
 	// Loading the policies (decoding and compiling three Wasm modules)
 	// leaves tens of MiB of garbage: give it back to the OS now rather
-	// than idle with it resident.
+	// than idle with it resident. The embedded modules' bytes, read once
+	// to compile them, need not stay resident either.
 	debug.FreeOSMemory()
+	policies.Evict()
 
 	errc := make(chan error, 1)
 	go func() { errc <- gw.Serve(ln) }()
@@ -296,6 +298,8 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger, admin
 		Store:              st,
 		Conversations:      convStore(st),
 		AnchorTTL:          cfg.Continuity.AnchorTTL.D(),
+		Portable:           cfg.Continuity.Portable,
+		RehydrateAfter:     cfg.Continuity.RehydrateAfter.D(),
 		Logger:             logger.Named("gateway"),
 		MaxBodyBytes:       cfg.Limits.MaxBodyBytes,
 		MaxEventBytes:      cfg.Limits.MaxEventBytes,
@@ -318,6 +322,7 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger, admin
 		RetryMaxWait:       retryMaxWait,
 		KeepAlive:          cfg.Timeouts.KeepAlive.D(),
 		MalformedEvents:    cfg.Streams.MalformedEvents,
+		Resume:             resumeOptions(cfg, st),
 		Transport:          transport,
 		Accounts:           accountsOptions(cfg, st),
 		TracerProvider:     tracerOption(tp),
@@ -354,6 +359,22 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger, admin
 }
 
 // convStore is the conversation side of the continuity store, when it has one.
+// resumeOptions: streams.* (README "Resuming a stream").
+func resumeOptions(cfg config.Config, st store.Store) gateway.ResumeOptions {
+	o := gateway.ResumeOptions{Window: cfg.Streams.ResumeWindow.D(), MaxBytes: cfg.Streams.ResumeMaxBytes,
+		MemoryBytes: cfg.Streams.ResumeMemoryBytes}
+	if o.Window == 0 {
+		o.Window = -1 // resume_window: 0 turns resume off
+	}
+	if cfg.Streams.DetachOnDisconnect == nil || *cfg.Streams.DetachOnDisconnect {
+		o.DetachGrace = cfg.Streams.DetachGrace.D()
+	}
+	if sl, ok := st.(store.StreamLogStore); ok && cfg.Streams.Durable {
+		o.Store = sl
+	}
+	return o
+}
+
 func convStore(st store.Store) store.ConversationStore {
 	if cs, ok := st.(store.ConversationStore); ok {
 		return cs

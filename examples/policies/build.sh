@@ -12,7 +12,7 @@ else
 	echo "wat2wasm not found (apt-get install -y wabt): kept the committed 05-wat-recover.wasm" >&2
 fi
 if command -v node >/dev/null && command -v npm >/dev/null; then
-	(cd ../.. && go run ./cmd/sluice policy build examples/policies/as-replay -o examples/policies/20-as-replay.wasm)
+	(cd ../.. && go run ./cmd/sluice policy build -update-sdk examples/policies/as-replay -o examples/policies/20-as-replay.wasm)
 else
 	echo "node/npm not found: kept the committed 20-as-replay.wasm" >&2
 fi

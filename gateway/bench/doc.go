@@ -1,5 +1,5 @@
 // Package bench holds the process benchmarks of `just bench`. Each runs the
-// fake upstream (gateway/upstreamtest), and Sluice (the real binary built
+// fake upstream (internal/upstreamtest), and Sluice (the real binary built
 // from ./cmd/sluice), as separate processes — the test binary re-executes
 // itself to play the fake upstreams and the bare proxy — and is itself the
 // load generator. Paths are measured interleaved in rounds, so that machine

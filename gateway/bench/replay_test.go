@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-gw/sluice/gateway/upstreamtest"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
 // quotaHeader makes the quota fake upstream (roleQuota) answer the request

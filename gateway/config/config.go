@@ -70,6 +70,22 @@ type Streams struct {
 	// (default: skipped and counted in sluice_stream_skipped_events_total;
 	// three in a row still fail the stream) or fail (the first fails it).
 	MalformedEvents string `yaml:"malformed_events"`
+	// ResumeWindow is how long a response's client-visible event log is
+	// kept after its last event, for GET /v1/responses/{id}?stream=true
+	// (README "Resuming a stream"); 0 turns resume off.
+	ResumeWindow Duration `yaml:"resume_window"`
+	// ResumeMaxBytes bounds one response's log; a longer stream can no
+	// longer be resumed (ResumeMemoryBytes bounds all logs in memory).
+	ResumeMaxBytes    int64 `yaml:"resume_max_bytes"`
+	ResumeMemoryBytes int64 `yaml:"resume_memory_bytes"`
+	// Durable also writes the logs to the store, so a stream can be resumed
+	// after a restart and, on Redis, on another replica.
+	Durable bool `yaml:"durable"`
+	// DetachOnDisconnect keeps a stream's upstream running for DetachGrace
+	// after its client went away, so the client can resume it (background
+	// requests always run to their end).
+	DetachOnDisconnect *bool    `yaml:"detach_on_disconnect"`
+	DetachGrace        Duration `yaml:"detach_grace"`
 }
 
 // Route is one entry of routes:.
@@ -148,6 +164,13 @@ type Timeouts struct {
 type Continuity struct {
 	Disabled  bool     `yaml:"disabled"`
 	AnchorTTL Duration `yaml:"anchor_ttl"`
+	// Portable keeps the input and output items of every response relayed
+	// (not only those of Chat upstreams), so a conversation whose owner is
+	// gone can be rehydrated on another upstream (README, "Continuity").
+	Portable bool `yaml:"portable"`
+	// RehydrateAfter is how long an owner must have been down before the
+	// default recover decision rehydrates its conversations elsewhere.
+	RehydrateAfter Duration `yaml:"rehydrate_after"`
 }
 
 // Upstream is one entry of upstreams:.
@@ -211,9 +234,10 @@ func Defaults() Config {
 			WSIdle:        Duration(10 * time.Minute),
 			KeepAlive:     Duration(15 * time.Second),
 		},
-		Continuity: Continuity{AnchorTTL: Duration(7 * 24 * time.Hour)},
+		Continuity: Continuity{AnchorTTL: Duration(7 * 24 * time.Hour), RehydrateAfter: Duration(5 * time.Minute)},
 		Retry:      Retry{MaxWait: Duration(5 * time.Second)},
-		Streams:    Streams{MalformedEvents: "skip"},
+		Streams: Streams{MalformedEvents: "skip", ResumeWindow: Duration(10 * time.Minute), ResumeMaxBytes: 8 << 20,
+			ResumeMemoryBytes: 256 << 20, DetachGrace: Duration(30 * time.Second)},
 		Store:      defaultStore(),
 	}
 }
@@ -359,6 +383,18 @@ func (c *Config) Validate() error {
 	default:
 		bad("streams.malformed_events", "%q is not skip or fail", c.Streams.MalformedEvents)
 	}
+	if c.Streams.Durable && c.Continuity.Disabled {
+		bad("streams.durable", "needs the store, and continuity.disabled turns it off")
+	}
+	if c.Streams.Durable && c.Streams.ResumeWindow <= 0 {
+		bad("streams.durable", "needs streams.resume_window > 0 (0 turns resume off)")
+	}
+	if c.Streams.ResumeMaxBytes <= 0 {
+		bad("streams.resume_max_bytes", "must be positive")
+	}
+	if c.Streams.ResumeMemoryBytes < c.Streams.ResumeMaxBytes {
+		bad("streams.resume_memory_bytes", "must be at least streams.resume_max_bytes (%d)", c.Streams.ResumeMaxBytes)
+	}
 	switch strings.ToLower(c.Log.Level) {
 	case "trace", "debug", "info", "warn", "error":
 	default:
@@ -465,6 +501,12 @@ func (c *Config) Validate() error {
 		default:
 			bad(key+".continuation", "%q is not one of auto, restart, off", r.Continuation)
 		}
+	}
+	if c.Continuity.RehydrateAfter <= 0 {
+		bad("continuity.rehydrate_after", "must be positive")
+	}
+	if c.Continuity.Portable && c.Continuity.Disabled {
+		bad("continuity.portable", "needs continuity (continuity.disabled is true)")
 	}
 	c.validateAccounts(bad)
 	c.validateTracing(bad)

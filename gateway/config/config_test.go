@@ -115,6 +115,12 @@ func TestREADMEConfigParses(t *testing.T) {
 	if len(c.Upstreams) != 1 || c.Upstreams[0].APIKey != "sk-x" || c.Timeouts.ClientWrite.D() != 60*time.Second || c.Policies["rewrite"] == nil {
 		t.Fatalf("README config parsed to %+v", c)
 	}
+	if c.Continuity.Portable || c.Continuity.RehydrateAfter.D() != 5*time.Minute {
+		t.Fatalf("README continuity %+v", c.Continuity)
+	}
+	if d := Defaults().Continuity; d.Portable || d.RehydrateAfter.D() != 5*time.Minute {
+		t.Fatalf("continuity defaults %+v", d)
+	}
 }
 
 func TestRoutesConfig(t *testing.T) {

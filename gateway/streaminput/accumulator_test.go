@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-gw/sluice/gateway/apierr"
 	"github.com/sluice-gw/sluice/gateway/streaminput"
+	"github.com/sluice-gw/sluice/internal/apierr"
 )
 
 func wantAPIErr(t *testing.T, err error, status int, code string) {

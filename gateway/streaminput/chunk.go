@@ -12,7 +12,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/sluice-gw/sluice/internal/apierr"
 )
 
 // Modalities a chunk may carry.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/sluice-gw/sluice/gateway/sse"
 	"github.com/sluice-gw/sluice/gateway/streaminput"
-	"github.com/sluice-gw/sluice/gateway/upstreamtest"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
 // modeARequest starts a Mode A request whose body is an io.Pipe, so it is

@@ -14,8 +14,8 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/sluice-gw/sluice/gateway/apierr"
-	"github.com/sluice-gw/sluice/gateway/clientkey"
+	"github.com/sluice-gw/sluice/internal/apierr"
+	"github.com/sluice-gw/sluice/internal/clientkey"
 )
 
 // PathPrefix is where the REST API lives.

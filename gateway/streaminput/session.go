@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluice-gw/sluice/gateway/apierr"
+	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/sluice-gw/sluice/store"
 )
 

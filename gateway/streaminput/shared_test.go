@@ -16,8 +16,8 @@ import (
 	"github.com/sluice-gw/sluice/gateway/sse"
 	"github.com/sluice-gw/sluice/gateway/streaminput"
 	"github.com/sluice-gw/sluice/gateway/upstream"
-	"github.com/sluice-gw/sluice/gateway/upstreamtest"
 	"github.com/sluice-gw/sluice/internal/redistest"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
 	"github.com/sluice-gw/sluice/store"
 )
 

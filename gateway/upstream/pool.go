@@ -78,7 +78,11 @@ type Upstream struct {
 	coolReason string
 	models     []string
 	lastProbe  time.Time
-	targets    map[string]*targetState // by model; see target.go
+	// downSince is when the upstream last became down or failed (zero while
+	// it is usable): how long its conversations have been out of reach
+	// (DownSince; continuity's rehydrate_after).
+	downSince time.Time
+	targets   map[string]*targetState // by model; see target.go
 
 	// On-demand probes (ProbeDown): the one in flight, closed when it
 	// ends (nil when none), and when the last one started.
@@ -119,6 +123,28 @@ func (u *Upstream) Usable(now time.Time) (ok bool, why string) {
 		return false, fmt.Sprintf("cooling down for %s: %s", u.coolUntil.Sub(now).Round(time.Millisecond), u.coolReason)
 	}
 	return true, ""
+}
+
+// DownSince reports since when u has been down (its probes fail) or failed
+// (its credentials were rejected), and false while it is neither.
+func (u *Upstream) DownSince() (time.Time, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.state != StateDown && u.state != StateFailed {
+		return time.Time{}, false
+	}
+	return u.downSince, !u.downSince.IsZero()
+}
+
+// markDownLocked keeps downSince across down and failed: the first of them
+// starts it, a usable state clears it. u.mu is held.
+func (u *Upstream) markDownLocked(state State, now time.Time) {
+	switch {
+	case state != StateDown && state != StateFailed:
+		u.downSince = time.Time{}
+	case u.downSince.IsZero():
+		u.downSince = now
+	}
 }
 
 // Status is a point-in-time view of an upstream for admin endpoints and tests.
@@ -359,6 +385,7 @@ func (p *Pool) Cooldown(u *Upstream, d time.Duration, reason string) {
 func (p *Pool) MarkFailed(u *Upstream, reason string) {
 	u.mu.Lock()
 	u.state, u.reason = StateFailed, reason
+	u.markDownLocked(StateFailed, p.opts.Now())
 	u.mu.Unlock()
 	p.opts.Logger.Error("upstream credentials rejected; parked until the next successful probe", "upstream", u.cfg.Name, "reason", reason)
 }
@@ -445,6 +472,7 @@ func (p *Pool) probeWithin(ctx context.Context, u *Upstream, timeout time.Durati
 	u.mu.Lock()
 	prev := u.state
 	u.state, u.reason, u.lastProbe = state, reason, p.opts.Now()
+	u.markDownLocked(state, u.lastProbe)
 	if state == StateHealthy {
 		u.models = models
 	}

@@ -7,11 +7,17 @@
 // CheckDepth is iterative and runs first, so no recursive code ever sees a
 // document nested deeper than the configured limit (docs/ARCHITECTURE.md,
 // "Untrusted input").
+//
+// It is also the JSON engine of the policy ABI (hostabi): Document edits a
+// body in place by path (the doc_* host functions, the SDK's test harness),
+// with scanning, quoting and the primitives hostabi's decoders use. The
+// policy SDK links it into every Go guest, so it imports nothing a guest does
+// not already link (not even context; docs/ARCHITECTURE.md, "Packages and
+// imports").
 package jsonx
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 )
 
@@ -35,26 +41,30 @@ func (e *DepthError) Error() string {
 // in one pass, without recursion and without allocating. max <= 0 means
 // DefaultMaxDepth.
 func CheckDepth(b []byte, max int) error {
-	return checkDepth(context.Background(), b, max)
+	return checkDepth(nil, b, max)
 }
 
 // CheckDepthContext is CheckDepth that also stops, with ctx's error, when
-// ctx ends: a client that went away does not keep a core busy.
-func CheckDepthContext(ctx context.Context, b []byte, max int) error {
+// ctx ends: a client that went away does not keep a core busy. ctx is a
+// context.Context; only its Err method is used. The parameter is that
+// one-method interface so that this package does not import context: the
+// policy SDK links it into every Wasm guest, where context's package
+// initialization would cost about a kilobyte per guest.
+func CheckDepthContext(ctx interface{ Err() error }, b []byte, max int) error {
 	return checkDepth(ctx, b, max)
 }
 
 // ctxStride is how many bytes are scanned between context checks.
 const ctxStride = 1 << 20
 
-func checkDepth(ctx context.Context, b []byte, max int) error {
+func checkDepth(ctx interface{ Err() error }, b []byte, max int) error {
 	if max <= 0 {
 		max = DefaultMaxDepth
 	}
 	depth := 0
 	next := ctxStride
 	for i := 0; i < len(b); i++ {
-		if i >= next {
+		if i >= next && ctx != nil {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
@@ -71,15 +81,16 @@ func checkDepth(ctx context.Context, b []byte, max int) error {
 				depth--
 			}
 		case '"':
-			i = skipString(b, i+1)
+			i = skipStringBody(b, i+1)
 		}
 	}
 	return nil
 }
 
-// skipString returns the index of the quote that closes the string whose
-// body starts at i (or len(b)-1 when it never closes).
-func skipString(b []byte, i int) int {
+// skipStringBody returns the index of the quote that closes the string whose
+// body starts at i (or len(b)-1 when it never closes). Unlike skipString it
+// takes the body, not the opening quote, and never fails.
+func skipStringBody(b []byte, i int) int {
 	for i < len(b) {
 		j := bytes.IndexByte(b[i:], '"')
 		if j < 0 {

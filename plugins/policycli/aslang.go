@@ -272,6 +272,9 @@ import {
   ReplayInput,
   ReplayOutput,
   ReplayVerdict,
+  replaceDelta,
+  StreamEvent,
+  StreamEventOutput,
 } from "../` + SDKDir + `/assembly/index";
 export * from "../` + SDKDir + `/assembly/exports";
 
@@ -290,6 +293,17 @@ function replay(in_: ReplayInput): ReplayOutput | null {
   return null;
 }
 
+// StreamEvent (optional, hostabi/ABI.md §3.5) sees each text delta of a
+// Responses stream just before the client does and may pass it (null),
+// drop it (dropEvent()) or replace it (replaceDelta, replaceText). It is
+// called once per event, so it is not registered below: a policy without it
+// costs streams nothing. Uncomment "p.streamEvent = streamEvent" to redact
+// a word (a word split across two deltas is not seen whole).
+function streamEvent(ev: StreamEvent): StreamEventOutput | null {
+  if (ev.type != "response.output_text.delta" || !ev.delta.includes("secret")) return null;
+  return replaceDelta(ev.delta.replaceAll("secret", "[redacted]"));
+}
+
 // SelfTest runs before the gateway swaps this policy in.
 function selfTest(): bool {
   const in_ = new RecoverInput();
@@ -302,5 +316,6 @@ const p = new Policy();
 p.recover = recover;
 p.replay = replay;
 p.selfTest = selfTest;
+// p.streamEvent = streamEvent;
 register(p);
 `))

@@ -46,7 +46,7 @@ func TestNewBuildAssemblyScript(t *testing.T) {
 		}
 		t.Fatalf("build: %d\n%s\n%s", code, out, errs)
 	}
-	if !strings.Contains(out, "abi_version: 2") || !strings.Contains(out, "hooks:       recover, replay, self_test") || !strings.Contains(out, "self_test:   passed") {
+	if !strings.Contains(out, "abi_version: 3") || !strings.Contains(out, "hooks:       recover, replay, self_test") || !strings.Contains(out, "self_test:   passed") {
 		t.Fatalf("build output:\n%s", out)
 	}
 	events := filepath.Join(parent, "ev.jsonl")

@@ -76,7 +76,7 @@ func TestBinaryAuthoringOffline(t *testing.T) {
 		t.Fatalf("new: %s", out)
 	}
 	dir := filepath.Join(work, "mypolicy")
-	for _, f := range []string{"go.mod", "main.go", "main_test.go", "sluice-sdk/go.mod", "sluice-sdk/sdk/sdk.go", "sluice-sdk/hostabi/abi.go", "sluice-sdk/hostabi/ABI.md", "sluice-sdk/" + sdkStamp} {
+	for _, f := range []string{"go.mod", "main.go", "main_test.go", "sluice-sdk/go.mod", "sluice-sdk/sdk/sdk.go", "sluice-sdk/hostabi/abi.go", "sluice-sdk/hostabi/ABI.md", "sluice-sdk/internal/jsonx/document.go", "sluice-sdk/" + sdkStamp} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Fatal(err)
 		}
@@ -87,8 +87,10 @@ func TestBinaryAuthoringOffline(t *testing.T) {
 			t.Errorf("%s imports hostabi", f)
 		}
 	}
-	if m, _ := filepath.Glob(filepath.Join(dir, "sluice-sdk", "*", "*_test.go")); len(m) > 0 {
-		t.Errorf("tests copied: %v", m)
+	for _, glob := range []string{"*/*_test.go", "*/*/*_test.go"} {
+		if m, _ := filepath.Glob(filepath.Join(dir, "sluice-sdk", glob)); len(m) > 0 {
+			t.Errorf("tests copied: %v", m)
+		}
 	}
 	out = runIn(t, dir, env, bin, "policy", "build", ".")
 	wasm := filepath.Join(work, "mypolicy.wasm")
@@ -111,7 +113,7 @@ func TestBinaryAuthoringOffline(t *testing.T) {
 	}
 	runIn(t, dir, env, "go", "test", "./...")
 	out = runIn(t, work, env, bin, "policy", "check", "mypolicy.wasm")
-	if !strings.Contains(out, "abi_version: 2") {
+	if !strings.Contains(out, "abi_version: 3") {
 		t.Fatalf("check: %s", out)
 	}
 	// -o into a directory that does not exist yet (the README's policies.d).

@@ -78,10 +78,11 @@ var commandHelp = map[string]string{
 	"new": `usage: sluice policy new NAME [-dir PARENT] [-module PATH] [-sluice DIR] [-lang go|assemblyscript]
 
 Scaffold a Go policy in PARENT/NAME: main.go, main_test.go and, outside the
-Sluice module, a go.mod. The SDK (packages sdk and hostabi) comes from this
-binary: it is written to PARENT/NAME/sluice-sdk and go.mod replaces
-github.com/sluice-gw/sluice with it, so the policy builds and tests offline
-with only Go installed. -sluice uses a Sluice checkout instead.
+Sluice module, a go.mod. The SDK (packages sdk and hostabi, and the JSON
+engine they use) comes from this binary: it is written to
+PARENT/NAME/sluice-sdk and go.mod replaces github.com/sluice-gw/sluice with
+it, so the policy builds and tests offline with only Go installed. -sluice
+uses a Sluice checkout instead.
 
 flags:
   -dir PARENT

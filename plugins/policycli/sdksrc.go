@@ -39,7 +39,8 @@ var (
 )
 
 // embeddedSDK returns the files of the SDK module carried by the binary
-// (go.mod, sdk/*.go, hostabi/*.go and ABI.md, no tests) and their digest.
+// (go.mod, sdk/*.go, hostabi/*.go and ABI.md, internal/jsonx/*.go, no tests)
+// and their digest.
 func embeddedSDK() ([]sdkFile, string) {
 	sdkOnce.Do(func() {
 		_ = fs.WalkDir(sluice.SDKSource, ".", func(p string, d fs.DirEntry, err error) error {
@@ -53,7 +54,7 @@ func embeddedSDK() ([]sdkFile, string) {
 			sdkFiles = append(sdkFiles, sdkFile{p, b})
 			return nil
 		})
-		sdkFiles = append(sdkFiles, sdkFile{"go.mod", []byte("// The Sluice policy SDK (sdk and hostabi only), written by `sluice policy new`\n" +
+		sdkFiles = append(sdkFiles, sdkFile{"go.mod", []byte("// The Sluice policy SDK (sdk, hostabi and internal/jsonx only), written by `sluice policy new`\n" +
 			"// from the sources carried by the sluice binary. Do not edit: `sluice policy\n" +
 			"// build -update-sdk` rewrites it.\nmodule " + SluiceModule + "\n\ngo 1.26\n")})
 		sort.Slice(sdkFiles, func(i, j int) bool { return sdkFiles[i].path < sdkFiles[j].path })

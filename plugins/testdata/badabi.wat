@@ -1,7 +1,7 @@
-;; Test fixture: declares ABI version 3, which this host does not know (it must reject it).
+;; Test fixture: declares ABI version 99, which this host does not know (it must reject it).
 (module
   (memory (export "memory") 2)
-  (func (export "sluice_abi_version") (result i32) (i32.const 3))
+  (func (export "sluice_abi_version") (result i32) (i32.const 99))
   ;; every input goes to one buffer at 65536 (inputs are small)
   (func (export "sluice_alloc") (param $n i32) (result i32)
     (if (i32.gt_u (local.get $n) (i32.const 65536)) (then (unreachable)))

@@ -3,7 +3,10 @@
 // host falls back to, so the Wasm default and the built-in fallback share one
 // definition: a lost previous response (previous_response_not_found, or an
 // invalid_request_error on previous_response_id saying "previous response …
-// not found") is recovered; every other error passes through.
+// not found") is recovered; every other error passes through; and (ABI 3)
+// a portable conversation whose owner was removed or has been down longer
+// than continuity.rehydrate_after is rehydrated, any other owner_unavailable
+// question fails closed.
 package main
 
 import (
@@ -33,6 +36,9 @@ func selfTest() error {
 		{sdk.RecoverInput{Type: "invalid_request_error", Param: "previous_response_id", Message: "Previous response not found"}, sdk.Recover},
 		{sdk.RecoverInput{Code: "invalid_request_error", Param: "input", Message: "previous response not found"}, sdk.Pass},
 		{sdk.RecoverInput{Code: "rate_limit_exceeded", HTTPStatus: 429}, sdk.Pass},
+		// ABI 3: an owner_unavailable question about a portable conversation.
+		{sdk.RecoverInput{Code: sdk.CodeOwnerUnavailable, OwnerRemoved: true, Portable: true}, sdk.Rehydrate},
+		{sdk.RecoverInput{Code: sdk.CodeOwnerUnavailable, OwnerDownMillis: 1000, RehydrateAfterMillis: 300000, Portable: true}, sdk.FailClosed},
 	}
 	for i, c := range cases {
 		in, err := hostabi.DecodeRecoverInput(hostabi.AppendRecoverInput(nil, c.in))

@@ -1,4 +1,4 @@
-// Command e2e-upstream serves the in-repo fake upstream (gateway/upstreamtest)
+// Command e2e-upstream serves the in-repo fake upstream (internal/upstreamtest)
 // for the end-to-end scripts, strict: a request for a model it does not list
 // is a 404 model_not_found, and a previous_response_id it did not create is
 // previous_response_not_found. So a client that gets its answers through
@@ -20,7 +20,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/sluice-gw/sluice/gateway/upstreamtest"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
 func main() {

@@ -14,8 +14,10 @@ import {
   decodeRecoverInput,
   decodeReplayInput,
   decodeRequest,
+  decodeStreamEvent,
   encodeRecover,
   encodeReplay,
+  encodeStreamEvent,
   logMessage,
   Level,
   registeredPolicy,
@@ -39,6 +41,7 @@ export function sluice_hooks(): i32 {
   if (p.recover != null) h |= 1;
   if (p.replay != null) h |= 2;
   if (p.rewrite != null) h |= 4;
+  if (p.streamEvent != null) h |= 16;
   return h;
 }
 
@@ -81,6 +84,23 @@ export function sluice_rewrite_request(ptr: usize, len: i32): i64 {
   }
   f(req);
   return req.failed ? RESULT_ERROR : 0;
+}
+
+// The optional per-event stream hook (ABI.md §3.5). Exported by every
+// module; sluice_hooks sets its bit only when Policy.streamEvent is set, so
+// the host never calls it otherwise.
+export function sluice_stream_event(ptr: usize, len: i32): i64 {
+  beginCall();
+  const f = registeredPolicy().streamEvent;
+  if (f == null) return RESULT_DEFER;
+  const ev = decodeStreamEvent(ptr, len);
+  if (ev == null) {
+    logMessage(Level.Error, "stream_event: input does not decode");
+    return RESULT_ERROR;
+  }
+  const out = f(ev);
+  if (out == null) return RESULT_DEFER;
+  return encodeStreamEvent(out);
 }
 
 export function sluice_self_test(): i32 {

@@ -27,7 +27,7 @@
 import * as host from "./host";
 
 /** The ABI version this SDK speaks (sluice_abi_version). */
-export const ABI_VERSION: i32 = 2;
+export const ABI_VERSION: i32 = 3;
 
 // ---- verdicts, phases, classes, levels ---------------------------------
 
@@ -35,7 +35,12 @@ export enum RecoverVerdict {
   Pass = 0,
   Recover = 1,
   FailClosed = 2,
+  /** ABI 3, for an owner_unavailable question only: send the kept conversation elsewhere. */
+  Rehydrate = 3,
 }
+
+/** RecoverInput.code of the owner_unavailable question (ABI 3, ABI.md §3.1). */
+export const CODE_OWNER_UNAVAILABLE = "owner_unavailable";
 
 export enum ReplayVerdict {
   No = 0,
@@ -91,6 +96,11 @@ export class RecoverInput {
   param: string = "";
   message: string = "";
   transport: bool = false;
+  // version 3: set only for the owner_unavailable question
+  ownerRemoved: bool = false;
+  ownerDownMs: i64 = 0;
+  rehydrateAfterMs: i64 = 0;
+  portable: bool = false;
 }
 
 export class RecoverOutput {
@@ -201,6 +211,55 @@ export class Request {
   }
 }
 
+// ---- stream_event (ABI.md §3.5, optional) ----------------------------------
+
+export enum StreamVerdict {
+  Pass = 0,
+  Drop = 1,
+  Replace = 2,
+}
+
+/**
+ * One text-bearing Responses event as the stream_event hook sees it: a
+ * delta event (hasDelta, delta) or a text done event (hasText, text).
+ * outputIndex and contentIndex are -1 when the event has none.
+ */
+export class StreamEvent {
+  surface: string = "";
+  upstream: string = "";
+  type: string = "";
+  sequenceNumber: i64 = 0;
+  outputIndex: i32 = -1;
+  contentIndex: i32 = -1;
+  itemId: string = "";
+  delta: string = "";
+  text: string = "";
+  hasDelta: bool = false;
+  hasText: bool = false;
+}
+
+/** A stream_event handler's answer: use passEvent, dropEvent, replaceDelta or replaceText. */
+export class StreamEventOutput {
+  constructor(public verdict: StreamVerdict, public delta: string | null = null, public text: string | null = null) {}
+}
+
+/** Sends the event as it is (the same as returning null). */
+export function passEvent(): StreamEventOutput {
+  return new StreamEventOutput(StreamVerdict.Pass);
+}
+/** Leaves a delta out of the client's stream (on a done event: pass). */
+export function dropEvent(): StreamEventOutput {
+  return new StreamEventOutput(StreamVerdict.Drop);
+}
+/** Sends a delta event with this delta instead. */
+export function replaceDelta(s: string): StreamEventOutput {
+  return new StreamEventOutput(StreamVerdict.Replace, s);
+}
+/** Sends a text done event with this text instead. */
+export function replaceText(s: string): StreamEventOutput {
+  return new StreamEventOutput(StreamVerdict.Replace, null, s);
+}
+
 // ---- registration ---------------------------------------------------------
 
 /** A set of handlers; null handlers are not implemented (sluice_hooks). */
@@ -210,6 +269,12 @@ export class Policy {
   /** Return null to defer. */
   replay: ((in_: ReplayInput) => ReplayOutput | null) | null = null;
   rewrite: ((req: Request) => void) | null = null;
+  /**
+   * The optional per-event stream hook (ABI.md §3.5): called once per
+   * text-bearing event of a Responses stream, so keep it short and return
+   * early (null: pass) on types it does not act on.
+   */
+  streamEvent: ((ev: StreamEvent) => StreamEventOutput | null) | null = null;
   /** true: the policy works; false rejects the module at load. */
   selfTest: (() => bool) | null = null;
   /** Asked once at load: false means nothing to do with this config. */
@@ -660,6 +725,10 @@ export function decodeRecoverInput(p: usize, n: i32): RecoverInput | null {
       else if (keyIs("param")) in_.param = readString();
       else if (keyIs("message")) in_.message = readString();
       else if (keyIs("transport")) in_.transport = readBool();
+      else if (keyIs("owner_removed")) in_.ownerRemoved = readBool();
+      else if (keyIs("owner_down_ms")) in_.ownerDownMs = readInt();
+      else if (keyIs("rehydrate_after_ms")) in_.rehydrateAfterMs = readInt();
+      else if (keyIs("portable")) in_.portable = readBool();
       else skipValue();
       if (bad) break;
     }
@@ -727,6 +796,30 @@ export function decodeRequest(p: usize, n: i32): Request | null {
   return bad ? null : r;
 }
 
+export function decodeStreamEvent(p: usize, n: i32): StreamEvent | null {
+  const ev = new StreamEvent();
+  if (begin(p, n)) {
+    for (let first = true; nextKey(first); first = false) {
+      if (keyIs("type")) ev.type = readString();
+      else if (keyIs("delta")) {
+        ev.delta = readString();
+        ev.hasDelta = true;
+      } else if (keyIs("text")) {
+        ev.text = readString();
+        ev.hasText = true;
+      } else if (keyIs("sequence_number")) ev.sequenceNumber = readInt();
+      else if (keyIs("output_index")) ev.outputIndex = <i32>readInt();
+      else if (keyIs("content_index")) ev.contentIndex = <i32>readInt();
+      else if (keyIs("item_id")) ev.itemId = readString();
+      else if (keyIs("surface")) ev.surface = readString();
+      else if (keyIs("upstream")) ev.upstream = readString();
+      else skipValue();
+      if (bad) break;
+    }
+  }
+  return bad ? null : ev;
+}
+
 function isNullAt(p: usize): bool {
   return end - p >= 4 && load<u32>(p) == 0x6c6c756e;
 }
@@ -756,6 +849,15 @@ export function encodeRecover(out: RecoverOutput): i64 {
 export function encodeReplay(out: ReplayOutput): i64 {
   if (out.penaltyMs == 0) return <i64>(<u32>out.verdict);
   return outputJSON('{"verdict":' + (<i32>out.verdict).toString() + ',"penalty_ms":' + out.penaltyMs.toString() + "}");
+}
+
+export function encodeStreamEvent(out: StreamEventOutput): i64 {
+  if (out.verdict != StreamVerdict.Replace) return <i64>(<u32>out.verdict);
+  const d = out.delta, t = out.text;
+  if (d != null) return outputJSON('{"delta":' + quote(d) + "}");
+  if (t != null) return outputJSON('{"text":' + quote(t) + "}");
+  logMessage(Level.Error, "stream_event: a replace without a delta or text");
+  return RESULT_ERROR;
 }
 
 /** A host-safe abort (asconfig "use": abort=…): log the message, then trap. */

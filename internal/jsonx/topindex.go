@@ -1,4 +1,4 @@
-package hostabi
+package jsonx
 
 // topIndex is a lazy index of the top-level members of an object root. It
 // scans from both ends at once, in small budgets, so that a member near
@@ -39,7 +39,7 @@ const (
 
 func (x *topIndex) init(b []byte) error {
 	*x = topIndex{ms: x.ms[:0]}
-	x.root = skipSpace(b, 0)
+	x.root = SkipSpace(b, 0)
 	if x.root >= len(b) {
 		return ErrInvalidDocument
 	}
@@ -69,7 +69,7 @@ func (x *topIndex) frontier(b []byte) int {
 	if x.front.inVal {
 		return x.front.ks
 	}
-	p := skipSpace(b, x.front.pos)
+	p := SkipSpace(b, x.front.pos)
 	return p
 }
 
@@ -111,7 +111,7 @@ func (x *topIndex) stepFront(b []byte) (int, error) {
 	}
 	limit := start + scanBudget
 	if !f.inVal {
-		p := skipSpace(b, f.pos)
+		p := SkipSpace(b, f.pos)
 		if p >= x.bpos {
 			x.done = true
 			return -1, nil
@@ -123,15 +123,15 @@ func (x *topIndex) stepFront(b []byte) (int, error) {
 		if err != nil {
 			return -1, err
 		}
-		k, ok := unescape(b[p+1 : ke-1])
+		k, ok := Unescape(b[p+1 : ke-1])
 		if !ok {
 			k = string(b[p+1 : ke-1])
 		}
-		q := skipSpace(b, ke)
+		q := SkipSpace(b, ke)
 		if q >= len(b) || b[q] != ':' {
 			return -1, ErrSyntax
 		}
-		f.key, f.ks, f.vs = k, p, skipSpace(b, q+1)
+		f.key, f.ks, f.vs = k, p, SkipSpace(b, q+1)
 		f.inVal = true
 		f.sk = skipState{pos: f.vs}
 	}
@@ -146,7 +146,7 @@ func (x *topIndex) stepFront(b []byte) (int, error) {
 	ve := f.sk.pos
 	f.inVal = false
 	x.ms = append(x.ms, member{key: f.key, ks: f.ks, vs: f.vs, ve: ve})
-	p := skipSpace(b, ve)
+	p := SkipSpace(b, ve)
 	switch {
 	case p < len(b) && b[p] == ',':
 		f.pos = p + 1
@@ -223,7 +223,7 @@ func (x *topIndex) stepBack(b []byte) (int, error) {
 		x.done = true
 		x.front.inVal = false
 	}
-	key, ok := unescape(b[ks+1 : p])
+	key, ok := Unescape(b[ks+1 : p])
 	if !ok {
 		key = string(b[ks+1 : p])
 	}

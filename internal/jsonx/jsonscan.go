@@ -1,4 +1,4 @@
-package hostabi
+package jsonx
 
 import (
 	"bytes"
@@ -9,14 +9,14 @@ import (
 )
 
 // ErrSyntax reports malformed JSON met while scanning.
-var ErrSyntax = errors.New("hostabi: malformed JSON")
+var ErrSyntax = errors.New("jsonx: malformed JSON")
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
-// skipSpace returns the index of the first non-space byte at or after i.
+// SkipSpace returns the index of the first non-space byte at or after i.
 // The loop is out of line: in guests entering a loop costs a host round trip,
 // and compact JSON rarely has spaces.
-func skipSpace(b []byte, i int) int {
+func SkipSpace(b []byte, i int) int {
 	if i >= len(b) || !isSpace(b[i]) {
 		return i
 	}
@@ -85,15 +85,15 @@ func skipValue(b []byte, i int) (int, error) {
 	}
 }
 
-// forEachMember calls fn for every member of the object at b[i] (i at '{').
+// WalkMembers calls fn for every member of the object at b[i] (i at '{').
 // key is the raw key without quotes (still escaped); ks is the index of the
 // key's opening quote and [vs,ve) the value. fn returns false to stop.
 // It returns the index just past the closing brace (or where it stopped).
-func forEachMember(b []byte, i int, fn func(key []byte, ks, vs, ve int) bool) (int, error) {
+func WalkMembers(b []byte, i int, fn func(key []byte, ks, vs, ve int) bool) (int, error) {
 	if i >= len(b) || b[i] != '{' {
 		return 0, ErrSyntax
 	}
-	i = skipSpace(b, i+1)
+	i = SkipSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
 		return i + 1, nil
 	}
@@ -106,11 +106,11 @@ func forEachMember(b []byte, i int, fn func(key []byte, ks, vs, ve int) bool) (i
 		if err != nil {
 			return 0, err
 		}
-		i = skipSpace(b, ke)
+		i = SkipSpace(b, ke)
 		if i >= len(b) || b[i] != ':' {
 			return 0, ErrSyntax
 		}
-		vs := skipSpace(b, i+1)
+		vs := SkipSpace(b, i+1)
 		ve, err := skipValue(b, vs)
 		if err != nil {
 			return 0, err
@@ -118,7 +118,7 @@ func forEachMember(b []byte, i int, fn func(key []byte, ks, vs, ve int) bool) (i
 		if !fn(b[ks+1:ke-1], ks, vs, ve) {
 			return ve, nil
 		}
-		i = skipSpace(b, ve)
+		i = SkipSpace(b, ve)
 		if i >= len(b) {
 			return 0, ErrSyntax
 		}
@@ -128,7 +128,7 @@ func forEachMember(b []byte, i int, fn func(key []byte, ks, vs, ve int) bool) (i
 		if b[i] != ',' {
 			return 0, ErrSyntax
 		}
-		i = skipSpace(b, i+1)
+		i = SkipSpace(b, i+1)
 	}
 }
 
@@ -137,7 +137,7 @@ func forEachElement(b []byte, i int, fn func(idx, vs, ve int) bool) (int, error)
 	if i >= len(b) || b[i] != '[' {
 		return 0, ErrSyntax
 	}
-	i = skipSpace(b, i+1)
+	i = SkipSpace(b, i+1)
 	if i < len(b) && b[i] == ']' {
 		return i + 1, nil
 	}
@@ -150,7 +150,7 @@ func forEachElement(b []byte, i int, fn func(idx, vs, ve int) bool) (int, error)
 		if !fn(idx, vs, ve) {
 			return ve, nil
 		}
-		i = skipSpace(b, ve)
+		i = SkipSpace(b, ve)
 		if i >= len(b) {
 			return 0, ErrSyntax
 		}
@@ -160,22 +160,22 @@ func forEachElement(b []byte, i int, fn func(idx, vs, ve int) bool) (int, error)
 		if b[i] != ',' {
 			return 0, ErrSyntax
 		}
-		i = skipSpace(b, i+1)
+		i = SkipSpace(b, i+1)
 	}
 }
 
 // keyEquals reports whether the raw (escaped, unquoted) key equals want.
 func keyEquals(raw []byte, want string) bool {
-	if !hasBackslash(raw) {
+	if !HasBackslash(raw) {
 		return string(raw) == want
 	}
-	s, ok := unescape(raw)
+	s, ok := Unescape(raw)
 	return ok && s == want
 }
 
-// unescape decodes the body of a JSON string (without quotes).
-func unescape(raw []byte) (string, bool) {
-	if !hasBackslash(raw) {
+// Unescape decodes the body of a JSON string (without quotes).
+func Unescape(raw []byte) (string, bool) {
+	if !HasBackslash(raw) {
 		return string(raw), true
 	}
 	out := make([]byte, 0, len(raw))
@@ -262,7 +262,7 @@ func Unquote(raw []byte) (string, bool) {
 	if err != nil || end != len(raw) {
 		return "", false
 	}
-	return unescape(raw[1 : len(raw)-1])
+	return Unescape(raw[1 : len(raw)-1])
 }
 
 // Quote returns s as a JSON string literal.
@@ -315,7 +315,7 @@ func AppendQuote(dst []byte, s string) []byte {
 }
 
 // EscapeKey escapes an object key for use as one segment of a document path
-// (ABI.md §6): '.', '\' and a leading '#' get a backslash.
+// (hostabi/ABI.md §6): '.', '\' and a leading '#' get a backslash.
 func EscapeKey(key string) string {
 	need := len(key) > 0 && key[0] == '#'
 	for i := 0; i < len(key) && !need; i++ {
@@ -339,7 +339,7 @@ func EscapeKey(key string) string {
 // of every element). It stops when fn returns false and reports whether raw
 // is an array.
 func ForEachElement(raw []byte, fn func(i int, elem []byte) bool) bool {
-	i := skipSpace(raw, 0)
+	i := SkipSpace(raw, 0)
 	_, err := forEachElement(raw, i, func(idx, vs, ve int) bool { return fn(idx, raw[vs:ve]) })
 	return err == nil
 }
@@ -348,10 +348,10 @@ func ForEachElement(raw []byte, fn func(i int, elem []byte) bool) bool {
 // raw JSON value). It stops when fn returns false and reports whether raw is
 // an object.
 func ForEachMember(raw []byte, fn func(key string, value []byte) bool) bool {
-	i := skipSpace(raw, 0)
+	i := SkipSpace(raw, 0)
 	bad := false
-	_, err := forEachMember(raw, i, func(key []byte, _, vs, ve int) bool {
-		k, ok := unescape(key)
+	_, err := WalkMembers(raw, i, func(key []byte, _, vs, ve int) bool {
+		k, ok := Unescape(key)
 		if !ok {
 			bad = true
 			return false
@@ -361,7 +361,9 @@ func ForEachMember(raw []byte, fn func(key string, value []byte) bool) bool {
 	return err == nil && !bad
 }
 
-func parseInt(raw []byte) (int64, error) {
+// ParseInt parses the integral JSON number raw (null is 0); numbers written
+// with a fraction or exponent are accepted when integral.
+func ParseInt(raw []byte) (int64, error) {
 	if string(raw) == "null" {
 		return 0, nil
 	}
@@ -398,7 +400,8 @@ func parseInt(raw []byte) (int64, error) {
 	return int64(f), nil
 }
 
-func parseBool(raw []byte) (bool, error) {
+// ParseBool parses the JSON boolean raw (null is false).
+func ParseBool(raw []byte) (bool, error) {
 	switch string(raw) {
 	case "true":
 		return true, nil

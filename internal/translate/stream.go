@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-gw/sluice/gateway/apierr"
-	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/sluice-gw/sluice/internal/apierr"
+	"github.com/sluice-gw/sluice/internal/jsonx"
 	"github.com/tidwall/gjson"
 )
 
@@ -568,7 +568,7 @@ func (s *Stream) textDelta(kind itemKind, pk partKind, text, raw string) {
 	if raw != "" {
 		b = append(b, raw...)
 	} else {
-		b = hostabi.AppendQuote(b, text)
+		b = jsonx.AppendQuote(b, text)
 	}
 	if pk == partText {
 		b = append(b, `,"logprobs":[]`...)
@@ -662,7 +662,7 @@ func (s *Stream) argsDelta(call *outItem, text, raw string) {
 	if raw != "" {
 		b = append(b, raw...)
 	} else {
-		b = hostabi.AppendQuote(b, text)
+		b = jsonx.AppendQuote(b, text)
 	}
 	s.end(typ, b)
 }
@@ -733,7 +733,7 @@ func (s *Stream) closePart(it *outItem, ci int) {
 	b := s.begin(typ, 160+len(p.text))
 	b = s.appendRef(b, it, ci)
 	b = appendKey(b, field)
-	b = hostabi.AppendQuote(b, string(p.text))
+	b = jsonx.AppendQuote(b, string(p.text))
 	if p.kind == partText {
 		b = append(b, `,"logprobs":[]`...)
 	}
@@ -759,9 +759,9 @@ func (s *Stream) closeItem(it *outItem, status string) {
 		b := s.begin(typ, 160+len(it.args))
 		b = s.appendRef(b, it, -1)
 		b = append(b, `,"name":`...)
-		b = hostabi.AppendQuote(b, it.name)
+		b = jsonx.AppendQuote(b, it.name)
 		b = append(b, `,"arguments":`...)
-		b = hostabi.AppendQuote(b, string(it.args))
+		b = jsonx.AppendQuote(b, string(it.args))
 		s.end(typ, b)
 	}
 	for ci, p := range it.parts {
@@ -804,7 +804,7 @@ func (s *Stream) flush() []Event {
 // appendRef appends item_id, output_index and (ci >= 0) content_index.
 func (s *Stream) appendRef(b []byte, it *outItem, ci int) []byte {
 	b = append(b, `,"item_id":`...)
-	b = hostabi.AppendQuote(b, it.id)
+	b = jsonx.AppendQuote(b, it.id)
 	b = append(b, `,"output_index":`...)
 	b = appendInt(b, int64(it.index))
 	if ci >= 0 {
@@ -819,13 +819,13 @@ func (p *outPart) appendJSON(b []byte) []byte {
 	switch p.kind {
 	case partText:
 		b = append(b, `{"type":"output_text","annotations":[],"logprobs":[],"text":`...)
-		b = hostabi.AppendQuote(b, string(p.text))
+		b = jsonx.AppendQuote(b, string(p.text))
 	case partRefusal:
 		b = append(b, `{"type":"refusal","refusal":`...)
-		b = hostabi.AppendQuote(b, string(p.text))
+		b = jsonx.AppendQuote(b, string(p.text))
 	default:
 		b = append(b, `{"type":"reasoning_text","text":`...)
-		b = hostabi.AppendQuote(b, string(p.text))
+		b = jsonx.AppendQuote(b, string(p.text))
 	}
 	return append(b, '}')
 }
@@ -834,7 +834,7 @@ func (p *outPart) appendJSON(b []byte) []byte {
 // announce renders it as output_item.added shows it (no arguments yet).
 func (it *outItem) appendJSON(b []byte, status string, announce bool) []byte {
 	b = append(b, `{"id":`...)
-	b = hostabi.AppendQuote(b, it.id)
+	b = jsonx.AppendQuote(b, it.id)
 	switch it.kind {
 	case kindCall:
 		b = append(b, `,"type":"function_call","status":"`...)
@@ -843,12 +843,12 @@ func (it *outItem) appendJSON(b []byte, status string, announce bool) []byte {
 		if announce {
 			b = append(b, `""`...) // arguments stream as deltas after added
 		} else {
-			b = hostabi.AppendQuote(b, string(it.args))
+			b = jsonx.AppendQuote(b, string(it.args))
 		}
 		b = append(b, `,"call_id":`...)
-		b = hostabi.AppendQuote(b, it.callID)
+		b = jsonx.AppendQuote(b, it.callID)
 		b = append(b, `,"name":`...)
-		b = hostabi.AppendQuote(b, it.name)
+		b = jsonx.AppendQuote(b, it.name)
 		return append(b, '}')
 	case kindReasoning:
 		b = append(b, `,"type":"reasoning","status":"`...)
@@ -872,7 +872,7 @@ func (it *outItem) appendJSON(b []byte, status string, announce bool) []byte {
 // items and usage.
 func (s *Stream) appendResponse(b []byte, status string, final bool) []byte {
 	b = append(b, `{"id":`...)
-	b = hostabi.AppendQuote(b, s.respID)
+	b = jsonx.AppendQuote(b, s.respID)
 	b = append(b, `,"object":"response","created_at":`...)
 	b = appendInt(b, s.createdAt)
 	b = append(b, `,"status":"`...)
@@ -886,13 +886,13 @@ func (s *Stream) appendResponse(b []byte, status string, final bool) []byte {
 	b = append(b, `,"incomplete_details":`...)
 	if final && s.incomplete != "" {
 		b = append(b, `{"reason":`...)
-		b = hostabi.AppendQuote(b, s.incomplete)
+		b = jsonx.AppendQuote(b, s.incomplete)
 		b = append(b, '}')
 	} else {
 		b = append(b, "null"...)
 	}
 	b = append(b, `,"model":`...)
-	b = hostabi.AppendQuote(b, s.model)
+	b = jsonx.AppendQuote(b, s.model)
 	b = append(b, `,"output":[`...)
 	if final {
 		for k, it := range s.items {
@@ -978,9 +978,9 @@ func AppendResponseError(b []byte, code, message string) []byte {
 		message = code + ": " + message
 	}
 	b = append(b, `{"code":`...)
-	b = hostabi.AppendQuote(b, mapped)
+	b = jsonx.AppendQuote(b, mapped)
 	b = append(b, `,"message":`...)
-	b = hostabi.AppendQuote(b, message)
+	b = jsonx.AppendQuote(b, message)
 	return append(b, '}')
 }
 

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/sluice-gw/sluice/internal/jsonx"
 	"github.com/tidwall/gjson"
 )
 
@@ -372,7 +372,7 @@ func info0(t *testing.T, body string) RequestInfo {
 
 func TestAppendString(t *testing.T) {
 	for _, s := range []string{"", "plain", "q\"b\\s", "\x00\x1f\n\r\t", "é—😀", "bad\xffutf8", "<&>\u2028"} {
-		got := hostabi.AppendQuote(nil, s)
+		got := jsonx.AppendQuote(nil, s)
 		var back string
 		if err := json.Unmarshal(got, &back); err != nil {
 			t.Fatalf("%q → %s: %v", s, got, err)

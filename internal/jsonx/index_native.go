@@ -1,6 +1,6 @@
 //go:build !wasm
 
-package hostabi
+package jsonx
 
 import "bytes"
 
@@ -33,5 +33,5 @@ func skipString(b []byte, i int) (int, error) {
 	}
 }
 
-// hasBackslash reports whether raw contains a backslash.
-func hasBackslash(raw []byte) bool { return indexByte(raw, '\\') >= 0 }
+// HasBackslash reports whether raw contains a backslash.
+func HasBackslash(raw []byte) bool { return indexByte(raw, '\\') >= 0 }

@@ -1,4 +1,4 @@
-package hostabi
+package jsonx
 
 import (
 	"bytes"
@@ -9,31 +9,17 @@ import (
 )
 
 // Errors of path parsing and document edits. Each maps to one host-function
-// code (see CodeOf).
+// code (hostabi.CodeOf).
 var (
-	ErrPathSyntax    = errors.New("hostabi: bad path")
-	ErrPathNotFound  = errors.New("hostabi: path not found")
-	ErrNotApplicable = errors.New("hostabi: path does not apply to the value found")
-	ErrValue         = errors.New("hostabi: value is not valid JSON")
+	ErrPathSyntax    = errors.New("jsonx: bad path")
+	ErrPathNotFound  = errors.New("jsonx: path not found")
+	ErrNotApplicable = errors.New("jsonx: path does not apply to the value found")
+	ErrValue         = errors.New("jsonx: value is not valid JSON")
 )
 
-// CodeOf maps an error from this package's document functions to the
-// host-function code of ABI.md.
-func CodeOf(err error) int32 {
-	switch {
-	case err == nil:
-		return CodeOK
-	case errors.Is(err, ErrPathNotFound):
-		return CodeNotFound
-	case errors.Is(err, ErrPathSyntax):
-		return CodeBadPath
-	case errors.Is(err, ErrValue):
-		return CodeBadValue
-	case errors.Is(err, ErrNotApplicable):
-		return CodeNotApplicable
-	}
-	return CodeInvalidDocument
-}
+// MaxPathBytes is the longest path ParsePath accepts (hostabi.MaxPathBytes,
+// hostabi/ABI.md §8).
+const MaxPathBytes = 4 << 10
 
 type segKind uint8
 
@@ -53,7 +39,7 @@ type segment struct {
 	lit   string // segQuery: the JSON literal compared with
 }
 
-// ParsePath checks a path against the syntax of ABI.md §6.
+// ParsePath checks a path against the syntax of hostabi/ABI.md §6.
 func ParsePath(path string) error {
 	_, err := parsePath(path)
 	return err
@@ -224,7 +210,7 @@ func parseQuery(p string, i int) (segment, int, error) {
 	case '{', '[':
 		return segment{}, 0, ErrPathSyntax
 	case '"':
-		if _, ok := unescape([]byte(lit[1 : len(lit)-1])); !ok {
+		if _, ok := Unescape([]byte(lit[1 : len(lit)-1])); !ok {
 			return segment{}, 0, ErrPathSyntax
 		}
 	default:
@@ -287,9 +273,9 @@ type member struct {
 	vs, ve int
 }
 
-// Document is a JSON document edited in place by path (ABI.md §6). It never
-// modifies the slice it was created from: the first edit copies it (once),
-// later edits splice the copy. A Document keeps a lazy index of the
+// Document is a JSON document edited in place by path (hostabi/ABI.md §6).
+// It never modifies the slice it was created from: the first edit copies it
+// (once), later edits splice the copy. A Document keeps a lazy index of the
 // top-level members of an object root, built by scanning from both ends, so
 // that reaching a member near either end of a large request does not cost a
 // scan of the whole body. A Document is not safe for concurrent use.
@@ -392,7 +378,7 @@ func (d *Document) resolve(segs []segment) (target, error) {
 					t.ce = d.ti.rootEnd + 1
 				}
 			} else {
-				end, err := forEachMember(b, vs, func(raw []byte, ks, mvs, mve int) bool {
+				end, err := WalkMembers(b, vs, func(raw []byte, ks, mvs, mve int) bool {
 					if keyEquals(raw, key) {
 						t.found, t.is = true, ks
 						vs, ve = mvs, mve
@@ -467,7 +453,7 @@ func (d *Document) resolve(segs []segment) (target, error) {
 
 // ErrInvalidDocument reports that the document is not valid JSON where the
 // path leads.
-var ErrInvalidDocument = errors.New("hostabi: document is not valid JSON")
+var ErrInvalidDocument = errors.New("jsonx: document is not valid JSON")
 
 // matchQuery reports whether the element at b[vs] is an object whose member
 // s.key equals the literal s.lit.
@@ -476,7 +462,7 @@ func matchQuery(b []byte, vs int, s segment) bool {
 		return false
 	}
 	match := false
-	_, _ = forEachMember(b, vs, func(raw []byte, _, mvs, mve int) bool {
+	_, _ = WalkMembers(b, vs, func(raw []byte, _, mvs, mve int) bool {
 		if !keyEquals(raw, s.key) {
 			return true
 		}
@@ -495,8 +481,8 @@ func literalEqual(v []byte, lit string) bool {
 		if string(v) == lit {
 			return true
 		}
-		a, ok1 := unescape(v[1 : len(v)-1])
-		b, ok2 := unescape([]byte(lit[1 : len(lit)-1]))
+		a, ok1 := Unescape(v[1 : len(v)-1])
+		b, ok2 := Unescape([]byte(lit[1 : len(lit)-1]))
 		return ok1 && ok2 && a == b
 	case 't', 'f', 'n':
 		return string(v) == lit
@@ -518,7 +504,7 @@ func Lookup(raw []byte, path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	vs := skipSpace(raw, 0)
+	vs := SkipSpace(raw, 0)
 	ve := -1
 	for k, s := range segs {
 		if vs >= len(raw) {
@@ -531,7 +517,7 @@ func Lookup(raw []byte, path string) ([]byte, error) {
 			if s.kind == segAppend {
 				key = "-1"
 			}
-			_, err = forEachMember(raw, vs, func(rk []byte, _, mvs, mve int) bool {
+			_, err = WalkMembers(raw, vs, func(rk []byte, _, mvs, mve int) bool {
 				if keyEquals(rk, key) {
 					found, vs, ve = true, mvs, mve
 					return false
@@ -722,9 +708,9 @@ func (d *Document) Delete(path string) error {
 	if b[p] == ',' {
 		start = p
 	} else {
-		q := skipSpace(b, end)
+		q := SkipSpace(b, end)
 		if q < len(b) && b[q] == ',' {
-			end = skipSpace(b, q+1)
+			end = SkipSpace(b, q+1)
 		}
 	}
 	d.splice(start, end, nil, d.within(t), t.cs == d.ti.root)

@@ -3,8 +3,8 @@ package translate_test
 import (
 	"fmt"
 
-	"github.com/sluice-gw/sluice/gateway/apierr"
-	"github.com/sluice-gw/sluice/gateway/translate"
+	"github.com/sluice-gw/sluice/internal/apierr"
+	"github.com/sluice-gw/sluice/internal/translate"
 )
 
 // A Chat upstream behind a Responses client: convert the request, then pump

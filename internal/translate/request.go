@@ -6,8 +6,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluice-gw/sluice/gateway/apierr"
-	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/sluice-gw/sluice/internal/apierr"
+	"github.com/sluice-gw/sluice/internal/jsonx"
 	"github.com/tidwall/gjson"
 )
 
@@ -378,7 +378,7 @@ func ToChat(body []byte, history []json.RawMessage, opts RequestOptions) (chat [
 	out := make([]byte, 0, size)
 	out = append(out, '{')
 	out = appendKey(out, "model")
-	out = hostabi.AppendQuote(out, model)
+	out = jsonx.AppendQuote(out, model)
 	out = appendKey(out, "messages")
 	out = c.appendMessages(out)
 	if len(tools.chat) > 0 {
@@ -1064,7 +1064,7 @@ func (c *converter) assistantMessage(i int, content gjson.Result) *apierr.Error 
 			m.content = string(append(b, ']'))
 		}
 		if len(refusal) > 0 {
-			m.refusal = string(hostabi.AppendQuote(nil, strings.Join(refusal, "")))
+			m.refusal = string(jsonx.AppendQuote(nil, strings.Join(refusal, "")))
 		}
 	}
 	c.takeReasoning(&m)
@@ -1229,7 +1229,7 @@ func (c *converter) appendMessages(out []byte) []byte {
 			out = append(out, ',')
 		}
 		out = append(out, `{"role":`...)
-		out = hostabi.AppendQuote(out, m.role)
+		out = jsonx.AppendQuote(out, m.role)
 		if m.role == "tool" {
 			out = append(out, `,"tool_call_id":`...)
 			out = append(out, m.toolCallID...)
@@ -1249,7 +1249,7 @@ func (c *converter) appendMessages(out []byte) []byte {
 		}
 		if m.reasoning != "" {
 			out = append(out, `,"reasoning_content":`...)
-			out = hostabi.AppendQuote(out, m.reasoning)
+			out = jsonx.AppendQuote(out, m.reasoning)
 		}
 		if len(m.toolCalls) > 0 {
 			out = append(out, `,"tool_calls":[`...)

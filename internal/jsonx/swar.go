@@ -1,4 +1,4 @@
-package hostabi
+package jsonx
 
 import (
 	"math/bits"

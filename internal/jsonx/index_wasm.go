@@ -1,9 +1,9 @@
 //go:build wasm
 
-package hostabi
+package jsonx
 
 func skipString(b []byte, i int) (int, error) { return swarSkipString(b, i) }
-func hasBackslash(raw []byte) bool            { return swarIndexByte(raw, '\\') >= 0 }
+func HasBackslash(raw []byte) bool            { return swarIndexByte(raw, '\\') >= 0 }
 
 func lastIndexByte(b []byte, c byte) int {
 	for i := len(b) - 1; i >= 0; i-- {

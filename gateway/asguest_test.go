@@ -1,0 +1,92 @@
+package gateway_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/tidwall/gjson"
+
+	"github.com/sluice-gw/sluice/gateway"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
+	"github.com/sluice-gw/sluice/plugins"
+)
+
+// asFixtureRuntime is the plugin runtime with the AssemblyScript fixture
+// (plugins/testdata/asfixture, built with sdk/assemblyscript): rewrite
+// renames the model alias "fast" to "gpt-5-mini", stream_event replaces
+// "secret" in text deltas.
+func asFixtureRuntime(t *testing.T) *plugins.Runtime {
+	t.Helper()
+	wasm, err := os.ReadFile(filepath.Join("..", "plugins", "testdata", "asfixture.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rt, err := plugins.New(ctx, plugins.Options{Embedded: map[string][]byte{"asfixture.wasm": wasm},
+		Logger: hclog.NewNullLogger(), CallTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	return rt
+}
+
+// TestASGuestStreamEventAndRewrite: an AssemblyScript guest in a live SSE
+// stream through the gateway. Its rewrite hook turns the model alias into
+// the real model (the upstream sees the rewritten body and the header the
+// guest set), and its stream_event hook redacts a word in the deltas; the
+// done text and the terminal response.completed match what the client got,
+// as with the WAT guest (TestStreamEventHookRedactsLiveStream).
+func TestASGuestStreamEventAndRewrite(t *testing.T) {
+	rt := asFixtureRuntime(t)
+	if !rt.StreamHookActive() {
+		t.Fatal("the AssemblyScript fixture's stream_event hook is not active")
+	}
+	h := newHarness(t, harnessConfig{opts: gateway.Options{Policy: rt}})
+	h.ups["A"].Enqueue(upstreamtest.Answer("the secret plan", 3))
+
+	_, evs := h.streamEvents("/v1/responses", `{"model":"fast","input":"hi","stream":true}`)
+	var deltas strings.Builder
+	var completed gjson.Result
+	for k, ev := range evs {
+		if strings.Contains(string(ev.Data), "secret") {
+			t.Errorf("event %d still says secret: %s", k, ev.Data)
+		}
+		d := gjson.ParseBytes(ev.Data)
+		if got := d.Get("sequence_number").Int(); got != int64(k) {
+			t.Errorf("event %d numbered %d", k, got)
+		}
+		switch d.Get("type").Str {
+		case "response.output_text.delta":
+			deltas.WriteString(d.Get("delta").Str)
+		case "response.output_text.done":
+			if got := d.Get("text").Str; got != "the [redacted] plan" {
+				t.Errorf("output_text.done text %q", got)
+			}
+		case "response.completed":
+			completed = d
+		}
+	}
+	if got := deltas.String(); got != "the [redacted] plan" {
+		t.Fatalf("client deltas %q", got)
+	}
+	if got := completed.Get("response.output.0.content.0.text").Str; got != "the [redacted] plan" {
+		t.Fatalf("response.completed output text %q (%s)", got, completed.Raw)
+	}
+	reqs := h.ups["A"].Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d upstream requests", len(reqs))
+	}
+	if got := gjson.GetBytes(reqs[0].Body, "model").Str; got != "gpt-5-mini" {
+		t.Fatalf("upstream saw model %q: %s", got, reqs[0].Body)
+	}
+	if got := reqs[0].Header.Get("X-Rewritten-By"); got != "asfixture" {
+		t.Fatalf("upstream header x-rewritten-by = %q", got)
+	}
+}

@@ -1,0 +1,544 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/julienschmidt/httprouter"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/sluice-gw/sluice/internal/apierr"
+	"github.com/sluice-gw/sluice/internal/clientkey"
+	"github.com/sluice-gw/sluice/internal/jsonx"
+	"github.com/sluice-gw/sluice/store"
+)
+
+// The Responses resource API for what the gateway serves (README "The
+// responses resource API"): GET /v1/responses/{id} (with ?stream=true, a
+// resume), GET …/input_items, DELETE, POST …/cancel and background: true.
+// A response whose log the gateway holds (in memory, or in the store with
+// streams.durable) is answered from it — it is exactly what the client was
+// sent, continued streams and Chat upstreams included. Any other response
+// is asked of the upstream that owns it (its anchor), like a follow-up.
+
+// ---- the client stream's side ----
+
+// logLocked adds an event the client is sent (or would be, detached) to
+// the stream's log, opening the log at the first event that names the
+// response.
+func (cs *clientStream) logLocked(name string, data []byte, terminal bool) {
+	if cs.rlog == nil {
+		id := cs.responseID
+		if id == "" {
+			id = gjson.GetBytes(data, "response.id").Str
+		}
+		if id == "" {
+			cs.resumable = false // no id to resume by
+			return
+		}
+		cs.rlog = cs.s.logs.open(strings.Clone(id), cs.req.clientKeyHash, cs.background, inputItems(cs.req.body))
+		cs.rlog.mu.Lock()
+		cs.rlog.cancel, cs.rlog.snapshot = cs.abandon, cs.snapshot
+		cs.rlog.mu.Unlock()
+		if cs.req.onLog != nil {
+			defer cs.req.onLog(cs.rlog) // after the first event is in it
+		}
+	}
+	cs.rlog.append(cs.seq, name, data, terminal)
+}
+
+// snapshot renders the Response as the client has it so far.
+func (cs *clientStream) snapshot() []byte {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	status := "in_progress"
+	if cs.ended {
+		status = "completed"
+	}
+	return cs.appendResponse(nil, status, nil)
+}
+
+// detachLocked keeps the work going after the client left: a background
+// request to its end, any other stream for its grace, renewed while a
+// resumer follows it.
+func (cs *clientStream) detachLocked() {
+	cs.detached = true
+	if cs.ka != nil {
+		cs.ka.Stop()
+	}
+	if cs.background {
+		return
+	}
+	l, grace, abandon := cs.rlog, cs.detach, cs.abandon
+	var check func()
+	check = func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.ended {
+			return
+		}
+		if l.followers > 0 {
+			l.detachTimer = time.AfterFunc(grace, check)
+			return
+		}
+		if abandon != nil {
+			abandon(errClientGone)
+		}
+	}
+	l.mu.Lock()
+	l.detachTimer = time.AfterFunc(grace, check)
+	l.mu.Unlock()
+}
+
+// endLogLocked ends a log whose stream stopped without its terminal event
+// (cancelled, or abandoned after its client left): a resumer gets a
+// terminal event, never a stream that just stops.
+func (cs *clientStream) endLogLocked() {
+	status, e := "failed", apierr.StreamIncomplete("the stream stopped before it ended: its client went away and nobody resumed it in time; send the request again")
+	if errors.Is(context.Cause(cs.ctx), errCancelled) {
+		status, e = "cancelled", nil
+	}
+	cs.seq = max(cs.seq, cs.rlog.next()) // an event logged but not delivered keeps its number
+	ev := cs.terminalEvent("response.failed", status, e)
+	cs.rlog.append(cs.seq, "response.failed", ev, true)
+	cs.seq++
+}
+
+// answeredJSON records a Responses answer sent as JSON, for GET and
+// input_items.
+func (h *streamLogs) answeredJSON(req *clientRequest, body []byte) {
+	root := gjson.ParseBytes(body)
+	id := root.Get("id")
+	if id.Type != gjson.String || root.Get("object").Str != "response" {
+		return
+	}
+	h.answered(id.Str, req.clientKeyHash, inputItems(req.body), body)
+}
+
+// inputItems is the request's input as a list of items (a string input is
+// one user message).
+func inputItems(body []byte) []byte {
+	in := gjson.GetBytes(body, "input")
+	switch {
+	case in.IsArray():
+		return []byte(in.Raw)
+	case in.Type == gjson.String:
+		b := []byte(`[{"type":"message","role":"user","content":[{"type":"input_text","text":`)
+		b = jsonx.AppendQuote(b, in.Str)
+		return append(b, `}]}]`...)
+	}
+	return []byte("[]")
+}
+
+// ---- background requests ----
+
+// runBackground answers a background: true request at once with its
+// Response (in_progress) and runs it to its end with nobody reading: the
+// upstream is asked for a stream, whose events go to the log only. A
+// failure before the stream began is answered as usual.
+func (s *Server) runBackground(ctx context.Context, w http.ResponseWriter, req *clientRequest, start time.Time) {
+	body, err := sjson.DeleteBytes(req.body, "background")
+	if err == nil {
+		body, err = sjson.SetBytes(body, "stream", true)
+	}
+	if err != nil {
+		apierr.Invalid("", apierr.CodeInvalidJSON, "the request could not be read: %v", err).Write(w)
+		return
+	}
+	req.body, req.stream = body, true
+	opened := make(chan *streamLog, 1)
+	req.onLog = func(l *streamLog) { opened <- l }
+	out := &backgroundResponder{answer: make(chan func(http.ResponseWriter), 1)}
+	s.bgRuns.Add(1)
+	go func() {
+		defer s.bgRuns.Done()
+		s.process(context.WithoutCancel(ctx), out, req, start)
+	}()
+	select {
+	case l := <-opened:
+		if s.logs.opts.Store != nil {
+			l.save()
+		}
+		resp, _ := l.response()
+		if out, err := sjson.SetBytes(resp, "background", true); err == nil {
+			resp = out
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(resp)))
+		_, _ = w.Write(resp)
+	case write := <-out.answer:
+		write(w)
+	case <-ctx.Done():
+	}
+}
+
+// backgroundResponder is a background request's responder: its stream is
+// only logged; an answer before the stream (an error) goes to the waiting
+// handler.
+type backgroundResponder struct {
+	answer chan func(http.ResponseWriter)
+}
+
+func (b *backgroundResponder) fail(_ *clientRequest, e *apierr.Error, _ failKind) {
+	select {
+	case b.answer <- func(w http.ResponseWriter) { e.Write(w) }:
+	default:
+	}
+}
+
+func (b *backgroundResponder) relay(_ *clientRequest, status int, header http.Header, body []byte) {
+	select {
+	case b.answer <- func(w http.ResponseWriter) {
+		copyResponseHeaders(w.Header(), header)
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.WriteHeader(status)
+		_, _ = w.Write(body)
+	}:
+	default:
+	}
+}
+
+func (b *backgroundResponder) commit(http.Header) eventSink { return discardSink{} }
+
+// discardSink is the sink of a stream nobody reads.
+type discardSink struct{}
+
+func (discardSink) Event(string, []byte) error    { return nil }
+func (discardSink) Done() error                   { return nil }
+func (discardSink) KeepAlive(time.Duration) error { return nil }
+
+// ---- the handlers ----
+
+// storedLog is a log found in the store (written before a restart, or by
+// another replica).
+func (s *Server) storedLog(ctx context.Context, id, owner string) (store.StreamLog, bool) {
+	st := s.logs.opts.Store
+	if st == nil {
+		return store.StreamLog{}, false
+	}
+	rec, err := st.GetStreamLog(ctx, id)
+	if err != nil || rec.Owner != owner {
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			s.log.Warn("reading a stream log failed", "response_id", LogID(id), "error", err)
+		}
+		return store.StreamLog{}, false
+	}
+	return rec, true
+}
+
+func (s *Server) handleGetResponse(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+	id, owner := ps.ByName("response_id"), clientkey.Hash(r.Header)
+	q := r.URL.Query()
+	stream := q.Get("stream") == "true"
+	after := int64(-1)
+	if v := q.Get("starting_after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < -1 {
+			apierr.Invalid("starting_after", apierr.CodeInvalidValue, "starting_after must be a sequence number, got %q", v).Write(w)
+			return
+		}
+		after = n
+	}
+	if s.logs != nil {
+		if l := s.logs.get(id, owner); l != nil {
+			if stream {
+				s.resumeSSE(r.Context(), w, func(emit func(string, []byte) error, ka func() error) error {
+					return l.follow(r.Context(), after, emit, ka, s.opts.KeepAlive)
+				})
+				return
+			}
+			resp, _ := l.response()
+			writeRaw(w, http.StatusOK, withBackground(resp, l.background))
+			return
+		}
+		if rec, ok := s.storedLog(r.Context(), id, owner); ok {
+			if stream {
+				s.resumeSSE(r.Context(), w, func(emit func(string, []byte) error, ka func() error) error {
+					return s.logs.followStored(r.Context(), rec, after, emit, ka, s.opts.IdleTimeout)
+				})
+				return
+			}
+			writeRaw(w, http.StatusOK, withBackground(rec.Response, rec.Background))
+			return
+		}
+	}
+	s.askOwner(w, r, id, "")
+}
+
+// resumeSSE answers a resume as an SSE stream.
+func (s *Server) resumeSSE(ctx context.Context, w http.ResponseWriter, follow func(emit func(string, []byte) error, ka func() error) error) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	sink := newSSESink(w, s.opts.ClientWriteTimeout)
+	s.metrics.resumes.WithLabelValues("sse").Inc()
+	_ = follow(sink.Event, func() error { return sink.KeepAlive(s.opts.KeepAlive) })
+}
+
+func withBackground(resp []byte, background bool) []byte {
+	if !background {
+		return resp
+	}
+	if out, err := sjson.SetBytes(resp, "background", true); err == nil {
+		return out
+	}
+	return resp
+}
+
+func writeRaw(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+func (s *Server) handleInputItems(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+	id, owner := ps.ByName("response_id"), clientkey.Hash(r.Header)
+	var input []byte
+	found := false
+	if s.logs != nil {
+		if l := s.logs.get(id, owner); l != nil {
+			input, found = l.input, true
+		} else if rec, ok := s.storedLog(r.Context(), id, owner); ok {
+			input, found = rec.Input, true
+		}
+	}
+	if !found {
+		s.askOwner(w, r, id, "/input_items")
+		return
+	}
+	list, aerr := inputItemList(id, input, r.URL.Query())
+	if aerr != nil {
+		aerr.Write(w)
+		return
+	}
+	writeRaw(w, http.StatusOK, list)
+}
+
+// inputItemList renders the spec's ResponseItemList of the input items:
+// ids given to items without one, order (desc by default), after, limit.
+func inputItemList(id string, input []byte, q map[string][]string) ([]byte, *apierr.Error) {
+	get := func(k string) string {
+		if v := q[k]; len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	limit := 20
+	if v := get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			return nil, apierr.Invalid("limit", apierr.CodeInvalidValue, "limit must be between 1 and 100, got %q", v)
+		}
+		limit = n
+	}
+	order := get("order")
+	switch order {
+	case "":
+		order = "desc"
+	case "asc", "desc":
+	default:
+		return nil, apierr.Invalid("order", apierr.CodeInvalidValue, "order must be asc or desc, got %q", order)
+	}
+	var items []string
+	var ids []string
+	k := 0
+	gjson.ParseBytes(input).ForEach(func(_, it gjson.Result) bool {
+		raw := it.Raw
+		itemID := it.Get("id").Str
+		if itemID == "" {
+			itemID = fmt.Sprintf("msg_%s_%d", strings.TrimPrefix(id, "resp_"), k)
+			if out, err := sjson.Set(raw, "id", itemID); err == nil {
+				raw = out
+			}
+		}
+		if it.Get("type").Str == "" { // an easy input message: the spec's item has a type
+			if out, err := sjson.Set(raw, "type", "message"); err == nil {
+				raw = out
+			}
+		}
+		if it.Get("type").Str == "message" || it.Get("type").Str == "" {
+			if c := gjson.Get(raw, "content"); c.Type == gjson.String { // string content: one input_text part
+				part := jsonx.AppendQuote([]byte(`[{"type":"input_text","text":`), c.Str)
+				if out, err := sjson.SetRaw(raw, "content", string(append(part, "}]"...))); err == nil {
+					raw = out
+				}
+			}
+			if !gjson.Get(raw, "status").Exists() {
+				if out, err := sjson.Set(raw, "status", "completed"); err == nil {
+					raw = out
+				}
+			}
+		}
+		items, ids = append(items, raw), append(ids, itemID)
+		k++
+		return true
+	})
+	if order == "desc" {
+		for i, j := 0, len(items)-1; i < j; i, j = i+1, j-1 {
+			items[i], items[j] = items[j], items[i]
+			ids[i], ids[j] = ids[j], ids[i]
+		}
+	}
+	if after := get("after"); after != "" {
+		for i, v := range ids {
+			if v == after {
+				items, ids = items[i+1:], ids[i+1:]
+				break
+			}
+		}
+	}
+	more := len(items) > limit
+	if more {
+		items, ids = items[:limit], ids[:limit]
+	}
+	b := []byte(`{"object":"list","data":[`)
+	b = append(b, strings.Join(items, ",")...)
+	b = append(b, `],"has_more":`...)
+	b = strconv.AppendBool(b, more)
+	b = append(b, `,"first_id":`...)
+	if len(ids) > 0 {
+		b = jsonx.AppendQuote(b, ids[0])
+		b = append(b, `,"last_id":`...)
+		b = jsonx.AppendQuote(b, ids[len(ids)-1])
+	} else {
+		b = append(b, `null,"last_id":null`...)
+	}
+	return append(b, '}'), nil
+}
+
+func (s *Server) handleDeleteResponse(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+	id, owner := ps.ByName("response_id"), clientkey.Hash(r.Header)
+	if s.logs != nil {
+		_, stored := s.storedLog(r.Context(), id, owner)
+		if l := s.logs.get(id, owner); l != nil || stored {
+			if l != nil {
+				l.stop(errCancelled) // nothing runs for a deleted response
+			}
+			s.logs.remove(r.Context(), id)
+			if s.cont != nil {
+				s.cont.forget(r.Context(), id)
+			}
+			b := jsonx.AppendQuote([]byte(`{"id":`), id)
+			writeRaw(w, http.StatusOK, append(b, `,"object":"response","deleted":true}`...))
+			return
+		}
+	}
+	s.askOwner(w, r, id, "")
+}
+
+func (s *Server) handleCancelResponse(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+	id, owner := ps.ByName("response_id"), clientkey.Hash(r.Header)
+	if s.logs != nil {
+		if l := s.logs.get(id, owner); l != nil {
+			if !l.background {
+				apierr.Invalid("response_id", apierr.CodeInvalidValue, "Only responses created with background: true can be cancelled.").Write(w)
+				return
+			}
+			if l.stop(errCancelled) {
+				select { // the stream notices at once; wait for its last event
+				case <-l.done:
+				case <-time.After(5 * time.Second):
+				case <-r.Context().Done():
+				}
+			}
+			resp, _ := l.response()
+			writeRaw(w, http.StatusOK, withBackground(resp, true))
+			return
+		}
+		if rec, ok := s.storedLog(r.Context(), id, owner); ok {
+			if !rec.Background {
+				apierr.Invalid("response_id", apierr.CodeInvalidValue, "Only responses created with background: true can be cancelled.").Write(w)
+				return
+			}
+			if !rec.Ended {
+				if err := s.logs.opts.Store.CancelStreamLog(r.Context(), id); err != nil {
+					apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "asking the gateway running the response to cancel it failed; retry").Write(w)
+					return
+				}
+				rec.Status = "cancelled"
+				if out, err := sjson.SetBytes(rec.Response, "status", "cancelled"); err == nil {
+					rec.Response = out
+				}
+			}
+			writeRaw(w, http.StatusOK, withBackground(rec.Response, true))
+			return
+		}
+	}
+	s.askOwner(w, r, id, "/cancel")
+}
+
+// askOwner passes a resource call on to the upstream that owns the
+// response (its anchor), or answers 404 when no upstream is known to.
+func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id, suffix string) {
+	window := defaultResumeWindow
+	if s.logs != nil {
+		window = s.logs.opts.Window
+	}
+	hash := clientkey.Hash(r.Header)
+	if s.cont == nil {
+		notResumable(id, window).Write(w)
+		return
+	}
+	res := s.cont.resolve(r.Context(), hostabi.SurfaceResponsesJSON, id, scopeOf(r.Header, hash))
+	if res.err != nil {
+		apierr.UpstreamUnavailable(http.StatusBadGateway, "owner lookup failed: the gateway could not read which upstream owns the response; retry the request").Write(w)
+		return
+	}
+	u := s.pool.Get(res.owner)
+	if res.owner == "" || u == nil || u.Config().Protocol == "chat" {
+		notResumable(id, window).Write(w)
+		return
+	}
+	upID := id
+	if res.upstreamID != "" {
+		upID = res.upstreamID
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.opts.HeaderTimeout+s.opts.IdleTimeout)
+	defer cancel()
+	target := u.URL("/responses/" + upID + suffix)
+	if r.URL.RawQuery != "" {
+		target += "?" + r.URL.RawQuery
+	}
+	upReq, err := http.NewRequestWithContext(ctx, r.Method, target, nil)
+	if err != nil {
+		apierr.UpstreamUnavailable(http.StatusBadGateway, "the request to the owner could not be built: %v", err).Write(w)
+		return
+	}
+	upReq.Header = upstreamHeaders(&clientRequest{header: r.Header, key: keyOf(r)}, u.Config(), false)
+	resp, err := s.client.Do(upReq)
+	if err != nil {
+		apierr.UpstreamUnavailable(http.StatusBadGateway, "upstream %q that owns the response did not answer: %s", u.Name(), s.scrub.String(err.Error())).Write(w)
+		return
+	}
+	defer resp.Body.Close()
+	copyResponseHeaders(w.Header(), resp.Header)
+	w.WriteHeader(resp.StatusCode)
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		rc := http.NewResponseController(w)
+		buf := make([]byte, 32<<10)
+		for {
+			n, rerr := resp.Body.Read(buf)
+			if n > 0 {
+				if _, werr := w.Write(buf[:n]); werr != nil {
+					return
+				}
+				_ = rc.Flush()
+			}
+			if rerr != nil {
+				return
+			}
+		}
+	}
+	_, _ = io.Copy(w, resp.Body)
+}

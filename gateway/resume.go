@@ -1,0 +1,641 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/sluice-gw/sluice/internal/apierr"
+	"github.com/sluice-gw/sluice/internal/jsonx"
+	"github.com/sluice-gw/sluice/store"
+)
+
+// Resumable streams (docs/ARCHITECTURE.md "Resumable streams", README
+// "Resuming a stream"). Every Responses stream the gateway writes keeps its
+// client-visible event log — the events exactly as the client got them,
+// renumbered and spliced — so that GET /v1/responses/{id}?stream=true&
+// starting_after=N (or a response.resume WebSocket frame) can replay what
+// came after N and follow the live stream to its terminal event. Logs are
+// bounded per response and in total, and expire ResumeOptions.Window after
+// their last event; with a StreamLogStore they are also written to the
+// store, so a stream can be resumed after a restart and on another replica.
+
+// ResumeOptions configures resumable streams and the responses resource API.
+type ResumeOptions struct {
+	// Window is how long a log is kept after its last event; default 10m;
+	// negative: no logs (resume, background and the resource API for
+	// Sluice-served responses are off).
+	Window time.Duration
+	// MaxBytes bounds one response's log (default 8 MiB): a longer stream
+	// can no longer be resumed.
+	MaxBytes int64
+	// MemoryBytes bounds all logs in memory (default 256 MiB); the oldest
+	// ended logs are evicted first.
+	MemoryBytes int64
+	// Store, when set, keeps the logs durably (streams.durable).
+	Store store.StreamLogStore
+	// DetachGrace is how long a stream keeps running after its client went
+	// away, for the client to resume it (a resumer attached at the end of it
+	// keeps it running); 0: the stream is cancelled at once. Background
+	// requests always run to their end (or their cancel).
+	DetachGrace time.Duration
+	// Replica names this gateway in durable logs: a log that another
+	// replica is still writing is followed through the store.
+	Replica string
+}
+
+const (
+	defaultResumeWindow   = 10 * time.Minute
+	defaultResumeMaxBytes = 8 << 20
+	defaultResumeMemory   = 256 << 20
+	// durableFlushEvery batches a live log's events into one store write.
+	durableFlushEvery = 100 * time.Millisecond
+	// storePollEvery is how often a resumer following a log through the
+	// store (another replica writes it) looks for new events.
+	storePollEvery = 200 * time.Millisecond
+)
+
+// errCancelled is the cause a cancelled background response's work is
+// stopped with.
+var errCancelled = errors.New("the response was cancelled")
+
+// streamLogs is the set of logs in memory.
+type streamLogs struct {
+	opts ResumeOptions
+	now  func() time.Time
+	log  interface {
+		Warn(string, ...any)
+		Error(string, ...any)
+	}
+
+	bytes atomic.Int64 // event bytes held by every log
+	// writes counts durable writes under way (Shutdown waits for them) and
+	// watches cancel-request watchers.
+	writes sync.WaitGroup
+
+	// mu guards the map; it is taken before a log's own mu, never after.
+	mu        sync.Mutex
+	logs      map[string]*streamLog
+	lastSweep time.Time
+}
+
+func newStreamLogs(opts ResumeOptions, now func() time.Time, log interface {
+	Warn(string, ...any)
+	Error(string, ...any)
+}) *streamLogs {
+	if opts.Window < 0 {
+		return nil
+	}
+	setDefault(&opts.Window, defaultResumeWindow)
+	setDefault(&opts.MaxBytes, defaultResumeMaxBytes)
+	setDefault(&opts.MemoryBytes, defaultResumeMemory)
+	return &streamLogs{opts: opts, now: now, log: log, logs: map[string]*streamLog{}}
+}
+
+// streamLog is one response's log.
+type streamLog struct {
+	hub        *streamLogs
+	id         string
+	owner      string // the creating key's hash: only it may read the log
+	background bool
+	input      []byte // the request's input items, a JSON array
+	created    time.Time
+
+	mu        sync.Mutex
+	events    []store.StreamEvent // events[i].Seq == i
+	bytes     int64
+	dropped   bool // outgrew MaxBytes or the memory budget: no longer resumable
+	ended     bool
+	lastAt    time.Time
+	final     []byte // the Response object, once ended (or answered as JSON)
+	wake      chan struct{} // closed and replaced at the next event once a follower waits on it
+	waiting   bool          // a follower holds wake
+	done      chan struct{} // closed when the log ends
+	followers int
+	// snapshot renders the Response so far (status in_progress); nil once
+	// ended. It locks the client stream: never call it under mu.
+	snapshot func() []byte
+	// cancel stops the work feeding the log (a background response's).
+	cancel context.CancelCauseFunc
+	// detachTimer ends a detached stream's grace.
+	detachTimer *time.Timer
+
+	arena []byte // event data, appended: one allocation per arenaChunk, not per event
+
+	flushMu sync.Mutex // one durable write at a time, in order
+	flushed int64      // events already in the store
+	savedAt time.Time  // when the record was last written (zero: never)
+	timer   *time.Timer
+}
+
+// open starts the log of a response (replacing an older one with the same
+// id, e.g. a WebSocket client that re-sent a request).
+func (h *streamLogs) open(id, owner string, background bool, input []byte) *streamLog {
+	now := h.now()
+	l := &streamLog{hub: h, id: id, owner: owner, background: background, input: input, created: now, lastAt: now,
+		wake: make(chan struct{}), done: make(chan struct{})}
+	h.mu.Lock()
+	if old := h.logs[id]; old != nil {
+		h.bytes.Add(-old.bytesLocked())
+	}
+	h.logs[id] = l
+	if now.Sub(h.lastSweep) > 10*time.Second {
+		h.lastSweep = now
+		h.sweepLocked(now)
+	}
+	h.mu.Unlock()
+	if h.opts.Store != nil {
+		if background && store.IsShared(h.opts.Store) {
+			h.writes.Add(1)
+			go func() {
+				defer h.writes.Done()
+				h.watchCancel(l)
+			}()
+		}
+	}
+	return l
+}
+
+// cancelCheckEvery is how often a background response run on this replica
+// looks for a cancel asked on another one (CancelStreamLog).
+const cancelCheckEvery = 250 * time.Millisecond
+
+// watchCancel stops a background response when another replica asks the
+// store to cancel it.
+func (h *streamLogs) watchCancel(l *streamLog) {
+	t := time.NewTicker(cancelCheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.done:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		rec, err := h.opts.Store.GetStreamLog(ctx, l.id)
+		cancel()
+		if err == nil && rec.CancelRequested {
+			l.stop(errCancelled)
+			return
+		}
+	}
+}
+
+// stop cancels the work feeding a log that has not ended; it reports
+// whether there was any.
+func (l *streamLog) stop(cause error) bool {
+	l.mu.Lock()
+	stop := l.cancel
+	if l.ended {
+		stop = nil
+	}
+	l.mu.Unlock()
+	if stop != nil {
+		stop(cause)
+	}
+	return stop != nil
+}
+
+// wait waits for the durable writes under way (Shutdown), up to ctx.
+func (h *streamLogs) wait(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		h.writes.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+// sweepLocked forgets ended logs past their window.
+func (h *streamLogs) sweepLocked(now time.Time) {
+	for id, l := range h.logs {
+		l.mu.Lock()
+		expired := l.ended && now.Sub(l.lastAt) > h.opts.Window
+		l.mu.Unlock()
+		if expired {
+			h.bytes.Add(-l.bytesLocked())
+			delete(h.logs, id)
+		}
+	}
+}
+
+// bytesLocked reads l.bytes (h.mu held; l.mu taken).
+func (l *streamLog) bytesLocked() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.bytes
+}
+
+// get returns the live or recent log of id that owner may read.
+func (h *streamLogs) get(id, owner string) *streamLog {
+	h.mu.Lock()
+	l := h.logs[id]
+	h.mu.Unlock()
+	if l == nil || l.owner != owner {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended && h.now().Sub(l.lastAt) > h.opts.Window {
+		return nil
+	}
+	return l
+}
+
+// remove forgets the log of id (memory and store).
+func (h *streamLogs) remove(ctx context.Context, id string) {
+	h.mu.Lock()
+	if l := h.logs[id]; l != nil {
+		h.bytes.Add(-l.bytesLocked())
+		delete(h.logs, id)
+	}
+	h.mu.Unlock()
+	if h.opts.Store != nil {
+		if err := h.opts.Store.DeleteStreamLog(ctx, id); err != nil {
+			h.log.Warn("deleting a stream log failed", "response_id", LogID(id), "error", err)
+		}
+	}
+}
+
+// charge accounts n more bytes to the logs in memory; false when the
+// budget is spent even after evicting ended logs (the bytes are not
+// charged then). Called without any log's mu held.
+func (h *streamLogs) charge(except *streamLog, n int64) bool {
+	if h.bytes.Add(n) <= h.opts.MemoryBytes {
+		return true
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for h.bytes.Load() > h.opts.MemoryBytes {
+		if !h.evictOldestEndedLocked(except) {
+			h.bytes.Add(-n)
+			return false
+		}
+	}
+	return true
+}
+
+func (h *streamLogs) evictOldestEndedLocked(except *streamLog) bool {
+	var oldest *streamLog
+	var at time.Time
+	for _, o := range h.logs {
+		if o == except {
+			continue
+		}
+		o.mu.Lock()
+		ended, last := o.ended, o.lastAt
+		o.mu.Unlock()
+		if ended && (oldest == nil || last.Before(at)) {
+			oldest, at = o, last
+		}
+	}
+	if oldest == nil {
+		return false
+	}
+	h.bytes.Add(-oldest.bytesLocked())
+	delete(h.logs, oldest.id)
+	return true
+}
+
+// append adds the event numbered seq; terminal events end the log.
+func (l *streamLog) append(seq int64, name string, data []byte, terminal bool) {
+	n := int64(len(data) + len(name) + 64)
+	charged := l.hub.charge(l, n)
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
+		if charged {
+			l.hub.bytes.Add(-n)
+		}
+		return
+	}
+	l.lastAt = l.hub.now()
+	switch {
+	case l.dropped || seq != int64(len(l.events)):
+		if charged {
+			l.hub.bytes.Add(-n)
+		}
+	case charged && l.bytes+n <= l.hub.opts.MaxBytes:
+		l.events = append(l.events, store.StreamEvent{Seq: seq, Name: name, Data: l.keep(data)})
+		l.bytes += n
+	default:
+		if charged {
+			l.hub.bytes.Add(-n)
+		}
+		l.dropLocked()
+	}
+	if terminal {
+		l.endLocked(gjson.GetBytes(data, "response").Raw)
+	}
+	if l.waiting { // no follower, no channel: nothing allocated per event
+		close(l.wake)
+		l.wake, l.waiting = make(chan struct{}), false
+	}
+	ended := l.ended
+	l.mu.Unlock()
+	if l.hub.opts.Store != nil {
+		l.scheduleFlush(ended)
+	}
+}
+
+// arenaChunk is the size of the buffers a log copies its events into.
+const arenaChunk = 16 << 10
+
+// keep copies data into the log's arena (l.mu held). Earlier events keep
+// pointing into the chunks they were copied to.
+func (l *streamLog) keep(data []byte) []byte {
+	if len(l.arena)+len(data) > cap(l.arena) {
+		// Chunks grow from 1 KiB to arenaChunk: a short stream stays small.
+		l.arena = make([]byte, 0, max(min(max(2*cap(l.arena), 1<<10), arenaChunk), len(data)))
+	}
+	at := len(l.arena)
+	l.arena = append(l.arena, data...)
+	return l.arena[at:len(l.arena):len(l.arena)]
+}
+
+// next is the sequence number the log expects next.
+func (l *streamLog) next() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return int64(len(l.events))
+}
+
+// dropLocked gives up on the log's events: too large to keep.
+func (l *streamLog) dropLocked() {
+	l.dropped = true
+	l.hub.bytes.Add(-l.bytes)
+	l.events, l.bytes, l.arena = nil, 0, nil
+	l.hub.log.Warn("a stream outgrew its resume log; it can no longer be resumed", "response_id", LogID(l.id),
+		"resume_max_bytes", l.hub.opts.MaxBytes)
+}
+
+func (l *streamLog) endLocked(final string) {
+	if l.ended {
+		return
+	}
+	l.ended = true
+	close(l.done)
+	l.snapshot = nil
+	if final != "" {
+		l.final = []byte(final)
+	}
+	if l.detachTimer != nil {
+		l.detachTimer.Stop()
+	}
+}
+
+// answered records a response answered as JSON (no events).
+func (h *streamLogs) answered(id, owner string, input, response []byte) {
+	l := h.open(id, owner, false, input)
+	l.savedAt = time.Now() // written below, ended
+	l.mu.Lock()
+	l.endLocked(string(response))
+	l.mu.Unlock()
+	if h.opts.Store != nil {
+		h.persist(l, true)
+	}
+}
+
+// response is the Response object as it stands: the final one once ended,
+// else the snapshot of what was sent so far.
+func (l *streamLog) response() (resp []byte, ended bool) {
+	l.mu.Lock()
+	final, ended, snap := l.final, l.ended, l.snapshot
+	l.mu.Unlock()
+	if ended || snap == nil {
+		return final, ended
+	}
+	return snap(), false
+}
+
+// status is the Response's status.
+func (l *streamLog) status() string {
+	resp, ended := l.response()
+	st := gjson.GetBytes(resp, "status").Str
+	if st == "" {
+		if ended {
+			return "completed"
+		}
+		return "in_progress"
+	}
+	return st
+}
+
+// ---- durable logs ----
+
+// persist writes l's record (and, ended, its final form) to the store.
+func (h *streamLogs) persist(l *streamLog, ended bool) {
+	resp, _ := l.response()
+	rec := store.StreamLog{ResponseID: l.id, Owner: l.owner, Background: l.background, Ended: ended, Response: resp,
+		Input: l.input, Status: gjson.GetBytes(resp, "status").Str, CreatedAt: l.created,
+		ExpiresAt: h.now().Add(h.opts.Window + time.Hour)}
+	if ended {
+		rec.ExpiresAt = h.now().Add(h.opts.Window)
+	}
+	if rec.Status == "" {
+		rec.Status = "in_progress"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.opts.Store.PutStreamLog(ctx, rec); err != nil {
+		h.log.Error("writing a stream log failed", "response_id", LogID(l.id), "error", err)
+	}
+}
+
+// scheduleFlush writes the log's new events to the store soon (at once
+// when it ended, followed by its final record).
+func (l *streamLog) scheduleFlush(ended bool) {
+	h := l.hub
+	if ended {
+		h.writes.Add(1)
+		go func() {
+			defer h.writes.Done()
+			l.flush(true)
+		}()
+		return
+	}
+	l.mu.Lock()
+	if l.timer == nil {
+		h.writes.Add(1)
+		l.timer = time.AfterFunc(durableFlushEvery, func() {
+			defer h.writes.Done()
+			l.flush(false)
+		})
+	}
+	l.mu.Unlock()
+}
+
+func (l *streamLog) flush(final bool) {
+	l.flushMu.Lock()
+	defer l.flushMu.Unlock()
+	l.mu.Lock()
+	l.timer = nil
+	pending := l.events[min(l.flushed, int64(len(l.events))):]
+	dropped := l.dropped
+	l.mu.Unlock()
+	h := l.hub
+	// The record goes first (events need it) and then at most every
+	// second, so a poll on another replica sees the output grow.
+	if !final && time.Since(l.savedAt) > time.Second {
+		h.persist(l, false)
+		l.savedAt = time.Now()
+	}
+	if len(pending) > 0 && !dropped {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := h.opts.Store.AppendStreamEvents(ctx, l.id, pending[0].Seq, pending)
+		cancel()
+		if err != nil {
+			h.log.Error("writing stream events failed", "response_id", LogID(l.id), "error", err)
+			return
+		}
+		l.mu.Lock()
+		l.flushed = pending[len(pending)-1].Seq + 1
+		l.mu.Unlock()
+	}
+	if final || dropped {
+		h.persist(l, final)
+	}
+}
+
+// save writes the record now (a background response, before its id is
+// answered: any replica can then find it).
+func (l *streamLog) save() {
+	l.flushMu.Lock()
+	defer l.flushMu.Unlock()
+	l.hub.persist(l, false)
+	l.savedAt = time.Now()
+}
+
+// ---- followers ----
+
+// follow writes the events after `after` to emit, then the live ones until
+// the terminal event; it returns when the log ended, ctx is done or emit
+// fails. keepAlive is called while nothing happens.
+func (l *streamLog) follow(ctx context.Context, after int64, emit func(name string, data []byte) error, keepAlive func() error, every time.Duration) error {
+	l.mu.Lock()
+	l.followers++
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.followers--
+		l.mu.Unlock()
+	}()
+	next := after + 1
+	ka := time.NewTicker(every)
+	defer ka.Stop()
+	for {
+		l.mu.Lock()
+		var batch []store.StreamEvent
+		if next < int64(len(l.events)) {
+			batch = l.events[next:]
+		}
+		ended, dropped, wake := l.ended, l.dropped, l.wake
+		l.waiting = true
+		l.mu.Unlock()
+		for _, ev := range batch {
+			if err := emit(ev.Name, ev.Data); err != nil {
+				return err
+			}
+			next = ev.Seq + 1
+		}
+		if dropped {
+			return emit("error", resumeErrorEvent(next, "the stream outgrew the gateway's resume log (streams.resume_max_bytes); it cannot be resumed further"))
+		}
+		if ended && len(batch) == 0 {
+			return nil
+		}
+		if len(batch) > 0 {
+			continue
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ka.C:
+			if err := keepAlive(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// resumeErrorEvent is the spec's error event ending a resumed stream that
+// cannot be followed to its terminal event.
+func resumeErrorEvent(seq int64, message string) []byte {
+	b := []byte(`{"type":"error","code":"stream_incomplete","message":`)
+	b = jsonx.AppendQuote(b, message)
+	b = append(b, `,"param":null,"sequence_number":`...)
+	b = strconv.AppendInt(b, seq, 10)
+	return append(b, '}')
+}
+
+// followStored follows a log that this process does not hold: written
+// before a restart, or by another replica (Redis). It polls the store
+// until the log's record ends; a record that is not ended and gets no new
+// event for idle was abandoned by the process writing it.
+func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, after int64, emit func(name string, data []byte) error, keepAlive func() error, idle time.Duration) error {
+	st := h.opts.Store
+	next := after + 1
+	lastNew := time.Now()
+	lastKA := time.Now()
+	for {
+		evs, err := st.StreamEvents(ctx, rec.ResponseID, next-1, 1000)
+		if err != nil {
+			return emit("error", resumeErrorEvent(next, "reading the stream's log failed; retry"))
+		}
+		for _, ev := range evs {
+			if err := emit(ev.Name, ev.Data); err != nil {
+				return err
+			}
+			next = ev.Seq + 1
+			if isTerminalType(gjson.GetBytes(ev.Data, "type").Str) {
+				return nil
+			}
+		}
+		if len(evs) > 0 {
+			lastNew = time.Now()
+			continue
+		}
+		cur, err := st.GetStreamLog(ctx, rec.ResponseID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return emit("error", resumeErrorEvent(next, "the response's log expired or was deleted while it was followed"))
+		case err != nil:
+			return emit("error", resumeErrorEvent(next, "reading the stream's log failed; retry"))
+		case cur.Ended:
+			if more, err := st.StreamEvents(ctx, rec.ResponseID, next-1, 1); err == nil && len(more) > 0 {
+				continue // the last events landed with the record
+			}
+			return emit("error", resumeErrorEvent(next, "the stream's log ends without a terminal event"))
+		case !store.IsShared(st) || time.Since(lastNew) > idle:
+			// Not shared: the process that wrote it is gone (restarted).
+			return emit("error", resumeErrorEvent(next, "the gateway that ran this response stopped before it ended; send the request again"))
+		}
+		if time.Since(lastKA) > 15*time.Second {
+			lastKA = time.Now()
+			if err := keepAlive(); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(storePollEvery):
+		}
+	}
+}
+
+// notResumable is the 404 for a response the caller cannot resume or read.
+func notResumable(id string, window time.Duration) *apierr.Error {
+	return &apierr.Error{Status: 404, Type: apierr.TypeInvalidRequest, Code: apierr.CodeNotFound, Param: "response_id",
+		Message: "No response with id '" + id + "' can be read here: it is unknown to this gateway, was created with another key, " +
+			"or its log expired (streams.resume_window is " + window.String() + ")."}
+}
