@@ -237,7 +237,7 @@ func (s *Server) storedLog(ctx context.Context, id, owner string) (store.StreamL
 func (s *Server) handleGetResponse(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 	id, owner := ps.ByName("response_id"), clientkey.Hash(r.Header)
 	q := r.URL.Query()
-	stream := q.Get("stream") == "true"
+	stream := q.Get("stream") == "true" || streamInBody(r)
 	after := int64(-1)
 	if v := q.Get("starting_after"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -270,6 +270,10 @@ func (s *Server) handleGetResponse(w http.ResponseWriter, r *http.Request, ps ht
 			return
 		}
 	}
+	if stream && q.Get("stream") == "" { // the owner gets it in the query, where the API documents it
+		q.Set("stream", "true")
+		r.URL.RawQuery = q.Encode()
+	}
 	s.askOwner(w, r, id, "")
 }
 
@@ -283,6 +287,16 @@ func (s *Server) resumeSSE(ctx context.Context, w http.ResponseWriter, follow fu
 	sink := newSSESink(w, s.opts.ClientWriteTimeout)
 	s.metrics.resumes.WithLabelValues("sse").Inc()
 	_ = follow(sink.Event, func() error { return sink.KeepAlive(s.opts.KeepAlive) })
+}
+
+// streamInBody reads the {"stream":true} that some clients (the official
+// SDKs' GetStreaming) send as the body of the GET instead of the query.
+func streamInBody(r *http.Request) bool {
+	if r.Body == nil || r.ContentLength == 0 {
+		return false
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, 4<<10))
+	return err == nil && gjson.GetBytes(b, "stream").Type == gjson.True
 }
 
 func withBackground(resp []byte, background bool) []byte {
@@ -367,17 +381,37 @@ func inputItemList(id string, input []byte, q map[string][]string) ([]byte, *api
 				raw = out
 			}
 		}
-		if it.Get("type").Str == "message" || it.Get("type").Str == "" {
-			if c := gjson.Get(raw, "content"); c.Type == gjson.String { // string content: one input_text part
-				part := jsonx.AppendQuote([]byte(`[{"type":"input_text","text":`), c.Str)
+		typ := it.Get("type").Str
+		if typ == "message" || typ == "" {
+			// An assistant message is the spec's output message: its text
+			// parts are output_text, with annotations and logprobs.
+			assistant := it.Get("role").Str == "assistant"
+			if c := gjson.Get(raw, "content"); c.Type == gjson.String { // string content: one text part
+				part := []byte(`[{"type":"input_text","text":`)
+				if assistant {
+					part = []byte(`[{"type":"output_text","annotations":[],"logprobs":[],"text":`)
+				}
+				part = jsonx.AppendQuote(part, c.Str)
 				if out, err := sjson.SetRaw(raw, "content", string(append(part, "}]"...))); err == nil {
 					raw = out
 				}
+			} else if assistant {
+				c.ForEach(func(k, p gjson.Result) bool {
+					for _, f := range []string{"annotations", "logprobs"} {
+						if p.Get("type").Str == "output_text" && !p.Get(f).Exists() {
+							if out, err := sjson.SetRaw(raw, "content."+k.String()+"."+f, "[]"); err == nil {
+								raw = out
+							}
+						}
+					}
+					return true
+				})
 			}
-			if !gjson.Get(raw, "status").Exists() {
-				if out, err := sjson.Set(raw, "status", "completed"); err == nil {
-					raw = out
-				}
+		}
+		// The spec's message and function call items carry a status.
+		if (typ == "message" || typ == "" || typ == "function_call" || typ == "function_call_output") && !gjson.Get(raw, "status").Exists() {
+			if out, err := sjson.Set(raw, "status", "completed"); err == nil {
+				raw = out
 			}
 		}
 		items, ids = append(items, raw), append(ids, itemID)

@@ -112,7 +112,7 @@ type streamLog struct {
 	dropped   bool // outgrew MaxBytes or the memory budget: no longer resumable
 	ended     bool
 	lastAt    time.Time
-	final     []byte // the Response object, once ended (or answered as JSON)
+	final     []byte        // the Response object, once ended (or answered as JSON)
 	wake      chan struct{} // closed and replaced at the next event once a follower waits on it
 	waiting   bool          // a follower holds wake
 	done      chan struct{} // closed when the log ends
@@ -414,19 +414,6 @@ func (l *streamLog) response() (resp []byte, ended bool) {
 		return final, ended
 	}
 	return snap(), false
-}
-
-// status is the Response's status.
-func (l *streamLog) status() string {
-	resp, ended := l.response()
-	st := gjson.GetBytes(resp, "status").Str
-	if st == "" {
-		if ended {
-			return "completed"
-		}
-		return "in_progress"
-	}
-	return st
 }
 
 // ---- durable logs ----

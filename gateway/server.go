@@ -166,11 +166,11 @@ type Server struct {
 	cont    *continuity  // nil when continuity is off
 	wsUp    *wsUpstreams
 	convs   *conversations
-	logs    *streamLogs // client-visible event logs (resume.go); nil when off
+	logs    *streamLogs    // client-visible event logs (resume.go); nil when off
 	bgRuns  sync.WaitGroup // background requests running (resource.go)
-	scrub   *scrubber   // upstream API keys → [redacted]; nil when no upstream has a key
-	bodies  *bodyBudget // memory of request bodies being read
-	rtable  *routeTable // nil without routes
+	scrub   *scrubber      // upstream API keys → [redacted]; nil when no upstream has a key
+	bodies  *bodyBudget    // memory of request bodies being read
+	rtable  *routeTable    // nil without routes
 	targetM *targetMetrics
 	acct    *accounts // keys, limits, usage (auth.go)
 	tracing *tracing  // nil when tracing is off (tracing.go)

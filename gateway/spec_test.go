@@ -203,16 +203,29 @@ func (v *validator) alternatives(s *schema, alts []*schema, x any, path string) 
 	if s.Disc != nil {
 		if obj, ok := x.(map[string]any); ok {
 			tag := fmt.Sprint(obj[s.Disc.PropertyName])
-			opaque := false
+			opaque, matched := false, false
+			var best []violation
 			for _, a := range alts {
 				r := v.resolve(a)
 				if r.empty() {
 					opaque = true
 					continue
 				}
+				// Several branches may share a tag (ItemResource's input
+				// and output messages): the value must fit one of them.
 				if p := r.Properties[s.Disc.PropertyName]; p != nil && len(p.Enum) == 1 && fmt.Sprint(p.Enum[0]) == tag {
-					return v.validate(r, x, path)
+					errs := v.validate(r, x, path)
+					if len(errs) == 0 {
+						return nil
+					}
+					if !matched || len(errs) < len(best) {
+						best = errs
+					}
+					matched = true
 				}
+			}
+			if matched {
+				return best
 			}
 			if !opaque {
 				return []violation{{path, "discriminator", tag + " matches no branch"}}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/sluice-gw/sluice/policies"
@@ -29,7 +30,7 @@ func asExample(tb testing.TB) []byte {
 // large input makes the host grow the input region; many calls in a row
 // run on the SDK's rewound heap without a fault.
 func TestASGuestRecover(t *testing.T) {
-	r := newRuntime(t, Options{Embedded: map[string][]byte{"as.wasm": asExample(t)}, PoolSize: 1})
+	r := newRuntime(t, Options{Embedded: map[string][]byte{"as.wasm": asExample(t)}, PoolSize: 1, CallTimeout: 5 * time.Second}) // a loaded CI machine must not turn a call into a fault
 	ctx := context.Background()
 	msgs := []string{
 		"plain",

@@ -238,7 +238,7 @@ func Defaults() Config {
 		Retry:      Retry{MaxWait: Duration(5 * time.Second)},
 		Streams: Streams{MalformedEvents: "skip", ResumeWindow: Duration(10 * time.Minute), ResumeMaxBytes: 8 << 20,
 			ResumeMemoryBytes: 256 << 20, DetachGrace: Duration(30 * time.Second)},
-		Store:      defaultStore(),
+		Store: defaultStore(),
 	}
 }
 

@@ -20,6 +20,12 @@ KEEP = [
     "FunctionToolCall", "ReasoningItem", "ReasoningTextContent", "SummaryTextContent",
     "ToolsArray", "Tool", "FunctionTool", "ToolChoiceParam", "ToolChoiceOptions", "ToolChoiceFunction",
     "ModelIdsResponses", "ModelIdsShared", "ServiceTierResponses",
+    # the resource API: a resume's error event, GET …/input_items
+    "ResponseErrorEvent", "ResponseItemList", "ItemResource",
+    "InputMessageResource", "InputMessage", "InputMessageContentList", "InputContent",
+    "InputTextContent", "InputImageContent", "InputFileContent", "ImageDetail", "FileInputDetail",
+    "FunctionToolCallResource", "FunctionCallStatus", "FunctionToolCallOutputResource",
+    "FunctionToolCallOutput", "FunctionCallOutputStatusEnum",
 ]
 DROP = {"description", "example", "examples", "x-oaiMeta", "title", "x-stainless-const", "x-oaiTypeLabel",
         "deprecated", "format", "default", "x-oaiSupportedSDKs", "x-oaiExpandable"}
