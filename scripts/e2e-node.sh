@@ -5,7 +5,9 @@
 # models and previous_response_ids) as a Responses upstream and as a
 # Chat-Completions-only one. Responses: turn 2's previous_response_id must
 # reach the upstream, naming the response it created in turn 1. Chat: Sluice
-# converts the stream and expands the chain itself.
+# converts the stream and expands the chain itself. Then the SDK resumes turn
+# 2's stream after its event 2 (responses.retrieve with stream and
+# starting_after) and runs a background response to completion.
 # Skips (exit 0) when npm cannot install openai, except in CI (CI=true),
 # where that fails.
 set -euo pipefail
