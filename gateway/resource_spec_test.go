@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -209,4 +210,36 @@ func TestResumeErrorEventMatchesTheSpec(t *testing.T) {
 		t.Fatalf("a resume of a dropped log ends with %s", last)
 	}
 	validateAs(t, spec, "ResponseErrorEvent", last)
+}
+
+// TestItemListValidatorCatchesMistakes: an input message and an output
+// message share the tag "message"; a message must fit one of them.
+func TestItemListValidatorCatchesMistakes(t *testing.T) {
+	spec := loadSpec(t)
+	good := `{"object":"list","has_more":false,"first_id":"msg_1","last_id":"msg_2","data":[
+		{"id":"msg_1","type":"message","role":"user","status":"completed","content":[{"type":"input_text","text":"hi"}]},
+		{"id":"msg_2","type":"message","role":"assistant","status":"completed","content":[{"type":"output_text","text":"hello","annotations":[],"logprobs":[]}]}]}`
+	check := func(doc string) string {
+		var x any
+		dec := json.NewDecoder(strings.NewReader(doc))
+		dec.UseNumber()
+		if err := dec.Decode(&x); err != nil {
+			t.Fatal(err)
+		}
+		v := &validator{spec: spec, cache: map[string]*schema{}}
+		return fmt.Sprint(v.validate(&schema{Ref: "#/ResponseItemList"}, x, "$"))
+	}
+	if got := check(good); got != "[]" {
+		t.Fatalf("a valid list: %s", got)
+	}
+	for _, m := range []struct{ from, to, want string }{
+		{`"role":"assistant"`, `"role":"tool"`, "$.data[1].role: enum"},
+		{`"role":"user"`, `"role":"assistant"`, "$.data[0]"},
+		{`"annotations":[],"logprobs":[]`, `"annotations":[]`, "$.data[1].content[0].logprobs: required"},
+		{`"last_id":"msg_2"`, `"last_id":null`, "$.last_id: type"},
+	} {
+		if got := check(strings.Replace(good, m.from, m.to, 1)); !strings.Contains(got, m.want) {
+			t.Errorf("%s → %s: validator said %s", m.from, m.to, got)
+		}
+	}
 }

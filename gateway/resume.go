@@ -82,6 +82,12 @@ type streamLogs struct {
 	mu        sync.Mutex
 	logs      map[string]*streamLog
 	lastSweep time.Time
+
+	// endedQ holds the logs in the order they ended (about the order of
+	// their last event): eviction and expiry take them from the front
+	// without scanning every log. qmu is a leaf lock.
+	qmu    sync.Mutex
+	endedQ []*streamLog
 }
 
 func newStreamLogs(opts ResumeOptions, now func() time.Time, log interface {
@@ -216,14 +222,44 @@ func (h *streamLogs) wait(ctx context.Context) {
 
 // sweepLocked forgets ended logs past their window.
 func (h *streamLogs) sweepLocked(now time.Time) {
-	for id, l := range h.logs {
-		l.mu.Lock()
-		expired := l.ended && now.Sub(l.lastAt) > h.opts.Window
-		l.mu.Unlock()
-		if expired {
-			h.bytes.Add(-l.bytesLocked())
-			delete(h.logs, id)
+	for {
+		l := h.frontEnded()
+		if l == nil {
+			return
 		}
+		l.mu.Lock()
+		expired := now.Sub(l.lastAt) > h.opts.Window
+		l.mu.Unlock()
+		if !expired {
+			return
+		}
+		h.popEnded()
+		h.forgetLocked(l)
+	}
+}
+
+// frontEnded is the log that ended first among those queued, or nil.
+func (h *streamLogs) frontEnded() *streamLog {
+	h.qmu.Lock()
+	defer h.qmu.Unlock()
+	if len(h.endedQ) == 0 {
+		return nil
+	}
+	return h.endedQ[0]
+}
+
+func (h *streamLogs) popEnded() {
+	h.qmu.Lock()
+	defer h.qmu.Unlock()
+	h.endedQ[0] = nil
+	h.endedQ = h.endedQ[1:]
+}
+
+// forgetLocked drops l from the map unless a newer log took its id.
+func (h *streamLogs) forgetLocked(l *streamLog) {
+	if h.logs[l.id] == l {
+		h.bytes.Add(-l.bytesLocked())
+		delete(h.logs, l.id)
 	}
 }
 
@@ -284,25 +320,17 @@ func (h *streamLogs) charge(except *streamLog, n int64) bool {
 }
 
 func (h *streamLogs) evictOldestEndedLocked(except *streamLog) bool {
-	var oldest *streamLog
-	var at time.Time
-	for _, o := range h.logs {
-		if o == except {
-			continue
+	for {
+		o := h.frontEnded()
+		if o == nil || o == except {
+			return false
 		}
-		o.mu.Lock()
-		ended, last := o.ended, o.lastAt
-		o.mu.Unlock()
-		if ended && (oldest == nil || last.Before(at)) {
-			oldest, at = o, last
+		h.popEnded()
+		if h.logs[o.id] == o {
+			h.forgetLocked(o)
+			return true
 		}
 	}
-	if oldest == nil {
-		return false
-	}
-	h.bytes.Add(-oldest.bytesLocked())
-	delete(h.logs, oldest.id)
-	return true
 }
 
 // append adds the event numbered seq; terminal events end the log.
@@ -383,6 +411,10 @@ func (l *streamLog) endLocked(final string) {
 	}
 	l.ended = true
 	close(l.done)
+	h := l.hub
+	h.qmu.Lock()
+	h.endedQ = append(h.endedQ, l)
+	h.qmu.Unlock()
 	l.snapshot = nil
 	if final != "" {
 		l.final = []byte(final)
