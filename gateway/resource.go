@@ -52,8 +52,35 @@ func (cs *clientStream) logLocked(name string, data []byte, terminal bool) {
 			defer cs.req.onLog(cs.rlog) // after the first event is in it
 		}
 	}
-	cs.rlog.append(cs.seq, name, data, terminal)
+	cs.rlog.append(cs.seq, logName(name), data, terminal)
 }
+
+// logName is name as a log may keep it: without an SSE event line, the
+// pump's name is the event's type read in place from a buffer the
+// upstream's reader reuses.
+func logName(name string) string {
+	if n, ok := eventNames[name]; ok {
+		return n
+	}
+	return strings.Clone(name)
+}
+
+// eventNames interns the Responses event names (no copy per event).
+var eventNames = func() map[string]string {
+	m := map[string]string{}
+	for _, n := range []string{"response.created", "response.in_progress", "response.queued",
+		"response.output_item.added", "response.output_item.done", "response.content_part.added", "response.content_part.done",
+		"response.output_text.delta", "response.output_text.done", "response.output_text.annotation.added",
+		"response.refusal.delta", "response.refusal.done",
+		"response.function_call_arguments.delta", "response.function_call_arguments.done",
+		"response.reasoning_summary_part.added", "response.reasoning_summary_part.done",
+		"response.reasoning_summary_text.delta", "response.reasoning_summary_text.done",
+		"response.reasoning_text.delta", "response.reasoning_text.done",
+		"response.completed", "response.failed", "response.incomplete", "error"} {
+		m[n] = n
+	}
+	return m
+}()
 
 // snapshot renders the Response as the client has it so far.
 func (cs *clientStream) snapshot() []byte {
@@ -250,9 +277,7 @@ func (s *Server) handleGetResponse(w http.ResponseWriter, r *http.Request, ps ht
 	if s.logs != nil {
 		if l := s.logs.get(id, owner); l != nil {
 			if stream {
-				s.resumeSSE(r.Context(), w, func(emit func(string, []byte) error, ka func() error) error {
-					return l.follow(r.Context(), after, emit, ka, s.opts.KeepAlive)
-				})
+				s.resumeSSE(w, func(out resumeSink) error { return l.follow(r.Context(), after, out, s.opts.KeepAlive) })
 				return
 			}
 			resp, _ := l.response()
@@ -261,9 +286,7 @@ func (s *Server) handleGetResponse(w http.ResponseWriter, r *http.Request, ps ht
 		}
 		if rec, ok := s.storedLog(r.Context(), id, owner); ok {
 			if stream {
-				s.resumeSSE(r.Context(), w, func(emit func(string, []byte) error, ka func() error) error {
-					return s.logs.followStored(r.Context(), rec, after, emit, ka, s.opts.IdleTimeout)
-				})
+				s.resumeSSE(w, func(out resumeSink) error { return s.logs.followStored(r.Context(), rec, after, out, s.opts.IdleTimeout) })
 				return
 			}
 			writeRaw(w, http.StatusOK, withBackground(rec.Response, rec.Background))
@@ -278,15 +301,16 @@ func (s *Server) handleGetResponse(w http.ResponseWriter, r *http.Request, ps ht
 }
 
 // resumeSSE answers a resume as an SSE stream.
-func (s *Server) resumeSSE(ctx context.Context, w http.ResponseWriter, follow func(emit func(string, []byte) error, ka func() error) error) {
+func (s *Server) resumeSSE(w http.ResponseWriter, follow func(out resumeSink) error) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream; charset=utf-8")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	sink := newSSESink(w, s.opts.ClientWriteTimeout)
+	sink.auto = false // follow flushes once per batch of logged events
 	s.metrics.resumes.WithLabelValues("sse").Inc()
-	_ = follow(sink.Event, func() error { return sink.KeepAlive(s.opts.KeepAlive) })
+	_ = follow(sink)
 }
 
 // streamInBody reads the {"stream":true} that some clients (the official

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/sluice-gw/sluice/gateway/sse"
 	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
@@ -241,5 +242,42 @@ func TestItemListValidatorCatchesMistakes(t *testing.T) {
 		if got := check(strings.Replace(good, m.from, m.to, 1)); !strings.Contains(got, m.want) {
 			t.Errorf("%s → %s: validator said %s", m.from, m.to, got)
 		}
+	}
+}
+
+// TestResumeDataOnlyUpstream: an upstream that sends no SSE event lines
+// (the event named by its type only) is resumed with the right event
+// names: the log keeps names of its own, not views of the upstream
+// reader's buffer.
+func TestResumeDataOnlyUpstream(t *testing.T) {
+	h := newHarness(t, harnessConfig{opts: resumeOpts()})
+	var frames []upstreamtest.Frame
+	for _, e := range upstreamtest.ResponsesEvents(upstreamtest.PlaceholderID, upstreamtest.PlaceholderModel, resumeText, 12) {
+		frames = append(frames, upstreamtest.SSEData(e))
+	}
+	h.ups["A"].Enqueue(upstreamtest.Script{Frames: frames})
+	_, evs := h.streamEvents("/v1/responses", `{"model":"gpt-fake-1","input":"hi","stream":true}`)
+	id := gjson.GetBytes(evs[0].Data, "response.id").Str
+	req, _ := http.NewRequest(http.MethodGet, h.url+"/v1/responses/"+id+"?stream=true", nil)
+	req.Header.Set("Authorization", "Bearer sk-client-secret")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := sse.NewReader(resp.Body, 1<<20)
+	var got [][]byte
+	for {
+		ev, err := r.Next()
+		if err != nil {
+			break
+		}
+		if typ := gjson.GetBytes(ev.Data, "type").Str; ev.Name != typ {
+			t.Fatalf("resumed event %d is named %q, its type is %q", len(got), ev.Name, typ)
+		}
+		got = append(got, bytes.Clone(ev.Data))
+	}
+	if o := checkResponsesEvents(t, got); o.text != resumeText || len(got) != len(evs) {
+		t.Fatalf("resumed %d of %d events, text %q", len(got), len(evs), o.text)
 	}
 }

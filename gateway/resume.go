@@ -345,7 +345,6 @@ func (l *streamLog) append(seq int64, name string, data []byte, terminal bool) {
 		}
 		return
 	}
-	l.lastAt = l.hub.now()
 	switch {
 	case l.dropped || seq != int64(len(l.events)):
 		if charged {
@@ -361,6 +360,7 @@ func (l *streamLog) append(seq int64, name string, data []byte, terminal bool) {
 		l.dropLocked()
 	}
 	if terminal {
+		l.lastAt = l.hub.now() // the window counts from the end
 		l.endLocked(gjson.GetBytes(data, "response").Raw)
 	}
 	if l.waiting { // no follower, no channel: nothing allocated per event
@@ -535,10 +535,18 @@ func (l *streamLog) save() {
 
 // ---- followers ----
 
-// follow writes the events after `after` to emit, then the live ones until
-// the terminal event; it returns when the log ended, ctx is done or emit
-// fails. keepAlive is called while nothing happens.
-func (l *streamLog) follow(ctx context.Context, after int64, emit func(name string, data []byte) error, keepAlive func() error, every time.Duration) error {
+// follow writes the events after `after` to out, then the live ones until
+// the terminal event; it returns when the log ended, ctx is done or a write
+// fails. out gets a keepalive every `every` while nothing happens.
+// resumeSink is where a resumer's events go: SSE (flushed once per batch of
+// logged events, not per event) or WebSocket frames.
+type resumeSink interface {
+	Event(name string, data []byte) error
+	Flush() error
+	KeepAlive(timeout time.Duration) error
+}
+
+func (l *streamLog) follow(ctx context.Context, after int64, out resumeSink, every time.Duration) error {
 	l.mu.Lock()
 	l.followers++
 	l.mu.Unlock()
@@ -560,26 +568,29 @@ func (l *streamLog) follow(ctx context.Context, after int64, emit func(name stri
 		l.waiting = true
 		l.mu.Unlock()
 		for _, ev := range batch {
-			if err := emit(ev.Name, ev.Data); err != nil {
+			if err := out.Event(ev.Name, ev.Data); err != nil {
 				return err
 			}
 			next = ev.Seq + 1
 		}
 		if dropped {
-			return emit("error", resumeErrorEvent(next, "the stream outgrew the gateway's resume log (streams.resume_max_bytes); it cannot be resumed further"))
-		}
-		if ended && len(batch) == 0 {
-			return nil
+			if err := out.Event("error", resumeErrorEvent(next, "the stream outgrew the gateway's resume log (streams.resume_max_bytes); it cannot be resumed further")); err != nil {
+				return err
+			}
+			return out.Flush()
 		}
 		if len(batch) > 0 {
-			continue
+			continue // more may have come meanwhile
+		}
+		if err := out.Flush(); err != nil || ended {
+			return err
 		}
 		select {
 		case <-wake:
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-ka.C:
-			if err := keepAlive(); err != nil {
+			if err := out.KeepAlive(every); err != nil {
 				return err
 			}
 		}
@@ -600,7 +611,7 @@ func resumeErrorEvent(seq int64, message string) []byte {
 // before a restart, or by another replica (Redis). It polls the store
 // until the log's record ends; a record that is not ended and gets no new
 // event for idle was abandoned by the process writing it.
-func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, after int64, emit func(name string, data []byte) error, keepAlive func() error, idle time.Duration) error {
+func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, after int64, out resumeSink, idle time.Duration) error {
 	st := h.opts.Store
 	next := after + 1
 	lastNew := time.Now()
@@ -608,39 +619,42 @@ func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, afte
 	for {
 		evs, err := st.StreamEvents(ctx, rec.ResponseID, next-1, 1000)
 		if err != nil {
-			return emit("error", resumeErrorEvent(next, "reading the stream's log failed; retry"))
+			return endWith(out, resumeErrorEvent(next, "reading the stream's log failed; retry"))
 		}
 		for _, ev := range evs {
-			if err := emit(ev.Name, ev.Data); err != nil {
+			if err := out.Event(ev.Name, ev.Data); err != nil {
 				return err
 			}
 			next = ev.Seq + 1
 			if isTerminalType(gjson.GetBytes(ev.Data, "type").Str) {
-				return nil
+				return out.Flush()
 			}
 		}
 		if len(evs) > 0 {
 			lastNew = time.Now()
 			continue
 		}
+		if err := out.Flush(); err != nil {
+			return err
+		}
 		cur, err := st.GetStreamLog(ctx, rec.ResponseID)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			return emit("error", resumeErrorEvent(next, "the response's log expired or was deleted while it was followed"))
+			return endWith(out, resumeErrorEvent(next, "the response's log expired or was deleted while it was followed"))
 		case err != nil:
-			return emit("error", resumeErrorEvent(next, "reading the stream's log failed; retry"))
+			return endWith(out, resumeErrorEvent(next, "reading the stream's log failed; retry"))
 		case cur.Ended:
 			if more, err := st.StreamEvents(ctx, rec.ResponseID, next-1, 1); err == nil && len(more) > 0 {
 				continue // the last events landed with the record
 			}
-			return emit("error", resumeErrorEvent(next, "the stream's log ends without a terminal event"))
+			return endWith(out, resumeErrorEvent(next, "the stream's log ends without a terminal event"))
 		case !store.IsShared(st) || time.Since(lastNew) > idle:
 			// Not shared: the process that wrote it is gone (restarted).
-			return emit("error", resumeErrorEvent(next, "the gateway that ran this response stopped before it ended; send the request again"))
+			return endWith(out, resumeErrorEvent(next, "the gateway that ran this response stopped before it ended; send the request again"))
 		}
 		if time.Since(lastKA) > 15*time.Second {
 			lastKA = time.Now()
-			if err := keepAlive(); err != nil {
+			if err := out.KeepAlive(15 * time.Second); err != nil {
 				return err
 			}
 		}
@@ -650,6 +664,14 @@ func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, afte
 		case <-time.After(storePollEvery):
 		}
 	}
+}
+
+// endWith writes a resumed stream's last event.
+func endWith(out resumeSink, ev []byte) error {
+	if err := out.Event("error", ev); err != nil {
+		return err
+	}
+	return out.Flush()
 }
 
 // notResumable is the 404 for a response the caller cannot resume or read.

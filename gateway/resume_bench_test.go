@@ -131,6 +131,7 @@ func BenchmarkStreamLogMemory(b *testing.B) {
 	}
 	b.StopTimer()
 	end()
+	runtime.KeepAlive(streams) // live on both sides of every measure
 	if got := len(s.logs.logs); got != (n-1)%batch+1 {
 		b.Fatalf("%d logs held, want %d", got, (n-1)%batch+1)
 	}

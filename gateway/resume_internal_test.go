@@ -47,15 +47,25 @@ func TestStreamLogBounds(t *testing.T) {
 	for seq := int64(5); seq < 12; seq++ {
 		live.append(seq, "e", event, false)
 	}
-	var got []string
-	err := live.follow(context.Background(), -1, func(name string, data []byte) error {
-		got = append(got, gjson.GetBytes(data, "type").Str)
-		return nil
-	}, func() error { return nil }, time.Second)
-	if err != nil || len(got) != 1 || got[0] != "error" {
-		t.Fatalf("a follower of a dropped log got %q (%v)", got, err)
+	rec := &recordingSink{}
+	err := live.follow(context.Background(), -1, rec, time.Second)
+	if err != nil || len(rec.types) != 1 || rec.types[0] != "error" || rec.flushes == 0 {
+		t.Fatalf("a follower of a dropped log got %q, %d flushes (%v)", rec.types, rec.flushes, err)
 	}
 	if h.get("resp_x", "k") != nil || h.get("resp_3", "other") != nil {
 		t.Fatal("an unknown id or another owner found a log")
 	}
 }
+
+// recordingSink is a resumeSink that keeps the events' types.
+type recordingSink struct {
+	types   []string
+	flushes int
+}
+
+func (r *recordingSink) Event(_ string, data []byte) error {
+	r.types = append(r.types, gjson.GetBytes(data, "type").Str)
+	return nil
+}
+func (r *recordingSink) Flush() error                  { r.flushes++; return nil }
+func (r *recordingSink) KeepAlive(time.Duration) error { return nil }

@@ -334,17 +334,24 @@ func (ws *wsSession) resume(ctx context.Context, out *wsResponder, data []byte) 
 	if s.logs == nil {
 		return notResumable(id.Str, window)
 	}
-	emit := func(_ string, data []byte) error { return out.write(data) }
-	ka := func() error { return nil } // the library answers pings; frames are the keepalive
+	sink := wsResumeSink{out}
 	if l := s.logs.get(id.Str, ws.keyHash); l != nil {
 		s.metrics.resumes.WithLabelValues("websocket").Inc()
-		_ = l.follow(ctx, after, emit, ka, s.opts.KeepAlive)
+		_ = l.follow(ctx, after, sink, s.opts.KeepAlive)
 		return nil
 	}
 	if rec, ok := s.storedLog(ctx, id.Str, ws.keyHash); ok {
 		s.metrics.resumes.WithLabelValues("websocket").Inc()
-		_ = s.logs.followStored(ctx, rec, after, emit, ka, s.opts.IdleTimeout)
+		_ = s.logs.followStored(ctx, rec, after, sink, s.opts.IdleTimeout)
 		return nil
 	}
 	return notResumable(id.Str, window)
 }
+
+// wsResumeSink writes a resumed stream as frames (each frame is written
+// whole: nothing to flush; the library answers pings, so no keepalive).
+type wsResumeSink struct{ out *wsResponder }
+
+func (k wsResumeSink) Event(_ string, data []byte) error { return k.out.write(data) }
+func (wsResumeSink) Flush() error                        { return nil }
+func (wsResumeSink) KeepAlive(time.Duration) error       { return nil }
