@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -52,33 +51,7 @@ func TestASGuestStreamEventAndRewrite(t *testing.T) {
 	h.ups["A"].Enqueue(upstreamtest.Answer("the secret plan", 3))
 
 	_, evs := h.streamEvents("/v1/responses", `{"model":"fast","input":"hi","stream":true}`)
-	var deltas strings.Builder
-	var completed gjson.Result
-	for k, ev := range evs {
-		if strings.Contains(string(ev.Data), "secret") {
-			t.Errorf("event %d still says secret: %s", k, ev.Data)
-		}
-		d := gjson.ParseBytes(ev.Data)
-		if got := d.Get("sequence_number").Int(); got != int64(k) {
-			t.Errorf("event %d numbered %d", k, got)
-		}
-		switch d.Get("type").Str {
-		case "response.output_text.delta":
-			deltas.WriteString(d.Get("delta").Str)
-		case "response.output_text.done":
-			if got := d.Get("text").Str; got != "the [redacted] plan" {
-				t.Errorf("output_text.done text %q", got)
-			}
-		case "response.completed":
-			completed = d
-		}
-	}
-	if got := deltas.String(); got != "the [redacted] plan" {
-		t.Fatalf("client deltas %q", got)
-	}
-	if got := completed.Get("response.output.0.content.0.text").Str; got != "the [redacted] plan" {
-		t.Fatalf("response.completed output text %q (%s)", got, completed.Raw)
-	}
+	checkRedacted(t, evs)
 	reqs := h.ups["A"].Requests()
 	if len(reqs) != 1 {
 		t.Fatalf("%d upstream requests", len(reqs))

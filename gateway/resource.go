@@ -286,7 +286,9 @@ func (s *Server) handleGetResponse(w http.ResponseWriter, r *http.Request, ps ht
 		}
 		if rec, ok := s.storedLog(r.Context(), id, owner); ok {
 			if stream {
-				s.resumeSSE(w, func(out resumeSink) error { return s.logs.followStored(r.Context(), rec, after, out, s.opts.IdleTimeout) })
+				s.resumeSSE(w, func(out resumeSink) error {
+					return s.logs.followStored(r.Context(), rec, after, out, s.opts.IdleTimeout)
+				})
 				return
 			}
 			writeRaw(w, http.StatusOK, withBackground(rec.Response, rec.Background))
