@@ -180,6 +180,13 @@ func (s *Server) runBackground(ctx context.Context, w http.ResponseWriter, req *
 		apierr.Invalid("", apierr.CodeInvalidJSON, "the request could not be read: %v", err).Write(w)
 		return
 	}
+	// A background run holds no connection, so max_connections does not
+	// bound it: it is counted against the same number.
+	if s.bgCount.Add(1) > int64(s.opts.MaxConnections) {
+		s.bgCount.Add(-1)
+		apierr.Overloaded(5*time.Second, "too many background responses are running (%d, limits.max_connections); retry later", s.opts.MaxConnections).Write(w)
+		return
+	}
 	req.body, req.stream = body, true
 	opened := make(chan *streamLog, 1)
 	req.onLog = func(l *streamLog) { opened <- l }
@@ -187,6 +194,7 @@ func (s *Server) runBackground(ctx context.Context, w http.ResponseWriter, req *
 	s.bgRuns.Add(1)
 	go func() {
 		defer s.bgRuns.Done()
+		defer s.bgCount.Add(-1)
 		s.process(context.WithoutCancel(ctx), out, req, start)
 	}()
 	select {

@@ -410,3 +410,30 @@ func TestResourceCallsGoToTheOwner(t *testing.T) {
 		t.Fatalf("another key's call reached the owner")
 	}
 }
+
+// TestBackgroundBounded: background runs hold no connection, so they are
+// counted against max_connections: one too many is a retryable 503.
+func TestBackgroundBounded(t *testing.T) {
+	opts := resumeOpts()
+	opts.MaxConnections = 1
+	h := newHarness(t, harnessConfig{opts: opts})
+	stall := slowAnswer()
+	stall.StopAfterDeltas, stall.End = 2, upstreamtest.EndHang
+	h.ups["A"].Enqueue(stall)
+	resp := h.post("/v1/responses", `{"model":"gpt-fake-1","input":"hi","background":true}`)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	id := gjson.GetBytes(b, "id").Str
+	if resp.StatusCode != 200 || id == "" {
+		t.Fatalf("the first background request: %d %s", resp.StatusCode, b)
+	}
+	resp = h.post("/v1/responses", `{"model":"gpt-fake-1","input":"hi","background":true}`)
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || gjson.GetBytes(b, "error.code").Str != "server_overloaded" || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("one background request too many: %d %s", resp.StatusCode, b)
+	}
+	if status, _ := h.call(http.MethodPost, "/v1/responses/"+id+"/cancel", "sk-client-secret"); status != 200 {
+		t.Fatalf("cancel: %d", status)
+	}
+}

@@ -168,6 +168,7 @@ type Server struct {
 	convs   *conversations
 	logs    *streamLogs    // client-visible event logs (resume.go); nil when off
 	bgRuns  sync.WaitGroup // background requests running (resource.go)
+	bgCount atomic.Int64   // …and how many: at most MaxConnections, as if each held a connection
 	scrub   *scrubber      // upstream API keys → [redacted]; nil when no upstream has a key
 	bodies  *bodyBudget    // memory of request bodies being read
 	rtable  *routeTable    // nil without routes
