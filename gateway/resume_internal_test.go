@@ -21,13 +21,11 @@ func testLogs(maxBytes, memory int64) *streamLogs {
 func TestStreamLogBounds(t *testing.T) {
 	event := []byte(strings.Repeat("x", 100))
 	h := testLogs(1000, 1700) // ~10 events per log, ~10 logs in all
-	var logs []*streamLog
 	for i := range 4 {
 		l := h.open(fmt.Sprintf("resp_%d", i), "k", false, nil)
 		for seq := range int64(5) {
 			l.append(seq, "e", event, seq == 4)
 		}
-		logs = append(logs, l)
 	}
 	live := h.open("resp_live", "k", false, nil)
 	for seq := range int64(5) {
