@@ -237,7 +237,7 @@ func Defaults() Config {
 		Continuity: Continuity{AnchorTTL: Duration(7 * 24 * time.Hour), RehydrateAfter: Duration(5 * time.Minute)},
 		Retry:      Retry{MaxWait: Duration(5 * time.Second)},
 		Streams: Streams{MalformedEvents: "skip", ResumeWindow: Duration(10 * time.Minute), ResumeMaxBytes: 8 << 20,
-			ResumeMemoryBytes: 256 << 20, DetachGrace: Duration(30 * time.Second)},
+			ResumeMemoryBytes: 256 << 20, DetachGrace: Duration(10 * time.Second)},
 		Store: defaultStore(),
 	}
 }
