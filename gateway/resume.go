@@ -140,11 +140,15 @@ type streamLog struct {
 }
 
 // open starts the log of a response (replacing an older one with the same
-// id, e.g. a WebSocket client that re-sent a request).
+// id, e.g. a WebSocket client that re-sent a request). The input items are
+// kept when the memory budget has room for them (charged to the log).
 func (h *streamLogs) open(id, owner string, background bool, input []byte) *streamLog {
 	now := h.now()
-	l := &streamLog{hub: h, id: id, owner: owner, background: background, input: input, created: now, lastAt: now,
+	l := &streamLog{hub: h, id: id, owner: owner, background: background, created: now, lastAt: now,
 		wake: make(chan struct{}), done: make(chan struct{})}
+	if n := int64(len(input)); n <= h.opts.MaxBytes && h.charge(nil, n) {
+		l.input, l.bytes = input, n
+	}
 	h.mu.Lock()
 	if old := h.logs[id]; old != nil {
 		h.bytes.Add(-old.bytesLocked())
@@ -337,9 +341,19 @@ func (h *streamLogs) evictOldestEndedLocked(except *streamLog) bool {
 func (l *streamLog) append(seq int64, name string, data []byte, terminal bool) {
 	n := int64(len(data) + len(name) + 64)
 	charged := l.hub.charge(l, n)
+	// The terminal event's Response (GET /v1/responses/{id}) is kept apart
+	// from the events, and charged on its own: it outlives a dropped log.
+	var final string
+	if terminal {
+		final = gjson.GetBytes(data, "response").Raw
+		if !l.hub.charge(l, int64(len(final))) {
+			final = ""
+		}
+	}
 	l.mu.Lock()
 	if l.ended {
 		l.mu.Unlock()
+		l.hub.bytes.Add(-int64(len(final)))
 		if charged {
 			l.hub.bytes.Add(-n)
 		}
@@ -361,7 +375,8 @@ func (l *streamLog) append(seq int64, name string, data []byte, terminal bool) {
 	}
 	if terminal {
 		l.lastAt = l.hub.now() // the window counts from the end
-		l.endLocked(gjson.GetBytes(data, "response").Raw)
+		l.bytes += int64(len(final))
+		l.endLocked(final)
 	}
 	if l.waiting { // no follower, no channel: nothing allocated per event
 		close(l.wake)
@@ -399,8 +414,9 @@ func (l *streamLog) next() int64 {
 // dropLocked gives up on the log's events: too large to keep.
 func (l *streamLog) dropLocked() {
 	l.dropped = true
-	l.hub.bytes.Add(-l.bytes)
-	l.events, l.bytes, l.arena = nil, 0, nil
+	kept := int64(len(l.input)) // the input items stay (input_items)
+	l.hub.bytes.Add(-(l.bytes - kept))
+	l.events, l.bytes, l.arena = nil, kept, nil
 	l.hub.log.Warn("a stream outgrew its resume log; it can no longer be resumed", "response_id", LogID(l.id),
 		"resume_max_bytes", l.hub.opts.MaxBytes)
 }
@@ -426,9 +442,14 @@ func (l *streamLog) endLocked(final string) {
 
 // answered records a response answered as JSON (no events).
 func (h *streamLogs) answered(id, owner string, input, response []byte) {
+	n := int64(len(response))
+	if n > h.opts.MaxBytes || !h.charge(nil, n) {
+		return // no room: the answer is not kept (GET asks the owner, if any)
+	}
 	l := h.open(id, owner, false, input)
 	l.savedAt = time.Now() // written below, ended
 	l.mu.Lock()
+	l.bytes += n
 	l.endLocked(string(response))
 	l.mu.Unlock()
 	if h.opts.Store != nil {

@@ -67,3 +67,31 @@ func (r *recordingSink) Event(_ string, data []byte) error {
 }
 func (r *recordingSink) Flush() error                  { r.flushes++; return nil }
 func (r *recordingSink) KeepAlive(time.Duration) error { return nil }
+
+// TestStreamLogChargesWhatItKeeps: input items, JSON answers and terminal
+// Responses count against the memory budget like events, and are given
+// back when a log goes; what cannot fit is not kept.
+func TestStreamLogChargesWhatItKeeps(t *testing.T) {
+	h := testLogs(1000, 1700)
+	h.answered("resp_json", "k", []byte(`[1,2]`), []byte(strings.Repeat("r", 900)))
+	if got := h.bytes.Load(); got != 905 {
+		t.Fatalf("a JSON answer and its input: %d bytes charged, want 905", got)
+	}
+	h.answered("resp_big", "k", nil, []byte(strings.Repeat("r", 5000)))
+	if h.get("resp_big", "k") != nil || h.bytes.Load() != 905 {
+		t.Fatalf("an answer over resume_max_bytes was kept (%d bytes charged)", h.bytes.Load())
+	}
+	l := h.open("resp_s", "k", false, []byte(`[3]`))
+	l.append(0, "response.completed", []byte(`{"type":"response.completed","response":{"id":"resp_s"}}`), true)
+	if resp, ended := l.response(); !ended || string(resp) != `{"id":"resp_s"}` {
+		t.Fatalf("the terminal Response kept: %s (ended %v)", resp, ended)
+	}
+	if h.bytes.Load() <= 905 {
+		t.Fatal("the stream's log charged nothing")
+	}
+	h.remove(context.Background(), "resp_json")
+	h.remove(context.Background(), "resp_s")
+	if got := h.bytes.Load(); got != 0 {
+		t.Fatalf("%d bytes still charged after every log went", got)
+	}
+}
