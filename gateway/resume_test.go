@@ -359,8 +359,10 @@ func TestBackground(t *testing.T) {
 		t.Fatalf("streamed later: %q %s", o.text, o.terminal)
 	}
 
-	// Cancelled mid-way.
-	h.ups["A"].Enqueue(slowAnswer())
+	// Cancelled mid-way (the upstream stalls after two deltas: it cannot end first).
+	stall := slowAnswer()
+	stall.StopAfterDeltas, stall.End = 2, upstreamtest.EndHang
+	h.ups["A"].Enqueue(stall)
 	resp = h.post("/v1/responses", `{"model":"gpt-fake-1","input":"hi","background":true}`)
 	b, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
