@@ -27,14 +27,7 @@ func TestGaps2ResumeWebSocketWithoutStartingAfter(t *testing.T) {
 	h.ups["A"].Enqueue(slowAnswer())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	dial := func() *websocket.Conn {
-		c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(h.url, "http")+"/v1/responses",
-			&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer sk-client-secret"}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
+	dial := func() *websocket.Conn { return h.dialWS(nil).conn }
 	c := dial()
 	if err := c.Write(ctx, websocket.MessageText, []byte(`{"type":"response.create","model":"gpt-fake-1","input":"hi"}`)); err != nil {
 		t.Fatal(err)

@@ -488,8 +488,12 @@ func inputItemList(id string, input []byte, q map[string][]string) ([]byte, *api
 func (s *Server) handleDeleteResponse(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 	id, owner := ps.ByName("response_id"), clientkey.Hash(r.Header)
 	if s.logs != nil {
-		_, stored := s.storedLog(r.Context(), id, owner)
-		if l := s.logs.get(id, owner); l != nil || stored {
+		l := s.logs.get(id, owner)
+		stored := false
+		if l == nil { // the store is asked only for a log this process does not hold
+			_, stored = s.storedLog(r.Context(), id, owner)
+		}
+		if l != nil || stored {
 			if l != nil {
 				l.stop(errCancelled) // nothing runs for a deleted response
 			}

@@ -163,14 +163,7 @@ func TestResumeWebSocket(t *testing.T) {
 	h.ups["A"].Enqueue(slowAnswer())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	dial := func() *websocket.Conn {
-		c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(h.url, "http")+"/v1/responses",
-			&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer sk-client-secret"}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
+	dial := func() *websocket.Conn { return h.dialWS(nil).conn }
 	c := dial()
 	if err := c.Write(ctx, websocket.MessageText, []byte(`{"type":"response.create","model":"gpt-fake-1","input":"hi"}`)); err != nil {
 		t.Fatal(err)
@@ -208,12 +201,7 @@ func TestResumeWebSocket(t *testing.T) {
 		t.Fatalf("resumed stream: text %q, terminal %s", o.text, o.terminal)
 	}
 	// Another key's socket cannot resume it.
-	c3, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(h.url, "http")+"/v1/responses",
-		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer sk-someone-else"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c3.CloseNow()
+	c3 := h.dialWS(map[string]string{"Authorization": "Bearer sk-someone-else"}).conn
 	_ = c3.Write(ctx, websocket.MessageText, []byte(`{"type":"response.resume","response_id":"`+id+`"}`))
 	_, data, err := c3.Read(ctx)
 	if err != nil || gjson.GetBytes(data, "type").Str != "error" || gjson.GetBytes(data, "status").Int() != 404 {
