@@ -12,13 +12,13 @@ import (
 	"github.com/tidwall/gjson"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-gw/sluice/gateway/upstream"
+	"github.com/sluice-gw/sluice/internal/otlphttp"
 )
 
 // Tracing (README "Tracing"). With Options.TracerProvider set, each client
@@ -69,12 +69,15 @@ func (s *Server) shutdownTracing() {
 }
 
 // NewOTLPTracerProvider is the SDK tracer provider that sends spans over
-// OTLP/HTTP (protobuf) to tracesURL ({otlp_endpoint}/v1/traces), batched,
-// recording the share ratio (0..1) of new traces; a client's sampled flag
-// decides for its own trace. Hand it to Options.TracerProvider: the server
+// OTLP/HTTP (protobuf) to tracesURL ({otlp_endpoint}/v1/traces, an http(s)
+// URL), batched, recording the share ratio (0..1) of new traces; a client's
+// sampled flag decides for its own trace. The exporter is Sluice's own
+// (internal/otlphttp; the official one links in gRPC) and reads no
+// OTEL_EXPORTER_OTLP_* environment variables; ctx is unused (nothing is sent
+// before the first batch). Hand it to Options.TracerProvider: the server
 // owns it from then on and shuts it down on drain.
 func NewOTLPTracerProvider(ctx context.Context, tracesURL string, ratio float64, version string) (*sdktrace.TracerProvider, error) {
-	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(tracesURL))
+	exp, err := otlphttp.New(tracesURL)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,11 @@
 package hostabi
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+
+	"github.com/sluice-gw/sluice/internal/jsonx"
+)
 
 // IsReplayableCode reports whether code is one of the capacity codes the
 // default replay policy replays once on another upstream (README, "What it promises").
@@ -258,4 +263,55 @@ func EffectiveRecover(in RecoverInput, v RecoverVerdict) RecoverVerdict {
 		return RecoverFailClosed
 	}
 	return RecoverPass
+}
+
+// The embedded policies' decisions. The modules in policies/ call these, and
+// the gateway answers with the same functions while an embedded module is
+// parked (docs/ARCHITECTURE.md, "Memory at idle"): one definition, so the two
+// cannot disagree.
+
+// DefaultPenaltyMillis is how long the embedded replay policy cools a target
+// down after a capacity failure before content, when the upstream sent no
+// retry-after hint and the policy's config sets no penalty_ms.
+const DefaultPenaltyMillis = 30000
+
+// EmbeddedRecover is the embedded recover policy's decision
+// (policies/recover): DefaultRecover. The config is not read.
+func EmbeddedRecover(in RecoverInput, _ []byte) RecoverOutput {
+	return DefaultRecover(in)
+}
+
+// EmbeddedReplay is the embedded replay policy's decision (policies/replay):
+// the failure table (DefaultReplay) and, on top of it, a capacity failure before content that is replayed on
+// another target cools the failed target down for the upstream's
+// retry-after hint, else for penalty_ms from config (DefaultPenaltyMillis
+// without one). Before the headers the host's own cooldown applies (the
+// Retry-After header, else a jittered exponential backoff), and after content
+// the continuation's bookkeeping does.
+func EmbeddedReplay(in ReplayInput, config []byte) ReplayOutput {
+	out := DefaultReplay(in)
+	beforeContent := in.Phase == "" || in.Phase == PhaseBeforeContent
+	if beforeContent && out.Verdict == ReplayOtherUpstream && IsReplayableCode(in.Code) {
+		out.PenaltyMillis = in.RetryAfterMillis
+		if out.PenaltyMillis <= 0 {
+			out.PenaltyMillis = penaltyMillis(config)
+		}
+	}
+	return out
+}
+
+// penaltyMillis is config's penalty_ms when it is a non-negative integer.
+func penaltyMillis(config []byte) int64 {
+	if len(config) == 0 {
+		return DefaultPenaltyMillis
+	}
+	raw, err := jsonx.Lookup(config, "penalty_ms")
+	if err != nil {
+		return DefaultPenaltyMillis
+	}
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil || n < 0 {
+		return DefaultPenaltyMillis
+	}
+	return n
 }

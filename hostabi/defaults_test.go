@@ -246,3 +246,35 @@ func TestDefaultRecoverOwner(t *testing.T) {
 		}
 	}
 }
+
+// TestEmbeddedReplayPenalty: the embedded replay policy's cooldown on a
+// capacity failure before content, from the hint, the config or the default;
+// none after content or for codes that are not capacity codes.
+func TestEmbeddedReplayPenalty(t *testing.T) {
+	cases := []struct {
+		name   string
+		in     ReplayInput
+		config string
+		want   int64
+	}{
+		{"hint wins", ReplayInput{Code: "rate_limit_exceeded", RetryAfterMillis: 1500}, `{"penalty_ms": 7}`, 1500},
+		{"config", ReplayInput{Code: "rate_limit_exceeded"}, `{"penalty_ms": 7}`, 7},
+		{"config zero", ReplayInput{Code: "insufficient_quota"}, `{"penalty_ms": 0}`, 0},
+		{"no config", ReplayInput{Code: "rate_limit_exceeded"}, ``, DefaultPenaltyMillis},
+		{"negative config", ReplayInput{Code: "rate_limit_exceeded"}, `{"penalty_ms": -1}`, DefaultPenaltyMillis},
+		{"string config", ReplayInput{Code: "rate_limit_exceeded"}, `{"penalty_ms": "7"}`, DefaultPenaltyMillis},
+		{"before content", ReplayInput{Code: "rate_limit_exceeded", Phase: PhaseBeforeContent, FailureClass: FailureRateLimit, HasNextTarget: true}, `{"penalty_ms": 9}`, 9},
+		{"not a capacity code", ReplayInput{Code: "transport"}, `{"penalty_ms": 7}`, 0},
+		{"after content", ReplayInput{Code: "rate_limit_exceeded", Phase: PhaseAfterContent, FailureClass: FailureRateLimit, HasNextTarget: true, PrefillAllowed: true}, `{"penalty_ms": 7}`, 0},
+		{"not replayed", ReplayInput{Code: "rate_limit_exceeded", ResponseCreatedSeen: true}, `{"penalty_ms": 7}`, 0},
+	}
+	for _, c := range cases {
+		out := EmbeddedReplay(c.in, []byte(c.config))
+		if out.PenaltyMillis != c.want {
+			t.Errorf("%s: penalty %d, want %d (%+v)", c.name, out.PenaltyMillis, c.want, out)
+		}
+		if want := DefaultReplay(c.in).Verdict; out.Verdict != want {
+			t.Errorf("%s: verdict %v, the table's is %v", c.name, out.Verdict, want)
+		}
+	}
+}

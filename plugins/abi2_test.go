@@ -71,18 +71,6 @@ func watModel(in hostabi.ReplayInput) (out hostabi.ReplayOutput, decided bool) {
 	return hostabi.ReplayOutput{}, false
 }
 
-// replayPolicyModel is policies/replay: the table plus its penalty.
-func replayPolicyModel(in hostabi.ReplayInput) hostabi.ReplayOutput {
-	out := hostabi.DefaultReplay(in)
-	if (in.Phase == "" || in.Phase == hostabi.PhaseBeforeContent) && out.Verdict == hostabi.ReplayOtherUpstream && hostabi.IsReplayableCode(in.Code) {
-		out.PenaltyMillis = in.RetryAfterMillis
-		if out.PenaltyMillis <= 0 {
-			out.PenaltyMillis = 30000
-		}
-	}
-	return out
-}
-
 // TestReplayABI2Conformance runs the same ABI-2 replay inputs through the
 // four kinds of policy: the built-in default (no module), the first-party
 // Go guest (the embedded replay.wasm, built with the SDK), the
@@ -100,7 +88,9 @@ func TestReplayABI2Conformance(t *testing.T) {
 	}{
 		{"built-in", "", nil, func(in hostabi.ReplayInput) (hostabi.ReplayOutput, bool) { return hostabi.DefaultReplay(in), false }},
 		{"go guest", "replay", map[string][]byte{"replay.wasm": emb["replay.wasm"]},
-			func(in hostabi.ReplayInput) (hostabi.ReplayOutput, bool) { return replayPolicyModel(in), true }},
+			func(in hostabi.ReplayInput) (hostabi.ReplayOutput, bool) {
+				return hostabi.EmbeddedReplay(in, nil), true
+			}},
 		{"wat guest", "wat", map[string][]byte{"wat.wasm": fixture(t, "replay_v2")}, watModel},
 		// The AssemblyScript example answers the WAT fixture's rules, but
 		// after decoding every member with the AssemblyScript SDK.

@@ -31,9 +31,10 @@ type Trace struct {
 // TraceStep is one module's part in a decision.
 type TraceStep struct {
 	Policy string `json:"policy"`
-	// Outcome: ok, defer, error, fault, canceled, busy, tripped, or skipped
+	// Outcome: ok, defer, error, fault, canceled, busy, tripped, skipped
 	// (a version-1 module is not asked about a failure of a phase version 1
-	// did not ask about; ABI.md §12).
+	// did not ask about; ABI.md §12), or stand_in (a parked embedded module's
+	// native twin answered; Options.StandIns).
 	Outcome  string        `json:"outcome"`
 	Error    string        `json:"error,omitempty"`
 	Duration time.Duration `json:"duration_ns"`
@@ -51,9 +52,10 @@ const (
 	outBusy
 	outTripped
 	outSkipped
+	outStandIn
 )
 
-var outcomeNames = [...]string{"ok", "defer", "error", "fault", "canceled", "busy", "tripped", "skipped"}
+var outcomeNames = [...]string{"ok", "defer", "error", "fault", "canceled", "busy", "tripped", "skipped", "stand_in"}
 
 func (o outcome) String() string { return outcomeNames[o] }
 
@@ -276,6 +278,12 @@ func (r *Runtime) RecoverTrace(ctx context.Context, in hostabi.RecoverInput) (ho
 			inputs[abi] = hostabi.AppendRecoverInputVersion(make([]byte, 0, 256), in, abi)
 		}
 		return inputs[abi]
+	}, func(v *version) bool {
+		if v.standIn.Recover == nil {
+			return false
+		}
+		out = v.standIn.Recover(in, v.config)
+		return true
 	}, func(v *version, res uint64, mem memView) (resultKind, error) {
 		var kind resultKind
 		var err error
@@ -318,6 +326,12 @@ func (r *Runtime) ReplayTrace(ctx context.Context, in hostabi.ReplayInput) (host
 			inputs[abi] = hostabi.AppendReplayInputVersion(make([]byte, 0, 512), in, abi)
 		}
 		return inputs[abi]
+	}, func(v *version) bool {
+		if v.standIn.Replay == nil {
+			return false
+		}
+		out = v.standIn.Replay(in, v.config)
+		return true
 	}, func(v *version, res uint64, mem memView) (resultKind, error) {
 		var kind resultKind
 		var err error
@@ -333,8 +347,9 @@ func (r *Runtime) ReplayTrace(ctx context.Context, in hostabi.ReplayInput) (host
 // decide asks the modules exporting hook h in order until one decides. It
 // reports false when the built-in default must be used. input returns a
 // module's input, nil when the module is not to be asked (skipped like a
-// defer); decode reads its result.
-func (r *Runtime) decide(ctx context.Context, h int, input func(v *version) []byte,
+// defer); native answers with a parked module's stand-in (false when it has
+// none for h); decode reads a module's result.
+func (r *Runtime) decide(ctx context.Context, h int, input func(v *version) []byte, native func(v *version) bool,
 	decode func(v *version, r uint64, mem memView) (resultKind, error)) (Trace, bool) {
 	var tr Trace
 	asked := 0
@@ -362,6 +377,16 @@ func (r *Runtime) decide(ctx context.Context, h int, input func(v *version) []by
 				tr.Policy, tr.Outcome = v.name, outTripped.String()
 				r.fallback(h, outTripped.fallbackReason())
 				return tr, false
+			}
+			if v.parked() && native(v) {
+				// Parked: its stand-in decides as the module would
+				// while the module is compiled again (Options.StandIns).
+				v.startUnpark()
+				v.release()
+				v.hookMetrics(h).standIn.Inc()
+				tr.Steps = append(tr.Steps, TraceStep{Policy: v.name, Outcome: outStandIn.String()})
+				tr.Policy, tr.Outcome = v.name, "decided"
+				return tr, true
 			}
 			step := v.invoke(ctx, h, b, nil, func(res uint64, mem memView) (resultKind, error) { return decode(v, res, mem) })
 			v.release()

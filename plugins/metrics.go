@@ -20,7 +20,7 @@ func newMetrics() *metrics {
 	return &metrics{
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_policy_calls_total",
-			Help: "Hook calls into Wasm policies, by outcome (ok, defer, error, fault, canceled, tripped).",
+			Help: "Hook calls into Wasm policies, by outcome (ok, defer, error, fault, canceled, tripped; stand_in: a parked embedded policy's native twin answered).",
 		}, []string{"policy", "hook", "outcome"}),
 		faults: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_policy_faults_total",
@@ -62,8 +62,8 @@ func (m *metrics) collectors() []prometheus.Collector {
 // load for the hooks the version exports (and only those: a series for a
 // hook a policy lacks could never be non-zero).
 type hookMetrics struct {
-	ok, deferred, errored, faulted, canceled, tripped prometheus.Counter
-	duration                                          prometheus.Observer
+	ok, deferred, errored, faulted, canceled, tripped, standIn prometheus.Counter
+	duration                                                   prometheus.Observer
 }
 
 func (m *metrics) forHook(policy, hook string) *hookMetrics {
@@ -74,6 +74,7 @@ func (m *metrics) forHook(policy, hook string) *hookMetrics {
 		faulted:  m.calls.WithLabelValues(policy, hook, "fault"),
 		canceled: m.calls.WithLabelValues(policy, hook, "canceled"),
 		tripped:  m.calls.WithLabelValues(policy, hook, "tripped"),
+		standIn:  m.calls.WithLabelValues(policy, hook, "stand_in"),
 		duration: m.duration.WithLabelValues(policy, hook),
 	}
 }

@@ -83,6 +83,37 @@ type Options struct {
 	// DefaultRecordFiles.
 	RecordFileBytes int64
 	RecordFiles     int
+	// StandIns maps embedded file names ("recover.wasm") to native functions
+	// that decide exactly as those modules do (hostabi.EmbeddedRecover and
+	// hostabi.EmbeddedReplay are what the embedded modules call). An embedded module
+	// with a stand-in for each hook it answers is compiled and checked at
+	// load, then parked: its compiled code is released, the stand-in answers
+	// its first calls while the module is compiled again in the background
+	// (from the compilation cache, ~50 ms), and the module answers after
+	// that. An idle gateway then holds no policy code (about 16 MiB per Go
+	// module) and no first failure waits for a compile. Without a stand-in,
+	// or with Prewarm, modules stay compiled from load.
+	StandIns map[string]StandIn
+}
+
+// StandIn is the native twin of an embedded policy module (Options.StandIns).
+// A nil function means the module's hook has no twin. config is the
+// policy's Options.Config entry (nil when none).
+type StandIn struct {
+	Recover func(in hostabi.RecoverInput, config []byte) hostabi.RecoverOutput
+	Replay  func(in hostabi.ReplayInput, config []byte) hostabi.ReplayOutput
+}
+
+// hooks is the set of hooks the stand-in answers.
+func (s StandIn) hooks() hostabi.Hook {
+	var h hostabi.Hook
+	if s.Recover != nil {
+		h |= hostabi.HookRecover
+	}
+	if s.Replay != nil {
+		h |= hostabi.HookReplay
+	}
+	return h
 }
 
 // Defaults of Options.
@@ -145,25 +176,27 @@ type Runtime struct {
 }
 
 // background runs f in a goroutine that Close waits for; it does nothing
-// once the runtime is closed.
-func (r *Runtime) background(f func()) {
+// once the runtime is closed, and reports whether f was started.
+func (r *Runtime) background(f func()) bool {
 	r.bgMu.Lock()
 	defer r.bgMu.Unlock()
 	if r.closed.Load() {
-		return
+		return false
 	}
 	r.bg.Add(1)
 	go func() {
 		defer r.bg.Done()
 		f()
 	}()
+	return true
 }
 
 // entry is everything known about one policy name.
 type entry struct {
 	name        string
 	embedded    *artifact
-	fileSHA     string // sha256 of the file last seen in PolicyDir ("" = none)
+	standIn     StandIn // answers for the embedded version while it is parked
+	fileSHA     string  // sha256 of the file last seen in PolicyDir ("" = none)
 	triedEmbed  bool
 	cur         *version
 	prev        *artifact // what served before cur, for rollback
@@ -316,7 +349,9 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		if !ok {
 			continue
 		}
-		r.entry(name).embedded = newArtifact(SourceEmbedded, data)
+		e := r.entry(name)
+		e.embedded = newArtifact(SourceEmbedded, data)
+		e.standIn = opts.StandIns[file]
 	}
 	r.active.Store(&activeSet{})
 	if opts.PolicyDir != "" {
@@ -601,6 +636,10 @@ func (r *Runtime) releaseCompiled(c *compiled) {
 		}
 		if c.cm != nil {
 			_ = c.cm.Close(context.Background())
+			// A dormant or parked version keeps c for its sha: without
+			// this the closed module (megabytes of decoded code and data
+			// segments) would stay reachable through it.
+			c.cm = nil
 		}
 	}
 }
@@ -644,6 +683,7 @@ func (r *Runtime) buildFrom(ctx context.Context, e *entry, a *artifact, comp *co
 	if len(v.config) == 0 {
 		v.config = nil
 	}
+	v.live.Store(comp)
 	for range r.opts.PoolSize {
 		v.tokens <- struct{}{}
 	}
@@ -707,7 +747,9 @@ func (r *Runtime) buildFrom(ctx context.Context, e *entry, a *artifact, comp *co
 			v.hm[h] = r.m.forHook(e.name, hookNames[h])
 		}
 	}
-	if v.hooks&hostabi.CallHooks == 0 {
+	calls := v.hooks & hostabi.CallHooks
+	switch {
+	case calls == 0:
 		// The module answered (sluice_hooks) that with its config it has
 		// nothing to do: it is never called, so neither an instance nor
 		// its compiled module (megabytes of decoded code and data, and the
@@ -715,11 +757,20 @@ func (r *Runtime) buildFrom(ctx context.Context, e *entry, a *artifact, comp *co
 		inst.close()
 		v.tokens <- struct{}{}
 		v.dormant = true
+		v.live.Store(nil)
 		r.releaseCompiled(comp)
-	} else if r.opts.Prewarm > 0 {
+	case a.source == SourceEmbedded && r.opts.Prewarm <= 0 && calls&^e.standIn.hooks() == 0:
+		// Parked (Options.StandIns): checked, then released like a
+		// dormant module; its stand-in answers until it is compiled again.
+		inst.close()
+		v.tokens <- struct{}{}
+		v.standIn = e.standIn
+		v.live.Store(nil)
+		r.releaseCompiled(comp)
+	case r.opts.Prewarm > 0:
 		v.idle <- inst
 		v.warm(r.opts.Prewarm - 1)
-	} else {
+	default:
 		// Lazy pool: the first call that needs an instance creates it.
 		inst.close()
 		v.tokens <- struct{}{}

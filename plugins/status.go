@@ -20,18 +20,24 @@ type PolicyStatus struct {
 	State      string    `json:"state"`                     // "active", "rejected", "rolled_back" or "tripped"
 	Rejected   string    `json:"rejected_sha256,omitempty"` // sha256 of the file that was rejected (state "rejected")
 	Size       int       `json:"size"`                      // bytes of the serving module
+	// Parked: the serving version is an embedded module whose compiled code
+	// was released after its load checks; its native twin answers until a
+	// first call has it compiled again (Options.StandIns).
+	Parked bool `json:"parked,omitempty"`
 }
 
 // statusBase is the part of a status that changes only under Runtime.mu.
 type statusBase struct {
 	PolicyStatus
 	st *stats
+	v  *version // the serving version, nil when none
 }
 
 func (r *Runtime) statusOf(e *entry) statusBase {
 	s := statusBase{st: e.st}
 	s.Name, s.State, s.LastError, s.Rejected, s.Hooks = e.name, e.state, e.lastError, e.rejectedSHA, []string{}
 	if v := e.cur; v != nil {
+		s.v = v
 		s.SHA256, s.ABIVersion, s.Version = v.comp.sha, int(v.abi), v.gen
 		s.Hooks = v.hooks.Names()
 		s.LoadedAt, s.Source, s.Size = v.loadedAt, v.source, len(v.data)
@@ -56,6 +62,7 @@ func (r *Runtime) Status() []PolicyStatus {
 		out[i].Calls = b.st.calls.Load()
 		out[i].Faults = b.st.faults.Load()
 		out[i].Errors = b.st.errors.Load()
+		out[i].Parked = b.v != nil && b.v.parked()
 		if le := b.st.lastErr.Load(); le != nil && (out[i].LastError == "" || out[i].State != StateRejected) {
 			out[i].LastError = *le
 		}

@@ -28,12 +28,19 @@ type compiled struct {
 // and a bounded pool of instances. Versions are immutable once published;
 // a swap publishes a new one and retires the old after its calls drain.
 type version struct {
-	rt       *Runtime
-	name     string
-	source   string    // "embedded" or "dir"
-	data     []byte    // the module bytes (kept for rollback)
-	comp     *compiled // its cm is released (closed once unshared) when dormant
-	dormant  bool      // no hook to call: no instance, compiled module released
+	rt      *Runtime
+	name    string
+	source  string    // "embedded" or "dir"
+	data    []byte    // the module bytes (kept for rollback)
+	comp    *compiled // what was loaded (its sha); instances come from live
+	dormant bool      // no hook to call: no instance, compiled module released
+	// live is the compiled module instances are made from, holding one
+	// reference; nil when dormant, and while parked (standIn set).
+	live     atomic.Pointer[compiled]
+	standIn  StandIn
+	pmu      sync.Mutex
+	unpark   chan struct{} // closed when the compile in progress ends; nil when none
+	unerr    error         // the last unpark's error, under pmu
 	hooks    hostabi.Hook
 	abi      int32 // the ABI version the module declares (ABI.md §12)
 	loadedAt time.Time
@@ -131,8 +138,8 @@ func (v *version) tryClose() {
 		}
 		break
 	}
-	if !v.dormant {
-		v.rt.releaseCompiled(v.comp)
+	if c := v.live.Swap(nil); c != nil {
+		v.rt.releaseCompiled(c)
 	}
 	close(v.closed)
 }
@@ -231,7 +238,14 @@ func (v *version) newInstance(ctx context.Context) (*instance, error) {
 		ictx, cancel = context.WithTimeout(ictx, initTimeout)
 		defer cancel()
 	}
-	mod, err := v.rt.wrt.InstantiateModule(ictx, v.comp.cm, cfg)
+	comp := v.live.Load()
+	if comp == nil {
+		var err error
+		if comp, err = v.unparked(ictx); err != nil {
+			return nil, err
+		}
+	}
+	mod, err := v.rt.wrt.InstantiateModule(ictx, comp.cm, cfg)
 	if err != nil {
 		if t := tail.String(); t != "" {
 			return nil, fmt.Errorf("instantiate: %w (stderr: %s)", err, t)
@@ -250,6 +264,73 @@ func (v *version) newInstance(ctx context.Context) (*instance, error) {
 		return nil, errors.New("instance lacks memory or sluice_alloc")
 	}
 	return i, nil
+}
+
+// parked reports whether v's stand-in answers now: v is parked and its
+// module has not been compiled again yet.
+func (v *version) parked() bool {
+	return v.standIn.hooks() != 0 && v.live.Load() == nil
+}
+
+// unparked compiles v's module again, or waits for the compile in progress,
+// and returns it. Only one compile runs at a time; a failed one is retried
+// by the next caller.
+func (v *version) unparked(ctx context.Context) (*compiled, error) {
+	done := v.startUnpark()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if c := v.live.Load(); c != nil {
+		return c, nil
+	}
+	v.pmu.Lock()
+	defer v.pmu.Unlock()
+	if v.unerr != nil {
+		return nil, v.unerr
+	}
+	return nil, errors.New("the policy was replaced while its module was being compiled")
+}
+
+// startUnpark starts compiling v's module again unless that is under way
+// or done; the channel closes when it has ended.
+func (v *version) startUnpark() <-chan struct{} {
+	v.pmu.Lock()
+	defer v.pmu.Unlock()
+	if v.unpark != nil {
+		return v.unpark
+	}
+	done := make(chan struct{})
+	if v.live.Load() != nil || !v.acquire() {
+		close(done) // compiled already, or closed
+		return done
+	}
+	v.unpark = done
+	started := v.rt.background(func() {
+		defer v.release()
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), initTimeout)
+		c, err := v.rt.getCompiled(ctx, &artifact{source: v.source, data: v.data, sha: v.comp.sha})
+		cancel()
+		if err == nil {
+			v.live.Store(c)
+			v.rt.log.Info("parked policy compiled on first use", "policy", v.name, "took", time.Since(start).Round(time.Millisecond))
+			v.warm(1)
+		} else {
+			v.rt.log.Warn("parked policy did not compile; its stand-in keeps answering", "policy", v.name, "error", err)
+		}
+		v.pmu.Lock()
+		v.unerr, v.unpark = err, nil
+		close(done)
+		v.pmu.Unlock()
+	})
+	if !started { // the runtime is closing
+		v.unpark = nil
+		v.release()
+		close(done)
+	}
+	return done
 }
 
 // tailWriter keeps the start and the end of what a guest writes to stderr

@@ -25,6 +25,7 @@ import (
 	"github.com/sluice-gw/sluice/gateway/config"
 	"github.com/sluice-gw/sluice/gateway/streaminput"
 	"github.com/sluice-gw/sluice/gateway/upstream"
+	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/sluice-gw/sluice/plugins"
 	"github.com/sluice-gw/sluice/policies"
 	"github.com/sluice-gw/sluice/store"
@@ -250,6 +251,12 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger, admin
 		PolicyDir: cfg.PolicyDir,
 		CacheDir:  cfg.WasmCacheDir,
 		Embedded:  policies.Defaults(),
+		// Parked at idle: their native twins (the functions the modules
+		// call) answer the first failures while they compile again.
+		StandIns: map[string]plugins.StandIn{
+			"recover.wasm": {Recover: hostabi.EmbeddedRecover},
+			"replay.wasm":  {Replay: hostabi.EmbeddedReplay},
+		},
 		Config:    policyConfig(cfg.Policies),
 		Logger:    logger.Named("plugins"),
 		RecordDir: cfg.RecordDir,

@@ -15,7 +15,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"text/template"
 	"time"
 
 	sluice "github.com/sluice-gw/sluice"
@@ -207,18 +206,14 @@ func newAS(name, dir string, stdout io.Writer) error {
 		return err
 	}
 	data := scaffold{Name: name}
-	files := map[string]*template.Template{
+	files := map[string]scaffoldText{
 		"package.json":      asPackageTmpl,
 		"asconfig.json":     asConfigTmpl,
 		".gitignore":        asIgnoreTmpl,
 		"assembly/index.ts": asMainTmpl,
 	}
 	for fname, tmpl := range files {
-		var buf bytes.Buffer
-		if err := tmpl.Execute(&buf, data); err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(fname)), buf.Bytes(), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(fname)), tmpl.render(data), 0o644); err != nil {
 			return err
 		}
 	}
@@ -232,7 +227,7 @@ func newAS(name, dir string, stdout io.Writer) error {
 	return nil
 }
 
-var asPackageTmpl = template.Must(template.New("package.json").Parse(`{
+var asPackageTmpl = scaffoldText(`{
   "name": "{{.Name}}",
   "private": true,
   "scripts": {
@@ -242,9 +237,9 @@ var asPackageTmpl = template.Must(template.New("package.json").Parse(`{
     "assemblyscript": "` + ASCVersion + `"
   }
 }
-`))
+`)
 
-var asConfigTmpl = template.Must(template.New("asconfig.json").Parse(`{
+var asConfigTmpl = scaffoldText(`{
   "extends": "./` + SDKDir + `/asconfig.json",
   "entries": ["assembly/index.ts"],
   "options": {
@@ -252,11 +247,11 @@ var asConfigTmpl = template.Must(template.New("asconfig.json").Parse(`{
     "use": ["abort=` + SDKDir + `/assembly/index/sluiceAbort"]
   }
 }
-`))
+`)
 
-var asIgnoreTmpl = template.Must(template.New(".gitignore").Parse(SDKDir + "/\nnode_modules/\nbuild/\n"))
+var asIgnoreTmpl = scaffoldText(SDKDir + "/\nnode_modules/\nbuild/\n")
 
-var asMainTmpl = template.Must(template.New("index.ts").Parse(`// {{.Name}}: a Sluice policy in AssemblyScript (the SDK: ` + SDKDir + `/README.md;
+var asMainTmpl = scaffoldText(`// {{.Name}}: a Sluice policy in AssemblyScript (the SDK: ` + SDKDir + `/README.md;
 // the ABI: hostabi/ABI.md in the Sluice repository).
 //
 // Build:  sluice policy build .
@@ -318,4 +313,4 @@ p.replay = replay;
 p.selfTest = selfTest;
 // p.streamEvent = streamEvent;
 register(p);
-`))
+`)

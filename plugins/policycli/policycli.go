@@ -18,7 +18,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"text/template"
 	"time"
 
 	"github.com/sluice-gw/sluice/hostabi"
@@ -332,7 +331,7 @@ func runNew(args []string, stdout, stderr io.Writer) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	files := map[string]*template.Template{"main.go": mainTmpl, "main_test.go": testTmpl}
+	files := map[string]scaffoldText{"main.go": mainTmpl, "main_test.go": testTmpl}
 	if !inSluice {
 		if modPath != "" {
 			fmt.Fprintf(stderr, "note: %s is inside module %s (%s); the policy gets its own go.mod\n", dir, modPath, modDir)
@@ -340,11 +339,7 @@ func runNew(args []string, stdout, stderr io.Writer) error {
 		files["go.mod"] = goModTmpl
 	}
 	for fname, tmpl := range files {
-		var buf bytes.Buffer
-		if err := tmpl.Execute(&buf, data); err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(dir, fname), buf.Bytes(), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, fname), tmpl.render(data), 0o644); err != nil {
 			return err
 		}
 	}
@@ -400,7 +395,19 @@ type scaffold struct {
 	Name, Module, Replace string
 }
 
-var goModTmpl = template.Must(template.New("go.mod").Parse(`module {{.Module}}
+// scaffoldText is a file `policy new` writes, with {{.Name}}, {{.Module}}
+// and {{.Replace}} standing for the scaffold's fields. It is plain
+// substitution, not text/template: that package's reflective method calls
+// would make the linker keep every exported method of every type in the
+// gateway's binary (docs/ARCHITECTURE.md, "Memory at idle").
+type scaffoldText string
+
+func (t scaffoldText) render(s scaffold) []byte {
+	r := strings.NewReplacer("{{.Name}}", s.Name, "{{.Module}}", s.Module, "{{.Replace}}", s.Replace)
+	return []byte(r.Replace(string(t)))
+}
+
+var goModTmpl = scaffoldText(`module {{.Module}}
 
 go 1.26
 
@@ -410,9 +417,9 @@ require ` + SluiceModule + ` v0.0.0-00010101000000-000000000000
 // binary (` + "`sluice policy build -update-sdk`" + ` refreshes it); a path to a Sluice
 // checkout works too.
 replace ` + SluiceModule + ` => {{.Replace}}
-`))
+`)
 
-var mainTmpl = template.Must(template.New("main.go").Parse(`// Command {{.Name}} is a Sluice policy (the ABI: sluice-sdk/hostabi/ABI.md).
+var mainTmpl = scaffoldText(`// Command {{.Name}} is a Sluice policy (the ABI: sluice-sdk/hostabi/ABI.md).
 //
 // Build:  sluice policy build .   (or: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -o {{.Name}}.wasm .)
 // Deploy: copy {{.Name}}.wasm into the gateway's policy_dir; it is picked up
@@ -447,9 +454,9 @@ func init() {
 }
 
 func main() {}
-`))
+`)
 
-var testTmpl = template.Must(template.New("main_test.go").Parse(`//go:build !wasip1
+var testTmpl = scaffoldText(`//go:build !wasip1
 
 // The SDK's Harness runs the handlers natively: plain ` + "`go test`" + `.
 package main
@@ -480,7 +487,7 @@ func TestRewrite(t *testing.T) {
 		t.Fatalf("got %s %v", out.Body, err)
 	}
 }
-`))
+`)
 
 func runBuild(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("build", flag.ContinueOnError)

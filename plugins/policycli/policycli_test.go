@@ -153,3 +153,25 @@ func TestNewBuildCheck(t *testing.T) {
 		t.Fatal("go.mod written inside the Sluice module")
 	}
 }
+
+// TestScaffoldsHaveNoPlaceholderLeft renders every file `policy new` writes
+// and checks that each placeholder was replaced: the scaffolds are plain
+// substitution now, which (unlike text/template) would not complain about a
+// misspelt one.
+func TestScaffoldsHaveNoPlaceholderLeft(t *testing.T) {
+	s := scaffold{Name: "pname", Module: "example.com/pmod", Replace: "./prepl"}
+	files := map[string]scaffoldText{"go.mod": goModTmpl, "main.go": mainTmpl, "main_test.go": testTmpl,
+		"package.json": asPackageTmpl, "asconfig.json": asConfigTmpl, ".gitignore": asIgnoreTmpl, "index.ts": asMainTmpl}
+	for name, tmpl := range files {
+		out := string(tmpl.render(s))
+		if strings.Contains(out, "{{") {
+			t.Errorf("%s: a placeholder is left: %q", name, out[strings.Index(out, "{{"):][:min(40, len(out)-strings.Index(out, "{{"))])
+		}
+	}
+	if got := string(goModTmpl.render(s)); !strings.Contains(got, "module example.com/pmod") || !strings.Contains(got, "=> ./prepl") {
+		t.Errorf("go.mod:\n%s", got)
+	}
+	if got := string(mainTmpl.render(s)); !strings.Contains(got, "pname.wasm") {
+		t.Errorf("main.go does not name the policy:\n%s", got)
+	}
+}

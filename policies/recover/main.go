@@ -1,7 +1,7 @@
 // Command recover is Sluice's default recover policy, embedded in the gateway
-// as recover.wasm. It applies hostabi.DefaultRecover, the same function the
-// host falls back to, so the Wasm default and the built-in fallback share one
-// definition: a lost previous response (previous_response_not_found, or an
+// as recover.wasm. It applies hostabi.EmbeddedRecover (DefaultRecover), the
+// same function the host falls back to and answers with while this module is
+// parked, so the Wasm default and the built-in answers share one definition: a lost previous response (previous_response_not_found, or an
 // invalid_request_error on previous_response_id saying "previous response …
 // not found") is recovered; every other error passes through; and (ABI 3)
 // a portable conversation whose owner was removed or has been down longer
@@ -21,7 +21,7 @@ func init() {
 }
 
 func recoverHook(in sdk.RecoverInput) (sdk.RecoverOutput, error) {
-	return hostabi.DefaultRecover(in), nil
+	return hostabi.EmbeddedRecover(in, nil), nil
 }
 
 // selfTest checks the predicate on known inputs after a round trip through

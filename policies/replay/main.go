@@ -1,54 +1,28 @@
 // Command replay is Sluice's default replay policy, embedded as replay.wasm
-// (ABI version 2). It answers with the host's built-in decision,
-// sdk.DefaultReplay, which is the failure table of hostabi/ABI.md §3.2: what
-// each failure class does before the headers, before content and after
-// content. There is one definition of the table; this policy is where an
-// operator's copy starts.
-//
-// On top of it, as before ABI 2, a failure before content with a capacity
-// code (rate_limit_exceeded, insufficient_quota, …) that is replayed on
-// another target cools the failed target down: for the upstream's
-// retry-after hint when there is one, else penalty_ms from the policy config
-// (default 30000). Before the headers the host's own cooldown applies (the
-// Retry-After header, else a jittered exponential backoff), and after content
-// the continuation's bookkeeping does.
+// (ABI version 2). It answers with hostabi.EmbeddedReplay: the failure table of
+// hostabi/ABI.md §3.2 (what each failure class does before the headers,
+// before content and after content) plus a cooldown on capacity codes
+// replayed before content (the upstream's retry-after hint, else penalty_ms
+// from the policy config, default 30000). The gateway answers with the same
+// function while this module is parked, so there is one definition; this
+// policy is where an operator's copy starts.
 //
 // Config: {"penalty_ms": 30000}
 package main
 
 import (
 	"errors"
-	"strconv"
 
+	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/sluice-gw/sluice/sdk"
 )
-
-// defaultPenaltyMillis is the cooldown on capacity codes without config.
-const defaultPenaltyMillis = 30000
 
 func init() {
 	sdk.Register(sdk.Policy{Replay: replayHook, SelfTest: selfTest})
 }
 
-func penalty() int64 {
-	if raw, ok := sdk.Lookup(sdk.Config(), "penalty_ms"); ok {
-		if n, err := strconv.ParseInt(raw, 10, 64); err == nil && n >= 0 {
-			return n
-		}
-	}
-	return defaultPenaltyMillis
-}
-
 func replayHook(in sdk.ReplayInput) (sdk.ReplayOutput, error) {
-	out := sdk.DefaultReplay(in)
-	beforeContent := in.Phase == "" || in.Phase == sdk.PhaseBeforeContent
-	if beforeContent && out.Verdict == sdk.ReplayOtherUpstream && sdk.IsReplayableCode(in.Code) {
-		out.PenaltyMillis = in.RetryAfterMillis
-		if out.PenaltyMillis <= 0 {
-			out.PenaltyMillis = penalty()
-		}
-	}
-	return out, nil
+	return hostabi.EmbeddedReplay(in, []byte(sdk.Config())), nil
 }
 
 func selfTest() error {
