@@ -93,14 +93,11 @@ func TestStandInsDecideAsTheModules(t *testing.T) {
 		{Code: hostabi.CodeOwnerUnavailable, OwnerDownMillis: 400000, RehydrateAfterMillis: 300000, Portable: true},
 		{Code: hostabi.CodeOwnerUnavailable, OwnerDownMillis: 1000, RehydrateAfterMillis: 300000, Portable: true},
 	}
-	replayIns := conformanceInputs()
-	for _, in := range []hostabi.ReplayInput{
+	replayIns := append(conformanceInputs(), []hostabi.ReplayInput{
 		{Code: "rate_limit_exceeded"}, {Code: "rate_limit_exceeded", RetryAfterMillis: 1500},
 		{Code: "insufficient_quota", Phase: hostabi.PhaseBeforeContent, FailureClass: hostabi.FailureQuota, HasNextTarget: true},
 		{Code: "rate_limit_exceeded", ResponseCreatedSeen: true}, {Code: "transport"},
-	} {
-		replayIns = append(replayIns, in)
-	}
+	}...)
 	for _, cfg := range []string{"", `{"penalty_ms": 1234}`, `{"penalty_ms": -5}`, `{"penalty_ms": "x"}`} {
 		t.Run("config="+cfg, func(t *testing.T) {
 			opts := Options{Embedded: policies.Defaults(), CallTimeout: 5 * time.Second}
