@@ -537,7 +537,7 @@ func (r *Runtime) Reload(ctx context.Context) error {
 			e.state, e.lastError, e.rejectedSHA = StateActive, "", ""
 			r.m.swaps.WithLabelValues(e.name, "loaded").Inc()
 			r.log.Info("policy loaded", "policy", e.name, "source", p.art.source, "sha256", short(p.art.sha),
-				"hooks", strings.Join(p.v.hooks.Names(), ","))
+				"hooks", strings.Join(p.v.hooks.Names(), ","), "parked", p.v.parked())
 		}
 	}
 	r.publish()
