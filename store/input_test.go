@@ -125,6 +125,7 @@ func TestInputSessions(t *testing.T) {
 				{op: "list", want: []string{"a", "b"}},
 				{op: "advance", d: 2 * time.Hour},
 				{op: "get", id: "a", wantErr: ErrNotFound},
+				{op: "chunks", id: "a", wantErr: ErrNotFound},
 				{op: "chunk", id: "a", seq: 1, payload: "late", wantErr: ErrNotFound},
 				{op: "list", want: []string{"b"}},
 				// An expired, unswept session can be created again, without its
