@@ -130,24 +130,24 @@ func (m *mutant) apply(src []byte) []byte {
 }
 
 // A block is one coverage profile block that a test executed.
-type block struct{ l0, c0, l1, c1 int }
+type block [4]int // start line, start column, end line, end column
 
 func (b block) holds(line, col int) bool {
-	if line < b.l0 || line > b.l1 {
+	if line < b[0] || line > b[2] {
 		return false
 	}
-	if line == b.l0 && col < b.c0 {
+	if line == b[0] && col < b[1] {
 		return false
 	}
-	return line != b.l1 || col <= b.c1
+	return line != b[2] || col <= b[3]
 }
 
 // A testRun is what one test did alone: how long it took and which blocks
 // of its package's files it executed.
 type testRun struct {
-	name    string
-	elapsed time.Duration
-	blocks  map[string][]block // by file, relative to the module root
+	Name    string             `json:"name"`
+	Elapsed time.Duration      `json:"elapsed"`
+	Blocks  map[string][]block `json:"blocks"` // by file, relative to the module root
 }
 
 type pkgInfo struct {
@@ -171,18 +171,19 @@ func main() {
 	match := flag.String("match", "", "keep mutants whose file:line:col matches this regexp")
 	workers := flag.Int("workers", 2, "mutants (and coverage runs) in parallel")
 	out := flag.String("out", "", "write the results here as JSON lines")
+	cache := flag.String("coverage", "", "read the per-test coverage from this file if it exists, else write it there")
 	flag.Parse()
 	if flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "usage: mutants [flags] PKG...")
 		os.Exit(2)
 	}
-	if err := run(context.Background(), flag.Args(), *sample, *seed, *skip, *match, *workers, *out); err != nil {
+	if err := run(context.Background(), flag.Args(), *sample, *seed, *skip, *match, *workers, *out, *cache); err != nil {
 		fmt.Fprintln(os.Stderr, "mutants:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, patterns []string, sample int, seed uint64, skipFile, match string, workers int, outFile string) error {
+func run(ctx context.Context, patterns []string, sample int, seed uint64, skipFile, match string, workers int, outFile, cacheFile string) error {
 	pkgs, err := listPackages(ctx, patterns)
 	if err != nil {
 		return err
@@ -224,10 +225,8 @@ func run(ctx context.Context, patterns []string, sample int, seed uint64, skipFi
 		all = kept
 	}
 
-	for _, p := range pkgs {
-		if err := r.coverage(ctx, p); err != nil {
-			return fmt.Errorf("coverage of %s: %w", p.ImportPath, err)
-		}
+	if err := r.loadCoverage(ctx, pkgs, cacheFile); err != nil {
+		return err
 	}
 	var covered []*mutant
 	notCovered := 0
@@ -336,6 +335,30 @@ func (r *runner) parallel(n int, f func(int)) {
 	wg.Wait()
 }
 
+// loadCoverage fills r.tests from cacheFile, or by running every test of
+// pkgs (then saved to cacheFile). A stale cache misses new tests: delete it
+// after editing tests.
+func (r *runner) loadCoverage(ctx context.Context, pkgs []pkgInfo, cacheFile string) error {
+	if cacheFile != "" {
+		if data, err := os.ReadFile(cacheFile); err == nil {
+			return json.Unmarshal(data, &r.tests)
+		}
+	}
+	for _, p := range pkgs {
+		if err := r.coverage(ctx, p); err != nil {
+			return fmt.Errorf("coverage of %s: %w", p.ImportPath, err)
+		}
+	}
+	if cacheFile == "" {
+		return nil
+	}
+	data, err := json.Marshal(r.tests)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(cacheFile, data, 0o644)
+}
+
 var testNames = regexp.MustCompile(`^(Test|Fuzz|Example)`)
 
 // coverage runs each test of p alone with coverage on and records what it
@@ -377,7 +400,7 @@ func (r *runner) coverage(ctx context.Context, p pkgInfo) error {
 			fmt.Fprintf(r.log, "coverage: %s %s: %v\n", p.ImportPath, names[i], err)
 			return
 		}
-		runs[i] = &testRun{name: names[i], elapsed: time.Since(start), blocks: blocks}
+		runs[i] = &testRun{Name: names[i], Elapsed: time.Since(start), Blocks: blocks}
 	})
 	for _, t := range runs {
 		if t != nil {
@@ -406,7 +429,7 @@ func readProfile(path, module string) (map[string][]block, error) {
 			continue
 		}
 		var b block
-		if _, err := fmt.Sscanf(fields[0], "%d.%d,%d.%d", &b.l0, &b.c0, &b.l1, &b.c1); err != nil {
+		if _, err := fmt.Sscanf(fields[0], "%d.%d,%d.%d", &b[0], &b[1], &b[2], &b[3]); err != nil {
 			return nil, fmt.Errorf("%q: %w", line, err)
 		}
 		file := strings.TrimPrefix(strings.TrimPrefix(line[:colon], module), "/")
@@ -419,7 +442,7 @@ func readProfile(path, module string) (map[string][]block, error) {
 func (r *runner) reaching(m *mutant) []*testRun {
 	var out []*testRun
 	for _, t := range r.tests[m.Pkg] {
-		for _, b := range t.blocks[m.File] {
+		for _, b := range t.Blocks[m.File] {
 			if b.holds(m.Line, m.Col) {
 				out = append(out, t)
 				break
@@ -458,14 +481,32 @@ func (r *runner) test(ctx context.Context, m *mutant, i int) {
 		m.Status, m.Killer = "NOT VIABLE", firstLine(out)
 		return
 	}
+	// The fastest tests first, in batches of growing length, so that a
+	// mutant a quick test kills does not wait for the slow ones.
+	sort.SliceStable(tests, func(a, b int) bool { return tests[a].Elapsed < tests[b].Elapsed })
+	m.Status = "LIVED"
+	for len(tests) > 0 && m.Status == "LIVED" {
+		n, sum := 0, time.Duration(0)
+		for n < len(tests) && (n == 0 || sum+tests[n].Elapsed <= batchLimit(sum)) {
+			sum += tests[n].Elapsed
+			n++
+		}
+		r.runBatch(ctx, m, bin, tests[:n], sum)
+		tests = tests[n:]
+	}
+}
+
+// batchLimit grows the batches geometrically: 1 s, then double what ran.
+func batchLimit(sum time.Duration) time.Duration { return max(time.Second, 2*sum) }
+
+// runBatch runs tests against m's binary and records a kill or time-out.
+func (r *runner) runBatch(ctx context.Context, m *mutant, bin string, tests []*testRun, elapsed time.Duration) {
 	names := make([]string, len(tests))
-	var budget time.Duration
 	for j, t := range tests {
-		names[j] = regexp.QuoteMeta(t.name)
-		budget += t.elapsed
+		names[j] = regexp.QuoteMeta(t.Name)
 	}
 	// As gremlins' --timeout-coefficient 10, plus room for a loaded machine.
-	budget = 10*budget + 30*time.Second
+	budget := 10*elapsed + 30*time.Second
 	tctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 	cmd := exec.CommandContext(tctx, bin, "-test.run", "^("+strings.Join(names, "|")+")$", "-test.count=1",
@@ -478,7 +519,6 @@ func (r *runner) test(ctx context.Context, m *mutant, i int) {
 	case tctx.Err() != nil:
 		m.Status = "TIMED OUT"
 	case err == nil:
-		m.Status = "LIVED"
 	case errors.As(err, &exit):
 		m.Status = "KILLED"
 		if f := failLine.FindSubmatch(out); f != nil {
