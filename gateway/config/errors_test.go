@@ -35,6 +35,9 @@ func TestConfigErrorMessages(t *testing.T) {
 			`routes[0].timeouts: unknown key "first_bite" (did you mean "first_byte"?)`},
 		{"a key repeated", "listen: 127.0.0.1:1\nlisten: 127.0.0.1:2\n", `key "listen" appears twice`},
 		{"in a merged mapping", "timeouts: {<<: {idle: 5s, bogus: 1s}}\n", `timeouts: unknown key "bogus"`},
+		{"in a map's value", "pricing:\n  gpt-x: {input: 1, outptu: 2}\n", `pricing.gpt-x: unknown key "outptu" (did you mean "output"?)`},
+		{"wait_replicas without wait_timeout", "store: {backend: redis, redis: {url: redis://127.0.0.1:1/0, wait_replicas: 1, wait_timeout: 0s}}\n",
+			"store.redis.wait_timeout: must be positive with wait_replicas"},
 
 		// Wrong types, in words.
 		{"string for a number", "limits:\n  max_body_bytes: abc\n", `limits.max_body_bytes: "abc" is not a number`},
@@ -112,6 +115,10 @@ upstreams:
 	if c.Limits.MaxBodyBytes != 1<<20 || c.Limits.MaxEventBytes != 4096 || c.Limits.UpstreamSockets != 16 || !c.Log.JSON ||
 		!c.MetricsPublic || c.Timeouts.Connect.D().Seconds() != 2 || c.Upstreams[0].Weight != 2 || c.Upstreams[1].Name != "b" || c.Upstreams[1].Weight != 2 {
 		t.Fatalf("parsed %+v", c)
+	}
+	// wait_timeout only matters with wait_replicas.
+	if _, err := Parse([]byte("store: {backend: redis, redis: {url: redis://127.0.0.1:1/0, wait_timeout: 0s}}\n"), env(nil)); err != nil {
+		t.Fatalf("wait_timeout 0 without wait_replicas: %v", err)
 	}
 	if _, err := Parse([]byte("limits:\n  max_body_bytes: ${BIG}\n"), env(map[string]string{"BIG": "lots"})); err == nil ||
 		err.Error() != `limits.max_body_bytes: "lots" is not a number` {
