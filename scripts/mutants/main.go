@@ -17,7 +17,7 @@
 //
 // Usage:
 //
-//	go run ./scripts/mutants [-sample N -seed S] [-skip FILE] [-match RE] [-workers W] PKG...
+//	go run ./scripts/mutants [-sample N -seed S] [-skip FILE] [-match RE] [-workers W] [-coverage FILE] [-out FILE] [-dry] PKG...
 //
 // Without -sample every covered mutant runs. -match keeps mutants whose
 // "file:line:col" matches RE. -skip names a file of earlier results whose
@@ -171,19 +171,20 @@ func main() {
 	match := flag.String("match", "", "keep mutants whose file:line:col matches this regexp")
 	workers := flag.Int("workers", 2, "mutants (and coverage runs) in parallel")
 	out := flag.String("out", "", "write the results here as JSON lines")
+	dry := flag.Bool("dry", false, "only count the covered mutants per file")
 	cache := flag.String("coverage", "", "read the per-test coverage from this file if it exists, else write it there")
 	flag.Parse()
 	if flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "usage: mutants [flags] PKG...")
 		os.Exit(2)
 	}
-	if err := run(context.Background(), flag.Args(), *sample, *seed, *skip, *match, *workers, *out, *cache); err != nil {
+	if err := run(context.Background(), flag.Args(), *sample, *seed, *skip, *match, *workers, *out, *cache, *dry); err != nil {
 		fmt.Fprintln(os.Stderr, "mutants:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, patterns []string, sample int, seed uint64, skipFile, match string, workers int, outFile, cacheFile string) error {
+func run(ctx context.Context, patterns []string, sample int, seed uint64, skipFile, match string, workers int, outFile, cacheFile string, dry bool) error {
 	pkgs, err := listPackages(ctx, patterns)
 	if err != nil {
 		return err
@@ -237,6 +238,27 @@ func run(ctx context.Context, patterns []string, sample int, seed uint64, skipFi
 			continue
 		}
 		covered = append(covered, m)
+	}
+	if dry {
+		perFile := map[string][2]int{}
+		for _, m := range all {
+			c := perFile[m.File]
+			if m.Status == "NOT COVERED" {
+				c[1]++
+			} else {
+				c[0]++
+			}
+			perFile[m.File] = c
+		}
+		files := make([]string, 0, len(perFile))
+		for f := range perFile {
+			files = append(files, f)
+		}
+		sort.Strings(files)
+		for _, f := range files {
+			fmt.Printf("%5d covered %5d not covered  %s\n", perFile[f][0], perFile[f][1], f)
+		}
+		return nil
 	}
 	skipped := map[string]bool{}
 	if skipFile != "" {
