@@ -58,6 +58,11 @@ mutate +PKGS="./gateway ./store ./plugins ./hostabi ./internal/jsonx":
       go run github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0 unleash --workers 1 --timeout-coefficient 10 "$p" || exit 1; \
     done
 
+# Coverage-guided mutation testing, gremlins' mutants, each run against only the tests that reach it (no tree copy):
+# `just mutants -sample 120 -seed 20261125 ./gateway/...`; flags before packages (README, "Mutation testing")
+mutants +ARGS:
+    go run ./scripts/mutants {{ARGS}}
+
 # Run the gateway on the embedded fake upstream
 demo:
     go run ./cmd/sluice demo

@@ -89,7 +89,7 @@ var kinds = map[token.Token][][2]string{
 // findMutants lists the mutants of one Go source file.
 func findMutants(pkg, root, path string, src []byte) ([]*mutant, error) {
 	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, path, src, parser.SkipObjectResolution)
+	f, err := parser.ParseFile(fset, path, src, parser.ParseComments|parser.SkipObjectResolution)
 	if err != nil {
 		return nil, err
 	}
