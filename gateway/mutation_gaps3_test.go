@@ -275,7 +275,7 @@ func TestDurableLogRecordsStatus(t *testing.T) {
 }
 
 // TestInputItemsAfterCursor: input_items?after=ID lists the items after
-// that one, in the order asked.
+// that one, in the order asked, and limit=1 (the smallest) lists one.
 func TestInputItemsAfterCursor(t *testing.T) {
 	h := newHarness(t, harnessConfig{opts: resumeOpts()})
 	resp := h.post("/v1/responses", `{"model":"gpt-fake-1","input":[`+
@@ -292,6 +292,8 @@ func TestInputItemsAfterCursor(t *testing.T) {
 		{"order=asc&after=msg_1", `["msg_2","msg_3"]`},
 		{"order=asc&after=msg_2", `["msg_3"]`},
 		{"order=desc&after=msg_3", `["msg_2","msg_1"]`},
+		{"order=asc&limit=1", `["msg_1"]`},
+		{"order=asc&after=msg_1&limit=1", `["msg_2"]`},
 	} {
 		status, body := h.call(http.MethodGet, "/v1/responses/"+id+"/input_items?"+tt.query, "sk-client-secret")
 		if got := gjson.GetBytes(body, "data.#.id").Raw; status != http.StatusOK || got != tt.want {

@@ -182,6 +182,10 @@ func TestTracingSpansReachTheCollector(t *testing.T) {
 			t.Errorf("request span %s = %v", key, v)
 		}
 	}
+	// The fake reports no cached input tokens: no cache_read attribute.
+	if v := spanAttr(rs, "gen_ai.usage.cache_read.input_tokens"); v != nil {
+		t.Errorf("request span has gen_ai.usage.cache_read.input_tokens = %v without cached tokens", v)
+	}
 	if v := spanAttr(rs, "http.response.status_code"); v.GetIntValue() != 200 {
 		t.Errorf("request span status %v", v)
 	}
