@@ -15,6 +15,7 @@ import (
 
 	"github.com/cockroachdb/pebble"
 	"github.com/hashicorp/go-hclog"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-gw/sluice/internal/redistest"
 )
@@ -573,6 +574,19 @@ func TestRedisUsageSpan(t *testing.T) {
 	}
 }
 
+// redisClock returns a raw client of the test's Redis and a reader of
+// Redis's own clock in milliseconds.
+func redisClock(t *testing.T) (*redis.Client, func() int64) {
+	c := rawClient(t, redisServer(t).URL)
+	return c, func() int64 {
+		now, err := c.Time(context.Background()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return now.UnixMilli()
+	}
+}
+
 // TestRedisKeyExpiry: a record's Redis key expires at its ExpiresAt, the
 // time left counted on the store's clock and rounded up to a millisecond
 // (redis.go pxUntil: + time.Millisecond to -, which ends the key 2ms
@@ -582,14 +596,7 @@ func TestRedisUsageSpan(t *testing.T) {
 func TestRedisKeyExpiry(t *testing.T) {
 	s, _ := openRedisTest(t)
 	ctx := context.Background()
-	c := rawClient(t, redisServer(t).URL)
-	ms := func() int64 {
-		now, err := c.Time(ctx).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return now.UnixMilli()
-	}
+	c, ms := redisClock(t)
 	a := anchor("r", "up", "sess")
 	a.ExpiresAt = t0.Add(time.Hour) // the fake clock stands at t0
 	before := ms()
@@ -673,14 +680,7 @@ func TestRedisChunksOfAClobberedKey(t *testing.T) {
 func TestRedisTargetHealthExpiry(t *testing.T) {
 	s, _ := openRedisTest(t)
 	ctx := context.Background()
-	c := rawClient(t, redisServer(t).URL)
-	ms := func() int64 {
-		now, err := c.Time(ctx).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return now.UnixMilli()
-	}
+	c, ms := redisClock(t)
 	before := ms()
 	if err := s.PutTargetHealth(ctx, "up", "m", 10*time.Second, "429"); err != nil {
 		t.Fatal(err)
