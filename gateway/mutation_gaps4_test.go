@@ -230,3 +230,55 @@ func TestRescueAnchorLandsAfterTheFirstOwners(t *testing.T) {
 	}
 	checkDurable(t, st, first.ResponseID, "B")
 }
+
+// TestContinuationNewItemGetsTheClientsIndex: a target that continues a
+// broken message by first reasoning (an item the client never sees), then
+// finishing the message, then calling a tool, has its tool call numbered
+// after the client's message, where the client's stream is, not where the
+// target's own output put it.
+func TestContinuationNewItemGetsTheClientsIndex(t *testing.T) {
+	h := contHarness(t, gateway.ContinuationAuto, harnessConfig{})
+	h.ups["P"].Enqueue(upstreamtest.Answer(fullAnswer, 9).CutAfterDeltas(3))
+	resp := `{"id":"{{id}}","object":"response","created_at":1767225600,"status":"in_progress","model":"{{model}}","output":[]}`
+	call := `{"id":"fc_1","type":"function_call","status":"completed","call_id":"call_1","name":"lookup","arguments":"{}"}`
+	var frames []upstreamtest.Frame
+	for _, ev := range []string{
+		`{"type":"response.created","sequence_number":0,"response":` + resp + `}`,
+		`{"type":"response.output_item.added","sequence_number":1,"output_index":0,"item":{"id":"rs_1","type":"reasoning","summary":[]}}`,
+		`{"type":"response.output_item.done","sequence_number":2,"output_index":0,"item":{"id":"rs_1","type":"reasoning","summary":[]}}`,
+		`{"type":"response.output_item.added","sequence_number":3,"output_index":1,"item":{"id":"msg_b","type":"message","status":"in_progress","content":[],"role":"assistant"}}`,
+		`{"type":"response.content_part.added","sequence_number":4,"item_id":"msg_b","output_index":1,"content_index":0,"part":{"type":"output_text","annotations":[],"text":""}}`,
+		`{"type":"response.output_text.delta","sequence_number":5,"item_id":"msg_b","output_index":1,"content_index":0,"delta":" and more"}`,
+		`{"type":"response.output_text.done","sequence_number":6,"item_id":"msg_b","output_index":1,"content_index":0,"text":" and more"}`,
+		`{"type":"response.content_part.done","sequence_number":7,"item_id":"msg_b","output_index":1,"content_index":0,"part":{"type":"output_text","annotations":[],"text":" and more"}}`,
+		`{"type":"response.output_item.done","sequence_number":8,"output_index":1,"item":{"id":"msg_b","type":"message","status":"completed","content":[{"type":"output_text","annotations":[],"text":" and more"}],"role":"assistant"}}`,
+		`{"type":"response.output_item.added","sequence_number":9,"output_index":2,"item":{"id":"fc_1","type":"function_call","status":"in_progress","call_id":"call_1","name":"lookup","arguments":""}}`,
+		`{"type":"response.function_call_arguments.delta","sequence_number":10,"item_id":"fc_1","output_index":2,"delta":"{}"}`,
+		`{"type":"response.function_call_arguments.done","sequence_number":11,"item_id":"fc_1","output_index":2,"arguments":"{}"}`,
+		`{"type":"response.output_item.done","sequence_number":12,"output_index":2,"item":` + call + `}`,
+		`{"type":"response.completed","sequence_number":13,"response":{"id":"{{id}}","object":"response","created_at":1767225600,"status":"completed","model":"{{model}}","output":[` + call + `]}}`,
+	} {
+		frames = append(frames, upstreamtest.SSEEvent([]byte(ev)))
+	}
+	h.ups["B"].Enqueue(upstreamtest.Script{Frames: frames})
+	_, evs := h.streamEvents("/v1/responses", `{"model":"m","input":"hi","stream":true}`)
+	var callIndex []int64
+	terminal := ""
+	for _, ev := range evs {
+		typ := gjson.GetBytes(ev.Data, "type").Str
+		if strings.HasPrefix(typ, "response.function_call_arguments.") || gjson.GetBytes(ev.Data, "item.type").Str == "function_call" {
+			callIndex = append(callIndex, gjson.GetBytes(ev.Data, "output_index").Int())
+		}
+		if typ == "response.completed" || typ == "response.failed" {
+			terminal = typ
+		}
+	}
+	if terminal != "response.completed" || len(callIndex) != 4 {
+		t.Fatalf("terminal %q, %d tool call events", terminal, len(callIndex))
+	}
+	for i, idx := range callIndex {
+		if idx != 1 {
+			t.Fatalf("tool call event %d at output_index %d, want 1 (after the client's message at 0)", i, idx)
+		}
+	}
+}
