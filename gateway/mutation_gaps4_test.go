@@ -4,8 +4,12 @@ package gateway_test
 // "Mutation testing"): each test names the user-visible rule it holds.
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +18,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/sluice-gw/sluice/gateway"
+	"github.com/sluice-gw/sluice/gateway/sse"
 	"github.com/sluice-gw/sluice/internal/redistest"
 	"github.com/sluice-gw/sluice/internal/upstreamtest"
 	"github.com/sluice-gw/sluice/store"
@@ -280,5 +285,128 @@ func TestContinuationNewItemGetsTheClientsIndex(t *testing.T) {
 		if idx != 1 {
 			t.Fatalf("tool call event %d at output_index %d, want 1 (after the client's message at 0)", i, idx)
 		}
+	}
+}
+
+// TestAccessLogCodeOnlyWhenThereIsOne: a refused request's access line
+// names its error code; a served one has no code field.
+func TestAccessLogCodeOnlyWhenThereIsOne(t *testing.T) {
+	h, _ := keyedHarness(t, keyRec("team-a", teamAKey, nil, store.KeyLimits{}))
+	if resp, _ := send(t, h, http.MethodPost, "/v1/responses", teamAKey, simple); resp.StatusCode != http.StatusOK {
+		t.Fatalf("served: %d", resp.StatusCode)
+	}
+	if resp, _ := send(t, h, http.MethodPost, "/v1/responses", "sk-nobody", simple); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("refused: %d", resp.StatusCode)
+	}
+	var lines []string
+	for deadline := time.Now().Add(2 * time.Second); len(lines) < 2 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		lines = strings.Split(grepLines(h.logs.String(), "access: request"), "\n")
+		if lines[0] == "" {
+			lines = nil
+		}
+	}
+	if len(lines) != 2 {
+		t.Fatalf("%d access lines: %q", len(lines), lines)
+	}
+	for _, l := range lines {
+		served := strings.Contains(l, "status=200")
+		if hasCode := strings.Contains(l, "code="); hasCode == served {
+			t.Fatalf("access line (served %v) with code field %v: %s", served, hasCode, l)
+		}
+		if !served && !strings.Contains(l, "code=invalid_api_key") {
+			t.Fatalf("refused request's access line: %s", l)
+		}
+	}
+}
+
+// TestRateLimitHeadersOnlyForSetLimits: a key limited in requests per
+// minute only gets the x-ratelimit-*-requests headers, none for tokens.
+func TestRateLimitHeadersOnlyForSetLimits(t *testing.T) {
+	h, _ := keyedHarness(t, keyRec("team-a", teamAKey, nil, store.KeyLimits{RPM: 5}))
+	resp, b := send(t, h, http.MethodPost, "/v1/responses", teamAKey, simple)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Ratelimit-Limit-Requests") != "5" {
+		t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, b)
+	}
+	for _, name := range []string{"X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens"} {
+		if v := resp.Header.Get(name); v != "" {
+			t.Fatalf("%s: %q for a key without a token limit", name, v)
+		}
+	}
+}
+
+// TestDayBudgetRetryAfterIsNextUTCMidnight: a key out of its daily budget
+// is told to retry at the next UTC midnight.
+func TestDayBudgetRetryAfterIsNextUTCMidnight(t *testing.T) {
+	h, _ := keyedHarness(t, keyRec("team-a", teamAKey, nil, store.KeyLimits{TokensPerDay: 5}))
+	if resp, b := send(t, h, http.MethodPost, "/v1/responses", teamAKey, simple); resp.StatusCode != http.StatusOK {
+		t.Fatalf("first: %d %s", resp.StatusCode, b)
+	}
+	resp, b := send(t, h, http.MethodPost, "/v1/responses", teamAKey, simple)
+	limit(t, resp, b, "insufficient_quota")
+	now := time.Now().UTC()
+	want := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC).Sub(now).Seconds()
+	got, err := strconv.ParseFloat(resp.Header.Get("Retry-After"), 64)
+	if err != nil || got < want-5 || got > want+5 {
+		t.Fatalf("Retry-After %q, want about %.0f s (the next UTC midnight)", resp.Header.Get("Retry-After"), want)
+	}
+}
+
+// TestJSONAnchorWrittenWithoutComplaint: a JSON response whose anchor was
+// stored logs no "served without a durable anchor" error.
+func TestJSONAnchorWrittenWithoutComplaint(t *testing.T) {
+	st := openStore(t, t.TempDir())
+	h := newHarness(t, harnessConfig{opts: gateway.Options{Store: st}})
+	resp := h.post("/v1/responses", `{"model":"gpt-fake-1","input":"hi"}`)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if strings.Contains(h.logs.String(), "without a durable anchor") {
+		t.Fatalf("a stored anchor was reported lost:\n%s", h.logs.String())
+	}
+}
+
+// TestResetResumableStreamIsAbandonedAfterGrace: a resumable stream whose
+// client resets its connection while the upstream is silent, and that
+// nobody resumes, is given up after the detach grace (its log ended
+// failed), not left until a keep-alive write finds the client gone.
+func TestResetResumableStreamIsAbandonedAfterGrace(t *testing.T) {
+	h := newHarness(t, harnessConfig{opts: gateway.Options{Resume: gateway.ResumeOptions{DetachGrace: 200 * time.Millisecond},
+		LifecycleHold: -1, IdleTimeout: time.Minute, KeepAlive: time.Minute}})
+	h.ups["A"].Enqueue(upstreamtest.Answer(fullAnswer, 9).StallAfterDeltas(3))
+	conn, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"gpt-fake-1","input":"hi","stream":true}`
+	fmt.Fprintf(conn, "POST /v1/responses HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-client-secret\r\n"+
+		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := sse.NewReader(resp.Body, 1<<20)
+	var id string
+	for i := 0; i < 4; i++ { // created, the item, its part, a delta
+		ev, err := r.Next()
+		if err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+		if i == 0 {
+			id = gjson.GetBytes(ev.Data, "response.id").Str
+		}
+	}
+	_ = conn.(*net.TCPConn).SetLinger(0) // close with a reset, not a clean EOF
+	_ = conn.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		status, body := h.call(http.MethodGet, "/v1/responses/"+id, "sk-client-secret")
+		if st := gjson.GetBytes(body, "status").Str; status == http.StatusOK && st == "failed" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the reset stream is %d %s after 5 s with a 200 ms grace", status, gjson.GetBytes(body, "status").Str)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
