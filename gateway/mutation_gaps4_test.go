@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/tidwall/gjson"
 
 	"github.com/sluice-gw/sluice/gateway"
@@ -408,5 +410,69 @@ func TestResetResumableStreamIsAbandonedAfterGrace(t *testing.T) {
 			t.Fatalf("the reset stream is %d %s after 5 s with a 200 ms grace", status, gjson.GetBytes(body, "status").Str)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestAccessLogKeepsTheStatusTheClientGot: a stream that fails after its
+// 200 was sent is logged with status 200 (what the client got) and the
+// failure as its reason, not the failure's own HTTP status.
+func TestAccessLogKeepsTheStatusTheClientGot(t *testing.T) {
+	h, _ := keyedHarness(t, keyRec("team-a", teamAKey, nil, store.KeyLimits{}))
+	h.ups["A"].Enqueue(upstreamtest.Answer(fullAnswer, 9).CutAfterDeltas(3))
+	resp, _ := send(t, h, http.MethodPost, "/v1/responses", teamAKey, `{"model":"gpt-fake-1","input":"hi","stream":true}`)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	var line string
+	for deadline := time.Now().Add(2 * time.Second); line == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		line = grepLines(h.logs.String(), "access: request")
+	}
+	if !strings.Contains(line, "status=200") || strings.Contains(line, "reason=completed") {
+		t.Fatalf("access line of a stream cut after its 200: %s", line)
+	}
+}
+
+// TestWebSocketResumeUnknownNamesTheWindow: resuming an unknown response
+// over a WebSocket is refused with the configured resume window in the
+// message, as over SSE.
+func TestWebSocketResumeUnknownNamesTheWindow(t *testing.T) {
+	h := newHarness(t, harnessConfig{opts: gateway.Options{Resume: gateway.ResumeOptions{Window: 7 * time.Minute}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := h.dialWS(nil).conn
+	defer c.CloseNow()
+	if err := c.Write(ctx, websocket.MessageText, []byte(`{"type":"response.resume","response_id":"resp_unknown"}`)); err != nil {
+		t.Fatal(err)
+	}
+	_, data, err := c.Read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg := gjson.GetBytes(data, "error.message").Str; !strings.Contains(msg, "resume_window is 7m0s") {
+		t.Fatalf("resume of an unknown id: %s", data)
+	}
+}
+
+// TestUpstreamSocketCapEvictsAnIdleOne: at the cap of upstream WebSockets,
+// a request from a new session closes an idle socket and is served; it is
+// not refused because a finished request still counts as waiting.
+func TestUpstreamSocketCapEvictsAnIdleOne(t *testing.T) {
+	h := newHarness(t, harnessConfig{opts: gateway.Options{UpstreamSockets: 1}, transport: map[string]string{"A": "websocket"}})
+	for i, session := range []string{"s1", "s2", "s1"} {
+		req, _ := http.NewRequest(http.MethodPost, h.url+"/v1/responses", strings.NewReader(`{"model":"gpt-fake-1","input":"hi","stream":true}`))
+		req.Header.Set("Authorization", "Bearer sk-client-secret")
+		req.Header.Set("Session_id", session)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "response.completed") {
+			t.Fatalf("request %d (session %s): %d %s", i, session, resp.StatusCode, b)
+		}
+	}
+	if n := h.ups["A"].WebSocketConnects(); n != 3 {
+		t.Fatalf("%d upstream WebSockets opened, want 3 (one per session change at a cap of 1)", n)
 	}
 }
