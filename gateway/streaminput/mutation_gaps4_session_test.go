@@ -8,8 +8,16 @@ import (
 	"github.com/sluice-gw/sluice/gateway/streaminput"
 )
 
-// Restored sessions after a restart: what the new Manager logs and how
-// they count against its caps (README, "Mutation testing").
+// Restored sessions after a restart (what the new Manager logs, how they
+// count against its caps, where their input ends), and session limits and
+// gaps (README, "Mutation testing"). Judged equivalent, so not tested:
+//   - session.go:217 `s.next > s.endSeq`, 365 `s.maxSeq+1 > top` (`>=`),
+//     368 (the end bound): the chunk that ended the input is held, so next
+//     never equals endSeq and endSeq never passes maxSeq.
+//   - session.go:671 `q >= s.next`: a chunk numbered next would have
+//     advanced next.
+//   - manager.go:264 `<= 0` (`<`): a key's count left at zero refuses
+//     nothing.
 
 // TestReopenLogsAndSessionCap: a new Manager logs how many sessions it
 // restored and how many it sends upstream, and the restored ones count
@@ -113,5 +121,59 @@ func TestReopenFinishedWithoutEndChunk(t *testing.T) {
 	}
 	if code, st := e2.status(empty); code != http.StatusOK || st.EndSequenceID != nil || st.State != "finished" {
 		t.Fatalf("status of a session finished without chunks, after restart: %d %+v", code, st)
+	}
+}
+
+// TestSessionBytesCapBoundary: a session may hold exactly
+// MaxSessionBytes of payload; one byte more ends it as too large.
+func TestSessionBytesCapBoundary(t *testing.T) {
+	e := newEnv(t, envConfig{opts: streaminput.Options{MaxSessionBytes: 10}})
+	id := e.create(sessionBody(streaminput.EndpointResponses, "on_end_only", respTemplate))
+	e.mustChunk(id, textChunk(0, "12345", false))
+	e.mustChunk(id, textChunk(1, "67890", false))
+	id2 := e.create(sessionBody(streaminput.EndpointResponses, "on_end_only", respTemplate))
+	e.mustChunk(id2, textChunk(0, "12345", false))
+	if code, _, ae := e.chunk(id2, textChunk(1, "678901", false)); code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("11 bytes with a cap of 10: %d %+v", code, ae)
+	}
+}
+
+// TestFinishGapsAndEmptyFinish: finishing with chunks missing names them
+// (below the highest received, or below the end of input; at most ten);
+// finishing with no chunk at all has no end sequence id.
+func TestFinishGapsAndEmptyFinish(t *testing.T) {
+	e := newEnv(t, envConfig{opts: streaminput.Options{ReorderWindow: 64}})
+	finish := func(id string) (int, apiError) {
+		code, b := e.do(http.MethodPost, streaminput.PathPrefix+"/"+id+"/finish", "")
+		if code == http.StatusOK {
+			return code, apiError{}
+		}
+		return code, decodeError(t, b)
+	}
+	for _, tt := range []struct {
+		name   string
+		chunks []string
+		gaps   string
+	}{
+		{"below the highest", []string{textChunk(0, "a", false), textChunk(3, "d", false)}, "1, 2"},
+		{"below the end", []string{textChunk(0, "a", false), textChunk(4, "e", true)}, "1, 2, 3"},
+		{"at most ten", []string{textChunk(0, "a", false), textChunk(13, "n", false)}, "1, 2, 3, 4, 5, 6, 7, 8, 9, 10"},
+	} {
+		id := e.create(sessionBody(streaminput.EndpointResponses, "on_end_only", respTemplate))
+		for _, c := range tt.chunks {
+			e.mustChunk(id, c)
+		}
+		code, ae := finish(id)
+		if code != http.StatusConflict || ae.code() != streaminput.CodeSequenceGap || !strings.Contains(ae.Error.Message, "ids "+tt.gaps+" are missing") {
+			t.Fatalf("%s: finish %d %+v, want the gaps %s", tt.name, code, ae, tt.gaps)
+		}
+	}
+	empty := e.create(sessionBody(streaminput.EndpointResponses, "on_end_only", respTemplate))
+	e.up.SetDefault(upstreamHangScript())
+	if code, ae := finish(empty); code != http.StatusOK {
+		t.Fatalf("finish without chunks: %d %+v", code, ae)
+	}
+	if code, st := e.status(empty); code != http.StatusOK || st.EndSequenceID != nil {
+		t.Fatalf("status of a session finished without chunks: %d %+v", code, st)
 	}
 }
