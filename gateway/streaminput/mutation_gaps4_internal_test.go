@@ -342,3 +342,16 @@ func TestOptionsKeepTheLogger(t *testing.T) {
 		t.Fatal("the configured logger was replaced")
 	}
 }
+
+// TestModeAHeaderNullPolicy: a Mode A header line's null start_policy is
+// the default; a number is refused.
+func TestModeAHeaderNullPolicy(t *testing.T) {
+	line := `{"template":{"model":"m","input":"hi"},"start_policy":null}`
+	if _, p, aerr := parseModeAHeader(context.Background(), EndpointResponses, []byte(line), 64); aerr != nil || p.kind != PolicyOnEndOnly {
+		t.Fatalf("null start_policy: %v %v", p, aerr)
+	}
+	line = `{"template":{"model":"m","input":"hi"},"start_policy":3}`
+	if _, _, aerr := parseModeAHeader(context.Background(), EndpointResponses, []byte(line), 64); aerr == nil {
+		t.Fatal("a number start_policy was accepted")
+	}
+}

@@ -177,3 +177,29 @@ func TestFinishGapsAndEmptyFinish(t *testing.T) {
 		t.Fatalf("status of a session finished without chunks: %d %+v", code, st)
 	}
 }
+
+// TestRequestSizeBoundaries: a chunk request of exactly the largest size
+// and a template of exactly MaxTemplateBytes are accepted; a null
+// start_policy is the default.
+func TestRequestSizeBoundaries(t *testing.T) {
+	const sessionBytes = 3000
+	e := newEnv(t, envConfig{opts: streaminput.Options{MaxSessionBytes: sessionBytes, MaxTemplateBytes: int64(len(respTemplate))}})
+	id := e.create(`{"endpoint":"` + streaminput.EndpointResponses + `","start_policy":null,"template":` + respTemplate + `}`)
+	if code, st := e.status(id); code != http.StatusOK || st.StartPolicy != "on_end_only" {
+		t.Fatalf("a null start_policy: %d %+v", code, st)
+	}
+	big := `{"model":"gpt-fake-1","stream":true,"input":"Q:  "}` // one byte over
+	code, b := e.do(http.MethodPost, streaminput.PathPrefix, sessionBody(streaminput.EndpointResponses, "", big))
+	if code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("a template one byte over: %d %s", code, b)
+	}
+	limit := sessionBytes/3*4 + 64<<10 // the largest chunk request (base64 of the session's bytes, and room)
+	body := textChunk(0, "x", false)
+	body += strings.Repeat(" ", limit-len(body))
+	if code, _, ae := e.chunk(id, body); code/100 != 2 {
+		t.Fatalf("a chunk request of exactly %d bytes: %d %+v", limit, code, ae)
+	}
+	if code, _, _ := e.chunk(id, body+" "); code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("a chunk request one byte over: %d", code)
+	}
+}
