@@ -1,8 +1,10 @@
 package streaminput
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -30,6 +32,8 @@ import (
 //     cancel is noticed sooner or later, never missed.
 //   - template.go:183 `r.Index > 0` (`>=`): a template at index 0 would be
 //     the whole envelope, which always starts with '{"v"'.
+//   - modea.go:351 `len(p) > c.left` (`>=`): cutting p to its own length
+//     changes nothing.
 //   - accumulator.go:62 `MaxJSONDepth <= 0`: a zero depth limit is the
 //     default in jsonx as well.
 //   - accumulator.go:124 `c.seq > a.maxSeq` (`>=`): an equal id is a
@@ -353,5 +357,40 @@ func TestModeAHeaderNullPolicy(t *testing.T) {
 	line = `{"template":{"model":"m","input":"hi"},"start_policy":3}`
 	if _, _, aerr := parseModeAHeader(context.Background(), EndpointResponses, []byte(line), 64); aerr == nil {
 		t.Fatal("a number start_policy was accepted")
+	}
+}
+
+// TestCappedReaderBoundary: a body that ends exactly at the cap reads to
+// its end; one byte more is too large.
+func TestCappedReaderBoundary(t *testing.T) {
+	read := func(body string) error {
+		c := &cappedReader{r: strings.NewReader(body), left: 5}
+		_, err := io.ReadAll(c)
+		return err
+	}
+	if err := read("12345"); err != nil {
+		t.Fatalf("a body of exactly the cap: %v", err)
+	}
+	if err := read("123456"); !errors.Is(err, errBodyTooLarge) {
+		t.Fatalf("a body one byte over: %v", err)
+	}
+}
+
+// TestLineReaderLimitAndContext: a line of exactly the limit (with its
+// newline) is read, a longer one refused, and a cancelled context stops
+// the reader.
+func TestLineReaderLimitAndContext(t *testing.T) {
+	lr := &lineReader{r: bufio.NewReader(strings.NewReader("hello\nhello!\n")), max: 6}
+	if line, err := lr.next(); err != nil || string(line) != "hello" {
+		t.Fatalf("a line of exactly the limit: %q %v", line, err)
+	}
+	if _, err := lr.next(); !errors.Is(err, errLineTooLong) {
+		t.Fatalf("a line over the limit: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	lr = &lineReader{r: bufio.NewReader(strings.NewReader("hello\n")), max: 100, ctx: ctx}
+	if _, err := lr.next(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a cancelled reader: %v", err)
 	}
 }
