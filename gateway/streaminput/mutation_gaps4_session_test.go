@@ -10,14 +10,8 @@ import (
 
 // Restored sessions after a restart (what the new Manager logs, how they
 // count against its caps, where their input ends), and session limits and
-// gaps (README, "Mutation testing"). Judged equivalent, so not tested:
-//   - session.go:217 `s.next > s.endSeq`, 365 `s.maxSeq+1 > top` (`>=`),
-//     368 (the end bound): the chunk that ended the input is held, so next
-//     never equals endSeq and endSeq never passes maxSeq.
-//   - session.go:671 `q >= s.next`: a chunk numbered next would have
-//     advanced next.
-//   - manager.go:264 `<= 0` (`<`): a key's count left at zero refuses
-//     nothing.
+// gaps (README, "Mutation testing"). The session and manager survivors
+// judged equivalent are listed in mutation_gaps3_session_test.go.
 
 // TestReopenLogsAndSessionCap: a new Manager logs how many sessions it
 // restored and how many it sends upstream, and the restored ones count
