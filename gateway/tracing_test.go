@@ -182,9 +182,12 @@ func TestTracingSpansReachTheCollector(t *testing.T) {
 			t.Errorf("request span %s = %v", key, v)
 		}
 	}
-	// The fake reports no cached input tokens: no cache_read attribute.
-	if v := spanAttr(rs, "gen_ai.usage.cache_read.input_tokens"); v != nil {
-		t.Errorf("request span has gen_ai.usage.cache_read.input_tokens = %v without cached tokens", v)
+	// The fake reports no cached input and no reasoning tokens: neither
+	// attribute is set.
+	for _, key := range []string{"gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.reasoning.output_tokens"} {
+		if v := spanAttr(rs, key); v != nil {
+			t.Errorf("request span has %s = %v without such tokens", key, v)
+		}
 	}
 	if v := spanAttr(rs, "http.response.status_code"); v.GetIntValue() != 200 {
 		t.Errorf("request span status %v", v)
