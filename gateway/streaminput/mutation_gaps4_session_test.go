@@ -1,9 +1,13 @@
 package streaminput_test
 
 import (
+	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sluice-gw/sluice/gateway/streaminput"
 )
@@ -195,5 +199,46 @@ func TestRequestSizeBoundaries(t *testing.T) {
 	}
 	if code, _, _ := e.chunk(id, body+" "); code != http.StatusRequestEntityTooLarge {
 		t.Fatalf("a chunk request one byte over: %d", code)
+	}
+}
+
+// TestKeepAliveOutlivesReadTimeout: the read deadline that bounds a REST
+// body is lifted once the body is read, so the next request on the same
+// keep-alive connection, sent after ReadTimeout, is served. (rest.go:155's
+// negation survives it: net/http resets a connection's read deadline before
+// each request when the server has header and idle timeouts, as the
+// gateway's has.)
+func TestKeepAliveOutlivesReadTimeout(t *testing.T) {
+	e := newEnv(t, envConfig{opts: streaminput.Options{ReadTimeout: 200 * time.Millisecond}})
+	id := e.create(sessionBody(streaminput.EndpointResponses, "on_end_only", respTemplate))
+	tr := &http.Transport{MaxConnsPerHost: 1}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr}
+	var conns atomic.Int32
+	post := func(seq int) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, e.url+streaminput.PathPrefix+"/"+id+"/chunks", strings.NewReader(textChunk(seq, "x", false)))
+		req.Header.Set("Authorization", clientKey)
+		req.Header.Set("Content-Type", "application/json")
+		trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+			if !info.Reused {
+				conns.Add(1)
+			}
+		}}
+		resp, err := c.Do(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
+		if err != nil {
+			t.Fatalf("chunk %d: %v", seq, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			t.Fatalf("chunk %d: %d", seq, resp.StatusCode)
+		}
+	}
+	post(0)
+	time.Sleep(400 * time.Millisecond) // past ReadTimeout, while the connection idles
+	post(1)
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("%d connections for two requests, want the first one kept alive", n)
 	}
 }
