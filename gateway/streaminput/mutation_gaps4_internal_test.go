@@ -15,6 +15,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/sluice-gw/sluice/internal/apierr"
+	"github.com/sluice-gw/sluice/store"
 )
 
 // Behaviour of the pure parts of streaming input that the whole mutation
@@ -392,5 +393,25 @@ func TestLineReaderLimitAndContext(t *testing.T) {
 	lr = &lineReader{r: bufio.NewReader(strings.NewReader("hello\n")), max: 100, ctx: ctx}
 	if _, err := lr.next(); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a cancelled reader: %v", err)
+	}
+}
+
+// TestMirrorCoalescesUpToTheLimit: answer bytes queued for the shared store
+// are coalesced into parts of at most maxMirrorPart bytes, the limit
+// itself included; a head part is never merged into.
+func TestMirrorCoalescesUpToTheLimit(t *testing.T) {
+	mi := &mirror{wake: make(chan struct{}, 1)}
+	half := make([]byte, maxMirrorPart/2)
+	mi.tap(store.ResultData, 0, nil, half)
+	mi.tap(store.ResultData, 0, nil, half) // exactly the limit: one part
+	mi.tap(store.ResultData, 0, nil, []byte("x"))
+	mi.tap(store.ResultHead, 200, http.Header{}, nil)
+	mi.tap(store.ResultData, 0, nil, []byte("y"))
+	var sizes []int
+	for _, p := range mi.q {
+		sizes = append(sizes, len(p.Data))
+	}
+	if len(mi.q) != 4 || sizes[0] != maxMirrorPart || sizes[1] != 1 || mi.q[2].Kind != store.ResultHead || sizes[3] != 1 {
+		t.Fatalf("parts of %v bytes", sizes)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-gw/sluice/gateway/streaminput"
+	"github.com/sluice-gw/sluice/internal/redistest"
 )
 
 // Restored sessions after a restart (what the new Manager logs, how they
@@ -240,5 +241,43 @@ func TestKeepAliveOutlivesReadTimeout(t *testing.T) {
 	post(1)
 	if n := conns.Load(); n != 1 {
 		t.Fatalf("%d connections for two requests, want the first one kept alive", n)
+	}
+}
+
+// TestModeAErrorNamesTheLine: a Mode A body's bad line is named by its
+// line number, the header being line 1.
+func TestModeAErrorNamesTheLine(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	body := `{"template":` + respTemplate + `}` + "\n" + `{"sequence_id":0,"payload":"x"}` + "\n" + "{nope\n"
+	req, _ := http.NewRequest(http.MethodPost, e.url+streaminput.EndpointResponses, strings.NewReader(body))
+	req.Header.Set(streaminput.HeaderStreamingInput, "true")
+	req.Header.Set("Authorization", clientKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if ae := decodeError(t, b); resp.StatusCode != http.StatusBadRequest || !strings.Contains(ae.Error.Message, "line 3 of the body") {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+}
+
+// TestFollowingReplicaReportsTheStart: a replica that follows an answer
+// another replica runs reports the same upstream start time in its status.
+func TestFollowingReplicaReportsTheStart(t *testing.T) {
+	r := replicas(t, 2, redistest.Start(t))
+	r1, r2 := r[0], r[1]
+	id := r1.create(sessionBody(streaminput.EndpointResponses, "on_end_only", respTemplate))
+	r1.mustChunk(id, textChunk(0, "one", true)) // replica 1 runs it
+	r1.result(id, "")
+	r2.result(id, "") // replica 2 follows it from the store
+	_, st1 := r1.status(id)
+	code, st2 := r2.status(id)
+	if st1.UpstreamSaw == nil || st1.UpstreamSaw.StartedAt == 0 {
+		t.Fatalf("the running replica's status: %+v", st1)
+	}
+	if code != http.StatusOK || st2.UpstreamSaw == nil || st2.UpstreamSaw.StartedAt != st1.UpstreamSaw.StartedAt {
+		t.Fatalf("the following replica's status: %d %+v, want started_at %d", code, st2.UpstreamSaw, st1.UpstreamSaw.StartedAt)
 	}
 }
