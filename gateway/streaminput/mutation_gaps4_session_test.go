@@ -1,6 +1,8 @@
 package streaminput_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"io"
 	"net/http"
 	"net/http/httptrace"
@@ -279,5 +281,34 @@ func TestFollowingReplicaReportsTheStart(t *testing.T) {
 	}
 	if code != http.StatusOK || st2.UpstreamSaw == nil || st2.UpstreamSaw.StartedAt != st1.UpstreamSaw.StartedAt {
 		t.Fatalf("the following replica's status: %d %+v, want started_at %d", code, st2.UpstreamSaw, st1.UpstreamSaw.StartedAt)
+	}
+}
+
+// TestModeABombClosedAsTooLarge: a compressed Mode A body that decodes past
+// its cap closes its session with the reason too_large, not rejected.
+func TestModeABombClosedAsTooLarge(t *testing.T) {
+	e := newEnv(t, envConfig{opts: streaminput.Options{MaxTemplateBytes: 1024, MaxSessionBytes: 300}})
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	_, _ = zw.Write([]byte(`{"template":` + respTemplate + `}` + "\n" + strings.Repeat("\n", 8<<20)))
+	_ = zw.Close()
+	code, _, body := e.postRaw(streaminput.EndpointResponses, bytes.NewReader(b.Bytes()), modeAHeaders("Content-Encoding", "gzip"))
+	if code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("%d %s", code, body)
+	}
+	closed := map[string]float64{}
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "sluice_streaming_input_sessions_closed_total" {
+			for _, m := range mf.GetMetric() {
+				closed[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	if closed["too_large"] != 1 || closed["rejected"] != 0 {
+		t.Fatalf("sessions closed by reason: %v", closed)
 	}
 }
