@@ -312,3 +312,24 @@ func TestModeABombClosedAsTooLarge(t *testing.T) {
 		t.Fatalf("sessions closed by reason: %v", closed)
 	}
 }
+
+// TestDeletedOnAnotherReplica: a session deleted through one replica is
+// closed on another that held it, the next time a request names it there.
+func TestDeletedOnAnotherReplica(t *testing.T) {
+	r := replicas(t, 2, redistest.Start(t))
+	r1, r2 := r[0], r[1]
+	id := r1.create(sessionBody(streaminput.EndpointResponses, "on_end_only", respTemplate))
+	r2.mustChunk(id, textChunk(0, "one", false)) // replica 2 now holds it
+	if n := sessGauge(t, r2, "open"); n != 1 {
+		t.Fatalf("replica 2 holds %v open sessions", n)
+	}
+	if code, b := r1.do(http.MethodDelete, streaminput.PathPrefix+"/"+id, ""); code/100 != 2 {
+		t.Fatalf("delete on replica 1: %d %s", code, b)
+	}
+	if code, _ := r2.status(id); code != http.StatusNotFound {
+		t.Fatalf("status on replica 2 after the delete: %d", code)
+	}
+	if n := sessGauge(t, r2, "open"); n != 0 {
+		t.Fatalf("replica 2 still holds %v open sessions after the delete", n)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-gw/sluice/gateway"
 	"github.com/sluice-gw/sluice/gateway/sse"
@@ -48,7 +49,8 @@ func replicas(t *testing.T, n int, srv *redistest.Server) []*env {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e.mgr, err = streaminput.New(context.Background(), streaminput.Options{Store: rs, Dispatch: e.gw.Handler(), Logger: logger.Named("streaminput")})
+		e.reg = prometheus.NewRegistry()
+		e.mgr, err = streaminput.New(context.Background(), streaminput.Options{Store: rs, Dispatch: e.gw.Handler(), Logger: logger.Named("streaminput"), Registerer: e.reg})
 		if err != nil {
 			t.Fatal(err)
 		}
