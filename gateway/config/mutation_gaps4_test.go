@@ -7,19 +7,8 @@ import (
 )
 
 // Boundaries and defaults that the config tests did not pin (README,
-// "Mutation testing"). Judged equivalent, so not tested:
-//   - keys.go:22 `len(n.Content) > 0`: Parse handles a document without
-//     content before checkTree runs.
-//   - keys.go:46,50,51 (the alias depth guard): yaml.v3 refuses alias
-//     cycles itself, and no acyclic config nests 64 aliases.
-//   - keys.go:81,107 and config.go:327 `i+1 < len`: mapping node content
-//     lists have even length.
-//   - keys.go:185 (four): no config field is unsigned, so the
-//     "must not be negative" branch is unreachable.
-//   - config.go:365 `n.Style == 0`: the style of an expanded scalar is
-//     re-encoded and decoded again; only its tag is observable.
-//   - config.go:420 `BodyMemoryBytes > 0`: a zero is refused as not
-//     positive just before.
+// "Mutation testing"). The survivors judged equivalent are listed in
+// mutation_gaps3_test.go.
 
 const gapsUp = "upstreams:\n  - name: a\n    base_url: http://127.0.0.1:1/v1\n"
 
