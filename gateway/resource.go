@@ -199,10 +199,13 @@ func (s *Server) runBackground(ctx context.Context, w http.ResponseWriter, req *
 	}()
 	select {
 	case l := <-opened:
+		// The answer is the response as it opened: read before the save,
+		// which may take long enough for a fast upstream to finish it, and
+		// a background create answers queued or in progress.
+		resp, _ := l.response()
 		if s.logs.opts.Store != nil {
 			l.save()
 		}
-		resp, _ := l.response()
 		if out, err := sjson.SetBytes(resp, "background", true); err == nil {
 			resp = out
 		}
