@@ -207,10 +207,9 @@ func TestRequestSizeBoundaries(t *testing.T) {
 
 // TestKeepAliveOutlivesReadTimeout: the read deadline that bounds a REST
 // body is lifted once the body is read, so the next request on the same
-// keep-alive connection, sent after ReadTimeout, is served. (rest.go:155's
-// negation survives it: net/http resets a connection's read deadline before
-// each request when the server has header and idle timeouts, as the
-// gateway's has.)
+// keep-alive connection, sent after ReadTimeout, is served. (net/http
+// clears the deadline itself once a body is read to its end; a request with
+// no body is TestShrReadTimeoutBoundsOnlyTheBody's case.)
 func TestKeepAliveOutlivesReadTimeout(t *testing.T) {
 	e := newEnv(t, envConfig{opts: streaminput.Options{ReadTimeout: 200 * time.Millisecond}})
 	id := e.create(sessionBody(streaminput.EndpointResponses, "on_end_only", respTemplate))
