@@ -399,3 +399,24 @@ func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 }
 
 func upstreamHangScript() upstreamtest.Script { return upstreamtest.HangAfter(1) }
+
+// metricValue reads the sample of the metric name whose first label is
+// label (a counter's or a gauge's value; 0 when there is none).
+func metricValue(t testing.TB, e *env, name, label string) float64 {
+	t.Helper()
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if ls := m.GetLabel(); len(ls) > 0 && ls[0].GetValue() == label {
+				return m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			}
+		}
+	}
+	return 0
+}

@@ -68,23 +68,7 @@ func (c *sessClock) Set(t time.Time) {
 // sessGauge reads sluice_streaming_input_sessions for one state.
 func sessGauge(t *testing.T, e *env, state string) float64 {
 	t.Helper()
-	mfs, err := e.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "sluice_streaming_input_sessions" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "state" && l.GetValue() == state {
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return metricValue(t, e, "sluice_streaming_input_sessions", state)
 }
 
 // sessHeldDispatch answers a dispatched request only when the test says

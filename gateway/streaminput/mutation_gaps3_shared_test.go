@@ -129,21 +129,7 @@ func shrReplica(t *testing.T, srv *redistest.Server, opts streaminput.Options) (
 // shrClosed reads sluice_streaming_input_sessions_closed_total for reason.
 func shrClosed(t *testing.T, e *env, reason string) float64 {
 	t.Helper()
-	mfs, err := e.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "sluice_streaming_input_sessions_closed_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if m.GetLabel()[0].GetValue() == reason {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	return metricValue(t, e, "sluice_streaming_input_sessions_closed_total", reason)
 }
 
 // shrAwaitDone waits until the session's record says its answer ended.
@@ -299,17 +285,9 @@ func TestShrTotalBytesAfterReload(t *testing.T) {
 // (upstream_unavailable: the gateway is shutting down) right away, not
 // stream_incomplete after its idle timeout.
 func TestShrMirrorEndsDuringClose(t *testing.T) {
-	srv := redistest.Start(t)
-	r1, _ := shrReplica(t, srv, streaminput.Options{})
-	r2, _ := shrReplica(t, srv, streaminput.Options{IdleTimeout: 3 * time.Second})
-	r1.up.SetDefault(upstreamHangScript())
-	id := r1.create(sessionBody(streaminput.EndpointResponses, "on_first_chunk", respTemplate))
-	r1.mustChunk(id, textChunk(0, "run", false))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if ev, err := shrOpenResult(t, ctx, r1, id).Next(); err != nil || eventType(ev) != "response.created" {
-		t.Fatalf("first event on replica 1: %s %v", ev.Data, err)
-	}
+	r1, r2, id := shrRunningOnFirst(t, ctx, 3*time.Second)
 	rd := shrOpenResult(t, ctx, r2, id) // following the answer from the store
 	if ev, err := rd.Next(); err != nil || eventType(ev) != "response.created" {
 		t.Fatalf("first event on replica 2: %s %v", ev.Data, err)
@@ -392,17 +370,9 @@ func TestShrFollowerPollsTheStore(t *testing.T) {
 // gets a terminal stream_incomplete, although each empty long-poll of the
 // store succeeds.
 func TestShrFollowerGivesUpOnASilentRunner(t *testing.T) {
-	srv := redistest.Start(t)
-	r1, _ := shrReplica(t, srv, streaminput.Options{})
-	r2, _ := shrReplica(t, srv, streaminput.Options{IdleTimeout: 500 * time.Millisecond})
-	r1.up.SetDefault(upstreamHangScript())
-	id := r1.create(sessionBody(streaminput.EndpointResponses, "on_first_chunk", respTemplate))
-	r1.mustChunk(id, textChunk(0, "run", false))
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Second)
 	defer cancel()
-	if ev, err := shrOpenResult(t, ctx, r1, id).Next(); err != nil || eventType(ev) != "response.created" {
-		t.Fatalf("first event on replica 1: %s %v", ev.Data, err)
-	}
+	_, r2, id := shrRunningOnFirst(t, ctx, 500*time.Millisecond)
 	rd := shrOpenResult(t, ctx, r2, id)
 	var types []string
 	for {
@@ -418,4 +388,21 @@ func TestShrFollowerGivesUpOnASilentRunner(t *testing.T) {
 			return
 		}
 	}
+}
+
+// shrRunningOnFirst starts two replicas over one Redis (the second with
+// idle timeout idle) and a session whose answer replica 1 runs and holds
+// open after its response.created, read there once.
+func shrRunningOnFirst(t *testing.T, ctx context.Context, idle time.Duration) (r1, r2 *env, id string) {
+	t.Helper()
+	srv := redistest.Start(t)
+	r1, _ = shrReplica(t, srv, streaminput.Options{})
+	r2, _ = shrReplica(t, srv, streaminput.Options{IdleTimeout: idle})
+	r1.up.SetDefault(upstreamHangScript())
+	id = r1.create(sessionBody(streaminput.EndpointResponses, "on_first_chunk", respTemplate))
+	r1.mustChunk(id, textChunk(0, "run", false))
+	if ev, err := shrOpenResult(t, ctx, r1, id).Next(); err != nil || eventType(ev) != "response.created" {
+		t.Fatalf("first event on replica 1: %s %v", ev.Data, err)
+	}
+	return r1, r2, id
 }

@@ -250,17 +250,9 @@ func TestKeepAliveOutlivesReadTimeout(t *testing.T) {
 func TestModeAErrorNamesTheLine(t *testing.T) {
 	e := newEnv(t, envConfig{})
 	body := `{"template":` + respTemplate + `}` + "\n" + `{"sequence_id":0,"payload":"x"}` + "\n" + "{nope\n"
-	req, _ := http.NewRequest(http.MethodPost, e.url+streaminput.EndpointResponses, strings.NewReader(body))
-	req.Header.Set(streaminput.HeaderStreamingInput, "true")
-	req.Header.Set("Authorization", clientKey)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if ae := decodeError(t, b); resp.StatusCode != http.StatusBadRequest || !strings.Contains(ae.Error.Message, "line 3 of the body") {
-		t.Fatalf("%d %s", resp.StatusCode, b)
+	code, _, b := e.postRaw(streaminput.EndpointResponses, strings.NewReader(body), modeAHeaders())
+	if ae := decodeError(t, b); code != http.StatusBadRequest || !strings.Contains(ae.Error.Message, "line 3 of the body") {
+		t.Fatalf("%d %s", code, b)
 	}
 }
 
@@ -295,20 +287,8 @@ func TestModeABombClosedAsTooLarge(t *testing.T) {
 	if code != http.StatusRequestEntityTooLarge {
 		t.Fatalf("%d %s", code, body)
 	}
-	closed := map[string]float64{}
-	mfs, err := e.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == "sluice_streaming_input_sessions_closed_total" {
-			for _, m := range mf.GetMetric() {
-				closed[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
-			}
-		}
-	}
-	if closed["too_large"] != 1 || closed["rejected"] != 0 {
-		t.Fatalf("sessions closed by reason: %v", closed)
+	if tooLarge, rejected := shrClosed(t, e, "too_large"), shrClosed(t, e, "rejected"); tooLarge != 1 || rejected != 0 {
+		t.Fatalf("sessions closed: %v too_large, %v rejected", tooLarge, rejected)
 	}
 }
 
