@@ -595,11 +595,11 @@ func (cs *clientStream) track(f *eventFields) {
 		it.typ = strings.Clone(f.item.Get("type").String())
 		cs.items = append(cs.items, it)
 	case "response.output_item.done":
-		if it := cs.itemAt(f.outputIndex); it != nil {
+		if it := cs.itemOf(f); it != nil {
 			it.done = []byte(f.item.Raw)
 		}
 	case "response.content_part.added", "response.reasoning_summary_part.added":
-		if it := cs.itemAt(f.outputIndex); it != nil {
+		if it := cs.itemOf(f); it != nil {
 			p := &sentPart{added: []byte(f.part.Raw)}
 			if typ == "response.content_part.added" {
 				p.index = f.contentIndex.Int()
@@ -622,7 +622,7 @@ func (cs *clientStream) track(f *eventFields) {
 			p.text = append(p.text, f.delta.Raw[1:len(f.delta.Raw)-1]...)
 		}
 	case "response.function_call_arguments.delta", "response.custom_tool_call_input.delta":
-		if it := cs.itemAt(f.outputIndex); it != nil && f.delta.Type == gjson.String {
+		if it := cs.itemOf(f); it != nil && f.delta.Type == gjson.String {
 			it.args = append(it.args, f.delta.Raw[1:len(f.delta.Raw)-1]...)
 		}
 	case "response.completed", "response.incomplete", "response.failed":
@@ -632,14 +632,32 @@ func (cs *clientStream) track(f *eventFields) {
 	}
 }
 
+// itemOf is the item an event is about: the one its item_id (or, for
+// response.output_item.done, its item's id) names, else the latest at its
+// output_index. By id first because an upstream may number two items alike
+// (docs/ARCHITECTURE.md §3): by index alone, the
+// second item's parts would be filed under the first.
+func (cs *clientStream) itemOf(f *eventFields) *sentItem {
+	id := f.itemID
+	if f.item.IsObject() {
+		id = f.item.Get("id")
+	}
+	if id.Type == gjson.String && id.Str != "" {
+		for k := len(cs.items) - 1; k >= 0; k-- {
+			if cs.items[k].id == id.Str {
+				return cs.items[k]
+			}
+		}
+	}
+	return cs.itemAt(f.outputIndex)
+}
+
+// itemAt is the item at output index idx; with two at one index, the later.
 func (cs *clientStream) itemAt(idx gjson.Result) *sentItem {
 	if idx.Type != gjson.Number {
 		return nil
 	}
 	n := idx.Int()
-	if n >= 0 && n < int64(len(cs.items)) && cs.items[n].index == n {
-		return cs.items[n]
-	}
 	for k := len(cs.items) - 1; k >= 0; k-- {
 		if cs.items[k].index == n {
 			return cs.items[k]
@@ -649,7 +667,7 @@ func (cs *clientStream) itemAt(idx gjson.Result) *sentItem {
 }
 
 func (cs *clientStream) partOf(content bool, f *eventFields) *sentPart {
-	it := cs.itemAt(f.outputIndex)
+	it := cs.itemOf(f)
 	if it == nil {
 		return nil
 	}
@@ -932,8 +950,8 @@ func randomHex(n int) string {
 // eventFields are the top-level fields of a Responses event, read in one
 // pass. They alias the event's data.
 type eventFields struct {
-	typ, seq, outputIndex, contentIndex, summaryIndex gjson.Result
-	delta, item, part, response, errObj               gjson.Result
+	typ, seq, outputIndex, contentIndex, summaryIndex, itemID gjson.Result
+	delta, item, part, response, errObj                       gjson.Result
 }
 
 // scanEvent reads data's top-level fields; ok is false when data is not a
@@ -951,6 +969,8 @@ func scanEvent(data []byte) (f eventFields, ok bool) {
 			f.seq = v
 		case "output_index":
 			f.outputIndex = v
+		case "item_id":
+			f.itemID = v
 		case "content_index":
 			f.contentIndex = v
 		case "summary_index":

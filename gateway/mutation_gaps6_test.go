@@ -15,12 +15,6 @@ package gateway_test
 //     ended with it, so close's extra terminal is dropped; on a failed write
 //     (the client gone at that very event) only the
 //     sluice_stream_terminal_total reason differs, and only in a race.
-//   - clientstream.go:640 (n >= 0 -> n > 0 in itemAt) differs only when two
-//     items the client got share output_index 0 (an upstream numbering every
-//     item 0). There the real code files the later item's parts and text
-//     under the first item (a response.failed then shows the later item
-//     empty) while the mutant files them under the later one, where the
-//     client saw them: a test would pin the wrong attribution.
 
 import (
 	"bytes"

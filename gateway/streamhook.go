@@ -130,7 +130,7 @@ func (cs *clientStream) markEditedLocked(f *eventFields, content, summary bool, 
 	if cs.splice != nil {
 		return // the continuation maps indexes itself
 	}
-	it := cs.itemAt(f.outputIndex)
+	it := cs.itemOf(f)
 	if it == nil {
 		return
 	}
@@ -171,7 +171,7 @@ func (cs *clientStream) consistentLocked(typ string, data []byte, f *eventFields
 			set("part."+textField(f.part), p.text)
 		}
 	case "response.function_call_arguments.done", "response.custom_tool_call_input.done":
-		if it := cs.itemAt(f.outputIndex); it != nil && it.edited && len(it.parts) == 0 {
+		if it := cs.itemOf(f); it != nil && it.edited && len(it.parts) == 0 {
 			field := "arguments"
 			if typ == "response.custom_tool_call_input.done" {
 				field = "input"
@@ -179,7 +179,7 @@ func (cs *clientStream) consistentLocked(typ string, data []byte, f *eventFields
 			set(field, it.args)
 		}
 	case "response.output_item.done":
-		it := cs.itemAt(f.outputIndex)
+		it := cs.itemOf(f)
 		if it == nil || !it.edited {
 			break
 		}
