@@ -55,6 +55,10 @@ type AccountsOptions struct {
 	Limiter Limiter
 	// Pricing is per model, per 1M tokens: usage reports carry cost.
 	Pricing map[string]Price
+	// UsageFlushInterval is how long a request's usage may wait, summed
+	// with others', before it is added to Usage (default 250ms; GET
+	// /admin/usage and Shutdown flush at once).
+	UsageFlushInterval time.Duration
 	// KeyRefresh is how often the store's keys are reloaded (keys created,
 	// changed or deleted by another replica); default 5s.
 	KeyRefresh time.Duration

@@ -503,6 +503,11 @@ func (s *Server) Serve(ln net.Listener) error {
 		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
 	s.mu.Lock()
+	if s.draining.Load() { // Shutdown came first: it found no server to stop
+		s.mu.Unlock()
+		_ = ln.Close()
+		return nil
+	}
 	s.srv = srv
 	s.mu.Unlock()
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -568,6 +573,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	if s.logs != nil {
 		s.logs.wait(ctx) // durable logs written before the store closes
+	}
+	if s.acct.usage != nil {
+		s.acct.usage.close(ctx) // the usage totals too
 	}
 	s.wsUp.close()
 	s.shutdownTracing()

@@ -27,6 +27,7 @@ type accounts struct {
 	tokens  *prometheus.CounterVec // sluice_usage_tokens_total{key,route,target,model,kind}
 	reqs    *prometheus.CounterVec // sluice_usage_requests_total{key,route,target,model}
 	cost    *prometheus.CounterVec // sluice_usage_cost_usd_total{key,route,target,model}
+	usage   *usageBatch            // nil without a usage store
 }
 
 func newAccounts(s *Server, o AccountsOptions, reg prometheus.Registerer) (*accounts, error) {
@@ -41,6 +42,9 @@ func newAccounts(s *Server, o AccountsOptions, reg prometheus.Registerer) (*acco
 		return nil, err
 	}
 	a := &accounts{s: s, opts: o, keys: kr, limiter: o.Limiter}
+	if o.Usage != nil {
+		a.usage = newUsageBatch(o.Usage, s.log.Named("usage"), o.UsageFlushInterval)
+	}
 	var seed func(ctx context.Context, key, from, to string) int64
 	if o.Usage != nil {
 		seed = func(ctx context.Context, key, from, to string) int64 {
@@ -196,16 +200,11 @@ func (a *accounts) settle(req *clientRequest) {
 	if c, ok := a.priceOf(model, u); ok && c > 0 {
 		a.cost.WithLabelValues(key, route, target, model).Add(c)
 	}
-	if a.opts.Usage == nil {
+	if a.usage == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	rec := store.UsageRecord{Day: time.Now().UTC().Format(time.DateOnly), Key: key, Route: route, Target: target, Model: model,
-		Requests: 1, InputTokens: u.input, OutputTokens: u.output, CachedTokens: u.cached, ReasoningTokens: u.reasoning}
-	if err := a.opts.Usage.AddUsage(ctx, rec); err != nil {
-		a.s.log.Warn("recording usage failed", "key", key, "error", err)
-	}
+	a.usage.add(store.UsageRecord{Day: time.Now().UTC().Format(time.DateOnly), Key: key, Route: route, Target: target, Model: model,
+		Requests: 1, InputTokens: u.input, OutputTokens: u.output, CachedTokens: u.cached, ReasoningTokens: u.reasoning})
 }
 
 // label makes a client- or upstream-chosen string a valid, bounded label value.
@@ -347,6 +346,7 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request, _ httproute
 			return
 		}
 	}
+	a.usage.flush(r.Context()) // this replica's pending totals first: a request that ended is counted
 	recs, err := a.opts.Usage.Usage(r.Context(), q.Get("key"), from, to)
 	if err != nil {
 		apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "reading usage failed: %v", err).Write(w)
