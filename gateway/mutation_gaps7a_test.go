@@ -58,12 +58,13 @@ func TestSessionHeadersScopeTheAnchor(t *testing.T) {
 // TestUpstreamErrorEventWithOneField: an error event after content that no
 // target continues ends the client's stream with response.failed. One with
 // a message and no code keeps that message (under the gateway's
-// upstream_error); one with a code and no message keeps the code. Neither
-// is given the raw event as its message.
+// upstream_error); one with a code and no message keeps the code and is
+// told so in words, not with an empty message. Neither is given the raw
+// event as its message.
 func TestUpstreamErrorEventWithOneField(t *testing.T) {
 	for _, c := range []struct{ ev, code, suffix string }{
 		{`{"type":"error","sequence_number":6,"message":"the model crashed"}`, "upstream_error", ": the model crashed"},
-		{`{"type":"error","sequence_number":6,"code":"server_error"}`, "server_error", ""},
+		{`{"type":"error","sequence_number":6,"code":"server_error"}`, "server_error", `with the code "server_error" and no message`},
 	} {
 		h := newHarness(t, harnessConfig{})
 		h.ups["A"].Enqueue(errorAfterDeltas(c.ev, `{}`))

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 	"unsafe"
@@ -476,6 +477,8 @@ func (p *pump) upstreamError(payload []byte, eventType string) string {
 	}
 	if perr.Code == "" {
 		perr.Code = apierr.CodeUpstreamError
+	} else if perr.Message == "" { // a code alone tells a reader little
+		perr.Message = "the upstream failed the response with the code " + strconv.Quote(perr.Code) + " and no message"
 	}
 	p.terminate(reasonUpstreamError, &perr)
 	return reasonUpstreamError
