@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/sluice-gw/sluice/gateway/sse"
 	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
@@ -37,6 +39,14 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	// The in-process tests (serve, policy commands) must leave no goroutine
+	// behind, like the gateway's own.
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goroutines outlived the tests: %v\n", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 

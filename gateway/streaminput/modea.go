@@ -242,8 +242,11 @@ func (s *session) readModeA(ctx context.Context, lr *lineReader) {
 				_, aerr = s.accept(ctx, c)
 			}
 			if aerr != nil {
-				aerr.Message = "line " + strconv.Itoa(n) + ": " + aerr.Message
-				s.close(aerr, "rejected")
+				// A copy: the error may be the session's own (already closed,
+				// and being written to the client by serveModeA).
+				e := *aerr
+				e.Message = "line " + strconv.Itoa(n) + ": " + e.Message
+				s.close(&e, "rejected")
 				return
 			}
 		}
