@@ -635,8 +635,8 @@ func (cs *clientStream) track(f *eventFields) {
 // itemOf is the item an event is about: the one its item_id (or, for
 // response.output_item.done, its item's id) names, else the latest at its
 // output_index. By id first because an upstream may number two items alike
-// (docs/ARCHITECTURE.md §3): by index alone, the
-// second item's parts would be filed under the first.
+// (docs/ARCHITECTURE.md §3): by index alone, the second item's parts would
+// be filed under the first.
 func (cs *clientStream) itemOf(f *eventFields) *sentItem {
 	id := f.itemID
 	if f.item.IsObject() {

@@ -115,10 +115,11 @@ func (b *usageBatch) flush(ctx context.Context) {
 }
 
 // close flushes what is pending, once more and for the last time: no timer
-// is armed afterwards (the store closes after the gateway).
+// is armed afterwards (the store closes after the gateway). The writes get
+// their own time even when the drain used up ctx's.
 func (b *usageBatch) close(ctx context.Context) {
 	b.mu.Lock()
 	b.closed = true
 	b.mu.Unlock()
-	b.flush(ctx)
+	b.flush(context.WithoutCancel(ctx))
 }
