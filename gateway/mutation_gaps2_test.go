@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -118,14 +117,8 @@ func TestGaps2KeyRefreshHonoured(t *testing.T) {
 // easy input message.
 func TestGaps2InputMessageItemsHaveStatus(t *testing.T) {
 	h := newHarness(t, harnessConfig{opts: resumeOpts()})
-	resp := h.post("/v1/responses", `{"model":"gpt-fake-1","input":[{"role":"user","content":"hi"},`+
+	id := h.createResponse(`{"model":"gpt-fake-1","input":[{"role":"user","content":"hi"},` +
 		`{"type":"message","role":"user","content":[{"type":"input_text","text":"in Paris"}]}]}`)
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	id := gjson.GetBytes(b, "id").Str
-	if resp.StatusCode != http.StatusOK || id == "" {
-		t.Fatalf("create: %d %s", resp.StatusCode, b)
-	}
 	status, body := h.call(http.MethodGet, "/v1/responses/"+id+"/input_items?order=asc", "sk-client-secret")
 	if status != http.StatusOK || gjson.GetBytes(body, "data.#").Int() != 2 {
 		t.Fatalf("input_items: %d %s", status, body)

@@ -278,16 +278,10 @@ func TestDurableLogRecordsStatus(t *testing.T) {
 // that one, in the order asked, and limit=1 (the smallest) lists one.
 func TestInputItemsAfterCursor(t *testing.T) {
 	h := newHarness(t, harnessConfig{opts: resumeOpts()})
-	resp := h.post("/v1/responses", `{"model":"gpt-fake-1","input":[`+
-		`{"id":"msg_1","type":"message","role":"user","content":"one"},`+
-		`{"id":"msg_2","type":"message","role":"user","content":"two"},`+
+	id := h.createResponse(`{"model":"gpt-fake-1","input":[` +
+		`{"id":"msg_1","type":"message","role":"user","content":"one"},` +
+		`{"id":"msg_2","type":"message","role":"user","content":"two"},` +
 		`{"id":"msg_3","type":"message","role":"user","content":"three"}]}`)
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	id := gjson.GetBytes(b, "id").Str
-	if resp.StatusCode != http.StatusOK || id == "" {
-		t.Fatalf("create: %d %s", resp.StatusCode, b)
-	}
 	for _, tt := range []struct{ query, want string }{
 		{"order=asc&after=msg_1", `["msg_2","msg_3"]`},
 		{"order=asc&after=msg_2", `["msg_3"]`},

@@ -156,13 +156,7 @@ func TestStreamLogReadFailureIsLogged(t *testing.T) {
 // item, with "type":"message".
 func TestInputItemsGiveEasyMessagesTheirType(t *testing.T) {
 	h := newHarness(t, harnessConfig{opts: resumeOpts()})
-	resp := h.post("/v1/responses", `{"model":"gpt-fake-1","input":[{"role":"user","content":"what is the weather?"}]}`)
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	id := gjson.GetBytes(b, "id").Str
-	if resp.StatusCode != http.StatusOK || id == "" {
-		t.Fatalf("create: %d %s", resp.StatusCode, b)
-	}
+	id := h.createResponse(`{"model":"gpt-fake-1","input":[{"role":"user","content":"what is the weather?"}]}`)
 	status, body := h.call(http.MethodGet, "/v1/responses/"+id+"/input_items", "sk-client-secret")
 	if it := gjson.GetBytes(body, "data.0"); status != http.StatusOK || it.Get("type").Str != "message" || it.Get("role").Str != "user" {
 		t.Fatalf("input_items: %d %s", status, body)
@@ -194,13 +188,7 @@ func TestOwnerGetsTheResourceQuery(t *testing.T) {
 	st := openStore(t, t.TempDir())
 	h := newHarness(t, harnessConfig{servers: map[string]*upstreamtest.Server{"A": up},
 		opts: gateway.Options{Store: st, Resume: gateway.ResumeOptions{Window: -1}}})
-	resp := h.post("/v1/responses", `{"model":"gpt-fake-1","input":"hi"}`)
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	id := gjson.GetBytes(b, "id").Str
-	if resp.StatusCode != http.StatusOK || id == "" {
-		t.Fatalf("create: %d %s", resp.StatusCode, b)
-	}
+	id := h.createResponse(`{"model":"gpt-fake-1","input":"hi"}`)
 	const q = "include%5B%5D=message.output_text.logprobs&include_obfuscation=false"
 	status, body := h.call(http.MethodGet, "/v1/responses/"+id+"?"+q, "sk-client-secret")
 	if status != http.StatusOK || gjson.GetBytes(body, "id").Str != id {

@@ -78,15 +78,9 @@ func TestGaps8dOversizedJSONAnswerIsRefused(t *testing.T) {
 // last item is an empty page with null first_id and last_id, not an error.
 func TestGaps8dInputItemsPageAfterTheLastItemIsEmpty(t *testing.T) {
 	h := newHarness(t, harnessConfig{opts: resumeOpts()})
-	resp := h.post("/v1/responses", `{"model":"gpt-fake-1","input":[`+
-		`{"id":"msg_1","type":"message","role":"user","content":"one"},`+
+	id := h.createResponse(`{"model":"gpt-fake-1","input":[` +
+		`{"id":"msg_1","type":"message","role":"user","content":"one"},` +
 		`{"id":"msg_2","type":"message","role":"user","content":"two"}]}`)
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	id := gjson.GetBytes(b, "id").Str
-	if resp.StatusCode != http.StatusOK || id == "" {
-		t.Fatalf("create: %d %s", resp.StatusCode, b)
-	}
 	status, body := h.call(http.MethodGet, "/v1/responses/"+id+"/input_items?order=asc&after=msg_2", "sk-client-secret")
 	if status != http.StatusOK {
 		t.Fatalf("input_items after the last item: %d %s", status, body)

@@ -94,6 +94,20 @@ func (h *harness) call(method, path, key string) (int, []byte) {
 	return resp.StatusCode, b
 }
 
+// createResponse posts a non-streaming Responses body and returns the id
+// of the response the client got (it must be a 200).
+func (h *harness) createResponse(body string) string {
+	h.t.Helper()
+	resp := h.post("/v1/responses", body)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	id := gjson.GetBytes(b, "id").Str
+	if resp.StatusCode != http.StatusOK || id == "" {
+		h.t.Fatalf("create: %d %s", resp.StatusCode, b)
+	}
+	return id
+}
+
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 func resumeOpts() gateway.Options {
