@@ -322,16 +322,26 @@ func TestAccessLogCodeOnlyWhenThereIsOne(t *testing.T) {
 }
 
 // TestRateLimitHeadersOnlyForSetLimits: a key limited in requests per
-// minute only gets the x-ratelimit-*-requests headers, none for tokens.
+// minute only gets the x-ratelimit-*-requests headers, none for tokens, and
+// a key limited in tokens per minute only the *-tokens ones.
 func TestRateLimitHeadersOnlyForSetLimits(t *testing.T) {
-	h, _ := keyedHarness(t, keyRec("team-a", teamAKey, nil, store.KeyLimits{RPM: 5}))
-	resp, b := send(t, h, http.MethodPost, "/v1/responses", teamAKey, simple)
-	if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Ratelimit-Limit-Requests") != "5" {
-		t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, b)
-	}
-	for _, name := range []string{"X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens"} {
-		if v := resp.Header.Get(name); v != "" {
-			t.Fatalf("%s: %q for a key without a token limit", name, v)
+	for _, c := range []struct {
+		limits      store.KeyLimits
+		set, absent string
+		limit       string
+	}{
+		{store.KeyLimits{RPM: 5}, "Requests", "Tokens", "5"},
+		{store.KeyLimits{TPM: 100000}, "Tokens", "Requests", "100000"},
+	} {
+		h, _ := keyedHarness(t, keyRec("team-a", teamAKey, nil, c.limits))
+		resp, b := send(t, h, http.MethodPost, "/v1/responses", teamAKey, simple)
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Ratelimit-Limit-"+c.set) != c.limit {
+			t.Fatalf("%+v: %d %v %s", c.limits, resp.StatusCode, resp.Header, b)
+		}
+		for _, name := range []string{"X-Ratelimit-Limit-", "X-Ratelimit-Remaining-", "X-Ratelimit-Reset-"} {
+			if v := resp.Header.Get(name + c.absent); v != "" {
+				t.Fatalf("%s%s: %q for a key without that limit (%+v)", name, c.absent, v, c.limits)
+			}
 		}
 	}
 }
