@@ -50,8 +50,9 @@ func TestStreamEventHookRedactsLiveStream(t *testing.T) {
 }
 
 // checkRedacted checks a stream whose hook replaced "secret" with
-// "[redacted]" in "the secret plan": no event says secret, numbering has no
-// gap, and the deltas, the done text and the terminal output agree.
+// "[redacted]" in "the secret plan": every event is valid JSON, none says
+// secret, numbering has no gap, and the deltas, the done text and the
+// terminal output agree.
 func checkRedacted(t *testing.T, evs []sse.Event) {
 	t.Helper()
 	var deltas strings.Builder
@@ -59,6 +60,9 @@ func checkRedacted(t *testing.T, evs []sse.Event) {
 	for k, ev := range evs {
 		if strings.Contains(string(ev.Data), "secret") {
 			t.Errorf("event %d still says secret: %s", k, ev.Data)
+		}
+		if !gjson.ValidBytes(ev.Data) { // gjson reads past some breakage: check first
+			t.Errorf("event %d is not valid JSON: %s", k, ev.Data)
 		}
 		d := gjson.ParseBytes(ev.Data)
 		if got := d.Get("sequence_number").Int(); got != int64(k) {
