@@ -56,18 +56,7 @@ func TestRequestOneSecondAfterOnlyUpstreamCameUpSucceeds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- gw.Serve(gln) }()
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = gw.Shutdown(sctx)
-		<-served
-	})
+	base := serveGateway(t, gw)
 
 	time.Sleep(time.Second)
 	up := upstreamtest.NewHandler(upstreamtest.Options{Name: "only"})
@@ -80,7 +69,7 @@ func TestRequestOneSecondAfterOnlyUpstreamCameUpSucceeds(t *testing.T) {
 	t.Cleanup(func() { up.Close(); _ = hs.Close() })
 
 	start := time.Now()
-	req, _ := http.NewRequest(http.MethodPost, "http://"+gln.Addr().String()+"/v1/responses",
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/responses",
 		strings.NewReader(`{"model":"gpt-fake-1","input":"hi"}`))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)

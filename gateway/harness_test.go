@@ -124,6 +124,25 @@ func newHarness(t testing.TB, hc harnessConfig) *harness {
 	return h
 }
 
+// serveGateway serves gw on a loopback port until the test ends (then
+// shuts it down and waits for Serve) and returns its base URL.
+func serveGateway(t testing.TB, gw *gateway.Server) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- gw.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = gw.Shutdown(ctx)
+		<-served
+	})
+	return "http://" + ln.Addr().String()
+}
+
 func (h *harness) client() openai.Client {
 	return openai.NewClient(option.WithBaseURL(h.url+"/v1/"), option.WithAPIKey("sk-client-secret"), option.WithMaxRetries(0))
 }

@@ -32,14 +32,8 @@ import (
 // g7bAccessLine waits for the access log's line of the request and returns it.
 func g7bAccessLine(t *testing.T, h *harness) string {
 	t.Helper()
-	var line string
-	for deadline := time.Now().Add(5 * time.Second); line == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		line = grepLines(h.logs.String(), "access: request")
-	}
-	if line == "" {
-		t.Fatalf("no access line in:\n%s", h.logs.String())
-	}
-	return line
+	waitAccessLines(t, h, 1)
+	return grepLines(h.logs.String(), "access: request")
 }
 
 // TestGaps7bRateLimitRetryAfterCountsThePartialRefill: a key over its

@@ -15,7 +15,6 @@ package gateway_test
 import (
 	"bufio"
 	"context"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -212,21 +211,10 @@ func TestChatDoneReachesTheClientBeforeTheRequestEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- gw.Serve(ln) }()
-	t.Cleanup(func() {
-		release()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = gw.Shutdown(ctx)
-		<-served
-	})
+	base := serveGateway(t, gw)
+	t.Cleanup(release) // runs first: the held log line lets the handler return
 
-	req, _ := http.NewRequest(http.MethodPost, "http://"+ln.Addr().String()+"/v1/chat/completions",
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions",
 		strings.NewReader(`{"model":"gpt-fake-1","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
 	req.Header.Set("Authorization", "Bearer sk-client-secret")
 	req.Header.Set("Content-Type", "application/json")

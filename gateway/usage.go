@@ -42,11 +42,9 @@ func newAccounts(s *Server, o AccountsOptions, reg prometheus.Registerer) (*acco
 		return nil, err
 	}
 	a := &accounts{s: s, opts: o, keys: kr, limiter: o.Limiter}
-	if o.Usage != nil {
-		a.usage = newUsageBatch(o.Usage, s.log.Named("usage"), o.UsageFlushInterval)
-	}
 	var seed func(ctx context.Context, key, from, to string) int64
 	if o.Usage != nil {
+		a.usage = newUsageBatch(o.Usage, s.log.Named("usage"), o.UsageFlushInterval)
 		seed = func(ctx context.Context, key, from, to string) int64 {
 			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()

@@ -54,9 +54,7 @@ func (b *usageBatch) add(rec store.UsageRecord) {
 	b.mu.Lock()
 	b.mergeLocked(rec)
 	closed := b.closed
-	if b.timer == nil && !closed {
-		b.timer = time.AfterFunc(b.delay, func() { b.flush(context.Background()) })
-	}
+	b.armLocked()
 	b.mu.Unlock()
 	if closed {
 		b.flush(context.Background())
@@ -109,7 +107,15 @@ func (b *usageBatch) flush(ctx context.Context) {
 	} else {
 		b.delay = b.every
 	}
-	if len(b.pending) > 0 && b.timer == nil && !b.closed {
+	if len(b.pending) > 0 {
+		b.armLocked()
+	}
+}
+
+// armLocked schedules the next flush, unless one is scheduled or the batch
+// is closed.
+func (b *usageBatch) armLocked() {
+	if b.timer == nil && !b.closed {
 		b.timer = time.AfterFunc(b.delay, func() { b.flush(context.Background()) })
 	}
 }

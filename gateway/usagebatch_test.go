@@ -50,9 +50,7 @@ func TestUsageTotalsAreWrittenInBatches(t *testing.T) {
 	}
 	// Usage is settled just after a request's last byte: wait for the
 	// access log's line of each, then read.
-	for deadline := time.Now().Add(5 * time.Second); countAccessLines(h) < n && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitAccessLines(t, h, n)
 	if w := usage.writes.Load(); w != 0 {
 		t.Fatalf("%d store writes before any flush, want 0: usage is written per request", w)
 	}
@@ -71,9 +69,7 @@ func TestUsageTotalsAreWrittenInBatches(t *testing.T) {
 	if resp, b := send(t, h, http.MethodPost, "/v1/responses", teamAKey, simple); resp.StatusCode != http.StatusOK {
 		t.Fatalf("%d %s", resp.StatusCode, b)
 	}
-	for deadline := time.Now().Add(5 * time.Second); countAccessLines(h) < n+1 && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitAccessLines(t, h, n+1)
 	// A drain that used up its time still writes the totals.
 	spent, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -85,5 +81,13 @@ func TestUsageTotalsAreWrittenInBatches(t *testing.T) {
 	}
 }
 
-// countAccessLines is how many requests have ended (settled and logged).
-func countAccessLines(h *harness) int { return strings.Count(h.logs.String(), "access: request") }
+// waitAccessLines waits until n requests have ended: each one's usage is
+// settled before its access log line is written.
+func waitAccessLines(t *testing.T, h *harness, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); strings.Count(h.logs.String(), "access: request") < n; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests ended, want %d:\n%s", strings.Count(h.logs.String(), "access: request"), n, h.logs.String())
+		}
+	}
+}
