@@ -156,7 +156,7 @@ func (s *Server) convertForChat(ctx context.Context, req *clientRequest) *chatCo
 }
 
 // sendChat runs a Responses request against a Chat Completions upstream.
-func (s *Server) sendChat(upCtx context.Context, idle *time.Timer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
+func (s *Server) sendChat(upCtx context.Context, idle *idleTimer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
 	conv := req.chat
 	chatBody, model := conv.body, conv.info.Model
 	if text, ok := chatPrefill(req); ok { // a continuation: the text sent as a trailing assistant message
@@ -179,8 +179,8 @@ func (s *Server) sendChat(upCtx context.Context, idle *time.Timer, req *clientRe
 		return ans, err
 	}
 	if isSSE(req, resp) {
-		idle.Reset(s.opts.IdleTimeout)
-		ir := &idleReader{r: resp.Body, t: idle, d: s.opts.IdleTimeout}
+		idle.arm()
+		ir := &idleReader{r: resp.Body, idle: idle}
 		ans.src = &chatSource{s: s, ctx: upCtx, req: req, in: sse.NewReader(ir, s.opts.MaxEventBytes), tr: translate.NewStream(opts)}
 		ans.beforeRead = &ir.before
 		return ans, nil

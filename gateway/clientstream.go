@@ -7,11 +7,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -955,40 +957,105 @@ type eventFields struct {
 }
 
 // scanEvent reads data's top-level fields; ok is false when data is not a
-// JSON object (the caller checked it is valid JSON).
+// JSON object. For events the gateway wrote or edited itself, whose nesting
+// the pump's limit does not apply to.
 func scanEvent(data []byte) (f eventFields, ok bool) {
-	root := parseJSON(data)
-	if !root.IsObject() {
-		return f, false
-	}
-	root.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
+	valid, object := f.scan(data, math.MaxInt32)
+	return f, valid && object
+}
+
+// scan fills f from data's top-level fields in the one pass that also
+// checks data is JSON nested at most maxDepth deep (jsonx.ScanTop).
+func (f *eventFields) scan(data []byte, maxDepth int) (valid, object bool) {
+	return scanMembers(data, maxDepth, func(key string, vs, ve int) {
+		var dst *gjson.Result
+		switch key {
 		case "type":
-			f.typ = v
+			dst = &f.typ
 		case "sequence_number":
-			f.seq = v
+			dst = &f.seq
 		case "output_index":
-			f.outputIndex = v
+			dst = &f.outputIndex
 		case "item_id":
-			f.itemID = v
+			dst = &f.itemID
 		case "content_index":
-			f.contentIndex = v
+			dst = &f.contentIndex
 		case "summary_index":
-			f.summaryIndex = v
+			dst = &f.summaryIndex
 		case "delta":
-			f.delta = v
+			dst = &f.delta
 		case "item":
-			f.item = v
+			dst = &f.item
 		case "part":
-			f.part = v
+			dst = &f.part
 		case "response":
-			f.response = v
+			dst = &f.response
 		case "error":
-			f.errObj = v
+			dst = &f.errObj
+		default:
+			return
 		}
-		return true
+		*dst = scannedValue(data, vs, ve)
 	})
-	return f, true
+}
+
+// scanMembers checks data (jsonx.ScanTop) and calls member for each
+// top-level member of an object with its key decoded and its value's
+// bounds, for scannedValue. A later duplicate key wins.
+func scanMembers(data []byte, maxDepth int, member func(key string, vs, ve int)) (valid, object bool) {
+	return jsonx.ScanTop(data, maxDepth, func(key []byte, vs, ve int) {
+		k := unsafe.String(unsafe.SliceData(key), len(key))
+		if jsonx.HasBackslash(key) {
+			var ok bool
+			if k, ok = jsonx.Unescape(key); !ok {
+				return
+			}
+		}
+		member(k, vs, ve)
+	})
+}
+
+// scannedValue is the gjson.Result of the valid JSON value data[vs:ve], as
+// gjson would parse it (aliasing data, its offset in Index), built without
+// parsing it again where that is simple.
+func scannedValue(data []byte, vs, ve int) gjson.Result {
+	raw := data[vs:ve]
+	r := gjson.Result{Raw: unsafe.String(unsafe.SliceData(raw), len(raw)), Index: vs}
+	switch c := raw[0]; {
+	case c == '{' || c == '[':
+		r.Type = gjson.JSON
+	case c == '"' && !jsonx.HasBackslash(raw):
+		r.Type, r.Str = gjson.String, r.Raw[1:len(r.Raw)-1]
+	case c == 't':
+		r.Type = gjson.True
+	case c == 'f':
+		r.Type = gjson.False
+	case c == 'n':
+		r.Type = gjson.Null
+	case c >= '0' && c <= '9' && len(raw) < 16:
+		if n, ok := smallUint(raw); ok {
+			r.Type, r.Num = gjson.Number, float64(n)
+			break
+		}
+		fallthrough
+	default: // an escaped string, a negative or non-integer number
+		r = parseJSON(raw)
+		r.Index = vs
+	}
+	return r
+}
+
+// smallUint reads raw when it is only decimal digits (under 16 of them, so
+// the float64 is exact).
+func smallUint(raw []byte) (uint64, bool) {
+	var n uint64
+	for _, c := range raw {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	return n, true
 }
 
 func isTerminalType(typ string) bool {

@@ -72,6 +72,9 @@ func TestResponsesStreamFaults(t *testing.T) {
 		{"three garbage frames", garbageRun(3), "response.failed", "stream_incomplete", "unparseable_event"},
 		{"oversize event", upstreamtest.Oversize(8192), "response.failed", "stream_incomplete", "oversize_event"},
 		{"slow but alive", upstreamtest.Slow(30 * time.Millisecond), "response.completed", "", "completed"},
+		// Each gap is under the 300 ms idle timeout, the whole stream well
+		// over it: every event must restart the count.
+		{"slow for longer than the idle timeout", upstreamtest.Slow(120 * time.Millisecond), "response.completed", "", "completed"},
 		{"error event after content", afterContent(upstreamtest.QuotaEvent(upstreamtest.ShapeErrorEvent)), "response.failed", "usage_limit_reached", "upstream_error"},
 		{"response.failed after content", afterContent(upstreamtest.QuotaEvent(upstreamtest.ShapeFailed)), "response.failed", "usage_limit_reached", "failed"},
 		// Before content, response.created is held back: the failure is

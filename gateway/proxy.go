@@ -386,7 +386,7 @@ type eventSource interface {
 }
 
 // send delivers req to u over u's transport.
-func (s *Server) send(upCtx context.Context, idle *time.Timer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
+func (s *Server) send(upCtx context.Context, idle *idleTimer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
 	if req.chat != nil && !req.ep.chat && u.Config().Protocol == upstream.ProtocolChat {
 		return s.sendChat(upCtx, idle, req, u)
 	}
@@ -434,14 +434,14 @@ func (s *Server) readAnswer(r io.Reader) ([]byte, error) {
 	return body, err
 }
 
-func (s *Server) sendHTTP(upCtx context.Context, idle *time.Timer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
+func (s *Server) sendHTTP(upCtx context.Context, idle *idleTimer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
 	resp, ans, err := s.post(upCtx, req, u, req.ep.path, req.body)
 	if err != nil || ans.status/100 != 2 {
 		return ans, err
 	}
 	if isSSE(req, resp) {
-		idle.Reset(s.opts.IdleTimeout)
-		ir := &idleReader{r: resp.Body, t: idle, d: s.opts.IdleTimeout}
+		idle.arm()
+		ir := &idleReader{r: resp.Body, idle: idle}
 		ans.src, ans.beforeRead = sse.NewReader(ir, s.opts.MaxEventBytes), &ir.before
 		return ans, nil
 	}
@@ -469,9 +469,8 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 	defer cancel(nil)
 	stopDrain := context.AfterFunc(s.streamsCtx, func() { cancel(context.Cause(s.streamsCtx)) })
 	defer stopDrain()
-	idle := time.AfterFunc(time.Hour, func() { cancel(errIdleTimeout) })
-	idle.Stop()
-	defer idle.Stop()
+	idle := newIdleTimer(s.opts.IdleTimeout, func() { cancel(errIdleTimeout) })
+	defer idle.stop()
 
 	sendCtx, stopFirstByte := s.firstByteTimer(upCtx, cancel, req)
 	ans, err := s.send(sendCtx, idle, req, u)
@@ -882,12 +881,11 @@ func errorMessage(ev sse.Event) string {
 	return ""
 }
 
-// idleReader re-arms the idle timer on every read, so keepalives count as
+// idleReader touches the idle timer on every read, so keepalives count as
 // life, and runs before (the client flush) ahead of each read that may block.
 type idleReader struct {
 	r      io.Reader
-	t      *time.Timer
-	d      time.Duration
+	idle   *idleTimer
 	before func()
 }
 
@@ -897,7 +895,7 @@ func (ir *idleReader) Read(p []byte) (int, error) {
 	}
 	n, err := ir.r.Read(p)
 	if n > 0 {
-		ir.t.Reset(ir.d)
+		ir.idle.touch()
 	}
 	return n, err
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/sluice-gw/sluice/gateway/upstream"
 	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/sluice-gw/sluice/internal/apierr"
-	"github.com/sluice-gw/sluice/internal/jsonx"
 )
 
 // eventSink is where a pump writes client-facing events: SSE here, WebSocket
@@ -318,11 +317,6 @@ func (p *pump) malformedEvent(what string) (pumpEnd, bool) {
 	return pumpEnd{}, false
 }
 
-// wellFormed reports whether data is JSON the gateway is willing to parse.
-func (p *pump) wellFormed(data []byte) bool {
-	return jsonx.CheckDepth(data, p.s.opts.MaxJSONDepth) == nil && gjson.ValidBytes(data)
-}
-
 func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 	if ev.Error != nil {
 		if p.unseen() {
@@ -340,11 +334,10 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 		}
 		return ended(p.terminate(reasonCut, e))
 	}
-	if !p.wellFormed(ev.Data) {
+	var f eventFields
+	if valid, object := f.scan(ev.Data, p.s.opts.MaxJSONDepth); !valid {
 		return p.malformedEvent("an unparseable event")
-	}
-	f, ok := scanEvent(ev.Data)
-	if !ok {
+	} else if !object {
 		return p.malformedEvent("an event that is not a JSON object")
 	}
 	p.malformed = 0
@@ -511,26 +504,24 @@ func (p *pump) handleChat(ev sse.Event) (pumpEnd, bool) {
 		}
 		return ended(p.cs.done())
 	}
-	if !p.wellFormed(ev.Data) {
+	var choices, usage, errField gjson.Result
+	valid, object := scanMembers(ev.Data, p.s.opts.MaxJSONDepth, func(k string, vs, ve int) {
+		switch k {
+		case "choices":
+			choices = scannedValue(ev.Data, vs, ve)
+		case "usage":
+			usage = scannedValue(ev.Data, vs, ve)
+		case "error":
+			errField = scannedValue(ev.Data, vs, ve)
+		}
+	})
+	if !valid {
 		return p.malformedEvent("an unparseable chunk")
 	}
-	obj := parseJSON(ev.Data)
-	if !obj.IsObject() {
+	if !object {
 		return p.malformedEvent("a chunk that is not a JSON object")
 	}
 	p.malformed = 0
-	var choices, usage, errField gjson.Result
-	obj.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "choices":
-			choices = v
-		case "usage":
-			usage = v
-		case "error":
-			errField = v
-		}
-		return true
-	})
 	if errField.Exists() {
 		if p.unseen() {
 			return p.unseenEvent(ev)

@@ -171,7 +171,7 @@ func (w *wsUpstreams) close() {
 }
 
 // send runs req over u's WebSocket for the request's session scope.
-func (w *wsUpstreams) send(upCtx context.Context, idle *time.Timer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
+func (w *wsUpstreams) send(upCtx context.Context, idle *idleTimer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
 	kind, scopeID := req.scope.tightest()
 	key := u.Name() + "\x00" + kind.String() + "\x00" + scopeID
 	sock, pending, err := w.acquire(upCtx, key)
@@ -205,8 +205,8 @@ func (w *wsUpstreams) send(upCtx context.Context, idle *time.Timer, req *clientR
 		return nil, fmt.Errorf("sending response.create: %w", err)
 	}
 	ok = true
-	idle.Reset(w.s.opts.IdleTimeout)
-	src := &wsSource{conn: sock.conn, ctx: upCtx, idle: idle, d: w.s.opts.IdleTimeout, max: w.s.opts.MaxEventBytes}
+	idle.arm()
+	src := &wsSource{conn: sock.conn, ctx: upCtx, idle: idle, max: w.s.opts.MaxEventBytes}
 	return &upstreamAnswer{status: http.StatusOK, src: src, pending: pending, done: func(reusable bool) { w.release(sock, reusable) }}, nil
 }
 
@@ -262,14 +262,13 @@ func (w *wsUpstreams) dial(ctx context.Context, req *clientRequest, u *upstream.
 type wsSource struct {
 	conn *websocket.Conn
 	ctx  context.Context
-	idle *time.Timer
-	d    time.Duration
+	idle *idleTimer
 	max  int
 }
 
 func (src *wsSource) Next() (sse.Event, error) {
 	for {
-		src.idle.Reset(src.d)
+		src.idle.touch()
 		typ, data, err := src.conn.Read(src.ctx)
 		if err != nil {
 			if strings.Contains(err.Error(), "read limited") {

@@ -454,6 +454,16 @@ func FuzzSWAR(f *testing.F) {
 		if got, want := swarIndexByte(b, c), bytes.IndexByte(b, c); got != want {
 			t.Fatalf("swarIndexByte(%q,%q) = %d, want %d", b, c, got, want)
 		}
+		want := -1
+		for i, x := range b {
+			if x == '"' || x == '\\' || x < ' ' {
+				want = i
+				break
+			}
+		}
+		if got := swarIndexStringSpecial(b); got != want {
+			t.Fatalf("swarIndexStringSpecial(%q) = %d, want %d", b, got, want)
+		}
 		if len(b) > 0 && b[0] == '"' {
 			e1, err1 := skipString(b, 0)
 			e2, err2 := swarSkipString(b, 0)

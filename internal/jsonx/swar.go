@@ -54,6 +54,26 @@ func swarIndexQuoteOrBackslash(b []byte) int {
 	return -1
 }
 
+// swarIndexStringSpecial returns the index of the first byte in b that ends
+// a run of plain string bytes: '"', '\' or a control byte (below 0x20).
+// Each of the three masks is exact at its lowest flagged byte, so the
+// lowest bit of their union is too.
+func swarIndexStringSpecial(b []byte) int {
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		x := load64(b, i)
+		if m := zeroBytes(x^('"'*lsb)) | zeroBytes(x^('\\'*lsb)) | (x-' '*lsb)&^x&msb; m != 0 {
+			return i + bits.TrailingZeros64(m)/8
+		}
+	}
+	for ; i < len(b); i++ {
+		if c := b[i]; c == '"' || c == '\\' || c < ' ' {
+			return i
+		}
+	}
+	return -1
+}
+
 // swarSkipString returns the index just past the string whose opening quote
 // is at b[i].
 func swarSkipString(b []byte, i int) (int, error) {

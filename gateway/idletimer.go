@@ -1,0 +1,62 @@
+package gateway
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// idleTimer calls fn once the upstream has been silent for d. Reads only
+// record the time (touch): re-arming a runtime timer on every upstream read
+// took a lock and a heap update per event, a visible share of a stream's CPU
+// at 1,000 streams (docs/ARCHITECTURE.md §11). Instead the timer, when it
+// fires, re-arms itself for what is left of d since the last touch, so fn
+// runs d after the last touch, as a timer reset on every read would.
+type idleTimer struct {
+	d       time.Duration
+	fn      func()
+	base    time.Time    // touches are stored as time since base (monotonic)
+	last    atomic.Int64 // time since base of the last touch
+	stopped atomic.Bool
+	t       *time.Timer // nil until armed
+}
+
+func newIdleTimer(d time.Duration, fn func()) *idleTimer {
+	return &idleTimer{d: d, fn: fn, base: time.Now()}
+}
+
+// arm starts the count from now. It is called from the attempt's goroutine,
+// before the reads that touch.
+func (t *idleTimer) arm() {
+	t.stopped.Store(false)
+	t.touch()
+	if t.t == nil {
+		t.t = time.AfterFunc(t.d, t.fire)
+		return
+	}
+	t.t.Reset(t.d)
+}
+
+// touch records life: the count starts again from now.
+func (t *idleTimer) touch() { t.last.Store(int64(time.Since(t.base))) }
+
+// stop disarms the timer: fn is not called afterwards, even by a firing
+// already under way.
+func (t *idleTimer) stop() {
+	t.stopped.Store(true)
+	if t.t != nil {
+		t.t.Stop()
+	}
+}
+
+func (t *idleTimer) fire() {
+	if t.stopped.Load() {
+		return
+	}
+	if rest := t.d - (time.Since(t.base) - time.Duration(t.last.Load())); rest > 0 {
+		t.t.Reset(rest)
+		return
+	}
+	if !t.stopped.Load() {
+		t.fn()
+	}
+}
