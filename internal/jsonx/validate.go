@@ -51,12 +51,8 @@ func ScanTop(b []byte, maxDepth int, member func(key []byte, vs, ve int)) (valid
 				break // an empty container: a complete value
 			}
 			if c == '{' {
-				var k []byte
-				if k, i, ok = scanKey(b, i); !ok {
+				if i, ok = scanMemberKey(b, i, len(inObject) == 1, &key); !ok {
 					return false, object
-				}
-				if len(inObject) == 1 {
-					key = k
 				}
 			}
 			continue
@@ -91,12 +87,8 @@ func ScanTop(b []byte, maxDepth int, member func(key []byte, vs, ve int)) (valid
 			if b[i] == ',' {
 				i = skipWS(b, i+1)
 				if top {
-					var k []byte
-					if k, i, ok = scanKey(b, i); !ok {
+					if i, ok = scanMemberKey(b, i, len(inObject) == 1, &key); !ok {
 						return false, object
-					}
-					if len(inObject) == 1 {
-						key = k
 					}
 				}
 				break
@@ -115,6 +107,17 @@ func skipWS(b []byte, i int) int {
 		i++
 	}
 	return i
+}
+
+// scanMemberKey reads a member's key and colon at b[i]; the key replaces
+// *key only for the root's own members (root), whose values ScanTop
+// reports.
+func scanMemberKey(b []byte, i int, root bool, key *[]byte) (int, bool) {
+	k, next, ok := scanKey(b, i)
+	if ok && root {
+		*key = k
+	}
+	return next, ok
 }
 
 // scanKey reads `"key" :` at b[i] and returns the key's raw bytes and the
