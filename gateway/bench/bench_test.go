@@ -125,6 +125,25 @@ func loadConfig() (benchConfig, error) {
 	return c, err
 }
 
+// sluiceCommand is the Sluice the benchmark measures: `sluice serve` with
+// its defaults (plus SLUICE_BENCH_SLUICE_ARGS), or, with
+// SLUICE_BENCH_SLUICE=gateway or SLUICE_BENCH_PROFILE, the gateway role of
+// this test binary. graceful: stop it with SIGTERM, so that the role writes
+// its profile.
+func sluiceCommand(cfg benchConfig, upstreamURL, dataDir string) (cmd *exec.Cmd, graceful bool, err error) {
+	if cfg.sluiceMode == "gateway" {
+		cmd, err = selfRole(roleGateway, envUpstream+"="+upstreamURL)
+		return cmd, true, err
+	}
+	bin, err := sluiceBinary()
+	if err != nil {
+		return nil, false, err
+	}
+	args := []string{"serve", "--upstream", upstreamURL + "/v1", "--listen", "127.0.0.1:0", "--data-dir", dataDir, "--log-level", "error"}
+	args = append(args, strings.Fields(os.Getenv(envSluiceArgs))...)
+	return exec.Command(bin, args...), false, nil
+}
+
 // pathResult is everything measured on one path.
 type pathResult struct {
 	json       runStats    // (a1) closed loop
@@ -178,20 +197,11 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	proxyCmd, _ := selfRole(roleProxy, envUpstream+"="+up.url)
 	proxy := start("bare proxy", func() (*process, error) { return startProcess("proxy", proxyCmd, true) })
 
-	var sl *process
-	if cfg.sluiceMode == "gateway" {
-		gwCmd, _ := selfRole(roleGateway, envUpstream+"="+up.url)
-		sl = start("sluice (in-process gateway)", func() (*process, error) { return startProcess("sluice", gwCmd, true) })
-	} else {
-		bin, err := sluiceBinary()
-		if err != nil {
-			b.Fatal(err)
-		}
-		dataDir := b.TempDir()
-		args := []string{"serve", "--upstream", up.url + "/v1", "--listen", "127.0.0.1:0", "--data-dir", dataDir, "--log-level", "error"}
-		args = append(args, strings.Fields(os.Getenv(envSluiceArgs))...)
-		sl = start("sluice", func() (*process, error) { return startProcess("sluice", exec.Command(bin, args...), false) })
+	slCmd, graceful, err := sluiceCommand(cfg, up.url, b.TempDir())
+	if err != nil {
+		b.Fatal(err)
 	}
+	sl := start("sluice", func() (*process, error) { return startProcess("sluice", slCmd, graceful) })
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err = waitReady(rctx, sl.url+"/readyz")
 	cancel()

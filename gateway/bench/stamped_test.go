@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -210,13 +209,11 @@ func BenchmarkStampedStreams(b *testing.B) {
 		b.Fatal(err)
 	}
 	procs.add(proxy)
-	bin, err := sluiceBinary()
+	slCmd, graceful, err := sluiceCommand(cfg, up.url, b.TempDir())
 	if err != nil {
 		b.Fatal(err)
 	}
-	args := []string{"serve", "--upstream", up.url + "/v1", "--listen", "127.0.0.1:0", "--data-dir", b.TempDir(), "--log-level", "error"}
-	args = append(args, strings.Fields(os.Getenv(envSluiceArgs))...)
-	sl, err := startProcess("sluice", exec.Command(bin, args...), false)
+	sl, err := startProcess("sluice", slCmd, graceful)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -235,7 +232,7 @@ func BenchmarkStampedStreams(b *testing.B) {
 		}
 	}
 	fmt.Fprintf(out, "\nSluice stamped-delta streams benchmark (%s mode): levels %v concurrent streams, %d deltas %v apart per stream, starts spread over %v, %d rounds per level, interleaved; fake upstream pid %d, bare proxy pid %d, sluice pid %d (%s); RLIMIT_NOFILE %d\n",
-		modeName(cfg), levels, stampedDeltas, stampedGap, stampedRamp, rounds, up.pid(), proxy.pid(), sl.pid(), strings.Join(args, " "), soft)
+		modeName(cfg), levels, stampedDeltas, stampedGap, stampedRamp, rounds, up.pid(), proxy.pid(), sl.pid(), strings.Join(slCmd.Args, " "), soft)
 	fmt.Fprintf(out, "RSS at start: bare proxy %.1f MiB, sluice %.1f MiB\n", rssMiB(proxy), rssMiB(sl))
 
 	for _, n := range levels {
