@@ -72,9 +72,6 @@ func TestResponsesStreamFaults(t *testing.T) {
 		{"three garbage frames", garbageRun(3), "response.failed", "stream_incomplete", "unparseable_event"},
 		{"oversize event", upstreamtest.Oversize(8192), "response.failed", "stream_incomplete", "oversize_event"},
 		{"slow but alive", upstreamtest.Slow(30 * time.Millisecond), "response.completed", "", "completed"},
-		// Each gap is under the 300 ms idle timeout, the whole stream well
-		// over it: every event must restart the count.
-		{"slow for longer than the idle timeout", upstreamtest.Slow(120 * time.Millisecond), "response.completed", "", "completed"},
 		{"error event after content", afterContent(upstreamtest.QuotaEvent(upstreamtest.ShapeErrorEvent)), "response.failed", "usage_limit_reached", "upstream_error"},
 		{"response.failed after content", afterContent(upstreamtest.QuotaEvent(upstreamtest.ShapeFailed)), "response.failed", "usage_limit_reached", "failed"},
 		// Before content, response.created is held back: the failure is
@@ -158,6 +155,22 @@ func grep(s, substr string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestSlowStreamOutlivesTheIdleTimeout: the idle timeout bounds the silence
+// between upstream events, not the stream: each gap here is a fifth of it,
+// the whole stream twice as long, and every event restarts the count.
+func TestSlowStreamOutlivesTheIdleTimeout(t *testing.T) {
+	h := newHarness(t, harnessConfig{opts: gateway.Options{IdleTimeout: time.Second}})
+	h.ups["A"].Enqueue(upstreamtest.Slow(200 * time.Millisecond))
+	start := time.Now()
+	_, evs := h.responsesStream(respBody)
+	if last := assertOneTerminal(t, evs); last.typ != "response.completed" {
+		t.Fatalf("terminal %s %q after %v, want response.completed", last.typ, last.code, time.Since(start))
+	}
+	if took := time.Since(start); took <= time.Second {
+		t.Fatalf("the stream took %v, no longer than the idle timeout: it shows nothing", took)
+	}
 }
 
 func TestFailuresBeforeAnyEvent(t *testing.T) {
