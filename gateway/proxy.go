@@ -412,11 +412,34 @@ func (s *Server) post(upCtx context.Context, req *clientRequest, u *upstream.Ups
 	if err != nil {
 		return nil, nil, err
 	}
-	ans := &upstreamAnswer{status: resp.StatusCode, header: resp.Header, done: func(bool) { resp.Body.Close() }}
+	ans := &upstreamAnswer{status: resp.StatusCode, header: resp.Header, done: func(reusable bool) { closeUpstreamBody(resp.Body, reusable) }}
 	if resp.StatusCode/100 != 2 {
 		ans.body, _ = io.ReadAll(io.LimitReader(resp.Body, maxUpstreamErrorBody))
 	}
 	return resp, ans, nil
+}
+
+// What is left of an upstream body after the response ended (the chunked
+// encoding's last chunk, an SSE comment) is read before the body is closed,
+// within these bounds: Go's transport puts a connection back in its pool
+// only when the body was read to its end, so closing it at the terminal
+// event cost a new connection (and, to a TLS upstream, a handshake) per
+// stream (docs/ARCHITECTURE.md §11).
+const (
+	upstreamDrainBytes = 64 << 10
+	upstreamDrainWait  = 250 * time.Millisecond
+)
+
+// closeUpstreamBody closes an upstream answer's body. reusable: the upstream
+// ended the response itself, so the rest is read first (bounded); an
+// upstream that sends more, or not in time, loses its connection.
+func closeUpstreamBody(body io.ReadCloser, reusable bool) {
+	if reusable {
+		t := time.AfterFunc(upstreamDrainWait, func() { body.Close() })
+		_, _ = io.CopyN(io.Discard, body, upstreamDrainBytes)
+		t.Stop()
+	}
+	body.Close()
 }
 
 // isSSE reports whether a streaming request got an event stream back.
@@ -576,7 +599,9 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 	}
 	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "ok").Inc()
 	cs.finish(end.reason)
-	reusable = p.cleanEnd
+	if reusable = p.cleanEnd; reusable {
+		cs.flush() // the client has its terminal event before the rest of the upstream body is read
+	}
 	return attemptResult{next: nextDone}
 }
 

@@ -502,6 +502,7 @@ func (p *pump) handleChat(ev sse.Event) (pumpEnd, bool) {
 			}
 			return ended(p.terminate(reasonCut, e))
 		}
+		p.cleanEnd = true // [DONE] after the finish: the upstream ended the stream itself
 		return ended(p.cs.done())
 	}
 	var choices, usage, errField gjson.Result

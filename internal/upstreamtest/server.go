@@ -106,6 +106,7 @@ type Server struct {
 	serveDone chan struct{}
 
 	counter    atomic.Int64
+	conns      atomic.Int64 // TCP connections accepted (NewServer only)
 	wsConnects atomic.Int64
 	wsRefused  atomic.Int64
 
@@ -131,7 +132,11 @@ func NewServer(opts Options) *Server {
 		panic("upstreamtest: listen: " + err.Error())
 	}
 	s.URL = "http://" + ln.Addr().String() + "/v1"
-	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, ConnState: func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			s.conns.Add(1)
+		}
+	}}
 	s.serveDone = make(chan struct{})
 	go func() {
 		defer close(s.serveDone)
@@ -258,6 +263,11 @@ func (s *Server) ModelsRequests() int {
 
 // WebSocketConnects is the number of WebSocket upgrades accepted.
 func (s *Server) WebSocketConnects() int { return int(s.wsConnects.Load()) }
+
+// Connections is how many TCP connections the Server has accepted (one
+// started by NewServer; 0 for a Handler served elsewhere): a client that
+// reuses its connections keeps it from growing.
+func (s *Server) Connections() int { return int(s.conns.Load()) }
 
 // WebSocketRefused is the number of WebSocket upgrades answered 426 because
 // of Options.DisableWebSocket.
