@@ -423,8 +423,8 @@ func (s *Server) post(upCtx context.Context, req *clientRequest, u *upstream.Ups
 // encoding's last chunk, an SSE comment) is read before the body is closed,
 // within these bounds: Go's transport puts a connection back in its pool
 // only when the body was read to its end, so closing it at the terminal
-// event cost a new connection (and, to a TLS upstream, a handshake) per
-// stream (docs/ARCHITECTURE.md §11).
+// event could cost the next request a new connection (and, to a TLS
+// upstream, a handshake; docs/ARCHITECTURE.md §11).
 const (
 	upstreamDrainBytes = 64 << 10
 	upstreamDrainWait  = 250 * time.Millisecond
