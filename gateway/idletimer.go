@@ -17,11 +17,15 @@ type idleTimer struct {
 	base    time.Time    // touches are stored as time since base (monotonic)
 	last    atomic.Int64 // time since base of the last touch
 	stopped atomic.Bool
-	t       *time.Timer // nil until armed
+	t       *time.Timer
 }
 
 func newIdleTimer(d time.Duration, fn func()) *idleTimer {
-	return &idleTimer{d: d, fn: fn, base: time.Now()}
+	t := &idleTimer{d: d, fn: fn, base: time.Now()}
+	// Made stopped, before anything can fire it: fire reads t.t.
+	t.t = time.AfterFunc(time.Hour, t.fire)
+	t.t.Stop()
+	return t
 }
 
 // arm starts the count from now. It is called from the attempt's goroutine,
@@ -29,23 +33,18 @@ func newIdleTimer(d time.Duration, fn func()) *idleTimer {
 func (t *idleTimer) arm() {
 	t.stopped.Store(false)
 	t.touch()
-	if t.t == nil {
-		t.t = time.AfterFunc(t.d, t.fire)
-		return
-	}
 	t.t.Reset(t.d)
 }
 
 // touch records life: the count starts again from now.
 func (t *idleTimer) touch() { t.last.Store(int64(time.Since(t.base))) }
 
-// stop disarms the timer: fn is not called afterwards, even by a firing
-// already under way.
+// stop disarms the timer; a firing that sees it stopped does nothing (one
+// already past its check may still call fn, which cancels an attempt that
+// is ending anyway).
 func (t *idleTimer) stop() {
 	t.stopped.Store(true)
-	if t.t != nil {
-		t.t.Stop()
-	}
+	t.t.Stop()
 }
 
 func (t *idleTimer) fire() {
