@@ -20,7 +20,7 @@ func ScanTop(b []byte, maxDepth int, member func(key []byte, vs, ve int)) (valid
 	if maxDepth <= 0 {
 		maxDepth = DefaultMaxDepth
 	}
-	i := skipWS(b, 0)
+	i := SkipSpace(b, 0)
 	if i >= len(b) {
 		return false, false
 	}
@@ -44,7 +44,7 @@ func ScanTop(b []byte, maxDepth int, member func(key []byte, vs, ve int)) (valid
 				return false, object
 			}
 			inObject = append(inObject, c == '{')
-			i = skipWS(b, i+1)
+			i = SkipSpace(b, i+1)
 			if i < len(b) && (c == '{' && b[i] == '}' || c == '[' && b[i] == ']') {
 				i++
 				inObject = inObject[:len(inObject)-1]
@@ -74,18 +74,18 @@ func ScanTop(b []byte, maxDepth int, member func(key []byte, vs, ve int)) (valid
 		// next member or element.
 		for {
 			if len(inObject) == 0 {
-				return skipWS(b, i) == len(b), object
+				return SkipSpace(b, i) == len(b), object
 			}
 			if object && len(inObject) == 1 {
 				member(key, vs, i)
 			}
-			i = skipWS(b, i)
+			i = SkipSpace(b, i)
 			if i >= len(b) {
 				return false, object
 			}
 			top := inObject[len(inObject)-1]
 			if b[i] == ',' {
-				i = skipWS(b, i+1)
+				i = SkipSpace(b, i+1)
 				if top {
 					if i, ok = scanMemberKey(b, i, len(inObject) == 1, &key); !ok {
 						return false, object
@@ -100,13 +100,6 @@ func ScanTop(b []byte, maxDepth int, member func(key []byte, vs, ve int)) (valid
 			inObject = inObject[:len(inObject)-1]
 		}
 	}
-}
-
-func skipWS(b []byte, i int) int {
-	for i < len(b) && isSpace(b[i]) {
-		i++
-	}
-	return i
 }
 
 // scanMemberKey reads a member's key and colon at b[i]; the key replaces
@@ -131,11 +124,11 @@ func scanKey(b []byte, i int) (key []byte, next int, ok bool) {
 		return nil, end, false
 	}
 	key = b[i+1 : end-1]
-	i = skipWS(b, end)
+	i = SkipSpace(b, end)
 	if i >= len(b) || b[i] != ':' {
 		return nil, i, false
 	}
-	return key, skipWS(b, i+1), true
+	return key, SkipSpace(b, i+1), true
 }
 
 // scanString returns the index past the closing quote of the string whose
@@ -161,7 +154,7 @@ func scanString(b []byte, i int) (int, bool) {
 		switch b[i] {
 		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 		case 'u':
-			if i+4 >= len(b) || !isHex(b[i+1]) || !isHex(b[i+2]) || !isHex(b[i+3]) || !isHex(b[i+4]) {
+			if _, ok := hex4(b, i+1); !ok {
 				return i, false
 			}
 			i += 4
@@ -170,10 +163,6 @@ func scanString(b []byte, i int) (int, bool) {
 		}
 		i++
 	}
-}
-
-func isHex(c byte) bool {
-	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
 }
 
 func scanLiteral(b []byte, i int, lit string) (int, bool) {
