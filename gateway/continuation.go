@@ -114,27 +114,20 @@ func stallTimeout(req *clientRequest) time.Duration {
 }
 
 // nextFor is the target a continuation after cur goes to: the route's first
-// eligible, usable target other than cur (what candidates.next will begin),
-// with cur's position and the route's size.
-func (c *candidates) nextFor(cur upstream.Target) (next upstream.Target, index, count int, ok bool) {
+// eligible, usable target other than cur (what candidates.next will begin).
+func (c *candidates) nextFor(cur upstream.Target) (upstream.Target, bool) {
 	if c == nil || c.route == nil {
-		return upstream.Target{}, 0, 0, false
-	}
-	count = len(c.route.Targets)
-	for i, t := range c.list {
-		if t == cur {
-			index = i
-		}
+		return upstream.Target{}, false
 	}
 	for _, t := range c.list {
 		if t == cur || !c.eligible(t) {
 			continue
 		}
 		if usable, _ := c.s.pool.TargetUsable(t); usable {
-			return t, index, count, true
+			return t, true
 		}
 	}
-	return upstream.Target{}, index, count, false
+	return upstream.Target{}, false
 }
 
 // afterContentClass is the failure class of an error that arrived after
@@ -225,7 +218,7 @@ func hasTools(req *clientRequest) bool {
 func (s *Server) askContinuation(ctx context.Context, req *clientRequest, u *upstream.Upstream, facts sentFacts, class, code string,
 	status, replays, pending int) (kind string, next upstream.Target, v hostabi.ReplayVerdict) {
 	try := tryOf(req)
-	next, _, _, ok := try.cands.nextFor(try.target)
+	next, ok := try.cands.nextFor(try.target)
 	in := hostabi.ReplayInput{Code: code, HTTPStatus: status, ReplayCount: replays,
 		ResponseCreatedSeen: true, ResponseIDAssigned: facts.responseID != "", PendingRequests: pending,
 		Phase: hostabi.PhaseAfterContent, FailureClass: class, BytesSent: facts.bytes, ItemsSent: facts.items,

@@ -7,9 +7,8 @@ package gateway_test
 // answer is reported under.
 //
 // Mutants left untested, as no input can tell them apart:
-//   - continuation.go nextFor (t == cur -> t != cur): the loop only computes
-//     the index nextFor returns, and its one caller (askContinuation)
-//     discards it; the next target is chosen by the second loop.
+//   - continuation.go nextFor (t == cur -> t != cur), in a loop that only
+//     computed an index its one caller discarded. The loop is gone since.
 //   - proxy.go process (DetachGrace > 0 -> >= 0): with no grace the
 //     mutant runs the stream on a detached context that the client's
 //     cancellation reaches through context.AfterFunc -> goneLocked ->

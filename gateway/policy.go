@@ -42,6 +42,11 @@ func (BuiltinPolicy) Rewrite(context.Context, hostabi.RewriteInput) hostabi.Rewr
 // gateway asks StreamHookActive once per stream; when it is false (or the
 // Policy does not implement StreamPolicy) the stream never builds a hook
 // input: the no-hook path is one nil check per event.
+//
+// The strings of StreamEvent's input (Type, ItemID, Delta, Text) may point
+// into the buffer the gateway reads the upstream with, which the next read
+// reuses: they are valid during the call only, and an implementation that
+// keeps one copies it (strings.Clone). Wasm policies get copies anyway.
 type StreamPolicy interface {
 	StreamHookActive() bool
 	StreamEvent(ctx context.Context, in hostabi.StreamEventInput) hostabi.StreamEventOutput

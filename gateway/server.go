@@ -448,10 +448,23 @@ func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request, _ httprout
 		Created int64  `json:"created"`
 		OwnedBy string `json:"owned_by"`
 	}
+	// One snapshot of the pool: a probe that changes an upstream's list
+	// between two reads cannot leave a model without its owner.
 	owners := s.pool.ModelOwners()
-	data := make([]model, 0, len(owners))
-	for _, id := range s.pool.Models() {
-		data = append(data, model{ID: s.scrub.String(id), Object: "model", OwnedBy: owners[id][0]})
+	ids := make([]string, 0, len(owners))
+	for id := range owners {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	data := make([]model, 0, len(ids))
+	listed := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		// Two upstream ids that differ only in a redacted key read the
+		// same to the client: listed once.
+		if shown := s.scrub.String(id); !listed[shown] {
+			listed[shown] = true
+			data = append(data, model{ID: shown, Object: "model", OwnedBy: owners[id][0]})
+		}
 	}
 	// Route models that are plain names are models too, served by Sluice
 	// (a name an upstream also lists is listed once, as the route's).
