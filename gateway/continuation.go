@@ -1417,9 +1417,8 @@ func (s *Server) armContinuation(cs *clientStream, p *pump, cancel context.Cance
 		cs.beginSplice(c.kind, c.r.usage)
 	}
 	if d := stallTimeout(req); d > 0 && req.stream {
-		p.stall, p.stallD = time.AfterFunc(time.Hour, func() { cancel(errStallTimeout) }), d
-		p.stall.Stop()
-		return func() { p.stall.Stop() }
+		p.stall, p.stallD = newIdleTimer(d, func() { cancel(errStallTimeout) }), d
+		return p.stall.stop
 	}
 	return func() {}
 }

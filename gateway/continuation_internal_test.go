@@ -67,8 +67,8 @@ func (discard) commit(http.Header) eventSink                   { return discardS
 
 // BenchmarkPumpContinuationArmed: the gateway's own cost per event of a
 // healthy 2000-delta stream (no network: pre-rendered events into a sink
-// that discards them), with the continuation armed (the stall timer reset
-// and stopped around every read) and off, interleaved stream by stream so
+// that discards them), with the continuation armed (the stall bound resumed
+// and paused around every read) and off, interleaved stream by stream so
 // the machine's load falls on both alike.
 func BenchmarkPumpContinuationArmed(b *testing.B) {
 	pool, err := upstream.NewPool([]upstream.Config{{Name: "A", BaseURL: "http://127.0.0.1:1/v1"}}, upstream.Options{})
@@ -93,9 +93,8 @@ func BenchmarkPumpContinuationArmed(b *testing.B) {
 		p := &pump{s: s, cs: cs, ctx: ctx, upCtx: ctx, req: req, u: pool.Get("A"), src: src, surface: cs.surface, replayable: true}
 		if armed {
 			p.armed, p.stallD = true, 60*time.Second
-			p.stall = time.AfterFunc(time.Hour, func() {})
-			p.stall.Stop()
-			defer p.stall.Stop()
+			p.stall = newIdleTimer(p.stallD, func() {})
+			defer p.stall.stop()
 		}
 		first, _ := src.Next()
 		start := time.Now()

@@ -11,12 +11,18 @@ import (
 // at 1,000 streams (docs/ARCHITECTURE.md §11). Instead the timer, when it
 // fires, re-arms itself for what is left of d since the last touch, so fn
 // runs d after the last touch, as a timer reset on every read would.
+//
+// A route's stall bound is one too, counting only while the pump waits for
+// the upstream: resume when the wait begins, pause when an event arrives.
+// Time spent writing to a slow client is not the upstream's silence.
 type idleTimer struct {
 	d       time.Duration
 	fn      func()
 	base    time.Time    // touches are stored as time since base (monotonic)
 	last    atomic.Int64 // time since base of the last touch
 	stopped atomic.Bool
+	paused  atomic.Bool // the count is held: fire only re-arms
+	started bool        // resume has armed the runtime timer (the pump's goroutine only)
 	t       *time.Timer
 }
 
@@ -39,6 +45,22 @@ func (t *idleTimer) arm() {
 // touch records life: the count starts again from now.
 func (t *idleTimer) touch() { t.last.Store(int64(time.Since(t.base))) }
 
+// resume starts the count from now after a pause (or for the first time).
+// It and pause are called from one goroutine, the pump's: per event they
+// store a time and a flag, and never touch the runtime timer after the first
+// resume.
+func (t *idleTimer) resume() {
+	t.touch()
+	t.paused.Store(false)
+	if !t.started {
+		t.started = true
+		t.t.Reset(t.d)
+	}
+}
+
+// pause holds the count until the next resume.
+func (t *idleTimer) pause() { t.paused.Store(true) }
+
 // stop disarms the timer; a firing that sees it stopped does nothing (one
 // already past its check may still call fn, which cancels an attempt that
 // is ending anyway).
@@ -49,6 +71,10 @@ func (t *idleTimer) stop() {
 
 func (t *idleTimer) fire() {
 	if t.stopped.Load() {
+		return
+	}
+	if t.paused.Load() {
+		t.t.Reset(t.d) // look again later; resume restarts the count anyway
 		return
 	}
 	if rest := t.d - (time.Since(t.base) - time.Duration(t.last.Load())); rest > 0 {

@@ -46,3 +46,43 @@ func TestIdleTimerFiresAfterTheLastTouch(t *testing.T) {
 	case <-time.After(2 * d):
 	}
 }
+
+// TestIdleTimerCountsOnlyWhileResumed: the stall bound's use. A pause
+// longer than d (the pump writing to a slow client) does not fire it; after
+// resume it fires d later, once.
+func TestIdleTimerCountsOnlyWhileResumed(t *testing.T) {
+	const d = 150 * time.Millisecond
+	fired := make(chan time.Time, 4)
+	it := newIdleTimer(d, func() { fired <- time.Now() })
+	defer it.stop()
+	select {
+	case <-fired:
+		t.Fatal("fired before the first resume")
+	case <-time.After(2 * d):
+	}
+	for range 3 { // waits shorter than d, each followed by a pause of 2d
+		it.resume()
+		time.Sleep(d / 3)
+		it.pause()
+		select {
+		case at := <-fired:
+			t.Fatalf("fired %v into a pause", time.Since(at))
+		case <-time.After(2 * d):
+		}
+	}
+	it.resume()
+	resumed := time.Now()
+	select {
+	case at := <-fired:
+		if gap := at.Sub(resumed); gap < d {
+			t.Fatalf("fired %v after resume, before %v", gap, d)
+		}
+	case <-time.After(10 * d):
+		t.Fatal("never fired after resume")
+	}
+	select {
+	case <-fired:
+		t.Fatal("fired twice")
+	case <-time.After(2 * d):
+	}
+}

@@ -182,8 +182,9 @@ type pump struct {
 	armed bool
 	cont  bool // this attempt continues a stream (its events are spliced)
 	// stall bounds the silence between events once content flows (the
-	// route's stall; nil: the idle timeout alone).
-	stall       *time.Timer
+	// route's stall; nil: the idle timeout alone). It counts only while
+	// run waits for the next event.
+	stall       *idleTimer
 	stallD      time.Duration
 	stallOn     bool
 	sentContent bool
@@ -229,12 +230,12 @@ func (p *pump) run(ev sse.Event, err error) pumpEnd {
 		if p.stall != nil {
 			p.stallOn = p.stallOn || p.sentContent || p.cont
 			if p.stallOn {
-				p.stall.Reset(p.stallD)
+				p.stall.resume()
 			}
 		}
 		ev, err = p.src.Next()
 		if p.stallOn {
-			p.stall.Stop()
+			p.stall.pause()
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -128,20 +129,57 @@ func loadConfig() (benchConfig, error) {
 // sluiceCommand is the Sluice the benchmark measures: `sluice serve` with
 // its defaults (plus SLUICE_BENCH_SLUICE_ARGS), or, with
 // SLUICE_BENCH_SLUICE=gateway or SLUICE_BENCH_PROFILE, the gateway role of
-// this test binary. graceful: stop it with SIGTERM, so that the role writes
-// its profile.
-func sluiceCommand(cfg benchConfig, upstreamURL, dataDir string) (cmd *exec.Cmd, graceful bool, err error) {
+// this test binary. routed: the fake upstream is two upstreams behind a
+// route with the rescue machinery armed (routedYAML) instead of
+// `--upstream`. graceful: stop it with SIGTERM, so that the role writes its
+// profile.
+func sluiceCommand(cfg benchConfig, upstreamURL, dir string, routed bool) (cmd *exec.Cmd, graceful bool, err error) {
 	if cfg.sluiceMode == "gateway" {
-		cmd, err = selfRole(roleGateway, envUpstream+"="+upstreamURL)
+		env := []string{envUpstream + "=" + upstreamURL}
+		if routed {
+			env = append(env, envRouted+"=1")
+		}
+		cmd, err = selfRole(roleGateway, env...)
 		return cmd, true, err
 	}
 	bin, err := sluiceBinary()
 	if err != nil {
 		return nil, false, err
 	}
-	args := []string{"serve", "--upstream", upstreamURL + "/v1", "--listen", "127.0.0.1:0", "--data-dir", dataDir, "--log-level", "error"}
+	args := []string{"serve", "--upstream", upstreamURL + "/v1"}
+	if routed {
+		path := filepath.Join(dir, "sluice.yaml")
+		if err := os.WriteFile(path, []byte(routedYAML(upstreamURL)), 0o644); err != nil {
+			return nil, false, err
+		}
+		args = []string{"serve", "--config", path}
+	}
+	args = append(args, "--listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data"), "--log-level", "error")
 	args = append(args, strings.Fields(os.Getenv(envSluiceArgs))...)
 	return exec.Command(bin, args...), false, nil
+}
+
+// benchModel is the model every benchmark request names.
+const benchModel = "gpt-fake-1"
+
+// routedStall is the routed Sluice's stall bound: far above the stamped
+// stream's 20 ms gaps, so it never fires, but it is counted on every event.
+const routedStall = 30 * time.Second
+
+// routedYAML is the config of a routed Sluice: the fake upstream as a
+// primary and a backup, and a route for the bench's model with a stall
+// bound and continuation on, so every stream runs with its continuation
+// armed (what was sent is tracked for a splice) and its stall counted, as
+// an operator's rescue setup would.
+func routedYAML(upstreamURL string) string {
+	return fmt.Sprintf("upstreams:\n"+
+		"  - {name: primary, base_url: %[1]q}\n"+
+		"  - {name: backup, base_url: %[1]q}\n"+
+		"routes:\n"+
+		"  - models: [%[2]q]\n"+
+		"    targets: [{upstream: primary}, {upstream: backup}]\n"+
+		"    timeouts: {stall: %[3]s}\n"+
+		"    continuation: auto\n", upstreamURL+"/v1", benchModel, routedStall)
 }
 
 // pathResult is everything measured on one path.
@@ -197,7 +235,7 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	proxyCmd, _ := selfRole(roleProxy, envUpstream+"="+up.url)
 	proxy := start("bare proxy", func() (*process, error) { return startProcess("proxy", proxyCmd, true) })
 
-	slCmd, graceful, err := sluiceCommand(cfg, up.url, b.TempDir())
+	slCmd, graceful, err := sluiceCommand(cfg, up.url, b.TempDir(), false)
 	if err != nil {
 		b.Fatal(err)
 	}

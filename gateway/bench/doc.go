@@ -20,7 +20,8 @@
 //     Sluice with continuity on and off, first turns and follow-ups.
 //   - BenchmarkStampedStreams (case "stamped"): per-frame latency (arrival −
 //     emit, stamped by the fake upstream) of 64-delta streams 20 ms apart at
-//     64, 256 and 1,024 concurrent streams, direct / bare proxy / sluice.
+//     64, 256 and 1,024 concurrent streams, direct / bare proxy / sluice
+//     (routed, with continuation and a stall bound armed).
 //
 // The package has only test files; see bench_test.go and cases_test.go for
 // the knobs: SLUICE_BENCH_CASES selects cases (default all), -short or

@@ -34,7 +34,7 @@ func requestBody(stream bool, size int) []byte {
 	if size > 0 {
 		reps = max(1, size/len(sentence))
 	}
-	return fmt.Appendf(nil, `{"model":"gpt-fake-1","instructions":%q,"input":[`+
+	return fmt.Appendf(nil, `{"model":"`+benchModel+`","instructions":%q,"input":[`+
 		`{"type":"message","role":"user","content":[{"type":"input_text","text":"List three prime numbers."}]},`+
 		`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"2, 3 and 5."}]},`+
 		`{"type":"message","role":"user","content":[{"type":"input_text","text":"And three more, please, with a short explanation of why each one is prime."}]}],`+

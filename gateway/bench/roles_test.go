@@ -31,6 +31,7 @@ import (
 const (
 	envRole     = "SLUICE_BENCH_ROLE"
 	envUpstream = "SLUICE_BENCH_UPSTREAM"
+	envRouted   = "SLUICE_BENCH_ROUTED" // the gateway role: routedYAML's setup
 
 	roleUpstream = "upstream" // the fake upstream (upstreamtest)
 	roleProxy    = "proxy"    // the bare httputil.ReverseProxy
@@ -239,7 +240,14 @@ func runProxy(ln net.Listener) (func(), error) {
 func runGateway(ln net.Listener) (func(), error) {
 	base := os.Getenv(envUpstream)
 	transport := gateway.NewTransport(5*time.Second, 120*time.Second)
-	pool, err := upstream.NewPool([]upstream.Config{{Name: "127.0.0.1-1", BaseURL: base + "/v1"}}, upstream.Options{
+	cfgs := []upstream.Config{{Name: "127.0.0.1-1", BaseURL: base + "/v1"}}
+	var routes []gateway.Route
+	if os.Getenv(envRouted) == "1" { // as routedYAML
+		cfgs = []upstream.Config{{Name: "primary", BaseURL: base + "/v1"}, {Name: "backup", BaseURL: base + "/v1"}}
+		routes = []gateway.Route{{Models: []string{benchModel}, Targets: []gateway.RouteTarget{{Upstream: "primary"}, {Upstream: "backup"}},
+			Stall: routedStall, Continuation: gateway.ContinuationAuto}}
+	}
+	pool, err := upstream.NewPool(cfgs, upstream.Options{
 		Client: &http.Client{Transport: transport, Timeout: 30 * time.Second},
 	})
 	if err != nil {
@@ -248,7 +256,7 @@ func runGateway(ln net.Listener) (func(), error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	probes := make(chan struct{})
 	go func() { defer close(probes); pool.Run(ctx) }()
-	gw, err := gateway.New(gateway.Options{Pool: pool, Transport: transport})
+	gw, err := gateway.New(gateway.Options{Pool: pool, Transport: transport, Routes: routes})
 	if err != nil {
 		cancel()
 		return nil, err

@@ -173,8 +173,9 @@ func (r *stampedRun) medianRoundP99() time.Duration {
 // stampedDeltas text deltas stampedGap apart, stamped by the fake upstream
 // with their emit time; the client records arrival − emit per delta.
 // Levels 64, 256 and 1,024 concurrent streams; direct, bare
-// httputil.ReverseProxy and `sluice serve` (default config: store on, the
-// embedded policies, anchors in Pebble), interleaved in rounds. Targets
+// httputil.ReverseProxy and `sluice serve` (store on, the embedded
+// policies, anchors in Pebble, and the rescue machinery armed: routedYAML),
+// interleaved in rounds. Targets
 // (printed, not asserted): Sluice's per-frame p99 at most the bare
 // proxy's at every level, and at least as many completed streams.
 func BenchmarkStampedStreams(b *testing.B) {
@@ -209,7 +210,7 @@ func BenchmarkStampedStreams(b *testing.B) {
 		b.Fatal(err)
 	}
 	procs.add(proxy)
-	slCmd, graceful, err := sluiceCommand(cfg, up.url, b.TempDir())
+	slCmd, graceful, err := sluiceCommand(cfg, up.url, b.TempDir(), true)
 	if err != nil {
 		b.Fatal(err)
 	}
