@@ -47,6 +47,10 @@ fuzz FUZZTIME="30s":
     go test -run '^$' -fuzz '^FuzzFromChatResponse$' -fuzztime {{FUZZTIME}} ./internal/translate/
     go test -run '^$' -fuzz '^FuzzDecodeInputs$' -fuzztime {{FUZZTIME}} ./hostabi/
     go test -run '^$' -fuzz '^FuzzDocument$' -fuzztime {{FUZZTIME}} ./internal/jsonx/
+    go test -run '^$' -fuzz '^FuzzSWAR$' -fuzztime {{FUZZTIME}} ./internal/jsonx/
+    go test -run '^$' -fuzz '^FuzzCheckDepth$' -fuzztime {{FUZZTIME}} ./internal/jsonx/
+    go test -run '^$' -fuzz '^FuzzScanTop$' -fuzztime {{FUZZTIME}} ./internal/jsonx/
+    go test -run '^$' -fuzz '^FuzzScanEvent$' -fuzztime {{FUZZTIME}} ./gateway/
     go test -run '^$' -fuzz '^FuzzDecodeRecoverResult$' -fuzztime {{FUZZTIME}} ./plugins/
     go test -run '^$' -fuzz '^FuzzDecodeReplayResult$' -fuzztime {{FUZZTIME}} ./plugins/
     # fuzz-serve: the whole HTTP entry (coverage through a loopback upstream is not deterministic: bound minimization)
