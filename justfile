@@ -39,7 +39,7 @@ bench:
 bench-micro:
     go test -run '^$' -bench . -benchmem ./...
 
-# Fuzz each parser for a while (FUZZTIME=30s by default): SSE reader, translators, ABI decoding, the HTTP entry
+# Fuzz each parser for a while (FUZZTIME=30s by default): SSE reader, translators, ABI decoding, event scan, splicer, the HTTP entry
 fuzz FUZZTIME="30s":
     go test -run '^$' -fuzz '^FuzzReader$' -fuzztime {{FUZZTIME}} ./gateway/sse/
     go test -run '^$' -fuzz '^FuzzToChat$' -fuzztime {{FUZZTIME}} ./internal/translate/
@@ -51,6 +51,7 @@ fuzz FUZZTIME="30s":
     go test -run '^$' -fuzz '^FuzzCheckDepth$' -fuzztime {{FUZZTIME}} ./internal/jsonx/
     go test -run '^$' -fuzz '^FuzzScanTop$' -fuzztime {{FUZZTIME}} ./internal/jsonx/
     go test -run '^$' -fuzz '^FuzzScanEvent$' -fuzztime {{FUZZTIME}} ./gateway/
+    go test -run '^$' -fuzz '^FuzzSplice$' -fuzztime {{FUZZTIME}} ./gateway/
     go test -run '^$' -fuzz '^FuzzDecodeRecoverResult$' -fuzztime {{FUZZTIME}} ./plugins/
     go test -run '^$' -fuzz '^FuzzDecodeReplayResult$' -fuzztime {{FUZZTIME}} ./plugins/
     # fuzz-serve: the whole HTTP entry (coverage through a loopback upstream is not deterministic: bound minimization)

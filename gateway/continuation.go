@@ -472,6 +472,9 @@ func (p *pump) confirmRescue() {
 // rescuable reports whether a failure now may be continued: armed, and
 // content reached the client.
 func (p *pump) rescuable() bool {
+	if p.req.ep.chat && p.cs.finished() {
+		return false // the answer was complete (a finish_reason went out): nothing to continue
+	}
 	return p.armed && p.ctx.Err() == nil && p.cs.visible()
 }
 
@@ -696,7 +699,13 @@ type chatTool struct {
 func (cs *clientStream) beginSplice(kind string, prevUsage []byte) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	sp := &splicer{kind: kind, prevUsage: prevUsage, items: map[int64]*splicedItem{}, n: len(cs.items), next: int64(len(cs.items))}
+	// New items go after the highest output_index the client has: an
+	// upstream need not number its items from 0.
+	next := int64(0)
+	for _, it := range cs.items {
+		next = max(next, it.index+1)
+	}
+	sp := &splicer{kind: kind, prevUsage: prevUsage, items: map[int64]*splicedItem{}, n: len(cs.items), next: next}
 	cs.usage = append(cs.usage[:0], prevUsage...) // what a failure now reports
 	if cs.chat {
 		if kind == kindRestart {
@@ -814,7 +823,9 @@ func (cs *clientStream) spliceLocked(name string, data []byte, f *eventFields) e
 				return cs.divergeLocked("wrote text that contradicts what was already sent")
 			case surplus == "":
 				return nil
-			case p.done:
+			case p.done || m.snap != nil && m.snap.done:
+				// An upstream may close the item without closing its part
+				// first: the client saw the text complete either way.
 				return cs.divergeLocked("wrote more text into a part the client saw complete")
 			}
 			if surplus != d {
@@ -957,7 +968,10 @@ func (cs *clientStream) splicePartLocked(name string, data []byte, f *eventField
 			return nil
 		}
 	}
-	idx := int64(len(m.client.parts))
+	idx := int64(0) // after the highest content_index the client has in the item
+	for _, p := range m.client.parts {
+		idx = max(idx, p.index+1)
+	}
 	m.parts[j] = &splicedPart{index: idx}
 	return cs.rewriteLocked(name, data, append(at, intField("content_index", idx))...)
 }
