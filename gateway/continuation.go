@@ -823,14 +823,16 @@ func (cs *clientStream) spliceLocked(name string, data []byte, f *eventFields) e
 				return cs.divergeLocked("wrote text that contradicts what was already sent")
 			case surplus == "":
 				return nil
-			case p.done || m.snap != nil && m.snap.done:
-				// An upstream may close the item without closing its part
-				// first: the client saw the text complete either way.
-				return cs.divergeLocked("wrote more text into a part the client saw complete")
 			}
 			if surplus != d {
 				at = append(at, strField("delta", surplus))
 			}
+		}
+		// New text for a part the client saw complete: its part done, or its
+		// item's (an upstream may close an item without closing its part, and
+		// the splice closes items itself).
+		if p.done || m.client.done != nil {
+			return cs.divergeLocked("wrote more text into a part the client saw complete")
 		}
 		return cs.rewriteLocked(name, data, append(at, intField("content_index", p.index))...)
 	case "response.function_call_arguments.delta", "response.custom_tool_call_input.delta":
@@ -842,7 +844,7 @@ func (cs *clientStream) spliceLocked(name string, data []byte, f *eventFields) e
 				return cs.divergeLocked("called the tool with arguments that contradict those already sent")
 			case surplus == "":
 				return nil
-			case m.snap != nil && m.snap.done:
+			case m.client.done != nil:
 				return cs.divergeLocked("added arguments to a tool call the client saw complete")
 			}
 			if surplus != d {
