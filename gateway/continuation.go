@@ -1433,7 +1433,7 @@ func (s *Server) armContinuation(cs *clientStream, p *pump, cancel context.Cance
 		cs.beginSplice(c.kind, c.r.usage)
 	}
 	if d := stallTimeout(req); d > 0 && req.stream {
-		p.stall, p.stallD = newIdleTimer(d, func() { cancel(errStallTimeout) }), d
+		p.stall = newIdleTimer(d, func() { cancel(errStallTimeout) })
 		return p.stall.stop
 	}
 	return func() {}

@@ -92,8 +92,8 @@ func BenchmarkPumpContinuationArmed(b *testing.B) {
 		ctx := context.Background()
 		p := &pump{s: s, cs: cs, ctx: ctx, upCtx: ctx, req: req, u: pool.Get("A"), src: src, surface: cs.surface, replayable: true}
 		if armed {
-			p.armed, p.stallD = true, 60*time.Second
-			p.stall = newIdleTimer(p.stallD, func() {})
+			p.armed = true
+			p.stall = newIdleTimer(60*time.Second, func() {})
 			defer p.stall.stop()
 		}
 		first, _ := src.Next()

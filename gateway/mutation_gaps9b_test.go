@@ -99,12 +99,7 @@ func TestGaps9bResumerKeepsADetachedStreamPastItsGrace(t *testing.T) {
 	h.ups["A"].Enqueue(slow)
 	first := h.readSome("sk-client-secret", `{"model":"gpt-fake-1","input":"hi","stream":true}`, 3)
 	id := gjson.GetBytes(first[0], "response.id").Str
-	last := gjson.GetBytes(first[len(first)-1], "sequence_number").Int()
-	status, rest, body := h.resume("sk-client-secret", id, last)
-	if status != http.StatusOK {
-		t.Fatalf("resume: %d %s", status, body)
-	}
-	if o := checkResponsesEvents(t, append(first, rest...)); o.text != resumeText || o.terminal != "response.completed" {
+	if o := checkResponsesEvents(t, h.resumeAfter("sk-client-secret", id, first)); o.text != resumeText || o.terminal != "response.completed" {
 		t.Fatalf("a followed detached stream ended %s with %q; want it completed past its grace", o.terminal, o.text)
 	}
 }

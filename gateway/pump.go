@@ -185,7 +185,6 @@ type pump struct {
 	// route's stall; nil: the idle timeout alone). It counts only while
 	// run waits for the next event.
 	stall       *idleTimer
-	stallD      time.Duration
 	stallOn     bool
 	sentContent bool
 	// firstToken stops the route's first_token timer: called at the first
@@ -279,7 +278,7 @@ func (p *pump) readFailure(err error) (string, *apierr.Error) {
 	case errors.Is(cause, errIdleTimeout):
 		return reasonIdle, apierr.StreamIncomplete("the upstream sent nothing for %s", p.s.opts.IdleTimeout)
 	case errors.Is(cause, errStallTimeout):
-		return reasonStall, apierr.StreamIncomplete("the upstream sent nothing for %s after the answer started", p.stallD)
+		return reasonStall, apierr.StreamIncomplete("the upstream sent nothing for %s after the answer started", p.stall.d)
 	case errors.Is(cause, errFirstTokenTimeout):
 		var d time.Duration
 		if r := tryOf(p.req).route; r != nil {

@@ -65,12 +65,7 @@ func TestResumeDurableAcrossRestart(t *testing.T) {
 	opts.Resume.Store = st2
 	h2 := newHarness(t, harnessConfig{opts: opts, protocol: map[string]string{"A": "chat"}})
 
-	last := gjson.GetBytes(first[len(first)-1], "sequence_number").Int()
-	status, rest, body := h2.resume("sk-client-secret", streamID, last)
-	if status != http.StatusOK {
-		t.Fatalf("resume after a restart: %d %s", status, body)
-	}
-	if o := checkResponsesEvents(t, append(first, rest...)); o.text != resumeText || o.terminal != "response.completed" {
+	if o := checkResponsesEvents(t, h2.resumeAfter("sk-client-secret", streamID, first)); o.text != resumeText || o.terminal != "response.completed" {
 		t.Fatalf("resumed after a restart: %q %s", o.text, o.terminal)
 	}
 	_, got := h2.call(http.MethodGet, "/v1/responses/"+bgID, "sk-client-secret")
@@ -130,12 +125,7 @@ func TestResumeAcrossReplicas(t *testing.T) {
 	up.Enqueue(slowAnswer())
 	first := r1.readSome("sk-client-secret", `{"model":"gpt-fake-1","input":"hi","stream":true}`, 5)
 	id := gjson.GetBytes(first[0], "response.id").Str
-	last := gjson.GetBytes(first[len(first)-1], "sequence_number").Int()
-	status, rest, body := r2.resume("sk-client-secret", id, last)
-	if status != http.StatusOK {
-		t.Fatalf("resume on the other replica: %d %s", status, body)
-	}
-	if o := checkResponsesEvents(t, append(first, rest...)); o.text != resumeText || o.terminal != "response.completed" {
+	if o := checkResponsesEvents(t, r2.resumeAfter("sk-client-secret", id, first)); o.text != resumeText || o.terminal != "response.completed" {
 		t.Fatalf("resumed on the other replica: %q %s", o.text, o.terminal)
 	}
 

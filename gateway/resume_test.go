@@ -56,6 +56,18 @@ func (h *harness) readSome(key, body string, n int) [][]byte {
 
 // resume GETs /v1/responses/{id}?stream=true&starting_after=after as key
 // and returns the status, the events and, for an error, the body.
+// resumeAfter resumes response id after the last of the events first (read
+// with key) and returns the whole stream the client then has.
+func (h *harness) resumeAfter(key, id string, first [][]byte) [][]byte {
+	h.t.Helper()
+	last := gjson.GetBytes(first[len(first)-1], "sequence_number").Int()
+	status, rest, body := h.resume(key, id, last)
+	if status != http.StatusOK {
+		h.t.Fatalf("resume of %s after %d: %d %s", id, last, status, body)
+	}
+	return append(first, rest...)
+}
+
 func (h *harness) resume(key, id string, after int64) (int, [][]byte, string) {
 	h.t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, h.url+"/v1/responses/"+id+"?stream=true&starting_after="+itoa(after), nil)
@@ -149,19 +161,15 @@ func TestResumeAfterDisconnect(t *testing.T) {
 			if id == "" {
 				t.Fatalf("the first event names no response: %s", first[0])
 			}
-			last := gjson.GetBytes(first[len(first)-1], "sequence_number").Int()
-			status, rest, body := h.resume("sk-client-secret", id, last)
-			if status != http.StatusOK {
-				t.Fatalf("resume: %d %s", status, body)
-			}
-			o := checkResponsesEvents(t, append(first, rest...))
+			whole := h.resumeAfter("sk-client-secret", id, first)
+			o := checkResponsesEvents(t, whole)
 			if o.text != resumeText || o.terminal != "response.completed" {
 				t.Fatalf("resumed stream: text %q, terminal %s", o.text, o.terminal)
 			}
 			// A second resume from the start replays the whole log.
 			_, all, _ := h.resume("sk-client-secret", id, -1)
-			if len(all) != len(first)+len(rest) {
-				t.Fatalf("a resume from the start got %d events, the stream had %d", len(all), len(first)+len(rest))
+			if len(all) != len(whole) {
+				t.Fatalf("a resume from the start got %d events, the stream had %d", len(all), len(whole))
 			}
 			if !strings.Contains(h.metrics(), `sluice_stream_resumes_total{via="sse"} 2`) {
 				t.Fatal("resumes are not counted")
