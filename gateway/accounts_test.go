@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -394,5 +395,33 @@ func TestNoAuthRequiredKeepsPassThrough(t *testing.T) {
 	}
 	if got := h.ups["A"].Requests()[0].Header.Get("Authorization"); got != "Bearer sk-client-secret" {
 		t.Fatalf("upstream got %q", got)
+	}
+}
+
+// TestAccessLogTimeToFirstEvent: a stream's access line times its first
+// event, not its last. The upstream waits 50ms before each of its events,
+// so the first one reaches the client well before the stream ends.
+func TestAccessLogTimeToFirstEvent(t *testing.T) {
+	h := newHarness(t, harnessConfig{})
+	h.ups["A"].Enqueue(upstreamtest.Slow(50 * time.Millisecond))
+	_, evs := h.responsesStream(respBody)
+	if last := assertOneTerminal(t, evs); last.typ != "response.completed" {
+		t.Fatalf("terminal %s, want response.completed", last.typ)
+	}
+	line := regexp.MustCompile(`access: request.* ttfe=(\S+) duration=(\S+)`)
+	var m []string
+	for deadline := time.Now().Add(5 * time.Second); m == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		m = line.FindStringSubmatch(h.logs.String())
+	}
+	if m == nil {
+		t.Fatalf("no access line with a ttfe:\n%s", h.logs.String())
+	}
+	ttfe, err1 := time.ParseDuration(m[1])
+	took, err2 := time.ParseDuration(m[2])
+	if err1 != nil || err2 != nil {
+		t.Fatalf("access line %q: %v %v", m[0], err1, err2)
+	}
+	if took-ttfe < 100*time.Millisecond {
+		t.Fatalf("ttfe %v of a %v stream: it times a later event than the first", ttfe, took)
 	}
 }

@@ -54,6 +54,7 @@ type clientStream struct {
 	mu      sync.Mutex
 	sink    eventSink   // nil until the first write commits the stream
 	fs      *sseSink    // sink, when it is SSE (flushed explicitly)
+	meter   *meterSink  // sink, when the request is metered (usage.go)
 	header  http.Header // headers of the attempt feeding the stream, sent at commit
 	lazy    bool        // the feeding attempt flushes before each blocking read
 	wrote   bool        // an event reached the client
@@ -375,7 +376,7 @@ func (cs *clientStream) sendChat(data []byte, finish bool, usage gjson.Result) e
 	if cs.splice != nil {
 		return cs.spliceChatLocked(data, finish, usage)
 	}
-	if err := cs.eventLocked("", data); err != nil {
+	if err := cs.eventLocked("", data, !usage.IsObject()); err != nil {
 		return err
 	}
 	if cs.trackChat {
@@ -443,6 +444,7 @@ func (cs *clientStream) commitLocked() {
 		return
 	}
 	cs.sink = cs.out.commit(cs.header)
+	cs.meter, _ = cs.sink.(*meterSink)
 	if fs := sseSinkOf(cs.sink); fs != nil {
 		cs.fs = fs
 		fs.auto = !cs.lazy
@@ -451,8 +453,12 @@ func (cs *clientStream) commitLocked() {
 }
 
 // eventLocked writes one event, committing the stream first. A detached
-// stream (resume.go) writes nothing: its events are only logged.
-func (cs *clientStream) eventLocked(name string, data []byte) error {
+// stream (resume.go) writes nothing: its events are only logged. plain: the
+// caller read the event and it carries nothing the usage meter keeps: a
+// Responses event whose type starts "response." and is not terminal (the
+// meter reads usage from terminal events only), or a Chat chunk without a
+// "usage" member.
+func (cs *clientStream) eventLocked(name string, data []byte, plain bool) error {
 	if cs.gone {
 		if cs.detached {
 			return nil
@@ -460,7 +466,13 @@ func (cs *clientStream) eventLocked(name string, data []byte) error {
 		return errClientGone
 	}
 	cs.commitLocked()
-	if err := cs.sink.Event(name, data); err != nil {
+	var err error
+	if plain && cs.meter != nil {
+		err = cs.meter.plainEvent(name, data)
+	} else {
+		err = cs.sink.Event(name, data)
+	}
+	if err != nil {
 		cs.goneLocked()
 		if cs.detached {
 			return nil
@@ -481,10 +493,12 @@ func (cs *clientStream) writeLocked(name string, data []byte, f *eventFields) er
 	if f.seq.Type == gjson.Number {
 		data = cs.renumber(data, f.seq)
 	}
+	terminal := isTerminalType(f.typ.Str)
 	if cs.resumable {
-		cs.logLocked(name, data, isTerminalType(f.typ.Str))
+		cs.logLocked(name, data, terminal)
 	}
-	if err := cs.eventLocked(name, data); err != nil {
+	plain := !terminal && strings.HasPrefix(f.typ.Str, "response.")
+	if err := cs.eventLocked(name, data, plain); err != nil {
 		if cs.rlog != nil { // logged: what the log's terminal shows must agree with it
 			cs.seq++
 			cs.track(f)
@@ -493,7 +507,7 @@ func (cs *clientStream) writeLocked(name string, data []byte, f *eventFields) er
 	}
 	cs.seq++
 	cs.track(f)
-	if isTerminalType(f.typ.Str) {
+	if terminal {
 		cs.ended = true
 		cs.stopHoldLocked()
 	}
@@ -533,7 +547,7 @@ func (cs *clientStream) abortLocked(e *apierr.Error) {
 		return
 	}
 	if cs.chat {
-		if cs.eventLocked("", chatErrorChunk(e)) == nil {
+		if cs.eventLocked("", chatErrorChunk(e), false) == nil {
 			if err := cs.sink.Done(); err != nil {
 				cs.goneLocked()
 			}
@@ -548,7 +562,7 @@ func (cs *clientStream) abortLocked(e *apierr.Error) {
 	if cs.resumable {
 		cs.logLocked("response.failed", ev, true)
 	}
-	if cs.eventLocked("response.failed", ev) == nil {
+	if cs.eventLocked("response.failed", ev, false) == nil {
 		cs.seq++
 	}
 	cs.ended = true

@@ -1120,7 +1120,7 @@ func (cs *clientStream) splicedTerminalLocked(typ string, resp gjson.Result) err
 	if cs.resumable {
 		cs.logLocked(typ, b, true)
 	}
-	if err := cs.eventLocked(typ, b); err != nil {
+	if err := cs.eventLocked(typ, b, false); err != nil {
 		return err
 	}
 	cs.seq++
@@ -1234,7 +1234,7 @@ func (cs *clientStream) spliceChatLocked(data []byte, finish bool, usage gjson.R
 		out, _ = sjson.SetBytes(out, "id", cs.chatID)
 	}
 	sp.fed = true
-	if err := cs.eventLocked("", out); err != nil {
+	if err := cs.eventLocked("", out, false); err != nil {
 		return err
 	}
 	if finish {

@@ -365,6 +365,11 @@ func (l *streamLog) append(seq int64, name string, data []byte, terminal bool) {
 			l.hub.bytes.Add(-n)
 		}
 	case charged && l.bytes+n <= l.hub.opts.MaxBytes:
+		if l.events == nil {
+			// Even a one-delta answer has about eight events: start there
+			// rather than growing through 1, 2 and 4.
+			l.events = make([]store.StreamEvent, 0, 8)
+		}
 		l.events = append(l.events, store.StreamEvent{Seq: seq, Name: name, Data: l.keep(data)})
 		l.bytes += n
 	default:

@@ -279,6 +279,10 @@ func (o *meterResponder) commit(header http.Header) eventSink {
 type meterSink struct {
 	eventSink
 	m *reqMeta
+	// plain: the first event was noted and the request is not traced, so
+	// plainEvent has nothing to note. The sink is written to under the
+	// client stream's lock, one event at a time.
+	plain bool
 }
 
 var usageField = []byte(`"usage"`)
@@ -286,6 +290,7 @@ var usageField = []byte(`"usage"`)
 func (k *meterSink) Event(name string, data []byte) error {
 	k.m.mu.Lock()
 	k.m.firstEvent()
+	k.plain = !k.m.traced
 	if bytes.Contains(data, usageField) {
 		if typ := gjson.GetBytes(data, "type").Str; strings.HasPrefix(typ, "response.") {
 			if isTerminalType(typ) {
@@ -314,6 +319,18 @@ func (k *meterSink) Event(name string, data []byte) error {
 		k.m.noteFinish(name, data)
 	}
 	k.m.mu.Unlock()
+	return k.eventSink.Event(name, data)
+}
+
+// plainEvent writes an event that the client stream has read and found
+// without a usage member and not terminal (clientStream.eventLocked): it
+// carries nothing for the meter, which then passes it on without reading it.
+// Searching every text delta for "usage" cost about as much as the rest of
+// the meter's work on the stream (docs/ARCHITECTURE.md §11).
+func (k *meterSink) plainEvent(name string, data []byte) error {
+	if !k.plain {
+		return k.Event(name, data)
+	}
 	return k.eventSink.Event(name, data)
 }
 

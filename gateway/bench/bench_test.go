@@ -44,6 +44,10 @@ const (
 	// envSluiceArgs adds arguments to `sluice serve` (split on spaces), e.g.
 	// "--config nocontinuity.yaml" for an A/B run.
 	envSluiceArgs = "SLUICE_BENCH_SLUICE_ARGS"
+	// envSluiceEnv adds environment variables (NAME=value, split on spaces)
+	// to the measured Sluice only, e.g. "GOGC=400" or "GODEBUG=gctrace=1",
+	// so that a runtime setting is tried without changing the other paths.
+	envSluiceEnv = "SLUICE_BENCH_SLUICE_ENV"
 	// envWSIdle overrides the number of idle client WebSockets (ws-idle).
 	envWSIdle = "SLUICE_BENCH_WS_IDLE"
 	// envReplayN overrides the requests per kind and round of the replay
@@ -127,7 +131,8 @@ func loadConfig() (benchConfig, error) {
 }
 
 // sluiceCommand is the Sluice the benchmark measures: `sluice serve` with
-// its defaults (plus SLUICE_BENCH_SLUICE_ARGS), or, with
+// its defaults (plus SLUICE_BENCH_SLUICE_ARGS, and SLUICE_BENCH_SLUICE_ENV
+// in its environment), or, with
 // SLUICE_BENCH_SLUICE=gateway or SLUICE_BENCH_PROFILE, the gateway role of
 // this test binary. routed: the fake upstream is two upstreams behind a
 // route with the rescue machinery armed (routedYAML) instead of
@@ -139,6 +144,7 @@ func sluiceCommand(cfg benchConfig, upstreamURL, dir string, routed bool) (cmd *
 		if routed {
 			env = append(env, envRouted+"=1")
 		}
+		env = append(env, strings.Fields(os.Getenv(envSluiceEnv))...)
 		cmd, err = selfRole(roleGateway, env...)
 		return cmd, true, err
 	}
@@ -156,7 +162,11 @@ func sluiceCommand(cfg benchConfig, upstreamURL, dir string, routed bool) (cmd *
 	}
 	args = append(args, "--listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data"), "--log-level", "error")
 	args = append(args, strings.Fields(os.Getenv(envSluiceArgs))...)
-	return exec.Command(bin, args...), false, nil
+	cmd = exec.Command(bin, args...)
+	if extra := strings.Fields(os.Getenv(envSluiceEnv)); len(extra) > 0 {
+		cmd.Env = append(os.Environ(), extra...)
+	}
+	return cmd, false, nil
 }
 
 // benchModel is the model every benchmark request names.
