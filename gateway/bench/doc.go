@@ -25,5 +25,8 @@
 //
 // The package has only test files; see bench_test.go and cases_test.go for
 // the knobs: SLUICE_BENCH_CASES selects cases (default all), -short or
-// SLUICE_BENCH_QUICK=1 is the quick mode, SLUICE_BENCH_PROFILE profiles.
+// SLUICE_BENCH_QUICK=1 is the quick mode, SLUICE_BENCH_PROFILE profiles,
+// SLUICE_BENCH_SLUICE_ARGS and SLUICE_BENCH_SLUICE_ENV add arguments and
+// environment variables (GOGC=off, GODEBUG=gctrace=1) to the measured Sluice
+// only.
 package bench
