@@ -325,8 +325,8 @@ func (k *meterSink) Event(name string, data []byte) error {
 // plainEvent writes an event that the client stream has read and found
 // without a usage member and not terminal (clientStream.eventLocked): it
 // carries nothing for the meter, which then passes it on without reading it.
-// Searching every text delta for "usage" cost about as much as the rest of
-// the meter's work on the stream (docs/ARCHITECTURE.md §11).
+// Searching every text delta for "usage" was most of the meter's cost per
+// event (docs/ARCHITECTURE.md §11).
 func (k *meterSink) plainEvent(name string, data []byte) error {
 	if !k.plain {
 		return k.Event(name, data)
