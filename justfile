@@ -35,6 +35,10 @@ build-policies:
 bench:
     go test -run '^$' -bench . -benchtime 1x -timeout 30m ./gateway/bench/
 
+# Refresh cmd/sluice/default.pgo, the CPU profile every `go build` of Sluice is optimised with (PGO), from the stamped and overhead benchmarks
+pgo:
+    SLUICE_BENCH_PGO="$(pwd)/cmd/sluice/default.pgo" SLUICE_BENCH_CASES=stamped,overhead SLUICE_BENCH_ROUNDS=2 go test -run '^$' -bench 'StampedStreams|ProxyOverhead' -benchtime 1x -timeout 30m ./gateway/bench/
+
 # Micro-benchmarks of every package
 bench-micro:
     go test -run '^$' -bench . -benchmem ./...

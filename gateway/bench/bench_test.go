@@ -166,6 +166,7 @@ func sluiceCommand(cfg benchConfig, upstreamURL, dir string, routed bool) (cmd *
 	if extra := strings.Fields(os.Getenv(envSluiceEnv)); len(extra) > 0 {
 		cmd.Env = append(os.Environ(), extra...)
 	}
+	withPGO(cmd)
 	return cmd, false, nil
 }
 
@@ -250,6 +251,7 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		b.Fatal(err)
 	}
 	sl := start("sluice", func() (*process, error) { return startProcess("sluice", slCmd, graceful) })
+	collectPGO(sl)
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err = waitReady(rctx, sl.url+"/readyz")
 	cancel()

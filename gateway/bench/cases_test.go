@@ -165,11 +165,13 @@ func startSluice(b *testing.B, procs *procSet, name, config string) *process {
 	}
 	cmd := exec.Command(bin, "serve", "--config", cfgPath, "--listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data"),
 		"--policy-dir", policyDir, "--log-level", "error")
+	withPGO(cmd)
 	p, err := startProcess(name, cmd, false)
 	if err != nil {
 		b.Fatalf("%s: %v", name, err)
 	}
 	procs.add(p)
+	collectPGO(p)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := waitReady(ctx, p.url+"/readyz"); err != nil {

@@ -28,5 +28,6 @@
 // SLUICE_BENCH_QUICK=1 is the quick mode, SLUICE_BENCH_PROFILE profiles,
 // SLUICE_BENCH_SLUICE_ARGS and SLUICE_BENCH_SLUICE_ENV add arguments and
 // environment variables (GOGC=off, GODEBUG=gctrace=1) to the measured Sluice
-// only.
+// only, and SLUICE_BENCH_PGO=FILE merges CPU profiles of every measured
+// sluice binary into FILE (`just pgo` writes cmd/sluice/default.pgo with it).
 package bench

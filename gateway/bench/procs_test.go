@@ -193,18 +193,28 @@ func selfRole(role string, env ...string) (*exec.Cmd, error) {
 	return cmd, nil
 }
 
-// buildSluice builds ./cmd/sluice into dir and returns the binary's path.
-func buildSluice(dir string) (string, error) {
-	goTool, err := exec.LookPath("go")
+// goTool is the go command: on PATH, else under GOROOT.
+func goTool() (string, error) {
+	tool, err := exec.LookPath("go")
 	if err != nil {
 		if goroot := os.Getenv("GOROOT"); goroot != "" {
-			goTool = filepath.Join(goroot, "bin", "go")
-		} else {
-			return "", fmt.Errorf("the go tool is not on PATH: %w", err)
+			return filepath.Join(goroot, "bin", "go"), nil
 		}
+		return "", fmt.Errorf("the go tool is not on PATH: %w", err)
+	}
+	return tool, nil
+}
+
+// buildSluice builds ./cmd/sluice into dir and returns the binary's path.
+// `go build` picks up cmd/sluice/default.pgo, as every build of the binary
+// does.
+func buildSluice(dir string) (string, error) {
+	tool, err := goTool()
+	if err != nil {
+		return "", err
 	}
 	bin := filepath.Join(dir, "sluice")
-	out, err := exec.Command(goTool, "build", "-o", bin, "github.com/sluice-gw/sluice/cmd/sluice").CombinedOutput()
+	out, err := exec.Command(tool, "build", "-o", bin, "github.com/sluice-gw/sluice/cmd/sluice").CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("go build ./cmd/sluice: %v\n%s", err, out)
 	}

@@ -61,6 +61,10 @@ func TestMain(m *testing.M) {
 	case "":
 		code := m.Run()
 		removeSluiceBuild()
+		if err := writePGO(); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+			code = max(code, 1)
+		}
 		os.Exit(code)
 	case roleUpstream:
 		run = runUpstream

@@ -219,6 +219,7 @@ func BenchmarkStampedStreams(b *testing.B) {
 		b.Fatal(err)
 	}
 	procs.add(sl)
+	collectPGO(sl)
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err = waitReady(rctx, sl.url+"/readyz")
 	cancel()
