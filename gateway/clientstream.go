@@ -455,8 +455,7 @@ func (cs *clientStream) commitLocked() {
 // eventLocked writes one event, committing the stream first. A detached
 // stream (resume.go) writes nothing: its events are only logged. plain: the
 // caller read the event and it carries nothing the usage meter keeps: a
-// Responses event whose type starts "response." and is not terminal (the
-// meter reads usage from terminal events only), or a Chat chunk without a
+// Responses event meterSkipsResponsesEvent names, or a Chat chunk without a
 // "usage" member.
 func (cs *clientStream) eventLocked(name string, data []byte, plain bool) error {
 	if cs.gone {
@@ -497,8 +496,7 @@ func (cs *clientStream) writeLocked(name string, data []byte, f *eventFields) er
 	if cs.resumable {
 		cs.logLocked(name, data, terminal)
 	}
-	plain := !terminal && strings.HasPrefix(f.typ.Str, "response.")
-	if err := cs.eventLocked(name, data, plain); err != nil {
+	if err := cs.eventLocked(name, data, meterSkipsResponsesEvent(f.typ.Str)); err != nil {
 		if cs.rlog != nil { // logged: what the log's terminal shows must agree with it
 			cs.seq++
 			cs.track(f)

@@ -54,8 +54,6 @@ func (h *harness) readSome(key, body string, n int) [][]byte {
 	return out
 }
 
-// resume GETs /v1/responses/{id}?stream=true&starting_after=after as key
-// and returns the status, the events and, for an error, the body.
 // resumeAfter resumes response id after the last of the events first (read
 // with key) and returns the whole stream the client then has.
 func (h *harness) resumeAfter(key, id string, first [][]byte) [][]byte {
@@ -68,6 +66,8 @@ func (h *harness) resumeAfter(key, id string, first [][]byte) [][]byte {
 	return append(first, rest...)
 }
 
+// resume GETs /v1/responses/{id}?stream=true&starting_after=after as key
+// and returns the status, the events and, for an error, the body.
 func (h *harness) resume(key, id string, after int64) (int, [][]byte, string) {
 	h.t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, h.url+"/v1/responses/"+id+"?stream=true&starting_after="+itoa(after), nil)

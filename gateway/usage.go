@@ -322,6 +322,13 @@ func (k *meterSink) Event(name string, data []byte) error {
 	return k.eventSink.Event(name, data)
 }
 
+// meterSkipsResponsesEvent reports whether a Responses event of type typ
+// carries nothing the meter keeps: it reads usage from terminal events only
+// (Event). The client stream asks it to pass such events as plain.
+func meterSkipsResponsesEvent(typ string) bool {
+	return strings.HasPrefix(typ, "response.") && !isTerminalType(typ)
+}
+
 // plainEvent writes an event that the client stream has read and found
 // without a usage member and not terminal (clientStream.eventLocked): it
 // carries nothing for the meter, which then passes it on without reading it.
