@@ -139,13 +139,13 @@ func loadConfig() (benchConfig, error) {
 // `--upstream`. graceful: stop it with SIGTERM, so that the role writes its
 // profile.
 func sluiceCommand(cfg benchConfig, upstreamURL, dir string, routed bool) (cmd *exec.Cmd, graceful bool, err error) {
+	extraEnv := strings.Fields(os.Getenv(envSluiceEnv))
 	if cfg.sluiceMode == "gateway" {
 		env := []string{envUpstream + "=" + upstreamURL}
 		if routed {
 			env = append(env, envRouted+"=1")
 		}
-		env = append(env, strings.Fields(os.Getenv(envSluiceEnv))...)
-		cmd, err = selfRole(roleGateway, env...)
+		cmd, err = selfRole(roleGateway, append(env, extraEnv...)...)
 		return cmd, true, err
 	}
 	bin, err := sluiceBinary()
@@ -163,8 +163,8 @@ func sluiceCommand(cfg benchConfig, upstreamURL, dir string, routed bool) (cmd *
 	args = append(args, "--listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data"), "--log-level", "error")
 	args = append(args, strings.Fields(os.Getenv(envSluiceArgs))...)
 	cmd = exec.Command(bin, args...)
-	if extra := strings.Fields(os.Getenv(envSluiceEnv)); len(extra) > 0 {
-		cmd.Env = append(os.Environ(), extra...)
+	if len(extraEnv) > 0 {
+		cmd.Env = append(os.Environ(), extraEnv...)
 	}
 	withPGO(cmd)
 	return cmd, false, nil
