@@ -496,7 +496,7 @@ func (cs *clientStream) writeLocked(name string, data []byte, f *eventFields) er
 	if cs.resumable {
 		cs.logLocked(name, data, terminal)
 	}
-	if err := cs.eventLocked(name, data, meterSkipsResponsesEvent(f.typ.Str)); err != nil {
+	if err := cs.eventLocked(name, data, meterSkipsResponsesEvent(f.typ.Str, terminal)); err != nil {
 		if cs.rlog != nil { // logged: what the log's terminal shows must agree with it
 			cs.seq++
 			cs.track(f)

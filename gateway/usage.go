@@ -324,9 +324,10 @@ func (k *meterSink) Event(name string, data []byte) error {
 
 // meterSkipsResponsesEvent reports whether a Responses event of type typ
 // carries nothing the meter keeps: it reads usage from terminal events only
-// (Event). The client stream asks it to pass such events as plain.
-func meterSkipsResponsesEvent(typ string) bool {
-	return strings.HasPrefix(typ, "response.") && !isTerminalType(typ)
+// (Event). terminal is isTerminalType(typ), which the client stream has
+// already asked for every event; it asks this to pass such events as plain.
+func meterSkipsResponsesEvent(typ string, terminal bool) bool {
+	return !terminal && strings.HasPrefix(typ, "response.")
 }
 
 // plainEvent writes an event that the client stream has read and found
