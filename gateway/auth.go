@@ -260,12 +260,18 @@ func (kr *keyring) list() []*keyEntry {
 // Authorization, else Api-Key.
 func presentedKey(h http.Header) string {
 	if a := h.Get("Authorization"); a != "" {
-		if len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
-			return strings.TrimSpace(a[7:])
-		}
-		return ""
+		return bearerToken(a)
 	}
 	return strings.TrimSpace(h.Get("Api-Key"))
+}
+
+// bearerToken is the token of an Authorization value with the Bearer
+// scheme, whose name is case-insensitive (RFC 9110 §11.1), or "".
+func bearerToken(authorization string) string {
+	if len(authorization) > 7 && strings.EqualFold(authorization[:7], "bearer ") {
+		return strings.TrimSpace(authorization[7:])
+	}
+	return ""
 }
 
 // authenticate identifies the client's key. With auth required, a missing

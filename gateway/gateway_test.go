@@ -355,6 +355,15 @@ func TestAdminToken(t *testing.T) {
 	if code := get("Bearer adm-secret"); code != 200 {
 		t.Fatalf("right token → %d", code)
 	}
+	// The scheme's name is case-insensitive (RFC 9110), as for Sluice keys.
+	if code := get("bearer adm-secret"); code != 200 {
+		t.Fatalf("right token, lower-case scheme → %d", code)
+	}
+	for _, bad := range []string{"Basic adm-secret", "adm-secret", "Bearer adm-secret-and-more", "Bearer"} {
+		if code := get(bad); code != 401 {
+			t.Fatalf("%q → %d", bad, code)
+		}
+	}
 	// The API and health endpoints are not affected.
 	if code := h.getJSON("/healthz", nil); code != 200 {
 		t.Fatalf("healthz %d", code)

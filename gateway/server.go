@@ -403,9 +403,9 @@ func (s *Server) admin(h httprouter.Handle) httprouter.Handle {
 	if s.opts.AdminToken == "" {
 		return h
 	}
-	want := "Bearer " + s.opts.AdminToken
+	want := []byte(s.opts.AdminToken)
 	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte(want)) != 1 {
+		if subtle.ConstantTimeCompare([]byte(bearerToken(r.Header.Get("Authorization"))), want) != 1 {
 			(&apierr.Error{Status: http.StatusUnauthorized, Type: apierr.TypeInvalidRequest, Code: apierr.CodeInvalidAdminToken,
 				Message: "admin endpoints need Authorization: Bearer <admin_token>"}).Write(w)
 			return

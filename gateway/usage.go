@@ -39,7 +39,11 @@ func newAccounts(s *Server, o AccountsOptions, reg prometheus.Registerer) (*acco
 		return nil, err
 	}
 	if err := kr.reload(context.Background()); err != nil {
-		return nil, err
+		// A replica starts while its shared store is down (README
+		// "Scale-out"): the keys from the config work at once, the stored
+		// ones as soon as the store answers (the first use of an unknown
+		// key reloads them).
+		s.log.Warn("reading the stored keys failed; only the config's keys are known until the store answers", "error", err)
 	}
 	a := &accounts{s: s, opts: o, keys: kr, limiter: o.Limiter}
 	var seed func(ctx context.Context, key, from, to string) int64

@@ -11,10 +11,12 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -26,6 +28,7 @@ import (
 	"github.com/sluice-gw/sluice/gateway/streaminput"
 	"github.com/sluice-gw/sluice/gateway/upstream"
 	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/sluice-gw/sluice/plugins"
 	"github.com/sluice-gw/sluice/policies"
 	"github.com/sluice-gw/sluice/store"
@@ -123,11 +126,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 // pprofHandlers are net/http/pprof's endpoints under /debug/pprof/, for
 // --pprof. The gateway mounts them as admin handlers (GET, exact paths,
-// behind the admin token when one is set).
+// behind the admin token when one is set). Not cmdline: the command line
+// can hold an upstream's key (--upstream https://sk-…@host/v1), and keys
+// are never returned by an endpoint (SECURITY.md).
 func pprofHandlers() map[string]http.Handler {
 	hs := map[string]http.Handler{
 		"/debug/pprof/":        http.HandlerFunc(pprof.Index),
-		"/debug/pprof/cmdline": http.HandlerFunc(pprof.Cmdline),
 		"/debug/pprof/profile": http.HandlerFunc(pprof.Profile),
 		"/debug/pprof/symbol":  http.HandlerFunc(pprof.Symbol),
 		"/debug/pprof/trace":   http.HandlerFunc(pprof.Trace),
@@ -136,6 +140,31 @@ func pprofHandlers() map[string]http.Handler {
 		hs["/debug/pprof/"+name] = pprof.Handler(name)
 	}
 	return hs
+}
+
+// ignoreHangups logs and otherwise ignores SIGHUP until the returned stop
+// is called. The gateway has nothing to reload (the config is read once at
+// start; policies hot-swap from policy_dir on their own), and a hang-up of
+// the terminal that started it must not end streams in flight without their
+// terminal events, as the signal's default action would.
+func ignoreHangups(logger hclog.Logger) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-hup:
+				logger.Warn("SIGHUP ignored: the config is read once at start (restart to change it); policies in policy_dir hot-swap when their files change")
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(hup)
+		close(done)
+	}
 }
 
 func override(dst *string, v string) {
@@ -156,11 +185,18 @@ func serve(ctx context.Context, cfg config.Config, ln net.Listener, logger hclog
 
 // serveWith is serve with extra admin handlers mounted.
 func serveWith(ctx context.Context, cfg config.Config, ln net.Listener, logger hclog.Logger, stdout io.Writer, admin map[string]http.Handler) int {
+	defer ignoreHangups(logger)()
 	gw, cleanup, err := assemble(ctx, cfg, logger, admin)
 	defer cleanup() // also on failure: stops what assemble had started
 	if err != nil {
-		logger.Error("startup failed", "error", err)
 		_ = ln.Close()
+		if ctx.Err() != nil {
+			// SIGTERM or SIGINT while starting: nothing was served, so
+			// stopping is a clean exit, not a failed start.
+			logger.Info("stopped while starting", "cause", context.Cause(ctx))
+			return 0
+		}
+		logger.Error("startup failed", "error", err)
 		return 1
 	}
 	// Loading the policies (decoding and compiling three Wasm modules)
@@ -426,11 +462,12 @@ func recordHandler(rt *plugins.Runtime) http.Handler {
 		if r.Method == http.MethodPost {
 			on, err := strconv.ParseBool(r.URL.Query().Get("on"))
 			if err != nil {
-				http.Error(w, `{"error":"want on=true or on=false"}`, http.StatusBadRequest)
+				apierr.Invalid("on", apierr.CodeInvalidValue, "on must be true or false").Write(w)
 				return
 			}
 			if err := rt.SetRecording(on); err != nil {
-				http.Error(w, `{"error":"no record_dir configured"}`, http.StatusConflict)
+				(&apierr.Error{Status: http.StatusConflict, Type: apierr.TypeInvalidRequest, Code: apierr.CodeInvalidValue, Param: "on",
+					Message: "recording needs record_dir in the config"}).Write(w)
 				return
 			}
 		}

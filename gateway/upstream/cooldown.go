@@ -24,12 +24,12 @@ func RetryAfter(h http.Header, message string, now time.Time) (d time.Duration, 
 	if h != nil {
 		if v := strings.TrimSpace(h.Get("Retry-After-Ms")); v != "" {
 			if ms, err := strconv.ParseFloat(v, 64); err == nil && ms >= 0 {
-				return clampCooldown(time.Duration(ms * float64(time.Millisecond))), true
+				return cooldownFor(ms, time.Millisecond), true
 			}
 		}
 		if v := strings.TrimSpace(h.Get("Retry-After")); v != "" {
 			if secs, err := strconv.ParseFloat(v, 64); err == nil && secs >= 0 {
-				return clampCooldown(time.Duration(secs * float64(time.Second))), true
+				return cooldownFor(secs, time.Second), true
 			}
 			if t, err := http.ParseTime(v); err == nil {
 				return clampCooldown(t.Sub(now)), true
@@ -37,16 +37,16 @@ func RetryAfter(h http.Header, message string, now time.Time) (d time.Duration, 
 		}
 	}
 	if m := tryAgainIn.FindStringSubmatch(message); m != nil {
-		var total time.Duration
+		var total float64
 		for _, part := range durationPart.FindAllStringSubmatch(m[1], -1) {
 			n, err := strconv.ParseFloat(part[1], 64)
 			if err != nil {
 				continue
 			}
-			total += time.Duration(n * float64(unit(part[2])))
+			total += n * float64(unit(part[2]))
 		}
 		if total > 0 {
-			return clampCooldown(total), true
+			return cooldownFor(total, 1), true
 		}
 	}
 	return 0, false
@@ -64,6 +64,16 @@ func unit(s string) time.Duration {
 	default:
 		return time.Second
 	}
+}
+
+// cooldownFor is n units as a cooldown, clamped while still a float: a hint
+// too large for a Duration (Retry-After: 999999999999) is the longest
+// cooldown, not an overflow into a negative one.
+func cooldownFor(n float64, unit time.Duration) time.Duration {
+	if f := n * float64(unit); f < float64(MaxCooldown) {
+		return clampCooldown(time.Duration(f))
+	}
+	return MaxCooldown
 }
 
 func clampCooldown(d time.Duration) time.Duration {

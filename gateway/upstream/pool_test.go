@@ -25,6 +25,10 @@ func TestRetryAfter(t *testing.T) {
 		{name: "message ms", message: "Please try again in 20ms.", want: 20 * time.Millisecond, ok: true},
 		{name: "message compound", message: "try again in 1m30s", want: 90 * time.Second, ok: true},
 		{name: "clamped", header: map[string]string{"Retry-After": "999999"}, want: MaxCooldown, ok: true},
+		{name: "too large for a duration", header: map[string]string{"Retry-After": "999999999999"}, want: MaxCooldown, ok: true},
+		{name: "ms too large for a duration", header: map[string]string{"Retry-After-Ms": "1e300"}, want: MaxCooldown, ok: true},
+		{name: "infinite", header: map[string]string{"Retry-After": "+Inf"}, want: MaxCooldown, ok: true},
+		{name: "message too large for a duration", message: "try again in 9999999999h", want: MaxCooldown, ok: true},
 		{name: "none", message: "slow down", ok: false},
 		{name: "garbage header falls to message", header: map[string]string{"Retry-After": "soon"}, message: "try again in 3s", want: 3 * time.Second, ok: true},
 	}

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluice-gw/sluice/gateway/sse"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
+)
+
+// waitFor polls cond until it holds or a generous bound passes; the bound
+// only ends a broken run, it asserts nothing about speed.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A hang-up (the terminal that started Sluice closing) must not end
+// streams in flight without their terminal events, as SIGHUP's default
+// action would: Sluice logs it and keeps serving.
+func TestServeLogsAndIgnoresSIGHUP(t *testing.T) {
+	up := upstreamtest.NewServer(upstreamtest.Options{Name: "A"})
+	defer up.Close()
+	cmd, out, stderr := startProcess(t, "serve", "--upstream", up.URL, "--listen", "127.0.0.1:0", "--data-dir", t.TempDir())
+	base := waitListening(t, out)
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+
+	resp, err := http.Post(base+"/v1/responses", "application/json", strings.NewReader(`{"model":"gpt-fake-1","input":"hi","stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := sse.NewReader(resp.Body, 1<<20)
+	if _, err := r.Next(); err != nil {
+		t.Fatalf("first event: %v", err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the SIGHUP log line", func() bool { return strings.Contains(stderr.String(), "SIGHUP ignored") })
+	var last sse.Event
+	for {
+		ev, err := r.Next()
+		if err != nil {
+			break
+		}
+		last = ev.Clone()
+	}
+	if last.Name != "response.completed" {
+		t.Fatalf("the stream in flight at the SIGHUP ended with %q %s, want response.completed\n%s", last.Name, last.Data, stderr.String())
+	}
+	if got := streamTurn(t, base); got == "" {
+		t.Fatal("no answer after the SIGHUP")
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, stderr.String())
+	}
+}
+
+// SIGTERM or SIGINT while the gateway is still starting is a request to
+// stop, not a failed start: exit 0, and no ERROR line blames what the
+// cancelled start interrupted.
+func TestServeInterruptedWhileStartingExitsZero(t *testing.T) {
+	up := upstreamtest.NewServer(upstreamtest.Options{Name: "A"})
+	defer up.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var stdout, stderr strings.Builder
+	code := run(ctx, []string{"serve", "--upstream", up.URL, "--listen", "127.0.0.1:0", "--data-dir", t.TempDir()}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d, want 0\n%s", code, stderr.String())
+	}
+	if strings.Contains(stderr.String(), "[ERROR]") {
+		t.Fatalf("an interrupted start logged errors:\n%s", stderr.String())
+	}
+}
+
+// README "Scale-out": a replica that starts while Redis is down starts
+// anyway and logs it; the keys from the config work, continuity fails
+// closed until Redis answers.
+func TestServeStartsWhileRedisIsDown(t *testing.T) {
+	up := upstreamtest.NewServer(upstreamtest.Options{Name: "A"})
+	defer up.Close()
+	cfg := filepath.Join(t.TempDir(), "sluice.yaml")
+	yaml := fmt.Sprintf("listen: 127.0.0.1:0\nupstreams:\n  - name: A\n    base_url: %s\n"+
+		"store:\n  backend: redis\n  redis:\n    url: redis://127.0.0.1:1/0\n    timeout: 200ms\n", up.URL)
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base, stop := startWithEnv(t, nil, "serve", "--config", cfg, "--data-dir", t.TempDir())
+	resp, err := http.Get(base + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/healthz %d with Redis down", resp.StatusCode)
+	}
+	stderr, err := stop()
+	if err != nil {
+		t.Fatalf("exit: %v\n%s", err, stderr)
+	}
+	if !strings.Contains(stderr, "redis unreachable at start") {
+		t.Fatalf("the outage at start was not logged:\n%s", stderr)
+	}
+}
+
+// --pprof serves Go's profiles, but not the command line: it can hold an
+// upstream's key, and keys are never returned by an endpoint (SECURITY.md).
+func TestPprofDoesNotServeTheCommandLine(t *testing.T) {
+	up := upstreamtest.NewServer(upstreamtest.Options{Name: "A"})
+	defer up.Close()
+	const key = "sk-pprof-secret-0123456789"
+	keyed := strings.Replace(up.URL, "http://", "http://"+key+"@", 1)
+	base, stop := startWithEnv(t, nil, "serve", "--pprof", "--upstream", keyed, "--listen", "127.0.0.1:0", "--data-dir", t.TempDir())
+	defer func() { _, _ = stop() }()
+	for path, want := range map[string]int{"/debug/pprof/": http.StatusOK, "/debug/pprof/goroutine?debug=1": http.StatusOK,
+		"/debug/pprof/cmdline": http.StatusNotFound} {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s: %d, want %d", path, resp.StatusCode, want)
+		}
+		if strings.Contains(string(body), key) {
+			t.Errorf("GET %s returned the upstream's key", path)
+		}
+	}
+}
