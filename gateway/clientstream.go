@@ -489,10 +489,15 @@ func (cs *clientStream) eventLocked(name string, data []byte, plain bool) error 
 // writeLocked writes one Responses event numbered cs.seq and records what
 // it sent.
 func (cs *clientStream) writeLocked(name string, data []byte, f *eventFields) error {
+	terminal := isTerminalType(f.typ.Str)
+	if terminal && cs.seq == 0 {
+		if err := cs.openLocked(f.response); err != nil {
+			return err
+		}
+	}
 	if f.seq.Type == gjson.Number {
 		data = cs.renumber(data, f.seq)
 	}
-	terminal := isTerminalType(f.typ.Str)
 	if cs.resumable {
 		cs.logLocked(name, data, terminal)
 	}
@@ -556,6 +561,9 @@ func (cs *clientStream) abortLocked(e *apierr.Error) {
 	if cs.flushHeldLocked() != nil {
 		return
 	}
+	if cs.seq == 0 && cs.openLocked(gjson.Result{}) != nil {
+		return
+	}
 	ev := cs.terminalEvent("response.failed", "failed", e)
 	if cs.resumable {
 		cs.logLocked("response.failed", ev, true)
@@ -565,6 +573,36 @@ func (cs *clientStream) abortLocked(e *apierr.Error) {
 	}
 	cs.ended = true
 	cs.stopHoldLocked()
+}
+
+// openLocked writes the response.created that opens a stream whose first
+// event would otherwise be its terminal one: OpenAI's streams always start
+// with response.created, and the SDKs' stream helpers (openai-node's
+// ResponseStream, openai-python's) refuse a stream that starts otherwise.
+// Its Response is from's (the upstream's terminal Response), else the one the
+// gateway writes, with the id the terminal event will carry.
+func (cs *clientStream) openLocked(from gjson.Result) error {
+	if cs.responseID == "" {
+		if id := from.Get("id"); id.Type == gjson.String && id.Str != "" {
+			cs.responseID = strings.Clone(id.Str)
+		} else {
+			cs.responseID = newResponseID()
+		}
+	}
+	b := make([]byte, 0, 1024)
+	b = append(b, `{"type":"response.created","sequence_number":`...)
+	b = strconv.AppendInt(b, cs.seq, 10)
+	b = append(b, `,"response":`...)
+	b = cs.appendResponseWith(b, "in_progress", nil, nil, nil, from)
+	b = append(b, '}')
+	if cs.resumable {
+		cs.logLocked("response.created", b, false)
+	}
+	if err := cs.eventLocked("response.created", b, false); err != nil {
+		return err
+	}
+	cs.seq++
+	return nil
 }
 
 // renumber sets data's top-level sequence_number (seq, an alias into data)
@@ -829,7 +867,7 @@ func (cs *clientStream) appendResponseWith(b []byte, status string, e *apierr.Er
 	}
 	id := cs.responseID
 	if id == "" {
-		id = "resp_sluice_" + randomHex(24)
+		id = newResponseID()
 	}
 	b = append(b, `{"id":`...)
 	b = jsonx.AppendQuote(b, id)
@@ -952,6 +990,9 @@ func (s *Server) writeGatewayTerminal(req *clientRequest, sink eventSink, e *api
 	cs := &clientStream{s: s, req: req, surface: req.surface(), chat: req.ep.chat, sink: sink, wrote: true, createdAt: time.Now().Unix()}
 	cs.abort(e)
 }
+
+// newResponseID is the id of a Response the gateway writes itself.
+func newResponseID() string { return "resp_sluice_" + randomHex(24) }
 
 func randomHex(n int) string {
 	b := make([]byte, n/2)

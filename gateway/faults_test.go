@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidwall/gjson"
 	"go.uber.org/goleak"
 
 	"github.com/sluice-gw/sluice/gateway"
@@ -39,6 +40,21 @@ func assertOneTerminal(t testing.TB, evs []eventLike) eventLike {
 		t.Fatalf("want exactly one terminal event, last; got %v", types)
 	}
 	return last
+}
+
+// assertOpensItsFailure checks a stream whose answer is a failure before
+// any content: OpenAI's streams start with response.created, whose Response
+// is the failed one's, in progress (the SDKs' stream helpers refuse a
+// stream that starts with its terminal event).
+func assertOpensItsFailure(t testing.TB, evs []eventLike) {
+	t.Helper()
+	first, last := evs[0], evs[len(evs)-1]
+	created, failed := gjson.GetBytes(first.data, "response"), gjson.GetBytes(last.data, "response")
+	if first.typ != "response.created" || created.Get("status").Str != "in_progress" || created.Get("error").Type != gjson.Null ||
+		created.Get("id").Str == "" || created.Get("id").Str != failed.Get("id").Str ||
+		gjson.GetBytes(first.data, "sequence_number").Int() != 0 || gjson.GetBytes(last.data, "sequence_number").Int() != int64(len(evs)-1) {
+		t.Fatalf("the failure is not opened by its response.created:\n%s\n%s", first.data, last.data)
+	}
 }
 
 type eventLike struct {
@@ -222,6 +238,10 @@ func TestFailuresBeforeAnyEvent(t *testing.T) {
 			if last := assertOneTerminal(t, evs); last.typ != "response.failed" || last.code != tt.streamCode {
 				t.Fatalf("stream terminal %s %q, want response.failed %q", last.typ, last.code, tt.streamCode)
 			}
+			if len(evs) != 2 {
+				t.Fatalf("%d events, want response.created and response.failed", len(evs))
+			}
+			assertOpensItsFailure(t, evs)
 		})
 	}
 }
@@ -358,9 +378,10 @@ func TestFailoverOnConnectErrorAndQuotaEvent(t *testing.T) {
 	h.ups["A"].Enqueue(upstreamtest.QuotaEvent(upstreamtest.ShapeFailed))
 	h.ups["B"].Enqueue(upstreamtest.QuotaEvent(upstreamtest.ShapeFailed))
 	_, evs := h.responsesStream(respBody)
-	if last := assertOneTerminal(t, evs); last.typ != "response.failed" || last.code != "usage_limit_reached" || len(evs) != 1 {
+	if last := assertOneTerminal(t, evs); last.typ != "response.failed" || last.code != "usage_limit_reached" || len(evs) != 2 {
 		t.Fatalf("got %d events ending %s %q", len(evs), last.typ, last.code)
 	}
+	assertOpensItsFailure(t, evs)
 
 	// A dead upstream (connection refused) is skipped for a live one.
 	h2 := newHarness(t, harnessConfig{upstreams: []upstreamtest.Options{{Name: "A"}, {Name: "B"}}})

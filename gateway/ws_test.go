@@ -239,9 +239,10 @@ func TestWebSocketReplayGoesToTheOtherUpstream(t *testing.T) {
 	// (one replay only), and the first was suppressed.
 	c := h.dialWS(nil)
 	evs := c.turn(createFrame(""))
-	if len(evs) != 1 || evs[0].typ != "response.failed" || evs[0].code != "usage_limit_reached" {
+	if len(evs) != 2 || evs[1].typ != "response.failed" || evs[1].code != "usage_limit_reached" {
 		t.Fatalf("frames %v", evs)
 	}
+	assertOpensItsFailure(t, evs)
 	if h.ups["A"].RequestCount() != 1 || h.ups["B"].RequestCount() != 1 {
 		t.Fatalf("attempts A=%d B=%d", h.ups["A"].RequestCount(), h.ups["B"].RequestCount())
 	}
