@@ -3,8 +3,10 @@ package config
 import (
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -75,15 +77,20 @@ func (c *Config) validateAccounts(bad func(key, format string, args ...any)) {
 				bad(fmt.Sprintf("%s.models[%d]", key, j), "%q is not a valid pattern", m)
 			}
 		}
-		for lk, v := range map[string]int64{"rpm": k.Limits.RPM, "tpm": k.Limits.TPM, "concurrent": k.Limits.Concurrent,
-			"tokens_per_day": k.Limits.TokensPerDay, "tokens_per_month": k.Limits.TokensPerMonth} {
-			if v < 0 {
-				bad(key+".limits."+lk, "must not be negative")
+		for _, l := range []struct { // in declaration order: the problems' order never changes
+			key string
+			v   int64
+		}{
+			{"rpm", k.Limits.RPM}, {"tpm", k.Limits.TPM}, {"concurrent", k.Limits.Concurrent},
+			{"tokens_per_day", k.Limits.TokensPerDay}, {"tokens_per_month", k.Limits.TokensPerMonth},
+		} {
+			if l.v < 0 {
+				bad(key+".limits."+l.key, "must not be negative")
 			}
 		}
 	}
-	for m, p := range c.Pricing {
-		if p.Input < 0 || p.Output < 0 || p.CachedInput < 0 {
+	for _, m := range slices.Sorted(maps.Keys(c.Pricing)) { // a map's order changes from run to run
+		if p := c.Pricing[m]; p.Input < 0 || p.Output < 0 || p.CachedInput < 0 {
 			bad("pricing."+m, "prices must not be negative")
 		}
 	}

@@ -1,14 +1,15 @@
 // Package config loads and validates the gateway's YAML configuration.
 //
 // String values may reference the environment as ${VAR} or ${VAR:-default};
-// a reference to an unset variable without a default is an error that names
-// the key. Every error names the offending key.
+// a variable that is empty counts as unset, and a reference to one without a
+// default is an error that names the key. Every error names the offending key.
 package config
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
@@ -279,15 +281,20 @@ func Indent(err error) string {
 	return fmt.Sprintf("%d problems:\n  %s", len(lines), strings.Join(lines, "\n  "))
 }
 
-// Parse decodes YAML over the defaults, expanding ${VAR} with lookup.
+// Parse decodes YAML over the defaults, expanding ${VAR} with lookup. The
+// YAML is one document: a second one is an error, not silently dropped.
 // Unknown keys are errors, so a typo never silently falls back to a default:
 // all of them are reported at once, each with its path and the key it most
 // likely meant, and so are values of the wrong shape.
 func Parse(raw []byte, lookup func(string) (string, bool)) (Config, error) {
 	cfg := Defaults()
+	docs := yaml.NewDecoder(bytes.NewReader(raw))
 	var root yaml.Node
-	if err := yaml.Unmarshal(raw, &root); err != nil {
+	if err := docs.Decode(&root); err != nil && !errors.Is(err, io.EOF) { // io.EOF: an empty file
 		return cfg, fmt.Errorf("invalid YAML: %w", err)
+	}
+	if err := refuseMoreDocuments(docs); err != nil {
+		return cfg, err
 	}
 	if len(root.Content) == 0 { // empty file: all defaults
 		return cfg, cfg.Validate()
@@ -308,6 +315,24 @@ func Parse(raw []byte, lookup func(string) (string, bool)) (Config, error) {
 		return cfg, fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "yaml: "))
 	}
 	return cfg, cfg.Validate()
+}
+
+// refuseMoreDocuments reports a document after the first: only the first is
+// decoded, so keys after a "---" would be ignored without a word. An empty
+// one (a trailing "---") holds no keys and is let through.
+func refuseMoreDocuments(docs *yaml.Decoder) error {
+	for {
+		var doc yaml.Node
+		err := docs.Decode(&doc)
+		switch {
+		case errors.Is(err, io.EOF):
+			return nil
+		case err != nil:
+			return fmt.Errorf("invalid YAML: %w", err)
+		case len(doc.Content) > 0 && !(doc.Content[0].Kind == yaml.ScalarNode && doc.Content[0].Tag == "!!null" && doc.Content[0].Value == ""):
+			return fmt.Errorf("line %d: a second YAML document starts here; the config must be a single document", doc.Line)
+		}
+	}
 }
 
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
@@ -343,10 +368,13 @@ func expandNode(n *yaml.Node, path string, lookup func(string) (string, bool)) e
 		if !strings.Contains(n.Value, "${") {
 			return nil
 		}
-		var missing string
+		var missing, notUTF8 string
 		n.Value = envRef.ReplaceAllStringFunc(n.Value, func(ref string) string {
 			m := envRef.FindStringSubmatch(ref)
 			if v, ok := lookup(m[1]); ok && v != "" {
+				if !utf8.ValidString(v) && notUTF8 == "" {
+					notUTF8 = m[1]
+				}
 				return v
 			}
 			if m[2] != "" {
@@ -358,7 +386,10 @@ func expandNode(n *yaml.Node, path string, lookup func(string) (string, bool)) e
 			return ""
 		})
 		if missing != "" {
-			return fmt.Errorf("%s: environment variable %s is not set", path, missing)
+			return fmt.Errorf("%s: environment variable %s is empty or not set", path, missing)
+		}
+		if notUTF8 != "" { // YAML text is UTF-8: the expanded tree could not be re-encoded
+			return fmt.Errorf("%s: environment variable %s is not valid UTF-8 text", path, notUTF8)
 		}
 		// An expanded value is data, never YAML structure or a tag.
 		n.Tag = "!!str"
@@ -391,30 +422,48 @@ func (c *Config) Validate() error {
 	}
 	if c.Streams.ResumeMaxBytes <= 0 {
 		bad("streams.resume_max_bytes", "must be positive")
+	} else if c.Streams.ResumeMaxBytes > maxBytes {
+		bad("streams.resume_max_bytes", "must be at most %d (1 TiB)", maxBytes)
 	}
 	if c.Streams.ResumeMemoryBytes < c.Streams.ResumeMaxBytes {
 		bad("streams.resume_memory_bytes", "must be at least streams.resume_max_bytes (%d)", c.Streams.ResumeMaxBytes)
+	} else if c.Streams.ResumeMemoryBytes > maxBytes {
+		bad("streams.resume_memory_bytes", "must be at most %d (1 TiB)", maxBytes)
+	}
+	for _, t := range []struct {
+		key string
+		d   Duration
+	}{{"streams.resume_window", c.Streams.ResumeWindow}, {"streams.detach_grace", c.Streams.DetachGrace}} {
+		if t.d.D() > maxDuration { // 0 is allowed: it turns resume (or the grace) off
+			bad(t.key, "must be at most %s (100 years)", maxDuration)
+		}
 	}
 	switch strings.ToLower(c.Log.Level) {
 	case "trace", "debug", "info", "warn", "error":
 	default:
 		bad("log.level", "%q is not one of trace, debug, info, warn, error", c.Log.Level)
 	}
-	if c.Limits.MaxBodyBytes <= 0 {
-		bad("limits.max_body_bytes", "must be positive")
-	}
-	if c.Limits.MaxEventBytes <= 0 {
-		bad("limits.max_event_bytes", "must be positive")
-	}
-	if c.Limits.MaxWSFrameBytes <= 0 {
-		bad("limits.max_ws_frame_bytes", "must be positive")
-	}
-	for key, v := range map[string]int64{"limits.upstream_sockets": int64(c.Limits.UpstreamSockets),
-		"limits.max_json_depth": int64(c.Limits.MaxJSONDepth), "limits.body_memory_bytes": c.Limits.BodyMemoryBytes,
-		"limits.max_connections": int64(c.Limits.MaxConnections), "limits.input_sessions": int64(c.Limits.InputSessions),
-		"limits.input_session_bytes": c.Limits.InputSessionBytes} {
-		if v <= 0 {
-			bad(key, "must be positive")
+	// In declaration order, so that the problems come out in the same
+	// order every run. Counts (upTo 0) are only compared with, never added
+	// to or multiplied, so they need no upper bound.
+	for _, l := range []struct {
+		key     string
+		v, upTo int64
+	}{
+		{"limits.max_body_bytes", c.Limits.MaxBodyBytes, maxBytes},
+		{"limits.max_event_bytes", int64(c.Limits.MaxEventBytes), maxBytes},
+		{"limits.max_ws_frame_bytes", c.Limits.MaxWSFrameBytes, maxBytes},
+		{"limits.upstream_sockets", int64(c.Limits.UpstreamSockets), 0},
+		{"limits.max_json_depth", int64(c.Limits.MaxJSONDepth), 0},
+		{"limits.body_memory_bytes", c.Limits.BodyMemoryBytes, maxBytes},
+		{"limits.max_connections", int64(c.Limits.MaxConnections), 0},
+		{"limits.input_sessions", int64(c.Limits.InputSessions), 0},
+		{"limits.input_session_bytes", c.Limits.InputSessionBytes, maxBytes},
+	} {
+		if l.v <= 0 {
+			bad(l.key, "must be positive")
+		} else if l.upTo > 0 && l.v > l.upTo {
+			bad(l.key, "must be at most %d (1 TiB)", l.upTo)
 		}
 	}
 	if c.Limits.BodyMemoryBytes > 0 && c.Limits.BodyMemoryBytes < c.Limits.MaxBodyBytes {
@@ -425,12 +474,28 @@ func (c *Config) Validate() error {
 			bad(fmt.Sprintf("trusted_proxies[%d]", i), "%q is not an IP address or CIDR", p)
 		}
 	}
-	for key, d := range map[string]Duration{"timeouts.connect": c.Timeouts.Connect, "timeouts.header": c.Timeouts.Header,
-		"timeouts.idle": c.Timeouts.Idle, "timeouts.read_header": c.Timeouts.ReadHeader, "timeouts.probe_interval": c.Timeouts.ProbeInterval,
-		"timeouts.upstream_socket_idle": c.Timeouts.UpstreamIdle, "timeouts.client_write": c.Timeouts.ClientWrite,
-		"timeouts.read_body": c.Timeouts.ReadBody, "timeouts.ws_idle": c.Timeouts.WSIdle, "timeouts.keepalive": c.Timeouts.KeepAlive} {
-		if d <= 0 {
-			bad(key, "must be positive")
+	// An absent timeout keeps its default, so 0 here was written: refuse it
+	// rather than let the gateway swap in the default unannounced.
+	for _, t := range []struct {
+		key string
+		d   Duration
+	}{
+		{"timeouts.connect", c.Timeouts.Connect},
+		{"timeouts.header", c.Timeouts.Header},
+		{"timeouts.idle", c.Timeouts.Idle},
+		{"timeouts.read_header", c.Timeouts.ReadHeader},
+		{"timeouts.drain_grace", c.Timeouts.DrainGrace},
+		{"timeouts.probe_interval", c.Timeouts.ProbeInterval},
+		{"timeouts.upstream_socket_idle", c.Timeouts.UpstreamIdle},
+		{"timeouts.client_write", c.Timeouts.ClientWrite},
+		{"timeouts.read_body", c.Timeouts.ReadBody},
+		{"timeouts.ws_idle", c.Timeouts.WSIdle},
+		{"timeouts.keepalive", c.Timeouts.KeepAlive},
+	} {
+		if t.d <= 0 {
+			bad(t.key, "must be positive")
+		} else if t.d.D() > maxDuration {
+			bad(t.key, "must be at most %s (100 years)", maxDuration)
 		}
 	}
 	names := map[string]bool{}
@@ -444,8 +509,10 @@ func (c *Config) Validate() error {
 		names[u.Name] = true
 		if err := upstream.CheckBaseURL(u.BaseURL); err != nil {
 			bad(key+".base_url", "%v", err)
-		} else if strings.HasSuffix(u.BaseURL, "/") {
-			bad(key+".base_url", "%q must not end with a slash (the probe is GET {base_url}/models)", u.BaseURL)
+		} else if strings.Contains(u.BaseURL, "#") { // a fragment is never sent; one here is a mistake
+			bad(key+".base_url", "%q must not have a fragment (#…)", redactURL(hideQuery(u.BaseURL)))
+		} else if path, _, _ := strings.Cut(u.BaseURL, "?"); strings.HasSuffix(path, "/") {
+			bad(key+".base_url", "%q must not end with a slash (the probe is GET {base_url}/models)", redactURL(hideQuery(u.BaseURL)))
 		}
 		switch u.Protocol {
 		case "", "responses", "chat":
@@ -502,8 +569,15 @@ func (c *Config) Validate() error {
 			bad(key+".continuation", "%q is not one of auto, restart, off", r.Continuation)
 		}
 	}
-	if c.Continuity.RehydrateAfter <= 0 {
-		bad("continuity.rehydrate_after", "must be positive")
+	for _, t := range []struct {
+		key string
+		d   Duration
+	}{{"continuity.anchor_ttl", c.Continuity.AnchorTTL}, {"continuity.rehydrate_after", c.Continuity.RehydrateAfter}} {
+		if t.d <= 0 {
+			bad(t.key, "must be positive")
+		} else if t.d.D() > maxDuration {
+			bad(t.key, "must be at most %s (100 years)", maxDuration)
+		}
 	}
 	if c.Continuity.Portable && c.Continuity.Disabled {
 		bad("continuity.portable", "needs continuity (continuity.disabled is true)")
@@ -512,6 +586,18 @@ func (c *Config) Validate() error {
 	c.validateTracing(bad)
 	return errors.Join(errs...)
 }
+
+// maxBytes bounds the byte limits. The gateway adds to them and multiplies
+// them (a body is read up to limits.max_body_bytes+1, a whole upstream answer
+// up to 4×limits.max_event_bytes): 1 TiB is far beyond any real limit and
+// keeps that arithmetic within an int64.
+const maxBytes = 1 << 40
+
+// maxDuration bounds the durations that are added to the clock or to other
+// durations (an anchor expires at its creation + continuity.anchor_ttl, kept
+// as nanoseconds since 1970, which end in 2262): 100 years is far beyond any
+// real timeout and keeps the sums in range.
+const maxDuration = 100 * 365 * 24 * time.Hour
 
 // maxRetryWait bounds retry.max_wait: no upstream hint is honoured longer
 // (upstream.MaxCooldown).
@@ -549,6 +635,15 @@ func UpstreamFromURL(raw string, index int) (Upstream, error) {
 	}
 	return Upstream{Name: fmt.Sprintf("%s-%d", u.Hostname(), index+1), BaseURL: strings.TrimRight(u.String(), "/"), APIKey: key,
 		Protocol: protocol}, nil
+}
+
+// hideQuery hides a URL's query or fragment, which may hold a key (?key=…),
+// as the startup summary does.
+func hideQuery(raw string) string {
+	if i := strings.IndexAny(raw, "?#"); i >= 0 && i+1 < len(raw) {
+		return raw[:i+1] + "…"
+	}
+	return raw
 }
 
 // redactURL hides the userinfo (a key) of a URL that is echoed in an error.

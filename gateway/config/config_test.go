@@ -52,7 +52,7 @@ timeouts:
 				}
 			}},
 		{name: "unset variable names the key", yaml: "upstreams:\n  - name: a\n    base_url: http://x/v1\n    api_key: ${NOPE}\n",
-			wantErr: "upstreams[0].api_key: environment variable NOPE is not set"},
+			wantErr: "upstreams[0].api_key: environment variable NOPE is empty or not set"},
 		{name: "unknown key", yaml: "listen: 127.0.0.1:1\nlistn: x\n", wantErr: `unknown key "listn" (did you mean "listen"?)`},
 		{name: "bad duration", yaml: "timeouts:\n  idle: soon\n", wantErr: `"soon" is not a duration`},
 		{name: "bad protocol", yaml: "upstreams:\n  - name: a\n    base_url: http://x/v1\n    protocol: grpc\n", wantErr: "upstreams[0].protocol"},

@@ -73,7 +73,7 @@ func TestConfigErrorMessages(t *testing.T) {
 				`limits.max_body_bytes: "abc" is not a number` + "\n" +
 				`upstreams[0]: unknown key "base_ur" (did you mean "base_url"?)`},
 		{"several unset variables", "admin_token: ${NOPE_A}\nupstreams:\n  - name: a\n    base_url: http://x/v1\n    api_key: ${NOPE_B}\n",
-			"admin_token: environment variable NOPE_A is not set\nupstreams[0].api_key: environment variable NOPE_B is not set"},
+			"admin_token: environment variable NOPE_A is empty or not set\nupstreams[0].api_key: environment variable NOPE_B is empty or not set"},
 		{"several values", "listen: nope\nlog: {level: loud}\n",
 			"listen: \"nope\" is not host:port\nlog.level: \"loud\" is not one of trace, debug, info, warn, error"},
 	} {

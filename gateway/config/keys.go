@@ -17,6 +17,9 @@ import (
 // that ${VAR} expansion made strings when the key wants a number or a bool,
 // so "max_body_bytes: ${MAX}" works.
 func checkTree(root *yaml.Node) error {
+	if err := checkAliasGrowth(root); err != nil {
+		return err // walking such a tree (or decoding it) would take minutes
+	}
 	c := &checker{}
 	n := root
 	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
@@ -24,6 +27,108 @@ func checkTree(root *yaml.Node) error {
 	}
 	c.check(n, reflect.TypeFor[Config](), "")
 	return errors.Join(c.errs...)
+}
+
+// maxAliasGrowth bounds how many nodes aliases (*name, and <<: *name merge
+// keys) may add to the config, counted as if each were replaced by what it
+// names. Shared upstream or key settings add a few thousand at most; a small
+// file whose anchors name anchors that name anchors can add billions (an
+// alias bomb), which every later walk of the tree would repeat.
+const maxAliasGrowth = 100_000
+
+// checkAliasGrowth refuses a config whose aliases add more than
+// maxAliasGrowth nodes, naming the alias that goes past it. It visits each
+// node of the file once: an anchored node's expanded size is remembered, so
+// an alias costs one lookup however often its target is named.
+func checkAliasGrowth(root *yaml.Node) error {
+	g := &aliasGrowth{size: map[*yaml.Node]int{}, open: map[*yaml.Node]bool{}}
+	if alias, path := g.walk(root, ""); alias != nil {
+		if path == "" {
+			return fmt.Errorf("with the alias *%s, aliases and merge keys expand the config by more than %d nodes", alias.Value, maxAliasGrowth)
+		}
+		return fmt.Errorf("%s: with the alias *%s, aliases and merge keys expand the config by more than %d nodes", path, alias.Value, maxAliasGrowth)
+	}
+	return nil
+}
+
+type aliasGrowth struct {
+	added int                // nodes the aliases seen so far add
+	size  map[*yaml.Node]int // an anchored node's size with its aliases expanded
+	open  map[*yaml.Node]bool
+}
+
+// walk visits the nodes of the file under n in order and returns the first
+// alias that takes the growth past maxAliasGrowth, with its key path.
+func (g *aliasGrowth) walk(n *yaml.Node, path string) (*yaml.Node, string) {
+	switch n.Kind {
+	case yaml.AliasNode:
+		if n.Alias != nil {
+			g.added += g.expandedSize(n.Alias)
+		}
+		if g.added > maxAliasGrowth {
+			return n, path
+		}
+		return nil, ""
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if k.Kind != yaml.ScalarNode || k.Value != "<<" || k.Tag != "!!merge" {
+				if alias, at := g.walk(v, join(path, k.Value)); alias != nil {
+					return alias, at
+				}
+				continue
+			}
+			// <<: *a or <<: [*a, *b]: the aliases belong to the mapping
+			// they merge into.
+			merged := []*yaml.Node{v}
+			if v.Kind == yaml.SequenceNode {
+				merged = v.Content
+			}
+			for _, m := range merged {
+				if alias, at := g.walk(m, path); alias != nil {
+					return alias, at
+				}
+			}
+		}
+		return nil, ""
+	}
+	for i, c := range n.Content { // a list, or the document
+		p := path
+		if n.Kind == yaml.SequenceNode {
+			p = fmt.Sprintf("%s[%d]", path, i)
+		}
+		if alias, at := g.walk(c, p); alias != nil {
+			return alias, at
+		}
+	}
+	return nil, ""
+}
+
+// expandedSize is how many nodes n stands for once every alias in it is
+// replaced by its target, capped just past maxAliasGrowth (beyond it the
+// exact count no longer matters, and could overflow).
+func (g *aliasGrowth) expandedSize(n *yaml.Node) int {
+	if n.Kind == yaml.AliasNode {
+		if n.Alias == nil || g.open[n.Alias] {
+			return 1 // an alias cycle: checker reports it
+		}
+		n = n.Alias
+	}
+	if s, ok := g.size[n]; ok {
+		return s
+	}
+	if n.Anchor != "" { // only an anchored node can be named again, and so be in a cycle
+		g.open[n] = true
+		defer delete(g.open, n)
+	}
+	size := 1
+	for _, c := range n.Content {
+		size = min(size+g.expandedSize(c), maxAliasGrowth+1)
+	}
+	if n.Anchor != "" {
+		g.size[n] = size
+	}
+	return size
 }
 
 type checker struct {

@@ -96,8 +96,19 @@ func (u *Upstream) Name() string { return u.cfg.Name }
 // Config returns the upstream's configuration.
 func (u *Upstream) Config() Config { return u.cfg }
 
-// URL joins the base URL and an API path such as "/responses".
-func (u *Upstream) URL(path string) string { return u.cfg.BaseURL + path }
+// URL joins the base URL and an API path such as "/responses". A query in
+// the base URL (Azure OpenAI's ?api-version=…) follows the path, joined to
+// a query the path has.
+func (u *Upstream) URL(path string) string {
+	base, query, ok := strings.Cut(u.cfg.BaseURL, "?")
+	if !ok || query == "" {
+		return base + path
+	}
+	if p, pathQuery, ok := strings.Cut(path, "?"); ok {
+		return base + p + "?" + query + "&" + pathQuery
+	}
+	return base + path + "?" + query
+}
 
 // Inflight is the number of requests currently in flight to this upstream.
 func (u *Upstream) Inflight() int64 { return u.inflight.Load() }

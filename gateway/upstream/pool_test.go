@@ -171,3 +171,20 @@ func TestNewPoolRejectsBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestURLKeepsTheBaseURLsQuery: paths go before a base URL's query (Azure
+// OpenAI's ?api-version=…), and a path's own query joins it.
+func TestURLKeepsTheBaseURLsQuery(t *testing.T) {
+	for _, tt := range []struct{ base, path, want string }{
+		{"http://h/v1", "/responses", "http://h/v1/responses"},
+		{"http://h/v1?", "/models", "http://h/v1/models"},
+		{"https://h/openai/v1?api-version=preview", "/responses", "https://h/openai/v1/responses?api-version=preview"},
+		{"https://h/openai/v1?api-version=preview", "/responses/resp_1?stream=true&starting_after=3",
+			"https://h/openai/v1/responses/resp_1?api-version=preview&stream=true&starting_after=3"},
+	} {
+		u := &Upstream{cfg: Config{BaseURL: tt.base}}
+		if got := u.URL(tt.path); got != tt.want {
+			t.Errorf("URL(%q) of %q = %q, want %q", tt.path, tt.base, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,219 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// aliasBomb is a config of a few hundred bytes whose anchors each merge the
+// one before ten times, levels deep, each a key indented by indent; then
+// names the key that stands for 10^levels mappings.
+func aliasBomb(levels int, indent, then string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%sl0: &l0 {level: info}\n", indent)
+	for i := 1; i <= levels; i++ {
+		fmt.Fprintf(&b, "%sl%d: &l%d {<<: [%s]}\n", indent, i, i, strings.TrimSuffix(strings.Repeat(fmt.Sprintf("*l%d, ", i-1), 10), ", "))
+	}
+	return b.String() + then
+}
+
+// TestAliasGrowthBounded: a config whose aliases expand past the bound is
+// refused with one error naming where, before anything walks the expanded
+// tree (which took seconds per level); anchors and merge keys used the
+// ordinary way, even many times over, still load.
+func TestAliasGrowthBounded(t *testing.T) {
+	const want = "with the alias *l4, aliases and merge keys expand the config by more than 100000 nodes"
+	for _, tt := range []struct{ name, yaml, want string }{
+		{"merge bomb", aliasBomb(7, "", "log: *l7\n"), "l5: " + want},
+		{"merge bomb under policies, never named by a key", "policies:\n" + aliasBomb(7, "  ", ""), "policies.l5: " + want},
+		{"alias bomb in lists", "policies:\n  a: &a [x, x, x, x, x, x, x, x, x, x]\n  b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n" +
+			"  c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\n  d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n" +
+			"  e: [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\n",
+			"policies.e[7]: with the alias *d, aliases and merge keys expand the config by more than 100000 nodes"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.yaml), env(nil))
+			if err == nil || err.Error() != tt.want {
+				t.Fatalf("error %v\nwant %q", err, tt.want)
+			}
+		})
+	}
+
+	var many strings.Builder // 1,500 upstreams merging a base of 60 nodes: 90,000 nodes added
+	many.WriteString("x-base: &base {base_url: \"http://127.0.0.1:1/v1\", weight: 3, forward_headers: [" +
+		strings.TrimSuffix(strings.Repeat("OpenAI-Project, ", 25), ", ") + "]}\n")
+	many.WriteString("timeouts: &t {connect: 2s, idle: 1m}\nupstreams:\n")
+	for i := range 1500 {
+		fmt.Fprintf(&many, "  - {<<: *base, name: u%d}\n", i)
+	}
+	yaml := strings.Replace(many.String(), "x-base:", "policies: {x-base:", 1)
+	yaml = strings.Replace(yaml, "]}\n", "]}}\n", 1)
+	c, err := Parse([]byte(yaml), env(nil))
+	if err != nil {
+		t.Fatalf("ordinary merges refused: %v", err)
+	}
+	last := c.Upstreams[len(c.Upstreams)-1]
+	if len(c.Upstreams) != 1500 || last.Name != "u1499" || last.Weight != 3 || len(last.ForwardHeaders) != 25 || c.Timeouts.Idle.D() != time.Minute {
+		t.Fatalf("merged %d upstreams, last %+v, idle %s", len(c.Upstreams), last, c.Timeouts.Idle.D())
+	}
+}
+
+// TestSingleDocument: keys after a "---" would be ignored, so a second
+// document is refused at its line; a leading or trailing marker with no
+// keys after it is not a second document.
+func TestSingleDocument(t *testing.T) {
+	for _, tt := range []struct{ name, yaml, want string }{
+		{"second document", "listen: 127.0.0.1:1\n---\nlog: {level: debug}\n",
+			"line 2: a second YAML document starts here; the config must be a single document"},
+		{"third document", "---\nlisten: 127.0.0.1:1\n---\n---\nlog: {level: debug}\n",
+			"line 4: a second YAML document starts here; the config must be a single document"},
+		{"an empty first document", "---\n---\nlog: {level: debug}\n",
+			"line 2: a second YAML document starts here; the config must be a single document"},
+		{"invalid YAML in a second document", "listen: 127.0.0.1:1\n---\nlog: [\n",
+			"invalid YAML: yaml: line 3: did not find expected node content"},
+		{"leading marker", "---\nlisten: 127.0.0.1:1\n", ""},
+		{"trailing marker", "listen: 127.0.0.1:1\n---\n", ""},
+		{"document end marker", "listen: 127.0.0.1:1\n...\n", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse([]byte(tt.yaml), env(nil))
+			if tt.want == "" {
+				if err != nil || c.Listen != "127.0.0.1:1" {
+					t.Fatalf("error %v, listen %q", err, c.Listen)
+				}
+				return
+			}
+			if err == nil || err.Error() != tt.want {
+				t.Fatalf("error %v\nwant %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestValidateBounds: written zeros are refused where the gateway would
+// otherwise swap in a default, and byte limits and durations are bounded
+// where the gateway's arithmetic on them would overflow; each bound itself
+// is accepted.
+func TestValidateBounds(t *testing.T) {
+	for _, tt := range []struct{ name, yaml, want string }{ // want "": accepted
+		{"drain_grace 0", "timeouts: {drain_grace: 0s}\n", "timeouts.drain_grace: must be positive"},
+		{"anchor_ttl 0", "continuity: {anchor_ttl: 0s}\n", "continuity.anchor_ttl: must be positive"},
+		{"drain_grace null keeps the default", "timeouts: {drain_grace: ~}\n", ""},
+		{"anchor_ttl 1ns", "continuity: {anchor_ttl: 1ns}\n", ""},
+
+		{"max_body_bytes at the bound", "limits: {max_body_bytes: 1099511627776, body_memory_bytes: 1099511627776}\n", ""},
+		{"max_body_bytes largest int64", "limits: {max_body_bytes: 9223372036854775807, body_memory_bytes: 9223372036854775807}\n",
+			"limits.max_body_bytes: must be at most 1099511627776 (1 TiB)\nlimits.body_memory_bytes: must be at most 1099511627776 (1 TiB)"},
+		{"max_event_bytes 2^61", "limits: {max_event_bytes: 2305843009213693952}\n", "limits.max_event_bytes: must be at most 1099511627776 (1 TiB)"},
+		{"max_event_bytes at the bound", "limits: {max_event_bytes: 1099511627776}\n", ""},
+		{"max_ws_frame_bytes past the bound", "limits: {max_ws_frame_bytes: 1099511627777}\n", "limits.max_ws_frame_bytes: must be at most 1099511627776 (1 TiB)"},
+		{"input_session_bytes past the bound", "limits: {input_session_bytes: 1099511627777}\n", "limits.input_session_bytes: must be at most 1099511627776 (1 TiB)"},
+		{"resume bytes past the bound", "streams: {resume_max_bytes: 1099511627777, resume_memory_bytes: 1099511627777}\n",
+			"streams.resume_max_bytes: must be at most 1099511627776 (1 TiB)\nstreams.resume_memory_bytes: must be at most 1099511627776 (1 TiB)"},
+		{"counts have no upper bound", "limits: {max_connections: 9223372036854775807}\n", ""},
+
+		{"anchor_ttl past year 2262", "continuity: {anchor_ttl: 2100000h}\n", "continuity.anchor_ttl: must be at most 876000h0m0s (100 years)"},
+		{"anchor_ttl at the bound", "continuity: {anchor_ttl: 876000h}\n", ""},
+		{"rehydrate_after past the bound", "continuity: {rehydrate_after: 876001h}\n", "continuity.rehydrate_after: must be at most 876000h0m0s (100 years)"},
+		{"drain_grace past the bound", "timeouts: {drain_grace: 2562047h}\n", "timeouts.drain_grace: must be at most 876000h0m0s (100 years)"},
+		{"resume_window past the bound", "streams: {resume_window: 876001h}\n", "streams.resume_window: must be at most 876000h0m0s (100 years)"},
+		{"detach_grace past the bound", "streams: {detach_grace: 876001h}\n", "streams.detach_grace: must be at most 876000h0m0s (100 years)"},
+		{"resume_window 0 still turns resume off", "streams: {resume_window: 0s}\n", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse([]byte(tt.yaml), env(nil))
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tt.want != "" && (err == nil || err.Error() != tt.want):
+				t.Fatalf("error %v\nwant %q", err, tt.want)
+			}
+			if tt.name == "drain_grace null keeps the default" && c.Timeouts.DrainGrace != Defaults().Timeouts.DrainGrace {
+				t.Fatalf("drain_grace %s, want the default", c.Timeouts.DrainGrace.D())
+			}
+		})
+	}
+}
+
+// TestValidateOrderIsStable: several problems come out in the keys'
+// declaration order, the same on every run.
+func TestValidateOrderIsStable(t *testing.T) {
+	const yaml = "limits: {max_body_bytes: 0, max_event_bytes: 0, max_ws_frame_bytes: 0, upstream_sockets: 0, max_json_depth: 0,\n" +
+		"  body_memory_bytes: 0, max_connections: 0, input_sessions: 0, input_session_bytes: 0}\n" +
+		"timeouts: {connect: 0s, header: 0s, idle: 0s, read_header: 0s, drain_grace: 0s, probe_interval: 0s,\n" +
+		"  upstream_socket_idle: 0s, client_write: 0s, read_body: 0s, ws_idle: 0s, keepalive: 0s}\n" +
+		"keys: [{name: k, key: 0123456789abcdef, limits: {rpm: -1, tpm: -1, concurrent: -1, tokens_per_day: -1, tokens_per_month: -1}}]\n" +
+		"pricing: {m-a: {input: -1}, m-b: {input: -1}, m-c: {input: -1}, m-d: {input: -1}}\n"
+	var want []string
+	for _, k := range []string{"max_body_bytes", "max_event_bytes", "max_ws_frame_bytes", "upstream_sockets", "max_json_depth",
+		"body_memory_bytes", "max_connections", "input_sessions", "input_session_bytes"} {
+		want = append(want, "limits."+k+": must be positive")
+	}
+	for _, k := range []string{"connect", "header", "idle", "read_header", "drain_grace", "probe_interval",
+		"upstream_socket_idle", "client_write", "read_body", "ws_idle", "keepalive"} {
+		want = append(want, "timeouts."+k+": must be positive")
+	}
+	for _, k := range []string{"rpm", "tpm", "concurrent", "tokens_per_day", "tokens_per_month"} {
+		want = append(want, "keys[0].limits."+k+": must not be negative")
+	}
+	for _, m := range []string{"m-a", "m-b", "m-c", "m-d"} {
+		want = append(want, "pricing."+m+": prices must not be negative")
+	}
+	for range 10 {
+		_, err := Parse([]byte(yaml), env(nil))
+		if err == nil || err.Error() != strings.Join(want, "\n") {
+			t.Fatalf("error\n%v\nwant\n%s", err, strings.Join(want, "\n"))
+		}
+	}
+}
+
+// TestBaseURLQueryOrFragment: a query in base_url (Azure's api-version)
+// is kept and follows every path (gateway/upstream's URL), a fragment is
+// refused. The message shows neither, as either may hold a key.
+func TestBaseURLQueryOrFragment(t *testing.T) {
+	for _, tt := range []struct{ base, want string }{
+		{"http://h/v1#x", `upstreams[0].base_url: "http://h/v1#…" must not have a fragment (#…)`},
+		{"https://sk-secret@h/v1?key=sk-query-secret#f", `upstreams[0].base_url: "https://[redacted]@h/v1?…" must not have a fragment (#…)`},
+		{"http://h/v1/?x=/", `upstreams[0].base_url: "http://h/v1/?…" must not end with a slash (the probe is GET {base_url}/models)`},
+		{"http://h/v1?api-version=2024", ""},
+		{"http://h/v1?", ""},
+		{"http://h/v1", ""},
+	} {
+		_, err := Parse([]byte("upstreams: [{name: a, base_url: \""+tt.base+"\"}]\n"), env(nil))
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%s: refused: %v", tt.base, err)
+		case tt.want != "" && (err == nil || err.Error() != tt.want):
+			t.Errorf("%s: error %v\nwant %q", tt.base, err, tt.want)
+		}
+	}
+}
+
+// TestEnvValueProblems: an empty variable counts as unset and the message
+// says both; a value that is not UTF-8 text is reported against its key and
+// variable, not as a YAML encoding failure.
+func TestEnvValueProblems(t *testing.T) {
+	lookup := env(map[string]string{"EMPTY": "", "BADU": "sk-\xff\xfe-key", "GOOD": "sk-ok"})
+	for _, tt := range []struct{ name, yaml, want string }{
+		{"empty", "admin_token: ${EMPTY}\n", "admin_token: environment variable EMPTY is empty or not set"},
+		{"empty with a default", "admin_token: ${EMPTY:-dflt}\n", ""},
+		{"not UTF-8", "upstreams: [{name: a, base_url: \"http://h/v1\", api_key: \"${BADU}\"}]\n",
+			"upstreams[0].api_key: environment variable BADU is not valid UTF-8 text"},
+		{"not UTF-8 after a good one", "admin_token: ${GOOD}-${BADU}\n", "admin_token: environment variable BADU is not valid UTF-8 text"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.yaml), lookup)
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tt.want != "" && (err == nil || err.Error() != tt.want):
+				t.Fatalf("error %v\nwant %q", err, tt.want)
+			}
+			if err != nil && strings.Contains(err.Error(), "sk-") {
+				t.Fatalf("the value is in the error: %v", err)
+			}
+		})
+	}
+}
