@@ -6,7 +6,9 @@ import (
 )
 
 // idleTimer calls fn once the upstream has been silent for d. Reads only
-// record the time (touch): re-arming a runtime timer on every upstream read
+// record the time (touch, or resume and pause around a read that waits, as
+// idleReader does, so that the pump's writes to a slow client between reads
+// do not count): re-arming a runtime timer on every upstream read
 // took a lock and a heap update per event, a visible share of a stream's CPU
 // at 1,000 streams (docs/ARCHITECTURE.md §11). Instead the timer, when it
 // fires, re-arms itself for what is left of d since the last touch, so fn

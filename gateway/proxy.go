@@ -906,8 +906,11 @@ func errorMessage(ev sse.Event) string {
 	return ""
 }
 
-// idleReader touches the idle timer on every read, so keepalives count as
-// life, and runs before (the client flush) ahead of each read that may block.
+// idleReader runs before (the client flush) ahead of each read that may
+// block, and counts the idle timeout only while a read waits for the
+// upstream: any bytes, keepalives too, end the wait, and time the pump
+// spends writing to a slow client between reads is not the upstream's
+// silence (the client has timeouts.client_write for that).
 type idleReader struct {
 	r      io.Reader
 	idle   *idleTimer
@@ -918,10 +921,9 @@ func (ir *idleReader) Read(p []byte) (int, error) {
 	if ir.before != nil {
 		ir.before()
 	}
+	ir.idle.resume()
 	n, err := ir.r.Read(p)
-	if n > 0 {
-		ir.idle.touch()
-	}
+	ir.idle.pause()
 	return n, err
 }
 
