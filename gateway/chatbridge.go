@@ -190,15 +190,21 @@ func (s *Server) sendChat(upCtx context.Context, idle *idleTimer, req *clientReq
 		ans.readErr = err
 		return ans, nil
 	}
+	if req.stream {
+		// The upstream ignored stream:true: its answer becomes the events a
+		// stream of it would have carried, remembered as a stream's are.
+		tr := translate.NewStream(opts)
+		evs, cerr := tr.Completion(body)
+		if cerr != nil {
+			ans.readErr = fmt.Errorf("the Chat upstream's answer could not be converted: %w", cerr)
+			return ans, nil
+		}
+		ans.src = &chatSource{s: s, ctx: upCtx, req: req, tr: tr, queue: evs}
+		return ans, nil
+	}
 	out, items, aerr := translate.FromChatResponse(body, opts)
 	if aerr != nil {
 		ans.readErr = fmt.Errorf("the Chat upstream's answer could not be converted: %s", aerr.Message)
-		return ans, nil
-	}
-	if req.stream {
-		// The upstream ignored stream:true: replay the whole answer as events.
-		tr := translate.NewStream(opts)
-		ans.src = &replayedAnswer{events: chatAnswerEvents(tr, body)}
 		return ans, nil
 	}
 	s.convs.remember(context.WithoutCancel(upCtx), req, opts.ResponseID, items)
@@ -223,33 +229,6 @@ func (s *Server) warmUp(ctx context.Context, req *clientRequest, opts translate.
 	return ans
 }
 
-// chatAnswerEvents renders a complete chat.completion as a Responses stream.
-func chatAnswerEvents(tr *translate.Stream, body []byte) []translate.Event {
-	var cc struct {
-		Choices []struct {
-			Message      json.RawMessage `json:"message"`
-			FinishReason string          `json:"finish_reason"`
-		} `json:"choices"`
-		Usage json.RawMessage `json:"usage"`
-		Model string          `json:"model"`
-	}
-	if json.Unmarshal(body, &cc) != nil || len(cc.Choices) == 0 {
-		return tr.Fail(apierr.StreamIncomplete("the Chat upstream's answer had no choices"))
-	}
-	chunk, _ := json.Marshal(map[string]any{"object": "chat.completion.chunk", "model": cc.Model,
-		"choices": []any{map[string]any{"index": 0, "delta": cc.Choices[0].Message, "finish_reason": cc.Choices[0].FinishReason}}})
-	evs, err := tr.Chunk(chunk)
-	if err != nil {
-		return tr.Fail(apierr.StreamIncomplete("the Chat upstream's answer could not be converted"))
-	}
-	if len(cc.Usage) > 0 {
-		u, _ := json.Marshal(map[string]any{"object": "chat.completion.chunk", "choices": []any{}, "usage": cc.Usage})
-		more, _ := tr.Chunk(u)
-		evs = append(evs, more...)
-	}
-	return append(evs, tr.Finish()...)
-}
-
 // replayedAnswer yields pre-rendered events.
 type replayedAnswer struct{ events []translate.Event }
 
@@ -268,7 +247,7 @@ type chatSource struct {
 	s     *Server
 	ctx   context.Context
 	req   *clientRequest
-	in    *sse.Reader
+	in    *sse.Reader // nil: the events are all in queue (a chat.completion)
 	tr    *translate.Stream
 	queue []translate.Event
 	ended bool
@@ -276,7 +255,7 @@ type chatSource struct {
 
 func (c *chatSource) Next() (sse.Event, error) {
 	for len(c.queue) == 0 {
-		if c.tr.Done() {
+		if c.tr.Done() || c.in == nil {
 			return sse.Event{}, io.EOF
 		}
 		ev, err := c.in.Next()
@@ -308,6 +287,11 @@ func (c *chatSource) Next() (sse.Event, error) {
 	}
 	ev := c.queue[0]
 	c.queue = c.queue[1:]
+	if ev.Type == "response.failed" {
+		if e := c.tr.ErrorBeforeOutput(); e != nil {
+			return sse.Event{Name: "error", Data: upstreamErrorEvent(e)}, nil
+		}
+	}
 	if (ev.Type == "response.completed" || ev.Type == "response.incomplete") && !c.ended {
 		c.ended = true
 		if c.req.rescue != nil {
@@ -318,4 +302,20 @@ func (c *chatSource) Next() (sse.Event, error) {
 		c.s.convs.remember(context.WithoutCancel(c.ctx), c.req, c.tr.ResponseID(), c.tr.OutputItems())
 	}
 	return sse.Event{Name: ev.Type, Data: ev.Data}, nil
+}
+
+// upstreamErrorEvent renders a Chat upstream's error that came before any
+// output as a Responses upstream sends one ({"type":"error","status":…,
+// "error":{…}}, the status left out when the upstream named none), in place
+// of the translated response.failed, whose code the spec's enum may have
+// turned into server_error. The attempt then judges it exactly as it judges
+// a Responses upstream's error event (errorShaped, eventClass): a client error
+// is not replayed and ends the request as the upstream's error, its message
+// and code kept; a server error is replayed as before.
+func upstreamErrorEvent(e *apierr.Error) []byte {
+	if e.Status != 0 {
+		return errorFrame(e)
+	}
+	b, _ := json.Marshal(map[string]any{"type": "error", "error": e.Object()})
+	return b
 }

@@ -10,7 +10,7 @@
 // stay stable from added to done, sequence numbers, output and content
 // indexes, and exactly one terminal event (docs/ARCHITECTURE.md, "The terminal-event rule") whatever the order of
 // calls — and [FromChatResponse] does the same for a non-streamed
-// chat.completion.
+// chat.completion ([Stream.Completion] renders one as events).
 //
 // Everything here is pure and deterministic: no I/O, no goroutines, ids and
 // the clock come in through the options.
@@ -42,14 +42,25 @@
 //     item with one reasoning_text part; content a message item with an
 //     output_text part (refusal a refusal part); tool calls function_call items.
 //     One item is open at a time: a reasoning or message item is done when
-//     something else starts; a tool call is done when text starts, when the
-//     next call starts and its own arguments are complete JSON, or at the
+//     something else starts; a tool call is done when text starts or the
+//     next call starts once its own arguments are complete JSON, or at the
 //     finish_reason (a call that starts while another is unfinished — Chat
-//     may interleave them by index — waits, buffered, until it is done).
+//     may interleave them by index — waits, buffered, until it is done; so
+//     does text that arrives while a call's arguments are incomplete, and it
+//     follows the calls). Tool call deltas are matched by index, else by a
+//     new id, else by a name other than the last call's (or the same name
+//     once the last call's arguments are complete), else they continue the
+//     last call; a non-streamed message's calls are matched by position.
+//     Text deltas are forwarded as the upstream's JSON literals, except that
+//     a UTF-16 surrogate pair split across two deltas is joined in the
+//     second, so the deltas and the done text agree for every client.
 //     Echoed function tools carry strict (false when not sent) and parameters.
 //     A Response object's error.code is one of the spec's ResponseErrorCode
 //     values or an upstream code clients act on (ResponseErrorCode); any
 //     other code becomes server_error and leads the message.
 //     stop and tool_calls complete the response; length and content_filter
-//     make it incomplete; an error chunk fails it.
+//     make it incomplete; an error chunk fails it (Stream.ErrorBeforeOutput
+//     keeps the upstream's own error when nothing was output yet).
+//     A chat.completion answering a streaming request becomes the same
+//     events (Stream.Completion).
 package translate

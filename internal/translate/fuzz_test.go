@@ -116,16 +116,34 @@ func FuzzStream(f *testing.F) {
 }
 
 // FuzzFromChatResponse: arbitrary bodies never panic and give either a
-// valid response object or an error.
+// valid response object or an error, whose status is an HTTP error status or
+// 0 (an upstream error that names none). Stream.Completion agrees: the same
+// error, or a valid event stream whose terminal output is the response's.
 func FuzzFromChatResponse(f *testing.F) {
 	f.Add([]byte(`{"choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":"hi"}}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		resp, out, aerr := FromChatResponse(body, StreamOptions{ResponseID: "resp_f", CreatedAt: 1, NewID: counterIDs()})
+		s := NewStream(StreamOptions{ResponseID: "resp_f", CreatedAt: 1, NewID: counterIDs()})
+		events, err := s.Completion(body)
+		if err == nil {
+			if verr := validateEvents(events); verr != nil || !s.Done() {
+				t.Fatalf("Completion: %v\n%s", verr, dumpEvents(events))
+			}
+		}
 		if aerr != nil {
-			if aerr.Status < 400 || aerr.Message == "" {
+			if aerr.Status != 0 && (aerr.Status < 400 || aerr.Status > 599) || aerr.Message == "" {
 				t.Fatalf("bad error %+v", aerr)
 			}
+			if e := s.ErrorBeforeOutput(); (err == nil) != (e != nil) || e != nil && *e != *aerr {
+				t.Fatalf("Completion: %v, error %+v; FromChatResponse %+v", err, e, aerr)
+			}
 			return
+		}
+		if err != nil {
+			t.Fatalf("Completion refused what FromChatResponse took: %v", err)
+		}
+		if got, want := gjson.GetBytes(events[len(events)-1].Data, "response.output").Raw, gjson.GetBytes(resp, "output").Raw; got != want {
+			t.Fatalf("Completion output %s, FromChatResponse %s", got, want)
 		}
 		if !json.Valid(resp) {
 			t.Fatalf("invalid response %q", resp)

@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -69,6 +71,7 @@ type outPart struct {
 	kind partKind
 	text []byte
 	open bool
+	high string // a high-surrogate escape held back from the last delta (joinSurrogates)
 }
 
 // outItem is one output item: a reasoning item, a message or a function call.
@@ -84,6 +87,15 @@ type outItem struct {
 	callID string
 	name   string
 	args   []byte
+	high   string // a high-surrogate escape held back from the last arguments delta (joinSurrogates)
+}
+
+// heldText is a text delta that waits for the tool calls that can still take
+// arguments (Stream.holdText).
+type heldText struct {
+	kind      itemKind
+	pk        partKind
+	text, raw string
 }
 
 // Stream converts one Chat Completions stream into Responses events. It is
@@ -121,6 +133,11 @@ type Stream struct {
 	// made only of the "\n\n" some servers send before a tool call is noise.
 	pendingWS   []byte
 	pendingKind partKind
+	// Text that arrived while a tool call could still take arguments waits
+	// here, in order, until none can (holdText).
+	held []heldText
+
+	upstreamErr *apierr.Error // the upstream's error, when an error chunk failed the stream
 
 	finish     string // finish_reason seen
 	usage      []byte // rendered usage object
@@ -228,7 +245,7 @@ func (s *Stream) Chunk(data []byte) ([]Event, error) {
 		if present(errField) {
 			src = errField
 		}
-		return s.fail(upstreamError(src)), nil
+		return s.failUpstream(upstreamError(src)), nil
 	}
 	if model.Type == gjson.String && model.Str != "" && (!s.started || s.model == "") {
 		s.model = model.Str
@@ -321,6 +338,28 @@ func (s *Stream) itemStatus(it *outItem) string {
 	return it.status
 }
 
+// ErrorBeforeOutput returns the upstream's error when an error chunk (or an
+// error envelope given to Completion) ended the stream before any output item
+// was announced, and nil otherwise. The response then showed nothing but
+// response.created and response.in_progress, so a caller may answer the
+// failure as the upstream's own error — message, type, param and code as the
+// upstream sent them, Status the HTTP status it stands for (0: it named none)
+// — rather than as the response.failed the Stream emitted, whose error.code
+// the spec's enum may have turned into server_error.
+func (s *Stream) ErrorBeforeOutput() *apierr.Error {
+	if s.upstreamErr == nil || len(s.items) > 0 {
+		return nil
+	}
+	e := *s.upstreamErr
+	return &e
+}
+
+// failUpstream fails the stream with the upstream's own error.
+func (s *Stream) failUpstream(e *apierr.Error) []Event {
+	s.upstreamErr = e
+	return s.fail(e)
+}
+
 func (s *Stream) fail(e *apierr.Error) []Event {
 	code := e.Code
 	if code == "" || (code[0] >= '0' && code[0] <= '9') {
@@ -332,22 +371,22 @@ func (s *Stream) fail(e *apierr.Error) []Event {
 	}
 	s.errObj = AppendResponseError(s.errObj[:0], code, msg)
 	s.pendingWS = s.pendingWS[:0]
+	s.held = nil // never sent: the failed response's output is what the client got
 	s.terminal("response.failed", "failed")
 	return s.flush()
 }
 
 // upstreamError reads an error object (or string) from a Chat error chunk.
+// Its Status is the HTTP status the error stands for (errorStatus).
 func upstreamError(v gjson.Result) *apierr.Error {
 	if v.Type == gjson.String {
-		return &apierr.Error{Status: 502, Type: apierr.TypeServer, Message: v.Str}
+		return &apierr.Error{Status: http.StatusBadGateway, Type: apierr.TypeServer, Message: v.Str}
 	}
 	e, ok := apierr.Parse([]byte(v.Raw))
 	if !ok {
 		e = apierr.Error{Type: apierr.TypeServer, Message: "The upstream reported an error."}
 	}
-	if e.Status == 0 {
-		e.Status = 502
-	}
+	e.Status = errorStatus(e)
 	if e.Message == "" {
 		e.Message = "The upstream reported an error."
 	}
@@ -355,6 +394,25 @@ func upstreamError(v gjson.Result) *apierr.Error {
 		e.Type = apierr.TypeServer
 	}
 	return &e
+}
+
+// errorStatus is the HTTP status an upstream error object stands for. A Chat
+// error chunk has no field for it: llama.cpp and vLLM send the status as the
+// code (a number); otherwise OpenAI's two error types say whose fault it is
+// (invalid_request_error: 400, server_error: 502). Any other error gets 0, and
+// its code alone classifies it, as it does a Responses upstream's error event
+// that carries no status.
+func errorStatus(e apierr.Error) int {
+	if n, err := strconv.Atoi(e.Code); err == nil && n >= 400 && n <= 599 {
+		return n
+	}
+	switch e.Type {
+	case apierr.TypeInvalidRequest:
+		return http.StatusBadRequest
+	case apierr.TypeServer:
+		return http.StatusBadGateway
+	}
+	return 0
 }
 
 // complete closes everything and emits the terminal event the finish reason
@@ -390,9 +448,14 @@ func (s *Stream) setFinish(reason string) {
 	s.closeAll(st)
 }
 
-// closeAll closes the open item and every open tool call. Whitespace still
-// waiting becomes a message only when nothing else was said.
+// closeAll closes the open item and every open tool call. Text held for the
+// calls follows them; whitespace still waiting becomes a message only when
+// nothing else was said.
 func (s *Stream) closeAll(status string) {
+	if len(s.held) > 0 {
+		s.closeCalls(status)
+		s.releaseText()
+	}
 	if len(s.pendingWS) > 0 && len(s.items) == 0 && s.openCall == nil && len(s.pendingCalls) == 0 {
 		ws := string(s.pendingWS)
 		s.pendingWS = s.pendingWS[:0]
@@ -430,7 +493,7 @@ func (s *Stream) advanceCalls() {
 			return
 		}
 		if oc := s.openCall; oc != nil {
-			if len(oc.args) == 0 || !gjson.ValidBytes(oc.args) {
+			if !argsComplete(oc) {
 				return
 			}
 			s.closeItem(oc, statusCompleted)
@@ -440,6 +503,47 @@ func (s *Stream) advanceCalls() {
 		s.pendingCalls = s.pendingCalls[1:]
 		s.addCall(next)
 		s.openCall = next
+	}
+}
+
+// argsComplete reports whether a tool call's arguments are a complete JSON
+// value: nothing more can be appended to them.
+func argsComplete(call *outItem) bool { return len(call.args) > 0 && gjson.ValidBytes(call.args) }
+
+// callsOpen reports whether a tool call, open or waiting, can still take
+// arguments.
+func (s *Stream) callsOpen() bool {
+	if s.openCall != nil && !argsComplete(s.openCall) {
+		return true
+	}
+	for _, c := range s.pendingCalls {
+		if !argsComplete(c) {
+			return true
+		}
+	}
+	return false
+}
+
+// holdText keeps a text delta that arrives while a tool call can still take
+// arguments, and every one after it until releaseText: closing the call for
+// the text would end its arguments where they were (the rest dropped, the
+// call done with partial JSON), and only one item is open at a time. Text that
+// is only whitespace is not held (it waits as pendingWS, as it would anyway).
+func (s *Stream) holdText(kind itemKind, pk partKind, text, raw string) bool {
+	if len(s.held) == 0 && (isSpace(text) || !s.callsOpen()) {
+		return false
+	}
+	s.held = append(s.held, heldText{kind: kind, pk: pk, text: text, raw: raw})
+	return true
+}
+
+// releaseText emits the held text, after the tool calls it waited for (the
+// first text delta closes them).
+func (s *Stream) releaseText() {
+	held := s.held
+	s.held = nil
+	for _, h := range held {
+		s.textDelta(h.kind, h.pk, h.text, h.raw)
 	}
 }
 
@@ -521,6 +625,9 @@ func isSpace(s string) bool {
 // the open item of the given kind, opening one (and closing whatever else is
 // open) if needed.
 func (s *Stream) textDelta(kind itemKind, pk partKind, text, raw string) {
+	if s.holdText(kind, pk, text, raw) {
+		return
+	}
 	if len(s.pendingWS) > 0 && s.pendingKind != pk {
 		s.pendingWS = s.pendingWS[:0] // something else was said after it
 	}
@@ -532,8 +639,11 @@ func (s *Stream) textDelta(kind itemKind, pk partKind, text, raw string) {
 			return
 		}
 		if len(s.pendingWS) > 0 {
+			if raw != "" { // keep the literal: it may end in half a surrogate pair
+				ws := jsonx.AppendQuote(nil, string(s.pendingWS))
+				raw = string(ws[:len(ws)-1]) + raw[1:]
+			}
 			text = string(s.pendingWS) + text
-			raw = ""
 			s.pendingWS = s.pendingWS[:0]
 		}
 		s.closeCur(statusCompleted)
@@ -551,8 +661,16 @@ func (s *Stream) textDelta(kind itemKind, pk partKind, text, raw string) {
 		}
 		p = s.addPart(it, pk)
 	}
+	if text, raw = joinSurrogates(&p.high, text, raw); text == "" {
+		return // all of it was half a surrogate pair, held for the next delta
+	}
 	p.text = append(p.text, text...)
-	ci := len(it.parts) - 1
+	s.partDelta(it, len(it.parts)-1, text, raw)
+}
+
+// partDelta emits the delta event of content part ci of it.
+func (s *Stream) partDelta(it *outItem, ci int, text, raw string) {
+	pk := it.parts[ci].kind
 	var typ string
 	switch pk {
 	case partText:
@@ -590,6 +708,10 @@ func (s *Stream) toolDelta(tc gjson.Result, pos int64, positional bool) {
 		}
 		return true
 	})
+	var name, args gjson.Result
+	if fn.IsObject() {
+		name, args = fn.Get("name"), fn.Get("arguments")
+	}
 	var idx int64
 	switch {
 	case positional:
@@ -598,6 +720,8 @@ func (s *Stream) toolDelta(tc gjson.Result, pos int64, positional bool) {
 		idx = index.Int()
 	case nonEmptyString(id) && !s.knownCallID(id.Str):
 		idx = s.nextCall // a new call from a server that sends no index
+	case !nonEmptyString(id) && s.namesNextCall(name):
+		idx = s.nextCall // a new call from a server that sends neither index nor id
 	default:
 		idx = s.lastCall
 	}
@@ -623,10 +747,6 @@ func (s *Stream) toolDelta(tc gjson.Result, pos int64, positional bool) {
 		}
 		s.callIDs[id.Str] = true
 	}
-	var name, args gjson.Result
-	if fn.IsObject() {
-		name, args = fn.Get("name"), fn.Get("arguments")
-	}
 	if call.name == "" && nonEmptyString(name) {
 		call.name = name.Str
 	}
@@ -642,16 +762,102 @@ func (s *Stream) toolDelta(tc gjson.Result, pos int64, positional bool) {
 	if len(s.pendingCalls) > 0 {
 		s.advanceCalls()
 	}
+	if len(s.held) > 0 && !s.callsOpen() {
+		s.releaseText()
+	}
 }
 
 func (s *Stream) knownCallID(id string) bool { return s.callIDs[id] }
 
+// namesNextCall reports whether a tool call delta with neither index nor id
+// that carries name starts the next call rather than continuing the last:
+// the last call has its name already, and name is another one, or the same
+// one once the last call's arguments are complete (a second call of the
+// same function). A server that repeats the name in every delta of a call
+// still continues it.
+func (s *Stream) namesNextCall(name gjson.Result) bool {
+	last := s.calls[s.lastCall]
+	return nonEmptyString(name) && last != nil && last.name != "" && (last.name != name.Str || argsComplete(last))
+}
+
 func (s *Stream) callArgs(call *outItem, text, raw string) {
+	if text, raw = joinSurrogates(&call.high, text, raw); text == "" {
+		return
+	}
 	call.args = append(call.args, text...)
 	if !call.added {
 		return // sent with the output_item.added once the name is known
 	}
 	s.argsDelta(call, text, raw)
+}
+
+// joinSurrogates makes a delta's JSON string literal raw safe to forward on
+// its own. An upstream may split a UTF-16 surrogate pair across two deltas
+// ("\ud83d" ends one, "\ude00" starts the next); forwarded as they are, the
+// halves are joined into the character by some clients (JavaScript) and
+// decoded into two U+FFFD by others and by the text the done events carry.
+// So a high half that ends raw is held back in *high and put in front of the
+// next delta's literal, and text is raw decoded again. A literal that still
+// holds a lone surrogate comes back as raw "": the caller forwards text
+// re-encoded, with the U+FFFD every decoder agrees on. A delta given as text
+// alone (raw "") ends what is held as U+FFFD.
+func joinSurrogates(high *string, text, raw string) (string, string) {
+	if raw == "" {
+		if *high != "" {
+			text, *high = "\uFFFD"+text, ""
+		}
+		return text, ""
+	}
+	if *high != "" {
+		raw, *high = `"`+*high+raw[1:], ""
+	} else if !strings.Contains(raw, `\ud`) && !strings.Contains(raw, `\uD`) {
+		return text, raw // no surrogate escape: the common case
+	}
+	lone, trailing := scanSurrogates(raw)
+	if trailing >= 0 {
+		*high = raw[trailing : trailing+6]
+		raw = raw[:trailing] + `"`
+	}
+	text = gjson.Parse(raw).Str
+	if lone {
+		raw = ""
+	}
+	return text, raw
+}
+
+// scanSurrogates reads the \u escapes of a JSON string literal: lone reports
+// a surrogate escape without its other half, trailing is the offset of a
+// high-surrogate escape that ends the literal (not counted as lone), or -1.
+func scanSurrogates(raw string) (lone bool, trailing int) {
+	high := -1 // offset of a high-surrogate escape waiting for its low half
+	for i := 1; i < len(raw)-1; i++ {
+		if raw[i] != '\\' {
+			if high >= 0 {
+				lone, high = true, -1
+			}
+			continue
+		}
+		if raw[i+1] != 'u' || i+6 > len(raw)-1 {
+			if high >= 0 {
+				lone, high = true, -1
+			}
+			i++ // a two-character escape
+			continue
+		}
+		r, err := strconv.ParseUint(raw[i+2:i+6], 16, 16)
+		switch {
+		case err == nil && r >= 0xD800 && r <= 0xDBFF:
+			lone = lone || high >= 0
+			high = i
+		case err == nil && r >= 0xDC00 && r <= 0xDFFF:
+			lone = lone || high < 0
+			high = -1
+		case high >= 0:
+			lone, high = true, -1
+		}
+		i += 5
+	}
+	return lone, high
 }
 
 func (s *Stream) argsDelta(call *outItem, text, raw string) {
@@ -720,6 +926,11 @@ func (s *Stream) addPart(it *outItem, pk partKind) *outPart {
 
 func (s *Stream) closePart(it *outItem, ci int) {
 	p := it.parts[ci]
+	if p.high != "" { // half a surrogate pair that never got its other half
+		p.high = ""
+		p.text = append(p.text, "\uFFFD"...)
+		s.partDelta(it, ci, "\uFFFD", "")
+	}
 	p.open = false
 	var typ, field string
 	switch p.kind {
@@ -752,6 +963,9 @@ func (s *Stream) closeItem(it *outItem, status string) {
 		return
 	}
 	if it.kind == kindCall {
+		if it.high != "" {
+			s.callArgs(it, "", "") // half a surrogate pair that never got its other half
+		}
 		if !it.added {
 			s.addCall(it)
 		}
@@ -1082,50 +1296,84 @@ func appendEcho(b []byte, r RequestEcho) []byte {
 
 // FromChatResponse converts a non-streamed chat.completion body into a full
 // Response object, and returns its output items for storing. The upstream's
-// error envelope comes back as err (status 502 unless it carried one); a body
-// that is not a chat.completion is a stream_incomplete error.
+// error envelope comes back as err, with the HTTP status it stands for (0
+// when it names none: see errorStatus); a body that is not a chat.completion
+// is a stream_incomplete error.
 func FromChatResponse(body []byte, opts StreamOptions) (response []byte, output []json.RawMessage, err *apierr.Error) {
+	s := NewStream(opts)
+	if aerr, _ := s.completion(body); aerr != nil {
+		return nil, nil, aerr
+	}
+	return s.appendResponse(nil, s.status, true), s.OutputItems(), nil
+}
+
+// Completion converts a whole non-streamed chat.completion — the answer of
+// an upstream that ignored stream:true — into the events a stream of it
+// would have carried, through the terminal event. Its tool calls are told
+// apart by their position in the message, as FromChatResponse does (a
+// message's calls carry no index, and need no id). An error envelope fails
+// the stream as an error chunk does. A body that is not a chat.completion
+// returns an error and no events; the caller then fails the stream (Fail).
+// After the terminal event Completion returns nil, nil.
+func (s *Stream) Completion(body []byte) ([]Event, error) {
+	if s.done {
+		return nil, nil
+	}
+	aerr, upstream := s.completion(body)
+	switch {
+	case upstream:
+		return s.failUpstream(aerr), nil
+	case aerr != nil:
+		return nil, errors.New("translate: " + aerr.Message)
+	}
+	return s.flush(), nil
+}
+
+// completion applies a whole chat.completion and completes the stream. It
+// applies nothing and returns the upstream's error envelope (upstream true),
+// or a stream_incomplete error for a body that is not a chat.completion.
+func (s *Stream) completion(body []byte) (aerr *apierr.Error, upstream bool) {
 	if tooDeep(body) || !gjson.ValidBytes(body) {
-		return nil, nil, apierr.StreamIncomplete("the upstream returned a chat completion that is not valid JSON")
+		return apierr.StreamIncomplete("the upstream returned a chat completion that is not valid JSON"), false
 	}
 	root := gjson.ParseBytes(body)
 	if !root.IsObject() {
-		return nil, nil, apierr.StreamIncomplete("the upstream returned a chat completion that is not a JSON object")
+		return apierr.StreamIncomplete("the upstream returned a chat completion that is not a JSON object"), false
 	}
 	if e := root.Get("error"); present(e) || root.Get("object").Str == "error" {
 		if !present(e) {
 			e = root
 		}
-		return nil, nil, upstreamError(e)
+		return upstreamError(e), true
 	}
-	choices := root.Get("choices")
-	if !choices.IsArray() {
-		return nil, nil, apierr.StreamIncomplete("the upstream returned a chat completion without choices")
+	var message, finish gjson.Result
+	found := false
+	if choices := root.Get("choices"); choices.IsArray() {
+		choices.ForEach(func(_, ch gjson.Result) bool {
+			if idx := ch.Get("index"); present(idx) && idx.Raw != "0" {
+				return true
+			}
+			found = true
+			message, finish = ch.Get("message"), ch.Get("finish_reason")
+			return false
+		})
 	}
-	s := NewStream(opts)
-	s.started = true
-	if m := root.Get("model"); m.Type == gjson.String && m.Str != "" {
+	if !found {
+		return apierr.StreamIncomplete("the upstream returned a chat completion without choices"), false
+	}
+	if m := root.Get("model"); m.Type == gjson.String && m.Str != "" && (!s.started || s.model == "") {
 		s.model = m.Str
 	}
-	found := false
-	choices.ForEach(func(_, ch gjson.Result) bool {
-		if idx := ch.Get("index"); present(idx) && idx.Raw != "0" {
-			return true
-		}
-		found = true
-		s.applyDelta(ch.Get("message"), true)
-		if fr := ch.Get("finish_reason"); fr.Type == gjson.String && fr.Str != "" {
-			s.finish = fr.Str
-		}
-		return false
-	})
-	if !found {
-		return nil, nil, apierr.StreamIncomplete("the upstream returned a chat completion without choices")
+	if !s.started {
+		s.start()
+	}
+	s.applyDelta(message, true)
+	if finish.Type == gjson.String && finish.Str != "" {
+		s.finish = finish.Str
 	}
 	if u := root.Get("usage"); u.IsObject() {
-		s.usage = appendUsage(nil, u)
+		s.usage = appendUsage(s.usage[:0], u)
 	}
 	s.complete()
-	s.ev = nil
-	return s.appendResponse(nil, s.status, true), s.OutputItems(), nil
+	return nil, false
 }

@@ -291,6 +291,88 @@ func TestStreams(t *testing.T) {
 			output: []string{"message completed: refusal=I can't help with that."},
 		},
 		{
+			// Neither index nor id: a new name starts the next call; the
+			// same name continues one until its arguments are complete.
+			file: "tools_no_index_no_id.txt",
+			events: []string{
+				"response.created",
+				"response.in_progress",
+				"response.output_item.added fc_1 o0",
+				"response.function_call_arguments.delta fc_1 o0",
+				"response.function_call_arguments.delta fc_1 o0",
+				"response.function_call_arguments.done fc_1 o0",
+				"response.output_item.done fc_1 o0",
+				"response.output_item.added fc_2 o1",
+				"response.function_call_arguments.delta fc_2 o1",
+				"response.function_call_arguments.done fc_2 o1",
+				"response.output_item.done fc_2 o1",
+				"response.output_item.added fc_3 o2",
+				"response.function_call_arguments.delta fc_3 o2",
+				"response.function_call_arguments.delta fc_3 o2",
+				"response.function_call_arguments.done fc_3 o2",
+				"response.output_item.done fc_3 o2",
+				"response.completed",
+			},
+			status: "completed",
+			output: []string{
+				`function_call completed: call_1 f0 {"a":1}`,
+				`function_call completed: call_2 f1 {"b":2}`,
+				`function_call completed: call_3 f1 {"c":3}`,
+			},
+		},
+		{
+			// Text in the middle of a call's arguments waits for the rest
+			// of them, and follows the call.
+			file: "tool_args_interrupted.txt",
+			events: []string{
+				"response.created",
+				"response.in_progress",
+				"response.output_item.added fc_1 o0",
+				"response.function_call_arguments.delta fc_1 o0",
+				"response.function_call_arguments.delta fc_1 o0",
+				"response.function_call_arguments.done fc_1 o0",
+				"response.output_item.done fc_1 o0",
+				"response.output_item.added msg_1 o1",
+				"response.content_part.added msg_1 o1 c0",
+				"response.output_text.delta msg_1 o1 c0",
+				"response.output_text.delta msg_1 o1 c0",
+				"response.output_text.delta msg_1 o1 c0",
+				"response.output_text.delta msg_1 o1 c0",
+				"response.output_text.done msg_1 o1 c0",
+				"response.content_part.done msg_1 o1 c0",
+				"response.output_item.done msg_1 o1",
+				"response.completed",
+			},
+			status: "completed",
+			output: []string{
+				`function_call completed: call_a f0 {"a":1}`,
+				"message completed: thinking aloud, done",
+			},
+		},
+		{
+			// A pair split across deltas is joined in the second delta; a
+			// lone half is U+FFFD in the deltas and the done text alike.
+			file: "surrogate_split.txt",
+			events: []string{
+				"response.created",
+				"response.in_progress",
+				"response.output_item.added msg_1 o0",
+				"response.content_part.added msg_1 o0 c0",
+				"response.output_text.delta msg_1 o0 c0",
+				"response.output_text.delta msg_1 o0 c0",
+				"response.output_text.delta msg_1 o0 c0",
+				"response.output_text.delta msg_1 o0 c0",
+				"response.output_text.delta msg_1 o0 c0",
+				"response.output_text.delta msg_1 o0 c0",
+				"response.output_text.done msg_1 o0 c0",
+				"response.content_part.done msg_1 o0 c0",
+				"response.output_item.done msg_1 o0",
+				"response.completed",
+			},
+			status: "completed",
+			output: []string{"message completed: x\U0001F600y\U0001F603 a\uFFFDb z\uFFFD"},
+		},
+		{
 			file: "cut.txt",
 			events: []string{
 				"response.created",
@@ -672,5 +754,146 @@ func TestRoundTrip(t *testing.T) {
 		`{"role":"tool","tool_call_id":"call_a","content":"sunny"},{"role":"tool","tool_call_id":"call_b","content":"12:00"}]`
 	if got := gjson.GetBytes(chat, "messages").Raw; got != want {
 		t.Errorf("messages:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestStreamErrorBeforeOutput: an error chunk before any output item keeps
+// the upstream's own error (with the HTTP status it stands for) for the
+// caller, next to the response.failed the Stream still emits; once output
+// was announced, or when the stream failed for another reason, there is none.
+func TestStreamErrorBeforeOutput(t *testing.T) {
+	llama, _ := readSSE(t, "error_first.txt")
+	role := `{"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`
+	text := `{"model":"m","choices":[{"index":0,"delta":{"content":"hi"}}]}`
+	for _, tc := range []struct {
+		name   string
+		chunks []string
+		want   *apierr.Error // nil: no error before output
+	}{
+		{"client error first", []string{`{"error":{"code":"invalid_value","message":"temperature too high","type":"invalid_request_error","param":"temperature"}}`},
+			&apierr.Error{Status: 400, Code: "invalid_value", Message: "temperature too high", Type: "invalid_request_error", Param: "temperature"}},
+		{"llama.cpp status as code", []string{string(llama[0])},
+			&apierr.Error{Status: 400, Code: "400", Message: "the request exceeds the available context size, try increasing it", Type: "exceed_context_size_error"}},
+		{"after the role chunk", []string{role, `{"error":{"code":500,"message":"boom","type":"server_error"}}`},
+			&apierr.Error{Status: 500, Code: "500", Message: "boom", Type: "server_error"}},
+		{"server_error type", []string{`{"error":{"message":"boom","type":"server_error"}}`},
+			&apierr.Error{Status: 502, Message: "boom", Type: "server_error"}},
+		{"vLLM object error", []string{`{"object":"error","message":"bad","type":"BadRequestError","param":null,"code":400}`},
+			&apierr.Error{Status: 400, Code: "400", Message: "bad", Type: "BadRequestError"}},
+		{"no status named", []string{`{"error":{"message":"slow down","type":"tokens","code":"rate_limit_exceeded"}}`},
+			&apierr.Error{Status: 0, Code: "rate_limit_exceeded", Message: "slow down", Type: "tokens"}},
+		{"a string", []string{`{"error":"plain"}`}, &apierr.Error{Status: 502, Message: "plain", Type: "server_error"}},
+		{"after output", []string{text, `{"error":{"code":"invalid_value","message":"x","type":"invalid_request_error"}}`}, nil},
+		{"no error chunk", []string{role}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewStream(testStreamOptions())
+			var events []Event
+			for _, c := range tc.chunks {
+				ev, err := s.Chunk([]byte(c))
+				if err != nil {
+					t.Fatal(err)
+				}
+				events = append(events, ev...)
+			}
+			events = append(events, s.Fail(nil)...) // a no-op after an error chunk
+			if err := validateEvents(events); err != nil || events[len(events)-1].Type != "response.failed" {
+				t.Fatalf("%v\n%s", err, dumpEvents(events))
+			}
+			got := s.ErrorBeforeOutput()
+			switch {
+			case tc.want == nil && got != nil:
+				t.Fatalf("got %+v, want none", got)
+			case tc.want != nil && (got == nil || *got != *tc.want):
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestStreamCompletion: a chat.completion answering a streaming request
+// becomes a valid event stream whose output is FromChatResponse's, tool
+// calls without ids kept apart by position.
+func TestStreamCompletion(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		terminal   string
+		output     []string
+	}{
+		{"tool calls without ids", `{"object":"chat.completion","model":"llama-x","choices":[{"index":0,"message":{"role":"assistant","content":null,` +
+			`"tool_calls":[{"type":"function","function":{"name":"f0","arguments":"{\"a\":1}"}},{"type":"function","function":{"name":"f1","arguments":"{\"b\":2}"}}]},"finish_reason":"tool_calls"}]}`,
+			"response.completed", []string{`function_call completed: call_1 f0 {"a":1}`, `function_call completed: call_2 f1 {"b":2}`}},
+		{"text and reasoning, length", `{"model":"llama-x","choices":[{"index":0,"message":{"role":"assistant","reasoning_content":"hm","content":"Once upon"},"finish_reason":"length"}],` +
+			`"usage":{"prompt_tokens":3,"completion_tokens":4}}`,
+			"response.incomplete", []string{"reasoning completed: hm", "message incomplete: Once upon"}},
+		{"error envelope", `{"error":{"message":"temperature too high","type":"invalid_request_error","param":"temperature","code":"invalid_value"}}`,
+			"response.failed", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewStream(testStreamOptions())
+			events, err := s.Completion([]byte(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := validateEvents(events); err != nil || events[0].Type != "response.created" && tc.output != nil {
+				t.Fatalf("%v\n%s", err, dumpEvents(events))
+			}
+			last := gjson.ParseBytes(events[len(events)-1].Data)
+			if last.Get("type").Str != tc.terminal || !s.Done() {
+				t.Fatalf("terminal %s", last.Raw)
+			}
+			var outs []string
+			last.Get("response.output").ForEach(func(_, it gjson.Result) bool {
+				outs = append(outs, summarizeItem(it))
+				return true
+			})
+			if strings.Join(outs, "\n") != strings.Join(tc.output, "\n") {
+				t.Fatalf("output:\n%s\nwant:\n%s", strings.Join(outs, "\n"), strings.Join(tc.output, "\n"))
+			}
+			resp, _, aerr := FromChatResponse([]byte(tc.body), testStreamOptions())
+			if tc.terminal == "response.failed" {
+				if e := s.ErrorBeforeOutput(); aerr == nil || e == nil || *e != *aerr || e.Param != "temperature" || e.Status != 400 {
+					t.Fatalf("error %+v, FromChatResponse %+v", e, aerr)
+				}
+				return
+			}
+			if aerr != nil || last.Get("response.model").Str != "llama-x" || !jsonEqual(t, []byte(last.Get("response.output").Raw), []byte(gjson.GetBytes(resp, "output").Raw)) {
+				t.Fatalf("FromChatResponse %s %v, stream %s", resp, aerr, last.Raw)
+			}
+			if ev, err := s.Completion([]byte(tc.body)); ev != nil || err != nil {
+				t.Fatalf("Completion after done: %v %v", ev, err)
+			}
+		})
+	}
+	for _, body := range []string{`not json`, `[]`, `{"choices":"x"}`, `{"choices":[]}`, `{"choices":[{"index":1,"message":{}}]}`} {
+		s := NewStream(testStreamOptions())
+		if ev, err := s.Completion([]byte(body)); err == nil || ev != nil || s.Done() {
+			t.Errorf("%s: %v %v", body, ev, err)
+		}
+	}
+}
+
+// TestStreamSurrogateSplitInArguments: a surrogate pair split across two
+// argument deltas is joined, as in text.
+func TestStreamSurrogateSplitInArguments(t *testing.T) {
+	s := NewStream(testStreamOptions())
+	events := s.Start()
+	for _, c := range []string{
+		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_e","function":{"name":"say","arguments":"{\"e\":\"\ud83d"}}]}}]}`,
+		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\ude00\"}"}}]}}]}`,
+		`{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`,
+	} {
+		ev, err := s.Chunk([]byte(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, ev...)
+	}
+	events = append(events, s.Finish()...)
+	if err := validateEvents(events); err != nil {
+		t.Fatalf("%v\n%s", err, dumpEvents(events))
+	}
+	if got := gjson.GetBytes(events[len(events)-1].Data, "response.output.0.arguments").Str; got != "{\"e\":\"\U0001F600\"}" {
+		t.Fatalf("arguments %q", got)
 	}
 }

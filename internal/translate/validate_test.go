@@ -6,13 +6,17 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+
+	"github.com/tidwall/gjson"
 )
 
 // This file holds the protocol checker every stream test (and the stream
 // fuzzer) runs over the events a Stream emitted. It knows the Responses
 // streaming rules independently of the implementation: ordering, indexes,
-// id stability, deltas adding up to the done texts, and one terminal event
-// whose output matches the items' done events.
+// id stability, deltas adding up to the done texts (decoded one by one, as Go
+// and the done events decode them, and joined before decoding, as a
+// JavaScript client joins UTF-16 strings), and one terminal event whose
+// output matches the items' done events.
 
 var terminalTypes = map[string]bool{
 	"response.completed":  true,
@@ -23,20 +27,22 @@ var terminalTypes = map[string]bool{
 type vPart struct {
 	typ    string
 	deltas strings.Builder
-	done   bool // *.done seen
-	closed bool // content_part.done seen
+	raw    strings.Builder // the deltas' JSON literals, unquoted, joined
+	done   bool            // *.done seen
+	closed bool            // content_part.done seen
 	text   string
 }
 
 type vItem struct {
-	id     string
-	index  int
-	typ    string
-	parts  []*vPart
-	args   strings.Builder
-	argsOK bool // function_call_arguments.done seen
-	closed bool
-	done   map[string]any // the item in output_item.done
+	id      string
+	index   int
+	typ     string
+	parts   []*vPart
+	args    strings.Builder
+	rawArgs strings.Builder // the deltas' JSON literals, unquoted, joined
+	argsOK  bool            // function_call_arguments.done seen
+	closed  bool
+	done    map[string]any // the item in output_item.done
 }
 
 // validateEvents checks one stream's events. It returns the first violation.
@@ -174,9 +180,13 @@ func validateEvents(events []Event) error {
 			}
 			if e.Type == "response.function_call_arguments.delta" {
 				it.args.WriteString(str(m["delta"]))
+				it.rawArgs.WriteString(unquoted(e.Data))
 			} else {
 				if str(m["arguments"]) != it.args.String() {
 					return fmt.Errorf("event %d: arguments %q, deltas %q", i, m["arguments"], it.args.String())
+				}
+				if joined := decodeJoined(it.rawArgs.String()); joined != it.args.String() {
+					return fmt.Errorf("event %d: deltas joined before decoding %q, one by one %q", i, joined, it.args.String())
 				}
 				it.argsOK = true
 			}
@@ -223,6 +233,7 @@ func validateEvents(events []Event) error {
 				return fmt.Errorf("event %d: delta after done", i)
 			}
 			p.deltas.WriteString(str(m["delta"]))
+			p.raw.WriteString(unquoted(e.Data))
 		case "response.output_text.done", "response.reasoning_text.done", "response.refusal.done":
 			field := "text"
 			if p.typ == "refusal" {
@@ -230,6 +241,9 @@ func validateEvents(events []Event) error {
 			}
 			if str(m[field]) != p.deltas.String() {
 				return fmt.Errorf("event %d: done text %q, deltas %q", i, m[field], p.deltas.String())
+			}
+			if joined := decodeJoined(p.raw.String()); joined != p.deltas.String() {
+				return fmt.Errorf("event %d: deltas joined before decoding %q, one by one %q", i, joined, p.deltas.String())
 			}
 			p.done, p.text = true, p.deltas.String()
 		case "response.content_part.done":
@@ -246,6 +260,24 @@ func validateEvents(events []Event) error {
 		}
 	}
 	return nil
+}
+
+// unquoted is an event's delta as its JSON literal, without the quotes.
+func unquoted(data []byte) string {
+	raw := gjson.GetBytes(data, "delta").Raw
+	if len(raw) < 2 {
+		return ""
+	}
+	return raw[1 : len(raw)-1]
+}
+
+// decodeJoined decodes joined JSON string literal contents as one string: a
+// surrogate pair split across two deltas becomes its character here, and two
+// U+FFFD when each delta is decoded on its own.
+func decodeJoined(raw string) string {
+	var s string
+	_ = json.Unmarshal([]byte(`"`+raw+`"`), &s)
+	return s
 }
 
 func partTextOf(part map[string]any) string {
