@@ -2,6 +2,7 @@ package plugins
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strings"
 	"time"
@@ -47,6 +48,51 @@ func withState(ctx context.Context, st *callState) context.Context {
 func stateOf(ctx context.Context) *callState {
 	st, _ := ctx.Value(stateKey{}).(*callState)
 	return st
+}
+
+// loadLog keeps what a module logs during its load checks (_initialize,
+// sluice_abi_version, sluice_hooks, sluice_self_test), so that a rejection
+// gives the reason in the policy's own words: the Go SDK logs why a
+// self-test failed (ABI.md §3.4), and /admin/policies and `sluice policy
+// check` show the rejection where the gateway's log is not at hand. The
+// load calls run one after the other on the loading goroutine, so it needs
+// no lock.
+type loadLog struct {
+	lines []string // the latest loadLogLines messages, each cut to loadLogLineBytes
+}
+
+const (
+	loadLogLines     = 8
+	loadLogLineBytes = 512
+)
+
+type loadLogKey struct{}
+
+func withLoadLog(ctx context.Context, l *loadLog) context.Context {
+	return context.WithValue(ctx, loadLogKey{}, l)
+}
+
+func loadLogOf(ctx context.Context) *loadLog {
+	l, _ := ctx.Value(loadLogKey{}).(*loadLog)
+	return l
+}
+
+func (l *loadLog) add(msg string) {
+	if len(msg) > loadLogLineBytes {
+		msg = strings.ToValidUTF8(msg[:loadLogLineBytes], "") + "…"
+	}
+	if len(l.lines) == loadLogLines {
+		l.lines = append(l.lines[:0], l.lines[1:]...)
+	}
+	l.lines = append(l.lines, msg)
+}
+
+// explain appends the logged lines to a load error.
+func (l *loadLog) explain(err error) error {
+	if len(l.lines) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w; the policy logged: %s", err, strings.Join(l.lines, " | "))
 }
 
 var i32 = api.ValueTypeI32
@@ -117,7 +163,11 @@ func (r *Runtime) hostLog(ctx context.Context, mod api.Module, stack []uint64) {
 	default:
 		l = hclog.Info
 	}
-	r.log.Log(l, "policy: "+strings.ToValidUTF8(string(msg), "\uFFFD"), "policy", name, "hook", hook)
+	text := strings.ToValidUTF8(string(msg), "\uFFFD")
+	if ll := loadLogOf(ctx); ll != nil {
+		ll.add(text)
+	}
+	r.log.Log(l, "policy: "+text, "policy", name, "hook", hook)
 }
 
 // give writes val to the guest buffer (buf, cap) following the ABI's

@@ -345,7 +345,7 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		return nil, fmt.Errorf("plugins: host module: %w", err)
 	}
 	for file, data := range opts.Embedded {
-		name, ok := policyName(file)
+		name, ok := PolicyName(file)
 		if !ok {
 			continue
 		}
@@ -374,9 +374,11 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	return r, nil
 }
 
-// policyName maps a file name to a policy name; false for names to ignore
-// (not *.wasm, hidden or editor files).
-func policyName(file string) (string, bool) {
+// PolicyName maps the name of a file in the policy directory to the name of
+// the policy it holds; false for files the runtime ignores (not *.wasm,
+// hidden or editor files). `sluice policy build` uses it to refuse output
+// names a gateway would never load.
+func PolicyName(file string) (string, bool) {
 	if !strings.HasSuffix(file, ".wasm") || strings.HasPrefix(file, ".") || strings.HasPrefix(file, "#") {
 		return "", false
 	}
@@ -416,7 +418,7 @@ func (r *Runtime) scanDir() (map[string][]byte, error) {
 		return nil, fmt.Errorf("plugins: read policy dir: %w", err)
 	}
 	for _, de := range des {
-		name, ok := policyName(de.Name())
+		name, ok := PolicyName(de.Name())
 		if !ok {
 			continue
 		}
@@ -440,6 +442,13 @@ type plan struct {
 	art *artifact // nil: unload
 	v   *version
 	err error
+	// embedded is the embedded default built because art, a policy_dir
+	// file, was rejected while nothing served the name (at start, or after
+	// the embedded one was rejected too): ABI.md §10 has the previous
+	// version keep serving, and for a name with an embedded default that is
+	// the default. embeddedErr is why it could not be built.
+	embedded    *version
+	embeddedErr error
 }
 
 // Reload rescans PolicyDir now and swaps in what changed. The watcher calls
@@ -507,6 +516,9 @@ func (r *Runtime) Reload(ctx context.Context) error {
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			p.v, p.err = r.build(ctx, p.e, p.art)
+			if p.err != nil && p.e.cur == nil && p.e.embedded != nil && p.art != p.e.embedded {
+				p.embedded, p.embeddedErr = r.build(ctx, p.e, p.e.embedded)
+			}
 		}(p)
 	}
 	wg.Wait()
@@ -523,11 +535,25 @@ func (r *Runtime) Reload(ctx context.Context) error {
 			delete(r.entries, e.name)
 		case p.v == nil && p.err == nil: // already serving these bytes
 			e.state, e.lastError, e.rejectedSHA = StateActive, "", ""
+			e.st.clearErr()
 		case p.err != nil:
 			e.state, e.lastError, e.rejectedSHA = StateRejected, p.err.Error(), p.art.sha
 			e.st.setErr(p.err.Error())
 			r.m.rejections.WithLabelValues(e.name).Inc()
 			r.log.Error("policy rejected", "policy", e.name, "source", p.art.source, "sha256", short(p.art.sha), "error", p.err)
+			switch {
+			case p.embedded != nil:
+				// The state stays rejected (with the file's error): the
+				// operator's file is not what serves.
+				e.cur = p.embedded
+				r.m.swaps.WithLabelValues(e.name, "loaded").Inc()
+				r.log.Warn("policy file rejected: the embedded default serves instead", "policy", e.name,
+					"source", SourceEmbedded, "sha256", short(p.embedded.comp.sha), "rejected_sha256", short(p.art.sha),
+					"hooks", strings.Join(p.embedded.hooks.Names(), ","), "parked", p.embedded.parked())
+			case p.embeddedErr != nil:
+				r.log.Error("policy rejected, and its embedded default cannot serve either", "policy", e.name,
+					"source", SourceEmbedded, "sha256", short(e.embedded.sha), "error", p.embeddedErr)
+			}
 		default:
 			if e.cur != nil {
 				retired = append(retired, e.cur)
@@ -535,6 +561,7 @@ func (r *Runtime) Reload(ctx context.Context) error {
 			}
 			e.cur = p.v
 			e.state, e.lastError, e.rejectedSHA = StateActive, "", ""
+			e.st.clearErr() // what went wrong before this version is no longer news
 			r.m.swaps.WithLabelValues(e.name, "loaded").Inc()
 			r.log.Info("policy loaded", "policy", e.name, "source", p.art.source, "sha256", short(p.art.sha),
 				"hooks", strings.Join(p.v.hooks.Names(), ","), "parked", p.v.parked())
@@ -690,16 +717,18 @@ func (r *Runtime) buildFrom(ctx context.Context, e *entry, a *artifact, comp *co
 	<-v.tokens
 	lctx, cancel := context.WithTimeout(ctx, initTimeout)
 	defer cancel()
+	logged := &loadLog{}
+	lctx = withLoadLog(lctx, logged)
 	inst, err := v.newInstance(lctx)
 	if err != nil {
-		return nil, fmt.Errorf("init: %w", err)
+		return nil, logged.explain(fmt.Errorf("init: %w", err))
 	}
 	fail := func(err error) (*version, error) {
 		if t := inst.tail.String(); t != "" {
 			err = fmt.Errorf("%w (stderr: %s)", err, strings.TrimSpace(t))
 		}
 		inst.close()
-		return nil, err
+		return nil, logged.explain(err)
 	}
 	sctx := withState(lctx, &callState{v: v, hook: "load"})
 	abi, err := callI32(sctx, inst.mod, hostabi.ExportABIVersion)

@@ -5,6 +5,11 @@ import (
 )
 
 // PolicyStatus describes one policy name (the JSON of GET /admin/policies).
+// LastError is news, not history: a file (or embedded default) that loads
+// and is swapped in clears it, so an active state with a last_error means the
+// serving version faulted or erred since. A rejected file's error stays while
+// an older version (or the embedded default) serves in its place, and a
+// rollback says why it rolled back.
 type PolicyStatus struct {
 	Name       string    `json:"name"`                      // file name without .wasm
 	SHA256     string    `json:"sha256"`                    // of the serving version ("" when none serves)
@@ -15,7 +20,7 @@ type PolicyStatus struct {
 	Calls      int64     `json:"calls"`                     // hook calls into the policy (all versions)
 	Faults     int64     `json:"faults"`                    // calls that faulted (trap, timeout, memory, bad output)
 	Errors     int64     `json:"errors"`                    // calls that ended in the guest's error result, a cancellation or a busy pool
-	LastError  string    `json:"last_error"`                // the latest load error, fault or error
+	LastError  string    `json:"last_error"`                // the latest load error, fault or error (see above)
 	Source     string    `json:"source"`                    // "embedded" or "dir" (of the serving version)
 	State      string    `json:"state"`                     // "active", "rejected", "rolled_back" or "tripped"
 	Rejected   string    `json:"rejected_sha256,omitempty"` // sha256 of the file that was rejected (state "rejected")

@@ -82,6 +82,9 @@ type stats struct {
 
 func (s *stats) setErr(msg string) { s.lastErr.Store(&msg) }
 
+// clearErr forgets the last error once a version loads and serves.
+func (s *stats) clearErr() { s.lastErr.Store(nil) }
+
 // instance is one instantiated module with its exports resolved.
 type instance struct {
 	mod   api.Module

@@ -2,11 +2,19 @@ package plugins
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
 )
+
+// dirPollInterval is how often the watcher looks for a removed policy
+// directory to come back: a directory that does not exist cannot be watched.
+const dirPollInterval = 500 * time.Millisecond
 
 // watch starts the fsnotify watcher on PolicyDir: any event (create, write,
 // rename, remove) schedules one rescan after Debounce of quiet. Rescans skip
@@ -28,15 +36,36 @@ func (r *Runtime) watch() error {
 	return nil
 }
 
+// watchLoop turns the watcher's events into debounced rescans until Close.
+// The kernel drops the watch when the directory itself is removed or moved
+// away, and a directory created again at the same path is a new one: the
+// loop then polls every dirPollInterval until the path is a directory again,
+// watches it and rescans (files copied in before the watch was back are
+// found by that rescan).
 func (r *Runtime) watchLoop(w *fsnotify.Watcher) {
 	defer close(r.watchDone)
 	defer w.Close()
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
+	dir := filepath.Clean(r.opts.PolicyDir)
+	rescan := time.NewTimer(time.Hour)
+	rescan.Stop()
+	poll := time.NewTicker(dirPollInterval)
+	poll.Stop()
+	defer poll.Stop()
+	watching := true
+	lost := func(why string) {
+		watching = false
+		// inotify has dropped the watch already; other backends may not.
+		if err := w.Remove(dir); err != nil && !errors.Is(err, fsnotify.ErrNonExistentWatch) {
+			r.log.Debug("policy dir watcher: removing the old watch", "dir", dir, "error", err)
+		}
+		r.log.Warn("policy dir is gone: hot swap pauses until it is back", "dir", dir, "why", why,
+			"poll", dirPollInterval.String())
+		poll.Reset(dirPollInterval)
+	}
 	for {
 		select {
 		case <-r.stopWatch:
-			timer.Stop()
+			rescan.Stop()
 			return
 		case ev, ok := <-w.Events:
 			if !ok {
@@ -45,20 +74,42 @@ func (r *Runtime) watchLoop(w *fsnotify.Watcher) {
 			if ev.Op == fsnotify.Chmod {
 				continue
 			}
-			timer.Reset(r.opts.Debounce)
+			if watching && filepath.Clean(ev.Name) == dir && ev.Op.Has(fsnotify.Remove|fsnotify.Rename) {
+				lost(strings.ToLower(ev.Op.String()))
+			}
+			rescan.Reset(r.opts.Debounce)
 			r.precompileSoon()
 		case err, ok := <-w.Errors:
 			if !ok {
 				return
 			}
 			r.log.Warn("policy dir watcher error; rescanning", "error", err)
-			timer.Reset(r.opts.Debounce)
-		case <-timer.C:
+			rescan.Reset(r.opts.Debounce)
+		case <-poll.C:
+			if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+				continue
+			}
+			if err := w.Add(dir); err != nil {
+				// Removed again in between, or not readable: try at the next tick.
+				r.log.Debug("policy dir is back but cannot be watched yet", "dir", dir, "error", err)
+				continue
+			}
+			poll.Stop()
+			watching = true
+			r.log.Info("policy dir is back: watching it again", "dir", dir)
+			rescan.Reset(r.opts.Debounce)
+			r.precompileSoon()
+		case <-rescan.C:
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			if err := r.Reload(ctx); err != nil && err != ErrClosed {
 				r.log.Error("policy reload failed", "error", err)
 			}
 			cancel()
+			// A watch can also vanish without an event for the directory
+			// itself (its file system unmounted, say).
+			if _, err := os.Stat(dir); watching && errors.Is(err, os.ErrNotExist) {
+				lost("missing at rescan")
+			}
 		}
 	}
 }

@@ -317,6 +317,14 @@ func runNew(args []string, stdout, stderr io.Writer) error {
 	}
 	modDir, modPath := findModule(absParent)
 	inSluice := modPath == SluiceModule
+	if !inSluice { // the policy gets a go.mod naming data.Module
+		if err := checkModulePath(data.Module); err != nil {
+			if *module == "" {
+				return usageError{fmt.Errorf("NAME %q cannot be a Go module path (%v): choose another NAME, or a module path with -module", name, err)}
+			}
+			return usageError{fmt.Errorf("-module %q is not a valid Go module path: %v", *module, err)}
+		}
+	}
 	data.Replace = "./" + SDKDir // the SDK carried by this binary, written next to the policy
 	if *sluiceDir != "" {
 		abs, err := filepath.Abs(*sluiceDir)
@@ -514,6 +522,9 @@ func runBuild(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if target, err = filepath.Abs(target); err != nil {
 		return err
 	}
+	if err := checkOutput(target, *out, filepath.Base(dir)); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
 		return err
 	}
@@ -575,15 +586,40 @@ func buildASPolicy(ctx context.Context, dir, target string, updateSDK bool, stdo
 	return checkAndPlace(ctx, tmp, target, stdout, stderr)
 }
 
+// checkOutput refuses, before anything is built, an output path the module
+// could not be renamed to, and (for an -o the user gave) a file name a
+// gateway would never load from its policy_dir. outFlag is the -o value
+// ("" for the default DIR.wasm), policy the name of the policy's directory.
+func checkOutput(target, outFlag, policy string) error {
+	suggest := filepath.Join(filepath.Dir(outFlag), "10-"+policy+".wasm")
+	if fi, err := os.Stat(target); err == nil && fi.IsDir() {
+		if outFlag == "" {
+			return usageError{fmt.Errorf("%s is a directory: name the module file with -o (e.g. -o %s)", target, suggest)}
+		}
+		return usageError{fmt.Errorf("-o %s is a directory: -o names the module file (e.g. -o %s)",
+			outFlag, filepath.Join(outFlag, "10-"+policy+".wasm"))}
+	}
+	if outFlag == "" {
+		return nil
+	}
+	if _, ok := plugins.PolicyName(filepath.Base(target)); !ok {
+		return usageError{fmt.Errorf("-o %s: a gateway loads only files named NAME.wasm, not starting with '.' or '#', from its policy_dir (e.g. -o %s)",
+			outFlag, suggest)}
+	}
+	return nil
+}
+
 // checkAndPlace checks the module built at tmp as the gateway would and
-// renames it to target.
+// renames it to target, which it replaces: a running gateway watching
+// target's directory sees the old module or the new one, never a part.
 func checkAndPlace(ctx context.Context, tmp, target string, stdout, stderr io.Writer) error {
 	if err := checkAs(ctx, tmp, target, nil, "", stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "%s not written\n", target)
 		return err
 	}
 	if err := os.Rename(tmp, target); err != nil {
-		return err
+		fmt.Fprintf(stderr, "%s not written\n", target)
+		return fmt.Errorf("placing the checked module: %w", err)
 	}
 	deployed := filepath.Base(target)
 	if deployed == "" || deployed[0] < '0' || deployed[0] > '9' {

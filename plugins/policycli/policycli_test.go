@@ -57,6 +57,10 @@ func TestCheck(t *testing.T) {
 	if code != 1 || !strings.Contains(errs, "self_test failed") {
 		t.Fatalf("bad config passed the self-test: %d %s", code, errs)
 	}
+	// The rejection says why, in the policy's own words.
+	if !strings.Contains(errs, "self_test: strip_tool_types must be an array of strings") {
+		t.Fatalf("the self-test's reason is missing from the rejection:\n%s", errs)
+	}
 }
 
 func TestTestEvents(t *testing.T) {
@@ -139,6 +143,45 @@ func TestNewBuildCheck(t *testing.T) {
 	if _, err := os.Stat(dir + ".wasm"); err != nil {
 		t.Fatal(err)
 	}
+	// -o replaces an existing module, and the hint names a file a gateway loads.
+	deployed := filepath.Join(parent, "policies.d", "10-demo.wasm")
+	if err := os.MkdirAll(filepath.Dir(deployed), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(deployed, []byte("an older module"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = run(t, "build", dir, "-o", deployed)
+	if code != 0 || !strings.Contains(out, deployed+": ok") || !strings.Contains(out, "(e.g. policies.d/10-demo.wasm)") {
+		t.Fatalf("%d\n%s\n%s", code, out, errs)
+	}
+	if b, err := os.ReadFile(deployed); err != nil || !bytes.HasPrefix(b, []byte("\x00asm")) {
+		t.Fatalf("%s not replaced by the module: %q %v", deployed, b[:min(len(b), 16)], err)
+	}
+	// A failing self-test says why, and the module is not put in place.
+	src, err := os.ReadFile(filepath.Join(dir, "main.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing := strings.NewReplacer(
+		`import "github.com/sluice-gw/sluice/sdk"`, "import (\n\t\"errors\"\n\n\t\"github.com/sluice-gw/sluice/sdk\"\n)",
+		"SelfTest: func() error { return nil },", `SelfTest: func() error { return errors.New("the demo says no") },`,
+	).Replace(string(src))
+	if !strings.Contains(failing, "the demo says no") || !strings.Contains(failing, `"errors"`) {
+		t.Fatal("the scaffold's main.go changed; update this test")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(failing), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(deployed)
+	code, out, errs = run(t, "build", dir, "-o", deployed)
+	if code != 1 || !strings.Contains(errs, "self_test failed (returned 1)") ||
+		!strings.Contains(errs, "self_test: the demo says no") || !strings.Contains(errs, deployed+" not written") {
+		t.Fatalf("failing self-test: %d\n%s\n%s", code, out, errs)
+	}
+	if after, _ := os.ReadFile(deployed); !bytes.Equal(after, before) {
+		t.Fatal("a module that failed its self-test replaced the deployed one")
+	}
 	// Inside the Sluice module no go.mod is written.
 	tmpNew := filepath.Join(root, "plugins", "policycli", "testdata", "tmp-new")
 	code, _, errs = run(t, "new", "inrepo", "-dir", tmpNew)
@@ -173,5 +216,73 @@ func TestScaffoldsHaveNoPlaceholderLeft(t *testing.T) {
 	}
 	if got := string(mainTmpl.render(s)); !strings.Contains(got, "pname.wasm") {
 		t.Errorf("main.go does not name the policy:\n%s", got)
+	}
+}
+
+// TestNewRejectsUnbuildableModulePaths: `policy new` refuses, before writing
+// anything, a NAME or -module the go command would refuse in go.mod (which
+// `policy build` would only report later as "invalid module path").
+func TestNewRejectsUnbuildableModulePaths(t *testing.T) {
+	parent := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"go"}, `NAME "go" cannot be a Go module path (reserved by the go command`},
+		{[]string{"toolchain"}, `NAME "toolchain" cannot be a Go module path (reserved by the go command`},
+		{[]string{"std"}, `NAME "std" cannot be a Go module path (names the standard library's packages`},
+		{[]string{"cmd"}, `NAME "cmd" cannot be a Go module path (names the standard library's packages`},
+		{[]string{"con"}, `NAME "con" cannot be a Go module path (path element "con": "con" is a device name on Windows)`},
+		{[]string{"demo."}, `NAME "demo." cannot be a Go module path (path element "demo.": trailing dot)`},
+		{[]string{"demo", "-module", "bad module path!"}, `-module "bad module path!" is not a valid Go module path: path element "bad module path!": invalid character ' '`},
+		{[]string{"demo", "-module", "example.com//demo"}, `-module "example.com//demo" is not a valid Go module path: double slash`},
+		{[]string{"demo", "-module", "example.com/./demo"}, `-module "example.com/./demo" is not a valid Go module path: path element ".": only dots`},
+		{[]string{"demo", "-module", "example.com/demo/"}, `trailing slash`},
+		{[]string{"demo", "-module", "PROGRA~1/demo"}, `like a Windows short name`},
+	} {
+		code, out, errs := run(t, append([]string{"new", "-dir", parent}, tc.args...)...)
+		if code != 2 || !strings.Contains(errs, tc.want) || !strings.Contains(errs, "usage: sluice policy new") {
+			t.Errorf("new %q: exit %d, want 2 and %q\nstdout: %s\nstderr: %s", tc.args, code, tc.want, out, errs)
+		}
+	}
+	if entries, _ := os.ReadDir(parent); len(entries) != 0 {
+		t.Fatalf("a refused policy new wrote %v", entries)
+	}
+	// Names and paths the go command accepts still scaffold.
+	for _, args := range [][]string{{"gopher"}, {"Std_2"}, {"quota", "-module", "example.com/policies/quota+x/v2"}} {
+		if code, out, errs := run(t, append([]string{"new", "-dir", parent}, args...)...); code != 0 {
+			t.Errorf("new %q: exit %d\n%s\n%s", args, code, out, errs)
+		}
+	}
+}
+
+// TestBuildRefusesUnloadableOutput: an -o that is a directory, or a file
+// name a gateway never loads from its policy_dir, is refused before
+// anything is built or reported as built.
+func TestBuildRefusesUnloadableOutput(t *testing.T) {
+	parent := t.TempDir()
+	if code, out, errs := run(t, "new", "-dir", parent, "demo"); code != 0 {
+		t.Fatalf("new: %d\n%s\n%s", code, out, errs)
+	}
+	dir := filepath.Join(parent, "demo")
+	policyDir := filepath.Join(parent, "policies.d")
+	if err := os.Mkdir(policyDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ out, want string }{
+		{policyDir, "-o " + policyDir + " is a directory: -o names the module file (e.g. -o " + filepath.Join(policyDir, "10-demo.wasm") + ")"},
+		{filepath.Join(parent, "out.bin"), "a gateway loads only files named NAME.wasm"},
+		{filepath.Join(policyDir, ".demo.wasm"), "not starting with '.' or '#'"},
+	} {
+		code, out, errs := run(t, "build", dir, "-o", tc.out)
+		if code != 2 || !strings.Contains(errs, tc.want) || strings.Contains(out, "built") || strings.Contains(out, ": ok") {
+			t.Errorf("build -o %s: exit %d, want 2 and %q\nstdout: %s\nstderr: %s", tc.out, code, tc.want, out, errs)
+		}
+	}
+	if entries, _ := os.ReadDir(policyDir); len(entries) != 0 {
+		t.Fatalf("a refused build wrote into %s: %v", policyDir, entries)
+	}
+	if _, err := os.Stat(filepath.Join(parent, "out.bin")); err == nil {
+		t.Fatal("a refused build wrote out.bin")
 	}
 }
