@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -14,6 +15,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -310,6 +312,9 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger, admin
 			logger.Error("closing the policy runtime", "error", err)
 		}
 	})
+	if err := checkPolicyConfig(cfg.Policies, rt.Status(), logger); err != nil {
+		return nil, cleanup, err
+	}
 	tp, err := tracerProvider(ctx, cfg.Tracing) // tracing.go: nil without tracing.otlp_endpoint
 	if err != nil {
 		return nil, cleanup, err
@@ -436,6 +441,36 @@ func policyConfig(in map[string]any) map[string]json.RawMessage {
 		}
 	}
 	return out
+}
+
+// checkPolicyConfig holds the policies: section to the policies loaded at
+// start. A policy that refused its config there (its self-test rejected it)
+// and that nothing else serves is a config error, as a bad key elsewhere is:
+// starting without it would silently drop what the config asked for. A
+// config for a name no policy has is logged: policy_dir may get that file
+// later, but more often the name is misspelled.
+func checkPolicyConfig(configured map[string]any, loaded []plugins.PolicyStatus, logger hclog.Logger) error {
+	byName := make(map[string]plugins.PolicyStatus, len(loaded))
+	names := make([]string, 0, len(loaded))
+	for _, st := range loaded {
+		byName[st.Name] = st
+		names = append(names, st.Name)
+	}
+	var problems []string
+	for _, name := range slices.Sorted(maps.Keys(configured)) {
+		st, ok := byName[name]
+		switch {
+		case !ok:
+			logger.Warn("a policy config names no loaded policy; it waits for a policy_dir file of that name",
+				"key", "policies."+name, "loaded", strings.Join(names, ", "))
+		case st.State == plugins.StateRejected && st.SHA256 == "":
+			problems = append(problems, fmt.Sprintf("policies.%s: the policy refused its config: %s", name, st.LastError))
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("config: %s", strings.Join(problems, "; "))
+	}
+	return nil
 }
 
 // policyStatusHandler serves GET /admin/policies.

@@ -144,3 +144,33 @@ func TestPprofDoesNotServeTheCommandLine(t *testing.T) {
 		}
 	}
 }
+
+// A policy that refuses its config at start (its self-test rejects it) is a
+// config error, and a config for a name no policy has is logged, not
+// silently ignored.
+func TestPolicyConfigProblemsAtStart(t *testing.T) {
+	up := upstreamtest.NewServer(upstreamtest.Options{Name: "A"})
+	defer up.Close()
+	write := func(yaml string) string {
+		p := filepath.Join(t.TempDir(), "sluice.yaml")
+		if err := os.WriteFile(p, []byte(fmt.Sprintf("listen: 127.0.0.1:0\nupstreams:\n  - name: A\n    base_url: %s\n%s", up.URL, yaml)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	var stdout, stderr strings.Builder
+	code := run(context.Background(), []string{"serve", "--config", write("policies:\n  rewrite: {model_aliases: [1, 2]}\n"), "--data-dir", t.TempDir()}, &stdout, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), "policies.rewrite: the policy refused its config") ||
+		!strings.Contains(stderr.String(), "model_aliases must map strings to strings") {
+		t.Fatalf("a rejected policy config: exit %d\n%s", code, stderr.String())
+	}
+
+	base, stop := startWithEnv(t, nil, "serve", "--config", write("policies:\n  rewrit: {model_aliases: {fast: gpt-fake-1}}\n"), "--data-dir", t.TempDir())
+	if got := streamTurn(t, base); got == "" {
+		t.Fatal("no answer")
+	}
+	out, err := stop()
+	if err != nil || !strings.Contains(out, "key=policies.rewrit") {
+		t.Fatalf("a config for no loaded policy was not logged (exit %v):\n%s", err, out)
+	}
+}
