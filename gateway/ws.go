@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -50,9 +51,11 @@ func (s *Server) handleWebSocket(w http.ResponseWriter, r *http.Request, _ httpr
 		turnState = "turn_" + uuid.NewString()
 	}
 	w.Header().Set("X-Codex-Turn-State", turnState)
-	conn, err := websocket.Accept(w, r, nil)
+	refusal := &upgradeRefusal{ResponseWriter: w}
+	conn, err := websocket.Accept(refusal, r, nil)
 	if err != nil {
 		s.log.Debug("websocket accept failed", "error", err)
+		s.refuseUpgrade(w, r, refusal)
 		return
 	}
 	conn.SetReadLimit(s.opts.MaxWSInboundBytes)
@@ -66,6 +69,63 @@ func (s *Server) handleWebSocket(w http.ResponseWriter, r *http.Request, _ httpr
 	sess := &wsSession{s: s, conn: conn, header: header, fwd: forwardingOf(r, s.opts.TrustedProxies), keyHash: clientkey.Hash(header), key: keyOf(r), memory: newSessionMemory(),
 		input: streaminput.NewAccumulator(streaminput.AccumulatorOptions{MaxBytes: s.opts.MaxWSFrameBytes, MaxJSONDepth: s.opts.MaxJSONDepth})}
 	sess.run()
+}
+
+// upgradeRefusal stands between websocket.Accept and the client: the
+// library answers a handshake it refuses (a missing or bad
+// Sec-WebSocket-Key or version, no Connection: Upgrade, HTTP/1.0, a foreign
+// Origin) with http.Error's text/plain, and has no hook to change that. Its
+// status and message are held here instead, for refuseUpgrade to answer in
+// OpenAI's error shape (README: errors are OpenAI-shaped everywhere). The
+// 101 of a successful upgrade passes through; Unwrap lets the library find
+// the Hijacker.
+type upgradeRefusal struct {
+	http.ResponseWriter
+	switched bool // the 101 went out: the connection is the library's
+	status   int
+	message  []byte
+}
+
+func (u *upgradeRefusal) WriteHeader(status int) {
+	if status == http.StatusSwitchingProtocols {
+		u.switched = true
+		u.ResponseWriter.WriteHeader(status)
+		return
+	}
+	u.status = status
+}
+
+func (u *upgradeRefusal) Write(b []byte) (int, error) {
+	if u.status != 0 && !u.switched {
+		u.message = append(u.message, b...)
+		return len(b), nil
+	}
+	return u.ResponseWriter.Write(b)
+}
+
+func (u *upgradeRefusal) Unwrap() http.ResponseWriter { return u.ResponseWriter }
+
+// refuseUpgrade answers a handshake websocket.Accept refused, with the
+// library's status and reason as an OpenAI error; the upgrade request is
+// counted and logged like any other answer. A session that never started
+// has no turn state to announce.
+func (s *Server) refuseUpgrade(w http.ResponseWriter, r *http.Request, refusal *upgradeRefusal) {
+	if refusal.switched || refusal.status == 0 {
+		return // the library got as far as the 101 (then failed to hijack): nothing can be written
+	}
+	e := &apierr.Error{Status: refusal.status, Type: apierr.TypeInvalidRequest, Code: apierr.CodeInvalidValue,
+		Message: strings.TrimSpace(string(refusal.message))}
+	switch {
+	case e.Status == http.StatusUpgradeRequired:
+		e.Code = apierr.CodeWebSocketRequired
+	case e.Status >= 500:
+		e.Type, e.Code = apierr.TypeServer, apierr.CodeInternalError
+	}
+	w.Header().Del("X-Codex-Turn-State")
+	e.Write(w)
+	s.metrics.requests.WithLabelValues(hostabi.SurfaceWebSocket, statusLabel(e.Status)).Inc()
+	m := metaOf(r)
+	m.counted, m.status, m.code = true, e.Status, e.Code
 }
 
 // trackWebSocket counts a new session unless draining has begun; Shutdown
@@ -92,14 +152,90 @@ type wsSession struct {
 	input   *streaminput.Accumulator
 }
 
+// wsQueueFrames is how many frames of limits.max_ws_frame_bytes a session
+// holds read and not yet answered (requests wait their turn behind the one
+// in flight). A client that sends more than that ahead of its answers has
+// its socket closed with 1008.
+const wsQueueFrames = 8
+
+// wsFrameCost is what a queued frame is charged besides its bytes, so that a
+// flood of tiny frames is bounded too.
+const wsFrameCost = 64
+
+// wsInbox holds the frames a client sent that its session has not answered
+// yet, in order. The reader never waits for room in it: reading on is how
+// the session sees its client leave (a close frame or EOF arrives behind
+// the pipelined frames), so a request it queued is dropped instead of sent
+// upstream for nobody.
+type wsInbox struct {
+	limit int64
+	ready chan struct{} // holds a token while frames is not empty
+
+	mu     sync.Mutex
+	frames [][]byte
+	bytes  int64
+}
+
+func newWSInbox(limit int64) *wsInbox {
+	return &wsInbox{limit: limit, ready: make(chan struct{}, 1)}
+}
+
+// push queues a frame; false when the session already holds its limit (a
+// frame is always taken while nothing waits, whatever its size: it is
+// answered, if need be with payload_too_large).
+func (q *wsInbox) push(data []byte) bool {
+	cost := int64(len(data)) + wsFrameCost
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.frames) > 0 && q.bytes+cost > q.limit {
+		return false
+	}
+	q.frames = append(q.frames, data)
+	q.bytes += cost
+	q.signalLocked()
+	return true
+}
+
+// pop takes the oldest frame; ok is false when none waits.
+func (q *wsInbox) pop() (data []byte, ok bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.frames) == 0 {
+		return nil, false
+	}
+	data = q.frames[0]
+	q.frames[0] = nil
+	q.frames = q.frames[1:]
+	q.bytes -= int64(len(data)) + wsFrameCost
+	if len(q.frames) > 0 {
+		q.signalLocked()
+	}
+	return data, true
+}
+
+func (q *wsInbox) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.frames)
+}
+
+func (q *wsInbox) signalLocked() {
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
 func (ws *wsSession) run() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	frames := make(chan []byte, 8)
+	inbox := newWSInbox(wsQueueFrames * ws.s.opts.MaxWSFrameBytes)
 	go func() {
-		// Reading continuously keeps pings answered while a request runs; a
-		// read error (client gone) cancels the request in flight.
-		defer close(frames)
+		// Reading continuously keeps pings answered while a request runs and
+		// notices the client leaving even behind queued frames: a read error
+		// (client gone) cancels the session, the request in flight detaches
+		// or ends as the client stream's rules say (README "Resuming a
+		// stream"), and no queued frame starts.
 		defer cancel()
 		for {
 			typ, data, err := ws.conn.Read(ctx)
@@ -115,9 +251,8 @@ func (ws *wsSession) run() {
 				_ = ws.conn.Close(websocket.StatusInvalidFramePayloadData, "text frames must be UTF-8")
 				return
 			}
-			select {
-			case frames <- data:
-			case <-ctx.Done():
+			if !inbox.push(data) {
+				_ = ws.conn.Close(websocket.StatusPolicyViolation, "too many frames sent ahead of their answers")
 				return
 			}
 		}
@@ -129,10 +264,21 @@ func (ws *wsSession) run() {
 	defer idle.Stop()
 	for {
 		select {
-		case data, ok := <-frames:
+		case <-ctx.Done():
+			// The client left (or broke the protocol): the frames it queued
+			// were never answered and start nothing now.
+			if n := inbox.len(); n > 0 {
+				ws.s.log.Debug("client WebSocket ended; dropping the frames it queued", "frames", n)
+			}
+			ws.conn.CloseNow()
+			return
+		case <-inbox.ready:
+			if ctx.Err() != nil {
+				continue // the case above ends the session
+			}
+			data, ok := inbox.pop()
 			if !ok {
-				ws.conn.CloseNow()
-				return
+				continue
 			}
 			ws.handleFrame(ctx, data)
 			idle.Reset(ws.s.opts.WSIdleTimeout)
@@ -202,10 +348,9 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 		fail(apierr.Invalid("type", apierr.CodeUnsupportedFrame, "unsupported frame type %q; send response.create", typ))
 		return
 	}
-	body, err := sjson.DeleteBytes(data, "type")
-	if err == nil {
-		body, err = sjson.SetBytes(body, "stream", true)
-	}
+	// The frame is checked whole, "type" included, so that a repeated
+	// "type" is refused like any repeated key; "type" is removed after.
+	body, err := sjson.SetBytes(data, "stream", true)
 	if err != nil {
 		fail(apierr.Invalid("", apierr.CodeInvalidJSON, "the frame could not be read: %v", err))
 		return
@@ -213,6 +358,10 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 	parsed, aerr := parseRequest(ctx, responsesEndpoint, body, s.opts.MaxJSONDepth)
 	if aerr != nil {
 		fail(aerr)
+		return
+	}
+	if parsed.body, err = sjson.DeleteBytes(parsed.body, "type"); err != nil {
+		fail(apierr.Invalid("", apierr.CodeInvalidJSON, "the frame could not be read: %v", err))
 		return
 	}
 	req = parsed

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluice-gw/sluice/gateway/sse"
 	"github.com/sluice-gw/sluice/gateway/upstream"
+	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/sluice-gw/sluice/internal/apierr"
 )
 
@@ -207,7 +208,54 @@ func (w *wsUpstreams) send(upCtx context.Context, idle *idleTimer, req *clientRe
 	ok = true
 	idle.arm()
 	src := &wsSource{conn: sock.conn, ctx: upCtx, idle: idle, max: w.s.opts.MaxEventBytes}
+	// The first frame says how the upstream took the request, as an HTTP
+	// answer's status line does: it is read here, and yielded again as the
+	// stream's first event unless it is a refusal with a status.
+	first, err := src.peek()
+	if ans := wsStatusAnswer(first, err); ans != nil {
+		ans.pending = pending
+		// The upstream finished the request with its error frame: the
+		// socket, and the previous_response_id state it holds, stays.
+		ans.done = func(bool) { w.release(sock, true) }
+		return ans, nil
+	}
 	return &upstreamAnswer{status: http.StatusOK, src: src, pending: pending, done: func(reusable bool) { w.release(sock, reusable) }}, nil
+}
+
+// wsStatusAnswer turns an upstream's refusal of a response.create, a first
+// frame {"type":"error","status":N,"error":{…},"headers":{…}}, into the
+// HTTP answer N it stands for, so that statusFailure treats it as it treats
+// that status from an HTTP upstream: a client error (or
+// context_length_exceeded) passes through with its status and error body,
+// a 500 is retried (README "Routes and fallbacks"). Capacity and overload
+// refusals stay the stream's first event, which the replay policy replays
+// before content as the README describes for WebSocket error frames. nil:
+// the frame is not such a refusal.
+func wsStatusAnswer(first sse.Event, err error) *upstreamAnswer {
+	if err != nil || first.Name != "error" {
+		return nil
+	}
+	code, status, _ := errorShaped(first, false)
+	e := gjson.GetBytes(first.Data, "error")
+	if status < 400 || status > 599 || !e.IsObject() {
+		return nil
+	}
+	switch eventClass(code, status) {
+	case hostabi.FailureClientError, hostabi.FailureContextLength, hostabi.FailureServerError:
+	default:
+		return nil
+	}
+	header := http.Header{}
+	gjson.GetBytes(first.Data, "headers").ForEach(func(k, v gjson.Result) bool {
+		header.Set(k.String(), v.String())
+		return true
+	})
+	header.Set("Content-Type", "application/json")
+	body, err := sjson.SetRawBytes([]byte(`{}`), "error", []byte(e.Raw))
+	if err != nil {
+		return nil
+	}
+	return &upstreamAnswer{status: status, header: header, body: body}
 }
 
 // dial opens u's Responses WebSocket. A refused upgrade with an HTTP answer
@@ -264,9 +312,29 @@ type wsSource struct {
 	ctx  context.Context
 	idle *idleTimer
 	max  int
+
+	peeked   bool // first and firstErr are the next Next's answer
+	first    sse.Event
+	firstErr error
+}
+
+// peek reads the next event ahead; Next yields it (or its error) again.
+func (src *wsSource) peek() (sse.Event, error) {
+	src.first, src.firstErr = src.read()
+	src.peeked = true
+	return src.first, src.firstErr
 }
 
 func (src *wsSource) Next() (sse.Event, error) {
+	if src.peeked {
+		ev, err := src.first, src.firstErr
+		src.peeked, src.first, src.firstErr = false, sse.Event{}, nil
+		return ev, err
+	}
+	return src.read()
+}
+
+func (src *wsSource) read() (sse.Event, error) {
 	for {
 		src.idle.touch()
 		typ, data, err := src.conn.Read(src.ctx)
