@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluice-gw/sluice/internal/apierr"
+	"github.com/sluice-gw/sluice/internal/clientkey"
 	"github.com/sluice-gw/sluice/store"
 )
 
@@ -260,18 +261,9 @@ func (kr *keyring) list() []*keyEntry {
 // Authorization, else Api-Key.
 func presentedKey(h http.Header) string {
 	if a := h.Get("Authorization"); a != "" {
-		return bearerToken(a)
+		return clientkey.BearerToken(a)
 	}
 	return strings.TrimSpace(h.Get("Api-Key"))
-}
-
-// bearerToken is the token of an Authorization value with the Bearer
-// scheme, whose name is case-insensitive (RFC 9110 §11.1), or "".
-func bearerToken(authorization string) string {
-	if len(authorization) > 7 && strings.EqualFold(authorization[:7], "bearer ") {
-		return strings.TrimSpace(authorization[7:])
-	}
-	return ""
 }
 
 // authenticate identifies the client's key. With auth required, a missing

@@ -98,7 +98,23 @@ type resolution struct {
 	// upstreamID is the id the owner knows the response by when it is not
 	// the one asked about (a continued stream's client-visible id).
 	upstreamID string
-	err        error // the lookup failed: fail closed
+	// keyHash is the client key hash the anchor was recorded under, in scope
+	// or not; "" when there is no anchor.
+	keyHash string
+	err     error // the lookup failed: fail closed
+}
+
+// unknownTo reports whether the response must be treated as one Sluice
+// never anchored, for a request whose credential hashes to keyHash and is a
+// Sluice key (sluiceKey). Every Sluice key reaches the upstreams with the
+// same credential (the upstream's api_key, or none), so an upstream cannot
+// keep keys apart: a key may only use responses anchored under itself, and
+// any other id (another key's, one older than Sluice or than anchor_ttl, a
+// typo) gets the one answer of an unknown id, so that ids cannot be probed
+// (SECURITY.md, "Stream logs, resume and background"). Requests without a
+// Sluice key keep their own credential's isolation, at the upstream.
+func (res resolution) unknownTo(sluiceKey bool, keyHash string) bool {
+	return sluiceKey && (res.keyHash == "" || res.keyHash != keyHash)
 }
 
 func (c *continuity) resolve(ctx context.Context, surface, responseID string, rs requestScope) resolution {
@@ -107,7 +123,9 @@ func (c *continuity) resolve(ctx context.Context, surface, responseID string, rs
 	}
 	a, err := c.store.GetAnchor(ctx, responseID)
 	switch {
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalid):
+		// ErrInvalid: an id the store refuses (over-long, empty) has no anchor;
+		// the store is not failing.
 		c.m.ownerResolution.WithLabelValues(surface, "store", "miss").Inc()
 		c.log.Debug("owner resolution", "surface", surface, "source", "store", "outcome", "miss", "response_id", LogID(responseID))
 		return resolution{source: "store"}
@@ -124,12 +142,22 @@ func (c *continuity) decide(surface, source, responseID string, a store.Anchor, 
 	if !rs.sees(a) {
 		c.m.ownerResolution.WithLabelValues(surface, source, "miss").Inc()
 		c.log.Debug("owner resolution", "surface", surface, "source", source, "outcome", "miss", "why", "out of scope", "response_id", LogID(responseID))
-		return resolution{source: source}
+		return resolution{source: source, keyHash: a.ClientKeyHash}
 	}
 	c.m.ownerResolution.WithLabelValues(surface, source, "hit").Inc()
 	c.log.Debug("owner resolution", "surface", surface, "source", source, "outcome", "hit", "owner", a.Upstream,
 		"scope", a.ScopeKind.String(), "response_id", LogID(responseID))
-	return resolution{owner: a.Upstream, source: source, upstreamID: a.UpstreamID}
+	return resolution{owner: a.Upstream, source: source, upstreamID: a.UpstreamID, keyHash: a.ClientKeyHash}
+}
+
+// refuseUnknownPrevious answers a request whose previous_response_id is
+// unknown to its Sluice key (resolution.unknownTo) without calling any
+// upstream: the 400 previous_response_not_found OpenAI's API gives an
+// unknown id, which is also what a Chat upstream's conversation store
+// answers (chatbridge.go).
+func (s *Server) refuseUnknownPrevious(out responder, req *clientRequest) {
+	s.metrics.failClosed.WithLabelValues(req.surface(), failPreviousNotFound).Inc()
+	out.fail(req, notFound(req.previousResponseID), failInvalid)
 }
 
 // anchorFor builds the anchor of a response served by upstream for req.
@@ -189,8 +217,8 @@ func (c *continuity) forget(ctx context.Context, responseID string) {
 // handleAnchor is GET /admin/continuity/{response_id}.
 func (s *Server) handleAnchor(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 	id := ps.ByName("response_id")
-	if len(id) > store.MaxIDLen {
-		apierr.Invalid("response_id", "invalid_value", "response ids are at most %d bytes", store.MaxIDLen).Write(w)
+	if aerr := overlongID("response_id", id); aerr != nil {
+		aerr.Write(w)
 		return
 	}
 	a, err := s.cont.store.GetAnchor(r.Context(), id)
@@ -210,6 +238,16 @@ func (s *Server) handleAnchor(w http.ResponseWriter, r *http.Request, ps httprou
 		"model": a.Model, "upstream_id": LogID(a.UpstreamID), "created_at": a.CreatedAt.UTC().Format(time.RFC3339), "expires_at": a.ExpiresAt.UTC().Format(time.RFC3339),
 		"age_seconds": int64(s.cont.now().Sub(a.CreatedAt).Seconds()),
 	})
+}
+
+// overlongID is the 400 for a response id longer than any the store keeps
+// (store.MaxIDLen), given as param; nil when id fits. No such id can have
+// an anchor or a log, and no retry makes it one.
+func overlongID(param, id string) *apierr.Error {
+	if len(id) <= store.MaxIDLen {
+		return nil
+	}
+	return apierr.Invalid(param, apierr.CodeInvalidValue, "%s is %d bytes; the longest accepted is %d", param, len(id), store.MaxIDLen)
 }
 
 // memo is the anchor cache, or nil when the store is shared by several

@@ -172,6 +172,10 @@ func (s *Server) pin(ctx context.Context, out responder, req *clientRequest) boo
 		s.failClosed(out, req, failOwnerLookupFailed, http.StatusBadGateway, "owner lookup failed: the gateway could not read which upstream owns previous_response_id; retry the request")
 		return false
 	}
+	if res.unknownTo(req.key != nil, req.clientKeyHash) { // continuity.go: a Sluice key uses only its own anchors
+		s.refuseUnknownPrevious(out, req)
+		return false
+	}
 	if res.owner == "" {
 		return true
 	}

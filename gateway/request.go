@@ -151,8 +151,8 @@ func (r *clientRequest) readFields(root gjson.Result) *apierr.Error {
 		if prev.Type != gjson.String {
 			return apierr.Invalid("previous_response_id", apierr.CodeInvalidType, "previous_response_id must be a string, got %s", jsonKind(prev))
 		}
-		if len(prev.Str) > store.MaxIDLen {
-			return apierr.Invalid("previous_response_id", apierr.CodeInvalidValue, "previous_response_id is %d bytes; the longest accepted is %d", len(prev.Str), store.MaxIDLen)
+		if e := overlongID("previous_response_id", prev.Str); e != nil {
+			return e
 		}
 		r.previousResponseID = strings.Clone(prev.Str)
 	}

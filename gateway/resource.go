@@ -8,12 +8,15 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/sluice-gw/sluice/gateway/sse"
+	"github.com/sluice-gw/sluice/gateway/upstream"
 	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/sluice-gw/sluice/internal/clientkey"
@@ -264,7 +267,7 @@ func (s *Server) storedLog(ctx context.Context, id, owner string) (store.StreamL
 	}
 	rec, err := st.GetStreamLog(ctx, id)
 	if err != nil || rec.Owner != owner {
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
+		if err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrInvalid) {
 			s.log.Warn("reading a stream log failed", "response_id", LogID(id), "error", err)
 		}
 		return store.StreamLog{}, false
@@ -272,8 +275,25 @@ func (s *Server) storedLog(ctx context.Context, id, owner string) (store.StreamL
 	return rec, true
 }
 
+// resourceID is the {response_id} of a resource call; false when it is
+// longer than any id the gateway keeps, answered then with the same 400 as
+// such a previous_response_id (it can never be found, and a retry does not
+// help).
+func resourceID(w http.ResponseWriter, ps httprouter.Params) (string, bool) {
+	id := ps.ByName("response_id")
+	if aerr := overlongID("response_id", id); aerr != nil {
+		aerr.Write(w)
+		return "", false
+	}
+	return id, true
+}
+
 func (s *Server) handleGetResponse(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
-	id, owner := ps.ByName("response_id"), clientkey.Hash(r.Header)
+	id, ok := resourceID(w, ps)
+	if !ok {
+		return
+	}
+	owner := clientkey.Hash(r.Header)
 	q := r.URL.Query()
 	stream := q.Get("stream") == "true" || streamInBody(r)
 	after := int64(-1)
@@ -288,6 +308,10 @@ func (s *Server) handleGetResponse(w http.ResponseWriter, r *http.Request, ps ht
 	if s.logs != nil {
 		if l := s.logs.get(id, owner); l != nil {
 			if stream {
+				if aerr := l.unstreamable(after); aerr != nil {
+					aerr.Write(w)
+					return
+				}
 				s.resumeSSE(w, func(out resumeSink) error { return l.follow(r.Context(), after, out, s.opts.KeepAlive) })
 				return
 			}
@@ -297,6 +321,10 @@ func (s *Server) handleGetResponse(w http.ResponseWriter, r *http.Request, ps ht
 		}
 		if rec, ok := s.storedLog(r.Context(), id, owner); ok {
 			if stream {
+				if aerr := s.logs.storedUnstreamable(r.Context(), rec, after); aerr != nil {
+					aerr.Write(w)
+					return
+				}
 				s.resumeSSE(w, func(out resumeSink) error {
 					return s.logs.followStored(r.Context(), rec, after, out, s.opts.IdleTimeout)
 				})
@@ -310,7 +338,7 @@ func (s *Server) handleGetResponse(w http.ResponseWriter, r *http.Request, ps ht
 		q.Set("stream", "true")
 		r.URL.RawQuery = q.Encode()
 	}
-	s.askOwner(w, r, id, "")
+	s.askOwner(w, r, id, ownerCall{stream: stream, after: after})
 }
 
 // resumeSSE answers a resume as an SSE stream.
@@ -354,7 +382,11 @@ func writeRaw(w http.ResponseWriter, status int, body []byte) {
 }
 
 func (s *Server) handleInputItems(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
-	id, owner := ps.ByName("response_id"), clientkey.Hash(r.Header)
+	id, ok := resourceID(w, ps)
+	if !ok {
+		return
+	}
+	owner := clientkey.Hash(r.Header)
 	var input []byte
 	found := false
 	if s.logs != nil {
@@ -365,7 +397,7 @@ func (s *Server) handleInputItems(w http.ResponseWriter, r *http.Request, ps htt
 		}
 	}
 	if !found {
-		s.askOwner(w, r, id, "/input_items")
+		s.askOwner(w, r, id, ownerCall{suffix: "/input_items"})
 		return
 	}
 	list, aerr := inputItemList(id, input, r.URL.Query())
@@ -489,7 +521,11 @@ func inputItemList(id string, input []byte, q map[string][]string) ([]byte, *api
 }
 
 func (s *Server) handleDeleteResponse(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
-	id, owner := ps.ByName("response_id"), clientkey.Hash(r.Header)
+	id, ok := resourceID(w, ps)
+	if !ok {
+		return
+	}
+	owner := clientkey.Hash(r.Header)
 	if s.logs != nil {
 		l := s.logs.get(id, owner)
 		stored := false
@@ -509,11 +545,15 @@ func (s *Server) handleDeleteResponse(w http.ResponseWriter, r *http.Request, ps
 			return
 		}
 	}
-	s.askOwner(w, r, id, "")
+	s.askOwner(w, r, id, ownerCall{})
 }
 
 func (s *Server) handleCancelResponse(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
-	id, owner := ps.ByName("response_id"), clientkey.Hash(r.Header)
+	id, ok := resourceID(w, ps)
+	if !ok {
+		return
+	}
+	owner := clientkey.Hash(r.Header)
 	if s.logs != nil {
 		if l := s.logs.get(id, owner); l != nil {
 			if !l.background {
@@ -550,12 +590,24 @@ func (s *Server) handleCancelResponse(w http.ResponseWriter, r *http.Request, ps
 			return
 		}
 	}
-	s.askOwner(w, r, id, "/cancel")
+	s.askOwner(w, r, id, ownerCall{suffix: "/cancel"})
+}
+
+// ownerCall is a resource call asked of the upstream that owns the
+// response.
+type ownerCall struct {
+	suffix string // after /responses/{id}: "", "/input_items" or "/cancel"
+	stream bool   // a resume: GET ?stream=true
+	after  int64  // the resume's starting_after (-1: from the first event)
 }
 
 // askOwner passes a resource call on to the upstream that owns the
-// response (its anchor), or answers 404 when no upstream is known to.
-func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id, suffix string) {
+// response (its anchor), or answers 404 when no upstream is known to. The
+// owner's answer is an upstream's like any other (SECURITY.md,
+// "Upstreams"): scrubbed of keys, bounded, and OpenAI-shaped when it is an
+// error; a resumed stream ends with one terminal event whatever the owner
+// does.
+func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id string, call ownerCall) {
 	window := defaultResumeWindow
 	if s.logs != nil {
 		window = s.logs.opts.Window
@@ -571,7 +623,7 @@ func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id, suffix str
 		return
 	}
 	u := s.pool.Get(res.owner)
-	if res.owner == "" || u == nil || u.Config().Protocol == "chat" {
+	if res.owner == "" || res.unknownTo(keyOf(r) != nil, hash) || u == nil || u.Config().Protocol == "chat" {
 		notResumable(id, window).Write(w)
 		return
 	}
@@ -579,41 +631,222 @@ func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id, suffix str
 	if res.upstreamID != "" {
 		upID = res.upstreamID
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.opts.HeaderTimeout+s.opts.IdleTimeout)
-	defer cancel()
-	target := u.URL("/responses/" + upID + suffix)
+	// The owner's headers are bounded by the transport (timeouts.header),
+	// what follows by its silence (timeouts.idle), as for any attempt: a
+	// total deadline would cut a live resumed stream without its terminal
+	// event.
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	stopDrain := context.AfterFunc(s.streamsCtx, func() { cancel(context.Cause(s.streamsCtx)) })
+	defer stopDrain()
+	idle := newIdleTimer(s.opts.IdleTimeout, func() { cancel(errIdleTimeout) })
+	defer idle.stop()
+	path := "/responses/" + upID + call.suffix
 	if r.URL.RawQuery != "" {
-		target += "?" + r.URL.RawQuery
+		path += "?" + r.URL.RawQuery
 	}
+	target := u.URL(path) // after the path, joined to a base_url query
 	upReq, err := http.NewRequestWithContext(ctx, r.Method, target, nil)
 	if err != nil {
 		apierr.UpstreamUnavailable(http.StatusBadGateway, "the request to the owner could not be built: %v", err).Write(w)
 		return
 	}
-	upReq.Header = upstreamHeaders(&clientRequest{header: r.Header, key: keyOf(r)}, u.Config(), false)
+	upReq.Header = upstreamHeaders(&clientRequest{header: r.Header, key: keyOf(r)}, u.Config(), call.stream)
+	idle.arm()
 	resp, err := s.client.Do(upReq)
 	if err != nil {
-		apierr.UpstreamUnavailable(http.StatusBadGateway, "upstream %q that owns the response did not answer: %s", u.Name(), s.scrub.String(err.Error())).Write(w)
+		apierr.UpstreamUnavailable(http.StatusBadGateway, "upstream %q that owns the response did not answer: %s", u.Name(), s.scrub.String(upstream.RedactError(err))).Write(w)
 		return
 	}
 	defer resp.Body.Close()
+	s.scrub.Header(resp.Header)
+	body := &idleReader{r: resp.Body, idle: idle}
+	eventStream := strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Type")), "text/event-stream")
+	switch {
+	case resp.StatusCode/100 != 2:
+		b, _ := io.ReadAll(io.LimitReader(body, maxUpstreamErrorBody))
+		b = s.scrub.Bytes(b)
+		if aerr := ownerError(u.Name(), resp.StatusCode, b, s.opts.MaxJSONDepth); aerr != nil {
+			aerr.Write(w)
+			return
+		}
+		relayOwner(w, resp, b)
+	case call.stream && eventStream:
+		s.resumeSSE(w, func(out resumeSink) error {
+			return s.followOwner(r.Context(), ctx, u, sse.NewReader(body, s.opts.MaxEventBytes), call.after, out)
+		})
+	case resp.StatusCode == http.StatusNoContent && !call.stream:
+		copyResponseHeaders(w.Header(), resp.Header) // nothing to check
+		w.WriteHeader(http.StatusNoContent)
+	case call.stream || eventStream:
+		ownerFault(u.Name(), "answered a request with stream=%t with Content-Type %q", call.stream, resp.Header.Get("Content-Type")).Write(w)
+	default:
+		b, err := s.readAnswer(body)
+		switch {
+		case err != nil && r.Context().Err() != nil:
+			return // the client went away
+		case err != nil:
+			apierr.StreamIncomplete("%s", s.ownerAnswerBroke(ctx, u, err)).Write(w)
+			return
+		}
+		if valid, object := jsonx.ScanTop(b, s.opts.MaxJSONDepth, func([]byte, int, int) {}); !valid || !object {
+			ownerFault(u.Name(), "answered with a body that is not a JSON object (at most %d levels deep)", s.opts.MaxJSONDepth).Write(w)
+			return
+		}
+		relayOwner(w, resp, s.scrub.Bytes(b))
+	}
+}
+
+// relayOwner passes the owner's answer on: its status and (scrubbed)
+// headers, with body, JSON.
+func relayOwner(w http.ResponseWriter, resp *http.Response, body []byte) {
 	copyResponseHeaders(w.Header(), resp.Header)
-	w.WriteHeader(resp.StatusCode)
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		rc := http.NewResponseController(w)
-		buf := make([]byte, 32<<10)
-		for {
-			n, rerr := resp.Body.Read(buf)
-			if n > 0 {
-				if _, werr := w.Write(buf[:n]); werr != nil {
-					return
-				}
-				_ = rc.Flush()
-			}
-			if rerr != nil {
-				return
-			}
+	writeRaw(w, resp.StatusCode, body)
+}
+
+// ownerError is the gateway error for an owner's non-2xx answer that is no
+// OpenAI error ({"error":{"message",…}} nested at most maxDepth deep), read
+// as the POST path reads upstream error bodies (upstreamErrorOf); nil for
+// one that is, which is passed on. A 4xx keeps its status (the owner
+// refused the call: unknown id, a bad parameter), anything else is a 502.
+func ownerError(owner string, status int, body []byte, maxDepth int) *apierr.Error {
+	if status/100 == 4 || status/100 == 5 {
+		valid, object := jsonx.ScanTop(body, maxDepth, func([]byte, int, int) {})
+		if e := gjson.GetBytes(body, "error"); valid && object && e.IsObject() && e.Get("message").Type == gjson.String {
+			return nil
 		}
 	}
-	_, _ = io.Copy(w, resp.Body)
+	perr := upstreamErrorOf(status, body)
+	e := ownerFault(owner, "answered HTTP %d: %s", status, perr.Message)
+	e.Code = firstNonEmpty(perr.Code, e.Code)
+	if status/100 == 4 {
+		e.Status, e.Type = status, apierr.TypeInvalidRequest
+	}
+	return e
+}
+
+// ownerFault is the 502 upstream_error for an owner's answer the gateway
+// cannot pass on; format says what the owner did.
+func ownerFault(owner, format string, args ...any) *apierr.Error {
+	return &apierr.Error{Status: http.StatusBadGateway, Type: apierr.TypeServer, Code: apierr.CodeUpstreamError,
+		Message: fmt.Sprintf("upstream %q that owns the response ", owner) + fmt.Sprintf(format, args...)}
+}
+
+// upstreamErrorOf reads an upstream's error body: its OpenAI error, or for a
+// body that is none, its first 200 bytes as the message. The body must be
+// scrubbed already.
+func upstreamErrorOf(status int, body []byte) apierr.Error {
+	perr, _ := apierr.Parse(body)
+	perr.Status = status
+	if perr.Message == "" {
+		perr.Message = strings.TrimSpace(string(body))
+		if len(perr.Message) > 200 {
+			perr.Message = perr.Message[:200]
+		}
+	}
+	return perr
+}
+
+// followOwner relays the owner's resumed stream to out and ends it with
+// one terminal event whatever the owner does: the owner's own terminal (or
+// error) event, else the resume's error event (stream_incomplete, as for a
+// log that cannot be followed to its end). Events are scrubbed; one that is
+// not a JSON object within limits.max_json_depth ends the stream, since a
+// stream the gateway did not write is relayed as it is, numbers included.
+// While the owner is quiet the client gets keepalives (the owner's own SSE
+// comments are not passed on). clientCtx is the client's, upCtx the owner
+// call's (its cause says why it stopped).
+func (s *Server) followOwner(clientCtx, upCtx context.Context, u *upstream.Upstream, src *sse.Reader, after int64, out resumeSink) error {
+	var mu sync.Mutex // out is written by this goroutine and the keepalive timer
+	active, stopped := false, false
+	var ka *time.Timer
+	if every := s.opts.KeepAlive; every > 0 {
+		mu.Lock()
+		ka = time.AfterFunc(every, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if stopped {
+				return
+			}
+			if !active && out.KeepAlive(every) != nil {
+				return // the client is gone: its context ends the stream
+			}
+			active = false
+			ka.Reset(every)
+		})
+		mu.Unlock()
+	}
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		if ka != nil {
+			ka.Stop()
+		}
+	}()
+	send := func(name string, data []byte) error {
+		mu.Lock()
+		defer mu.Unlock()
+		active = true
+		if err := out.Event(name, data); err != nil {
+			return err
+		}
+		return out.Flush()
+	}
+
+	next := after + 1 // the number of the owner's next event
+	for {
+		ev, err := src.Next()
+		if err != nil {
+			if clientCtx.Err() != nil {
+				return clientCtx.Err()
+			}
+			return send("error", resumeErrorEvent(next, s.ownerAnswerBroke(upCtx, u, err)))
+		}
+		var why string
+		var f eventFields
+		data := s.scrub.Bytes(ev.Data)
+		switch valid, object := f.scan(data, s.opts.MaxJSONDepth); {
+		case ev.Error != nil:
+			why = fmt.Sprintf("upstream %q that owns the response failed the stream: %s", u.Name(), s.scrub.String(errorMessage(ev)))
+		case ev.Done:
+			why = fmt.Sprintf("upstream %q that owns the response ended the stream without a terminal event", u.Name())
+		case !valid || !object:
+			why = fmt.Sprintf("upstream %q that owns the response sent an event that is not a JSON object (at most %d levels deep)", u.Name(), s.opts.MaxJSONDepth)
+		}
+		if why != "" {
+			return send("error", resumeErrorEvent(next, why))
+		}
+		if f.seq.Type == gjson.Number {
+			next = f.seq.Int() + 1
+		}
+		typ := f.typ.Str
+		name := s.scrub.String(ev.Name)
+		if name == "" {
+			name = typ
+		}
+		if err := send(name, data); err != nil {
+			return err
+		}
+		if isTerminalType(typ) || typ == "error" {
+			return nil
+		}
+	}
+}
+
+// ownerAnswerBroke says why the owner's answer (a JSON body, or a resumed
+// stream before its terminal event) stopped before its end; upCtx is the
+// owner call's context.
+func (s *Server) ownerAnswerBroke(upCtx context.Context, u *upstream.Upstream, err error) string {
+	switch cause := context.Cause(upCtx); {
+	case errors.Is(cause, errDraining):
+		return "the gateway is shutting down; retry the request"
+	case errors.Is(cause, errIdleTimeout):
+		return fmt.Sprintf("upstream %q that owns the response sent nothing for %s", u.Name(), s.opts.IdleTimeout)
+	case errors.Is(err, sse.ErrEventTooLarge):
+		return fmt.Sprintf("upstream %q that owns the response sent an event larger than %d bytes", u.Name(), s.opts.MaxEventBytes)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Sprintf("upstream %q that owns the response closed its answer before the end", u.Name())
+	}
+	return fmt.Sprintf("the answer of upstream %q that owns the response broke off: %s", u.Name(), s.scrub.String(upstream.RedactError(err)))
 }

@@ -525,11 +525,16 @@ func (l *streamLog) flush(final bool) {
 	l.timer = nil
 	pending := l.events[min(l.flushed, int64(len(l.events))):]
 	dropped := l.dropped
+	// A flush timer that fires after the log ended writes the record ended
+	// too: never back to running, which a replica or a restarted gateway
+	// would take for a gateway that stopped mid-stream.
+	final = final || l.ended
 	l.mu.Unlock()
 	h := l.hub
-	// The record goes first (events need it) and then at most every
-	// second, so a poll on another replica sees the output grow.
-	if !final && time.Since(l.savedAt) > time.Second {
+	// The record goes first (events need it, and a stream that ended before
+	// its first timed flush has none yet) and then at most every second, so
+	// a poll on another replica sees the output grow.
+	if l.savedAt.IsZero() || !final && time.Since(l.savedAt) > time.Second {
 		h.persist(l, false)
 		l.savedAt = time.Now()
 	}
@@ -591,6 +596,10 @@ func (l *streamLog) follow(ctx context.Context, after int64, out resumeSink, eve
 			batch = l.events[next:]
 		}
 		ended, dropped, wake := l.ended, l.dropped, l.wake
+		var nothing *apierr.Error // the log ended with nothing after next-1 to send, ever
+		if ended && len(batch) == 0 {
+			nothing = l.unstreamableLocked(next - 1)
+		}
 		l.waiting = true
 		l.mu.Unlock()
 		for _, ev := range batch {
@@ -604,6 +613,9 @@ func (l *streamLog) follow(ctx context.Context, after int64, out resumeSink, eve
 				return err
 			}
 			return out.Flush()
+		}
+		if nothing != nil { // a resumer that came before the end, or over a WebSocket
+			return endWith(out, errorEventOf(next, nothing))
 		}
 		if len(batch) > 0 {
 			continue // more may have come meanwhile
@@ -626,11 +638,84 @@ func (l *streamLog) follow(ctx context.Context, after int64, out resumeSink, eve
 // resumeErrorEvent is the spec's error event ending a resumed stream that
 // cannot be followed to its terminal event.
 func resumeErrorEvent(seq int64, message string) []byte {
-	b := []byte(`{"type":"error","code":"stream_incomplete","message":`)
-	b = jsonx.AppendQuote(b, message)
-	b = append(b, `,"param":null,"sequence_number":`...)
+	return errorEventOf(seq, apierr.StreamIncomplete("%s", message))
+}
+
+// errorEventOf is the spec's error event carrying e, numbered seq.
+func errorEventOf(seq int64, e *apierr.Error) []byte {
+	b := []byte(`{"type":"error","code":`)
+	b = jsonx.AppendQuote(b, e.Code)
+	b = append(b, `,"message":`...)
+	b = jsonx.AppendQuote(b, e.Message)
+	b = append(b, `,"param":`...)
+	if e.Param == "" {
+		b = append(b, "null"...)
+	} else {
+		b = jsonx.AppendQuote(b, e.Param)
+	}
+	b = append(b, `,"sequence_number":`...)
 	b = strconv.AppendInt(b, seq, 10)
 	return append(b, '}')
+}
+
+// unstreamable is the 400 for a resume from after that can never send an
+// event, nil otherwise: the response was answered as JSON (its log holds
+// no events), or after is past the last event of an ended stream.
+// starting_after at the terminal event itself is a resume with nothing
+// left, answered with an empty stream: the client has the terminal event.
+func (l *streamLog) unstreamable(after int64) *apierr.Error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.unstreamableLocked(after)
+}
+
+func (l *streamLog) unstreamableLocked(after int64) *apierr.Error {
+	switch {
+	case !l.ended || l.dropped: // a dropped log has its own error event
+		return nil
+	case len(l.events) == 0:
+		return notStreamed(l.id)
+	case after >= int64(len(l.events)):
+		return pastLastEvent(l.id, after)
+	}
+	return nil
+}
+
+// storedUnstreamable is unstreamable for an ended log in the store: its
+// first event, and the one at after, tell.
+func (h *streamLogs) storedUnstreamable(ctx context.Context, rec store.StreamLog, after int64) *apierr.Error {
+	if !rec.Ended {
+		return nil
+	}
+	st := h.opts.Store
+	evs, err := st.StreamEvents(ctx, rec.ResponseID, -1, 1)
+	if err != nil || len(evs) == 0 {
+		if err == nil {
+			return notStreamed(rec.ResponseID)
+		}
+		return nil // followStored reports it
+	}
+	if after < 0 {
+		return nil
+	}
+	if evs, err = st.StreamEvents(ctx, rec.ResponseID, after-1, 1); err == nil && len(evs) == 0 {
+		return pastLastEvent(rec.ResponseID, after)
+	}
+	return nil
+}
+
+// notStreamed is the 400 for a stream=true GET of a response that was
+// answered as JSON. OpenAI's API streams only background responses back;
+// Sluice streams back any response it streamed, and has no events of this
+// one to send.
+func notStreamed(id string) *apierr.Error {
+	return apierr.Invalid("stream", apierr.CodeInvalidValue,
+		"Response '%s' was answered as JSON, not streamed, so it has no events to stream; retrieve it without stream=true.", id)
+}
+
+func pastLastEvent(id string, after int64) *apierr.Error {
+	return apierr.Invalid("starting_after", apierr.CodeInvalidValue,
+		"starting_after is %d, past the last event of response '%s'.", after, id)
 }
 
 // followStored follows a log that this process does not hold: written
@@ -672,6 +757,12 @@ func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, afte
 		case cur.Ended:
 			if more, err := st.StreamEvents(ctx, rec.ResponseID, next-1, 1); err == nil && len(more) > 0 {
 				continue // the last events landed with the record
+			}
+			if next > 0 { // resumed after the terminal event itself: nothing is left to send
+				if last, err := st.StreamEvents(ctx, rec.ResponseID, next-2, 1); err == nil && len(last) == 1 &&
+					last[0].Seq == next-1 && isTerminalType(gjson.GetBytes(last[0].Data, "type").Str) {
+					return out.Flush()
+				}
 			}
 			return endWith(out, resumeErrorEvent(next, "the stream's log ends without a terminal event"))
 		case !store.IsShared(st) || time.Since(lastNew) > idle:

@@ -27,6 +27,7 @@ import (
 	"github.com/sluice-gw/sluice/gateway/config"
 	"github.com/sluice-gw/sluice/gateway/upstream"
 	"github.com/sluice-gw/sluice/internal/apierr"
+	"github.com/sluice-gw/sluice/internal/clientkey"
 	"github.com/sluice-gw/sluice/internal/jsonx"
 	"github.com/sluice-gw/sluice/store"
 )
@@ -405,7 +406,7 @@ func (s *Server) admin(h httprouter.Handle) httprouter.Handle {
 	}
 	want := []byte(s.opts.AdminToken)
 	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
-		if subtle.ConstantTimeCompare([]byte(bearerToken(r.Header.Get("Authorization"))), want) != 1 {
+		if subtle.ConstantTimeCompare([]byte(clientkey.BearerToken(r.Header.Get("Authorization"))), want) != 1 {
 			(&apierr.Error{Status: http.StatusUnauthorized, Type: apierr.TypeInvalidRequest, Code: apierr.CodeInvalidAdminToken,
 				Message: "admin endpoints need Authorization: Bearer <admin_token>"}).Write(w)
 			return

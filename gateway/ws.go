@@ -469,6 +469,9 @@ func (ws *wsSession) resume(ctx context.Context, out *wsResponder, data []byte) 
 	if id.Type != gjson.String || id.Str == "" {
 		return apierr.Invalid("response_id", apierr.CodeMissingField, "response.resume needs a response_id")
 	}
+	if e := overlongID("response_id", id.Str); e != nil {
+		return e
+	}
 	after := int64(-1)
 	if v := gjson.GetBytes(data, "starting_after"); v.Exists() && v.Type != gjson.Null {
 		if v.Type != gjson.Number || v.Num != float64(int64(v.Num)) || v.Num < -1 {
