@@ -194,3 +194,62 @@ func (s *Server) bodyError(err error, what string) *apierr.Error {
 	}
 	return apierr.Invalid("", apierr.CodeInvalidBody, "%s: %v", what, err)
 }
+
+// Upstream answers are asked for unencoded (upstreamHeaders sends
+// Accept-Encoding: identity, and the transport neither asks for gzip nor
+// decodes it), but an upstream may compress anyway. A gzip body is decoded
+// as it is read, so the size and shape checks and the key scrubber see
+// plain bytes (SECURITY.md); a body in any other coding is not read.
+
+// decodeAnswer makes resp's body read decoded. A gzip Content-Encoding is
+// taken off resp's headers (with Content-Length, which counted the encoded
+// bytes) and the body is decoded as it is read. ok is false when the
+// coding, returned as it came, is not one the gateway decodes: resp is
+// then left as it is.
+func decodeAnswer(resp *http.Response) (coding string, ok bool) {
+	coding = resp.Header.Get("Content-Encoding")
+	switch strings.ToLower(strings.TrimSpace(coding)) {
+	case "", "identity":
+		return coding, true
+	case "gzip", "x-gzip":
+	default:
+		return coding, false
+	}
+	resp.Header.Del("Content-Encoding")
+	resp.Header.Del("Content-Length")
+	resp.ContentLength = -1
+	resp.Uncompressed = true
+	resp.Body = &gzipBody{raw: resp.Body}
+	return coding, true
+}
+
+// gzipBody decodes a gzip upstream body as it is read. Its decoder is made
+// on the first Read, as making one reads the gzip header, which may block
+// (the reader's idle bound starts with the first Read). Close closes the
+// upstream body only, so a timer may call it while a Read is blocked.
+type gzipBody struct {
+	raw io.ReadCloser
+	zr  *gzip.Reader
+	err error // the decoder could not be made
+}
+
+func (g *gzipBody) Read(p []byte) (int, error) {
+	if g.zr == nil {
+		if g.err != nil {
+			return 0, g.err
+		}
+		zr, err := gzip.NewReader(g.raw)
+		switch {
+		case errors.Is(err, io.EOF):
+			g.err = io.EOF // an empty body
+			return 0, g.err
+		case err != nil:
+			g.err = fmt.Errorf("the upstream's gzip body is corrupt: %w", err)
+			return 0, g.err
+		}
+		g.zr = zr
+	}
+	return g.zr.Read(p)
+}
+
+func (g *gzipBody) Close() error { return g.raw.Close() }

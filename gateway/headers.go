@@ -46,10 +46,15 @@ func upstreamHeaders(req *clientRequest, u upstream.Config, stream bool) http.He
 			}
 		}
 	}
-	// The body is sent decoded (the gateway reads and may rewrite it).
-	for _, k := range []string{"Host", "Content-Length", "Content-Encoding", "Accept-Encoding", "Cookie", "Expect"} {
+	// The body is sent decoded (the gateway reads and may rewrite it), and
+	// the answer is asked for unencoded: no Accept-Encoding would allow any
+	// coding (RFC 9110 §12.5.3), and a compressed event stream is buffered
+	// by the compressor. What comes encoded anyway is decoded or refused
+	// (decodeAnswer).
+	for _, k := range []string{"Host", "Content-Length", "Content-Encoding", "Cookie", "Expect"} {
 		h.Del(k)
 	}
+	h.Set("Accept-Encoding", "identity")
 	if req.key != nil {
 		// A Sluice key is the gateway's credential, never an upstream's: a
 		// keyed upstream gets its own key below, one without gets none.

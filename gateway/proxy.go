@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
@@ -19,6 +20,7 @@ import (
 	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/sluice-gw/sluice/internal/clientkey"
+	"github.com/sluice-gw/sluice/internal/jsonx"
 )
 
 // maxUpstreamErrorBody bounds an upstream's error body. (Cooldown rules live
@@ -382,6 +384,10 @@ type upstreamAnswer struct {
 	// beforeRead, when set, points at the hook the upstream body reader
 	// calls before each read that may block: the client sink flushes there.
 	beforeRead *func()
+	// unusable says why a 2xx answer cannot be used whatever its body: an
+	// encoding the gateway does not decode, or no event stream for a stream
+	// request (unusableAnswer). "" otherwise.
+	unusable string
 }
 
 // eventSource yields upstream events: an SSE reader, or WebSocket frames.
@@ -417,8 +423,18 @@ func (s *Server) post(upCtx context.Context, req *clientRequest, u *upstream.Ups
 		return nil, nil, err
 	}
 	ans := &upstreamAnswer{status: resp.StatusCode, header: resp.Header, done: func(reusable bool) { closeUpstreamBody(resp.Body, reusable) }}
+	if coding, ok := decodeAnswer(resp); !ok {
+		// A body the gateway cannot decode is not read: neither the checks
+		// nor the key scrubber could see what it says.
+		coding = fmt.Sprintf("%.40q", s.scrub.String(coding)) // scrubbed before it is cut
+		s.log.Warn("upstream answer in an unsupported Content-Encoding", "upstream", u.Name(), "status", resp.StatusCode, "content_encoding", coding)
+		if resp.StatusCode/100 == 2 {
+			ans.unusable = fmt.Sprintf("HTTP %d in Content-Encoding %s, which the gateway does not decode", resp.StatusCode, coding)
+		}
+		return resp, ans, nil
+	}
 	if resp.StatusCode/100 != 2 {
-		ans.body, _ = io.ReadAll(io.LimitReader(resp.Body, maxUpstreamErrorBody))
+		ans.body, _ = s.readIdle(resp.Body, maxUpstreamErrorBody)
 	}
 	return resp, ans, nil
 }
@@ -451,19 +467,40 @@ func isSSE(req *clientRequest, resp *http.Response) bool {
 	return req.stream && strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Type")), "text/event-stream")
 }
 
-// readAnswer reads a complete 2xx answer, bounded.
-func (s *Server) readAnswer(r io.Reader) ([]byte, error) {
+// readAnswer reads a complete 2xx answer, bounded in size and in silence
+// (readIdle).
+func (s *Server) readAnswer(body io.ReadCloser) ([]byte, error) {
 	limit := int64(s.opts.MaxEventBytes) * 4
-	body, err := io.ReadAll(io.LimitReader(r, limit+1))
-	if err == nil && int64(len(body)) > limit {
+	b, err := s.readIdle(body, limit+1)
+	if err == nil && int64(len(b)) > limit {
 		err = fmt.Errorf("the upstream answer exceeds %d bytes", limit)
 	}
-	return body, err
+	return b, err
+}
+
+// readIdle reads an upstream body to its end, at most limit bytes. Once the
+// headers are in, timeouts.idle bounds the silence between reads, as it does
+// between stream events: an upstream that keeps a body open without sending
+// has it closed (which ends the blocked read), and the error wraps
+// errIdleTimeout.
+func (s *Server) readIdle(body io.ReadCloser, limit int64) ([]byte, error) {
+	var silent atomic.Bool
+	idle := newIdleTimer(s.opts.IdleTimeout, func() {
+		silent.Store(true)
+		body.Close()
+	})
+	idle.arm()
+	defer idle.stop()
+	b, err := io.ReadAll(io.LimitReader(&idleReader{r: body, idle: idle}, limit))
+	if err != nil && silent.Load() {
+		err = fmt.Errorf("%w (%s): %w", errIdleTimeout, s.opts.IdleTimeout, err)
+	}
+	return b, err
 }
 
 func (s *Server) sendHTTP(upCtx context.Context, idle *idleTimer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
 	resp, ans, err := s.post(upCtx, req, u, req.ep.path, req.body)
-	if err != nil || ans.status/100 != 2 {
+	if err != nil || ans.status/100 != 2 || ans.unusable != "" {
 		return ans, err
 	}
 	if isSSE(req, resp) {
@@ -472,8 +509,23 @@ func (s *Server) sendHTTP(upCtx context.Context, idle *idleTimer, req *clientReq
 		ans.src, ans.beforeRead = sse.NewReader(ir, s.opts.MaxEventBytes), &ir.before
 		return ans, nil
 	}
+	if req.stream {
+		// The client asked for an event stream: whatever else came is not
+		// read, let alone relayed.
+		ans.unusable = fmt.Sprintf("HTTP %d with %s instead of an event stream", ans.status, s.contentTypeOf(resp.Header))
+		return ans, nil
+	}
 	ans.body, ans.readErr = s.readAnswer(resp.Body)
 	return ans, nil
+}
+
+// contentTypeOf names an upstream answer's Content-Type for an error
+// message, scrubbed before it is cut.
+func (s *Server) contentTypeOf(h http.Header) string {
+	if v := h.Get("Content-Type"); v != "" {
+		return fmt.Sprintf("Content-Type %.60q", s.scrub.String(v))
+	}
+	return "no Content-Type"
 }
 
 // attempt sends req to u once and, when u answers usefully, streams or
@@ -520,6 +572,8 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 	switch {
 	case ans.status/100 != 2:
 		return s.statusFailure(ctx, out, req, u, ans)
+	case ans.unusable != "":
+		return s.unusableAnswer(ctx, req, u, ans.status, ans.unusable)
 	case ans.src == nil:
 		return s.relayJSON(ctx, upCtx, out, req, u, ans)
 	}
@@ -715,16 +769,20 @@ func (s *Server) transportFailure(ctx, upCtx context.Context, out responder, req
 // policy says no, a 4xx of the request's own (a content filter, another
 // client error, context_length_exceeded) goes to the recover policy and
 // passes through unchanged unless it recovers; any other failure ends the
-// request with what forward reports.
+// request with what forward reports. A status below 400 (a redirect) is no
+// answer at all (unusableAnswer).
 func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRequest, u *upstream.Upstream, ans *upstreamAnswer) attemptResult {
-	perr, _ := apierr.Parse(ans.body)
-	perr.Status = ans.status
-	if perr.Message == "" {
-		perr.Message = strings.TrimSpace(string(ans.body))
-		if len(perr.Message) > 200 {
-			perr.Message = perr.Message[:200]
+	if ans.status < 400 {
+		// A redirect is never relayed: the client would follow the
+		// upstream's Location, away from the gateway (whose own client
+		// follows none).
+		why := fmt.Sprintf("HTTP %d %s instead of an answer", ans.status, http.StatusText(ans.status))
+		if ans.status/100 == 3 {
+			why += " (the gateway follows no redirects: check the upstream's base_url)"
 		}
+		return s.unusableAnswer(ctx, req, u, ans.status, why)
 	}
+	perr := upstreamErrorOf(ans.status, ans.body)
 	status := ans.status
 	try := tryOf(req)
 	why := fmt.Sprintf("HTTP %d %s", status, firstNonEmpty(perr.Code, perr.Message))
@@ -834,10 +892,18 @@ func (s *Server) relayJSON(ctx, upCtx context.Context, out responder, req *clien
 	case err != nil && errors.Is(context.Cause(upCtx), errDraining):
 		out.fail(req, apierr.StreamIncomplete("the gateway is shutting down; retry the request"), failAsTerminal)
 		return attemptResult{next: nextDone}
+	case errors.Is(err, errIdleTimeout):
+		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), reasonIdle).Inc()
+		s.log.Warn("upstream answer stalled", "upstream", u.Name(), "idle", s.opts.IdleTimeout.String())
+		out.fail(req, apierr.StreamIncomplete("the upstream sent nothing for %s while sending its answer", s.opts.IdleTimeout), failAsTerminal)
+		return attemptResult{next: nextDone}
 	case err != nil:
 		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "cut").Inc()
 		out.fail(req, apierr.StreamIncomplete("the upstream answer was incomplete: %s", s.scrub.String(upstream.RedactError(err))), failAsTerminal)
 		return attemptResult{next: nextDone}
+	}
+	if why := s.answerProblem(ans); why != "" {
+		return s.unusableAnswer(ctx, req, u, ans.status, why)
 	}
 	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "ok").Inc()
 	tryOf(req).answered = true
@@ -854,6 +920,40 @@ func (s *Server) relayJSON(ctx, upCtx context.Context, out responder, req *clien
 	}
 	out.relay(req, ans.status, ans.header, ans.body)
 	return attemptResult{next: nextDone}
+}
+
+// answerProblem says why a complete 2xx answer cannot be relayed: it is
+// not a JSON object nested within limits.max_json_depth (SECURITY.md:
+// upstream bodies are size-, depth- and shape-checked). "" when it can.
+func (s *Server) answerProblem(ans *upstreamAnswer) string {
+	body := ans.body
+	if len(bytes.TrimSpace(body)) == 0 {
+		return fmt.Sprintf("HTTP %d with an empty body", ans.status)
+	}
+	valid, object := jsonx.ScanTop(body, s.opts.MaxJSONDepth, func([]byte, int, int) {})
+	switch {
+	case valid && object:
+		return ""
+	case valid:
+		return fmt.Sprintf("HTTP %d: the answer is %s, not a JSON object", ans.status, jsonKind(parseJSON(body)))
+	case jsonx.CheckDepth(body, s.opts.MaxJSONDepth) != nil:
+		return fmt.Sprintf("HTTP %d: the answer nests deeper than %d levels (limits.max_json_depth)", ans.status, s.opts.MaxJSONDepth)
+	}
+	return fmt.Sprintf("HTTP %d: the answer is not valid JSON (%s)", ans.status, s.contentTypeOf(ans.header))
+}
+
+// unusableAnswer handles an answer that is neither usable nor an error: a
+// 2xx that fails answerProblem or unusable, or a redirect. Nothing reached
+// the client and nothing is relayed: it is the target's server error
+// (phase before_headers): charged to the target, and by default the next
+// target is tried; with none left the client gets 502
+// upstream_unavailable saying why (a pinned request fails closed).
+func (s *Server) unusableAnswer(ctx context.Context, req *clientRequest, u *upstream.Upstream, status int, why string) attemptResult {
+	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "unusable_answer").Inc()
+	s.log.Warn("upstream answer unusable", "upstream", u.Name(), "why", why)
+	tryOf(req).fail = &upstream.Failure{Class: "server_error", Reason: why}
+	in := hostabi.ReplayInput{Phase: hostabi.PhaseBeforeHeaders, FailureClass: hostabi.FailureServerError, HTTPStatus: status}
+	return s.rescue(ctx, req, u, in, why, nil)
 }
 
 // errorShaped recognises an event that carries an upstream error: an
@@ -970,4 +1070,19 @@ func statusLabel(code int) string {
 		return "0"
 	}
 	return fmt.Sprint(code)
+}
+
+// upstreamErrorOf reads an upstream's error body: its OpenAI error, or for a
+// body that is none, its first 200 bytes as the message. The body must be
+// scrubbed already.
+func upstreamErrorOf(status int, body []byte) apierr.Error {
+	perr, _ := apierr.Parse(body)
+	perr.Status = status
+	if perr.Message == "" {
+		perr.Message = strings.TrimSpace(string(body))
+		if len(perr.Message) > 200 {
+			perr.Message = perr.Message[:200]
+		}
+	}
+	return perr
 }

@@ -659,6 +659,10 @@ func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id string, cal
 		return
 	}
 	defer resp.Body.Close()
+	if coding, ok := decodeAnswer(resp); !ok {
+		ownerFault(u.Name(), "answered with Content-Encoding %q, which the gateway does not read", s.scrub.String(coding)).Write(w)
+		return
+	}
 	s.scrub.Header(resp.Header)
 	body := &idleReader{r: resp.Body, idle: idle}
 	eventStream := strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Type")), "text/event-stream")
@@ -681,7 +685,10 @@ func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id string, cal
 	case call.stream || eventStream:
 		ownerFault(u.Name(), "answered a request with stream=%t with Content-Type %q", call.stream, resp.Header.Get("Content-Type")).Write(w)
 	default:
-		b, err := s.readAnswer(body)
+		b, err := s.readAnswer(struct {
+			io.Reader
+			io.Closer
+		}{body, resp.Body})
 		switch {
 		case err != nil && r.Context().Err() != nil:
 			return // the client went away
@@ -730,21 +737,6 @@ func ownerError(owner string, status int, body []byte, maxDepth int) *apierr.Err
 func ownerFault(owner, format string, args ...any) *apierr.Error {
 	return &apierr.Error{Status: http.StatusBadGateway, Type: apierr.TypeServer, Code: apierr.CodeUpstreamError,
 		Message: fmt.Sprintf("upstream %q that owns the response ", owner) + fmt.Sprintf(format, args...)}
-}
-
-// upstreamErrorOf reads an upstream's error body: its OpenAI error, or for a
-// body that is none, its first 200 bytes as the message. The body must be
-// scrubbed already.
-func upstreamErrorOf(status int, body []byte) apierr.Error {
-	perr, _ := apierr.Parse(body)
-	perr.Status = status
-	if perr.Message == "" {
-		perr.Message = strings.TrimSpace(string(body))
-		if len(perr.Message) > 200 {
-			perr.Message = perr.Message[:200]
-		}
-	}
-	return perr
 }
 
 // followOwner relays the owner's resumed stream to out and ends it with

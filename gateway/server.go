@@ -339,6 +339,9 @@ func (s *Server) Registry() *prometheus.Registry { return s.reg }
 func (s *Server) routes() *httprouter.Router {
 	r := httprouter.New()
 	r.HandleMethodNotAllowed = true
+	// An API answers a path it does not serve with its 404, never a
+	// redirect: clients do not reliably follow a 307 with a POST body.
+	r.RedirectTrailingSlash, r.RedirectFixedPath = false, false
 	r.POST("/v1/responses", s.handleResponses)
 	r.GET("/v1/responses", s.handleWebSocket)
 	r.GET("/v1/responses/:response_id", s.handleGetResponse)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -415,15 +416,22 @@ func (o *wsResponder) fail(req *clientRequest, e *apierr.Error, kind failKind) {
 	_ = o.write(errorFrame(e))
 }
 
-func (o *wsResponder) relay(_ *clientRequest, status int, _ http.Header, body []byte) {
+func (o *wsResponder) relay(req *clientRequest, status int, _ http.Header, body []byte) {
 	if status/100 == 2 {
-		b, _ := json.Marshal(map[string]any{"type": "response.completed", "response": json.RawMessage(body)})
+		b, err := json.Marshal(map[string]any{"type": "response.completed", "response": json.RawMessage(body)})
+		if err != nil { // not JSON: the turn still ends, with a terminal event
+			o.fail(req, apierr.StreamIncomplete("the upstream's answer is not valid JSON"), failAsTerminal)
+			return
+		}
 		_ = o.write(b)
 		return
 	}
 	e, ok := apierr.Parse(body)
 	if !ok {
 		e = apierr.Error{Type: apierr.TypeServer, Code: apierr.CodeUpstreamError, Message: strings.TrimSpace(string(body))}
+	}
+	if e.Message == "" { // an empty or message-less error body
+		e.Message = fmt.Sprintf("the upstream answered HTTP %d %s without an error message", status, http.StatusText(status))
 	}
 	e.Status = status
 	_ = o.write(errorFrame(&e))

@@ -286,7 +286,9 @@ func (w *wsUpstreams) dial(ctx context.Context, req *clientRequest, u *upstream.
 	}
 	body := []byte(nil)
 	if resp.Body != nil {
-		body, _ = io.ReadAll(io.LimitReader(resp.Body, maxUpstreamErrorBody))
+		if _, ok := decodeAnswer(resp); ok { // else not read, as for an HTTP answer (post)
+			body, _ = w.s.readIdle(resp.Body, maxUpstreamErrorBody)
+		}
 		resp.Body.Close()
 	}
 	if (resp.StatusCode == http.StatusUpgradeRequired || resp.StatusCode == http.StatusNotFound) && u.Config().Transport == upstream.TransportAuto {

@@ -555,6 +555,9 @@ func (p *Pool) probe(ctx context.Context, u *Upstream, timeout time.Duration) ([
 	if u.cfg.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+u.cfg.APIKey)
 	}
+	// The gateway's transport decodes nothing, and a request without
+	// Accept-Encoding accepts any coding (RFC 9110 §12.5.3).
+	req.Header.Set("Accept-Encoding", "identity")
 	resp, err := p.opts.Client.Do(req)
 	if err != nil {
 		return nil, StateDown, "probe: " + RedactError(err)

@@ -110,6 +110,12 @@ type Script struct {
 	// Tail and ChatTail are written after a stopped Text stream, e.g. the
 	// error event of FailAfterDeltas.
 	Tail, ChatTail []Frame
+	// BodyPrefix, when > 0, makes an answer sent as one body (a
+	// non-streaming 2xx, or a non-2xx Status) whose End is EndCut or
+	// EndHang send its headers and the first BodyPrefix bytes of its body
+	// (flushed) before that End. Without it a non-streaming 2xx with such
+	// an End sends no response byte at all, and a non-2xx ignores End.
+	BodyPrefix int
 }
 
 // ---- canned frames (with placeholders) ----
@@ -173,6 +179,13 @@ func CutAfter(n int) Script {
 func HangAfter(n int) Script {
 	return Script{Frames: head(cannedRespFrames(), n), ChatFrames: head(cannedChatFrames(), n), End: EndHang}
 }
+
+// HangMidBody answers a non-streaming request with its headers and the
+// first n bytes of its body (the canned JSON unless Body is set), then
+// stops writing, holding the connection until the client leaves or the
+// Server is closed. On a streaming request it is HangAfter of the whole
+// canned stream.
+func HangMidBody(n int) Script { return Script{BodyPrefix: n, End: EndHang} }
 
 // ErrorField writes the first afterEvents frames of the canned stream, then
 // the SSE frame "error: <errJSON>\n\n" (an SSE field named "error", as
@@ -415,6 +428,7 @@ type plan struct {
 	gap        time.Duration
 	end        Ending
 	text       *textPlan // a Text script: frames built per request
+	bodyPrefix int       // Script.BodyPrefix
 }
 
 func (p *plan) failed() bool { return p.status != 0 && (p.status < 200 || p.status > 299) }
@@ -452,7 +466,7 @@ func wsFromRaw(raw []byte) []byte {
 func compileScript(sc Script) *plan {
 	p := &plan{
 		status: sc.Status, header: sc.Header.Clone(),
-		latency: sc.Latency, gap: sc.Gap, end: sc.End,
+		latency: sc.Latency, gap: sc.Gap, end: sc.End, bodyPrefix: sc.BodyPrefix,
 		respCanned: sc.Frames == nil, chatCanned: sc.ChatFrames == nil,
 		resp: compileFrames(sc.Frames), chat: compileFrames(sc.ChatFrames),
 	}

@@ -608,7 +608,7 @@ func (s *Server) playHTTP(w http.ResponseWriter, r *http.Request, p *plan, t *tu
 		w.WriteHeader(p.status)
 		buf := s.getBuf()
 		*buf = p.body.render((*buf)[:0], &t.v)
-		_, _ = w.Write(*buf)
+		s.writeBody(ctx, w, p, *buf)
 		s.putBuf(buf)
 		return
 	}
@@ -618,10 +618,11 @@ func (s *Server) playHTTP(w http.ResponseWriter, r *http.Request, p *plan, t *tu
 	}
 	h.Set("X-Request-Id", "req_"+t.id)
 	if !t.stream {
-		switch p.end {
-		case EndCut:
+		switch {
+		case p.bodyPrefix > 0:
+		case p.end == EndCut:
 			panic(http.ErrAbortHandler)
-		case EndHang:
+		case p.end == EndHang:
 			s.hang(ctx)
 			panic(http.ErrAbortHandler)
 		}
@@ -641,7 +642,7 @@ func (s *Server) playHTTP(w http.ResponseWriter, r *http.Request, p *plan, t *tu
 		w.WriteHeader(status)
 		buf := s.getBuf()
 		*buf = body.render((*buf)[:0], &t.v)
-		_, _ = w.Write(*buf)
+		s.writeBody(ctx, w, p, *buf)
 		s.putBuf(buf)
 		return
 	}
@@ -679,6 +680,21 @@ func (s *Server) playHTTP(w http.ResponseWriter, r *http.Request, p *plan, t *tu
 		s.hang(ctx)
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// writeBody writes an answer sent as one body, or with Script.BodyPrefix
+// (and EndCut or EndHang) only its first bytes, flushed, before that end.
+func (s *Server) writeBody(ctx context.Context, w http.ResponseWriter, p *plan, body []byte) {
+	if p.bodyPrefix <= 0 || p.end == EndNormal {
+		_, _ = w.Write(body)
+		return
+	}
+	_, _ = w.Write(body[:min(p.bodyPrefix, len(body))])
+	_ = http.NewResponseController(w).Flush()
+	if p.end == EndHang {
+		s.hang(ctx)
+	}
+	panic(http.ErrAbortHandler)
 }
 
 func (s *Server) frames(p *plan, t *turn) []cframe {
