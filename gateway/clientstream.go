@@ -495,9 +495,7 @@ func (cs *clientStream) writeLocked(name string, data []byte, f *eventFields) er
 			return err
 		}
 	}
-	if f.seq.Type == gjson.Number {
-		data = cs.renumber(data, f.seq)
-	}
+	data = cs.renumber(data, f.seq)
 	if cs.resumable {
 		cs.logLocked(name, data, terminal)
 	}
@@ -606,18 +604,25 @@ func (cs *clientStream) openLocked(from gjson.Result) error {
 }
 
 // renumber sets data's top-level sequence_number (seq, an alias into data)
-// to cs.seq: in place when the digits keep their length (always so when
-// the upstream's numbering matches), else in a copy.
+// to cs.seq whatever the upstream put there (a number, a string, null, or
+// nothing at all: README, "sequence_number runs from 0 without a gap"). The
+// value is rewritten in place when the digits fill it exactly (always so
+// when the upstream's numbering matches: the hot path allocates nothing),
+// else in a copy; a missing member is inserted. data is a JSON object: the
+// pump skips any other event as malformed.
 func (cs *clientStream) renumber(data []byte, seq gjson.Result) []byte {
-	if seq.Num == float64(cs.seq) {
+	var num [20]byte
+	d := strconv.AppendInt(num[:0], cs.seq, 10)
+	if seq.Raw == string(d) {
 		return data
+	}
+	if !seq.Exists() {
+		return cs.insertSeq(data, d)
 	}
 	i, n := seq.Index, len(seq.Raw)
 	if i <= 0 || i+n > len(data) || string(data[i:i+n]) != seq.Raw {
 		return data // not where the parser said: leave it
 	}
-	var num [20]byte
-	d := strconv.AppendInt(num[:0], cs.seq, 10)
 	if len(d) == n {
 		copy(data[i:], d)
 		return data
@@ -625,6 +630,25 @@ func (cs *clientStream) renumber(data []byte, seq gjson.Result) []byte {
 	b := append(cs.scratch[:0], data[:i]...)
 	b = append(b, d...)
 	b = append(b, data[i+n:]...)
+	cs.scratch = b
+	return b
+}
+
+// insertSeq returns the JSON object data with "sequence_number":d as its
+// first member, in a copy.
+func (cs *clientStream) insertSeq(data, d []byte) []byte {
+	body := bytes.TrimLeft(data, " \t\r\n")
+	if len(body) == 0 || body[0] != '{' {
+		return data // not an object: nothing to number
+	}
+	open := len(data) - len(body) + 1 // just after the brace
+	b := append(cs.scratch[:0], data[:open]...)
+	b = append(b, `"sequence_number":`...)
+	b = append(b, d...)
+	if rest := bytes.TrimLeft(data[open:], " \t\r\n"); len(rest) > 0 && rest[0] != '}' {
+		b = append(b, ',')
+	}
+	b = append(b, data[open:]...)
 	cs.scratch = b
 	return b
 }

@@ -360,15 +360,23 @@ func eventTypes(evs []sse.Event) []string {
 	return out
 }
 
+// failureCode is the code a response.failed reports. The gateway's own
+// codes travel as server_error with the code leading the message (README,
+// "What it promises"): for those it is the leading code.
 func failureCode(ev sse.Event) string {
 	var v struct {
 		Response struct {
 			Error struct {
-				Code string `json:"code"`
+				Code    string `json:"code"`
+				Message string `json:"message"`
 			} `json:"error"`
 		} `json:"response"`
 	}
 	_ = json.Unmarshal(ev.Data, &v)
+	if code, _, ok := strings.Cut(v.Response.Error.Message, ": "); ok && v.Response.Error.Code == "server_error" &&
+		strings.Trim(code, "abcdefghijklmnopqrstuvwxyz_") == "" {
+		return code
+	}
 	return v.Response.Error.Code
 }
 

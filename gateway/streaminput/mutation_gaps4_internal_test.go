@@ -67,7 +67,7 @@ func TestTrackerAcrossWrites(t *testing.T) {
 // TestResultBufferTrim: the replay buffer is cut back to its limit once it
 // is more than a quarter over it, not before.
 func TestResultBufferTrim(t *testing.T) {
-	r := newResult(false, false, "m", 100, 64)
+	r := newResult(template{model: "m"}, 100, 64)
 	r.Header().Set("Content-Type", "application/json")
 	r.WriteHeader(http.StatusOK)
 	for _, tt := range []struct {
@@ -88,7 +88,7 @@ func TestResultBufferTrim(t *testing.T) {
 // events after it, also when the buffer was trimmed before them.
 func TestResultServeStartingAfter(t *testing.T) {
 	for _, limit := range []int64{1 << 20, 120} {
-		r := newResult(true, false, "m", limit, 64)
+		r := newResult(template{stream: true, model: "m"}, limit, 64)
 		r.Header().Set("Content-Type", "text/event-stream")
 		r.WriteHeader(http.StatusOK)
 		var evs []string
@@ -113,7 +113,7 @@ func TestResultServeStartingAfter(t *testing.T) {
 			t.Fatalf("limit %d: served %q, want %q", limit, rec.Body.String(), want)
 		}
 	}
-	r := newResult(true, false, "m", 1<<20, 64)
+	r := newResult(template{stream: true, model: "m"}, 1<<20, 64)
 	r.Header().Set("Content-Type", "text/event-stream")
 	r.WriteHeader(http.StatusOK)
 	_, _ = r.Write([]byte(sseEvent(0, "response.created") + sseEvent(1, "response.completed")))

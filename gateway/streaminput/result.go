@@ -3,7 +3,6 @@ package streaminput
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -26,10 +25,14 @@ import (
 // soon as they are written, so flushing has nothing left to do) and needs no
 // Unwrap: it is the innermost writer.
 type result struct {
-	stream bool   // the template streams: the answer must be SSE with a terminal event
-	chat   bool   // Chat Completions framing
-	model  string // for a synthesized response.failed
-	limit  int64
+	stream bool // the template streams: the answer must be SSE with a terminal event
+	chat   bool // Chat Completions framing
+	// For a synthesized response.failed whose readers got no lifecycle
+	// event: the template's model and body, and when the answer started.
+	model     string
+	template  []byte
+	createdAt int64
+	limit     int64
 
 	hdr http.Header // the handler's view, copied at WriteHeader
 
@@ -51,9 +54,9 @@ type result struct {
 	tap func(kind byte, status int, header http.Header, p []byte)
 }
 
-func newResult(stream, chat bool, model string, limit int64, maxDepth int) *result {
-	return &result{stream: stream, chat: chat, model: model, limit: limit, hdr: http.Header{}, changed: make(chan struct{}),
-		track: tracker{maxDepth: maxDepth}}
+func newResult(tpl template, limit int64, maxDepth int) *result {
+	return &result{stream: tpl.stream, chat: tpl.chat, model: tpl.model, template: tpl.body, createdAt: time.Now().Unix(),
+		limit: limit, hdr: http.Header{}, changed: make(chan struct{}), track: tracker{maxDepth: maxDepth}}
 }
 
 // Header implements http.ResponseWriter.
@@ -182,34 +185,47 @@ func (r *result) end() {
 	}
 }
 
-// terminalLocked is the SSE terminal event for e: response.failed numbered
-// after the last event, or a Chat error chunk and [DONE].
+// terminalLocked is the SSE terminal event for e after everything
+// captured: response.failed numbered after the last event (opened by a
+// response.created when it is the only one), or a Chat error chunk and
+// [DONE].
 func (r *result) terminalLocked(e *apierr.Error) []byte {
-	var b bytes.Buffer
+	seq := int64(0)
+	if r.track.sawSeq {
+		seq = r.track.lastSeq + 1
+	}
+	return r.terminalAtLocked(e, seq, r.track.out.items)
+}
+
+// terminalAtLocked is the SSE terminal event for e numbered seq, whose
+// output holds items. A response.failed names the response the readers
+// were shown (its id, model and created_at), else a fresh one; as the first
+// event of a stream (seq 0) it is opened by that response's
+// response.created, as the gateway opens its own failures (README, "What
+// it promises": the SDKs' stream helpers refuse a stream that starts with
+// its terminal event).
+func (r *result) terminalAtLocked(e *apierr.Error, seq int64, items []*outItem) []byte {
+	var b []byte
 	if r.chat {
 		body, _ := e.MarshalJSON()
-		b.WriteString("data: ")
-		b.Write(body)
-		b.WriteString("\n\ndata: [DONE]\n\n")
-		return b.Bytes()
+		b = append(b, "data: "...)
+		b = append(b, body...)
+		return append(b, "\n\ndata: [DONE]\n\n"...)
 	}
-	id := r.track.responseID
-	if id == "" {
-		id = "resp_sluice_failed"
+	out := sentOutput{base: r.track.out.base, items: items}
+	ro := responseOf{id: r.track.responseID, model: r.model, template: r.template, createdAt: r.createdAt}
+	if ro.id == "" {
+		ro.id = newResponseID()
 	}
-	ev, _ := json.Marshal(map[string]any{
-		"type":            "response.failed",
-		"sequence_number": r.track.lastSeq + 1,
-		"response": map[string]any{
-			"id": id, "object": "response", "created_at": time.Now().Unix(), "status": "failed",
-			"model": r.model, "output": []any{},
-			"error": map[string]any{"code": e.Code, "message": e.Message},
-		},
-	})
-	b.WriteString("event: response.failed\ndata: ")
-	b.Write(ev)
-	b.WriteString("\n\n")
-	return b.Bytes()
+	if seq == 0 {
+		b = append(b, "event: response.created\ndata: "...)
+		b = out.appendEvent(b, "response.created", seq, ro, "in_progress", nil)
+		b = append(b, "\n\n"...)
+		seq++
+	}
+	b = append(b, "event: response.failed\ndata: "...)
+	b = out.appendEvent(b, "response.failed", seq, ro, "failed", e)
+	return append(b, "\n\n"...)
 }
 
 // state is a snapshot for status views.
@@ -287,10 +303,17 @@ func (r *result) serve(ctx context.Context, w http.ResponseWriter, o serveOption
 	for {
 		r.mu.Lock()
 		if off < r.base {
-			r.mu.Unlock()
+			var t []byte
 			if sseOut && o.lost != nil {
-				// The reader fell behind the buffer: end its copy cleanly.
-				t := (&result{chat: r.chat, model: r.model}).terminalLocked(o.lost())
+				// The reader fell behind the buffer: end its copy cleanly,
+				// numbered after the last event it got. What was streamed
+				// into the output after that is not known as of its copy:
+				// the output is left empty rather than claim text the reader
+				// never got.
+				t = r.terminalAtLocked(o.lost(), r.track.seqAfter(off), nil)
+			}
+			r.mu.Unlock()
+			if t != nil {
 				_, _ = w.Write(append([]byte("\n\n"), t...))
 				_ = rc.Flush()
 			}
@@ -332,6 +355,7 @@ type tracker struct {
 	sawSeq   bool
 
 	responseID string
+	out        sentOutput // what a Responses answer's readers were sent, until its terminal event
 	ends       []eventEnd
 	maxDepth   int // events nested deeper are not parsed (the gateway refuses them before)
 }
@@ -388,11 +412,18 @@ func (t *tracker) dispatch(end int64) {
 	if obj.Get("error").Exists() {
 		t.failed = true // a Chat error chunk; [DONE] follows
 	}
-	switch obj.Get("type").Str {
+	typ := obj.Get("type").Str
+	switch typ {
 	case "response.completed", "response.incomplete":
 		t.terminal = true
 	case "response.failed":
 		t.terminal, t.failed = true, true
+	}
+	switch {
+	case t.terminal:
+		t.out.items = nil // no failure of this answer is written any more: its text is not needed
+	case strings.HasPrefix(typ, "response."): // a Responses event (not a Chat chunk)
+		t.out.follow(obj)
 	}
 	if id := obj.Get("response.id"); id.Type == gjson.String && t.responseID == "" {
 		t.responseID = id.Str
@@ -401,6 +432,19 @@ func (t *tracker) dispatch(end int64) {
 		t.lastSeq, t.sawSeq = seq.Int(), true
 		t.ends = append(t.ends, eventEnd{seq: seq.Int(), end: end})
 	}
+}
+
+// seqAfter is the sequence number that follows the last event ending at or
+// before off (0 if none).
+func (t *tracker) seqAfter(off int64) int64 {
+	seq := int64(0)
+	for _, e := range t.ends {
+		if e.end > off {
+			break
+		}
+		seq = e.seq + 1
+	}
+	return seq
 }
 
 // offsetAfter is where a reader that has seen every event numbered up to

@@ -395,7 +395,7 @@ func (s *session) startLocked() {
 	}
 	ctx, cancel := context.WithCancelCause(s.m.base)
 	s.cancel = cancel
-	s.res = newResult(s.tpl.stream, s.tpl.chat, s.tpl.model, s.m.opts.ResultBuffer, s.m.opts.MaxJSONDepth)
+	s.res = newResult(s.tpl, s.m.opts.ResultBuffer, s.m.opts.MaxJSONDepth)
 	if s.durable && s.m.shared != nil {
 		s.mirrorLocked(s.res) // the other replicas' readers follow the answer through the store
 	}

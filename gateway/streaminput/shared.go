@@ -421,7 +421,7 @@ func (mi *mirror) stop() {
 // head (status, headers, what the upstream saw) has arrived, so readers
 // see the same headers as on the replica running it.
 func (s *session) followLocked() {
-	res := newResult(s.tpl.stream, s.tpl.chat, s.tpl.model, s.m.opts.ResultBuffer, s.m.opts.MaxJSONDepth)
+	res := newResult(s.tpl, s.m.opts.ResultBuffer, s.m.opts.MaxJSONDepth)
 	s.following = true
 	s.m.wg.Add(1)
 	go s.follow(res)
