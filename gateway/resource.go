@@ -47,7 +47,7 @@ func (cs *clientStream) logLocked(name string, data []byte, terminal bool) {
 			cs.resumable = false // no id to resume by
 			return
 		}
-		cs.rlog = cs.s.logs.open(strings.Clone(id), cs.req.clientKeyHash, cs.background, inputItems(cs.req.body))
+		cs.rlog = cs.s.logs.open(strings.Clone(id), cs.req.clientKeyHash, cs.background, cs.req.storeFalse && !cs.background, inputItems(cs.req.body))
 		cs.rlog.mu.Lock()
 		cs.rlog.cancel, cs.rlog.snapshot = cs.abandon, cs.snapshot
 		cs.rlog.mu.Unlock()
@@ -145,6 +145,9 @@ func (cs *clientStream) endLogLocked() {
 // answeredJSON records a Responses answer sent as JSON, for GET and
 // input_items.
 func (h *streamLogs) answeredJSON(req *clientRequest, body []byte) {
+	if req.storeFalse {
+		return // not kept (README "Privacy")
+	}
 	root := gjson.ParseBytes(body)
 	id := root.Get("id")
 	if id.Type != gjson.String || root.Get("object").Str != "response" {

@@ -109,8 +109,12 @@ type streamLog struct {
 	id         string
 	owner      string // the creating key's hash: only it may read the log
 	background bool
-	input      []byte // the request's input items, a JSON array
-	created    time.Time
+	// ephemeral: the client sent store:false (and no background). Its log
+	// serves a resume only while the stream runs: it is forgotten at its
+	// end and never written to the store (README "Privacy").
+	ephemeral bool
+	input     []byte // the request's input items, a JSON array
+	created   time.Time
 
 	mu        sync.Mutex
 	events    []store.StreamEvent // events[i].Seq == i
@@ -142,9 +146,9 @@ type streamLog struct {
 // open starts the log of a response (replacing an older one with the same
 // id, e.g. a WebSocket client that re-sent a request). The input items are
 // kept when the memory budget has room for them (charged to the log).
-func (h *streamLogs) open(id, owner string, background bool, input []byte) *streamLog {
+func (h *streamLogs) open(id, owner string, background, ephemeral bool, input []byte) *streamLog {
 	now := h.now()
-	l := &streamLog{hub: h, id: id, owner: owner, background: background, created: now, lastAt: now,
+	l := &streamLog{hub: h, id: id, owner: owner, background: background, ephemeral: ephemeral, created: now, lastAt: now,
 		wake: make(chan struct{}), done: make(chan struct{})}
 	if n := int64(len(input)); n <= h.opts.MaxBytes && h.charge(nil, n) {
 		l.input, l.bytes = input, n
@@ -260,6 +264,13 @@ func (h *streamLogs) popEnded() {
 }
 
 // forgetLocked drops l from the map unless a newer log took its id.
+// forget drops l from memory now, if it is still the log of its id.
+func (h *streamLogs) forget(l *streamLog) {
+	h.mu.Lock()
+	h.forgetLocked(l)
+	h.mu.Unlock()
+}
+
 func (h *streamLogs) forgetLocked(l *streamLog) {
 	if h.logs[l.id] == l {
 		h.bytes.Add(-l.bytesLocked())
@@ -389,7 +400,11 @@ func (l *streamLog) append(seq int64, name string, data []byte, terminal bool) {
 	}
 	ended := l.ended
 	l.mu.Unlock()
-	if l.hub.opts.Store != nil {
+	switch {
+	case l.ephemeral && ended:
+		l.hub.forget(l) // its followers keep reading what they hold
+	case l.ephemeral:
+	case l.hub.opts.Store != nil:
 		l.scheduleFlush(ended)
 	}
 }
@@ -451,7 +466,7 @@ func (h *streamLogs) answered(id, owner string, input, response []byte) {
 	if n > h.opts.MaxBytes || !h.charge(nil, n) {
 		return // no room: the answer is not kept (GET asks the owner, if any)
 	}
-	l := h.open(id, owner, false, input)
+	l := h.open(id, owner, false, false, input)
 	l.savedAt = time.Now() // written below, ended
 	l.mu.Lock()
 	l.bytes += n

@@ -22,12 +22,12 @@ func TestStreamLogBounds(t *testing.T) {
 	event := []byte(strings.Repeat("x", 100))
 	h := testLogs(1000, 1700) // ~10 events per log, ~10 logs in all
 	for i := range 4 {
-		l := h.open(fmt.Sprintf("resp_%d", i), "k", false, nil)
+		l := h.open(fmt.Sprintf("resp_%d", i), "k", false, false, nil)
 		for seq := range int64(5) {
 			l.append(seq, "e", event, seq == 4)
 		}
 	}
-	live := h.open("resp_live", "k", false, nil)
+	live := h.open("resp_live", "k", false, false, nil)
 	for seq := range int64(5) {
 		live.append(seq, "e", event, false)
 	}
@@ -81,7 +81,7 @@ func TestStreamLogChargesWhatItKeeps(t *testing.T) {
 	if h.get("resp_big", "k") != nil || h.bytes.Load() != 905 {
 		t.Fatalf("an answer over resume_max_bytes was kept (%d bytes charged)", h.bytes.Load())
 	}
-	l := h.open("resp_s", "k", false, []byte(`[3]`))
+	l := h.open("resp_s", "k", false, false, []byte(`[3]`))
 	l.append(0, "response.completed", []byte(`{"type":"response.completed","response":{"id":"resp_s"}}`), true)
 	if resp, ended := l.response(); !ended || string(resp) != `{"id":"resp_s"}` {
 		t.Fatalf("the terminal Response kept: %s (ended %v)", resp, ended)
