@@ -706,7 +706,7 @@ func TestContinuationChatToolCallRestart(t *testing.T) {
 	for _, ev := range evs[:len(evs)-1] {
 		c := gjson.ParseBytes(ev.Data)
 		if c.Get("id").Str != "chatcmpl-p" {
-			t.Fatalf("chunk id %s", c.Get("id").Str)
+			t.Fatalf("chunk id %s: %s", c.Get("id").Str, ev.Data)
 		}
 		c.Get("choices.0.delta.tool_calls").ForEach(func(_, tc gjson.Result) bool {
 			if id := tc.Get("id").Str; id != "" {
