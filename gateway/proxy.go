@@ -14,6 +14,7 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/sluice-gw/sluice/gateway/sse"
 	"github.com/sluice-gw/sluice/gateway/upstream"
@@ -108,6 +109,14 @@ func (s *Server) process(ctx context.Context, out responder, req *clientRequest,
 	// not end with its client (resume.go): it detaches, and the client can
 	// pick the stream up again; it is cancelled (abandon) when nobody can.
 	clientCtx := ctx
+	if s.logs != nil && req.stream && !req.ep.chat && req.background {
+		// Sluice runs a streamed background response itself (detached,
+		// resumable, cancellable): the upstream never sees background, or it
+		// would run a job of its own that a cancel here does not stop.
+		if body, err := sjson.DeleteBytes(req.body, "background"); err == nil {
+			req.body = body
+		}
+	}
 	if s.logs != nil && req.stream && !req.ep.chat && (req.background || s.logs.opts.DetachGrace > 0) {
 		ctx = context.WithoutCancel(ctx)
 	}
