@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"net/http"
 	"testing"
 
 	"github.com/tidwall/gjson"
@@ -27,6 +28,21 @@ func TestStreamedBackgroundIsNotForwarded(t *testing.T) {
 	for _, r := range reqs {
 		if gjson.GetBytes(r.Body, "background").Exists() {
 			t.Errorf("the upstream saw background: %s", r.Body)
+		}
+	}
+}
+
+// Load balancers probe with HEAD as well as GET.
+func TestHealthAnswersHEAD(t *testing.T) {
+	h := newHarness(t, harnessConfig{})
+	for _, path := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Head(h.url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("HEAD %s: %d, want 200", path, resp.StatusCode)
 		}
 	}
 }

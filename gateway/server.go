@@ -352,6 +352,10 @@ func (s *Server) routes() *httprouter.Router {
 	r.GET("/v1/models", s.handleModels)
 	r.GET("/healthz", s.handleHealthz)
 	r.GET("/readyz", s.handleReadyz)
+	// Load balancers probe with HEAD too; net/http sends the status and
+	// headers without the body.
+	r.HEAD("/healthz", s.handleHealthz)
+	r.HEAD("/readyz", s.handleReadyz)
 	metricsHandler := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})
 	if s.opts.MetricsPublic {
 		r.Handler(http.MethodGet, "/metrics", metricsHandler)
