@@ -10,24 +10,34 @@ import (
 // (stream_options.include_usage), in a last chunk whose choices are empty.
 // The gateway asks every Chat upstream it streams from: a Responses request
 // translated to Chat always asks (translate.ToChat), and a Chat client's
-// streaming request without stream_options gets
-// stream_options: {"include_usage": true} added. What the client sees stays
-// what it asked for: that usage-only chunk is counted (usage, limits, the
-// access log, spans) and not sent (meterSink). A client that set
-// stream_options itself is left as it is, include_usage false included.
+// streaming request that does not ask gets include_usage: true set in its
+// stream_options. What the client sees stays what it asked for: that
+// usage-only chunk is counted (usage, limits, the access log, spans) and not
+// sent (meterSink). Otherwise a client could stream without being counted
+// against its key's token limits by sending include_usage: false.
 
-// askChatUsage adds stream_options.include_usage to a streaming Chat
-// client's request that has no stream_options, and marks its usage-only
-// chunk to be hidden. It needs the request's meta (the meter hides the
-// chunk), which every HTTP request has.
+// askChatUsage sets stream_options.include_usage on a streaming Chat
+// client's request that does not ask for usage (no stream_options, null,
+// or include_usage not true; stream_options' other members are kept), and
+// marks its usage-only chunk to be hidden. stream_options of another JSON
+// type is left for the upstream to refuse. It needs the request's meta (the
+// meter hides the chunk), which every HTTP request has.
 func (s *Server) askChatUsage(req *clientRequest) {
 	if !req.ep.chat || !req.stream || req.meta == nil {
 		return
 	}
-	if gjson.GetBytes(req.body, "stream_options").Exists() {
+	var b []byte
+	var err error
+	switch opts := gjson.GetBytes(req.body, "stream_options"); {
+	case !opts.Exists() || opts.Type == gjson.Null:
+		b, err = sjson.SetRawBytes(req.body, "stream_options", []byte(`{"include_usage":true}`))
+	case !opts.IsObject():
 		return
+	case opts.Get("include_usage").Type == gjson.True:
+		return // the client asked: it gets the chunk
+	default:
+		b, err = sjson.SetRawBytes(req.body, "stream_options.include_usage", []byte(`true`))
 	}
-	b, err := sjson.SetRawBytes(req.body, "stream_options", []byte(`{"include_usage":true}`))
 	if err != nil {
 		return
 	}

@@ -34,9 +34,9 @@ func waitUsage(t *testing.T, h *harness, n int64) usageReport {
 }
 
 // TestUsageChatClientThatDidNotAskIsStillCounted: the gateway asks a Chat
-// upstream for usage (stream_options.include_usage) when the client set no
-// stream_options, counts the usage chunk and does not send it; a client
-// that set stream_options keeps them as sent and gets its usage chunk.
+// upstream for usage (stream_options.include_usage) when the client did not
+// ask for it, counts the usage chunk and does not send it; a client that
+// asked keeps its stream_options as sent and gets its usage chunk.
 func TestUsageChatClientThatDidNotAskIsStillCounted(t *testing.T) {
 	h, _ := keyedHarness(t, keyRec("team-a", teamAKey, nil, store.KeyLimits{}))
 	// Asked: the client sees the usage (the reference).
@@ -66,15 +66,25 @@ func TestUsageChatClientThatDidNotAskIsStillCounted(t *testing.T) {
 	if v := gjson.GetBytes(h.ups["A"].Requests()[1].Body, "stream_options.include_usage"); v.Type != gjson.True {
 		t.Fatalf("the upstream was not asked for usage: %s", h.ups["A"].Requests()[1].Body)
 	}
-	// Set without include_usage: left as it is (and nothing to count).
-	postWithKey(t, h, `{"model":"gpt-fake-1","stream":true,"stream_options":{"include_usage":false},"messages":[{"role":"user","content":"hi"}]}`)
-	if so := gjson.GetBytes(h.ups["A"].Requests()[2].Body, "stream_options").Raw; so != `{"include_usage":false}` {
-		t.Fatalf("the client's stream_options became %s", so)
+	// Set, but not asking (include_usage false, or null): the upstream is
+	// asked all the same, its other options kept, and the client sees no
+	// usage chunk; a key's token limits cannot be dodged this way.
+	for i, opts := range []string{`{"include_usage":false,"include_obfuscation":false}`, `null`} {
+		_, evs = postWithKey(t, h, `{"model":"gpt-fake-1","stream":true,"stream_options":`+opts+`,"messages":[{"role":"user","content":"hi"}]}`)
+		for _, ev := range evs {
+			if gjson.GetBytes(ev.Data, "usage").IsObject() {
+				t.Fatalf("stream_options %s: the client got a usage chunk it did not ask for: %s", opts, ev.Data)
+			}
+		}
+		sent := gjson.GetBytes(h.ups["A"].Requests()[2+i].Body, "stream_options")
+		if sent.Get("include_usage").Type != gjson.True || (i == 0 && sent.Get("include_obfuscation").Type != gjson.False) {
+			t.Fatalf("stream_options %s reached the upstream as %s", opts, sent.Raw)
+		}
 	}
-	// The per-day totals hold requests that reported usage: the first two.
-	rep := waitUsage(t, h, 2)
-	if rep.Total.Requests != 2 || rep.Total.InputTokens != 2*in || rep.Total.OutputTokens != 2*out {
-		t.Fatalf("usage %+v, want 2 requests, %d in, %d out (both usage chunks counted)", rep.Total, 2*in, 2*out)
+	// The per-day totals hold all four requests.
+	rep := waitUsage(t, h, 4)
+	if rep.Total.Requests != 4 || rep.Total.InputTokens != 4*in || rep.Total.OutputTokens != 4*out {
+		t.Fatalf("usage %+v, want 4 requests, %d in, %d out (every usage chunk counted)", rep.Total, 4*in, 4*out)
 	}
 }
 
