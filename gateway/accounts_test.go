@@ -332,6 +332,13 @@ func TestUsageTotalsEqualTheUpstreamUsage(t *testing.T) {
 	if rep.Total.CostUSD == nil || *rep.Total.CostUSD <= 0 {
 		t.Fatalf("no cost: %+v", rep.Total)
 	}
+	// A range that ends before it starts, or a date that is none, is refused.
+	for _, q := range []string{"from=2026-11-28&to=2026-11-01", "from=2026-11-01&to=soon"} {
+		var e struct{ Error struct{ Code, Param string } }
+		if code := h.getJSON("/admin/usage?"+q, &e); code != http.StatusBadRequest || e.Error.Code != "invalid_date" {
+			t.Fatalf("/admin/usage?%s: %d %+v, want 400 invalid_date", q, code, e.Error)
+		}
+	}
 	if m := h.metrics(); !strings.Contains(m, `sluice_usage_tokens_total{key="team-a"`) {
 		t.Fatal("no usage counter in /metrics")
 	}

@@ -367,11 +367,15 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request, _ httproute
 	if to == "" {
 		to = today
 	}
-	for p, v := range map[string]string{"from": from, "to": to} {
-		if _, err := time.Parse(time.DateOnly, v); err != nil {
-			apierr.Invalid(p, apierr.CodeInvalidDate, "%s must be a date, YYYY-MM-DD", p).Write(w)
+	for _, p := range [...]struct{ name, value string }{{"from", from}, {"to", to}} {
+		if _, err := time.Parse(time.DateOnly, p.value); err != nil {
+			apierr.Invalid(p.name, apierr.CodeInvalidDate, "%s must be a date, YYYY-MM-DD", p.name).Write(w)
 			return
 		}
+	}
+	if from > to { // YYYY-MM-DD sorts as the dates do
+		apierr.Invalid("from", apierr.CodeInvalidDate, "from (%s) is after to (%s)", from, to).Write(w)
+		return
 	}
 	a.usage.flush(r.Context()) // this replica's pending totals first: a request that ended is counted
 	recs, err := a.opts.Usage.Usage(r.Context(), q.Get("key"), from, to)
