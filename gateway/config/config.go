@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
@@ -507,8 +508,14 @@ func (c *Config) Validate() error {
 			bad(key+".name", "%q is used twice", u.Name)
 		}
 		names[u.Name] = true
-		if err := upstream.CheckBaseURL(u.BaseURL); err != nil {
-			bad(key+".base_url", "%v", err)
+		if strings.ContainsFunc(u.Name, unicode.IsControl) {
+			bad(key+".name", "%q has a control character (a line break, a tab…)", u.Name)
+		}
+		if strings.ContainsFunc(u.APIKey, unicode.IsControl) { // never echoed: it is a secret
+			bad(key+".api_key", "has a control character (a line break, a tab…; a mounted secret's trailing newline?)")
+		}
+		if upstream.CheckBaseURL(u.BaseURL) != nil { // its error repeats the URL: a key in it must not be shown
+			bad(key+".base_url", "%q is not an http(s) URL", redactURL(hideQuery(u.BaseURL)))
 		} else if strings.Contains(u.BaseURL, "#") { // a fragment is never sent; one here is a mistake
 			bad(key+".base_url", "%q must not have a fragment (#…)", redactURL(hideQuery(u.BaseURL)))
 		} else if path, _, _ := strings.Cut(u.BaseURL, "?"); strings.HasSuffix(path, "/") {

@@ -217,3 +217,27 @@ func TestEnvValueProblems(t *testing.T) {
 		})
 	}
 }
+
+// TestUpstreamNameAndKeyControlCharacters: a control character in an
+// upstream's name (it lands in log lines and metric labels) or api_key (a
+// mounted secret's trailing newline: the upstream would only be marked down
+// for an invalid header) is a config error; the key is never echoed, nor is
+// a key in a base_url that is no URL.
+func TestUpstreamNameAndKeyControlCharacters(t *testing.T) {
+	for _, tt := range []struct {
+		vars map[string]string
+		want string
+	}{
+		{map[string]string{"N": "a\nb", "K": "sk-ok"}, `upstreams[0].name: "a\nb" has a control character (a line break, a tab…)`},
+		{map[string]string{"N": "a", "K": "sk-secret-0123\n"}, `upstreams[0].api_key: has a control character (a line break, a tab…; a mounted secret's trailing newline?)`},
+	} {
+		_, err := Parse([]byte("upstreams: [{name: \"${N}\", base_url: \"http://h/v1\", api_key: \"${K}\"}]\n"), env(tt.vars))
+		if err == nil || err.Error() != tt.want {
+			t.Errorf("%q: error %v\nwant %s", tt.vars, err, tt.want)
+		}
+	}
+	_, err := Parse([]byte("upstreams: [{name: a, base_url: \"ftp://sk-secret@h/v1\"}]\n"), env(nil))
+	if err == nil || strings.Contains(err.Error(), "sk-secret") || !strings.Contains(err.Error(), "is not an http(s) URL") {
+		t.Errorf("a base_url that is no URL: %v", err)
+	}
+}

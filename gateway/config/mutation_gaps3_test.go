@@ -122,14 +122,16 @@ func TestGaps3MergeAliasCycleRefused(t *testing.T) {
 func TestGaps3ExpandedValueKeptVerbatim(t *testing.T) {
 	for _, v := range []string{"\nsk-from-file", "sk-from-file\n", "line1\nline2", "  padded  ", "sk: x #y", "10.0.0.1, 10.0.0.2"} {
 		lookup := func(k string) (string, bool) { return v, k == "SECRET" }
-		c, err := config.Parse([]byte("admin_token: ${SECRET}\nupstreams:\n  - name: a\n    base_url: http://127.0.0.1:1/v1\n    api_key: ${SECRET}\n"+
+		// (An api_key with a control character is refused by Validate:
+		// TestUpstreamNameAndKeyControlCharacters.)
+		c, err := config.Parse([]byte("admin_token: ${SECRET}\nupstreams:\n  - name: a\n    base_url: http://127.0.0.1:1/v1\n"+
 			"policies:\n  p:\n    - ${SECRET}\n"), lookup)
 		if err != nil {
 			t.Errorf("%q: %v", v, err)
 			continue
 		}
-		if c.AdminToken != v || c.Upstreams[0].APIKey != v {
-			t.Errorf("%q: admin_token %q, api_key %q", v, c.AdminToken, c.Upstreams[0].APIKey)
+		if c.AdminToken != v {
+			t.Errorf("%q: admin_token %q", v, c.AdminToken)
 		}
 		if l, ok := c.Policies["p"].([]any); !ok || len(l) != 1 || l[0] != v {
 			t.Errorf("%q: policies.p %#v", v, c.Policies["p"])
