@@ -3,9 +3,6 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"math"
 	"net/http"
@@ -16,10 +13,10 @@ import (
 	"unsafe"
 
 	"github.com/tidwall/gjson"
-	"github.com/tidwall/sjson"
 
 	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/sluice-gw/sluice/internal/jsonx"
+	"github.com/sluice-gw/sluice/internal/sent"
 	"github.com/sluice-gw/sluice/internal/translate"
 )
 
@@ -71,11 +68,12 @@ type clientStream struct {
 	seq        int64       // the next sequence_number
 	responseID string      // the client-visible response id: the first one shown
 	createdAt  int64       // of the Response object the gateway writes
-	base       []byte      // the last lifecycle event's response object, as the upstream sent it
 	held       []heldEvent // lifecycle events waiting for content
 	holdTimer  *time.Timer
-	items      []*sentItem // output items sent, in output_index order
-	usage      []byte      // the upstream's usage, once known
+	// What the client was sent: the last lifecycle event's Response object
+	// as the upstream sent it, the output items in output_index order, the
+	// upstream's usage once known (Chat clients' too).
+	sent sent.Output
 
 	// Chat clients.
 	sawFinish bool // a chunk carried a finish_reason
@@ -115,28 +113,6 @@ type clientStream struct {
 type heldEvent struct {
 	name string
 	data []byte
-}
-
-// sentItem is one output item as the client saw it.
-type sentItem struct {
-	index   int64  // output_index
-	id      string // item id
-	typ     string // message, reasoning, function_call, …
-	added   []byte // the item as output_item.added showed it
-	done    []byte // the item as output_item.done showed it; nil while open
-	parts   []*sentPart
-	summary []*sentPart // reasoning summary parts
-	args    []byte      // function_call arguments / custom tool input so far, JSON-escaped without quotes
-	edited  bool        // the stream hook dropped or replaced an event about it
-}
-
-// sentPart is one content (or summary) part as the client saw it.
-type sentPart struct {
-	index  int64
-	added  []byte // the part as *_part.added showed it
-	done   []byte // the part as *_part.done showed it; nil while open
-	text   []byte // its text so far, JSON-escaped without quotes
-	edited bool   // the stream hook dropped or replaced an event about it
 }
 
 var errClientGone = errors.New("the client is gone")
@@ -271,7 +247,7 @@ func (cs *clientStream) discard() {
 	defer cs.mu.Unlock()
 	if !cs.wrote {
 		cs.dropHeldLocked()
-		cs.responseID, cs.base = "", nil
+		cs.responseID, cs.sent.Base = "", nil
 	}
 }
 
@@ -386,7 +362,7 @@ func (cs *clientStream) sendChat(data []byte, finish bool, usage gjson.Result) e
 		cs.sawFinish = true
 	}
 	if usage.IsObject() {
-		cs.usage = append(cs.usage[:0], usage.Raw...)
+		cs.sent.Usage = append(cs.sent.Usage[:0], usage.Raw...)
 	}
 	return nil
 }
@@ -489,9 +465,9 @@ func (cs *clientStream) eventLocked(name string, data []byte, plain bool) error 
 // writeLocked writes one Responses event numbered cs.seq and records what
 // it sent.
 func (cs *clientStream) writeLocked(name string, data []byte, f *eventFields) error {
-	terminal := isTerminalType(f.typ.Str)
+	terminal := isTerminalType(f.Type.Str)
 	if terminal && cs.seq == 0 {
-		if err := cs.openLocked(f.response); err != nil {
+		if err := cs.openLocked(f.Response); err != nil {
 			return err
 		}
 	}
@@ -499,7 +475,7 @@ func (cs *clientStream) writeLocked(name string, data []byte, f *eventFields) er
 	if cs.resumable {
 		cs.logLocked(name, data, terminal)
 	}
-	if err := cs.eventLocked(name, data, meterSkipsResponsesEvent(f.typ.Str, terminal)); err != nil {
+	if err := cs.eventLocked(name, data, meterSkipsResponsesEvent(f.Type.Str, terminal)); err != nil {
 		if cs.rlog != nil { // logged: what the log's terminal shows must agree with it
 			cs.seq++
 			cs.track(f)
@@ -584,15 +560,12 @@ func (cs *clientStream) openLocked(from gjson.Result) error {
 		if id := from.Get("id"); id.Type == gjson.String && id.Str != "" {
 			cs.responseID = strings.Clone(id.Str)
 		} else {
-			cs.responseID = newResponseID()
+			cs.responseID = sent.NewResponseID()
 		}
 	}
-	b := make([]byte, 0, 1024)
-	b = append(b, `{"type":"response.created","sequence_number":`...)
-	b = strconv.AppendInt(b, cs.seq, 10)
-	b = append(b, `,"response":`...)
-	b = cs.appendResponseWith(b, "in_progress", nil, nil, nil, from)
-	b = append(b, '}')
+	r := cs.response("in_progress")
+	r.From = from
+	b := cs.sent.AppendEvent(make([]byte, 0, 1024), "response.created", cs.seq, &r)
 	if cs.resumable {
 		cs.logLocked("response.created", b, false)
 	}
@@ -655,201 +628,14 @@ func (cs *clientStream) insertSeq(data, d []byte) []byte {
 
 // ---- what was sent ----
 
-// track records what an event the client got said about the output.
+// track records what an event the client got said about the output; the
+// first lifecycle event's Response names the client-visible response id.
 func (cs *clientStream) track(f *eventFields) {
-	switch typ := f.typ.Str; typ {
-	case "response.created", "response.in_progress", "response.queued":
-		if f.response.IsObject() {
-			cs.base = append(cs.base[:0], f.response.Raw...)
-			if id := f.response.Get("id"); cs.responseID == "" && id.Type == gjson.String {
-				cs.responseID = strings.Clone(id.Str)
-			}
-		}
-	case "response.output_item.added":
-		it := &sentItem{index: f.outputIndex.Int(), added: []byte(f.item.Raw)}
-		it.id = strings.Clone(f.item.Get("id").String())
-		it.typ = strings.Clone(f.item.Get("type").String())
-		cs.items = append(cs.items, it)
-	case "response.output_item.done":
-		if it := cs.itemOf(f); it != nil {
-			it.done = []byte(f.item.Raw)
-		}
-	case "response.content_part.added", "response.reasoning_summary_part.added":
-		if it := cs.itemOf(f); it != nil {
-			p := &sentPart{added: []byte(f.part.Raw)}
-			if typ == "response.content_part.added" {
-				p.index = f.contentIndex.Int()
-				it.parts = append(it.parts, p)
-			} else {
-				p.index = f.summaryIndex.Int()
-				it.summary = append(it.summary, p)
-			}
-		}
-	case "response.content_part.done", "response.reasoning_summary_part.done":
-		if p := cs.partOf(typ == "response.content_part.done", f); p != nil {
-			p.done = []byte(f.part.Raw)
-		}
-	case "response.output_text.delta", "response.refusal.delta", "response.reasoning_text.delta":
-		if p := cs.partOf(true, f); p != nil && f.delta.Type == gjson.String {
-			p.text = append(p.text, f.delta.Raw[1:len(f.delta.Raw)-1]...)
-		}
-	case "response.reasoning_summary_text.delta":
-		if p := cs.partOf(false, f); p != nil && f.delta.Type == gjson.String {
-			p.text = append(p.text, f.delta.Raw[1:len(f.delta.Raw)-1]...)
-		}
-	case "response.function_call_arguments.delta", "response.custom_tool_call_input.delta":
-		if it := cs.itemOf(f); it != nil && f.delta.Type == gjson.String {
-			it.args = append(it.args, f.delta.Raw[1:len(f.delta.Raw)-1]...)
-		}
-	case "response.completed", "response.incomplete", "response.failed":
-		if u := f.response.Get("usage"); u.IsObject() {
-			cs.usage = append(cs.usage[:0], u.Raw...)
+	if cs.sent.Track(&f.Fields) && cs.responseID == "" {
+		if id := f.Response.Get("id"); id.Type == gjson.String {
+			cs.responseID = strings.Clone(id.Str)
 		}
 	}
-}
-
-// itemOf is the item an event is about: the one its item_id (or, for
-// response.output_item.done, its item's id) names, else the latest at its
-// output_index. By id first because an upstream may number two items alike
-// (docs/ARCHITECTURE.md §3): by index alone, the second item's parts would
-// be filed under the first.
-func (cs *clientStream) itemOf(f *eventFields) *sentItem {
-	id := f.itemID
-	if f.item.IsObject() {
-		id = f.item.Get("id")
-	}
-	if id.Type == gjson.String && id.Str != "" {
-		for k := len(cs.items) - 1; k >= 0; k-- {
-			if cs.items[k].id == id.Str {
-				return cs.items[k]
-			}
-		}
-	}
-	return cs.itemAt(f.outputIndex)
-}
-
-// itemAt is the item at output index idx; with two at one index, the later.
-func (cs *clientStream) itemAt(idx gjson.Result) *sentItem {
-	if idx.Type != gjson.Number {
-		return nil
-	}
-	n := idx.Int()
-	for k := len(cs.items) - 1; k >= 0; k-- {
-		if cs.items[k].index == n {
-			return cs.items[k]
-		}
-	}
-	return nil
-}
-
-func (cs *clientStream) partOf(content bool, f *eventFields) *sentPart {
-	it := cs.itemOf(f)
-	if it == nil {
-		return nil
-	}
-	parts, idx := it.parts, f.contentIndex
-	if !content {
-		parts, idx = it.summary, f.summaryIndex
-	}
-	n := idx.Int()
-	if n >= 0 && n < int64(len(parts)) && parts[n].index == n {
-		return parts[n]
-	}
-	for _, p := range parts {
-		if p.index == n {
-			return p
-		}
-	}
-	return nil
-}
-
-// Text returns the item's text so far: its content parts' texts joined.
-func (it *sentItem) Text() string {
-	var b []byte
-	for _, p := range it.parts {
-		b = append(b, p.text...)
-	}
-	return unescapeJSON(b)
-}
-
-// Arguments returns a function call's arguments so far.
-func (it *sentItem) Arguments() string { return unescapeJSON(it.args) }
-
-// Status is "completed" (or what its done form says) once done, else
-// "in_progress".
-func (it *sentItem) Status() string {
-	if it.done != nil {
-		if st := gjson.GetBytes(it.done, "status"); st.Type == gjson.String {
-			return st.Str
-		}
-		return "completed"
-	}
-	return "in_progress"
-}
-
-func unescapeJSON(escaped []byte) string {
-	var s string
-	if json.Unmarshal(append(append([]byte{'"'}, escaped...), '"'), &s) != nil {
-		return string(escaped)
-	}
-	return s
-}
-
-// appendJSON renders the item for a terminal Response object: its done form
-// once done, else its added form closed as incomplete with what was
-// streamed into it.
-func (it *sentItem) appendJSON(b []byte) []byte {
-	if it.done != nil {
-		return append(b, it.done...)
-	}
-	raw := it.added
-	set := func(path string, value []byte) {
-		if out, err := sjson.SetRawBytes(raw, path, value); err == nil {
-			raw = out
-		}
-	}
-	set("status", []byte(`"incomplete"`))
-	switch it.typ {
-	case "function_call", "custom_tool_call", "mcp_call":
-		field := "arguments"
-		if it.typ == "custom_tool_call" {
-			field = "input"
-		}
-		set(field, append(append([]byte{'"'}, it.args...), '"'))
-	default:
-		if len(it.parts) > 0 || it.typ == "message" {
-			set("content", appendParts(nil, it.parts))
-		}
-		if len(it.summary) > 0 {
-			set("summary", appendParts(nil, it.summary))
-		} else if it.typ == "reasoning" && !gjson.GetBytes(raw, "summary").Exists() {
-			set("summary", []byte("[]"))
-		}
-	}
-	return append(b, raw...)
-}
-
-func appendParts(b []byte, parts []*sentPart) []byte {
-	b = append(b, '[')
-	for k, p := range parts {
-		if k > 0 {
-			b = append(b, ',')
-		}
-		if p.done != nil {
-			b = append(b, p.done...)
-			continue
-		}
-		field := "text"
-		if gjson.GetBytes(p.added, "type").Str == "refusal" {
-			field = "refusal"
-		}
-		part := p.added
-		if out, err := sjson.SetRawBytes(part, field, append(append([]byte{'"'}, p.text...), '"')); err == nil {
-			part = out
-		}
-		b = append(b, part...)
-	}
-	return append(b, ']')
 }
 
 // ---- the terminal events the gateway writes ----
@@ -858,108 +644,27 @@ func appendParts(b []byte, parts []*sentPart) []byte {
 // e: a complete Response object (every field the spec's Response requires,
 // null where unknown) with the output already streamed, numbered next.
 func (cs *clientStream) terminalEvent(typ, status string, e *apierr.Error) []byte {
-	b := make([]byte, 0, 1024)
-	b = append(b, `{"type":`...)
-	b = jsonx.AppendQuote(b, typ)
-	b = append(b, `,"sequence_number":`...)
-	b = strconv.AppendInt(b, cs.seq, 10)
-	b = append(b, `,"response":`...)
-	b = cs.appendResponse(b, status, e)
-	return append(b, '}')
+	r := cs.response(status)
+	r.Error = e
+	return cs.sent.AppendEvent(make([]byte, 0, 1024), typ, cs.seq, &r)
 }
-
-// responseKeys are the Response fields the gateway sets itself.
-var responseKeys = map[string]bool{"id": true, "object": true, "created_at": true, "status": true, "error": true,
-	"incomplete_details": true, "output": true, "usage": true}
 
 func (cs *clientStream) appendResponse(b []byte, status string, e *apierr.Error) []byte {
-	return cs.appendResponseWith(b, status, e, nil, nil, gjson.Result{})
+	r := cs.response(status)
+	r.Error = e
+	return cs.sent.AppendResponse(b, &r)
 }
 
-// appendResponseWith renders the Response object: the error e (or errRaw,
-// an upstream's error object), incomplete_details incRaw, and the other
-// fields of from (a continuation's own Response), else of the last
-// lifecycle event's.
-func (cs *clientStream) appendResponseWith(b []byte, status string, e *apierr.Error, errRaw, incRaw []byte, from gjson.Result) []byte {
-	base := gjson.ParseBytes(cs.base)
-	created := base.Get("created_at")
-	if from.IsObject() {
-		if created.Type != gjson.Number {
-			created = from.Get("created_at")
-		}
-		base = from
-	}
+// response is the Response the gateway writes with the given status, besides
+// what the client was sent: the client-visible id (a new one while none was
+// shown), and the request's model and the fields a Response echoes, for
+// those the upstream did not show.
+func (cs *clientStream) response(status string) sent.Response {
 	id := cs.responseID
 	if id == "" {
-		id = newResponseID()
+		id = sent.NewResponseID()
 	}
-	b = append(b, `{"id":`...)
-	b = jsonx.AppendQuote(b, id)
-	b = append(b, `,"object":"response","created_at":`...)
-	if created.Type == gjson.Number {
-		b = append(b, created.Raw...)
-	} else {
-		b = strconv.AppendInt(b, cs.createdAt, 10)
-	}
-	b = append(b, `,"status":`...)
-	b = jsonx.AppendQuote(b, status)
-	b = append(b, `,"error":`...)
-	switch {
-	case e != nil:
-		b = translate.AppendResponseError(b, e.Code, e.Message)
-	case len(errRaw) > 0:
-		b = append(b, errRaw...)
-	default:
-		b = append(b, "null"...)
-	}
-	b = append(b, `,"incomplete_details":`...)
-	if len(incRaw) > 0 {
-		b = append(b, incRaw...)
-	} else {
-		b = append(b, "null"...)
-	}
-	b = append(b, `,"output":[`...)
-	for k, it := range cs.items {
-		if k > 0 {
-			b = append(b, ',')
-		}
-		b = it.appendJSON(b)
-	}
-	b = append(b, ']')
-	if len(cs.usage) > 0 { // the spec's usage is an object: absent while unknown
-		b = append(b, `,"usage":`...)
-		b = append(b, cs.usage...)
-	}
-	seen := map[string]bool{}
-	if base.IsObject() {
-		base.ForEach(func(k, v gjson.Result) bool {
-			if !responseKeys[k.Str] {
-				seen[k.Str] = true
-				b = append(b, ',')
-				b = append(b, k.Raw...)
-				b = append(b, ':')
-				b = append(b, v.Raw...)
-			}
-			return true
-		})
-	}
-	if !seen["model"] {
-		b = append(b, `,"model":`...)
-		b = jsonx.AppendQuote(b, cs.req.model)
-	}
-	// The request's fields the Response echoes, for those the upstream did
-	// not show (or when it showed nothing), with the API's defaults.
-	echo := translate.AppendEcho([]byte{'{', '"', '_', '"', ':', '0'}, cs.requestEcho())
-	gjson.ParseBytes(append(echo, '}')).ForEach(func(k, v gjson.Result) bool {
-		if k.Str != "_" && !seen[k.Str] && !responseKeys[k.Str] {
-			b = append(b, ',')
-			b = append(b, k.Raw...)
-			b = append(b, ':')
-			b = append(b, v.Raw...)
-		}
-		return true
-	})
-	return append(b, '}')
+	return sent.Response{ID: id, CreatedAt: cs.createdAt, Status: status, Model: cs.req.model, Echo: cs.requestEcho()}
 }
 
 // requestEcho reads the request fields a Response object echoes.
@@ -967,45 +672,7 @@ func (cs *clientStream) requestEcho() translate.RequestEcho {
 	if cs.req.chat != nil && cs.req.chat.err == nil {
 		return cs.req.chat.info.Echo
 	}
-	var r translate.RequestEcho
-	raw := func(v gjson.Result) json.RawMessage {
-		if !v.Exists() {
-			return nil
-		}
-		return json.RawMessage(v.Raw)
-	}
-	parseJSON(cs.req.body).ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "instructions":
-			if v.Type == gjson.String || v.Type == gjson.Null || v.IsArray() {
-				r.Instructions = raw(v)
-			}
-		case "tools":
-			r.Tools = raw(v)
-		case "tool_choice":
-			r.ToolChoice = raw(v)
-		case "parallel_tool_calls":
-			r.ParallelToolCalls = raw(v)
-		case "temperature":
-			r.Temperature = raw(v)
-		case "top_p":
-			r.TopP = raw(v)
-		case "max_output_tokens":
-			r.MaxOutputTokens = raw(v)
-		case "previous_response_id":
-			r.PreviousResponseID = raw(v)
-		case "reasoning":
-			r.Reasoning = raw(v)
-		case "text":
-			r.Text = raw(v)
-		case "metadata":
-			r.Metadata = raw(v)
-		case "store":
-			r.Store = raw(v)
-		}
-		return true
-	})
-	return r
+	return translate.EchoOf(cs.req.body)
 }
 
 // writeGatewayTerminal writes e as the only event of a stream the gateway
@@ -1015,22 +682,13 @@ func (s *Server) writeGatewayTerminal(req *clientRequest, sink eventSink, e *api
 	cs.abort(e)
 }
 
-// newResponseID is the id of a Response the gateway writes itself.
-func newResponseID() string { return "resp_sluice_" + randomHex(24) }
-
-func randomHex(n int) string {
-	b := make([]byte, n/2)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 // ---- reading upstream events ----
 
 // eventFields are the top-level fields of a Responses event, read in one
 // pass. They alias the event's data.
 type eventFields struct {
-	typ, seq, outputIndex, contentIndex, summaryIndex, itemID gjson.Result
-	delta, item, part, response, errObj                       gjson.Result
+	sent.Fields // what the client stream tracks (track), shared with the pump
+	seq, errObj gjson.Result
 }
 
 // scanEvent reads data's top-level fields; ok is false when data is not a
@@ -1048,25 +706,25 @@ func (f *eventFields) scan(data []byte, maxDepth int) (valid, object bool) {
 		var dst *gjson.Result
 		switch key {
 		case "type":
-			dst = &f.typ
+			dst = &f.Type
 		case "sequence_number":
 			dst = &f.seq
 		case "output_index":
-			dst = &f.outputIndex
+			dst = &f.OutputIndex
 		case "item_id":
-			dst = &f.itemID
+			dst = &f.ItemID
 		case "content_index":
-			dst = &f.contentIndex
+			dst = &f.ContentIndex
 		case "summary_index":
-			dst = &f.summaryIndex
+			dst = &f.SummaryIndex
 		case "delta":
-			dst = &f.delta
+			dst = &f.Delta
 		case "item":
-			dst = &f.item
+			dst = &f.Item
 		case "part":
-			dst = &f.part
+			dst = &f.Part
 		case "response":
-			dst = &f.response
+			dst = &f.Response
 		case "error":
 			dst = &f.errObj
 		default:

@@ -122,21 +122,21 @@ func TestSentItems(t *testing.T) {
 		}
 		cs.track(&f)
 	}
-	if len(cs.items) != 4 {
-		t.Fatalf("%d items", len(cs.items))
+	if len(cs.sent.Items) != 4 {
+		t.Fatalf("%d items", len(cs.sent.Items))
 	}
-	if got := cs.items[1].Text(); got != "Hi \"there\"\ncafé" {
+	if got := cs.sent.Items[1].Text(); got != "Hi \"there\"\ncafé" {
 		t.Errorf("text %q", got)
 	}
-	if got := cs.items[2].Arguments(); got != `{"a":` {
+	if got := cs.sent.Items[2].Arguments(); got != `{"a":` {
 		t.Errorf("arguments %q", got)
 	}
-	if cs.items[1].Status() != "in_progress" || cs.items[3].Status() != "completed" {
-		t.Errorf("statuses %s %s", cs.items[1].Status(), cs.items[3].Status())
+	if cs.sent.Items[1].Status() != "in_progress" || cs.sent.Items[3].Status() != "completed" {
+		t.Errorf("statuses %s %s", cs.sent.Items[1].Status(), cs.sent.Items[3].Status())
 	}
 	var out []byte
-	for _, it := range cs.items {
-		out = it.appendJSON(append(out, '\n'))
+	for _, it := range cs.sent.Items {
+		out = it.AppendJSON(append(out, '\n'))
 	}
 	want := `
 {"id":"rs_1","type":"reasoning","summary":[{"type":"summary_text","text":"think"}],"status":"incomplete"}

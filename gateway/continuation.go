@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/sluice-gw/sluice/internal/jsonx"
+	"github.com/sluice-gw/sluice/internal/sent"
 )
 
 // Continuation after content (README, "Continuation"): when a stream fails
@@ -568,24 +569,24 @@ func (cs *clientStream) facts() sentFacts {
 		return f
 	}
 	var text []byte
-	for _, it := range cs.items {
-		for _, p := range it.parts {
-			f.bytes += int64(len(p.text))
-			if it.typ == "message" && gjson.GetBytes(p.added, "type").Str == "output_text" {
-				text = append(text, p.text...)
+	for _, it := range cs.sent.Items {
+		for _, p := range it.Parts {
+			f.bytes += int64(len(p.Text))
+			if it.Type == "message" && gjson.GetBytes(p.Added, "type").Str == "output_text" {
+				text = append(text, p.Text...)
 			}
 		}
-		f.bytes += int64(len(it.args))
-		switch it.typ {
+		f.bytes += int64(len(it.Args))
+		switch it.Type {
 		case "message", "reasoning":
 		default:
-			if it.done == nil {
+			if it.Done == nil {
 				f.toolInFlight = true
 			}
 		}
 	}
-	f.items = len(cs.items)
-	f.text = unescapeJSON(text)
+	f.items = len(cs.sent.Items)
+	f.text = sent.Unescape(text)
 	return f
 }
 
@@ -593,9 +594,9 @@ func (cs *clientStream) facts() sentFacts {
 func (cs *clientStream) outputItems() []json.RawMessage {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	out := make([]json.RawMessage, 0, len(cs.items))
-	for _, it := range cs.items {
-		out = append(out, it.appendJSON(nil))
+	out := make([]json.RawMessage, 0, len(cs.sent.Items))
+	for _, it := range cs.sent.Items {
+		out = append(out, it.AppendJSON(nil))
 	}
 	return out
 }
@@ -620,7 +621,7 @@ type splicer struct {
 	items      map[int64]*splicedItem // the attempt's output_index → where it goes
 	added      int                    // items the attempt added so far
 	reproduced int                    // restart: client items the attempt reproduced
-	merge      *sentItem              // prefill: the open message the attempt continues
+	merge      *sent.Item             // prefill: the open message the attempt continues
 	merged     bool                   // prefill: its first message was merged (or can no longer be)
 	next       int64                  // the client output_index of the attempt's next new item
 
@@ -644,11 +645,11 @@ type partSnap struct {
 
 // splicedItem is where one of the attempt's items goes.
 type splicedItem struct {
-	client  *sentItem // the client item it continues or reproduces; nil for a new or dropped item
-	index   int64     // the client's output_index
-	newItem bool      // the attempt's own item, passed on at index
-	drop    bool      // swallowed: reasoning before a continued message, or reasoning a restart redoes
-	snap    *itemSnap // restart: what it must reproduce
+	client  *sent.Item // the client item it continues or reproduces; nil for a new or dropped item
+	index   int64      // the client's output_index
+	newItem bool       // the attempt's own item, passed on at index
+	drop    bool       // swallowed: reasoning before a continued message, or reasoning a restart redoes
+	snap    *itemSnap  // restart: what it must reproduce
 	parts   map[int64]*splicedPart
 	args    reproducer
 }
@@ -702,11 +703,11 @@ func (cs *clientStream) beginSplice(kind string, prevUsage []byte) {
 	// New items go after the highest output_index the client has: an
 	// upstream need not number its items from 0.
 	next := int64(0)
-	for _, it := range cs.items {
-		next = max(next, it.index+1)
+	for _, it := range cs.sent.Items {
+		next = max(next, it.Index+1)
 	}
-	sp := &splicer{kind: kind, prevUsage: prevUsage, items: map[int64]*splicedItem{}, n: len(cs.items), next: next}
-	cs.usage = append(cs.usage[:0], prevUsage...) // what a failure now reports
+	sp := &splicer{kind: kind, prevUsage: prevUsage, items: map[int64]*splicedItem{}, n: len(cs.sent.Items), next: next}
+	cs.sent.Usage = append(cs.sent.Usage[:0], prevUsage...) // what a failure now reports
 	if cs.chat {
 		if kind == kindRestart {
 			sp.chatWant = reproducer{want: string(cs.chatText)}
@@ -719,19 +720,19 @@ func (cs *clientStream) beginSplice(kind string, prevUsage []byte) {
 	}
 	switch kind {
 	case kindRestart:
-		for _, it := range cs.items {
-			s := itemSnap{typ: it.typ, done: it.done != nil, args: unescapeJSON(it.args)}
-			if it.typ != "message" && it.typ != "reasoning" {
-				s.name = gjson.GetBytes(it.added, "name").Str
+		for _, it := range cs.sent.Items {
+			s := itemSnap{typ: it.Type, done: it.Done != nil, args: sent.Unescape(it.Args)}
+			if it.Type != "message" && it.Type != "reasoning" {
+				s.name = gjson.GetBytes(it.Added, "name").Str
 			}
-			for _, p := range it.parts {
-				s.parts = append(s.parts, partSnap{text: unescapeJSON(p.text), done: p.done != nil})
+			for _, p := range it.Parts {
+				s.parts = append(s.parts, partSnap{text: sent.Unescape(p.Text), done: p.Done != nil})
 			}
 			sp.snap = append(sp.snap, s)
 		}
 	case kindPrefill:
-		if n := len(cs.items); n > 0 && cs.items[n-1].typ == "message" && cs.items[n-1].done == nil {
-			sp.merge = cs.items[n-1]
+		if n := len(cs.sent.Items); n > 0 && cs.sent.Items[n-1].Type == "message" && cs.sent.Items[n-1].Done == nil {
+			sp.merge = cs.sent.Items[n-1]
 		}
 	}
 	cs.splice = sp
@@ -774,15 +775,15 @@ func (cs *clientStream) rewriteLocked(name string, data []byte, fields ...field)
 // spliceLocked writes one Responses event of a continuation attempt.
 func (cs *clientStream) spliceLocked(name string, data []byte, f *eventFields) error {
 	sp := cs.splice
-	typ := f.typ.Str
+	typ := f.Type.Str
 	if isTerminalType(typ) {
-		return cs.splicedTerminalLocked(typ, f.response)
+		return cs.splicedTerminalLocked(typ, f.Response)
 	}
 	sp.fed = true
-	if f.outputIndex.Type != gjson.Number {
+	if f.OutputIndex.Type != gjson.Number {
 		return cs.writeLocked(name, data, f) // not about an item
 	}
-	k := f.outputIndex.Int()
+	k := f.OutputIndex.Int()
 	if typ == "response.output_item.added" {
 		return cs.spliceAddedLocked(name, data, f, k)
 	}
@@ -800,22 +801,22 @@ func (cs *clientStream) spliceLocked(name string, data []byte, f *eventFields) e
 			if sp.kind == kindRestart {
 				sp.reproduced++
 			}
-			if m.client != nil && m.client.done == nil {
+			if m.client != nil && m.client.Done == nil {
 				return cs.closeItemLocked(m.client)
 			}
 		}
 		return nil
 	}
-	at := []field{intField("output_index", m.index), strField("item_id", m.client.id)}
+	at := []field{intField("output_index", m.index), strField("item_id", m.client.ID)}
 	switch typ {
 	case "response.content_part.added":
 		return cs.splicePartLocked(name, data, f, m, at)
 	case "response.output_text.delta", "response.refusal.delta", "response.reasoning_text.delta":
-		p := m.parts[f.contentIndex.Int()]
+		p := m.parts[f.ContentIndex.Int()]
 		if p == nil {
 			return nil
 		}
-		d := f.delta.Str
+		d := f.Delta.Str
 		if sp.kind == kindRestart {
 			surplus, ok := p.want.feed(d)
 			switch {
@@ -831,12 +832,12 @@ func (cs *clientStream) spliceLocked(name string, data []byte, f *eventFields) e
 		// New text for a part the client saw complete: its part done, or its
 		// item's (an upstream may close an item without closing its part, and
 		// the splice closes items itself).
-		if p.done || m.client.done != nil {
+		if p.done || m.client.Done != nil {
 			return cs.divergeLocked("wrote more text into a part the client saw complete")
 		}
 		return cs.rewriteLocked(name, data, append(at, intField("content_index", p.index))...)
 	case "response.function_call_arguments.delta", "response.custom_tool_call_input.delta":
-		d := f.delta.Str
+		d := f.Delta.Str
 		if sp.kind == kindRestart {
 			surplus, ok := m.args.feed(d)
 			switch {
@@ -844,7 +845,7 @@ func (cs *clientStream) spliceLocked(name string, data []byte, f *eventFields) e
 				return cs.divergeLocked("called the tool with arguments that contradict those already sent")
 			case surplus == "":
 				return nil
-			case m.client.done != nil:
+			case m.client.Done != nil:
 				return cs.divergeLocked("added arguments to a tool call the client saw complete")
 			}
 			if surplus != d {
@@ -853,7 +854,7 @@ func (cs *clientStream) spliceLocked(name string, data []byte, f *eventFields) e
 		}
 		return cs.rewriteLocked(name, data, at...)
 	case "response.content_part.done", "response.output_text.done", "response.refusal.done", "response.reasoning_text.done":
-		if p := m.parts[f.contentIndex.Int()]; p != nil && sp.kind == kindRestart && !p.want.complete() {
+		if p := m.parts[f.ContentIndex.Int()]; p != nil && sp.kind == kindRestart && !p.want.complete() {
 			return cs.divergeLocked("ended a part before reproducing the text already sent")
 		}
 		return nil // the client's form goes out with the item's done
@@ -875,7 +876,7 @@ func (cs *clientStream) spliceLocked(name string, data []byte, f *eventFields) e
 			}
 			sp.reproduced++
 		}
-		if m.client.done == nil {
+		if m.client.Done == nil {
 			return cs.closeItemLocked(m.client)
 		}
 		return nil
@@ -883,8 +884,8 @@ func (cs *clientStream) spliceLocked(name string, data []byte, f *eventFields) e
 	// Any other event about a mapped item (annotations, …): dropped while
 	// a restart is still reproducing its part, else moved to the client's
 	// indices.
-	if f.contentIndex.Type == gjson.Number {
-		p := m.parts[f.contentIndex.Int()]
+	if f.ContentIndex.Type == gjson.Number {
+		p := m.parts[f.ContentIndex.Int()]
 		if p == nil || (sp.kind == kindRestart && !p.want.complete()) {
 			return nil
 		}
@@ -896,12 +897,12 @@ func (cs *clientStream) spliceLocked(name string, data []byte, f *eventFields) e
 // spliceAddedLocked maps a continuation attempt's new output item.
 func (cs *clientStream) spliceAddedLocked(name string, data []byte, f *eventFields, k int64) error {
 	sp := cs.splice
-	typ := f.item.Get("type").Str
+	typ := f.Item.Get("type").Str
 	if sp.kind == kindRestart {
 		// Reasoning the client has that the restart does not redo (another
 		// model, or one that thinks differently) stays as it was shown.
 		for sp.added < sp.n && sp.snap[sp.added].typ == "reasoning" && typ != "reasoning" {
-			if it := cs.items[sp.added]; it.done == nil {
+			if it := cs.sent.Items[sp.added]; it.Done == nil {
 				if err := cs.closeItemLocked(it); err != nil {
 					return err
 				}
@@ -914,10 +915,10 @@ func (cs *clientStream) spliceAddedLocked(name string, data []byte, f *eventFiel
 	sp.added++
 	if sp.kind == kindRestart && pos < sp.n {
 		snap := &sp.snap[pos]
-		if typ != snap.typ || (snap.name != "" && f.item.Get("name").Str != snap.name) {
+		if typ != snap.typ || (snap.name != "" && f.Item.Get("name").Str != snap.name) {
 			return cs.divergeLocked("answered with another item than the one already sent")
 		}
-		m := &splicedItem{client: cs.items[pos], index: cs.items[pos].index, snap: snap, parts: map[int64]*splicedPart{},
+		m := &splicedItem{client: cs.sent.Items[pos], index: cs.sent.Items[pos].Index, snap: snap, parts: map[int64]*splicedPart{},
 			args: reproducer{want: snap.args}, drop: typ == "reasoning"}
 		sp.items[k] = m
 		return nil
@@ -926,7 +927,7 @@ func (cs *clientStream) spliceAddedLocked(name string, data []byte, f *eventFiel
 		switch typ {
 		case "message":
 			sp.merged = true
-			sp.items[k] = &splicedItem{client: sp.merge, index: sp.merge.index, parts: map[int64]*splicedPart{}}
+			sp.items[k] = &splicedItem{client: sp.merge, index: sp.merge.Index, parts: map[int64]*splicedPart{}}
 			return nil
 		case "reasoning":
 			sp.items[k] = &splicedItem{drop: true}
@@ -953,26 +954,26 @@ func (cs *clientStream) spliceAddedLocked(name string, data []byte, f *eventFiel
 // splicePartLocked maps a content part of an item the attempt continues
 // or reproduces.
 func (cs *clientStream) splicePartLocked(name string, data []byte, f *eventFields, m *splicedItem, at []field) error {
-	j := f.contentIndex.Int()
+	j := f.ContentIndex.Int()
 	if m.snap != nil { // restart
 		if int(j) < len(m.snap.parts) {
 			ps := m.snap.parts[j]
-			m.parts[j] = &splicedPart{index: m.client.parts[j].index, want: reproducer{want: ps.text}, done: ps.done}
+			m.parts[j] = &splicedPart{index: m.client.Parts[j].Index, want: reproducer{want: ps.text}, done: ps.done}
 			return nil
 		}
 		if m.snap.done {
 			return cs.divergeLocked("added a part to an item the client saw complete")
 		}
-	} else if j == 0 && len(m.client.parts) > 0 { // prefill: its first part continues the open one
-		last := m.client.parts[len(m.client.parts)-1]
-		if last.done == nil && gjson.GetBytes(last.added, "type").Str == f.part.Get("type").Str {
-			m.parts[j] = &splicedPart{index: last.index}
+	} else if j == 0 && len(m.client.Parts) > 0 { // prefill: its first part continues the open one
+		last := m.client.Parts[len(m.client.Parts)-1]
+		if last.Done == nil && gjson.GetBytes(last.Added, "type").Str == f.Part.Get("type").Str {
+			m.parts[j] = &splicedPart{index: last.Index}
 			return nil
 		}
 	}
 	idx := int64(0) // after the highest content_index the client has in the item
-	for _, p := range m.client.parts {
-		idx = max(idx, p.index+1)
+	for _, p := range m.client.Parts {
+		idx = max(idx, p.Index+1)
 	}
 	m.parts[j] = &splicedPart{index: idx}
 	return cs.rewriteLocked(name, data, append(at, intField("content_index", idx))...)
@@ -981,28 +982,27 @@ func (cs *clientStream) splicePartLocked(name string, data []byte, f *eventField
 // closeItemLocked writes the done events of an open client item from what
 // the client has: each open part's text done and part done, the arguments
 // done of a tool call, then the item done.
-func (cs *clientStream) closeItemLocked(it *sentItem) error {
+func (cs *clientStream) closeItemLocked(it *sent.Item) error {
 	head := func(typ string) []byte {
 		b := append([]byte(`{"type":`), jsonx.AppendQuote(nil, typ)...)
 		b = append(b, `,"sequence_number":`...)
 		b = strconv.AppendInt(b, cs.seq, 10)
 		b = append(b, `,"item_id":`...)
-		b = jsonx.AppendQuote(b, it.id)
+		b = jsonx.AppendQuote(b, it.ID)
 		b = append(b, `,"output_index":`...)
-		return strconv.AppendInt(b, it.index, 10)
+		return strconv.AppendInt(b, it.Index, 10)
 	}
 	write := func(typ string, b []byte) error {
 		b = append(b, '}')
 		f, _ := scanEvent(b)
 		return cs.writeLocked(typ, b, &f)
 	}
-	quoted := func(escaped []byte) []byte { return append(append([]byte{'"'}, escaped...), '"') }
-	closeParts := func(parts []*sentPart, summary bool) error {
+	closeParts := func(parts []*sent.Part, summary bool) error {
 		for _, p := range parts {
-			if p.done != nil {
+			if p.Done != nil {
 				continue
 			}
-			ptype := gjson.GetBytes(p.added, "type").Str
+			ptype := gjson.GetBytes(p.Added, "type").Str
 			textType, partType, idxKey, field := "response.output_text.done", "response.content_part.done", "content_index", "text"
 			switch {
 			case summary:
@@ -1014,22 +1014,22 @@ func (cs *clientStream) closeItemLocked(it *sentItem) error {
 			}
 			b := head(textType)
 			b = append(append(append(b, ',', '"'), idxKey...), `":`...)
-			b = strconv.AppendInt(b, p.index, 10)
+			b = strconv.AppendInt(b, p.Index, 10)
 			b = append(append(append(b, ',', '"'), field...), `":`...)
-			b = append(b, quoted(p.text)...)
+			b = append(b, sent.Quoted(p.Text)...)
 			if textType == "response.output_text.done" {
 				b = append(b, `,"logprobs":[]`...)
 			}
 			if err := write(textType, b); err != nil {
 				return err
 			}
-			part := p.added
-			if out, err := sjson.SetRawBytes(part, field, quoted(p.text)); err == nil {
+			part := p.Added
+			if out, err := sjson.SetRawBytes(part, field, sent.Quoted(p.Text)); err == nil {
 				part = out
 			}
 			b = head(partType)
 			b = append(append(append(b, ',', '"'), idxKey...), `":`...)
-			b = strconv.AppendInt(b, p.index, 10)
+			b = strconv.AppendInt(b, p.Index, 10)
 			b = append(append(b, `,"part":`...), part...)
 			if err := write(partType, b); err != nil {
 				return err
@@ -1037,36 +1037,36 @@ func (cs *clientStream) closeItemLocked(it *sentItem) error {
 		}
 		return nil
 	}
-	if err := closeParts(it.parts, false); err != nil {
+	if err := closeParts(it.Parts, false); err != nil {
 		return err
 	}
-	if err := closeParts(it.summary, true); err != nil {
+	if err := closeParts(it.Summary, true); err != nil {
 		return err
 	}
-	switch it.typ {
+	switch it.Type {
 	case "function_call":
 		b := append(head("response.function_call_arguments.done"), `,"arguments":`...)
-		if err := write("response.function_call_arguments.done", append(b, quoted(it.args)...)); err != nil {
+		if err := write("response.function_call_arguments.done", append(b, sent.Quoted(it.Args)...)); err != nil {
 			return err
 		}
 	case "custom_tool_call":
 		b := append(head("response.custom_tool_call_input.done"), `,"input":`...)
-		if err := write("response.custom_tool_call_input.done", append(b, quoted(it.args)...)); err != nil {
+		if err := write("response.custom_tool_call_input.done", append(b, sent.Quoted(it.Args)...)); err != nil {
 			return err
 		}
 	}
 	b := append([]byte(`{"type":"response.output_item.done","sequence_number":`), strconv.AppendInt(nil, cs.seq, 10)...)
 	b = append(b, `,"output_index":`...)
-	b = strconv.AppendInt(b, it.index, 10)
+	b = strconv.AppendInt(b, it.Index, 10)
 	b = append(b, `,"item":`...)
-	b = it.appendClosed(b)
+	b = appendClosed(b, it)
 	return write("response.output_item.done", b)
 }
 
 // appendClosed renders an item closed as completed with what was streamed
 // into it (its parts' done forms).
-func (it *sentItem) appendClosed(b []byte) []byte {
-	raw := append([]byte(nil), it.appendJSON(nil)...)
+func appendClosed(b []byte, it *sent.Item) []byte {
+	raw := append([]byte(nil), it.AppendJSON(nil)...)
 	if out, err := sjson.SetRawBytes(raw, "status", []byte(`"completed"`)); err == nil {
 		raw = out
 	}
@@ -1088,8 +1088,8 @@ func (cs *clientStream) splicedTerminalLocked(typ string, resp gjson.Result) err
 			}
 		}
 		if typ == "response.completed" {
-			for _, it := range cs.items {
-				if it.done == nil {
+			for _, it := range cs.sent.Items {
+				if it.Done == nil {
 					if err := cs.closeItemLocked(it); err != nil {
 						return err
 					}
@@ -1101,22 +1101,16 @@ func (cs *clientStream) splicedTerminalLocked(typ string, resp gjson.Result) err
 	if status == "" {
 		status = strings.TrimPrefix(typ, "response.")
 	}
-	cs.usage = sumUsage(sp.prevUsage, []byte(resp.Get("usage").Raw))
-	b := make([]byte, 0, 1024)
-	b = append(b, `{"type":`...)
-	b = jsonx.AppendQuote(b, typ)
-	b = append(b, `,"sequence_number":`...)
-	b = strconv.AppendInt(b, cs.seq, 10)
-	b = append(b, `,"response":`...)
-	var errRaw, incRaw []byte
+	cs.sent.Usage = sumUsage(sp.prevUsage, []byte(resp.Get("usage").Raw))
+	r := cs.response(status)
+	r.From = resp
 	if e := resp.Get("error"); e.IsObject() {
-		errRaw = []byte(e.Raw)
+		r.ErrorRaw = []byte(e.Raw)
 	}
 	if d := resp.Get("incomplete_details"); d.IsObject() {
-		incRaw = []byte(d.Raw)
+		r.IncompleteDetails = []byte(d.Raw)
 	}
-	b = cs.appendResponseWith(b, status, nil, errRaw, incRaw, resp)
-	b = append(b, '}')
+	b := cs.sent.AppendEvent(make([]byte, 0, 1024), typ, cs.seq, &r)
 	if cs.resumable {
 		cs.logLocked(typ, b, true)
 	}
@@ -1216,12 +1210,12 @@ func (cs *clientStream) spliceChatLocked(data []byte, finish bool, usage gjson.R
 	}
 	if usage.IsObject() {
 		keep = true
-		cs.usage = sumUsage(sp.prevUsage, []byte(usage.Raw))
+		cs.sent.Usage = sumUsage(sp.prevUsage, []byte(usage.Raw))
 		if len(sp.prevUsage) > 0 {
 			if out == nil {
 				out = data
 			}
-			out, _ = sjson.SetRawBytes(out, "usage", cs.usage)
+			out, _ = sjson.SetRawBytes(out, "usage", cs.sent.Usage)
 		}
 	}
 	if !keep {

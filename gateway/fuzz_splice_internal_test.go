@@ -12,6 +12,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/sluice-gw/sluice/gateway/sse"
+	"github.com/sluice-gw/sluice/internal/sent"
 	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
@@ -428,17 +429,17 @@ func snapshotItems(cs *clientStream) ([]spliceSnap, string) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	var out []spliceSnap
-	for _, it := range cs.items {
-		sn := spliceSnap{typ: it.typ, text: it.Text(), open: it.done == nil}
-		switch it.typ {
+	for _, it := range cs.sent.Items {
+		sn := spliceSnap{typ: it.Type, text: it.Text(), open: it.Done == nil}
+		switch it.Type {
 		case "function_call":
-			sn.text, sn.name = it.Arguments(), gjson.GetBytes(it.added, "name").Str
+			sn.text, sn.name = it.Arguments(), gjson.GetBytes(it.Added, "name").Str
 		case "reasoning":
 			var b []byte
-			for _, p := range it.summary {
-				b = append(b, p.text...)
+			for _, p := range it.Summary {
+				b = append(b, p.Text...)
 			}
-			sn.text = unescapeJSON(b)
+			sn.text = sent.Unescape(b)
 		}
 		out = append(out, sn)
 	}

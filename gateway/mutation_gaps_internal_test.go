@@ -40,11 +40,11 @@ func TestItemAtNegativeIndex(t *testing.T) {
 		}
 		cs.track(&f)
 	}
-	if f, _ := scanEvent([]byte(`{"output_index":-1}`)); cs.itemAt(f.outputIndex) != nil {
+	if f, _ := scanEvent([]byte(`{"output_index":-1}`)); cs.sent.ItemAt(f.OutputIndex) != nil {
 		t.Fatal("output_index -1 matched an item")
 	}
-	if cs.items[0].done != nil {
-		t.Fatalf("item 0 closed by an event for output_index -1: %s", cs.items[0].done)
+	if cs.sent.Items[0].Done != nil {
+		t.Fatalf("item 0 closed by an event for output_index -1: %s", cs.sent.Items[0].Done)
 	}
 }
 

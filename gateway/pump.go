@@ -341,7 +341,7 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 		return p.malformedEvent("an event that is not a JSON object")
 	}
 	p.malformed = 0
-	typ := f.typ.Str
+	typ := f.Type.Str
 	if typ == "" && f.errObj.IsObject() {
 		typ = "error" // {"error":{…}} without a type
 	}
@@ -355,24 +355,24 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 		}
 		return ended(p.upstreamError(ev.Data, typ))
 	case "response.created":
-		p.responseID = strings.Clone(f.response.Get("id").Str)
+		p.responseID = strings.Clone(f.Response.Get("id").Str)
 		if c := p.s.cont; c != nil && p.responseID != "" && p.req.recordable() {
 			p.anchor = c.recordAsync(c.anchorFor(p.req, p.responseID, p.u.Name()))
 		}
 	case "response.completed", "response.incomplete":
-		p.confirmAnchor(f.response)
+		p.confirmAnchor(f.Response)
 		p.confirmRescue()
 		if p.req.portable != nil { // portable.go: the turn is kept before the terminal event goes out
-			p.keepTurn(f.response)
+			p.keepTurn(f.Response)
 		}
 	case "response.failed":
 		if p.unseen() {
 			return p.unseenEvent(ev)
 		}
 		if p.rescuable() {
-			return p.afterEvent(ev, []byte(f.response.Get("error").Raw), f.response.Get("usage"))
+			return p.afterEvent(ev, []byte(f.Response.Get("error").Raw), f.Response.Get("usage"))
 		}
-		e := f.response.Get("error")
+		e := f.Response.Get("error")
 		verdict := p.s.policy.Recover(p.hookCtx(), hostabi.RecoverInput{Surface: p.surface, Upstream: p.u.Name(), EventType: typ,
 			Code: e.Get("code").String(), Type: e.Get("type").String(), Param: e.Get("param").String(), Message: e.Get("message").String()})
 		if ce := p.s.recoveredError(verdict); ce != nil {
@@ -382,7 +382,7 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 		}
 	}
 	if p.responseID == "" {
-		if id := f.response.Get("id"); id.Type == gjson.String {
+		if id := f.Response.Get("id"); id.Type == gjson.String {
 			p.responseID = strings.Clone(id.Str)
 		}
 	}

@@ -815,7 +815,7 @@ func (s *Server) followOwner(clientCtx, upCtx context.Context, u *upstream.Upstr
 		if f.seq.Type == gjson.Number {
 			next = f.seq.Int() + 1
 		}
-		typ := f.typ.Str
+		typ := f.Type.Str
 		name := s.scrub.String(ev.Name)
 		if name == "" {
 			name = typ

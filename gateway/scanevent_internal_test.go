@@ -24,25 +24,25 @@ func gjsonScan(data []byte, maxDepth int) (f eventFields, valid, object bool) {
 	root.ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "type":
-			f.typ = v
+			f.Type = v
 		case "sequence_number":
 			f.seq = v
 		case "output_index":
-			f.outputIndex = v
+			f.OutputIndex = v
 		case "item_id":
-			f.itemID = v
+			f.ItemID = v
 		case "content_index":
-			f.contentIndex = v
+			f.ContentIndex = v
 		case "summary_index":
-			f.summaryIndex = v
+			f.SummaryIndex = v
 		case "delta":
-			f.delta = v
+			f.Delta = v
 		case "item":
-			f.item = v
+			f.Item = v
 		case "part":
-			f.part = v
+			f.Part = v
 		case "response":
-			f.response = v
+			f.Response = v
 		case "error":
 			f.errObj = v
 		}
@@ -52,7 +52,7 @@ func gjsonScan(data []byte, maxDepth int) (f eventFields, valid, object bool) {
 }
 
 func (f *eventFields) all() []gjson.Result {
-	return []gjson.Result{f.typ, f.seq, f.outputIndex, f.contentIndex, f.summaryIndex, f.itemID, f.delta, f.item, f.part, f.response, f.errObj}
+	return []gjson.Result{f.Type, f.seq, f.OutputIndex, f.ContentIndex, f.SummaryIndex, f.ItemID, f.Delta, f.Item, f.Part, f.Response, f.errObj}
 }
 
 func FuzzScanEvent(f *testing.F) {

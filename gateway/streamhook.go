@@ -59,17 +59,17 @@ func indexOf(r gjson.Result) int {
 // returns the event to write (data with fields f, re-read when changed), or
 // ok false when the event is dropped.
 func (cs *clientStream) streamHookLocked(data []byte, f *eventFields) (_ []byte, _ *eventFields, ok bool) {
-	typ := f.typ.Str
+	typ := f.Type.Str
 	if cs.edited && cs.splice == nil {
 		data, f = cs.consistentLocked(typ, data, f)
 	}
 	in := hostabi.StreamEventInput{Surface: cs.surface, Upstream: cs.upstream, Type: typ, SequenceNumber: cs.seq,
-		OutputIndex: indexOf(f.outputIndex), ContentIndex: indexOf(f.contentIndex)}
+		OutputIndex: indexOf(f.OutputIndex), ContentIndex: indexOf(f.ContentIndex)}
 	delta, content, summary := hookedDelta(typ)
 	text, textSummary := hookedText(typ)
 	switch {
-	case delta && f.delta.Type == gjson.String:
-		in.Delta, in.HasDelta = f.delta.Str, true
+	case delta && f.Delta.Type == gjson.String:
+		in.Delta, in.HasDelta = f.Delta.Str, true
 	case text:
 		t := gjson.GetBytes(data, "text")
 		if t.Type != gjson.String {
@@ -81,7 +81,7 @@ func (cs *clientStream) streamHookLocked(data []byte, f *eventFields) (_ []byte,
 		return data, f, true
 	}
 	if summary {
-		in.ContentIndex = indexOf(f.summaryIndex)
+		in.ContentIndex = indexOf(f.SummaryIndex)
 	}
 	in.ItemID = gjson.GetBytes(data, "item_id").Str
 	out := cs.hook.StreamEvent(cs.ctx, in)
@@ -130,16 +130,16 @@ func (cs *clientStream) markEditedLocked(f *eventFields, content, summary bool, 
 	if cs.splice != nil {
 		return // the continuation maps indexes itself
 	}
-	it := cs.itemOf(f)
+	it := cs.sent.ItemOf(&f.Fields)
 	if it == nil {
 		return
 	}
-	it.edited = true
+	it.Edited = true
 	if content || summary {
-		if p := cs.partOf(content, f); p != nil {
-			p.edited = true
+		if p := cs.sent.PartOf(content, &f.Fields); p != nil {
+			p.Edited = true
 			if doneText != nil {
-				p.text = append(p.text[:0], doneText...)
+				p.Text = append(p.Text[:0], doneText...)
 			}
 		}
 	}
@@ -163,54 +163,54 @@ func (cs *clientStream) consistentLocked(typ string, data []byte, f *eventFields
 		if typ == "response.refusal.done" {
 			field = "refusal"
 		}
-		if p := cs.partOf(typ != "response.reasoning_summary_text.done", f); p != nil && p.edited {
-			set(field, p.text)
+		if p := cs.sent.PartOf(typ != "response.reasoning_summary_text.done", &f.Fields); p != nil && p.Edited {
+			set(field, p.Text)
 		}
 	case "response.content_part.done", "response.reasoning_summary_part.done":
-		if p := cs.partOf(typ == "response.content_part.done", f); p != nil && p.edited {
-			set("part."+textField(f.part), p.text)
+		if p := cs.sent.PartOf(typ == "response.content_part.done", &f.Fields); p != nil && p.Edited {
+			set("part."+textField(f.Part), p.Text)
 		}
 	case "response.function_call_arguments.done", "response.custom_tool_call_input.done":
-		if it := cs.itemOf(f); it != nil && it.edited && len(it.parts) == 0 {
+		if it := cs.sent.ItemOf(&f.Fields); it != nil && it.Edited && len(it.Parts) == 0 {
 			field := "arguments"
 			if typ == "response.custom_tool_call_input.done" {
 				field = "input"
 			}
-			set(field, it.args)
+			set(field, it.Args)
 		}
 	case "response.output_item.done":
-		it := cs.itemOf(f)
-		if it == nil || !it.edited {
+		it := cs.sent.ItemOf(&f.Fields)
+		if it == nil || !it.Edited {
 			break
 		}
-		content := f.item.Get("content").Array()
-		for _, p := range it.parts {
-			if p.edited && p.index >= 0 && int(p.index) < len(content) {
-				set("item.content."+itoa(p.index)+"."+textField(content[p.index]), p.text)
+		content := f.Item.Get("content").Array()
+		for _, p := range it.Parts {
+			if p.Edited && p.Index >= 0 && int(p.Index) < len(content) {
+				set("item.content."+itoa(p.Index)+"."+textField(content[p.Index]), p.Text)
 			}
 		}
-		summary := f.item.Get("summary").Array()
-		for _, p := range it.summary {
-			if p.edited && p.index >= 0 && int(p.index) < len(summary) {
-				set("item.summary."+itoa(p.index)+".text", p.text)
+		summary := f.Item.Get("summary").Array()
+		for _, p := range it.Summary {
+			if p.Edited && p.Index >= 0 && int(p.Index) < len(summary) {
+				set("item.summary."+itoa(p.Index)+".text", p.Text)
 			}
 		}
-		switch it.typ {
+		switch it.Type {
 		case "function_call", "mcp_call":
-			set("item.arguments", it.args)
+			set("item.arguments", it.Args)
 		case "custom_tool_call":
-			set("item.input", it.args)
+			set("item.input", it.Args)
 		}
 	case "response.completed", "response.incomplete":
-		if !f.response.IsObject() {
+		if !f.Response.IsObject() {
 			break
 		}
 		out := []byte{'['}
-		for k, it := range cs.items {
+		for k, it := range cs.sent.Items {
 			if k > 0 {
 				out = append(out, ',')
 			}
-			out = it.appendJSON(out)
+			out = it.AppendJSON(out)
 		}
 		out = append(out, ']')
 		if nd, err := sjson.SetRawBytes(data, "response.output", out); err == nil {

@@ -78,11 +78,11 @@ func feed(t testing.TB, cs *clientStream, raw [][]byte) {
 		data := bytes.Clone(e)
 		f, _ := scanEvent(data)
 		var err error
-		switch f.typ.Str {
+		switch f.Type.Str {
 		case "response.created", "response.in_progress", "response.queued":
-			err = cs.lifecycle(f.typ.Str, data, &f)
+			err = cs.lifecycle(f.Type.Str, data, &f)
 		default:
-			err = cs.sendFrom("A", f.typ.Str, data, &f)
+			err = cs.sendFrom("A", f.Type.Str, data, &f)
 		}
 		if err != nil {
 			t.Fatal(err)

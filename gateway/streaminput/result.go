@@ -13,6 +13,8 @@ import (
 
 	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/sluice-gw/sluice/internal/jsonx"
+	"github.com/sluice-gw/sluice/internal/sent"
+	"github.com/sluice-gw/sluice/internal/translate"
 	"github.com/sluice-gw/sluice/store"
 )
 
@@ -194,7 +196,7 @@ func (r *result) terminalLocked(e *apierr.Error) []byte {
 	if r.track.sawSeq {
 		seq = r.track.lastSeq + 1
 	}
-	return r.terminalAtLocked(e, seq, r.track.out.items)
+	return r.terminalAtLocked(e, seq, r.track.out.Items)
 }
 
 // terminalAtLocked is the SSE terminal event for e numbered seq, whose
@@ -204,7 +206,7 @@ func (r *result) terminalLocked(e *apierr.Error) []byte {
 // response.created, as the gateway opens its own failures (README, "What
 // it promises": the SDKs' stream helpers refuse a stream that starts with
 // its terminal event).
-func (r *result) terminalAtLocked(e *apierr.Error, seq int64, items []*outItem) []byte {
+func (r *result) terminalAtLocked(e *apierr.Error, seq int64, items []*sent.Item) []byte {
 	var b []byte
 	if r.chat {
 		body, _ := e.MarshalJSON()
@@ -212,19 +214,22 @@ func (r *result) terminalAtLocked(e *apierr.Error, seq int64, items []*outItem) 
 		b = append(b, body...)
 		return append(b, "\n\ndata: [DONE]\n\n"...)
 	}
-	out := sentOutput{base: r.track.out.base, items: items}
-	ro := responseOf{id: r.track.responseID, model: r.model, template: r.template, createdAt: r.createdAt}
-	if ro.id == "" {
-		ro.id = newResponseID()
+	// No usage: the readers got none before the answer's terminal event.
+	out := sent.Output{Base: r.track.out.Base, Items: items}
+	ro := sent.Response{ID: r.track.responseID, Model: r.model, CreatedAt: r.createdAt, Echo: translate.EchoOf(r.template)}
+	if ro.ID == "" {
+		ro.ID = sent.NewResponseID()
 	}
 	if seq == 0 {
+		ro.Status = "in_progress"
 		b = append(b, "event: response.created\ndata: "...)
-		b = out.appendEvent(b, "response.created", seq, ro, "in_progress", nil)
+		b = out.AppendEvent(b, "response.created", seq, &ro)
 		b = append(b, "\n\n"...)
 		seq++
 	}
+	ro.Status, ro.Error = "failed", e
 	b = append(b, "event: response.failed\ndata: "...)
-	b = out.appendEvent(b, "response.failed", seq, ro, "failed", e)
+	b = out.AppendEvent(b, "response.failed", seq, &ro)
 	return append(b, "\n\n"...)
 }
 
@@ -355,7 +360,7 @@ type tracker struct {
 	sawSeq   bool
 
 	responseID string
-	out        sentOutput // what a Responses answer's readers were sent, until its terminal event
+	out        sent.Output // what a Responses answer's readers were sent, until its terminal event
 	ends       []eventEnd
 	maxDepth   int // events nested deeper are not parsed (the gateway refuses them before)
 }
@@ -421,9 +426,9 @@ func (t *tracker) dispatch(end int64) {
 	}
 	switch {
 	case t.terminal:
-		t.out.items = nil // no failure of this answer is written any more: its text is not needed
+		t.out.Items = nil // no failure of this answer is written any more: its text is not needed
 	case strings.HasPrefix(typ, "response."): // a Responses event (not a Chat chunk)
-		t.out.follow(obj)
+		follow(&t.out, obj)
 	}
 	if id := obj.Get("response.id"); id.Type == gjson.String && t.responseID == "" {
 		t.responseID = id.Str

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/sluice-gw/sluice/internal/jsonx"
@@ -90,6 +91,48 @@ type RequestEcho struct {
 	Metadata json.RawMessage
 	// Store is the request's store flag.
 	Store json.RawMessage
+}
+
+// EchoOf reads the fields a Response object echoes from a Responses request
+// body (or a request template), each as its raw JSON, copied. An
+// instructions value that is not a string, null or an array is left out.
+func EchoOf(body []byte) RequestEcho {
+	var r RequestEcho
+	raw := func(v gjson.Result) json.RawMessage { return json.RawMessage(v.Raw) }
+	// Read in place: every value kept is copied by raw, so the body may be
+	// large without being copied whole.
+	gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body))).ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "instructions":
+			if v.Type == gjson.String || v.Type == gjson.Null || v.IsArray() {
+				r.Instructions = raw(v)
+			}
+		case "tools":
+			r.Tools = raw(v)
+		case "tool_choice":
+			r.ToolChoice = raw(v)
+		case "parallel_tool_calls":
+			r.ParallelToolCalls = raw(v)
+		case "temperature":
+			r.Temperature = raw(v)
+		case "top_p":
+			r.TopP = raw(v)
+		case "max_output_tokens":
+			r.MaxOutputTokens = raw(v)
+		case "previous_response_id":
+			r.PreviousResponseID = raw(v)
+		case "reasoning":
+			r.Reasoning = raw(v)
+		case "text":
+			r.Text = raw(v)
+		case "metadata":
+			r.Metadata = raw(v)
+		case "store":
+			r.Store = raw(v)
+		}
+		return true
+	})
+	return r
 }
 
 // reqFields holds the top-level fields ToChat reads.

@@ -1,0 +1,421 @@
+// Package sent follows what the readers of a Responses stream were sent and
+// renders the Response object of a terminal (or opening) event written on
+// the stream's behalf, so that the event agrees with what came before it
+// (README, "What it promises": a response.failed Sluice writes carries a
+// complete Response object whose output holds the items already streamed).
+//
+// Two writers need it: the gateway's client stream (gateway/clientstream.go),
+// which follows every event it relays, and a streaming-input session
+// (gateway/streaminput), which follows the events it captured of an answer
+// and writes a response.failed to readers that lose it. Each reads the events'
+// top-level fields its own way and hands them over as Fields.
+package sent
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"strconv"
+	"strings"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/sluice-gw/sluice/internal/apierr"
+	"github.com/sluice-gw/sluice/internal/jsonx"
+	"github.com/sluice-gw/sluice/internal/translate"
+)
+
+// Fields are the top-level fields of a Responses event that Output.Track
+// reads. They may alias the event: whatever is kept is copied.
+type Fields struct {
+	Type, OutputIndex, ContentIndex, SummaryIndex, ItemID gjson.Result
+	Delta, Item, Part, Response                           gjson.Result
+}
+
+// Read fills f from the top-level members of ev, a parsed JSON object (for
+// a reader that has no one-pass scanner of its own). A later duplicate key
+// wins.
+func (f *Fields) Read(ev gjson.Result) {
+	ev.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "type":
+			f.Type = v
+		case "output_index":
+			f.OutputIndex = v
+		case "content_index":
+			f.ContentIndex = v
+		case "summary_index":
+			f.SummaryIndex = v
+		case "item_id":
+			f.ItemID = v
+		case "delta":
+			f.Delta = v
+		case "item":
+			f.Item = v
+		case "part":
+			f.Part = v
+		case "response":
+			f.Response = v
+		}
+		return true
+	})
+}
+
+// Output is what the readers of a Responses stream were sent.
+type Output struct {
+	Base  []byte  // the Response object of the last lifecycle event, as it was sent
+	Items []*Item // the output items, in the order they were added
+	Usage []byte  // the usage, once known (a terminal event's, or its writer's)
+}
+
+// Item is one output item as the readers saw it.
+type Item struct {
+	Index   int64  // output_index
+	ID      string // item id
+	Type    string // message, reasoning, function_call, …
+	Added   []byte // the item as output_item.added showed it
+	Done    []byte // the item as output_item.done showed it; nil while open
+	Parts   []*Part
+	Summary []*Part // reasoning summary parts
+	Args    []byte  // function_call arguments / custom tool input so far, JSON-escaped without quotes
+	Edited  bool    // the gateway's stream hook dropped or replaced an event about it
+}
+
+// Part is one content (or summary) part as the readers saw it.
+type Part struct {
+	Index  int64
+	Added  []byte // the part as *_part.added showed it
+	Done   []byte // the part as *_part.done showed it; nil while open
+	Text   []byte // its text so far, JSON-escaped without quotes
+	Edited bool   // the gateway's stream hook dropped or replaced an event about it
+}
+
+// Track records what an event the readers got said about the output.
+// lifecycle reports a lifecycle event whose Response became the base.
+func (o *Output) Track(f *Fields) (lifecycle bool) {
+	switch typ := f.Type.Str; typ {
+	case "response.created", "response.in_progress", "response.queued":
+		if f.Response.IsObject() {
+			o.Base = append(o.Base[:0], f.Response.Raw...)
+			return true
+		}
+	case "response.output_item.added":
+		if f.Item.IsObject() {
+			o.Items = append(o.Items, &Item{Index: f.OutputIndex.Int(), Added: []byte(f.Item.Raw),
+				ID: strings.Clone(f.Item.Get("id").String()), Type: strings.Clone(f.Item.Get("type").String())})
+		}
+	case "response.output_item.done":
+		if it := o.ItemOf(f); it != nil && f.Item.IsObject() {
+			it.Done = []byte(f.Item.Raw)
+		}
+	case "response.content_part.added", "response.reasoning_summary_part.added":
+		if it := o.ItemOf(f); it != nil && f.Part.IsObject() {
+			p := &Part{Added: []byte(f.Part.Raw)}
+			if typ == "response.content_part.added" {
+				p.Index = f.ContentIndex.Int()
+				it.Parts = append(it.Parts, p)
+			} else {
+				p.Index = f.SummaryIndex.Int()
+				it.Summary = append(it.Summary, p)
+			}
+		}
+	case "response.content_part.done", "response.reasoning_summary_part.done":
+		if p := o.PartOf(typ == "response.content_part.done", f); p != nil && f.Part.IsObject() {
+			p.Done = []byte(f.Part.Raw)
+		}
+	case "response.output_text.delta", "response.refusal.delta", "response.reasoning_text.delta":
+		if p := o.PartOf(true, f); p != nil && f.Delta.Type == gjson.String {
+			p.Text = append(p.Text, f.Delta.Raw[1:len(f.Delta.Raw)-1]...)
+		}
+	case "response.reasoning_summary_text.delta":
+		if p := o.PartOf(false, f); p != nil && f.Delta.Type == gjson.String {
+			p.Text = append(p.Text, f.Delta.Raw[1:len(f.Delta.Raw)-1]...)
+		}
+	case "response.function_call_arguments.delta", "response.custom_tool_call_input.delta":
+		if it := o.ItemOf(f); it != nil && f.Delta.Type == gjson.String {
+			it.Args = append(it.Args, f.Delta.Raw[1:len(f.Delta.Raw)-1]...)
+		}
+	case "response.completed", "response.incomplete", "response.failed":
+		if u := f.Response.Get("usage"); u.IsObject() {
+			o.Usage = append(o.Usage[:0], u.Raw...)
+		}
+	}
+	return false
+}
+
+// ItemOf is the item an event is about: the one its item_id (or, for
+// response.output_item.done, its item's id) names, else the latest at its
+// output_index. By id first because an upstream may number two items alike
+// (docs/ARCHITECTURE.md §3): by index alone, the second item's parts would
+// be filed under the first.
+func (o *Output) ItemOf(f *Fields) *Item {
+	id := f.ItemID
+	if f.Item.IsObject() {
+		id = f.Item.Get("id")
+	}
+	if id.Type == gjson.String && id.Str != "" {
+		for k := len(o.Items) - 1; k >= 0; k-- {
+			if o.Items[k].ID == id.Str {
+				return o.Items[k]
+			}
+		}
+	}
+	return o.ItemAt(f.OutputIndex)
+}
+
+// ItemAt is the item at output index idx; with two at one index, the later.
+func (o *Output) ItemAt(idx gjson.Result) *Item {
+	if idx.Type != gjson.Number {
+		return nil
+	}
+	n := idx.Int()
+	for k := len(o.Items) - 1; k >= 0; k-- {
+		if o.Items[k].Index == n {
+			return o.Items[k]
+		}
+	}
+	return nil
+}
+
+// PartOf is the content (else summary) part an event is about.
+func (o *Output) PartOf(content bool, f *Fields) *Part {
+	it := o.ItemOf(f)
+	if it == nil {
+		return nil
+	}
+	parts, idx := it.Parts, f.ContentIndex
+	if !content {
+		parts, idx = it.Summary, f.SummaryIndex
+	}
+	n := idx.Int()
+	if n >= 0 && n < int64(len(parts)) && parts[n].Index == n {
+		return parts[n]
+	}
+	for _, p := range parts {
+		if p.Index == n {
+			return p
+		}
+	}
+	return nil
+}
+
+// Text returns the item's text so far: its content parts' texts joined.
+func (it *Item) Text() string {
+	var b []byte
+	for _, p := range it.Parts {
+		b = append(b, p.Text...)
+	}
+	return Unescape(b)
+}
+
+// Arguments returns a function call's arguments so far.
+func (it *Item) Arguments() string { return Unescape(it.Args) }
+
+// Status is "completed" (or what its done form says) once done, else
+// "in_progress".
+func (it *Item) Status() string {
+	if it.Done != nil {
+		if st := gjson.GetBytes(it.Done, "status"); st.Type == gjson.String {
+			return st.Str
+		}
+		return "completed"
+	}
+	return "in_progress"
+}
+
+// Unescape returns JSON-escaped text (without its quotes) as a Go string.
+func Unescape(escaped []byte) string {
+	var s string
+	if json.Unmarshal(Quoted(escaped), &s) != nil {
+		return string(escaped)
+	}
+	return s
+}
+
+// Quoted makes JSON-escaped text a JSON string, in a new slice.
+func Quoted(escaped []byte) []byte {
+	return append(append(append(make([]byte, 0, len(escaped)+2), '"'), escaped...), '"')
+}
+
+// AppendJSON renders the item for a Response object: its done form once
+// done, else its added form closed as incomplete with what was streamed
+// into it.
+func (it *Item) AppendJSON(b []byte) []byte {
+	if it.Done != nil {
+		return append(b, it.Done...)
+	}
+	raw := it.Added
+	set := func(path string, value []byte) {
+		if out, err := sjson.SetRawBytes(raw, path, value); err == nil {
+			raw = out
+		}
+	}
+	set("status", []byte(`"incomplete"`))
+	switch it.Type {
+	case "function_call", "custom_tool_call", "mcp_call":
+		field := "arguments"
+		if it.Type == "custom_tool_call" {
+			field = "input"
+		}
+		set(field, Quoted(it.Args))
+	default:
+		if len(it.Parts) > 0 || it.Type == "message" {
+			set("content", appendParts(nil, it.Parts))
+		}
+		if len(it.Summary) > 0 {
+			set("summary", appendParts(nil, it.Summary))
+		} else if it.Type == "reasoning" && !gjson.GetBytes(raw, "summary").Exists() {
+			set("summary", []byte("[]"))
+		}
+	}
+	return append(b, raw...)
+}
+
+func appendParts(b []byte, parts []*Part) []byte {
+	b = append(b, '[')
+	for k, p := range parts {
+		if k > 0 {
+			b = append(b, ',')
+		}
+		if p.Done != nil {
+			b = append(b, p.Done...)
+			continue
+		}
+		field := "text"
+		if gjson.GetBytes(p.Added, "type").Str == "refusal" {
+			field = "refusal"
+		}
+		part := p.Added
+		if out, err := sjson.SetRawBytes(part, field, Quoted(p.Text)); err == nil {
+			part = out
+		}
+		b = append(b, part...)
+	}
+	return append(b, ']')
+}
+
+// Response is what a Response object the writer renders holds besides what
+// the Output has.
+type Response struct {
+	ID        string
+	CreatedAt int64  // used when neither the base nor From has a created_at
+	Status    string // the Response's status
+	// The error: Error, else ErrorRaw (an upstream's error object), else null.
+	Error    *apierr.Error
+	ErrorRaw []byte
+	// IncompleteDetails is the incomplete_details object; nil: null.
+	IncompleteDetails []byte
+	// From, when an object, gives the other fields instead of the base (a
+	// continuation's own Response); its created_at only when the base has none.
+	From  gjson.Result
+	Model string                // when neither the base nor From shows one
+	Echo  translate.RequestEcho // the request's fields, for those neither shows
+}
+
+// responseKeys are the Response fields the writer sets itself.
+var responseKeys = map[string]bool{"id": true, "object": true, "created_at": true, "status": true, "error": true,
+	"incomplete_details": true, "output": true, "usage": true}
+
+// AppendEvent appends the data of a lifecycle or terminal event of type typ
+// numbered seq, whose Response is r's.
+func (o *Output) AppendEvent(b []byte, typ string, seq int64, r *Response) []byte {
+	b = append(b, `{"type":`...)
+	b = jsonx.AppendQuote(b, typ)
+	b = append(b, `,"sequence_number":`...)
+	b = strconv.AppendInt(b, seq, 10)
+	b = append(b, `,"response":`...)
+	b = o.AppendResponse(b, r)
+	return append(b, '}')
+}
+
+// AppendResponse appends a complete Response object (every field the spec's
+// Response requires, null where unknown) with the output already sent, the
+// items still open closed as incomplete, and the usage once known. Its
+// other fields are r.From's, else the last lifecycle event's, else r's
+// model and request echo with the API's defaults.
+func (o *Output) AppendResponse(b []byte, r *Response) []byte {
+	base := gjson.ParseBytes(o.Base)
+	created := base.Get("created_at")
+	if r.From.IsObject() {
+		if created.Type != gjson.Number {
+			created = r.From.Get("created_at")
+		}
+		base = r.From
+	}
+	b = append(b, `{"id":`...)
+	b = jsonx.AppendQuote(b, r.ID)
+	b = append(b, `,"object":"response","created_at":`...)
+	if created.Type == gjson.Number {
+		b = append(b, created.Raw...)
+	} else {
+		b = strconv.AppendInt(b, r.CreatedAt, 10)
+	}
+	b = append(b, `,"status":`...)
+	b = jsonx.AppendQuote(b, r.Status)
+	b = append(b, `,"error":`...)
+	switch {
+	case r.Error != nil:
+		b = translate.AppendResponseError(b, r.Error.Code, r.Error.Message)
+	case len(r.ErrorRaw) > 0:
+		b = append(b, r.ErrorRaw...)
+	default:
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"incomplete_details":`...)
+	if len(r.IncompleteDetails) > 0 {
+		b = append(b, r.IncompleteDetails...)
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"output":[`...)
+	for k, it := range o.Items {
+		if k > 0 {
+			b = append(b, ',')
+		}
+		b = it.AppendJSON(b)
+	}
+	b = append(b, ']')
+	if len(o.Usage) > 0 { // the spec's usage is an object: absent while unknown
+		b = append(b, `,"usage":`...)
+		b = append(b, o.Usage...)
+	}
+	seen := map[string]bool{}
+	if base.IsObject() {
+		base.ForEach(func(k, v gjson.Result) bool {
+			if !responseKeys[k.Str] && !seen[k.Str] {
+				seen[k.Str] = true
+				b = append(b, ',')
+				b = append(b, k.Raw...)
+				b = append(b, ':')
+				b = append(b, v.Raw...)
+			}
+			return true
+		})
+	}
+	if !seen["model"] {
+		b = append(b, `,"model":`...)
+		b = jsonx.AppendQuote(b, r.Model)
+	}
+	// The request's fields the Response echoes, for those the base did not
+	// show (or when there was none), with the API's defaults.
+	echo := translate.AppendEcho([]byte(`{"_":0`), r.Echo)
+	gjson.ParseBytes(append(echo, '}')).ForEach(func(k, v gjson.Result) bool {
+		if k.Str != "_" && !seen[k.Str] && !responseKeys[k.Str] {
+			b = append(b, ',')
+			b = append(b, k.Raw...)
+			b = append(b, ':')
+			b = append(b, v.Raw...)
+		}
+		return true
+	})
+	return append(b, '}')
+}
+
+// NewResponseID is the id of a Response written for a stream whose readers
+// were shown none: "resp_sluice_" and 24 hex digits.
+func NewResponseID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "resp_sluice_" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,67 @@
+package sent_test
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/sluice-gw/sluice/internal/sent"
+)
+
+// TestResponseIDShape: a response written on a stream's behalf (a failure
+// before any upstream named one) gets the id resp_sluice_ and 24 lowercase
+// hex digits, 96 random bits: a client that stores ids keeps one shape, and
+// two failures never share an id.
+func TestResponseIDShape(t *testing.T) {
+	shape := regexp.MustCompile(`^resp_sluice_[0-9a-f]{24}$`)
+	a, b := sent.NewResponseID(), sent.NewResponseID()
+	if !shape.MatchString(a) || !shape.MatchString(b) || a == b {
+		t.Fatalf("NewResponseID(): %q and %q, want two different ids resp_sluice_ and 24 hex digits", a, b)
+	}
+}
+
+// TestTrackKeepsOutputValid: an event whose item or part is not a JSON
+// object (an upstream's malformed output_item.done, content_part.added)
+// changes nothing, so the Response rendered afterwards is still valid JSON
+// and shows the item as it was streamed, closed as incomplete.
+func TestTrackKeepsOutputValid(t *testing.T) {
+	var o sent.Output
+	for _, ev := range []string{
+		`{"type":"response.output_item.added","output_index":0,"item":{"id":"msg_1","type":"message","role":"assistant","status":"in_progress","content":[]}}`,
+		`{"type":"response.content_part.added","output_index":0,"content_index":0,"part":null}`,
+		`{"type":"response.content_part.added","output_index":0,"content_index":0,"part":{"type":"output_text","text":"","annotations":[]}}`,
+		`{"type":"response.output_text.delta","output_index":0,"content_index":0,"delta":"Hi"}`,
+		`{"type":"response.output_item.done","output_index":0}`,
+		`{"type":"response.output_item.added","output_index":1,"item":"not an item"}`,
+	} {
+		o.Track(fields(ev))
+	}
+	b := o.AppendResponse(nil, &sent.Response{ID: "resp_1", Status: "failed", Model: "m"})
+	if !gjson.ValidBytes(b) {
+		t.Fatalf("invalid Response: %s", b)
+	}
+	want := `[{"id":"msg_1","type":"message","role":"assistant","status":"incomplete","content":[{"type":"output_text","text":"Hi","annotations":[]}]}]`
+	if got := gjson.GetBytes(b, "output").Raw; got != want {
+		t.Fatalf("output %s\nwant %s", got, want)
+	}
+}
+
+// TestAppendResponseKeepsFieldsOnce: a Response the upstream showed with a
+// field twice gives it once (the first), so the rendered Response has no
+// duplicate keys.
+func TestAppendResponseKeepsFieldsOnce(t *testing.T) {
+	var o sent.Output
+	o.Track(fields(`{"type":"response.created","response":{"id":"resp_1","model":"a","model":"b","created_at":7}}`))
+	b := string(o.AppendResponse(nil, &sent.Response{ID: "resp_1", Status: "failed", Model: "m"}))
+	if strings.Count(b, `"model"`) != 1 || gjson.Get(b, "model").Str != "a" || gjson.Get(b, "created_at").Raw != "7" {
+		t.Fatalf("Response %s: want one model, a, created_at 7", b)
+	}
+}
+
+func fields(event string) *sent.Fields {
+	var f sent.Fields
+	f.Read(gjson.Parse(event))
+	return &f
+}
