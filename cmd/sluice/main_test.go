@@ -101,6 +101,36 @@ func waitListening(t *testing.T, out *bufio.Reader) string {
 	}
 }
 
+// openStream posts a streaming Responses request to base and reads its
+// first n events.
+func openStream(t *testing.T, base string, n int) *sse.Reader {
+	t.Helper()
+	resp, err := http.Post(base+"/v1/responses", "application/json", strings.NewReader(`{"model":"gpt-fake-1","input":"hi","stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	r := sse.NewReader(resp.Body, 1<<20)
+	for i := 0; i < n; i++ {
+		if _, err := r.Next(); err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+	}
+	return r
+}
+
+// lastEvent reads r to its end and returns the last event.
+func lastEvent(r *sse.Reader) sse.Event {
+	var last sse.Event
+	for {
+		ev, err := r.Next()
+		if err != nil {
+			return last
+		}
+		last = ev.Clone()
+	}
+}
+
 func TestServeDrainsOnSIGTERMAndExitsZero(t *testing.T) {
 	up := upstreamtest.NewServer(upstreamtest.Options{Name: "A"})
 	defer up.Close()
@@ -111,28 +141,11 @@ func TestServeDrainsOnSIGTERMAndExitsZero(t *testing.T) {
 	base := waitListening(t, out)
 	go func() { _, _ = io.Copy(io.Discard, out) }()
 
-	resp, err := http.Post(base+"/v1/responses", "application/json", strings.NewReader(`{"model":"gpt-fake-1","input":"hi","stream":true}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	r := sse.NewReader(resp.Body, 1<<20)
-	for i := 0; i < 3; i++ {
-		if _, err := r.Next(); err != nil {
-			t.Fatalf("event %d: %v", i, err)
-		}
-	}
+	r := openStream(t, base, 3)
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	var last sse.Event
-	for {
-		ev, err := r.Next()
-		if err != nil {
-			break
-		}
-		last = ev.Clone()
-	}
+	last := lastEvent(r)
 	if last.Name != "response.failed" || !strings.Contains(string(last.Data), "stream_incomplete") {
 		t.Fatalf("last event %s %s", last.Name, last.Data)
 	}

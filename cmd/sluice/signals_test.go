@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-gw/sluice/gateway/sse"
 	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
@@ -38,27 +37,12 @@ func TestServeLogsAndIgnoresSIGHUP(t *testing.T) {
 	base := waitListening(t, out)
 	go func() { _, _ = io.Copy(io.Discard, out) }()
 
-	resp, err := http.Post(base+"/v1/responses", "application/json", strings.NewReader(`{"model":"gpt-fake-1","input":"hi","stream":true}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	r := sse.NewReader(resp.Body, 1<<20)
-	if _, err := r.Next(); err != nil {
-		t.Fatalf("first event: %v", err)
-	}
+	r := openStream(t, base, 1)
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the SIGHUP log line", func() bool { return strings.Contains(stderr.String(), "SIGHUP ignored") })
-	var last sse.Event
-	for {
-		ev, err := r.Next()
-		if err != nil {
-			break
-		}
-		last = ev.Clone()
-	}
+	last := lastEvent(r)
 	if last.Name != "response.completed" {
 		t.Fatalf("the stream in flight at the SIGHUP ended with %q %s, want response.completed\n%s", last.Name, last.Data, stderr.String())
 	}
