@@ -1310,7 +1310,7 @@ func (cs *clientStream) trackToolLocked(i int, name, args string) {
 	}
 	t := &cs.chatTools[i]
 	if t.name == "" {
-		t.name = name
+		t.name = strings.Clone(name) // name aliases the event's buffer (parseJSON), which the reader reuses
 	}
 	t.args = append(t.args, args...)
 }
