@@ -341,7 +341,7 @@ func (s *Server) handleGetResponse(w http.ResponseWriter, r *http.Request, ps ht
 		q.Set("stream", "true")
 		r.URL.RawQuery = q.Encode()
 	}
-	s.askOwner(w, r, id, ownerCall{stream: stream, after: after})
+	s.askOwner(w, r, id, owner, ownerCall{stream: stream, after: after})
 }
 
 // resumeSSE answers a resume as an SSE stream.
@@ -400,7 +400,7 @@ func (s *Server) handleInputItems(w http.ResponseWriter, r *http.Request, ps htt
 		}
 	}
 	if !found {
-		s.askOwner(w, r, id, ownerCall{suffix: "/input_items"})
+		s.askOwner(w, r, id, owner, ownerCall{suffix: "/input_items"})
 		return
 	}
 	list, aerr := inputItemList(id, input, r.URL.Query())
@@ -548,7 +548,7 @@ func (s *Server) handleDeleteResponse(w http.ResponseWriter, r *http.Request, ps
 			return
 		}
 	}
-	s.askOwner(w, r, id, ownerCall{})
+	s.askOwner(w, r, id, owner, ownerCall{})
 }
 
 func (s *Server) handleCancelResponse(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
@@ -593,7 +593,7 @@ func (s *Server) handleCancelResponse(w http.ResponseWriter, r *http.Request, ps
 			return
 		}
 	}
-	s.askOwner(w, r, id, ownerCall{suffix: "/cancel"})
+	s.askOwner(w, r, id, owner, ownerCall{suffix: "/cancel"})
 }
 
 // ownerCall is a resource call asked of the upstream that owns the
@@ -610,12 +610,11 @@ type ownerCall struct {
 // "Upstreams"): scrubbed of keys, bounded, and OpenAI-shaped when it is an
 // error; a resumed stream ends with one terminal event whatever the owner
 // does.
-func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id string, call ownerCall) {
+func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id, hash string, call ownerCall) {
 	window := defaultResumeWindow
 	if s.logs != nil {
 		window = s.logs.opts.Window
 	}
-	hash := clientkey.Hash(r.Header)
 	if s.cont == nil {
 		notResumable(id, window).Write(w)
 		return
@@ -642,8 +641,6 @@ func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id string, cal
 	defer cancel(nil)
 	stopDrain := context.AfterFunc(s.streamsCtx, func() { cancel(context.Cause(s.streamsCtx)) })
 	defer stopDrain()
-	idle := newIdleTimer(s.opts.IdleTimeout, func() { cancel(errIdleTimeout) })
-	defer idle.stop()
 	path := "/responses/" + upID + call.suffix
 	if r.URL.RawQuery != "" {
 		path += "?" + r.URL.RawQuery
@@ -655,8 +652,7 @@ func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id string, cal
 		return
 	}
 	upReq.Header = upstreamHeaders(&clientRequest{header: r.Header, key: keyOf(r)}, u.Config(), call.stream)
-	idle.arm()
-	resp, err := s.client.Do(upReq)
+	resp, err := s.client.Do(upReq) // the transport bounds the wait for headers (timeouts.header)
 	if err != nil {
 		apierr.UpstreamUnavailable(http.StatusBadGateway, "upstream %q that owns the response did not answer: %s", u.Name(), s.scrub.String(upstream.RedactError(err))).Write(w)
 		return
@@ -667,11 +663,10 @@ func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id string, cal
 		return
 	}
 	s.scrub.Header(resp.Header)
-	body := &idleReader{r: resp.Body, idle: idle}
 	eventStream := strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Type")), "text/event-stream")
 	switch {
 	case resp.StatusCode/100 != 2:
-		b, _ := io.ReadAll(io.LimitReader(body, maxUpstreamErrorBody))
+		b, _ := s.readIdle(resp.Body, maxUpstreamErrorBody)
 		b = s.scrub.Bytes(b)
 		if aerr := ownerError(u.Name(), resp.StatusCode, b, s.opts.MaxJSONDepth); aerr != nil {
 			aerr.Write(w)
@@ -679,6 +674,10 @@ func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id string, cal
 		}
 		relayOwner(w, resp, b)
 	case call.stream && eventStream:
+		idle := newIdleTimer(s.opts.IdleTimeout, func() { cancel(errIdleTimeout) })
+		defer idle.stop()
+		idle.arm()
+		body := &idleReader{r: resp.Body, idle: idle}
 		s.resumeSSE(w, func(out resumeSink) error {
 			return s.followOwner(r.Context(), ctx, u, sse.NewReader(body, s.opts.MaxEventBytes), call.after, out)
 		})
@@ -688,10 +687,7 @@ func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id string, cal
 	case call.stream || eventStream:
 		ownerFault(u.Name(), "answered a request with stream=%t with Content-Type %q", call.stream, resp.Header.Get("Content-Type")).Write(w)
 	default:
-		b, err := s.readAnswer(struct {
-			io.Reader
-			io.Closer
-		}{body, resp.Body})
+		b, err := s.readAnswer(resp.Body)
 		switch {
 		case err != nil && r.Context().Err() != nil:
 			return // the client went away
@@ -836,7 +832,7 @@ func (s *Server) ownerAnswerBroke(upCtx context.Context, u *upstream.Upstream, e
 	switch cause := context.Cause(upCtx); {
 	case errors.Is(cause, errDraining):
 		return "the gateway is shutting down; retry the request"
-	case errors.Is(cause, errIdleTimeout):
+	case errors.Is(cause, errIdleTimeout), errors.Is(err, errIdleTimeout): // a stream's timer, or readAnswer's
 		return fmt.Sprintf("upstream %q that owns the response sent nothing for %s", u.Name(), s.opts.IdleTimeout)
 	case errors.Is(err, sse.ErrEventTooLarge):
 		return fmt.Sprintf("upstream %q that owns the response sent an event larger than %d bytes", u.Name(), s.opts.MaxEventBytes)

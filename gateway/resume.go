@@ -447,10 +447,12 @@ func (l *streamLog) endLocked(final string) {
 	}
 	l.ended = true
 	close(l.done)
-	h := l.hub
-	h.qmu.Lock()
-	h.endedQ = append(h.endedQ, l)
-	h.qmu.Unlock()
+	if !l.ephemeral { // an ephemeral log is forgotten at once (append), not swept after the window
+		h := l.hub
+		h.qmu.Lock()
+		h.endedQ = append(h.endedQ, l)
+		h.qmu.Unlock()
+	}
 	l.snapshot = nil
 	if final != "" {
 		l.final = []byte(final)
