@@ -175,7 +175,7 @@ func (s *Server) sendChat(upCtx context.Context, idle *idleTimer, req *clientReq
 		return s.warmUp(upCtx, req, opts), nil
 	}
 	resp, ans, err := s.post(upCtx, req, u, "/chat/completions", chatBody)
-	if err != nil || ans.status/100 != 2 {
+	if err != nil || ans.status/100 != 2 || ans.unusable != "" {
 		return ans, err
 	}
 	if isSSE(req, resp) {

@@ -26,18 +26,15 @@ func (s *Server) askChatUsage(req *clientRequest) {
 	if !req.ep.chat || !req.stream || req.meta == nil {
 		return
 	}
-	var b []byte
-	var err error
 	switch opts := gjson.GetBytes(req.body, "stream_options"); {
-	case !opts.Exists() || opts.Type == gjson.Null:
-		b, err = sjson.SetRawBytes(req.body, "stream_options", []byte(`{"include_usage":true}`))
-	case !opts.IsObject():
+	case opts.Exists() && opts.Type != gjson.Null && !opts.IsObject():
 		return
 	case opts.Get("include_usage").Type == gjson.True:
 		return // the client asked: it gets the chunk
-	default:
-		b, err = sjson.SetRawBytes(req.body, "stream_options.include_usage", []byte(`true`))
 	}
+	// Missing or null stream_options becomes {"include_usage":true}; an
+	// object keeps its other members.
+	b, err := sjson.SetRawBytes(req.body, "stream_options.include_usage", []byte(`true`))
 	if err != nil {
 		return
 	}

@@ -178,10 +178,7 @@ func inputItems(body []byte) []byte {
 // upstream is asked for a stream, whose events go to the log only. A
 // failure before the stream began is answered as usual.
 func (s *Server) runBackground(ctx context.Context, w http.ResponseWriter, req *clientRequest, start time.Time) {
-	body, err := sjson.DeleteBytes(req.body, "background")
-	if err == nil {
-		body, err = sjson.SetBytes(body, "stream", true)
-	}
+	body, err := sjson.SetBytes(req.body, "stream", true) // background itself is taken out by process
 	if err != nil {
 		apierr.Invalid("", apierr.CodeInvalidJSON, "the request could not be read: %v", err).Write(w)
 		return

@@ -444,8 +444,9 @@ func policyConfig(in map[string]any) map[string]json.RawMessage {
 }
 
 // checkPolicyConfig holds the policies: section to the policies loaded at
-// start. A policy that refused its config there (its self-test rejected it)
-// and that nothing else serves is a config error, as a bad key elsewhere is:
+// start. A configured policy that was rejected there (its self-test refused
+// its config, or its file did not load) and that nothing else serves is a
+// config error, as a bad key elsewhere is:
 // starting without it would silently drop what the config asked for. A
 // config for a name no policy has is logged: policy_dir may get that file
 // later, but more often the name is misspelled.
@@ -464,7 +465,7 @@ func checkPolicyConfig(configured map[string]any, loaded []plugins.PolicyStatus,
 			logger.Warn("a policy config names no loaded policy; it waits for a policy_dir file of that name",
 				"key", "policies."+name, "loaded", strings.Join(names, ", "))
 		case st.State == plugins.StateRejected && st.SHA256 == "":
-			problems = append(problems, fmt.Sprintf("policies.%s: the policy refused its config: %s", name, st.LastError))
+			problems = append(problems, fmt.Sprintf("policies.%s: the policy refused its config or could not load: %s", name, st.LastError))
 		}
 	}
 	if len(problems) > 0 {

@@ -297,7 +297,7 @@ func Parse(raw []byte, lookup func(string) (string, bool)) (Config, error) {
 	if err := refuseMoreDocuments(docs); err != nil {
 		return cfg, err
 	}
-	if len(root.Content) == 0 { // empty file: all defaults
+	if emptyDocument(&root) { // an empty file (or a bare ---): all defaults
 		return cfg, cfg.Validate()
 	}
 	if err := expandNode(&root, "", lookup); err != nil {
@@ -321,6 +321,12 @@ func Parse(raw []byte, lookup func(string) (string, bool)) (Config, error) {
 // refuseMoreDocuments reports a document after the first: only the first is
 // decoded, so keys after a "---" would be ignored without a word. An empty
 // one (a trailing "---") holds no keys and is let through.
+// emptyDocument reports whether a YAML document holds nothing: no node, or
+// the empty null a bare --- gives.
+func emptyDocument(doc *yaml.Node) bool {
+	return len(doc.Content) == 0 || (doc.Content[0].Kind == yaml.ScalarNode && doc.Content[0].Tag == "!!null" && doc.Content[0].Value == "")
+}
+
 func refuseMoreDocuments(docs *yaml.Decoder) error {
 	for {
 		var doc yaml.Node
@@ -330,7 +336,7 @@ func refuseMoreDocuments(docs *yaml.Decoder) error {
 			return nil
 		case err != nil:
 			return fmt.Errorf("invalid YAML: %w", err)
-		case len(doc.Content) > 0 && !(doc.Content[0].Kind == yaml.ScalarNode && doc.Content[0].Tag == "!!null" && doc.Content[0].Value == ""):
+		case !emptyDocument(&doc):
 			return fmt.Errorf("line %d: a second YAML document starts here; the config must be a single document", doc.Line)
 		}
 	}
@@ -514,12 +520,12 @@ func (c *Config) Validate() error {
 		if strings.ContainsFunc(u.APIKey, unicode.IsControl) { // never echoed: it is a secret
 			bad(key+".api_key", "has a control character (a line break, a tab…; a mounted secret's trailing newline?)")
 		}
-		if upstream.CheckBaseURL(u.BaseURL) != nil { // its error repeats the URL: a key in it must not be shown
-			bad(key+".base_url", "%q is not an http(s) URL", redactURL(hideQuery(u.BaseURL)))
+		if err := upstream.CheckBaseURL(u.BaseURL); err != nil {
+			bad(key+".base_url", "%q %v", redactURL(u.BaseURL), err)
 		} else if strings.Contains(u.BaseURL, "#") { // a fragment is never sent; one here is a mistake
-			bad(key+".base_url", "%q must not have a fragment (#…)", redactURL(hideQuery(u.BaseURL)))
-		} else if path, _, _ := strings.Cut(u.BaseURL, "?"); strings.HasSuffix(path, "/") {
-			bad(key+".base_url", "%q must not end with a slash (the probe is GET {base_url}/models)", redactURL(hideQuery(u.BaseURL)))
+			bad(key+".base_url", "%q must not have a fragment (#…)", redactURL(u.BaseURL))
+		} else if base, _, _ := strings.Cut(u.BaseURL, "?"); strings.HasSuffix(base, "/") {
+			bad(key+".base_url", "%q must not end with a slash (the probe is GET {base_url}/models)", redactURL(u.BaseURL))
 		}
 		switch u.Protocol {
 		case "", "responses", "chat":
@@ -644,17 +650,13 @@ func UpstreamFromURL(raw string, index int) (Upstream, error) {
 		Protocol: protocol}, nil
 }
 
-// hideQuery hides a URL's query or fragment, which may hold a key (?key=…),
-// as the startup summary does.
-func hideQuery(raw string) string {
-	if i := strings.IndexAny(raw, "?#"); i >= 0 && i+1 < len(raw) {
-		return raw[:i+1] + "…"
-	}
-	return raw
-}
-
-// redactURL hides the userinfo (a key) of a URL that is echoed in an error.
+// redactURL hides what may hold a key in a URL that is echoed in an error:
+// its userinfo (https://sk-…@host) and its query or fragment (?key=…), as
+// the startup summary does.
 func redactURL(raw string) string {
+	if i := strings.IndexAny(raw, "?#"); i >= 0 && i+1 < len(raw) {
+		raw = raw[:i+1] + "…"
+	}
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
 		return raw

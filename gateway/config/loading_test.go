@@ -63,6 +63,15 @@ func TestAliasGrowthBounded(t *testing.T) {
 // TestSingleDocument: keys after a "---" would be ignored, so a second
 // document is refused at its line; a leading or trailing marker with no
 // keys after it is not a second document.
+// TestBareMarkerIsTheDefaults: a file holding only --- is empty, as an
+// empty file is (not a bare EOF error).
+func TestBareMarkerIsTheDefaults(t *testing.T) {
+	c, err := Parse([]byte("---\n"), env(nil))
+	if err != nil || c.Listen != Defaults().Listen {
+		t.Fatalf("error %v, listen %q", err, c.Listen)
+	}
+}
+
 func TestSingleDocument(t *testing.T) {
 	for _, tt := range []struct{ name, yaml, want string }{
 		{"second document", "listen: 127.0.0.1:1\n---\nlog: {level: debug}\n",

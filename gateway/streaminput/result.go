@@ -428,7 +428,13 @@ func (t *tracker) dispatch(end int64) {
 	case t.terminal:
 		t.out.Items = nil // no failure of this answer is written any more: its text is not needed
 	case strings.HasPrefix(typ, "response."): // a Responses event (not a Chat chunk)
-		follow(&t.out, obj)
+		// What it said about the output its readers were sent, by the rules
+		// the gateway's client stream follows too (internal/sent): the
+		// response.failed a session writes after the answer began renders
+		// it (terminalAtLocked), so that it agrees with what came before.
+		var f sent.Fields
+		f.Read(obj)
+		t.out.Track(&f)
 	}
 	if id := obj.Get("response.id"); id.Type == gjson.String && t.responseID == "" {
 		t.responseID = id.Str

@@ -24,12 +24,12 @@ func RetryAfter(h http.Header, message string, now time.Time) (d time.Duration, 
 	if h != nil {
 		if v := strings.TrimSpace(h.Get("Retry-After-Ms")); v != "" {
 			if ms, err := strconv.ParseFloat(v, 64); err == nil && ms >= 0 {
-				return cooldownFor(ms, time.Millisecond), true
+				return cooldownFor(ms * float64(time.Millisecond)), true
 			}
 		}
 		if v := strings.TrimSpace(h.Get("Retry-After")); v != "" {
 			if secs, err := strconv.ParseFloat(v, 64); err == nil && secs >= 0 {
-				return cooldownFor(secs, time.Second), true
+				return cooldownFor(secs * float64(time.Second)), true
 			}
 			if t, err := http.ParseTime(v); err == nil {
 				return clampCooldown(t.Sub(now)), true
@@ -46,7 +46,7 @@ func RetryAfter(h http.Header, message string, now time.Time) (d time.Duration, 
 			total += n * float64(unit(part[2]))
 		}
 		if total > 0 {
-			return cooldownFor(total, 1), true
+			return cooldownFor(total), true
 		}
 	}
 	return 0, false
@@ -66,14 +66,11 @@ func unit(s string) time.Duration {
 	}
 }
 
-// cooldownFor is n units as a cooldown, clamped while still a float: a hint
-// too large for a Duration (Retry-After: 999999999999) is the longest
-// cooldown, not an overflow into a negative one.
-func cooldownFor(n float64, unit time.Duration) time.Duration {
-	if f := n * float64(unit); f < float64(MaxCooldown) {
-		return clampCooldown(time.Duration(f))
-	}
-	return MaxCooldown
+// cooldownFor is ns nanoseconds as a cooldown, clamped while still a float:
+// a hint too large for a Duration (Retry-After: 999999999999) is the
+// longest cooldown, not an overflow into a negative one.
+func cooldownFor(ns float64) time.Duration {
+	return clampCooldown(time.Duration(min(ns, float64(MaxCooldown))))
 }
 
 func clampCooldown(d time.Duration) time.Duration {

@@ -242,10 +242,11 @@ func IsHTTPURL(u *url.URL) bool {
 	return u != nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
 
-// CheckBaseURL is IsHTTPURL for a base URL as configured.
+// CheckBaseURL is IsHTTPURL for a base URL as configured. Its error does
+// not repeat the URL, which may hold a key; the caller names the upstream.
 func CheckBaseURL(raw string) error {
 	if u, err := url.Parse(raw); err != nil || !IsHTTPURL(u) {
-		return fmt.Errorf("%q is not an http(s) URL", raw)
+		return errors.New("is not an http(s) URL")
 	}
 	return nil
 }

@@ -18,16 +18,18 @@ import (
 // scheme is hashed as it is.
 func Hash(h http.Header) string {
 	cred := h.Get("Authorization")
+	token := BearerToken(cred)
 	if cred == "" {
-		if cred = strings.TrimSpace(h.Get("Api-Key")); cred != "" && BearerToken(cred) == "" {
-			cred = "Bearer " + cred
+		cred = strings.TrimSpace(h.Get("Api-Key"))
+		if token = BearerToken(cred); token == "" {
+			token = cred
 		}
 	}
-	if cred == "" {
+	switch {
+	case cred == "":
 		return ""
-	}
-	if token := BearerToken(cred); token != "" {
-		cred = "Bearer " + token
+	case token != "" && !(strings.HasPrefix(cred, "Bearer ") && cred[len("Bearer "):] == token):
+		cred = "Bearer " + token // the common form is hashed as it came
 	}
 	sum := sha256.Sum256([]byte(cred))
 	return hex.EncodeToString(sum[:16])
