@@ -1469,5 +1469,5 @@ func (s *Server) continuationAnswer(ctx, upCtx context.Context, out responder, r
 		why := "HTTP " + strconv.Itoa(ans.status) + " " + firstNonEmpty(perr.Code, perr.Message, strings.TrimSpace(string(ans.body)))
 		return s.continuationFailed(ctx, cs, req, u, statusClass(perr.Code, ans.status), perr.Code, ans.status, why), true
 	}
-	return s.continuationFailed(ctx, cs, req, u, hostabi.FailureOther, "", 0, firstNonEmpty(ans.unusable, "a complete answer instead of a stream")), true
+	return s.continuationFailed(ctx, cs, req, u, hostabi.FailureOther, "", 0, "a complete answer instead of a stream"), true
 }

@@ -397,6 +397,9 @@ type upstreamAnswer struct {
 	// encoding the gateway does not decode, or no event stream for a stream
 	// request (unusableAnswer). "" otherwise.
 	unusable string
+	// statusFrames: a WebSocket upstream's stream, whose first frame may
+	// refuse the request with a status (wsStatusAnswer).
+	statusFrames bool
 }
 
 // eventSource yields upstream events: an SSE reader, or WebSocket frames.
@@ -609,6 +612,16 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 			return s.continuationFailed(ctx, cs, req, u, hostabi.FailureFirstToken, "", 0, res.why)
 		}
 		return res
+	}
+	if refusal := wsStatusAnswer(first, err); refusal != nil && ans.statusFrames && tryOf(req).cont == nil {
+		// The upstream finished the request with its error frame, as an
+		// HTTP upstream with a status: handled alike, and the socket (with
+		// the previous_response_id state it holds) stays.
+		cs.discard()
+		s.scrub.Header(refusal.header)
+		ans.status, ans.header, ans.body = refusal.status, refusal.header, refusal.body
+		reusable = true
+		return s.statusFailure(ctx, out, req, u, ans)
 	}
 	end := p.run(first, err)
 	for end.unseen {

@@ -209,17 +209,10 @@ func (w *wsUpstreams) send(upCtx context.Context, idle *idleTimer, req *clientRe
 	idle.arm()
 	src := &wsSource{conn: sock.conn, ctx: upCtx, idle: idle, max: w.s.opts.MaxEventBytes}
 	// The first frame says how the upstream took the request, as an HTTP
-	// answer's status line does: it is read here, and yielded again as the
-	// stream's first event unless it is a refusal with a status.
-	first, err := src.peek()
-	if ans := wsStatusAnswer(first, err); ans != nil {
-		ans.pending = pending
-		// The upstream finished the request with its error frame: the
-		// socket, and the previous_response_id state it holds, stays.
-		ans.done = func(bool) { w.release(sock, true) }
-		return ans, nil
-	}
-	return &upstreamAnswer{status: http.StatusOK, src: src, pending: pending, done: func(reusable bool) { w.release(sock, reusable) }}, nil
+	// answer's status line does; attempt reads it under first_token and
+	// handles a refusal with a status as that status (wsStatusAnswer).
+	return &upstreamAnswer{status: http.StatusOK, src: src, statusFrames: true, pending: pending,
+		done: func(reusable bool) { w.release(sock, reusable) }}, nil
 }
 
 // wsStatusAnswer turns an upstream's refusal of a response.create, a first
@@ -314,29 +307,9 @@ type wsSource struct {
 	ctx  context.Context
 	idle *idleTimer
 	max  int
-
-	peeked   bool // first and firstErr are the next Next's answer
-	first    sse.Event
-	firstErr error
-}
-
-// peek reads the next event ahead; Next yields it (or its error) again.
-func (src *wsSource) peek() (sse.Event, error) {
-	src.first, src.firstErr = src.read()
-	src.peeked = true
-	return src.first, src.firstErr
 }
 
 func (src *wsSource) Next() (sse.Event, error) {
-	if src.peeked {
-		ev, err := src.first, src.firstErr
-		src.peeked, src.first, src.firstErr = false, sse.Event{}, nil
-		return ev, err
-	}
-	return src.read()
-}
-
-func (src *wsSource) read() (sse.Event, error) {
 	for {
 		src.idle.touch()
 		typ, data, err := src.conn.Read(src.ctx)
