@@ -174,18 +174,17 @@ func (s *Server) sendChat(upCtx context.Context, idle *idleTimer, req *clientReq
 	if gjson.GetBytes(req.body, "generate").Type == gjson.False {
 		return s.warmUp(upCtx, req, opts), nil
 	}
-	resp, ans, err := s.post(upCtx, req, u, "/chat/completions", chatBody)
+	resp, ans, err := s.post(upCtx, idle, req, u, "/chat/completions", chatBody)
 	if err != nil || ans.status/100 != 2 || ans.unusable != "" {
 		return ans, err
 	}
 	if isSSE(req, resp) {
-		idle.arm()
 		ir := &idleReader{r: resp.Body, idle: idle}
 		ans.src = &chatSource{s: s, ctx: upCtx, req: req, in: sse.NewReader(ir, s.opts.MaxEventBytes), tr: translate.NewStream(opts)}
 		ans.beforeRead = &ir.before
 		return ans, nil
 	}
-	body, err := s.readAnswer(resp.Body)
+	body, err := s.readAnswer(&idleReader{r: resp.Body, idle: idle})
 	if err != nil {
 		ans.readErr = err
 		return ans, nil

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
@@ -422,8 +421,10 @@ func (s *Server) send(upCtx context.Context, idle *idleTimer, req *clientRequest
 }
 
 // post sends body to u's path with the request's headers. A non-2xx answer
-// comes back with its (bounded) body read.
-func (s *Server) post(upCtx context.Context, req *clientRequest, u *upstream.Upstream, path string, body []byte) (*http.Response, *upstreamAnswer, error) {
+// comes back with its (bounded) body read. Once the headers are in, the
+// attempt's idle timer is armed: it bounds the silence while any body is
+// read, as between stream events (through idleReader).
+func (s *Server) post(upCtx context.Context, idle *idleTimer, req *clientRequest, u *upstream.Upstream, path string, body []byte) (*http.Response, *upstreamAnswer, error) {
 	upReq, err := http.NewRequestWithContext(upCtx, http.MethodPost, u.URL(path), bytes.NewReader(body))
 	if err != nil {
 		return nil, nil, err
@@ -434,6 +435,7 @@ func (s *Server) post(upCtx context.Context, req *clientRequest, u *upstream.Ups
 	if err != nil {
 		return nil, nil, err
 	}
+	idle.arm()
 	ans := &upstreamAnswer{status: resp.StatusCode, header: resp.Header, done: func(reusable bool) { closeUpstreamBody(resp.Body, reusable) }}
 	if coding, ok := decodeAnswer(resp); !ok {
 		// A body the gateway cannot decode is not read: neither the checks
@@ -446,7 +448,7 @@ func (s *Server) post(upCtx context.Context, req *clientRequest, u *upstream.Ups
 		return resp, ans, nil
 	}
 	if resp.StatusCode/100 != 2 {
-		ans.body, _ = s.readIdle(resp.Body, maxUpstreamErrorBody)
+		ans.body, _ = io.ReadAll(io.LimitReader(&idleReader{r: resp.Body, idle: idle}, maxUpstreamErrorBody))
 	}
 	return resp, ans, nil
 }
@@ -479,44 +481,23 @@ func isSSE(req *clientRequest, resp *http.Response) bool {
 	return req.stream && strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Type")), "text/event-stream")
 }
 
-// readAnswer reads a complete 2xx answer, bounded in size and in silence
-// (readIdle).
-func (s *Server) readAnswer(body io.ReadCloser) ([]byte, error) {
+// readAnswer reads a complete 2xx answer, bounded. The caller bounds the
+// silence (an idleReader on its attempt's timer).
+func (s *Server) readAnswer(r io.Reader) ([]byte, error) {
 	limit := int64(s.opts.MaxEventBytes) * 4
-	b, err := s.readIdle(body, limit+1)
-	if err == nil && int64(len(b)) > limit {
+	body, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err == nil && int64(len(body)) > limit {
 		err = fmt.Errorf("the upstream answer exceeds %d bytes", limit)
 	}
-	return b, err
-}
-
-// readIdle reads an upstream body to its end, at most limit bytes. Once the
-// headers are in, timeouts.idle bounds the silence between reads, as it does
-// between stream events: an upstream that keeps a body open without sending
-// has it closed (which ends the blocked read), and the error wraps
-// errIdleTimeout.
-func (s *Server) readIdle(body io.ReadCloser, limit int64) ([]byte, error) {
-	var silent atomic.Bool
-	idle := newIdleTimer(s.opts.IdleTimeout, func() {
-		silent.Store(true)
-		body.Close()
-	})
-	idle.arm()
-	defer idle.stop()
-	b, err := io.ReadAll(io.LimitReader(&idleReader{r: body, idle: idle}, limit))
-	if err != nil && silent.Load() {
-		err = fmt.Errorf("%w (%s): %w", errIdleTimeout, s.opts.IdleTimeout, err)
-	}
-	return b, err
+	return body, err
 }
 
 func (s *Server) sendHTTP(upCtx context.Context, idle *idleTimer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
-	resp, ans, err := s.post(upCtx, req, u, req.ep.path, req.body)
+	resp, ans, err := s.post(upCtx, idle, req, u, req.ep.path, req.body)
 	if err != nil || ans.status/100 != 2 || ans.unusable != "" {
 		return ans, err
 	}
 	if isSSE(req, resp) {
-		idle.arm()
 		ir := &idleReader{r: resp.Body, idle: idle}
 		ans.src, ans.beforeRead = sse.NewReader(ir, s.opts.MaxEventBytes), &ir.before
 		return ans, nil
@@ -527,7 +508,7 @@ func (s *Server) sendHTTP(upCtx context.Context, idle *idleTimer, req *clientReq
 		ans.unusable = fmt.Sprintf("HTTP %d with %s instead of an event stream", ans.status, s.contentTypeOf(resp.Header))
 		return ans, nil
 	}
-	ans.body, ans.readErr = s.readAnswer(resp.Body)
+	ans.body, ans.readErr = s.readAnswer(&idleReader{r: resp.Body, idle: idle})
 	return ans, nil
 }
 
@@ -914,7 +895,7 @@ func (s *Server) relayJSON(ctx, upCtx context.Context, out responder, req *clien
 	case err != nil && errors.Is(context.Cause(upCtx), errDraining):
 		out.fail(req, apierr.StreamIncomplete("the gateway is shutting down; retry the request"), failAsTerminal)
 		return attemptResult{next: nextDone}
-	case errors.Is(err, errIdleTimeout):
+	case err != nil && errors.Is(context.Cause(upCtx), errIdleTimeout):
 		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), reasonIdle).Inc()
 		s.log.Warn("upstream answer stalled", "upstream", u.Name(), "idle", s.opts.IdleTimeout.String())
 		out.fail(req, apierr.StreamIncomplete("the upstream sent nothing for %s while sending its answer", s.opts.IdleTimeout), failAsTerminal)

@@ -660,10 +660,14 @@ func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id, hash strin
 		return
 	}
 	s.scrub.Header(resp.Header)
+	idle := newIdleTimer(s.opts.IdleTimeout, func() { cancel(errIdleTimeout) })
+	defer idle.stop()
+	idle.arm() // the headers are in: from now on, the owner's silence is bounded
+	body := &idleReader{r: resp.Body, idle: idle}
 	eventStream := strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Type")), "text/event-stream")
 	switch {
 	case resp.StatusCode/100 != 2:
-		b, _ := s.readIdle(resp.Body, maxUpstreamErrorBody)
+		b, _ := io.ReadAll(io.LimitReader(body, maxUpstreamErrorBody))
 		b = s.scrub.Bytes(b)
 		if aerr := ownerError(u.Name(), resp.StatusCode, b, s.opts.MaxJSONDepth); aerr != nil {
 			aerr.Write(w)
@@ -671,10 +675,6 @@ func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id, hash strin
 		}
 		relayOwner(w, resp, b)
 	case call.stream && eventStream:
-		idle := newIdleTimer(s.opts.IdleTimeout, func() { cancel(errIdleTimeout) })
-		defer idle.stop()
-		idle.arm()
-		body := &idleReader{r: resp.Body, idle: idle}
 		s.resumeSSE(w, func(out resumeSink) error {
 			return s.followOwner(r.Context(), ctx, u, sse.NewReader(body, s.opts.MaxEventBytes), call.after, out)
 		})
@@ -684,7 +684,7 @@ func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id, hash strin
 	case call.stream || eventStream:
 		ownerFault(u.Name(), "answered a request with stream=%t with Content-Type %q", call.stream, resp.Header.Get("Content-Type")).Write(w)
 	default:
-		b, err := s.readAnswer(resp.Body)
+		b, err := s.readAnswer(body)
 		switch {
 		case err != nil && r.Context().Err() != nil:
 			return // the client went away
@@ -829,7 +829,7 @@ func (s *Server) ownerAnswerBroke(upCtx context.Context, u *upstream.Upstream, e
 	switch cause := context.Cause(upCtx); {
 	case errors.Is(cause, errDraining):
 		return "the gateway is shutting down; retry the request"
-	case errors.Is(cause, errIdleTimeout), errors.Is(err, errIdleTimeout): // a stream's timer, or readAnswer's
+	case errors.Is(cause, errIdleTimeout):
 		return fmt.Sprintf("upstream %q that owns the response sent nothing for %s", u.Name(), s.opts.IdleTimeout)
 	case errors.Is(err, sse.ErrEventTooLarge):
 		return fmt.Sprintf("upstream %q that owns the response sent an event larger than %d bytes", u.Name(), s.opts.MaxEventBytes)

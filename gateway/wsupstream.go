@@ -280,7 +280,8 @@ func (w *wsUpstreams) dial(ctx context.Context, req *clientRequest, u *upstream.
 	body := []byte(nil)
 	if resp.Body != nil {
 		if _, ok := decodeAnswer(resp); ok { // else not read, as for an HTTP answer (post)
-			body, _ = w.s.readIdle(resp.Body, maxUpstreamErrorBody)
+			// In memory already: the WebSocket library read it, bounded.
+			body, _ = io.ReadAll(io.LimitReader(resp.Body, maxUpstreamErrorBody))
 		}
 		resp.Body.Close()
 	}
