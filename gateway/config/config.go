@@ -413,6 +413,16 @@ func (c *Config) Validate() error {
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
 	}
+	// duration checks one duration: positive unless zeroOK, and at most
+	// maxDuration.
+	duration := func(key string, d Duration, zeroOK bool) {
+		switch {
+		case d < 0 || (d == 0 && !zeroOK):
+			bad(key, "must be positive")
+		case d.D() > maxDuration:
+			bad(key, "must be at most %s (100 years)", maxDuration)
+		}
+	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		bad("listen", "%q is not host:port", c.Listen)
 	}
@@ -437,14 +447,8 @@ func (c *Config) Validate() error {
 	} else if c.Streams.ResumeMemoryBytes > maxBytes {
 		bad("streams.resume_memory_bytes", "must be at most %d (1 TiB)", maxBytes)
 	}
-	for _, t := range []struct {
-		key string
-		d   Duration
-	}{{"streams.resume_window", c.Streams.ResumeWindow}, {"streams.detach_grace", c.Streams.DetachGrace}} {
-		if t.d.D() > maxDuration { // 0 is allowed: it turns resume (or the grace) off
-			bad(t.key, "must be at most %s (100 years)", maxDuration)
-		}
-	}
+	duration("streams.resume_window", c.Streams.ResumeWindow, true) // 0 turns resume off
+	duration("streams.detach_grace", c.Streams.DetachGrace, true)   // 0: no grace
 	switch strings.ToLower(c.Log.Level) {
 	case "trace", "debug", "info", "warn", "error":
 	default:
@@ -499,11 +503,7 @@ func (c *Config) Validate() error {
 		{"timeouts.ws_idle", c.Timeouts.WSIdle},
 		{"timeouts.keepalive", c.Timeouts.KeepAlive},
 	} {
-		if t.d <= 0 {
-			bad(t.key, "must be positive")
-		} else if t.d.D() > maxDuration {
-			bad(t.key, "must be at most %s (100 years)", maxDuration)
-		}
+		duration(t.key, t.d, false)
 	}
 	names := map[string]bool{}
 	for i, u := range c.Upstreams {
@@ -582,16 +582,8 @@ func (c *Config) Validate() error {
 			bad(key+".continuation", "%q is not one of auto, restart, off", r.Continuation)
 		}
 	}
-	for _, t := range []struct {
-		key string
-		d   Duration
-	}{{"continuity.anchor_ttl", c.Continuity.AnchorTTL}, {"continuity.rehydrate_after", c.Continuity.RehydrateAfter}} {
-		if t.d <= 0 {
-			bad(t.key, "must be positive")
-		} else if t.d.D() > maxDuration {
-			bad(t.key, "must be at most %s (100 years)", maxDuration)
-		}
-	}
+	duration("continuity.anchor_ttl", c.Continuity.AnchorTTL, false)
+	duration("continuity.rehydrate_after", c.Continuity.RehydrateAfter, false)
 	if c.Continuity.Portable && c.Continuity.Disabled {
 		bad("continuity.portable", "needs continuity (continuity.disabled is true)")
 	}
