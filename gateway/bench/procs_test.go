@@ -147,6 +147,68 @@ func (p *process) cpuTime() time.Duration {
 	return time.Duration(utime+stime) * clockTick
 }
 
+// kernelCounters is what the kernel counts for a process beyond its CPU
+// time: the split of that time, the read and write system calls (syscr and
+// syscw of /proc/PID/io: read, write and their vector forms, which is how
+// Go moves socket bytes) and the context switches of all its threads. The
+// stamped benchmark prints them per stream, to tell whether a path's extra
+// CPU is its own code or the kernel's.
+type kernelCounters struct {
+	user, sys      time.Duration
+	reads, writes  int64
+	voluntary, inv int64
+}
+
+// counters reads the process's kernelCounters; a field it cannot read is 0.
+func (p *process) counters() kernelCounters {
+	var c kernelCounters
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.pid())); err == nil {
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 {
+			if f := strings.Fields(string(b[i+1:])); len(f) >= 13 {
+				u, _ := strconv.ParseInt(f[11], 10, 64)
+				s, _ := strconv.ParseInt(f[12], 10, 64)
+				c.user, c.sys = time.Duration(u)*clockTick, time.Duration(s)*clockTick
+			}
+		}
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", p.pid())); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "syscr: "); ok {
+				c.reads, _ = strconv.ParseInt(v, 10, 64)
+			} else if v, ok := strings.CutPrefix(line, "syscw: "); ok {
+				c.writes, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+	}
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", p.pid()))
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", p.pid(), t.Name()))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
+				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				c.voluntary += n
+			} else if v, ok := strings.CutPrefix(line, "nonvoluntary_ctxt_switches:"); ok {
+				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				c.inv += n
+			}
+		}
+	}
+	return c
+}
+
+// sub is c − o, field by field.
+func (c kernelCounters) sub(o kernelCounters) kernelCounters {
+	return kernelCounters{c.user - o.user, c.sys - o.sys, c.reads - o.reads, c.writes - o.writes, c.voluntary - o.voluntary, c.inv - o.inv}
+}
+
+// add is c + o, field by field.
+func (c kernelCounters) add(o kernelCounters) kernelCounters {
+	return kernelCounters{c.user + o.user, c.sys + o.sys, c.reads + o.reads, c.writes + o.writes, c.voluntary + o.voluntary, c.inv + o.inv}
+}
+
 // fds is the number of open file descriptors of the process.
 func (p *process) fds() int {
 	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p.pid()))

@@ -66,8 +66,9 @@ type stampedRun struct {
 	errs      int
 	firstErr  error
 	roundP99  []time.Duration
-	cpu       time.Duration // the path's own process
-	badStamps int           // deltas without a parseable stamp
+	cpu       time.Duration  // the path's own process
+	kernel    kernelCounters // the path's own process
+	badStamps int            // deltas without a parseable stamp
 }
 
 // stampedStream runs one stamped stream through t and records its frames.
@@ -157,6 +158,7 @@ func (r *stampedRun) add(o *stampedRun) {
 	}
 	r.roundP99 = append(r.roundP99, o.roundP99...)
 	r.cpu += o.cpu
+	r.kernel = r.kernel.add(o.kernel)
 	r.badStamps += o.badStamps
 }
 
@@ -245,9 +247,9 @@ func BenchmarkStampedStreams(b *testing.B) {
 		for round := range rounds {
 			line := fmt.Sprintf("level %d, round %d/%d:", n, round+1, rounds)
 			for _, t := range rotated(targets, round) {
-				c0 := t.cpuOf.cpuTime()
+				c0, k0 := t.cpuOf.cpuTime(), t.cpuOf.counters()
 				r := stampedLevel(ctx, t, n)
-				r.cpu = t.cpuOf.cpuTime() - c0
+				r.cpu, r.kernel = t.cpuOf.cpuTime()-c0, t.cpuOf.counters().sub(k0)
 				res[t.name].add(r)
 				line += fmt.Sprintf(" %s p99 %s %d/%d;", t.name, ms(r.frames.percentile(99)), r.ok, r.want)
 				time.Sleep(200 * time.Millisecond) // let the streams' connections settle
@@ -279,6 +281,19 @@ func BenchmarkStampedStreams(b *testing.B) {
 			if r.badStamps > 0 {
 				b.Errorf("%s level %d: %d deltas without a parseable stamp", name, n, r.badStamps)
 			}
+		}
+		_ = w.Flush()
+		fmt.Fprintf(out, "per completed stream, in the path's own process (direct: the fake upstream):\n")
+		w = newTable(out)
+		fmt.Fprintln(w, "path\tuser\tsystem\tread calls\twrite calls\tcontext switches (voluntary)\t")
+		for _, name := range pathNames {
+			r := res[name]
+			if r.ok == 0 {
+				continue
+			}
+			k, n := r.kernel, int64(r.ok)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%.1f\t%.1f\t%.1f (%.1f)\t\n", name, usStr(k.user/time.Duration(n)), usStr(k.sys/time.Duration(n)),
+				float64(k.reads)/float64(n), float64(k.writes)/float64(n), float64(k.voluntary+k.inv)/float64(n), float64(k.voluntary)/float64(n))
 		}
 		_ = w.Flush()
 		d, p, s := res["direct"], res["proxy"], res["sluice"]
