@@ -548,6 +548,16 @@ func (s *Server) OnDrain(f func()) {
 // Draining reports whether Shutdown has begun.
 func (s *Server) Draining() bool { return s.draining.Load() }
 
+// EndDrainGrace ends a drain's grace now: every stream in flight ends at
+// once with its terminal event, as when timeouts.drain_grace runs out, and
+// Shutdown still waits for the durable logs and usage totals. Before
+// Shutdown has begun it does nothing.
+func (s *Server) EndDrainGrace() {
+	if s.draining.Load() {
+		s.cancelStreams(errDraining)
+	}
+}
+
 // Shutdown drains the gateway: it stops accepting, fails /readyz, lets
 // in-flight streams run for up to DrainGrace and then ends each one with its
 // terminal event. It returns when every handler has returned or ctx ends.

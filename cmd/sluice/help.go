@@ -31,7 +31,8 @@ examples:
 const serveAbout = `usage: sluice serve [flags]
 
 Run the gateway until SIGTERM or SIGINT, then drain: in-flight streams get up
-to timeouts.drain_grace and their terminal event, and the process exits 0.
+to timeouts.drain_grace and their terminal event, and the process exits 0; a
+second signal ends the grace at once (streams still get terminal events).
 SIGHUP is logged and ignored (the config is read once; policies hot-swap).
 Flags override the config file; without --config the built-in defaults apply
 and --upstream is required. A config error names each bad key and exits 1.

@@ -150,21 +150,29 @@ func pprofHandlers() map[string]http.Handler {
 // the terminal that started it must not end streams in flight without their
 // terminal events, as the signal's default action would.
 func ignoreHangups(logger hclog.Logger) (stop func()) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
+	return onSignal(func() {
+		logger.Warn("SIGHUP ignored: the config is read once at start (restart to change it); policies in policy_dir hot-swap when their files change")
+	}, syscall.SIGHUP)
+}
+
+// onSignal calls fn for each of sigs that arrives until the returned stop
+// is called.
+func onSignal(fn func(), sigs ...os.Signal) (stop func()) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, sigs...)
 	done := make(chan struct{})
 	go func() {
 		for {
 			select {
-			case <-hup:
-				logger.Warn("SIGHUP ignored: the config is read once at start (restart to change it); policies in policy_dir hot-swap when their files change")
+			case <-ch:
+				fn()
 			case <-done:
 				return
 			}
 		}
 	}()
 	return func() {
-		signal.Stop(hup)
+		signal.Stop(ch)
 		close(done)
 	}
 }
@@ -222,6 +230,13 @@ func serveWith(ctx context.Context, cfg config.Config, ln net.Listener, logger h
 		return 0
 	case <-ctx.Done():
 	}
+	// A second SIGTERM or SIGINT during the drain (an operator pressing
+	// Ctrl-C again) ends the grace: streams get their terminal events now,
+	// and the durable logs and usage totals are still written.
+	defer onSignal(func() {
+		logger.Warn("second signal: ending the drain grace now; streams in flight end with their terminal events")
+		gw.EndDrainGrace()
+	}, syscall.SIGTERM, syscall.SIGINT)()
 	grace := cfg.Timeouts.DrainGrace.D()
 	sctx, cancel := context.WithTimeout(context.Background(), grace+10*time.Second)
 	defer cancel()

@@ -158,3 +158,51 @@ func TestPolicyConfigProblemsAtStart(t *testing.T) {
 		t.Fatalf("a config for no loaded policy was not logged (exit %v):\n%s", err, out)
 	}
 }
+
+// A second SIGTERM during the drain ends the grace: the stream in flight
+// gets its terminal event now, not when timeouts.drain_grace (an hour
+// here) runs out, and the process exits 0.
+func TestServeSecondSignalEndsTheDrainGrace(t *testing.T) {
+	up := upstreamtest.NewServer(upstreamtest.Options{Name: "A"})
+	defer up.Close()
+	up.Enqueue(upstreamtest.HangAfter(3))
+	cfg := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("listen: 127.0.0.1:0\ntimeouts:\n  drain_grace: 1h\nupstreams:\n  - name: A\n    base_url: %s\n", up.URL)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd, out, stderr := startProcess(t, "serve", "--config", cfg, "--data-dir", t.TempDir())
+	base := waitListening(t, out)
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+
+	r := openStream(t, base, 3)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the drain to start", func() bool { return strings.Contains(stderr.String(), "draining") })
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	lastc := make(chan string, 1)
+	go func() { last := lastEvent(r); lastc <- last.Name + " " + string(last.Data) }()
+	select {
+	case last := <-lastc:
+		if !strings.HasPrefix(last, "response.failed ") || !strings.Contains(last, "stream_incomplete") {
+			t.Fatalf("last event %s", last)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the stream still runs after a second SIGTERM\n%s", stderr.String())
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("process did not exit after a second SIGTERM")
+	}
+	if !strings.Contains(stderr.String(), "second signal") {
+		t.Fatalf("the second signal was not logged:\n%s", stderr.String())
+	}
+}
