@@ -432,3 +432,61 @@ func TestAccessLogTimeToFirstEvent(t *testing.T) {
 		t.Fatalf("ttfe %v of a %v stream: it times a later event than the first", ttfe, took)
 	}
 }
+
+// A PATCH's limits merge field by field: naming one limit leaves the others
+// as they were, so that tightening tpm cannot silently drop rpm. Bodies
+// the API cannot read unambiguously are refused, naming the field.
+func TestAdminKeysPatchMergesLimitsAndRefusesAmbiguousBodies(t *testing.T) {
+	h, _ := keyedHarness(t)
+	admin := func(method, path, body string) (int, []byte) {
+		resp, b := send(t, h, method, path, "", body)
+		return resp.StatusCode, b
+	}
+	if code, b := admin(http.MethodPost, "/admin/keys", `{"name":"ci","limits":{"rpm":100,"tpm":5000}}`); code != 201 {
+		t.Fatalf("create: %d %s", code, b)
+	}
+	limitsOf := func(b []byte) store.KeyLimits {
+		var v struct{ Limits store.KeyLimits }
+		if err := json.Unmarshal(b, &v); err != nil {
+			t.Fatalf("%v: %s", err, b)
+		}
+		return v.Limits
+	}
+	for _, step := range []struct {
+		body string
+		want store.KeyLimits
+	}{
+		{`{"limits":{"tpm":9000}}`, store.KeyLimits{RPM: 100, TPM: 9000}},
+		{`{"limits":{"concurrent":2}}`, store.KeyLimits{RPM: 100, TPM: 9000, Concurrent: 2}},
+		{`{"limits":{"rpm":0}}`, store.KeyLimits{TPM: 9000, Concurrent: 2}},
+		{`{"limits":null}`, store.KeyLimits{TPM: 9000, Concurrent: 2}},
+		{`{"models":["gpt-*"]}`, store.KeyLimits{TPM: 9000, Concurrent: 2}},
+	} {
+		code, b := admin(http.MethodPatch, "/admin/keys/ci", step.body)
+		if code != 200 || limitsOf(b) != step.want {
+			t.Fatalf("PATCH %s: %d %s, want limits %+v", step.body, code, b, step.want)
+		}
+	}
+	for _, bad := range []struct {
+		method, path, body, param string
+	}{
+		{http.MethodPatch, "/admin/keys/ci", `{"limits":{"rpm":5,"rpm":0}}`, "limits.rpm"},
+		{http.MethodPost, "/admin/keys", `{"name":"a","name":"b"}`, "name"},
+		{http.MethodPatch, "/admin/keys/ci", `{"limits":{"rpm":"5"}}`, "limits.rpm"},
+		{http.MethodPatch, "/admin/keys/ci", `{"models":"gpt-*"}`, "models"},
+		{http.MethodPatch, "/admin/keys/ci", `{"name":"other"}`, "name"},
+		{http.MethodPatch, "/admin/keys/ci", `{"limits":{"rpm":1}} {"limits":{"rpm":0}}`, ""},
+		{http.MethodPatch, "/admin/keys/ci", `[]`, ""},
+		{http.MethodPost, "/admin/keys", `{"name":"x","limits":{"rpm":-1}}`, "limits"},
+	} {
+		code, b := admin(bad.method, bad.path, bad.body)
+		var e struct{ Error struct{ Message, Param string } }
+		_ = json.Unmarshal(b, &e)
+		if code != http.StatusBadRequest || e.Error.Param != bad.param || strings.Contains(e.Error.Message, "Go ") {
+			t.Errorf("%s %s %s: %d %s, want 400 naming %q", bad.method, bad.path, bad.body, code, b, bad.param)
+		}
+	}
+	if code, b := admin(http.MethodGet, "/admin/keys", ""); code != 200 || !bytes.Contains(b, []byte(`"tpm":9000`)) || bytes.Contains(b, []byte(`"name":"a"`)) || bytes.Contains(b, []byte(`"name":"b"`)) {
+		t.Fatalf("a refused body changed the keys: %d %s", code, b)
+	}
+}

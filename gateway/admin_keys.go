@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -10,11 +11,13 @@ import (
 	"io"
 	"net/http"
 	"path"
+	"reflect"
 	"regexp"
 	"strings"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
+	"github.com/tidwall/gjson"
 
 	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/sluice-gw/sluice/store"
@@ -24,7 +27,7 @@ import (
 //
 //	POST   /admin/keys         {"name","models","limits"} → 201 {"name","key",…}: the secret, shown once
 //	GET    /admin/keys         every key: name, models, limits, source (config|store), created_at
-//	PATCH  /admin/keys/{name}  {"models"?, "limits"?} → the key
+//	PATCH  /admin/keys/{name}  {"models"?, "limits"?} → the key (limits merge field by field)
 //	DELETE /admin/keys/{name}  → 204
 //
 // Keys from the config are listed but cannot be changed here (409).
@@ -78,27 +81,91 @@ type keyPatch struct {
 	Limits *store.KeyLimits `json:"limits"`
 }
 
-func readKeyPatch(w http.ResponseWriter, r *http.Request) (keyPatch, bool) {
-	var p keyPatch
-	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
+// readKeyPatch decodes the body of POST or PATCH onto p: a PATCH passes the
+// key's current limits in p.Limits, so that the limits named in the body
+// change and the others stay (a JSON merge: {"limits":{"tpm":0}} lifts only
+// the tpm limit). A repeated key, trailing data, an unknown field or a value
+// of the wrong type is refused, naming the field.
+func readKeyPatch(w http.ResponseWriter, r *http.Request, p *keyPatch) bool {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxAdminBody+1))
+	switch {
+	case err != nil:
+		apierr.Invalid("", apierr.CodeInvalidJSON, "reading the body: %v", err).Write(w)
+		return false
+	case len(body) > maxAdminBody:
+		(&apierr.Error{Status: http.StatusRequestEntityTooLarge, Type: apierr.TypeInvalidRequest, Code: apierr.CodeInvalidJSON,
+			Message: fmt.Sprintf("the body is larger than %d bytes", maxAdminBody)}).Write(w)
+		return false
+	case !gjson.ValidBytes(body) || !gjson.ParseBytes(body).IsObject():
+		apierr.Invalid("", apierr.CodeInvalidJSON, `the body must be one JSON object {"name","models","limits"}`).Write(w)
+		return false
+	}
+	root := gjson.ParseBytes(body)
+	for _, param := range []string{repeatedKey(root, ""), repeatedKey(root.Get("limits"), "limits.")} {
+		if param != "" {
+			apierr.Invalid(param, apierr.CodeInvalidJSON, "%s is given twice", param).Write(w)
+			return false
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
-		apierr.Invalid("", apierr.CodeInvalidJSON, "the body must be {\"name\",\"models\",\"limits\"}: %v", err).Write(w)
-		return p, false
+	if err := dec.Decode(p); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			apierr.Invalid(te.Field, apierr.CodeInvalidType, "%s must be %s, got a JSON %s", te.Field, goKindInJSON(te.Type), te.Value).Write(w)
+		} else {
+			apierr.Invalid("", apierr.CodeInvalidJSON, "%s", strings.TrimPrefix(err.Error(), "json: ")).Write(w)
+		}
+		return false
 	}
 	if p.Models != nil {
 		for i, m := range *p.Models {
 			if _, err := path.Match(m, ""); err != nil || strings.TrimSpace(m) == "" {
 				apierr.Invalid(fmt.Sprintf("models[%d]", i), "invalid_pattern", "%q is not a model pattern", m).Write(w)
-				return p, false
+				return false
 			}
 		}
 	}
 	if l := p.Limits; l != nil && (l.RPM < 0 || l.TPM < 0 || l.Concurrent < 0 || l.TokensPerDay < 0 || l.TokensPerMonth < 0) {
 		apierr.Invalid("limits", apierr.CodeInvalidLimit, "limits must not be negative").Write(w)
-		return p, false
+		return false
 	}
-	return p, true
+	return true
+}
+
+// maxAdminBody bounds an admin API body.
+const maxAdminBody = 1 << 20
+
+// repeatedKey is prefix plus the first key obj has twice, or "".
+func repeatedKey(obj gjson.Result, prefix string) string {
+	if !obj.IsObject() {
+		return ""
+	}
+	var seen keySet
+	dup := ""
+	obj.ForEach(func(key, _ gjson.Result) bool {
+		if !seen.add(key.Str) {
+			dup = prefix + key.Str
+			return false
+		}
+		return true
+	})
+	return dup
+}
+
+// goKindInJSON names the JSON a Go field of type t takes.
+func goKindInJSON(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Bool:
+		return "a boolean"
+	}
+	return "an object"
 }
 
 func (s *Server) keyStoreOrFail(w http.ResponseWriter) store.KeyStore {
@@ -114,8 +181,8 @@ func (s *Server) handleCreateKey(w http.ResponseWriter, r *http.Request, _ httpr
 	if st == nil {
 		return
 	}
-	p, ok := readKeyPatch(w, r)
-	if !ok {
+	var p keyPatch
+	if !readKeyPatch(w, r, &p) {
 		return
 	}
 	if !keyNameRE.MatchString(p.Name) {
@@ -160,13 +227,18 @@ func (s *Server) handlePatchKey(w http.ResponseWriter, r *http.Request, ps httpr
 		keyConflict(w, name, "is defined in the config; change it there")
 		return
 	}
-	p, ok := readKeyPatch(w, r)
-	if !ok {
-		return
-	}
 	rec, err := st.GetKey(r.Context(), name)
 	if err != nil {
 		keyLookupFailed(w, name, err)
+		return
+	}
+	limits := rec.Limits
+	p := keyPatch{Limits: &limits}
+	if !readKeyPatch(w, r, &p) {
+		return
+	}
+	if p.Name != "" && p.Name != name {
+		apierr.Invalid("name", apierr.CodeInvalidValue, "a key cannot be renamed (the body names %q, the path %q)", p.Name, name).Write(w)
 		return
 	}
 	if p.Models != nil {
