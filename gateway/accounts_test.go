@@ -480,7 +480,9 @@ func TestAdminKeysPatchMergesLimitsAndRefusesAmbiguousBodies(t *testing.T) {
 		{http.MethodPost, "/admin/keys", `{"name":"x","limits":{"rpm":-1}}`, "limits"},
 	} {
 		code, b := admin(bad.method, bad.path, bad.body)
-		var e struct{ Error struct{ Message, Param string } }
+		var e struct {
+			Error struct{ Message, Param string }
+		}
 		_ = json.Unmarshal(b, &e)
 		if code != http.StatusBadRequest || e.Error.Param != bad.param || strings.Contains(e.Error.Message, "Go ") {
 			t.Errorf("%s %s %s: %d %s, want 400 naming %q", bad.method, bad.path, bad.body, code, b, bad.param)
