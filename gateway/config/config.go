@@ -649,12 +649,14 @@ func redactURL(raw string) string {
 	if i := strings.IndexAny(raw, "?#"); i >= 0 && i+1 < len(raw) {
 		raw = raw[:i+1] + "…"
 	}
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		return raw
+	prefix, rest := "", raw
+	if scheme, after, ok := strings.Cut(raw, "://"); ok {
+		prefix, rest = scheme+"://", after
 	}
+	// Without a scheme (sk-…@host/v1, a forgotten https://) what comes
+	// before an @ in the host part is a userinfo all the same.
 	if at := strings.LastIndex(rest, "@"); at >= 0 && !strings.ContainsAny(rest[:at], "/?#") {
-		return scheme + "://[redacted]@" + rest[at+1:]
+		return prefix + "[redacted]@" + rest[at+1:]
 	}
 	return raw
 }

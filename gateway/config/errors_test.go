@@ -171,6 +171,8 @@ func TestUpstreamFromURLProtocolScheme(t *testing.T) {
 		"chat+ftp://sk-secret@x/v1":  `--upstream "chat+ftp://[redacted]@x/v1": not an http(s) URL (optionally chat+ or responses+ before the scheme)`,
 		"chat://x/v1":                `--upstream "chat://x/v1": not an http(s) URL (optionally chat+ or responses+ before the scheme)`,
 		"127.0.0.1:8080":             `--upstream "127.0.0.1:8080": not an http(s) URL`,
+		"sk-secret@x/v1":             `--upstream "[redacted]@x/v1": not an http(s) URL (optionally chat+ or responses+ before the scheme)`,
+		"sk-secret:y@x:1/v1?k=v":     `--upstream "[redacted]@x:1/v1?…": not an http(s) URL (optionally chat+ or responses+ before the scheme)`,
 		"https://sk-secret@/v1":      `--upstream "https://[redacted]@/v1": not an http(s) URL (optionally chat+ or responses+ before the scheme)`,
 		"https://sk-secret@x/v1\x7f": `--upstream "https://[redacted]@x/v1\x7f": not an http(s) URL`,
 	} {
