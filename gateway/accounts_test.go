@@ -492,3 +492,19 @@ func TestAdminKeysPatchMergesLimitsAndRefusesAmbiguousBodies(t *testing.T) {
 		t.Fatalf("a refused body changed the keys: %d %s", code, b)
 	}
 }
+
+// Without a usage store, a key's token budgets live in memory; the gateway
+// says so at start instead of letting a restart silently reset them.
+func TestBudgetsWithoutAStoreAreWarnedAbout(t *testing.T) {
+	budget := keyRec("budgeted", teamAKey, nil, store.KeyLimits{TokensPerDay: 1000})
+	plain := keyRec("plain", teamBKey, nil, store.KeyLimits{RPM: 10})
+	h := newHarness(t, harnessConfig{opts: gateway.Options{Accounts: gateway.AccountsOptions{Required: true, Keys: []store.KeyRecord{budget, plain}}}})
+	logs := h.logs.String()
+	if !strings.Contains(logs, "token budgets are counted in memory only") || !strings.Contains(logs, "key=budgeted") || strings.Contains(logs, "key=plain") {
+		t.Fatalf("start-up log:\n%s", logs)
+	}
+	stored, _ := keyedHarness(t, budget)
+	if strings.Contains(stored.logs.String(), "in memory only") {
+		t.Fatalf("warned with a store:\n%s", stored.logs.String())
+	}
+}

@@ -63,6 +63,15 @@ func newAccounts(s *Server, o AccountsOptions, reg prometheus.Registerer) (*acco
 			return n
 		}
 	}
+	if o.Usage == nil {
+		// Without a usage store a budget counts in memory: say so once,
+		// rather than let a restart quietly hand every key a fresh budget.
+		for _, k := range o.Keys {
+			if k.Limits.TokensPerDay > 0 || k.Limits.TokensPerMonth > 0 {
+				s.log.Warn("token budgets are counted in memory only: without a store (continuity.disabled) a restart starts them from 0", "key", k.Name)
+			}
+		}
+	}
 	switch l := a.limiter.(type) {
 	case nil:
 		a.limiter = &LocalLimiter{Seed: seed}
