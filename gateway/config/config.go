@@ -375,9 +375,14 @@ func expandNode(n *yaml.Node, path string, lookup func(string) (string, bool)) e
 		if !strings.Contains(n.Value, "${") {
 			return nil
 		}
-		var missing, notUTF8 string
+		var missing, notUTF8, nested string
 		n.Value = envRef.ReplaceAllStringFunc(n.Value, func(ref string) string {
 			m := envRef.FindStringSubmatch(ref)
+			if strings.Contains(m[3], "${") && nested == "" {
+				// ${A:-${B:-c}}: the first } would end the outer default,
+				// leaving a literal "${B:-c}" behind.
+				nested = m[1]
+			}
 			if v, ok := lookup(m[1]); ok && v != "" {
 				if !utf8.ValidString(v) && notUTF8 == "" {
 					notUTF8 = m[1]
@@ -392,6 +397,9 @@ func expandNode(n *yaml.Node, path string, lookup func(string) (string, bool)) e
 			}
 			return ""
 		})
+		if nested != "" {
+			return fmt.Errorf("%s: the default of ${%s:-…} holds a ${…}; defaults cannot nest", path, nested)
+		}
 		if missing != "" {
 			return fmt.Errorf("%s: environment variable %s is empty or not set", path, missing)
 		}

@@ -211,6 +211,7 @@ func TestEnvValueProblems(t *testing.T) {
 		{"not UTF-8", "upstreams: [{name: a, base_url: \"http://h/v1\", api_key: \"${BADU}\"}]\n",
 			"upstreams[0].api_key: environment variable BADU is not valid UTF-8 text"},
 		{"not UTF-8 after a good one", "admin_token: ${GOOD}-${BADU}\n", "admin_token: environment variable BADU is not valid UTF-8 text"},
+		{"a nested default", "admin_token: ${EMPTY:-${GOOD:-x}}\n", "admin_token: the default of ${EMPTY:-…} holds a ${…}; defaults cannot nest"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Parse([]byte(tt.yaml), lookup)
