@@ -324,10 +324,20 @@ func TestConfigDataDirUnusableFailsBeforeStart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	code := run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--data-dir", dataDir, "--upstream", up.URL}, &stdout, &stderr)
-	if code != 1 || !strings.HasPrefix(stderr.String(), "sluice: data_dir "+dataDir+" cannot be used: ") {
+	if code != 1 || !strings.HasPrefix(stderr.String(), fmt.Sprintf("sluice: data_dir %q cannot be used: ", dataDir)) {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr.String())
 	}
 	if strings.Count(stderr.String(), "\n") != 1 || up.ModelsRequests() != 0 || stdout.String() != "" {
 		t.Fatalf("more than the one error (probes: %d):\n%s%s", up.ModelsRequests(), stdout.String(), stderr.String())
+	}
+	// An empty data_dir says so, rather than "mkdir : no such file or directory".
+	cfg := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(cfg, []byte("data_dir: \"\"\nupstreams: [{name: a, base_url: \""+up.URL+"\"}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stderr.Reset()
+	code = run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--config", cfg}, &stdout, &stderr)
+	if code != 1 || !strings.HasPrefix(stderr.String(), `sluice: data_dir "" cannot be used: it is empty`) {
+		t.Fatalf("empty data_dir: exit %d, stderr:\n%s", code, stderr.String())
 	}
 }

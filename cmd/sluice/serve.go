@@ -109,7 +109,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	// that cannot be used is a config problem.
 	if !cfg.Continuity.Disabled {
 		if err := writableDir(cfg.DataDir); err != nil {
-			fmt.Fprintf(stderr, "sluice: data_dir %s cannot be used: %v (set data_dir: or --data-dir to a writable directory)\n", cfg.DataDir, err)
+			if cfg.DataDir == "" {
+				err = errors.New("it is empty")
+			}
+			fmt.Fprintf(stderr, "sluice: data_dir %q cannot be used: %v (set data_dir: or --data-dir to a writable directory)\n", cfg.DataDir, err)
 			return 1
 		}
 	}

@@ -98,8 +98,8 @@ func TestServeStartsWhileRedisIsDown(t *testing.T) {
 	if err != nil {
 		t.Fatalf("exit: %v\n%s", err, stderr)
 	}
-	if !strings.Contains(stderr, "redis unreachable at start") {
-		t.Fatalf("the outage at start was not logged:\n%s", stderr)
+	if !strings.Contains(stderr, "sluice.store: redis unreachable at start") {
+		t.Fatalf("the outage at start was not logged (by the logger sluice.store):\n%s", stderr)
 	}
 }
 

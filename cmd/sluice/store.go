@@ -28,7 +28,7 @@ func openStore(ctx context.Context, cfg config.Config, logger hclog.Logger) (ope
 	if cfg.Continuity.Disabled {
 		return openedStore{close: func() {}}, nil
 	}
-	common := store.Options{AnchorTTL: cfg.Continuity.AnchorTTL.D(), Logger: logger.Named("store")}
+	common := store.Options{AnchorTTL: cfg.Continuity.AnchorTTL.D(), Logger: logger} // the store names its own logger "store"
 	closeWith := func(name string, c interface{ Close() error }) func() {
 		return func() {
 			if err := c.Close(); err != nil {
