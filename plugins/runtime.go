@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -540,7 +541,16 @@ func (r *Runtime) Reload(ctx context.Context) error {
 			e.state, e.lastError, e.rejectedSHA = StateRejected, p.err.Error(), p.art.sha
 			e.st.setErr(p.err.Error())
 			r.m.rejections.WithLabelValues(e.name).Inc()
-			r.log.Error("policy rejected", "policy", e.name, "source", p.art.source, "sha256", short(p.art.sha), "error", p.err)
+			fields := []any{"policy", e.name, "source", p.art.source, "sha256", short(p.art.sha), "error", p.err}
+			if e.cur != nil && p.embedded == nil {
+				fields = append(fields, "still_serving", short(e.cur.comp.sha))
+			}
+			if strings.Contains(p.err.Error(), io.ErrUnexpectedEOF.Error()) {
+				// A copy slower than the debounce is read half-written; the
+				// write that completes it triggers another load.
+				fields = append(fields, "hint", "the file may still be being written: write it under a name starting with . and rename it into place")
+			}
+			r.log.Error("policy rejected", fields...)
 			switch {
 			case p.embedded != nil:
 				// The state stays rejected (with the file's error): the

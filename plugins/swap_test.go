@@ -233,3 +233,34 @@ func TestWatchSurvivesDirRecreated(t *testing.T) {
 		t.Fatalf("log lacks the line saying the watch is back:\n%s", logs)
 	}
 }
+
+// A module read half-written (a copy slower than the debounce) is rejected
+// with a log line that says which version still serves and how to avoid
+// the half-written moment; the complete file then loads.
+func TestHalfWrittenModuleRejectionSaysWhatServes(t *testing.T) {
+	dir := t.TempDir()
+	v1, v2 := fixture(t, "recover_v1"), fixture(t, "recover_v2")
+	write(t, dir, "p.wasm", v1)
+	logger, logs := captureLogs(t)
+	r := newRuntime(t, Options{PolicyDir: dir, Debounce: time.Hour, Logger: logger})
+	write(t, dir, "p.wasm", v2[:len(v2)/2])
+	if err := r.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	line := ""
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "policy rejected") {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "still_serving="+short(shaOf(v1))) || !strings.Contains(line, "rename it into place") {
+		t.Fatalf("rejection of a half-written file: %q\n%s", line, logs)
+	}
+	write(t, dir, "p.wasm", v2)
+	if err := r.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := statusOf(r, "p"); st.State != StateActive || st.SHA256 != shaOf(v2) {
+		t.Fatalf("the complete file did not load: %+v", st)
+	}
+}
