@@ -405,8 +405,9 @@ func (r *Runtime) Ready() bool { return r.ready.Load() && !r.closed.Load() }
 // Collectors returns the runtime's Prometheus collectors (not registered).
 func (r *Runtime) Collectors() []prometheus.Collector { return r.m.collectors() }
 
-// scanDir reads every policy file in PolicyDir.
-func (r *Runtime) scanDir() (map[string][]byte, error) {
+// scanDir reads every policy file in PolicyDir; with warn it logs a
+// *.wasm name it skips (a directory, a dangling symlink, unreadable).
+func (r *Runtime) scanDir(warn bool) (map[string][]byte, error) {
 	files := map[string][]byte{}
 	if r.opts.PolicyDir == "" {
 		return files, nil
@@ -425,12 +426,20 @@ func (r *Runtime) scanDir() (map[string][]byte, error) {
 		}
 		p := filepath.Join(r.opts.PolicyDir, de.Name())
 		fi, err := os.Stat(p) // follows symlinks
-		if err != nil || !fi.Mode().IsRegular() {
+		if err == nil && !fi.Mode().IsRegular() {
+			err = fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
+		}
+		if err != nil {
+			if warn { // a name that looks like a policy but cannot be one
+				r.log.Warn("policy file skipped", "file", p, "error", err)
+			}
 			continue
 		}
 		data, err := os.ReadFile(p)
 		if err != nil {
-			r.log.Warn("cannot read policy file", "file", p, "error", err)
+			if warn {
+				r.log.Warn("cannot read policy file", "file", p, "error", err)
+			}
 			continue
 		}
 		files[name] = data
@@ -464,7 +473,7 @@ func (r *Runtime) Reload(ctx context.Context) error {
 	if r.closed.Load() {
 		return ErrClosed
 	}
-	files, err := r.scanDir()
+	files, err := r.scanDir(true)
 	if err != nil {
 		return err
 	}

@@ -264,3 +264,27 @@ func TestHalfWrittenModuleRejectionSaysWhatServes(t *testing.T) {
 		t.Fatalf("the complete file did not load: %+v", st)
 	}
 }
+
+// A *.wasm name in policy_dir that cannot be a policy (a directory, a
+// dangling symlink) is skipped with a log line naming it, and the rest
+// loads.
+func TestUnloadablePolicyNamesAreLogged(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "p.wasm", fixture(t, "recover_v1"))
+	if err := os.Mkdir(filepath.Join(dir, "adir.wasm"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "nowhere"), filepath.Join(dir, "dangling.wasm")); err != nil {
+		t.Fatal(err)
+	}
+	logger, logs := captureLogs(t)
+	r := newRuntime(t, Options{PolicyDir: dir, Debounce: time.Hour, Logger: logger})
+	for _, name := range []string{"adir.wasm", "dangling.wasm"} {
+		if !strings.Contains(logs.String(), "policy file skipped: file="+filepath.Join(dir, name)) {
+			t.Errorf("%s skipped silently:\n%s", name, logs)
+		}
+	}
+	if st, ok := statusOf(r, "p"); !ok || st.State != StateActive {
+		t.Fatalf("p.wasm: %+v", st)
+	}
+}

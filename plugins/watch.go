@@ -127,7 +127,7 @@ func (r *Runtime) precompileSoon() {
 		defer r.precompiling.Store(false)
 		for {
 			r.precompileAgain.Store(false)
-			files, err := r.scanDir()
+			files, err := r.scanDir(false) // the reload after it logs what it skips
 			if err == nil {
 				for _, data := range files {
 					if len(data) < 8 || string(data[:4]) != "\x00asm" {
