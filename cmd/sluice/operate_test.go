@@ -341,3 +341,19 @@ func TestConfigDataDirUnusableFailsBeforeStart(t *testing.T) {
 		t.Fatalf("empty data_dir: exit %d, stderr:\n%s", code, stderr.String())
 	}
 }
+
+// --upstream replaces the config's upstreams; when the config's routes then
+// name an upstream that is gone, the error says why and what the flag's
+// upstreams are called.
+func TestUpstreamFlagReplacingRoutedUpstreamsIsExplained(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(cfg, []byte("upstreams: [{name: primary, base_url: \"http://127.0.0.1:1/v1\"}]\nroutes: [{models: [fast], targets: [{upstream: primary}]}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr strings.Builder
+	code := run(context.Background(), []string{"serve", "--config", cfg, "--upstream", "http://127.0.0.1:2/v1", "--listen", "127.0.0.1:0"}, &stdout, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), `"primary" is not a configured upstream`) ||
+		!strings.Contains(stderr.String(), `--upstream replaces the config's upstreams; its upstreams are named "127.0.0.1-1"`) {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr.String())
+	}
+}

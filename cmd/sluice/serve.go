@@ -99,6 +99,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(stderr, "sluice: config: %s\n", config.Indent(err))
+		if len(upstreams) > 0 && len(cfg.Routes) > 0 && strings.Contains(err.Error(), "is not a configured upstream") {
+			fmt.Fprintf(stderr, "sluice: note: --upstream replaces the config's upstreams; its upstreams are named %s\n", upstreamNames(cfg.Upstreams))
+		}
 		return 1
 	}
 	if len(cfg.Upstreams) == 0 {
@@ -529,4 +532,13 @@ func recordHandler(rt *plugins.Runtime) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{"record_dir": dir, "recording": on})
 	})
+}
+
+// upstreamNames lists the upstreams' names, quoted, for a message.
+func upstreamNames(ups []config.Upstream) string {
+	names := make([]string, len(ups))
+	for i, u := range ups {
+		names[i] = strconv.Quote(u.Name)
+	}
+	return strings.Join(names, ", ")
 }
