@@ -340,6 +340,14 @@ func TestConfigDataDirUnusableFailsBeforeStart(t *testing.T) {
 	if code != 1 || !strings.HasPrefix(stderr.String(), `sluice: data_dir "" cannot be used: it is empty`) {
 		t.Fatalf("empty data_dir: exit %d, stderr:\n%s", code, stderr.String())
 	}
+	// An explicit wasm_cache_dir is checked up front too, before the store
+	// opens or an upstream is probed.
+	stderr.Reset()
+	code = run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--wasm-cache-dir", dataDir, "--upstream", up.URL}, &stdout, &stderr)
+	if code != 1 || !strings.HasPrefix(stderr.String(), fmt.Sprintf("sluice: wasm_cache_dir %q cannot be used: ", dataDir)) ||
+		strings.Count(stderr.String(), "\n") != 1 || up.ModelsRequests() != 0 {
+		t.Fatalf("unusable wasm_cache_dir: exit %d (probes: %d), stderr:\n%s", code, up.ModelsRequests(), stderr.String())
+	}
 }
 
 // --upstream replaces the config's upstreams; when the config's routes then

@@ -112,10 +112,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	// that cannot be used is a config problem.
 	if !cfg.Continuity.Disabled {
 		if err := writableDir(cfg.DataDir); err != nil {
-			if cfg.DataDir == "" {
-				err = errors.New("it is empty")
-			}
 			fmt.Fprintf(stderr, "sluice: data_dir %q cannot be used: %v (set data_dir: or --data-dir to a writable directory)\n", cfg.DataDir, err)
+			return 1
+		}
+	}
+	if cfg.WasmCacheDir != "" { // an explicit one; the default falls back on its own
+		if err := writableDir(cfg.WasmCacheDir); err != nil {
+			fmt.Fprintf(stderr, "sluice: wasm_cache_dir %q cannot be used: %v (set wasm_cache_dir: or --wasm-cache-dir to a writable directory)\n", cfg.WasmCacheDir, err)
 			return 1
 		}
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -98,6 +99,9 @@ func or(v, def string) string {
 // writableDir creates dir when missing and checks a file can be written in
 // it, so an unusable data dir is reported before anything starts.
 func writableDir(dir string) error {
+	if dir == "" { // MkdirAll would say "mkdir : no such file or directory"
+		return errors.New("it is empty")
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
