@@ -158,6 +158,9 @@ func runRecording(ctx context.Context, file, dir, expectFile string, cfg json.Ra
 			return err
 		}
 	}
+	if sum.Summary.Inputs == 0 { // as for a directory without a recording
+		return fmt.Errorf("%s holds no recorded hook input", dir)
+	}
 	for req := range want {
 		if !seen[req] {
 			sum.Summary.Mismatches++

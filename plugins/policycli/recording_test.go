@@ -160,4 +160,13 @@ func TestRecordingReplay(t *testing.T) {
 	if code, out, errs := run(t, "test", strict, "-events", files[0]); code != 0 {
 		t.Fatalf("%d\n%s\n%s", code, out, errs)
 	}
+	// An empty recording file is an error, as an empty record_dir is: a
+	// run that checked nothing must not pass.
+	empty := filepath.Join(t.TempDir(), "empty.jsonl")
+	if err := os.WriteFile(empty, []byte("# nothing recorded\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := run(t, "test", strict, "-recording", empty); code != 1 || !strings.Contains(errs, "holds no recorded hook input") {
+		t.Fatalf("empty recording: %d\n%s\n%s", code, out, errs)
+	}
 }
