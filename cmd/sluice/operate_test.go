@@ -365,3 +365,29 @@ func TestUpstreamFlagReplacingRoutedUpstreamsIsExplained(t *testing.T) {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr.String())
 	}
 }
+
+// With JSON logs (--log-json, or log.json in the config), a reason the
+// gateway cannot start is a JSON log line too, so a log pipeline sees it.
+func TestStartErrorsAreJSONWithJSONLogs(t *testing.T) {
+	dir := t.TempDir()
+	jsonCfg := filepath.Join(dir, "json.yaml")
+	if err := os.WriteFile(jsonCfg, []byte("log: {json: true}\nupstreams: [{name: a, base_url: nope}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"serve", "--log-json", "--config", filepath.Join(dir, "missing.yaml")},
+		{"serve", "--config", jsonCfg},
+	} {
+		var stdout, stderr strings.Builder
+		if code := run(context.Background(), args, &stdout, &stderr); code != 1 {
+			t.Fatalf("%v: exit %d\n%s", args, code, stderr.String())
+		}
+		var line struct {
+			Level   string `json:"@level"`
+			Message string `json:"@message"`
+		}
+		if err := json.Unmarshal([]byte(strings.TrimSpace(stderr.String())), &line); err != nil || line.Level != "error" || !strings.HasPrefix(line.Message, "config") {
+			t.Fatalf("%v: stderr is not one JSON error line (%v):\n%s", args, err, stderr.String())
+		}
+	}
+}

@@ -65,10 +65,20 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return code
 	}
 	cfg := config.Defaults()
+	// startErr reports why the gateway cannot start: as a JSON log line when
+	// logs are JSON (--log-json, or log.json once the config is read), so
+	// that a log pipeline sees it, else as text.
+	startErr := func(format string, args ...any) {
+		if msg := fmt.Sprintf(format, args...); *logJSON || cfg.Log.JSON {
+			newLogger(config.Log{Level: "error", JSON: true}, stderr).Error(msg)
+		} else {
+			fmt.Fprintf(stderr, "sluice: %s\n", msg)
+		}
+	}
 	if *configPath != "" {
 		var err error
 		if cfg, err = config.Load(*configPath); err != nil {
-			fmt.Fprintf(stderr, "sluice: %v\n", err)
+			startErr("%v", err)
 			return 1
 		}
 	}
@@ -80,7 +90,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		for i, raw := range upstreams {
 			u, err := config.UpstreamFromURL(raw, i)
 			if err != nil {
-				fmt.Fprintf(stderr, "sluice: %v\n", err)
+				startErr("%v", err)
 				return 2
 			}
 			if u.APIKey == "" {
@@ -98,27 +108,27 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		cfg.Log.JSON = true
 	}
 	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(stderr, "sluice: config: %s\n", config.Indent(err))
+		startErr("config: %s", config.Indent(err))
 		if len(upstreams) > 0 && len(cfg.Routes) > 0 && strings.Contains(err.Error(), "is not a configured upstream") {
-			fmt.Fprintf(stderr, "sluice: note: --upstream replaces the config's upstreams; its upstreams are named %s\n", upstreamNames(cfg.Upstreams))
+			startErr("note: --upstream replaces the config's upstreams; its upstreams are named %s", upstreamNames(cfg.Upstreams))
 		}
 		return 1
 	}
 	if len(cfg.Upstreams) == 0 {
-		fmt.Fprintln(stderr, "sluice: config: upstreams: at least one upstream is required (or pass --upstream URL)")
+		startErr("config: upstreams: at least one upstream is required (or pass --upstream URL)")
 		return 1
 	}
 	// Before anything starts (no upstream probes, no listener): a data dir
 	// that cannot be used is a config problem.
 	if !cfg.Continuity.Disabled {
 		if err := writableDir(cfg.DataDir); err != nil {
-			fmt.Fprintf(stderr, "sluice: data_dir %q cannot be used: %v (set data_dir: or --data-dir to a writable directory)\n", cfg.DataDir, err)
+			startErr("data_dir %q cannot be used: %v (set data_dir: or --data-dir to a writable directory)", cfg.DataDir, err)
 			return 1
 		}
 	}
 	if cfg.WasmCacheDir != "" { // an explicit one; the default falls back on its own
 		if err := writableDir(cfg.WasmCacheDir); err != nil {
-			fmt.Fprintf(stderr, "sluice: wasm_cache_dir %q cannot be used: %v (set wasm_cache_dir: or --wasm-cache-dir to a writable directory)\n", cfg.WasmCacheDir, err)
+			startErr("wasm_cache_dir %q cannot be used: %v (set wasm_cache_dir: or --wasm-cache-dir to a writable directory)", cfg.WasmCacheDir, err)
 			return 1
 		}
 	}

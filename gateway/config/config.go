@@ -245,15 +245,17 @@ func Defaults() Config {
 	}
 }
 
-// Load reads, expands and validates a config file.
+// Load reads, expands and validates a config file. With an error, the
+// Config is what could be read of it (the defaults where nothing could), so
+// that the caller can report the error the way the file asks (log.json).
 func Load(path string) (Config, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return Config{}, fmt.Errorf("config: %w", err)
+		return Defaults(), fmt.Errorf("config: %w", err)
 	}
 	cfg, err := Parse(raw, os.LookupEnv)
 	if err != nil {
-		return Config{}, &FileError{Path: path, Err: err}
+		return cfg, &FileError{Path: path, Err: err}
 	}
 	return cfg, nil
 }
