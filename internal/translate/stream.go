@@ -253,16 +253,20 @@ func (s *Stream) Chunk(data []byte) ([]Event, error) {
 	if !s.started {
 		s.start()
 	}
+	if choices.IsArray() && hasOtherChoice(choices) {
+		// The request asks for one choice (it sends no n): content on
+		// another is the upstream's mistake, and dropping it would end the
+		// answer complete without the text. It is a malformed chunk.
+		return nil, errors.New("translate: chat stream chunk has a choice other than index 0 (one was asked for)")
+	}
 	if choices.IsArray() {
 		choices.ForEach(func(_, ch gjson.Result) bool {
 			if !ch.IsObject() {
 				return true
 			}
-			var idx, delta, finish gjson.Result
+			var delta, finish gjson.Result
 			ch.ForEach(func(k, v gjson.Result) bool {
 				switch k.Str {
-				case "index":
-					idx = v
 				case "delta":
 					delta = v
 				case "finish_reason":
@@ -270,9 +274,6 @@ func (s *Stream) Chunk(data []byte) ([]Event, error) {
 				}
 				return true
 			})
-			if present(idx) && (idx.Type != gjson.Number || idx.Raw != "0") {
-				return true // only the first choice becomes the response
-			}
 			s.applyDelta(delta, false)
 			if finish.Type == gjson.String && finish.Str != "" {
 				s.setFinish(finish.Str)
@@ -284,6 +285,19 @@ func (s *Stream) Chunk(data []byte) ([]Event, error) {
 		s.usage = appendUsage(s.usage[:0], usage)
 	}
 	return s.flush(), nil
+}
+
+// hasOtherChoice reports whether a chunk's choices hold one whose index is
+// not 0 (an absent index is choice 0).
+func hasOtherChoice(choices gjson.Result) bool {
+	other := false
+	choices.ForEach(func(_, ch gjson.Result) bool {
+		if idx := ch.Get("index"); ch.IsObject() && present(idx) && (idx.Type != gjson.Number || idx.Raw != "0") {
+			other = true
+		}
+		return !other
+	})
+	return other
 }
 
 // Finish ends the stream at [DONE] (or a clean end after a finish_reason):

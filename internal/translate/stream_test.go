@@ -573,7 +573,13 @@ func TestStreamErrorChunkShapes(t *testing.T) {
 }
 
 func TestStreamBadChunk(t *testing.T) {
-	for _, c := range []string{"", "{", "[]", `"x"`, "nul", `{"a":1}x`} {
+	// Content on a choice other than 0 would be dropped, ending the answer
+	// complete without it: the chunk is malformed, since one choice was asked
+	// for.
+	for _, c := range []string{"", "{", "[]", `"x"`, "nul", `{"a":1}x`,
+		`{"choices":[{"index":1,"delta":{"content":"other choice"}}]}`,
+		`{"choices":[{"index":0,"delta":{"content":"a"}},{"index":1,"delta":{"content":"b"}}]}`,
+		`{"choices":[{"index":"0","delta":{"content":"a"}}]}`} {
 		s := NewStream(testStreamOptions())
 		if ev, err := s.Chunk([]byte(c)); err == nil || ev != nil {
 			t.Errorf("%q: %v %v", c, ev, err)
@@ -583,7 +589,6 @@ func TestStreamBadChunk(t *testing.T) {
 	s := NewStream(testStreamOptions())
 	for _, c := range []string{
 		`{}`, `{"choices":null}`, `{"choices":[1,"x",null]}`, `{"choices":[{"delta":"x"}]}`,
-		`{"choices":[{"index":1,"delta":{"content":"other choice"}}]}`,
 		`{"choices":[{"index":0,"delta":{"content":5,"tool_calls":{"x":1}}}]}`,
 		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":{"a":1}}}]}}]}`,
 		`{"usage":null}`,
