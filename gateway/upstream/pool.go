@@ -574,18 +574,24 @@ func (p *Pool) probe(ctx context.Context, u *Upstream, timeout time.Duration) ([
 	case resp.StatusCode/100 != 2:
 		return nil, StateDown, fmt.Sprintf("probe: HTTP %d", resp.StatusCode)
 	}
+	// Not JSON (a login page, a wrong base_url) is a down upstream; a list
+	// with an odd entry is an upstream that answers: the entries that name a
+	// model count, the others are skipped.
 	var list struct {
-		Data []struct {
-			ID string `json:"id"`
-		} `json:"data"`
+		Data []json.RawMessage `json:"data"`
 	}
-	if err := json.Unmarshal(body, &list); err != nil {
+	if err := json.Unmarshal(body, &list); err != nil && !json.Valid(body) {
 		return nil, StateDown, "probe: model list is not JSON: " + err.Error()
 	}
 	models := make([]string, 0, len(list.Data))
-	for _, m := range list.Data {
-		if m.ID != "" {
-			models = append(models, m.ID)
+	for _, raw := range list.Data {
+		var m struct {
+			ID any `json:"id"`
+		}
+		if json.Unmarshal(raw, &m) == nil {
+			if id, ok := m.ID.(string); ok && id != "" {
+				models = append(models, id)
+			}
 		}
 	}
 	return models, StateHealthy, ""

@@ -111,6 +111,7 @@ func TestProbe(t *testing.T) {
 	var mu sync.Mutex // ProbeAll probes the upstreams concurrently
 	status := http.StatusOK
 	var gotPath, gotAuth string
+	list := `{"object":"list","data":[{"id":"m2"},{"id":"m1"}]}`
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -118,7 +119,7 @@ func TestProbe(t *testing.T) {
 			gotPath, gotAuth = r.URL.Path, r.Header.Get("Authorization")
 		}
 		w.WriteHeader(status)
-		_, _ = w.Write([]byte(`{"object":"list","data":[{"id":"m2"},{"id":"m1"}]}`))
+		_, _ = w.Write([]byte(list))
 	}))
 	defer srv.Close()
 	c := &clock{t: time.Unix(1000, 0)}
@@ -140,6 +141,26 @@ func TestProbe(t *testing.T) {
 	if got := p.Models(); len(got) != 2 || got[0] != "m1" {
 		t.Fatalf("merged models %v, want de-duplicated and sorted", got)
 	}
+
+	// A list with odd entries is still an upstream that answers: the
+	// entries that name a model count.
+	mu.Lock()
+	list = `{"object":"list","data":[{"id":5},"x",{"id":"m3"},null,{"id":""}]}`
+	mu.Unlock()
+	p.Probe(ctx, a)
+	if st := a.Status(c.now()); st.State != StateHealthy || len(st.Models) != 1 || st.Models[0] != "m3" {
+		t.Fatalf("odd model list: status %+v", st)
+	}
+	mu.Lock()
+	list = `<html>login</html>`
+	mu.Unlock()
+	p.Probe(ctx, a)
+	if st := a.Status(c.now()); st.State != StateDown {
+		t.Fatalf("a model list that is not JSON: status %+v", st)
+	}
+	mu.Lock()
+	list = `{"object":"list","data":[{"id":"m2"},{"id":"m1"}]}`
+	mu.Unlock()
 
 	setStatus := func(code int) { mu.Lock(); status = code; mu.Unlock() }
 	setStatus(http.StatusUnauthorized)
