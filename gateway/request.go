@@ -144,12 +144,24 @@ func (r *clientRequest) readFields(root gjson.Result) *apierr.Error {
 	default:
 		return apierr.Invalid("stream", apierr.CodeInvalidType, "stream must be a boolean, got %s", jsonKind(stream))
 	}
+	for _, f := range [...]struct {
+		name string
+		v    gjson.Result
+	}{{"store", storeField}, {"background", background}} {
+		// "background":"yes" must not quietly run in the foreground.
+		if f.v.Exists() && f.v.Type != gjson.Null && f.v.Type != gjson.True && f.v.Type != gjson.False {
+			return apierr.Invalid(f.name, apierr.CodeInvalidType, "%s must be a boolean, got %s", f.name, jsonKind(f.v))
+		}
+	}
 	r.storeFalse = storeField.Type == gjson.False
 	r.background = background.Type == gjson.True
 	r.previousResponseID = ""
 	if prev.Exists() && prev.Type != gjson.Null {
 		if prev.Type != gjson.String {
 			return apierr.Invalid("previous_response_id", apierr.CodeInvalidType, "previous_response_id must be a string, got %s", jsonKind(prev))
+		}
+		if prev.Str == "" { // not "no previous response": that is null or no key
+			return apierr.Invalid("previous_response_id", apierr.CodeInvalidValue, "previous_response_id must not be empty (leave it out or send null for none)")
 		}
 		if e := overlongID("previous_response_id", prev.Str); e != nil {
 			return e
