@@ -28,6 +28,42 @@ type accounts struct {
 	reqs    *prometheus.CounterVec // sluice_usage_requests_total{key,route,target,model}
 	cost    *prometheus.CounterVec // sluice_usage_cost_usd_total{key,route,target,model}
 	usage   *usageBatch            // nil without a usage store
+	models  modelLabels            // the usage metrics' model label values
+}
+
+// maxModelLabels bounds how many model names the usage metrics label
+// separately; later ones are labelled "other". Upstreams such as llama.cpp's
+// server accept and echo any model name, so without a bound each new name a
+// client sends would add series to /metrics for the life of the process.
+const maxModelLabels = 256
+
+// modelLabels hands out the usage metrics' model label: the model itself
+// for the first maxModelLabels names, "other" after.
+type modelLabels struct {
+	mu   sync.Mutex
+	seen map[string]struct{}
+	full bool // logged once
+}
+
+// of is model's label value; warn is called once, when the bound is hit.
+func (l *modelLabels) of(model string, warn func()) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.seen[model]; ok {
+		return model
+	}
+	if len(l.seen) < maxModelLabels {
+		if l.seen == nil {
+			l.seen = map[string]struct{}{}
+		}
+		l.seen[model] = struct{}{}
+		return model
+	}
+	if !l.full {
+		l.full = true
+		warn()
+	}
+	return "other"
 }
 
 func newAccounts(s *Server, o AccountsOptions, reg prometheus.Registerer) (*accounts, error) {
@@ -199,17 +235,20 @@ func (a *accounts) settle(req *clientRequest) {
 		model = req.model
 	}
 	model = label(model)
-	a.reqs.WithLabelValues(key, route, target, model).Inc()
+	modelLabel := a.models.of(model, func() {
+		a.s.log.Warn("the usage metrics label this many models; later ones are labelled \"other\" (GET /admin/usage has every model)", "models", maxModelLabels)
+	})
+	a.reqs.WithLabelValues(key, route, target, modelLabel).Inc()
 	if !u.known {
 		return
 	}
 	for kind, n := range map[string]int64{"input": u.input, "output": u.output, "cached": u.cached, "reasoning": u.reasoning} {
 		if n > 0 {
-			a.tokens.WithLabelValues(key, route, target, model, kind).Add(float64(n))
+			a.tokens.WithLabelValues(key, route, target, modelLabel, kind).Add(float64(n))
 		}
 	}
 	if c, ok := a.priceOf(model, u); ok && c > 0 {
-		a.cost.WithLabelValues(key, route, target, model).Add(c)
+		a.cost.WithLabelValues(key, route, target, modelLabel).Add(c)
 	}
 	if a.usage == nil {
 		return
