@@ -18,14 +18,18 @@ func (s *Server) accessLog(m *reqMeta) {
 	defer m.mu.Unlock()
 	m.logged = true
 	status := m.status
+	targets := make([]string, len(m.targets))
+	for i, t := range m.targets { // upstream/model: the model may be the client's
+		targets[i] = label(t)
+	}
 	args := []any{
 		"method", m.method,
 		"endpoint", m.endpoint,
 		"surface", m.surface,
 		"key", m.keyName(),
 		"route", m.route,
-		"targets", strings.Join(m.targets, ","),
-		"model", m.model,
+		"targets", strings.Join(targets, ","),
+		"model", label(m.model), // the client's: bounded, valid UTF-8
 		"status", status,
 	}
 	if m.code != "" {

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 	"github.com/hashicorp/go-hclog"
@@ -506,5 +507,22 @@ func TestBudgetsWithoutAStoreAreWarnedAbout(t *testing.T) {
 	stored, _ := keyedHarness(t, budget)
 	if strings.Contains(stored.logs.String(), "in memory only") {
 		t.Fatalf("warned with a store:\n%s", stored.logs.String())
+	}
+}
+
+// The access line's model is the client's string made a bounded, valid
+// UTF-8 value: raw bytes from a client do not reach the log as they are.
+func TestAccessLogModelIsSanitised(t *testing.T) {
+	h := newHarness(t, harnessConfig{})
+	model := "m\xff\xfe" + strings.Repeat("x", 300)
+	if resp, _ := send(t, h, http.MethodPost, "/v1/responses", "", `{"model":"`+model+`","input":"hi"}`); resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	line := ""
+	for deadline := time.Now().Add(5 * time.Second); line == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		line = grepLines(h.logs.String(), "access: request")
+	}
+	if line == "" || !utf8.ValidString(line) || strings.Contains(line, strings.Repeat("x", 200)) || !strings.Contains(line, "m\uFFFD") {
+		t.Fatalf("access line: %q", line)
 	}
 }
