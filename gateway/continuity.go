@@ -60,6 +60,15 @@ func scopeOf(h http.Header, keyHash string) requestScope {
 	return rs
 }
 
+// overlong refuses a scope id longer than an id may be (store.MaxIDLen):
+// it is stored with every anchor the request records.
+func (rs requestScope) overlong() *apierr.Error {
+	if e := overlongID("X-Codex-Turn-State", rs.turnState); e != nil {
+		return e
+	}
+	return overlongID("session_id", rs.session)
+}
+
 // tightest is the scope a new anchor is recorded under.
 func (rs requestScope) tightest() (store.ScopeKind, string) {
 	switch {

@@ -373,3 +373,24 @@ func TestAdminToken(t *testing.T) {
 		t.Fatalf("healthz %d", code)
 	}
 }
+
+// A session scope id (X-Codex-Turn-State, session_id) is stored with every
+// anchor a request records, so it is bounded like a response id.
+func TestOverlongScopeHeadersAreRefused(t *testing.T) {
+	h := newHarness(t, harnessConfig{})
+	for _, name := range []string{"X-Codex-Turn-State", "Session_id", "X-Codex-Session-Id"} {
+		req, _ := http.NewRequest(http.MethodPost, h.url+"/v1/responses", strings.NewReader(`{"model":"m","input":"x"}`))
+		req.Header.Set(name, strings.Repeat("a", 1025))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := readError(t, resp)
+		if resp.StatusCode != 400 || deref(e.Error.Code) != "invalid_value" {
+			t.Fatalf("%s of 1025 bytes: %d %+v", name, resp.StatusCode, e.Error)
+		}
+	}
+	if n := h.ups["A"].RequestCount(); n != 0 {
+		t.Fatalf("an overlong scope reached the upstream %d times", n)
+	}
+}

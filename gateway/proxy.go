@@ -54,6 +54,10 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, ep endpoint) {
 		apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the gateway is shutting down; retry on another instance").Write(sw)
 		return
 	}
+	if aerr := scopeOf(r.Header, "").overlong(); aerr != nil {
+		aerr.Write(sw)
+		return
+	}
 	ctx, cancel := requestContext(r)
 	defer cancel()
 	body, aerr := s.readBody(sw, r)

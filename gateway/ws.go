@@ -47,6 +47,13 @@ func (s *Server) handleWebSocket(w http.ResponseWriter, r *http.Request, _ httpr
 		return
 	}
 	defer s.wsSessions.Done()
+	if aerr := scopeOf(r.Header, "").overlong(); aerr != nil {
+		aerr.Write(w)
+		s.metrics.requests.WithLabelValues(hostabi.SurfaceWebSocket, statusLabel(aerr.Status)).Inc()
+		m := metaOf(r)
+		m.counted, m.status, m.code = true, aerr.Status, aerr.Code
+		return
+	}
 	turnState := r.Header.Get("X-Codex-Turn-State")
 	if turnState == "" {
 		turnState = "turn_" + uuid.NewString()

@@ -200,6 +200,9 @@ func TestWebSocketRefusedUpgradeIsOpenAIShaped(t *testing.T) {
 		{"no Connection header", "HTTP/1.1", with(map[string]string{"Connection": ""}), 426, "websocket_required", "Connection"},
 		{"HTTP/1.0", "HTTP/1.0", valid, 426, "websocket_required", "HTTP/1.1"},
 		{"foreign Origin", "HTTP/1.1", with(map[string]string{"Origin": "http://evil.example"}), 403, "invalid_value", "evil.example"},
+		// Scope ids are stored with every anchor the socket records.
+		{"overlong turn state", "HTTP/1.1", with(map[string]string{"X-Codex-Turn-State": strings.Repeat("t", 1025)}), 400, "invalid_value", "X-Codex-Turn-State"},
+		{"overlong session id", "HTTP/1.1", with(map[string]string{"Session_id": strings.Repeat("s", 1025)}), 400, "invalid_value", "session_id"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			conn, err := net.Dial("tcp", host)
@@ -245,7 +248,7 @@ func TestWebSocketRefusedUpgradeIsOpenAIShaped(t *testing.T) {
 			}
 		})
 	}
-	if m := h.metrics(); !strings.Contains(m, `sluice_requests_total{code="400",surface="websocket"} 4`) {
+	if m := h.metrics(); !strings.Contains(m, `sluice_requests_total{code="400",surface="websocket"} 6`) {
 		t.Fatalf("refused upgrades not counted:\n%s", grep(m, "sluice_requests_total"))
 	}
 }
