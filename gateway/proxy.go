@@ -1068,7 +1068,14 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
-func (w *statusWriter) Flush() { http.NewResponseController(w.ResponseWriter).Flush() }
+func (w *statusWriter) Flush() { _ = w.FlushError() }
+
+// FlushError is what http.ResponseController.Flush calls first: without it
+// the controller stops at Flush above and every flush error (a client that
+// left, a write deadline) is lost until a later write fails.
+func (w *statusWriter) FlushError() error {
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
