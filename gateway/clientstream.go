@@ -429,13 +429,21 @@ func (cs *clientStream) commitLocked() {
 }
 
 // eventLocked writes one event, committing the stream first. A detached
-// stream (resume.go) writes nothing: its events are only logged. plain: the
+// stream (resume.go) writes nothing: its events are only logged and
+// metered. plain: the
 // caller read the event and it carries nothing the usage meter keeps: a
 // Responses event meterSkipsResponsesEvent names, or a Chat chunk without a
 // "usage" member.
 func (cs *clientStream) eventLocked(name string, data []byte, plain bool) error {
 	if cs.gone {
 		if cs.detached {
+			// Nobody reads it, but the upstream bills it: the usage meter
+			// still counts what the stream would have sent (its terminal
+			// event's usage), or a client could take answers past its key's
+			// token limits by leaving and fetching them afterwards.
+			if !plain && cs.req != nil && cs.req.meta != nil {
+				cs.req.meta.observe(name, data)
+			}
 			return nil
 		}
 		return errClientGone

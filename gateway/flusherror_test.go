@@ -2,13 +2,19 @@ package gateway_test
 
 import (
 	"bufio"
+	"context"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/sluice-gw/sluice/gateway"
+	"github.com/sluice-gw/sluice/gateway/sse"
 	"github.com/sluice-gw/sluice/internal/upstreamtest"
+	"github.com/sluice-gw/sluice/store"
 )
 
 // A client that leaves a silent stream is noticed by the first keepalive
@@ -49,5 +55,65 @@ func TestClientGoneIsNoticedByTheFailingKeepAlive(t *testing.T) {
 	// write found the client gone.
 	if n := metricValue(h.metrics(), `sluice_keepalives_total{surface="responses_stream"}`); n > 1 {
 		t.Fatalf("%v keepalives were counted as written to a client that had left; access line: %s", n, line)
+	}
+}
+
+// A stream whose client leaves runs on detached (so the client can resume
+// it) and the upstream bills it: its usage is counted for the key like any
+// other, or leaving and fetching the answer afterwards would take tokens
+// past the key's limits. Over HTTP and over a WebSocket, the client reads
+// two events and leaves.
+func TestDetachedStreamIsMetered(t *testing.T) {
+	for _, transport := range []string{"sse", "websocket"} {
+		t.Run(transport, func(t *testing.T) {
+			st, err := store.Open(context.Background(), store.Options{Dir: t.TempDir(), SweepInterval: -1, Logger: hclog.NewNullLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = st.Close() })
+			h := newHarness(t, harnessConfig{opts: gateway.Options{Resume: gateway.ResumeOptions{DetachGrace: 5 * time.Second},
+				Accounts: gateway.AccountsOptions{Required: true, Keys: []store.KeyRecord{keyRec("team-a", teamAKey, nil, store.KeyLimits{})}, Usage: st}}})
+			h.ups["A"].Enqueue(upstreamtest.Slow(30 * time.Millisecond))
+			if transport == "sse" {
+				req, _ := http.NewRequest(http.MethodPost, h.url+"/v1/responses", strings.NewReader(`{"model":"gpt-fake-1","input":"hi","stream":true}`))
+				req.Header.Set("Authorization", "Bearer "+teamAKey)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r := sse.NewReader(resp.Body, 1<<20)
+				for i := 0; i < 2; i++ {
+					if _, err := r.Next(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				resp.Body.Close()
+			} else {
+				c := h.dialWS(map[string]string{"Authorization": "Bearer " + teamAKey})
+				c.send(createFrame(""))
+				for i := 0; i < 2; i++ {
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					_, _, err := c.conn.Read(ctx)
+					cancel()
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				c.conn.CloseNow()
+			}
+			var rep usageReport
+			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				rep = usageReport{}
+				if code := h.getJSON("/admin/usage?key=team-a", &rep); code != 200 {
+					t.Fatalf("admin/usage: %d", code)
+				}
+				if rep.Total.Requests > 0 {
+					break
+				}
+			}
+			if rep.Total.Requests != 1 || rep.Total.InputTokens == 0 || rep.Total.OutputTokens == 0 {
+				t.Fatalf("a detached stream's usage: %+v\n%s", rep.Total, grepLines(h.logs.String(), "access: request"))
+			}
+		})
 	}
 }

@@ -340,38 +340,47 @@ type meterSink struct {
 var usageField = []byte(`"usage"`)
 
 func (k *meterSink) Event(name string, data []byte) error {
-	k.m.mu.Lock()
-	k.m.firstEvent()
+	hide := k.m.observe(name, data)
 	k.plain = !k.m.traced
+	if hide {
+		return nil // counted; the client did not ask for it
+	}
+	return k.eventSink.Event(name, data)
+}
+
+// observe notes one event the client stream sends (or, detached, would
+// send): the first event's time, and usage from the events that carry it.
+// It reports whether the event is a Chat usage chunk the client did not
+// ask for, which is counted but not written.
+func (m *reqMeta) observe(name string, data []byte) (hide bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.firstEvent()
 	if bytes.Contains(data, usageField) {
 		if typ := gjson.GetBytes(data, "type").Str; strings.HasPrefix(typ, "response.") {
 			if isTerminalType(typ) {
-				k.m.terminal = strings.TrimPrefix(typ, "response.")
+				m.terminal = strings.TrimPrefix(typ, "response.")
 				if u, ok := parseUsage(gjson.GetBytes(data, "response.usage")); ok {
-					k.m.usage = u
+					m.usage = u
 				}
 				if mod := gjson.GetBytes(data, "response.model"); mod.Type == gjson.String {
-					k.m.servedModel = mod.Str
+					m.servedModel = mod.Str
 				}
 			}
 		} else if u, ok := parseUsage(gjson.GetBytes(data, "usage")); ok { // a Chat chunk
-			k.m.usage = u
+			m.usage = u
 			if mod := gjson.GetBytes(data, "model"); mod.Type == gjson.String {
-				k.m.servedModel = mod.Str
+				m.servedModel = mod.Str
 			}
-			if k.m.hideChatUsage && usageOnlyChunk(data) {
-				k.m.mu.Unlock()
-				return nil // counted; the client did not ask for it
-			}
+			hide = m.hideChatUsage && usageOnlyChunk(data)
 		}
 	} else if name != "" && isTerminalType(name) {
-		k.m.terminal = strings.TrimPrefix(name, "response.")
+		m.terminal = strings.TrimPrefix(name, "response.")
 	}
-	if k.m.traced {
-		k.m.noteFinish(name, data)
+	if m.traced && !hide {
+		m.noteFinish(name, data)
 	}
-	k.m.mu.Unlock()
-	return k.eventSink.Event(name, data)
+	return hide
 }
 
 // meterSkipsResponsesEvent reports whether a Responses event of type typ
