@@ -526,3 +526,51 @@ func TestAccessLogModelIsSanitised(t *testing.T) {
 		t.Fatalf("access line: %q", line)
 	}
 }
+
+// A Sluice key in Api-Key next to another credential in Authorization is
+// still identified (its models and limits apply) and never reaches the
+// upstream, with auth required or not.
+func TestSluiceKeyInApiKeyBesideAuthorizationIsNotForwarded(t *testing.T) {
+	for _, required := range []bool{false, true} {
+		h := newHarness(t, harnessConfig{opts: gateway.Options{Accounts: gateway.AccountsOptions{Required: required,
+			Keys: []store.KeyRecord{keyRec("team-a", teamAKey, []string{"other-*"}, store.KeyLimits{})}}}})
+		req, _ := http.NewRequest(http.MethodPost, h.url+"/v1/responses", strings.NewReader(simple))
+		req.Header.Set("Authorization", "Bearer sk-client-own-key-0123456789")
+		req.Header.Set("Api-Key", teamAKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		// The key may not use the model: identified, its rule applies.
+		if resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("required=%v: status %d, want 403 model_not_allowed", required, resp.StatusCode)
+		}
+		if n := h.ups["A"].RequestCount(); n != 0 {
+			t.Fatalf("required=%v: the upstream was called %d times", required, n)
+		}
+	}
+	// Allowed, it is served, and the upstream sees no Sluice key.
+	h := newHarness(t, harnessConfig{opts: gateway.Options{Accounts: gateway.AccountsOptions{
+		Keys: []store.KeyRecord{keyRec("team-a", teamAKey, nil, store.KeyLimits{})}}}})
+	req, _ := http.NewRequest(http.MethodPost, h.url+"/v1/responses", strings.NewReader(simple))
+	req.Header.Set("Authorization", "Bearer sk-client-own-key-0123456789")
+	req.Header.Set("Api-Key", teamAKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	for _, r := range h.ups["A"].Requests() {
+		for k, vs := range r.Header {
+			for _, v := range vs {
+				if strings.Contains(v, teamAKey) {
+					t.Fatalf("the upstream got the Sluice key in %s", k)
+				}
+			}
+		}
+	}
+}

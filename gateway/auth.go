@@ -257,19 +257,27 @@ func (kr *keyring) list() []*keyEntry {
 	return out
 }
 
-// presentedKey is the credential a client presents: the Bearer token of
-// Authorization, else Api-Key.
-func presentedKey(h http.Header) string {
+// presentedKeys are the credentials a client presents: the Bearer token of
+// Authorization and Api-Key. A client may send both (its own upstream key
+// in one, a Sluice key in the other); either may identify a Sluice key.
+func presentedKeys(h http.Header) (authorization, apiKey string) {
 	if a := h.Get("Authorization"); a != "" {
-		return clientkey.BearerToken(a)
+		authorization = clientkey.BearerToken(a)
 	}
-	return strings.TrimSpace(h.Get("Api-Key"))
+	return authorization, strings.TrimSpace(h.Get("Api-Key"))
 }
 
 // authenticate identifies the client's key. With auth required, a missing
 // or unknown key is a 401 invalid_api_key; without, it is nil (pass-through).
+// Once a key is identified, neither header reaches an upstream
+// (upstreamHeaders): a Sluice key in Api-Key next to another credential in
+// Authorization is not forwarded either.
 func (a *accounts) authenticate(h http.Header) (*keyEntry, *apierr.Error) {
-	e := a.keys.lookup(presentedKey(h))
+	auth, apiKey := presentedKeys(h)
+	e := a.keys.lookup(auth)
+	if e == nil && apiKey != "" {
+		e = a.keys.lookup(apiKey)
+	}
 	if e == nil && a.opts.Required {
 		return nil, &apierr.Error{Status: http.StatusUnauthorized, Type: apierr.TypeInvalidRequest, Code: CodeInvalidAPIKey,
 			Message: "a valid Sluice key is required: send Authorization: Bearer <key>"}
