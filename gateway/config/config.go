@@ -664,8 +664,11 @@ func redactURL(raw string) string {
 		prefix, rest = scheme+"://", after
 	}
 	// Without a scheme (sk-…@host/v1, a forgotten https://) what comes
-	// before an @ in the host part is a userinfo all the same.
-	if at := strings.LastIndex(rest, "@"); at >= 0 && !strings.ContainsAny(rest[:at], "/?#") {
+	// before an @ is a userinfo all the same, and so it is when a / comes
+	// before it: a password with an unencoded / (base64) makes the URL
+	// unparseable, and that is when it is echoed in an error. Hiding a path
+	// that holds an @ too costs nothing in an error message.
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
 		return prefix + "[redacted]@" + rest[at+1:]
 	}
 	return raw

@@ -2,6 +2,7 @@ package config
 
 import (
 	"net/url"
+	"strings"
 	"time"
 )
 
@@ -45,8 +46,12 @@ func (c *Config) validateStore(bad func(key, format string, args ...any)) {
 		r := c.Store.Redis
 		if r.URL == "" {
 			bad("store.redis.url", "is required with backend: redis (redis://host:6379/0, or rediss:// for TLS)")
-		} else if u, err := url.Parse(r.URL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
+		} else if u, err := url.Parse(r.URL); err != nil {
+			bad("store.redis.url", "%q does not parse as a URL (percent-encode a / or %% in the password)", redactURL(r.URL))
+		} else if (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
 			bad("store.redis.url", "%q is not a redis:// or rediss:// URL", redactURL(r.URL))
+		} else if db := strings.TrimPrefix(u.Path, "/"); db != "" && !isDecimal(db) {
+			bad("store.redis.url", "%q: the path is the database number (/0), not %q", redactURL(r.URL), db)
 		}
 		if r.KeyPrefix == "" {
 			bad("store.redis.key_prefix", "must not be empty")
@@ -66,4 +71,9 @@ func (c *Config) validateStore(bad func(key, format string, args ...any)) {
 	default:
 		bad("store.backend", "%q is not pebble or redis", c.Store.Backend)
 	}
+}
+
+// isDecimal reports whether s is digits only.
+func isDecimal(s string) bool {
+	return s != "" && strings.Trim(s, "0123456789") == ""
 }
