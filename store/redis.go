@@ -167,6 +167,7 @@ func OpenRedis(ctx context.Context, opts RedisOptions) (*RedisStore, error) {
 		opts: opts, log: opts.Logger.Named("store").With("backend", "redis"), c: redis.NewClient(ro),
 		p: opts.KeyPrefix, addr: ro.Addr, wake: make(chan struct{}, 1), pingDone: make(chan struct{}),
 	}
+	s.c.AddHook(commandBound{command: opts.Timeout, pipeline: ro.ReadTimeout})
 	s.setDown(errors.New("not connected yet"))
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opts.Timeout)
 	err = s.ping(pctx)
@@ -547,4 +548,33 @@ func (s *RedisStore) Sweep(ctx context.Context, _ time.Time) (int, error) {
 	}
 	release()
 	return 0, nil
+}
+
+// commandBound bounds each command, its retries included, by the store's
+// timeout (a pipeline, which may carry WAIT, by its read timeout): go-redis
+// retries a read timeout, so without it one command against a Redis that
+// stopped answering took up to MaxRetries+1 timeouts, where the README
+// promises that a Redis slower than timeout counts as down. XREAD blocks by
+// design and is bounded by its own BLOCK argument and the caller's context.
+type commandBound struct{ command, pipeline time.Duration }
+
+func (b commandBound) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (b commandBound) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "xread" {
+			return next(ctx, cmd)
+		}
+		ctx, cancel := context.WithTimeout(ctx, b.command)
+		defer cancel()
+		return next(ctx, cmd)
+	}
+}
+
+func (b commandBound) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		ctx, cancel := context.WithTimeout(ctx, b.pipeline)
+		defer cancel()
+		return next(ctx, cmds)
+	}
 }
