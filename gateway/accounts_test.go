@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"regexp"
@@ -572,5 +573,32 @@ func TestSluiceKeyInApiKeyBesideAuthorizationIsNotForwarded(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// unreadableUsage is a usage store whose reads fail the way a store that
+// lost Redis does, naming its address.
+type unreadableUsage struct{ store.UsageStore }
+
+func (unreadableUsage) Usage(context.Context, string, string, string) ([]store.UsageRecord, error) {
+	return nil, errors.New("store: unavailable: redis at 10.1.2.3:6379: dial tcp 10.1.2.3:6379: connect: connection refused")
+}
+
+// A store failure behind GET /admin/usage stays in the log: the caller gets
+// a fixed message (SECURITY.md), not the store's address or error.
+func TestUsageStoreFailureIsNotShownToTheCaller(t *testing.T) {
+	st, err := store.Open(context.Background(), store.Options{Dir: t.TempDir(), SweepInterval: -1, Logger: hclog.NewNullLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	h := newHarness(t, harnessConfig{opts: gateway.Options{Accounts: gateway.AccountsOptions{Usage: unreadableUsage{st}}}})
+	var e apiError
+	code := h.getJSON("/admin/usage", &e)
+	if code != http.StatusServiceUnavailable || strings.Contains(e.Error.Message, "10.1.2.3") || !strings.Contains(e.Error.Message, "see the gateway log") {
+		t.Fatalf("%d %+v", code, e.Error)
+	}
+	if !strings.Contains(h.logs.String(), "10.1.2.3") {
+		t.Fatalf("the store's error was not logged:\n%s", h.logs.String())
 	}
 }

@@ -437,7 +437,10 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request, _ httproute
 	a.usage.flush(r.Context()) // this replica's pending totals first: a request that ended is counted
 	recs, err := a.opts.Usage.Usage(r.Context(), q.Get("key"), from, to)
 	if err != nil {
-		apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "reading usage failed: %v", err).Write(w)
+		// The store's error (its address, the dial error) stays in the log
+		// (SECURITY.md).
+		s.log.Error("reading usage totals failed", "error", err)
+		apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the usage totals could not be read; see the gateway log").Write(w)
 		return
 	}
 	type row struct {
