@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/julienschmidt/httprouter"
 	"github.com/prometheus/client_golang/prometheus"
@@ -238,10 +239,10 @@ func (a *accounts) settle(req *clientRequest) {
 	modelLabel := a.models.of(model, func() {
 		a.s.log.Warn("the usage metrics label this many models; later ones are labelled \"other\" (GET /admin/usage has every model)", "models", maxModelLabels)
 	})
+	// A request without usage (a stream cut before its terminal usage, a
+	// client that left) still counts as one request, in the store's totals
+	// as in the metric; its token counts are zero.
 	a.reqs.WithLabelValues(key, route, target, modelLabel).Inc()
-	if !u.known {
-		return
-	}
 	for kind, n := range map[string]int64{"input": u.input, "output": u.output, "cached": u.cached, "reasoning": u.reasoning} {
 		if n > 0 {
 			a.tokens.WithLabelValues(key, route, target, modelLabel, kind).Add(float64(n))
@@ -257,9 +258,18 @@ func (a *accounts) settle(req *clientRequest) {
 		Requests: 1, InputTokens: u.input, OutputTokens: u.output, CachedTokens: u.cached, ReasoningTokens: u.reasoning})
 }
 
-// label makes a client- or upstream-chosen string a valid, bounded label value.
+// label makes a client- or upstream-chosen string a valid, bounded label
+// value without control characters: a NUL would make the usage store refuse
+// the total (store.ErrInvalid), and control characters have no place in a
+// metric label or a log line.
 func label(s string) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return -1
+		}
+		return r
+	}, s)
 	if len(s) > 128 {
 		s = strings.ToValidUTF8(s[:128], "")
 	}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -16,12 +17,20 @@ import (
 // after the first one pending, on GET /admin/usage, and at shutdown. A busy
 // gateway then writes each total a few times a second instead of once per
 // request (a Pebble read-modify-write, or a Redis script, on the request's
-// path). What a crash loses is the last interval's counts, as with any
-// unsynced write.
+// path). A flush is one synced write where the store offers it
+// (usageBatchAdder), so what a crash loses is the counts not yet flushed:
+// the last interval's, or more while the store refuses writes.
 const (
 	usageFlushEvery   = 250 * time.Millisecond
 	usageRetryBackoff = 10 * time.Second // the longest wait between retries of a failing store
 )
+
+// usageBatchAdder is a usage store that adds many totals in one synced
+// write (store.PebbleStore); one error per record, as its AddUsages says.
+// Other stores get one AddUsage per total.
+type usageBatchAdder interface {
+	AddUsages(ctx context.Context, us []store.UsageRecord) []error
+}
 
 // usageKey is what the store keeps one total for.
 type usageKey struct{ day, key, route, target, model string }
@@ -73,14 +82,20 @@ func (b *usageBatch) mergeLocked(rec store.UsageRecord) {
 	b.pending[k] = cur
 }
 
-// flush adds every pending total to the store. A total the store refused
-// stays pending (summed with what arrives meanwhile) and is retried later,
-// the wait doubling up to usageRetryBackoff while the store keeps failing.
+// flush adds every pending total to the store. A total the store could not
+// write stays pending (summed with what arrives meanwhile) and is retried
+// later, the wait doubling up to usageRetryBackoff while the store keeps
+// failing. A total the store refuses for good (refusedForGood) is dropped
+// with a warning: retried, it would fail forever and hold every other key's
+// totals to the longest wait.
 func (b *usageBatch) flush(ctx context.Context) {
 	b.flushMu.Lock()
 	defer b.flushMu.Unlock()
 	b.mu.Lock()
-	recs := b.pending
+	recs := make([]store.UsageRecord, 0, len(b.pending))
+	for _, rec := range b.pending {
+		recs = append(recs, rec)
+	}
 	b.pending = map[usageKey]store.UsageRecord{}
 	if b.timer != nil {
 		b.timer.Stop()
@@ -88,11 +103,14 @@ func (b *usageBatch) flush(ctx context.Context) {
 	}
 	b.mu.Unlock()
 	var failed []store.UsageRecord
-	for _, rec := range recs {
-		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := b.store.AddUsage(wctx, rec)
-		cancel()
-		if err != nil {
+	for i, err := range b.write(ctx, recs) {
+		rec := recs[i]
+		switch {
+		case err == nil:
+		case refusedForGood(err):
+			b.log.Warn("usage total refused by the store; dropped", "key", rec.Key, "model", rec.Model, "day", rec.Day,
+				"requests", rec.Requests, "tokens", rec.Tokens(), "error", err)
+		default:
 			b.log.Warn("recording usage failed; kept for the next try", "key", rec.Key, "day", rec.Day, "error", err)
 			failed = append(failed, rec)
 		}
@@ -110,6 +128,32 @@ func (b *usageBatch) flush(ctx context.Context) {
 	if len(b.pending) > 0 {
 		b.armLocked()
 	}
+}
+
+// write adds recs to the store and returns each one's error: in one synced
+// write when the store can (usageBatchAdder), else one AddUsage each.
+func (b *usageBatch) write(ctx context.Context, recs []store.UsageRecord) []error {
+	if len(recs) == 0 {
+		return nil // nothing pending: no write, no fsync
+	}
+	if ba, ok := b.store.(usageBatchAdder); ok {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return ba.AddUsages(wctx, recs)
+	}
+	errs := make([]error, len(recs))
+	for i, rec := range recs {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		errs[i] = b.store.AddUsage(wctx, rec)
+		cancel()
+	}
+	return errs
+}
+
+// refusedForGood reports whether the store will never take a total: a name
+// it does not accept, or a stored total it cannot read.
+func refusedForGood(err error) bool {
+	return errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrCorrupt)
 }
 
 // armLocked schedules the next flush, unless one is scheduled or the batch

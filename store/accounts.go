@@ -236,41 +236,105 @@ func validDay(d string) error {
 	return nil
 }
 
-// AddUsage adds u to its day's total. The write is not synced: a crash of
-// the machine may lose the last moments of accounting, never corrupt it.
+// AddUsage adds u to its day's total, synced (see AddUsages).
 func (s *PebbleStore) AddUsage(ctx context.Context, u UsageRecord) error {
-	if err := validDay(u.Day); err != nil {
-		return fmt.Errorf("store: add usage: %w", err)
-	}
-	for _, f := range []string{u.Key, u.Route, u.Target, u.Model} {
-		if len(f) > 256 || strings.IndexByte(f, 0) >= 0 {
-			return fmt.Errorf("store: add usage: %w: names must be at most 256 bytes without NUL", ErrInvalid)
+	return s.AddUsages(ctx, []UsageRecord{u})[0]
+}
+
+// AddUsages adds each of us to its day's total in one synced write: once it
+// returns, a crash of the process or of the machine keeps the totals it
+// added. An unsynced write stays in the process's WAL buffer until a later
+// synced write, however long that takes, so a killed process would lose
+// totals added long before (README "Keys, limits and usage": a crash loses
+// at most the last 250 ms of counts). One call is one fsync, which is why
+// the gateway adds a whole flush of its usage batch at once.
+//
+// errs[i] is us[i]'s outcome: nil when added; an error wrapping ErrInvalid
+// (a name the store refuses: no retry changes that) or ErrCorrupt (its
+// stored total cannot be read) when that record was left out and the others
+// were added; or the write's error, for every other record, when the write
+// failed and added none.
+func (s *PebbleStore) AddUsages(ctx context.Context, us []UsageRecord) (errs []error) {
+	errs = make([]error, len(us))
+	for i, u := range us {
+		if err := validUsage(u); err != nil {
+			errs[i] = fmt.Errorf("store: add usage: %w", err)
 		}
+	}
+	failRest := func(err error) []error {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = fmt.Errorf("store: add usage: %w", err)
+			}
+		}
+		return errs
 	}
 	db, release, err := s.begin(ctx)
 	if err != nil {
-		return fmt.Errorf("store: add usage: %w", err)
+		return failRest(err)
 	}
 	defer release()
-	k := usageKey(u)
-	mu := s.sessionLock("usage\x00" + string(k))
+	// Each total is read, summed and written back: one lock for every usage
+	// total keeps two calls from summing the same old value (the gateway
+	// writes one flush at a time, so nothing waits for it in practice).
+	mu := s.sessionLock("usage")
 	mu.Lock()
 	defer mu.Unlock()
-	var cur UsageRecord
-	err = get(db, k, func(v []byte) error { return decodeJSON(v, &cur) })
-	if err != nil && !errors.Is(err, pebble.ErrNotFound) {
-		return fmt.Errorf("store: add usage: %w", err)
+	b := db.NewIndexedBatch() // reads see the batch's own writes: a total twice in us is summed twice
+	defer b.Close()
+	for i, u := range us {
+		if errs[i] != nil {
+			continue
+		}
+		k := usageKey(u)
+		var cur UsageRecord
+		if err := getUsage(b, k, &cur); err != nil {
+			errs[i] = fmt.Errorf("store: add usage: %w", err)
+			continue
+		}
+		u.Requests += cur.Requests
+		u.InputTokens += cur.InputTokens
+		u.OutputTokens += cur.OutputTokens
+		u.CachedTokens += cur.CachedTokens
+		u.ReasoningTokens += cur.ReasoningTokens
+		v, _ := json.Marshal(u)
+		if err := b.Set(k, v, nil); err != nil {
+			errs[i] = fmt.Errorf("store: add usage: %w", err)
+		}
 	}
-	u.Requests += cur.Requests
-	u.InputTokens += cur.InputTokens
-	u.OutputTokens += cur.OutputTokens
-	u.CachedTokens += cur.CachedTokens
-	u.ReasoningTokens += cur.ReasoningTokens
-	v, _ := json.Marshal(u)
-	if err := db.Set(k, v, pebble.NoSync); err != nil {
-		return fmt.Errorf("store: add usage: %w", err)
+	if b.Empty() {
+		return errs
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return failRest(err)
+	}
+	return errs
+}
+
+// validUsage checks the names and day of a usage record.
+func validUsage(u UsageRecord) error {
+	if err := validDay(u.Day); err != nil {
+		return err
+	}
+	for _, f := range []string{u.Key, u.Route, u.Target, u.Model} {
+		if len(f) > 256 || strings.IndexByte(f, 0) >= 0 {
+			return fmt.Errorf("%w: names must be at most 256 bytes without NUL", ErrInvalid)
+		}
 	}
 	return nil
+}
+
+// getUsage reads the total at k from b into cur; an absent total is zero.
+func getUsage(b *pebble.Batch, k []byte, cur *UsageRecord) error {
+	v, closer, err := b.Get(k)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer closer.Close()
+	return decodeJSON(v, cur)
 }
 
 // Usage returns the totals of days from..to (inclusive) of key, or of
