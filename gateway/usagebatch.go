@@ -172,4 +172,15 @@ func (b *usageBatch) close(ctx context.Context) {
 	b.closed = true
 	b.mu.Unlock()
 	b.flush(context.WithoutCancel(ctx))
+	// What the store still refuses (Redis down through the drain) is lost
+	// with the process: say so, total by total, so that an operator can add
+	// it back, rather than leave "kept for the next try" as the last word.
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, rec := range b.pending {
+		b.log.Error("usage total not recorded: the store did not take it before shutdown", "key", rec.Key, "day", rec.Day,
+			"route", rec.Route, "target", rec.Target, "model", rec.Model, "requests", rec.Requests,
+			"input_tokens", rec.InputTokens, "output_tokens", rec.OutputTokens, "cached_tokens", rec.CachedTokens,
+			"reasoning_tokens", rec.ReasoningTokens)
+	}
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -98,4 +99,20 @@ func (b *usageBatch) state() (time.Duration, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.delay, b.timer != nil
+}
+
+// Totals the store still refuses when the gateway shuts down are lost with
+// the process; each is logged at ERROR with its counts, so that an operator
+// can add it back, and one the store took is not.
+func TestUsageBatchCloseLogsWhatIsLost(t *testing.T) {
+	st := &flakyUsage{down: true}
+	var logs lockedBuffer
+	b := newUsageBatch(st, hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info}), usageFlushEvery)
+	b.add(rec("lost", 10, 3))
+	b.close(context.Background())
+	out := logs.String()
+	if !strings.Contains(out, "[ERROR]") || !strings.Contains(out, "usage total not recorded") ||
+		!strings.Contains(out, "key=lost") || !strings.Contains(out, "input_tokens=10") || !strings.Contains(out, "output_tokens=3") {
+		t.Fatalf("shutdown log:\n%s", out)
+	}
 }
