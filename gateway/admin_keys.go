@@ -247,8 +247,10 @@ func (s *Server) handlePatchKey(w http.ResponseWriter, r *http.Request, ps httpr
 	if p.Limits != nil {
 		rec.Limits = *p.Limits
 	}
-	if err := st.PutKey(r.Context(), rec); err != nil {
-		storeFailed(w, err)
+	// Conditional: a key deleted since GetKey (or deleted and created again
+	// with another secret) is a 404, not brought back by this write.
+	if err := st.UpdateKey(r.Context(), rec); err != nil {
+		keyLookupFailed(w, name, err)
 		return
 	}
 	_ = s.acct.keys.reload(context.WithoutCancel(r.Context()))

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/sluice-gw/sluice/internal/clientkey"
 	"github.com/sluice-gw/sluice/store"
@@ -104,6 +106,9 @@ type keyring struct {
 	st      store.KeyStore
 	refresh time.Duration
 	config  []*keyEntry
+	// log, when set, tells the operator about stored keys the config's
+	// keys hide (nil: not told).
+	log hclog.Logger
 
 	mu       sync.RWMutex
 	bySum    map[[32]byte]*keyEntry
@@ -111,19 +116,35 @@ type keyring struct {
 	loadedAt time.Time
 	loading  bool
 	missAt   time.Time // the last reload caused by an unknown key
+	// Reloads may overlap (a background refresh, an admin change, an
+	// unknown key) and finish in any order. Each takes a generation before
+	// it reads the store, and a snapshot is installed only if no later
+	// read's is already: a reload that read the keys before a DELETE can
+	// never put the deleted key back after one that read them after it.
+	reads     uint64          // the generation of the last read begun
+	installed uint64          // the generation of the keys in bySum and byName
+	hidden    map[string]bool // stored keys the config hides, told once
 }
 
 func newKeyring(cfg []store.KeyRecord, st store.KeyStore, refresh time.Duration) (*keyring, error) {
-	kr := &keyring{st: st, refresh: refresh}
+	kr := &keyring{st: st, refresh: refresh, hidden: map[string]bool{}}
+	bySum := map[[32]byte]*keyEntry{}
 	for _, k := range cfg {
 		e, err := entryOf(k)
 		if err != nil {
 			return nil, fmt.Errorf("gateway: key %q: %w", k.Name, err)
 		}
+		if other, dup := bySum[e.sum]; dup {
+			// One secret, one key: otherwise the later key would silently
+			// take the secret over, and the earlier one's models and
+			// limits would never apply.
+			return nil, fmt.Errorf("gateway: keys %q and %q have the same secret", other.name, e.name)
+		}
+		bySum[e.sum] = e
 		e.fromConfig = true
 		kr.config = append(kr.config, e)
 	}
-	kr.install(nil)
+	kr.install(nil, 0)
 	return kr, nil
 }
 
@@ -144,29 +165,58 @@ func HashKey(secret string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// install replaces the store's keys (the config's win on a name clash).
-func (kr *keyring) install(stored []store.KeyRecord) {
+// install replaces the store's keys with stored, read by the reload of
+// generation gen, unless a later reload's keys are installed already. The
+// config's keys win a clash of name or of secret: a stored key with a
+// config key's name or secret is left out (and the operator told), never
+// put in the config key's place.
+func (kr *keyring) install(stored []store.KeyRecord, gen uint64) {
 	bySum := map[[32]byte]*keyEntry{}
 	byName := map[string]*keyEntry{}
 	for _, e := range kr.config {
 		bySum[e.sum], byName[e.name] = e, e
 	}
+	type hiddenKey struct{ name, by, why string }
+	var hidden []hiddenKey
 	for _, k := range stored {
-		if _, taken := byName[k.Name]; taken {
+		if c, taken := byName[k.Name]; taken {
+			if c.fromConfig {
+				hidden = append(hidden, hiddenKey{k.Name, c.name, "its name"})
+			}
 			continue
 		}
 		e, err := entryOf(k)
 		if err != nil {
 			continue
 		}
-		if _, taken := bySum[e.sum]; taken {
+		if c, taken := bySum[e.sum]; taken {
+			if c.fromConfig {
+				hidden = append(hidden, hiddenKey{k.Name, c.name, "its secret"})
+			}
 			continue
 		}
 		bySum[e.sum], byName[e.name] = e, e
 	}
 	kr.mu.Lock()
-	kr.bySum, kr.byName = bySum, byName
+	if gen < kr.installed {
+		kr.mu.Unlock()
+		return
+	}
+	kr.bySum, kr.byName, kr.installed = bySum, byName, gen
+	var tell []hiddenKey
+	for _, h := range hidden {
+		if !kr.hidden[h.name] {
+			kr.hidden[h.name] = true
+			tell = append(tell, h)
+		}
+	}
 	kr.mu.Unlock()
+	if kr.log != nil {
+		for _, h := range tell {
+			kr.log.Warn("a stored key is ignored: the config has a key with "+h.why+"; the config's key applies",
+				"stored_key", h.name, "config_key", h.by)
+		}
+	}
 }
 
 // reload reads the store's keys.
@@ -176,11 +226,15 @@ func (kr *keyring) reload(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	kr.mu.Lock()
+	kr.reads++
+	gen := kr.reads
+	kr.mu.Unlock()
 	recs, err := kr.st.ListKeys(ctx)
 	if err != nil {
 		return err
 	}
-	kr.install(recs)
+	kr.install(recs, gen)
 	kr.mu.Lock()
 	kr.loadedAt = time.Now()
 	kr.mu.Unlock()
@@ -240,6 +294,20 @@ func (kr *keyring) lookup(secret string) *keyEntry {
 	return find()
 }
 
+// current is the key k is now, with its models and limits as they are
+// since any change, or nil when it was deleted. It finds k by its secret's
+// hash, as a request presenting the secret would: a key deleted and created
+// again under its name has another secret. A client WebSocket resolves the
+// key of its upgrade again for every frame with it, so that a change or a
+// revocation applies to an open socket too (README: "other replicas see a
+// change within 5s").
+func (kr *keyring) current(k *keyEntry) *keyEntry {
+	kr.maybeReload(false)
+	kr.mu.RLock()
+	defer kr.mu.RUnlock()
+	return kr.bySum[k.sum]
+}
+
 func (kr *keyring) get(name string) *keyEntry {
 	kr.mu.RLock()
 	defer kr.mu.RUnlock()
@@ -279,10 +347,15 @@ func (a *accounts) authenticate(h http.Header) (*keyEntry, *apierr.Error) {
 		e = a.keys.lookup(apiKey)
 	}
 	if e == nil && a.opts.Required {
-		return nil, &apierr.Error{Status: http.StatusUnauthorized, Type: apierr.TypeInvalidRequest, Code: CodeInvalidAPIKey,
-			Message: "a valid Sluice key is required: send Authorization: Bearer <key>"}
+		return nil, errInvalidAPIKey()
 	}
 	return e, nil
+}
+
+// errInvalidAPIKey is the 401 of a request without a known Sluice key.
+func errInvalidAPIKey() *apierr.Error {
+	return &apierr.Error{Status: http.StatusUnauthorized, Type: apierr.TypeInvalidRequest, Code: CodeInvalidAPIKey,
+		Message: "a valid Sluice key is required: send Authorization: Bearer <key>"}
 }
 
 // modelAllowed is the 403 for a model the key may not use, or nil.

@@ -191,8 +191,18 @@ func ParseTrustedProxies(list []string) ([]netip.Prefix, error) {
 }
 
 // copyResponseHeaders copies an upstream's response headers to the client,
-// minus hop-by-hop and framing headers the gateway sets itself.
+// minus hop-by-hop and framing headers the gateway sets itself. A family of
+// x-ratelimit-* headers the upstream sends any of replaces the gateway's
+// whole (README "Limits": unless the upstream sends its own), so no limit
+// is described half by each.
 func copyResponseHeaders(dst, src http.Header) {
+	for _, family := range rateLimitHeaders {
+		if sendsAnyOf(src, family[:]) {
+			for _, k := range family {
+				dst.Del(k)
+			}
+		}
+	}
 	for k, v := range src {
 		switch http.CanonicalHeaderKey(k) {
 		case "Content-Length", "Content-Encoding", "Set-Cookie", "Connection", "Keep-Alive",
@@ -201,4 +211,17 @@ func copyResponseHeaders(dst, src http.Header) {
 		}
 		dst[k] = v
 	}
+}
+
+// sendsAnyOf reports whether h has any of the canonical names, spelt in
+// any case (a header map built by hand need not be canonical).
+func sendsAnyOf(h http.Header, names []string) bool {
+	for k := range h {
+		for _, n := range names {
+			if strings.EqualFold(k, n) {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -60,17 +60,28 @@ func (e *LimitError) apiError() *apierr.Error {
 	return &apierr.Error{Status: http.StatusTooManyRequests, Type: typ, Code: e.Code, Message: e.Message, RetryAfter: e.RetryAfter}
 }
 
-// setHeaders writes the x-ratelimit-* headers, as OpenAI names them.
+// rateLimitHeaders are the x-ratelimit-* headers, as OpenAI names them, in
+// their two families: requests, then tokens, each limit, remaining, reset.
+// A family's three values describe one limit together, so a client gets
+// each family from one source, the upstream's or Sluice's
+// (copyResponseHeaders).
+var rateLimitHeaders = [2][3]string{
+	{"X-Ratelimit-Limit-Requests", "X-Ratelimit-Remaining-Requests", "X-Ratelimit-Reset-Requests"},
+	{"X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens"},
+}
+
+// setHeaders writes the x-ratelimit-* headers.
 func (st LimitState) setHeaders(h http.Header) {
+	set := func(family [3]string, limit, remaining int64, reset time.Duration) {
+		h.Set(family[0], strconv.FormatInt(limit, 10))
+		h.Set(family[1], strconv.FormatInt(max(remaining, 0), 10))
+		h.Set(family[2], resetString(reset))
+	}
 	if st.LimitRequests > 0 {
-		h.Set("X-Ratelimit-Limit-Requests", strconv.FormatInt(st.LimitRequests, 10))
-		h.Set("X-Ratelimit-Remaining-Requests", strconv.FormatInt(max(st.RemainingRequests, 0), 10))
-		h.Set("X-Ratelimit-Reset-Requests", resetString(st.ResetRequests))
+		set(rateLimitHeaders[0], st.LimitRequests, st.RemainingRequests, st.ResetRequests)
 	}
 	if st.LimitTokens > 0 {
-		h.Set("X-Ratelimit-Limit-Tokens", strconv.FormatInt(st.LimitTokens, 10))
-		h.Set("X-Ratelimit-Remaining-Tokens", strconv.FormatInt(max(st.RemainingTokens, 0), 10))
-		h.Set("X-Ratelimit-Reset-Tokens", resetString(st.ResetTokens))
+		set(rateLimitHeaders[1], st.LimitTokens, st.RemainingTokens, st.ResetTokens)
 	}
 }
 
@@ -123,6 +134,25 @@ func (b *bucket) adjust(n float64, now time.Time) {
 	b.tokens = math.Min(b.capacity, b.tokens+n)
 }
 
+// rebucket is the bucket for a new rate of perMinute (0: none), given the
+// key's current one b: b itself when its rate did not change, else a
+// bucket at the new rate that keeps b's level, at most the new capacity.
+// Changing one limit must not hand out a fresh minute of another, nor a
+// new rate more than it allows at once; a limit newly set starts full, as
+// a new key's does.
+func rebucket(b *bucket, perMinute int64, now time.Time) *bucket {
+	switch {
+	case perMinute <= 0:
+		return nil
+	case b == nil:
+		return newBucket(perMinute, now)
+	case b.capacity == float64(perMinute):
+		return b
+	}
+	b.advance(now)
+	return &bucket{capacity: float64(perMinute), tokens: math.Min(b.tokens, float64(perMinute)), at: now}
+}
+
 // untilFull is how long until the bucket is full again.
 func (b *bucket) untilFull() time.Duration {
 	return time.Duration((b.capacity - b.tokens) / b.rate() * float64(time.Second))
@@ -130,10 +160,14 @@ func (b *bucket) untilFull() time.Duration {
 
 // LocalLimiter is the Limiter of one process: token buckets per key for
 // rpm and tpm, a counter for concurrent, and day/month totals for the
-// budgets (seeded from the usage store, so a restart keeps them).
+// budgets (seeded from the usage store, so a restart keeps them). A budget
+// counts the estimates of the requests in flight with the tokens used, as
+// tpm does: concurrent requests cannot all pass a budget that the first
+// of them to end would show spent.
 type LocalLimiter struct {
 	// Seed returns the tokens a key already used in [from, to] (UTC days,
-	// YYYY-MM-DD), read once per key and period; nil: 0.
+	// YYYY-MM-DD), read once per key and period, when a budget first
+	// needs it; nil: 0.
 	Seed func(ctx context.Context, key, from, to string) int64
 	// Now is the clock; nil: time.Now.
 	Now func() time.Time
@@ -149,6 +183,13 @@ type keyLimits struct {
 	day, month string // the periods the totals are of
 	dayUsed    int64
 	monthUsed  int64
+	// daySeeded and monthSeeded: the totals of day and month were read
+	// from the usage store, which happens once a budget needs them (a key
+	// may get its budget mid-period).
+	daySeeded, monthSeeded bool
+	// reserved is the estimates of the requests in flight admitted under a
+	// budget; they end in today's totals, whichever day they began.
+	reserved int64
 }
 
 func (l *LocalLimiter) now() time.Time {
@@ -182,25 +223,29 @@ func (l *LocalLimiter) entry(ctx context.Context, key string, lim store.KeyLimit
 	}
 	if k.limits != lim {
 		k.limits = lim
-		k.rpm, k.tpm = nil, nil
-		if lim.RPM > 0 {
-			k.rpm = newBucket(lim.RPM, now)
-		}
-		if lim.TPM > 0 {
-			k.tpm = newBucket(lim.TPM, now)
-		}
+		k.rpm, k.tpm = rebucket(k.rpm, lim.RPM, now), rebucket(k.tpm, lim.TPM, now)
 	}
 	day, month := now.UTC().Format(time.DateOnly), now.UTC().Format("2006-01")
 	if k.day != day {
-		k.day, k.dayUsed = day, 0
-		if lim.TokensPerDay > 0 && l.Seed != nil {
-			k.dayUsed = l.Seed(ctx, key, day, day)
-		}
+		k.day, k.dayUsed, k.daySeeded = day, 0, false
 	}
 	if k.month != month {
-		k.month, k.monthUsed = month, 0
-		if lim.TokensPerMonth > 0 && l.Seed != nil {
-			k.monthUsed = l.Seed(ctx, key, month+"-01", day)
+		k.month, k.monthUsed, k.monthSeeded = month, 0, false
+	}
+	// A budget reads what the store has for its period when it first needs
+	// it (a restart, or a budget set mid-period). The store may lack what
+	// this process settled but has not flushed yet, and this process lacks
+	// what it settled before a restart: the larger is the nearer.
+	if lim.TokensPerDay > 0 && !k.daySeeded {
+		k.daySeeded = true
+		if l.Seed != nil {
+			k.dayUsed = max(k.dayUsed, l.Seed(ctx, key, day, day))
+		}
+	}
+	if lim.TokensPerMonth > 0 && !k.monthSeeded {
+		k.monthSeeded = true
+		if l.Seed != nil {
+			k.monthUsed = max(k.monthUsed, l.Seed(ctx, key, month+"-01", day))
 		}
 	}
 	return k
@@ -227,6 +272,14 @@ func (l *LocalLimiter) Admit(ctx context.Context, key string, lim store.KeyLimit
 		next := time.Date(utc.Year(), utc.Month()+1, 1, 0, 0, 0, 0, time.UTC)
 		return nil, refuse(CodeInsufficientQuota, next.Sub(utc), "the key %q used its budget of %d tokens for this month (UTC)", key, lim.TokensPerMonth)
 	}
+	// Spent only with what is in flight: the budget may have room again as
+	// soon as those requests end (with less than their estimates).
+	if lim.TokensPerDay > 0 && k.dayUsed+k.reserved >= lim.TokensPerDay {
+		return nil, refuse(CodeInsufficientQuota, time.Second, budgetInFlightMessage, key, lim.TokensPerDay, "today")
+	}
+	if lim.TokensPerMonth > 0 && k.monthUsed+k.reserved >= lim.TokensPerMonth {
+		return nil, refuse(CodeInsufficientQuota, time.Second, budgetInFlightMessage, key, lim.TokensPerMonth, "this month")
+	}
 	if lim.Concurrent > 0 && k.inFlight >= lim.Concurrent {
 		return nil, refuse(CodeRateLimitExceeded, time.Second, "the key %q has %d requests in flight, its limit", key, lim.Concurrent)
 	}
@@ -246,13 +299,23 @@ func (l *LocalLimiter) Admit(ctx context.Context, key string, lim store.KeyLimit
 		k.rpm.take(1, now)
 	}
 	k.inFlight++
-	return &localAdmission{l: l, k: k, estimate: float64(min(estimate, max(lim.TPM, 0))), state: k.state()}, nil
+	var reserved int64
+	if lim.TokensPerDay > 0 || lim.TokensPerMonth > 0 {
+		reserved = max(estimate, 0)
+		k.reserved += reserved
+	}
+	return &localAdmission{l: l, k: k, estimate: float64(min(estimate, max(lim.TPM, 0))), reserved: reserved, state: k.state()}, nil
 }
+
+// budgetInFlightMessage is the refusal of a budget that only the requests
+// in flight fill: key, budget, period.
+const budgetInFlightMessage = "the key %q reached its budget of %d tokens for %s (UTC), counting the tokens estimated for its requests in flight; retry when they end"
 
 type localAdmission struct {
 	l        *LocalLimiter
 	k        *keyLimits
-	estimate float64
+	estimate float64 // taken from the tpm bucket
+	reserved int64   // counted against the budgets until Done
 	state    LimitState
 	once     sync.Once
 }
@@ -268,6 +331,7 @@ func (a *localAdmission) Done(used int64) {
 		if k.tpm != nil {
 			k.tpm.adjust(a.estimate-float64(used), a.l.now())
 		}
+		k.reserved -= a.reserved
 		k.dayUsed += used
 		k.monthUsed += used
 	})

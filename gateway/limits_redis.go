@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,9 @@ type ScriptRunner interface {
 //	                    dies mid-request leaks its slot for LeaseTTL at most
 //	rl:<key>:d:<day>    tokens used this UTC day, expiring at its end (seeded from the usage totals)
 //	rl:<key>:m:<month>  tokens used this UTC month, likewise
+//	rl:<key>:b          budgets: sorted set of "<lease id>:<estimate>", the requests in flight under a
+//	                    budget scored by their expiry (ms); a budget counts their estimates with the
+//	                    tokens used, so concurrent requests cannot all pass it
 //
 // The clock is Redis's (TIME), so replicas' clocks need not agree. While
 // Redis is unavailable it fails open to Fallback (each replica's own
@@ -85,12 +89,14 @@ func (l *RedisLimiter) degraded(what, key string, err error) {
 	}
 }
 
-// admitScript: KEYS rpm, tpm, concurrent, day, month. ARGV rpm, tpm,
-// concurrent, tokens_per_day, tokens_per_month, estimate, lease id, lease
-// ttl ms, day end ms, month end ms, day seed, month seed (-1: unknown).
-// Reply {code, retry ms, rpm remaining, rpm reset ms, tpm remaining, tpm
-// reset ms}; code 0 admitted, 1 day budget, 2 month budget, 3 concurrent,
-// 4 rpm, 5 tpm, 6 a budget's counter needs its seed (nothing was taken).
+// admitScript: KEYS rpm, tpm, concurrent, day, month, budget reservations.
+// ARGV rpm, tpm, concurrent, tokens_per_day, tokens_per_month, estimate,
+// lease id, lease ttl ms, day end ms, month end ms, reservation ("<lease
+// id>:<estimate>", "": none), day seed, month seed (-1: unknown). Reply
+// {code, retry ms, rpm remaining, rpm reset ms, tpm remaining, tpm reset
+// ms}; code 0 admitted, 1 day budget, 2 month budget, 3 concurrent, 4 rpm,
+// 5 tpm, 6 a budget's counter needs its seed (nothing was taken), 7 day
+// budget and 8 month budget reached only with the requests in flight.
 var admitScript = store.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -98,7 +104,8 @@ local rpm, tpm, conc = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local tpd, tpmo, est = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local lease, ttl = ARGV[7], tonumber(ARGV[8])
 local dayEnd, monthEnd = tonumber(ARGV[9]), tonumber(ARGV[10])
-local daySeed, monthSeed = tonumber(ARGV[11]), tonumber(ARGV[12])
+local reservation = ARGV[11]
+local daySeed, monthSeed = tonumber(ARGV[12]), tonumber(ARGV[13])
 
 local rrem, rreset, trem, treset = 0, 0, 0, 0
 local tat, newTat, interval = now, now, 0
@@ -132,15 +139,25 @@ local function used(k, limit, seed, ends)
   return seed
 end
 local unseeded = false
+local dayUsed, monthUsed
 if tpd > 0 then
-  local u = used(KEYS[4], tpd, daySeed, dayEnd)
-  if u == nil then unseeded = true elseif u >= tpd then return reply(1, dayEnd - now) end
+  dayUsed = used(KEYS[4], tpd, daySeed, dayEnd)
+  if dayUsed == nil then unseeded = true elseif dayUsed >= tpd then return reply(1, dayEnd - now) end
 end
 if tpmo > 0 then
-  local u = used(KEYS[5], tpmo, monthSeed, monthEnd)
-  if u == nil then unseeded = true elseif u >= tpmo then return reply(2, monthEnd - now) end
+  monthUsed = used(KEYS[5], tpmo, monthSeed, monthEnd)
+  if monthUsed == nil then unseeded = true elseif monthUsed >= tpmo then return reply(2, monthEnd - now) end
 end
 if unseeded then return reply(6, 0) end
+if tpd > 0 or tpmo > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now)
+  local reserved = 0
+  for _, m in ipairs(redis.call('ZRANGE', KEYS[6], 0, -1)) do
+    reserved = reserved + (tonumber(string.match(m, ':(%d+)$')) or 0)
+  end
+  if tpd > 0 and dayUsed + reserved >= tpd then return reply(7, 1000) end
+  if tpmo > 0 and monthUsed + reserved >= tpmo then return reply(8, 1000) end
+end
 
 if conc > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
@@ -170,11 +187,18 @@ if conc > 0 then
   redis.call('ZADD', KEYS[3], now + ttl, lease)
   redis.call('PEXPIRE', KEYS[3], ttl)
 end
+if reservation ~= '' then
+  redis.call('ZADD', KEYS[6], now + ttl, reservation)
+  redis.call('PEXPIRE', KEYS[6], ttl)
+end
 return reply(0, 0)
 `)
 
-// settleScript: KEYS tpm, concurrent, day, month. ARGV tpm, refund (the
-// estimate minus what was used), lease id, used, day end ms, month end ms.
+// settleScript: KEYS tpm, concurrent, day, month, budget reservations. ARGV
+// tpm, refund (the estimate minus what was used), lease id, used, day end
+// ms, month end ms, reservation ("": none). The reservation is dropped in
+// the step that counts the tokens used, so no admission sees a request
+// between the two.
 var settleScript = store.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -190,6 +214,7 @@ if tpm > 0 and refund ~= 0 then
   redis.call('PEXPIRE', KEYS[1], math.ceil((tpm - tokens) / rate) + 1000)
 end
 if ARGV[3] ~= '' then redis.call('ZREM', KEYS[2], ARGV[3]) end
+if ARGV[7] ~= '' then redis.call('ZREM', KEYS[5], ARGV[7]) end
 if used > 0 then
   if redis.call('EXISTS', KEYS[3]) == 1 then redis.call('INCRBY', KEYS[3], used) end
   if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('INCRBY', KEYS[4], used) end
@@ -197,7 +222,7 @@ end
 return 1
 `)
 
-type redisKeys struct{ rpm, tpm, conc, day, month string }
+type redisKeys struct{ rpm, tpm, conc, day, month, budget string }
 
 func (l *RedisLimiter) keysOf(key string, now time.Time) (redisKeys, time.Time, time.Time) {
 	utc := now.UTC()
@@ -205,7 +230,7 @@ func (l *RedisLimiter) keysOf(key string, now time.Time) (redisKeys, time.Time, 
 	monthEnd := time.Date(utc.Year(), utc.Month()+1, 1, 0, 0, 0, 0, time.UTC)
 	p := "rl:" + key + ":"
 	return redisKeys{rpm: p + "r", tpm: p + "t", conc: p + "c",
-		day: p + "d:" + utc.Format(time.DateOnly), month: p + "m:" + utc.Format("2006-01")}, dayEnd, monthEnd
+		day: p + "d:" + utc.Format(time.DateOnly), month: p + "m:" + utc.Format("2006-01"), budget: p + "b"}, dayEnd, monthEnd
 }
 
 func (l *RedisLimiter) now() time.Time {
@@ -223,18 +248,22 @@ func (l *RedisLimiter) Admit(ctx context.Context, key string, lim store.KeyLimit
 	}
 	now := l.now()
 	ks, dayEnd, monthEnd := l.keysOf(key, now)
-	var lease string
-	if lim.Concurrent > 0 {
+	var lease, reservation string
+	budgeted := lim.TokensPerDay > 0 || lim.TokensPerMonth > 0
+	if lim.Concurrent > 0 || budgeted {
 		var b [12]byte
 		_, _ = rand.Read(b[:])
 		lease = hex.EncodeToString(b[:])
 	}
+	if budgeted && estimate > 0 {
+		reservation = lease + ":" + strconv.FormatInt(estimate, 10)
+	}
 	daySeed, monthSeed := int64(-1), int64(-1)
 	var reply []any
 	for attempt := 0; ; attempt++ {
-		v, err := l.Store.RunScript(ctx, admitScript, []string{ks.rpm, ks.tpm, ks.conc, ks.day, ks.month},
+		v, err := l.Store.RunScript(ctx, admitScript, []string{ks.rpm, ks.tpm, ks.conc, ks.day, ks.month, ks.budget},
 			lim.RPM, lim.TPM, lim.Concurrent, lim.TokensPerDay, lim.TokensPerMonth, max(estimate, 0), lease,
-			l.LeaseTTL.Milliseconds(), dayEnd.UnixMilli(), monthEnd.UnixMilli(), daySeed, monthSeed)
+			l.LeaseTTL.Milliseconds(), dayEnd.UnixMilli(), monthEnd.UnixMilli(), reservation, daySeed, monthSeed)
 		if err == nil {
 			var ok bool
 			if reply, ok = v.([]any); !ok || len(reply) != 6 {
@@ -282,7 +311,8 @@ func (l *RedisLimiter) Admit(ctx context.Context, key string, lim store.KeyLimit
 	}
 	switch n(0) {
 	case 0:
-		return &redisAdmission{l: l, key: key, lim: lim, lease: lease, estimate: min(max(estimate, 0), max(lim.TPM, 0)), state: st}, nil
+		return &redisAdmission{l: l, key: key, lim: lim, lease: lease, reservation: reservation,
+			estimate: min(max(estimate, 0), max(lim.TPM, 0)), state: st}, nil
 	case 1:
 		return nil, refuse(CodeInsufficientQuota, "the key %q used its budget of %d tokens for today (UTC)", key, lim.TokensPerDay)
 	case 2:
@@ -293,19 +323,24 @@ func (l *RedisLimiter) Admit(ctx context.Context, key string, lim store.KeyLimit
 		return nil, refuse(CodeRateLimitExceeded, "the key %q reached its limit of %d requests per minute", key, lim.RPM)
 	case 5:
 		return nil, refuse(CodeRateLimitExceeded, "the key %q reached its limit of %d tokens per minute", key, lim.TPM)
+	case 7:
+		return nil, refuse(CodeInsufficientQuota, budgetInFlightMessage, key, lim.TokensPerDay, "today")
+	case 8:
+		return nil, refuse(CodeInsufficientQuota, budgetInFlightMessage, key, lim.TokensPerMonth, "this month")
 	}
 	l.degraded("admit", key, fmt.Errorf("rate-limit script: unexpected code %d", n(0)))
 	return l.Fallback.Admit(ctx, key, lim, estimate)
 }
 
 type redisAdmission struct {
-	l        *RedisLimiter
-	key      string
-	lim      store.KeyLimits
-	lease    string
-	estimate int64
-	state    LimitState
-	once     sync.Once
+	l           *RedisLimiter
+	key         string
+	lim         store.KeyLimits
+	lease       string
+	reservation string // the member of rl:<key>:b, "" when none
+	estimate    int64  // taken from the tpm bucket
+	state       LimitState
+	once        sync.Once
 }
 
 func (a *redisAdmission) State() LimitState { return a.state }
@@ -317,8 +352,8 @@ func (a *redisAdmission) Done(used int64) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		ks, dayEnd, monthEnd := a.l.keysOf(a.key, a.l.now())
-		if _, err := a.l.Store.RunScript(ctx, settleScript, []string{ks.tpm, ks.conc, ks.day, ks.month},
-			a.lim.TPM, a.estimate-used, a.lease, max(used, 0), dayEnd.UnixMilli(), monthEnd.UnixMilli()); err != nil {
+		if _, err := a.l.Store.RunScript(ctx, settleScript, []string{ks.tpm, ks.conc, ks.day, ks.month, ks.budget},
+			a.lim.TPM, a.estimate-used, a.lease, max(used, 0), dayEnd.UnixMilli(), monthEnd.UnixMilli(), a.reservation); err != nil {
 			a.l.degraded("settle", a.key, err)
 		}
 	})

@@ -28,6 +28,13 @@ func sharedLimitReplicasOn(t *testing.T, srv *redistest.Server, keys ...store.Ke
 	t.Helper()
 	up = upstreamtest.NewServer(upstreamtest.Options{Name: "A"})
 	t.Cleanup(up.Close)
+	r1, r2, lims = sharedLimitReplicasOf(t, srv, up, keys...)
+	return r1, r2, up, lims
+}
+
+// sharedLimitReplicasOf is two replicas sharing srv in front of up.
+func sharedLimitReplicasOf(t *testing.T, srv *redistest.Server, up *upstreamtest.Server, keys ...store.KeyRecord) (r1, r2 *harness, lims [2]*gateway.RedisLimiter) {
+	t.Helper()
 	replica := func(i int) *harness {
 		rs, err := store.OpenRedis(context.Background(), store.RedisOptions{URL: srv.URL})
 		if err != nil {
@@ -38,7 +45,7 @@ func sharedLimitReplicasOn(t *testing.T, srv *redistest.Server, keys ...store.Ke
 		return newHarness(t, harnessConfig{servers: map[string]*upstreamtest.Server{"A": up}, opts: gateway.Options{Store: rs,
 			Accounts: gateway.AccountsOptions{Required: true, Keys: keys, KeyStore: rs, Usage: rs, Limiter: lims[i]}}})
 	}
-	return replica(0), replica(1), up, lims
+	return replica(0), replica(1), lims
 }
 
 func TestSharedLimitRequestsPerMinuteAcrossReplicas(t *testing.T) {
@@ -150,5 +157,104 @@ func TestSharedLimitFailsOpenWhileRedisIsDown(t *testing.T) {
 	}
 	if !strings.Contains(r1.logs.String(), "shared rate limits unavailable") {
 		t.Fatal("the fallback was not logged")
+	}
+}
+
+// TestSharedBudgetHoldsUnderConcurrentRequestsAcrossReplicas: requests
+// arriving together at two replicas count each other's estimates against
+// the key's budget in Redis. Each body is 4000 bytes (1000 tokens
+// estimated), the budget 5000: of 20 requests at once, 5 are admitted
+// across both replicas, before any has ended.
+func TestSharedBudgetHoldsUnderConcurrentRequestsAcrossReplicas(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		limits store.KeyLimits
+	}{
+		{"day", store.KeyLimits{TokensPerDay: 5000}},
+		{"month", store.KeyLimits{TokensPerMonth: 5000}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 20
+			up := newHeldUpstream(t, n)
+			r1, r2, lims := sharedLimitReplicasOf(t, redistest.Start(t), up.Server, keyRec("team-a", teamAKey, nil, tc.limits))
+			reached, results := sendAllAtOnce(t, []*harness{r1, r2}, up, n, teamAKey, sizedBody(t, 4000, false))
+			checkBudgetRace(t, reached, results, 5)
+			if f := lims[0].Fallbacks() + lims[1].Fallbacks(); f != 0 {
+				t.Fatalf("%d admissions fell back to the replicas' own limits", f)
+			}
+			// Settled with their real (few) tokens, the reservations are gone.
+			if resp, b := send(t, r2, http.MethodPost, "/v1/responses", teamAKey, simple); resp.StatusCode != http.StatusOK {
+				t.Fatalf("after they ended: %d %s", resp.StatusCode, b)
+			}
+		})
+	}
+}
+
+// TestRedisLimiterBudgetsCountRequestsInFlight: the shared limiter keeps
+// the rule of the local one (budgetInFlightCases).
+func TestRedisLimiterBudgetsCountRequestsInFlight(t *testing.T) {
+	rs, err := store.OpenRedis(context.Background(), store.RedisOptions{URL: redistest.Start(t).URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rs.Close() })
+	for _, tc := range budgetInFlightCases {
+		t.Run(tc.name, func(t *testing.T) {
+			lim := &gateway.RedisLimiter{Store: rs}
+			runLimiterSteps(t, lim, tc.limits, tc.steps, func(time.Duration) { t.Fatal("the shared limiter runs on Redis's clock") })
+			if lim.Fallbacks() != 0 {
+				t.Fatalf("%d admissions fell back to the local limits", lim.Fallbacks())
+			}
+		})
+	}
+}
+
+// TestRedisLimiterLimitChanges: in Redis, a budget set later is seeded
+// from the usage totals (its counter does not exist until then), and
+// changing a key's limits leaves a spent rpm or tpm bucket spent: the
+// state is kept per key, not per limits.
+func TestRedisLimiterLimitChanges(t *testing.T) {
+	rs, err := store.OpenRedis(context.Background(), store.RedisOptions{URL: redistest.Start(t).URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rs.Close() })
+	lim := &gateway.RedisLimiter{Store: rs, Seed: func(context.Context, string, string, string) int64 { return 500 }}
+	rpm := gateway.CodeRateLimitExceeded
+	for _, tc := range []struct {
+		name   string
+		limits store.KeyLimits
+		steps  []limiterStep
+	}{
+		{"a budget set later counts the period's usage", store.KeyLimits{RPM: 100}, []limiterStep{
+			{}, {done: 1, used: 10},
+			{limits: keyLimits(store.KeyLimits{RPM: 100, TokensPerDay: 300})},
+			{wantCode: gateway.CodeInsufficientQuota},
+		}},
+		{"rpm unchanged, another limit changed", store.KeyLimits{RPM: 3}, []limiterStep{
+			{}, {}, {}, {wantCode: rpm},
+			{limits: keyLimits(store.KeyLimits{RPM: 3, Concurrent: 50})},
+			{wantCode: rpm},
+		}},
+		{"rpm raised", store.KeyLimits{RPM: 3}, []limiterStep{
+			{}, {}, {}, {wantCode: rpm},
+			{limits: keyLimits(store.KeyLimits{RPM: 6})},
+			{wantCode: rpm},
+		}},
+		{"tpm unchanged, another limit changed", store.KeyLimits{TPM: 100}, []limiterStep{
+			{admit: 100}, {done: 1, used: 100},
+			{admit: 10, wantCode: rpm},
+			{limits: keyLimits(store.KeyLimits{TPM: 100, RPM: 50})},
+			{admit: 10, wantCode: rpm},
+		}},
+		{"tpm raised", store.KeyLimits{TPM: 100}, []limiterStep{
+			{admit: 100}, {done: 1, used: 100},
+			{limits: keyLimits(store.KeyLimits{TPM: 100000})},
+			{admit: 90000, wantCode: rpm},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			runLimiterSteps(t, lim, tc.limits, tc.steps, func(time.Duration) { t.Fatal("the shared limiter runs on Redis's clock") })
+		})
 	}
 }

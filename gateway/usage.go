@@ -75,6 +75,7 @@ func newAccounts(s *Server, o AccountsOptions, reg prometheus.Registerer) (*acco
 	if err != nil {
 		return nil, err
 	}
+	kr.log = s.log.Named("keys")
 	if err := kr.reload(context.Background()); err != nil {
 		// A replica starts while its shared store is down (README
 		// "Scale-out"): the keys from the config work at once, the stored

@@ -155,7 +155,7 @@ type wsSession struct {
 	header  http.Header
 	fwd     forwarding // the upgrade request's hop
 	keyHash string
-	key     *keyEntry      // the Sluice key of the upgrade (auth.go); its model check runs per frame
+	key     *keyEntry      // the Sluice key of the upgrade (auth.go); resolved again for every frame
 	memory  *sessionMemory // store:false conversation turns, gone with the socket
 	input   *streaminput.Accumulator
 }
@@ -314,6 +314,18 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 		meta.status, meta.code = e.Status, e.Code
 		out.fail(req, e, failInvalid) // the frame itself was refused: no stream began
 	}
+	key := ws.key
+	if key != nil {
+		// The key as it is now, not as it was at the upgrade: a socket may
+		// stay open as long as it sends frames, and a deleted key must stop
+		// working on it as it does over HTTP, a changed one's models and
+		// limits apply to its next frame.
+		if key = s.acct.keys.current(key); key == nil {
+			fail(errInvalidAPIKey())
+			return
+		}
+		meta.key = key
+	}
 	if data == nil {
 		fail(apierr.Invalid("", apierr.CodeUnsupportedFrame, "only text frames carrying JSON are supported"))
 		return
@@ -379,7 +391,7 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 	req.clientKeyHash = ws.keyHash
 	req.viaWebSocket = true
 	req.memory = ws.memory
-	req.key, req.meta = ws.key, meta
+	req.key, req.meta = key, meta
 	if aerr := s.rewrite(ctx, req); aerr != nil {
 		fail(aerr)
 		return

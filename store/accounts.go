@@ -51,8 +51,12 @@ type KeyRecord struct {
 type KeyStore interface {
 	// CreateKey stores a new key, synced; ErrExists when the name is taken.
 	CreateKey(ctx context.Context, k KeyRecord) error
-	// PutKey creates or replaces the key named k.Name, synced.
-	PutKey(ctx context.Context, k KeyRecord) error
+	// UpdateKey replaces the key named k.Name, synced, if it is still the
+	// key the caller read: the one whose secret hash is k.SHA256. It is
+	// ErrNotFound when that key was deleted meanwhile, or deleted and
+	// created again under its name with another secret: an update racing
+	// a delete never brings the deleted key, or its secret, back.
+	UpdateKey(ctx context.Context, k KeyRecord) error
 	// GetKey loads a key by name; ErrNotFound when absent.
 	GetKey(ctx context.Context, name string) (KeyRecord, error)
 	// DeleteKey removes a key; ErrNotFound when absent.
@@ -107,25 +111,32 @@ func (s *PebbleStore) CreateKey(ctx context.Context, k KeyRecord) error {
 	return s.putKey(ctx, k, true)
 }
 
-// PutKey creates or replaces a key.
-func (s *PebbleStore) PutKey(ctx context.Context, k KeyRecord) error {
+// UpdateKey replaces a key if it still has the secret hash k.SHA256;
+// ErrNotFound otherwise. The key's lock (the one CreateKey and DeleteKey
+// take) makes the check and the write one step.
+func (s *PebbleStore) UpdateKey(ctx context.Context, k KeyRecord) error {
 	return s.putKey(ctx, k, false)
 }
 
+// putKey creates the key named k.Name (create) or replaces it (otherwise).
 func (s *PebbleStore) putKey(ctx context.Context, k KeyRecord, create bool) error {
+	op := "update"
+	if create {
+		op = "create"
+	}
 	if err := validName("key name", k.Name); err != nil {
-		return fmt.Errorf("store: put key: %w", err)
+		return fmt.Errorf("store: %s key: %w", op, err)
 	}
 	if len(k.SHA256) != 64 {
-		return fmt.Errorf("store: put key %q: %w: key_sha256 must be 64 hex digits", k.Name, ErrInvalid)
+		return fmt.Errorf("store: %s key %q: %w: key_sha256 must be 64 hex digits", op, k.Name, ErrInvalid)
 	}
 	v, err := json.Marshal(k)
 	if err != nil {
-		return fmt.Errorf("store: put key %q: %w", k.Name, err)
+		return fmt.Errorf("store: %s key %q: %w", op, k.Name, err)
 	}
 	db, release, err := s.begin(ctx)
 	if err != nil {
-		return fmt.Errorf("store: put key %q: %w", k.Name, err)
+		return fmt.Errorf("store: %s key %q: %w", op, k.Name, err)
 	}
 	defer release()
 	mu := s.sessionLock("key\x00" + k.Name)
@@ -140,9 +151,18 @@ func (s *PebbleStore) putKey(ctx context.Context, k KeyRecord, create bool) erro
 		case !errors.Is(err, pebble.ErrNotFound):
 			return fmt.Errorf("store: create key %q: %w", k.Name, err)
 		}
+	} else {
+		var cur KeyRecord
+		err := get(db, keyKey(k.Name), func(v []byte) error { return decodeJSON(v, &cur) })
+		switch {
+		case errors.Is(err, pebble.ErrNotFound), err == nil && cur.SHA256 != k.SHA256:
+			return fmt.Errorf("store: update key %q: %w", k.Name, ErrNotFound)
+		case err != nil:
+			return fmt.Errorf("store: update key %q: %w", k.Name, err)
+		}
 	}
 	if err := db.Set(keyKey(k.Name), v, pebble.Sync); err != nil {
-		return fmt.Errorf("store: put key %q: %w", k.Name, err)
+		return fmt.Errorf("store: %s key %q: %w", op, k.Name, err)
 	}
 	return nil
 }

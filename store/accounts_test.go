@@ -18,7 +18,7 @@ func TestKeysAndUsageRecords(t *testing.T) {
 		t.Fatalf("duplicate: %v", err)
 	}
 	k.Limits.RPM = 9
-	if err := s.PutKey(ctx, k); err != nil {
+	if err := s.UpdateKey(ctx, k); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := s.GetKey(ctx, "ci"); err != nil || got.Limits.RPM != 9 || got.Models[0] != "gpt-5*" {
@@ -33,7 +33,7 @@ func TestKeysAndUsageRecords(t *testing.T) {
 	if _, err := s.GetKey(ctx, "ci"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("after delete: %v", err)
 	}
-	if err := s.PutKey(ctx, KeyRecord{Name: "x", SHA256: "short"}); !errors.Is(err, ErrInvalid) {
+	if err := s.UpdateKey(ctx, KeyRecord{Name: "x", SHA256: "short"}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("bad hash: %v", err)
 	}
 

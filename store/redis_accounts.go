@@ -38,8 +38,16 @@ func (s *RedisStore) usageDayKey(day, counter string) string { return s.p + "u:"
 // createKeyScript: KEYS keys; ARGV name, record. 0: the name is taken.
 var createKeyScript = redis.NewScript(`return redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])`)
 
-// putKeyScript: KEYS keys; ARGV name, record.
-var putKeyScript = redis.NewScript(`redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) return 1`)
+// updateKeyScript: KEYS keys; ARGV name, record, the secret hash the key
+// must still have. 0: no such key (deleted, or created again with another
+// secret). One script, so that no delete falls between the check and the
+// write, whichever replica deletes.
+var updateKeyScript = redis.NewScript(`
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if not cur or cjson.decode(cur).key_sha256 ~= ARGV[3] then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
+`)
 
 // deleteKeyScript: KEYS keys; ARGV name. 0: absent.
 var deleteKeyScript = redis.NewScript(`return redis.call('HDEL', KEYS[1], ARGV[1])`)
@@ -57,35 +65,46 @@ return 1
 // CreateKey stores a new key; ErrExists when one has that name.
 func (s *RedisStore) CreateKey(ctx context.Context, k KeyRecord) error { return s.putKey(ctx, k, true) }
 
-// PutKey creates or replaces a key.
-func (s *RedisStore) PutKey(ctx context.Context, k KeyRecord) error { return s.putKey(ctx, k, false) }
+// UpdateKey replaces a key if it still has the secret hash k.SHA256;
+// ErrNotFound otherwise.
+func (s *RedisStore) UpdateKey(ctx context.Context, k KeyRecord) error {
+	return s.putKey(ctx, k, false)
+}
 
+// putKey creates the key named k.Name (create) or replaces it (otherwise).
 func (s *RedisStore) putKey(ctx context.Context, k KeyRecord, create bool) error {
+	op := "update"
+	if create {
+		op = "create"
+	}
 	if err := validName("key name", k.Name); err != nil {
-		return fmt.Errorf("store: put key: %w", err)
+		return fmt.Errorf("store: %s key: %w", op, err)
 	}
 	if len(k.SHA256) != 64 {
-		return fmt.Errorf("store: put key %q: %w: key_sha256 must be 64 hex digits", k.Name, ErrInvalid)
+		return fmt.Errorf("store: %s key %q: %w: key_sha256 must be 64 hex digits", op, k.Name, ErrInvalid)
 	}
 	v, err := json.Marshal(k)
 	if err != nil {
-		return fmt.Errorf("store: put key %q: %w", k.Name, err)
+		return fmt.Errorf("store: %s key %q: %w", op, k.Name, err)
+	}
+	sc, args := updateKeyScript, []any{k.Name, v, k.SHA256}
+	if create {
+		sc, args = createKeyScript, []any{k.Name, v}
 	}
 	release, err := s.begin(ctx)
 	if err != nil {
-		return fmt.Errorf("store: put key %q: %w", k.Name, err)
+		return fmt.Errorf("store: %s key %q: %w", op, k.Name, err)
 	}
 	defer release()
-	sc := putKeyScript
-	if create {
-		sc = createKeyScript
-	}
-	n, err := s.exec(ctx, sc, []string{s.keysKey()}, k.Name, v)
+	n, err := s.exec(ctx, sc, []string{s.keysKey()}, args...)
 	if err != nil {
-		return fmt.Errorf("store: put key %q: %w", k.Name, s.fail(err))
+		return fmt.Errorf("store: %s key %q: %w", op, k.Name, s.fail(err))
 	}
-	if n, _ := n.(int64); create && n == 0 {
-		return fmt.Errorf("store: create key %q: %w", k.Name, ErrExists)
+	if n, _ := n.(int64); n == 0 {
+		if create {
+			return fmt.Errorf("store: create key %q: %w", k.Name, ErrExists)
+		}
+		return fmt.Errorf("store: update key %q: %w", k.Name, ErrNotFound)
 	}
 	return nil
 }

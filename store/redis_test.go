@@ -403,13 +403,13 @@ func TestRedisKeysAndUsage(t *testing.T) {
 		t.Fatalf("duplicate through another replica: %v", err)
 	}
 	k.Limits.RPM = 9
-	if err := s.PutKey(ctx, k); err != nil {
+	if err := s.UpdateKey(ctx, k); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := s2.GetKey(ctx, "ci"); err != nil || got.Limits.RPM != 9 || got.Models[0] != "gpt-5*" {
 		t.Fatalf("get through another replica: %+v %v", got, err)
 	}
-	if err := s.PutKey(ctx, KeyRecord{Name: "a", SHA256: strings.Repeat("cd", 32)}); err != nil {
+	if err := s.CreateKey(ctx, KeyRecord{Name: "a", SHA256: strings.Repeat("cd", 32)}); err != nil {
 		t.Fatal(err)
 	}
 	if list, err := s2.ListKeys(ctx); err != nil || len(list) != 2 || list[0].Name != "a" || list[1].Name != "ci" {
@@ -424,7 +424,7 @@ func TestRedisKeysAndUsage(t *testing.T) {
 	if _, err := s.GetKey(ctx, "ci"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("after delete: %v", err)
 	}
-	if err := s.PutKey(ctx, KeyRecord{Name: "x", SHA256: "short"}); !errors.Is(err, ErrInvalid) {
+	if err := s.UpdateKey(ctx, KeyRecord{Name: "x", SHA256: "short"}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("bad hash: %v", err)
 	}
 

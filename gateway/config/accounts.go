@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"maps"
@@ -29,6 +30,24 @@ type Key struct {
 	Limits    KeyLimits `yaml:"limits"`
 }
 
+// secretSum is the SHA-256 of the key's secret, given in clear or as
+// key_sha256; false when it is neither (validateAccounts says why).
+func (k Key) secretSum() ([32]byte, bool) {
+	var sum [32]byte
+	switch {
+	case k.Key != "" && k.KeySHA256 != "":
+		return sum, false
+	case k.Key != "":
+		return sha256.Sum256([]byte(k.Key)), true
+	}
+	b, err := hex.DecodeString(strings.TrimSpace(k.KeySHA256))
+	if err != nil || len(b) != len(sum) {
+		return sum, false
+	}
+	copy(sum[:], b)
+	return sum, true
+}
+
 // KeyLimits are one key's limits; 0 is unlimited.
 type KeyLimits struct {
 	RPM            int64 `yaml:"rpm"`
@@ -51,6 +70,7 @@ var KeyNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 // validateAccounts checks auth:, keys: and pricing:.
 func (c *Config) validateAccounts(bad func(key, format string, args ...any)) {
 	names := map[string]int{}
+	secrets := map[[32]byte]int{} // by the secret's SHA-256, whichever way it is given
 	for i, k := range c.Keys {
 		key := fmt.Sprintf("keys[%d]", i)
 		if !KeyNamePattern.MatchString(k.Name) {
@@ -71,6 +91,15 @@ func (c *Config) validateAccounts(bad func(key, format string, args ...any)) {
 			}
 		case len(k.Key) < 16:
 			bad(key+".key", "is shorter than 16 characters") // never echo the secret
+		}
+		if sum, ok := k.secretSum(); ok {
+			// A secret identifies one key: with two, the later key would take
+			// it over and the earlier one's models and limits never apply.
+			if j, dup := secrets[sum]; dup {
+				bad(key, "%q has the same secret as keys[%d] (%q)", k.Name, j, c.Keys[j].Name) // never echo the secret
+			} else {
+				secrets[sum] = i
+			}
 		}
 		for j, m := range k.Models {
 			if _, err := path.Match(m, ""); err != nil || strings.TrimSpace(m) == "" {
