@@ -113,9 +113,8 @@ type keyring struct {
 	mu       sync.RWMutex
 	bySum    map[[32]byte]*keyEntry
 	byName   map[string]*keyEntry
-	loadedAt time.Time
-	loading  bool
-	missAt   time.Time // the last reload caused by an unknown key
+	loadedAt time.Time // when the installed keys were read
+	missAt   time.Time // the last reload caused by an unknown key not in Sluice's format
 	// Reloads may overlap (a background refresh, an admin change, an
 	// unknown key) and finish in any order. Each takes a generation before
 	// it reads the store, and a snapshot is installed only if no later
@@ -123,6 +122,8 @@ type keyring struct {
 	// never put the deleted key back after one that read them after it.
 	reads     uint64          // the generation of the last read begun
 	installed uint64          // the generation of the keys in bySum and byName
+	finished  uint64          // the generation of the last read ended (installed or failed)
+	inFlight  chan struct{}   // closed when the read in flight for freshRead ends
 	hidden    map[string]bool // stored keys the config hides, told once
 }
 
@@ -221,57 +222,88 @@ func (kr *keyring) install(stored []store.KeyRecord, gen uint64) {
 
 // reload reads the store's keys.
 func (kr *keyring) reload(ctx context.Context) error {
-	if kr.st == nil {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
+	_, err := kr.read(ctx)
+	return err
+}
+
+// read reads and installs the store's keys, under the generation it
+// returns (taken before the read begins).
+func (kr *keyring) read(ctx context.Context) (uint64, error) {
 	kr.mu.Lock()
 	kr.reads++
 	gen := kr.reads
 	kr.mu.Unlock()
+	if kr.st == nil {
+		return gen, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	start := time.Now()
 	recs, err := kr.st.ListKeys(ctx)
 	if err != nil {
-		return err
+		return gen, err
 	}
 	kr.install(recs, gen)
 	kr.mu.Lock()
-	kr.loadedAt = time.Now()
+	if start.After(kr.loadedAt) {
+		kr.loadedAt = start
+	}
 	kr.mu.Unlock()
-	return nil
+	return gen, nil
 }
 
-// maybeReload reloads in the background when the keys are older than
-// refresh; an unknown key reloads at once (at most once a second), so a key
-// created on another replica works right away.
-func (kr *keyring) maybeReload(miss bool) {
+// freshRead returns once a read of the store's keys that began after it
+// was called has ended: what the store held when the caller asked is
+// installed (or the store failed). Callers at once share reads, one in
+// flight at a time, so a burst costs a read or two, not one each.
+func (kr *keyring) freshRead() {
 	if kr.st == nil {
 		return
 	}
 	kr.mu.Lock()
-	now := time.Now()
-	stale := now.Sub(kr.loadedAt) > kr.refresh
-	if miss && now.Sub(kr.missAt) > time.Second {
-		kr.missAt = now
+	need := kr.reads + 1
+	for kr.finished < need {
+		if ch := kr.inFlight; ch != nil { // began before the call, maybe: wait, then look again
+			kr.mu.Unlock()
+			<-ch
+			kr.mu.Lock()
+			continue
+		}
+		ch := make(chan struct{})
+		kr.inFlight = ch
 		kr.mu.Unlock()
-		_ = kr.reload(context.Background())
-		return
-	}
-	if !stale || kr.loading {
-		kr.mu.Unlock()
-		return
-	}
-	kr.loading = true
-	kr.mu.Unlock()
-	go func() {
-		_ = kr.reload(context.Background())
+		gen, _ := kr.read(context.Background())
 		kr.mu.Lock()
-		kr.loading = false
-		kr.mu.Unlock()
-	}()
+		kr.finished = max(kr.finished, gen)
+		kr.inFlight = nil
+		close(ch)
+	}
+	kr.mu.Unlock()
 }
 
-// lookup finds the key whose secret is secret.
+// stale reports whether the installed keys were read more than refresh ago.
+func (kr *keyring) stale() bool {
+	if kr.st == nil {
+		return false
+	}
+	kr.mu.RLock()
+	defer kr.mu.RUnlock()
+	return time.Since(kr.loadedAt) > kr.refresh
+}
+
+// sluiceKeyPrefix starts every key the gateway makes (newSecret).
+const sluiceKeyPrefix = "sk-sluice-"
+
+// lookup finds the key whose secret is secret. Keys read more than refresh
+// ago are read again first, on the request's path (one read shared by the
+// requests at once), so that no request is judged by a key set older than
+// that: a key deleted or changed on another replica stops working there
+// within refresh (README: "within 5s"). An unknown key in Sluice's own
+// format is looked for in a read that began after it arrived, so a key
+// just created on another replica works at once and is never taken for a
+// pass-through credential (and forwarded upstream); other unknown
+// credentials (a pass-through client's own keys) read the store at most
+// once a second.
 func (kr *keyring) lookup(secret string) *keyEntry {
 	if secret == "" {
 		return nil
@@ -286,12 +318,36 @@ func (kr *keyring) lookup(secret string) *keyEntry {
 		}
 		return nil
 	}
+	if kr.stale() {
+		kr.freshRead()
+	}
 	if e := find(); e != nil {
-		kr.maybeReload(false)
 		return e
 	}
-	kr.maybeReload(true)
+	if strings.HasPrefix(secret, sluiceKeyPrefix) {
+		kr.freshRead()
+		return find()
+	}
+	if kr.missedLately() {
+		return nil
+	}
+	_ = kr.reload(context.Background())
 	return find()
+}
+
+// missedLately reports whether an unknown credential read the store less
+// than a second ago, and otherwise notes that one does now.
+func (kr *keyring) missedLately() bool {
+	if kr.st == nil {
+		return true
+	}
+	kr.mu.Lock()
+	defer kr.mu.Unlock()
+	if now := time.Now(); now.Sub(kr.missAt) > time.Second {
+		kr.missAt = now
+		return false
+	}
+	return true
 }
 
 // current is the key k is now, with its models and limits as they are
@@ -302,7 +358,9 @@ func (kr *keyring) lookup(secret string) *keyEntry {
 // revocation applies to an open socket too (README: "other replicas see a
 // change within 5s").
 func (kr *keyring) current(k *keyEntry) *keyEntry {
-	kr.maybeReload(false)
+	if kr.stale() {
+		kr.freshRead()
+	}
 	kr.mu.RLock()
 	defer kr.mu.RUnlock()
 	return kr.bySum[k.sum]

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sluice-gw/sluice/gateway"
 	"github.com/sluice-gw/sluice/store"
@@ -209,5 +210,65 @@ func TestStoredKeyWithAConfigKeysSecretDoesNotReplaceIt(t *testing.T) {
 	// The stored key that the config key hides is named in a warning.
 	if !strings.Contains(h.logs.String(), "[WARN]") || !strings.Contains(grepLines(h.logs.String(), "[WARN]"), "copied") {
 		t.Fatalf("no warning names the hidden stored key:\n%s", h.logs.String())
+	}
+}
+
+// keysAcrossReplicas is a gateway whose key store another replica also
+// writes: the test writes to the store directly, as that replica would.
+func keysAcrossReplicas(t *testing.T, required bool, refresh time.Duration) (*harness, *store.PebbleStore) {
+	t.Helper()
+	st := openStore(t, t.TempDir())
+	h := newHarness(t, harnessConfig{opts: gateway.Options{Accounts: gateway.AccountsOptions{
+		Required: required, KeyStore: st, Usage: st, KeyRefresh: refresh}}})
+	return h, st
+}
+
+// A key created on another replica works on this one at once, however
+// recently the store was read for some other unknown credential: it is
+// never taken for a pass-through credential and forwarded upstream.
+func TestKeyCreatedOnAnotherReplicaWorksAtOnce(t *testing.T) {
+	h, st := keysAcrossReplicas(t, false, time.Hour)
+	// A pass-through client's own key: unknown, it reads the store.
+	if resp, b := send(t, h, http.MethodPost, "/v1/responses", "sk-proj-client-own-0123456789", simple); resp.StatusCode != 200 {
+		t.Fatalf("pass-through: %d %s", resp.StatusCode, b)
+	}
+	const secret = "sk-sluice-created-elsewhere-0123456789"
+	if err := st.CreateKey(context.Background(), keyRec("elsewhere", secret, []string{"other-*"}, store.KeyLimits{})); err != nil {
+		t.Fatal(err)
+	}
+	// The key may not use the model: identified, it gets 403, and the
+	// upstream never sees it.
+	resp, b := send(t, h, http.MethodPost, "/v1/responses", secret, simple)
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a key just created elsewhere: %d %s", resp.StatusCode, b)
+	}
+	for _, r := range h.ups["A"].Requests() {
+		if strings.Contains(r.Header.Get("Authorization"), secret) {
+			t.Fatal("the Sluice key was forwarded upstream")
+		}
+	}
+}
+
+// A key deleted on another replica stops working here once the keys this
+// replica holds are older than the refresh interval, even for a replica
+// that served nothing meanwhile: the request that finds them stale reads
+// them again before it is judged.
+func TestKeyDeletedOnAnotherReplicaStopsWithinTheRefresh(t *testing.T) {
+	h, st := keysAcrossReplicas(t, true, 50*time.Millisecond)
+	const secret = "sk-sluice-deleted-elsewhere-0123456789"
+	if err := st.CreateKey(context.Background(), keyRec("gone", secret, nil, store.KeyLimits{})); err != nil {
+		t.Fatal(err)
+	}
+	if resp, b := send(t, h, http.MethodPost, "/v1/responses", secret, simple); resp.StatusCode != 200 {
+		t.Fatalf("before the delete: %d %s", resp.StatusCode, b)
+	}
+	if err := st.DeleteKey(context.Background(), "gone"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // the keys held are now older than the refresh
+	for i := range 3 {
+		if resp, b := send(t, h, http.MethodPost, "/v1/responses", secret, simple); resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("request %d after the delete: %d %s", i, resp.StatusCode, b)
+		}
 	}
 }
