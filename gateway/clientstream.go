@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/sluice-gw/sluice/internal/jsonx"
@@ -339,7 +340,33 @@ func (cs *clientStream) sendFrom(upstream, name string, data []byte, f *eventFie
 	if cs.splice != nil {
 		return cs.spliceLocked(name, data, f)
 	}
+	if typ := f.Type.Str; typ == "response.failed" || typ == "response.incomplete" {
+		data, f = cs.withSentOutputLocked(data, f)
+	}
 	return cs.writeLocked(name, data, f)
+}
+
+// withSentOutputLocked gives an upstream's response.failed or
+// response.incomplete the output the client was sent, rendered as the
+// gateway's own terminal events render it (sent.Output.AppendOutput: the
+// items still open closed as incomplete): an upstream may fail a response
+// with an empty output after streaming its text, and what the client was
+// sent stays sent (README, "What it promises"). The rest of the upstream's
+// Response (id, error, usage, …) is kept. A stream that showed no item
+// keeps the upstream's output: there is nothing it would contradict.
+func (cs *clientStream) withSentOutputLocked(data []byte, f *eventFields) ([]byte, *eventFields) {
+	if len(cs.sent.Items) == 0 || !f.Response.IsObject() {
+		return data, f
+	}
+	out, err := sjson.SetRawBytes(data, "response.output", cs.sent.AppendOutput(nil))
+	if err != nil {
+		return data, f
+	}
+	nf, ok := scanEvent(out)
+	if !ok {
+		return data, f
+	}
+	return out, &nf
 }
 
 // sendChat writes one upstream Chat chunk.

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -648,7 +649,7 @@ type splicedItem struct {
 	client  *sent.Item // the client item it continues or reproduces; nil for a new or dropped item
 	index   int64      // the client's output_index
 	newItem bool       // the attempt's own item, passed on at index
-	drop    bool       // swallowed: reasoning before a continued message, or reasoning a restart redoes
+	drop    bool       // swallowed: reasoning before a continued message, or reasoning a restart redoes or adds ahead of what the client has
 	snap    *itemSnap  // restart: what it must reproduce
 	parts   map[int64]*splicedPart
 	args    reproducer
@@ -658,7 +659,11 @@ type splicedItem struct {
 type splicedPart struct {
 	index int64 // the client's content_index
 	want  reproducer
-	done  bool // the client saw this part done: it may not grow
+	done  bool // the client saw this part complete (sent.Part.Complete): it may not grow
+	// opening is a prefill's content_part.added for the part that follows
+	// one the client saw complete: written, as a new client part, only
+	// once the target adds text to it.
+	opening *heldEvent
 }
 
 // reproducer checks that a restart reproduces text the client has.
@@ -726,7 +731,7 @@ func (cs *clientStream) beginSplice(kind string, prevUsage []byte) {
 				s.name = gjson.GetBytes(it.Added, "name").Str
 			}
 			for _, p := range it.Parts {
-				s.parts = append(s.parts, partSnap{text: sent.Unescape(p.Text), done: p.Done != nil})
+				s.parts = append(s.parts, partSnap{text: sent.Unescape(p.Text), done: p.Complete()})
 			}
 			sp.snap = append(sp.snap, s)
 		}
@@ -798,8 +803,8 @@ func (cs *clientStream) spliceLocked(name string, data []byte, f *eventFields) e
 		return cs.rewriteLocked(name, data, intField("output_index", m.index))
 	case m.drop:
 		if typ == "response.output_item.done" {
-			if sp.kind == kindRestart {
-				sp.reproduced++
+			if sp.kind == kindRestart && m.client != nil {
+				sp.reproduced++ // reasoning the client has, redone
 			}
 			if m.client != nil && m.client.Done == nil {
 				return cs.closeItemLocked(m.client)
@@ -829,9 +834,18 @@ func (cs *clientStream) spliceLocked(name string, data []byte, f *eventFields) e
 				at = append(at, strField("delta", surplus))
 			}
 		}
-		// New text for a part the client saw complete: its part done, or its
-		// item's (an upstream may close an item without closing its part, and
-		// the splice closes items itself).
+		if h := p.opening; h != nil {
+			if d == "" {
+				return nil
+			}
+			p.opening = nil
+			if err := cs.openPartLocked(h.name, h.data, m, p); err != nil {
+				return err
+			}
+		}
+		// New text for a part the client saw complete: its text's done or its
+		// part's, or its item's (an upstream may close an item without
+		// closing its part, and the splice closes items itself).
 		if p.done || m.client.Done != nil {
 			return cs.divergeLocked("wrote more text into a part the client saw complete")
 		}
@@ -886,7 +900,7 @@ func (cs *clientStream) spliceLocked(name string, data []byte, f *eventFields) e
 	// indices.
 	if f.ContentIndex.Type == gjson.Number {
 		p := m.parts[f.ContentIndex.Int()]
-		if p == nil || (sp.kind == kindRestart && !p.want.complete()) {
+		if p == nil || p.opening != nil || (sp.kind == kindRestart && !p.want.complete()) {
 			return nil
 		}
 		at = append(at, intField("content_index", p.index))
@@ -912,6 +926,13 @@ func (cs *clientStream) spliceAddedLocked(name string, data []byte, f *eventFiel
 		}
 	}
 	pos := sp.added
+	if sp.kind == kindRestart && pos < sp.n && typ == "reasoning" && sp.snap[pos].typ != "reasoning" {
+		// Reasoning the restart adds ahead of what the client has (a
+		// reasoning model backing one that is not): neither compared nor
+		// shown (README, "Continuation").
+		sp.items[k] = &splicedItem{drop: true}
+		return nil
+	}
 	sp.added++
 	if sp.kind == kindRestart && pos < sp.n {
 		snap := &sp.snap[pos]
@@ -964,94 +985,66 @@ func (cs *clientStream) splicePartLocked(name string, data []byte, f *eventField
 		if m.snap.done {
 			return cs.divergeLocked("added a part to an item the client saw complete")
 		}
-	} else if j == 0 && len(m.client.Parts) > 0 { // prefill: its first part continues the open one
+	} else if j == 0 && len(m.client.Parts) > 0 { // prefill: its first part continues the client's last one
 		last := m.client.Parts[len(m.client.Parts)-1]
-		if last.Done == nil && gjson.GetBytes(last.Added, "type").Str == f.Part.Get("type").Str {
-			m.parts[j] = &splicedPart{index: last.Index}
+		if gjson.GetBytes(last.Added, "type").Str == f.Part.Get("type").Str {
+			if !last.Complete() {
+				m.parts[j] = &splicedPart{index: last.Index}
+				return nil
+			}
+			// The client was told that part's text is final: what the
+			// target adds goes into a new part, opened at its first text,
+			// so a target that adds nothing leaves the message as it is.
+			m.parts[j] = &splicedPart{index: last.Index, done: true, opening: &heldEvent{name: name, data: bytes.Clone(data)}}
 			return nil
 		}
 	}
-	idx := int64(0) // after the highest content_index the client has in the item
-	for _, p := range m.client.Parts {
-		idx = max(idx, p.Index+1)
+	p := &splicedPart{}
+	m.parts[j] = p
+	return cs.openPartLocked(name, data, m, p)
+}
+
+// openPartLocked writes a continuation's content_part.added as a new part
+// of the client's item m, after the highest content_index the client has
+// in it. A part whose text the client saw done is ended first (its
+// content_part.done), so that no part ends after a later one began.
+func (cs *clientStream) openPartLocked(name string, data []byte, m *splicedItem, p *splicedPart) error {
+	idx := int64(0)
+	for _, cp := range m.client.Parts {
+		idx = max(idx, cp.Index+1)
+		if cp.TextDone && cp.Done == nil {
+			if err := cs.closePartLocked(m.client, cp, false); err != nil {
+				return err
+			}
+		}
 	}
-	m.parts[j] = &splicedPart{index: idx}
-	return cs.rewriteLocked(name, data, append(at, intField("content_index", idx))...)
+	p.index, p.done = idx, false
+	return cs.rewriteLocked(name, data, intField("output_index", m.index), strField("item_id", m.client.ID), intField("content_index", idx))
 }
 
 // closeItemLocked writes the done events of an open client item from what
-// the client has: each open part's text done and part done, the arguments
-// done of a tool call, then the item done.
+// the client has: each open part's text done (unless the client has it) and
+// part done, the arguments done of a tool call, then the item done.
 func (cs *clientStream) closeItemLocked(it *sent.Item) error {
-	head := func(typ string) []byte {
-		b := append([]byte(`{"type":`), jsonx.AppendQuote(nil, typ)...)
-		b = append(b, `,"sequence_number":`...)
-		b = strconv.AppendInt(b, cs.seq, 10)
-		b = append(b, `,"item_id":`...)
-		b = jsonx.AppendQuote(b, it.ID)
-		b = append(b, `,"output_index":`...)
-		return strconv.AppendInt(b, it.Index, 10)
-	}
-	write := func(typ string, b []byte) error {
-		b = append(b, '}')
-		f, _ := scanEvent(b)
-		return cs.writeLocked(typ, b, &f)
-	}
-	closeParts := func(parts []*sent.Part, summary bool) error {
-		for _, p := range parts {
-			if p.Done != nil {
-				continue
-			}
-			ptype := gjson.GetBytes(p.Added, "type").Str
-			textType, partType, idxKey, field := "response.output_text.done", "response.content_part.done", "content_index", "text"
-			switch {
-			case summary:
-				textType, partType, idxKey = "response.reasoning_summary_text.done", "response.reasoning_summary_part.done", "summary_index"
-			case ptype == "refusal":
-				textType, field = "response.refusal.done", "refusal"
-			case ptype == "reasoning_text":
-				textType = "response.reasoning_text.done"
-			}
-			b := head(textType)
-			b = append(append(append(b, ',', '"'), idxKey...), `":`...)
-			b = strconv.AppendInt(b, p.Index, 10)
-			b = append(append(append(b, ',', '"'), field...), `":`...)
-			b = append(b, sent.Quoted(p.Text)...)
-			if textType == "response.output_text.done" {
-				b = append(b, `,"logprobs":[]`...)
-			}
-			if err := write(textType, b); err != nil {
-				return err
-			}
-			part := p.Added
-			if out, err := sjson.SetRawBytes(part, field, sent.Quoted(p.Text)); err == nil {
-				part = out
-			}
-			b = head(partType)
-			b = append(append(append(b, ',', '"'), idxKey...), `":`...)
-			b = strconv.AppendInt(b, p.Index, 10)
-			b = append(append(b, `,"part":`...), part...)
-			if err := write(partType, b); err != nil {
-				return err
-			}
+	for _, p := range it.Parts {
+		if err := cs.closePartLocked(it, p, false); err != nil {
+			return err
 		}
-		return nil
 	}
-	if err := closeParts(it.Parts, false); err != nil {
-		return err
-	}
-	if err := closeParts(it.Summary, true); err != nil {
-		return err
+	for _, p := range it.Summary {
+		if err := cs.closePartLocked(it, p, true); err != nil {
+			return err
+		}
 	}
 	switch it.Type {
 	case "function_call":
-		b := append(head("response.function_call_arguments.done"), `,"arguments":`...)
-		if err := write("response.function_call_arguments.done", append(b, sent.Quoted(it.Args)...)); err != nil {
+		b := append(cs.itemEventHead("response.function_call_arguments.done", it), `,"arguments":`...)
+		if err := cs.writeBuiltLocked("response.function_call_arguments.done", append(b, sent.Quoted(it.Args)...)); err != nil {
 			return err
 		}
 	case "custom_tool_call":
-		b := append(head("response.custom_tool_call_input.done"), `,"input":`...)
-		if err := write("response.custom_tool_call_input.done", append(b, sent.Quoted(it.Args)...)); err != nil {
+		b := append(cs.itemEventHead("response.custom_tool_call_input.done", it), `,"input":`...)
+		if err := cs.writeBuiltLocked("response.custom_tool_call_input.done", append(b, sent.Quoted(it.Args)...)); err != nil {
 			return err
 		}
 	}
@@ -1060,7 +1053,68 @@ func (cs *clientStream) closeItemLocked(it *sent.Item) error {
 	b = strconv.AppendInt(b, it.Index, 10)
 	b = append(b, `,"item":`...)
 	b = appendClosed(b, it)
-	return write("response.output_item.done", b)
+	return cs.writeBuiltLocked("response.output_item.done", b)
+}
+
+// closePartLocked writes the done events of one content (or summary) part
+// of it that the client has not seen done, from what the client has: its
+// text's done, unless the client got it (an upstream cut between the two),
+// then the part's done.
+func (cs *clientStream) closePartLocked(it *sent.Item, p *sent.Part, summary bool) error {
+	if p.Done != nil {
+		return nil
+	}
+	ptype := gjson.GetBytes(p.Added, "type").Str
+	textType, partType, idxKey, field := "response.output_text.done", "response.content_part.done", "content_index", "text"
+	switch {
+	case summary:
+		textType, partType, idxKey = "response.reasoning_summary_text.done", "response.reasoning_summary_part.done", "summary_index"
+	case ptype == "refusal":
+		textType, field = "response.refusal.done", "refusal"
+	case ptype == "reasoning_text":
+		textType = "response.reasoning_text.done"
+	}
+	if !p.TextDone {
+		b := cs.itemEventHead(textType, it)
+		b = append(append(append(b, ',', '"'), idxKey...), `":`...)
+		b = strconv.AppendInt(b, p.Index, 10)
+		b = append(append(append(b, ',', '"'), field...), `":`...)
+		b = append(b, sent.Quoted(p.Text)...)
+		if textType == "response.output_text.done" {
+			b = append(b, `,"logprobs":[]`...)
+		}
+		if err := cs.writeBuiltLocked(textType, b); err != nil {
+			return err
+		}
+	}
+	part := p.Added
+	if out, err := sjson.SetRawBytes(part, field, sent.Quoted(p.Text)); err == nil {
+		part = out
+	}
+	b := cs.itemEventHead(partType, it)
+	b = append(append(append(b, ',', '"'), idxKey...), `":`...)
+	b = strconv.AppendInt(b, p.Index, 10)
+	b = append(append(b, `,"part":`...), part...)
+	return cs.writeBuiltLocked(partType, b)
+}
+
+// itemEventHead begins an event of type typ about the client item it,
+// numbered next, without its closing brace.
+func (cs *clientStream) itemEventHead(typ string, it *sent.Item) []byte {
+	b := append([]byte(`{"type":`), jsonx.AppendQuote(nil, typ)...)
+	b = append(b, `,"sequence_number":`...)
+	b = strconv.AppendInt(b, cs.seq, 10)
+	b = append(b, `,"item_id":`...)
+	b = jsonx.AppendQuote(b, it.ID)
+	b = append(b, `,"output_index":`...)
+	return strconv.AppendInt(b, it.Index, 10)
+}
+
+// writeBuiltLocked closes an event the gateway built and writes it.
+func (cs *clientStream) writeBuiltLocked(typ string, b []byte) error {
+	b = append(b, '}')
+	f, _ := scanEvent(b)
+	return cs.writeLocked(typ, b, &f)
 }
 
 // appendClosed renders an item closed as completed with what was streamed

@@ -205,15 +205,7 @@ func (cs *clientStream) consistentLocked(typ string, data []byte, f *eventFields
 		if !f.Response.IsObject() {
 			break
 		}
-		out := []byte{'['}
-		for k, it := range cs.sent.Items {
-			if k > 0 {
-				out = append(out, ',')
-			}
-			out = it.AppendJSON(out)
-		}
-		out = append(out, ']')
-		if nd, err := sjson.SetRawBytes(data, "response.output", out); err == nil {
+		if nd, err := sjson.SetRawBytes(data, "response.output", cs.sent.AppendOutput(nil)); err == nil {
 			data, changed = nd, true
 		}
 	}

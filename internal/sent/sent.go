@@ -84,12 +84,20 @@ type Item struct {
 
 // Part is one content (or summary) part as the readers saw it.
 type Part struct {
-	Index  int64
-	Added  []byte // the part as *_part.added showed it
-	Done   []byte // the part as *_part.done showed it; nil while open
-	Text   []byte // its text so far, JSON-escaped without quotes
-	Edited bool   // the gateway's stream hook dropped or replaced an event about it
+	Index int64
+	Added []byte // the part as *_part.added showed it
+	Done  []byte // the part as *_part.done showed it; nil while open
+	// TextDone: the readers got the done event of its text
+	// (response.output_text.done, refusal.done, reasoning_text.done,
+	// reasoning_summary_text.done), which may come before Done.
+	TextDone bool
+	Text     []byte // its text so far, JSON-escaped without quotes
+	Edited   bool   // the gateway's stream hook dropped or replaced an event about it
 }
+
+// Complete reports whether the readers were told the part's text is final:
+// they got its text's done event or its part's. No more text may go into it.
+func (p *Part) Complete() bool { return p.Done != nil || p.TextDone }
 
 // Track records what an event the readers got said about the output.
 // lifecycle reports a lifecycle event whose Response became the base.
@@ -123,6 +131,14 @@ func (o *Output) Track(f *Fields) (lifecycle bool) {
 	case "response.content_part.done", "response.reasoning_summary_part.done":
 		if p := o.PartOf(typ == "response.content_part.done", f); p != nil && f.Part.IsObject() {
 			p.Done = []byte(f.Part.Raw)
+		}
+	case "response.output_text.done", "response.refusal.done", "response.reasoning_text.done":
+		if p := o.PartOf(true, f); p != nil {
+			p.TextDone = true
+		}
+	case "response.reasoning_summary_text.done":
+		if p := o.PartOf(false, f); p != nil {
+			p.TextDone = true
 		}
 	case "response.output_text.delta", "response.refusal.delta", "response.reasoning_text.delta":
 		if p := o.PartOf(true, f); p != nil && f.Delta.Type == gjson.String {
@@ -295,6 +311,20 @@ func appendParts(b []byte, parts []*Part) []byte {
 	return append(b, ']')
 }
 
+// AppendOutput appends the output array of a Response object: every item
+// sent, the items still open closed as incomplete with what was streamed
+// into them (Item.AppendJSON).
+func (o *Output) AppendOutput(b []byte) []byte {
+	b = append(b, '[')
+	for k, it := range o.Items {
+		if k > 0 {
+			b = append(b, ',')
+		}
+		b = it.AppendJSON(b)
+	}
+	return append(b, ']')
+}
+
 // Response is what a Response object the writer renders holds besides what
 // the Output has.
 type Response struct {
@@ -368,14 +398,8 @@ func (o *Output) AppendResponse(b []byte, r *Response) []byte {
 	} else {
 		b = append(b, "null"...)
 	}
-	b = append(b, `,"output":[`...)
-	for k, it := range o.Items {
-		if k > 0 {
-			b = append(b, ',')
-		}
-		b = it.AppendJSON(b)
-	}
-	b = append(b, ']')
+	b = append(b, `,"output":`...)
+	b = o.AppendOutput(b)
 	if len(o.Usage) > 0 { // the spec's usage is an object: absent while unknown
 		b = append(b, `,"usage":`...)
 		b = append(b, o.Usage...)

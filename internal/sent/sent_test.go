@@ -65,3 +65,35 @@ func fields(event string) *sent.Fields {
 	f.Read(gjson.Parse(event))
 	return &f
 }
+
+// TestPartCompleteAtItsTextDone: a part is complete once its readers got
+// the done event of its text, before its part's done: response.output_text.done,
+// refusal.done and reasoning_text.done for content parts,
+// reasoning_summary_text.done for summary parts. A delta alone leaves it
+// open.
+func TestPartCompleteAtItsTextDone(t *testing.T) {
+	at := `"item_id":"it_1","output_index":0`
+	for _, c := range []struct{ part, done string }{
+		{`{"type":"response.content_part.added",` + at + `,"content_index":0,"part":{"type":"output_text","text":""}}`,
+			`{"type":"response.output_text.done",` + at + `,"content_index":0,"text":"Hi"}`},
+		{`{"type":"response.content_part.added",` + at + `,"content_index":0,"part":{"type":"refusal","refusal":""}}`,
+			`{"type":"response.refusal.done",` + at + `,"content_index":0,"refusal":"Hi"}`},
+		{`{"type":"response.content_part.added",` + at + `,"content_index":0,"part":{"type":"reasoning_text","text":""}}`,
+			`{"type":"response.reasoning_text.done",` + at + `,"content_index":0,"text":"Hi"}`},
+		{`{"type":"response.reasoning_summary_part.added",` + at + `,"summary_index":0,"part":{"type":"summary_text","text":""}}`,
+			`{"type":"response.reasoning_summary_text.done",` + at + `,"summary_index":0,"text":"Hi"}`},
+	} {
+		var o sent.Output
+		o.Track(fields(`{"type":"response.output_item.added","output_index":0,"item":{"id":"it_1","type":"message"}}`))
+		o.Track(fields(c.part))
+		it := o.Items[0]
+		p := append(it.Parts, it.Summary...)[0]
+		if p.Complete() {
+			t.Fatalf("%s: complete before any done event", gjson.Get(c.done, "type").Str)
+		}
+		o.Track(fields(c.done))
+		if !p.Complete() || p.Done != nil {
+			t.Fatalf("%s: Complete() %v, Done %s; want complete, the part itself not yet done", gjson.Get(c.done, "type").Str, p.Complete(), p.Done)
+		}
+	}
+}
