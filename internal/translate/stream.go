@@ -241,6 +241,12 @@ func (s *Stream) Chunk(data []byte) ([]Event, error) {
 		return true
 	})
 	if present(errField) || object.Str == "error" {
+		if s.finish != "" {
+			// The answer was complete (a finish reason came): an error
+			// after it does not unmake it. The Chat pass-through treats it
+			// the same way (README).
+			return s.Finish(), nil
+		}
 		src := root
 		if present(errField) {
 			src = errField
@@ -259,7 +265,7 @@ func (s *Stream) Chunk(data []byte) ([]Event, error) {
 		// answer complete without the text. It is a malformed chunk.
 		return nil, errors.New("translate: chat stream chunk has a choice other than index 0 (one was asked for)")
 	}
-	if choices.IsArray() {
+	if choices.IsArray() && s.finish == "" { // after a finish reason only usage may follow
 		choices.ForEach(func(_, ch gjson.Result) bool {
 			if !ch.IsObject() {
 				return true

@@ -501,6 +501,7 @@ func TestStreamTerminalRule(t *testing.T) {
 	text := []byte(`{"model":"m","choices":[{"index":0,"delta":{"content":"hi"}}]}`)
 	stop := []byte(`{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`)
 	errChunk := []byte(`{"error":{"message":"boom","type":"server_error","code":500}}`)
+	length := []byte(`{"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}`)
 	type step func(s *Stream) []Event
 	chunk := func(b []byte) step {
 		return func(s *Stream) []Event { ev, _ := s.Chunk(b); return ev }
@@ -513,12 +514,16 @@ func TestStreamTerminalRule(t *testing.T) {
 		terminal string
 		first    string
 	}{
-		"finish only":          {[]step{finish}, "response.completed", "response.created"},
-		"fail only":            {[]step{fail}, "response.failed", "response.failed"},
-		"fail then finish":     {[]step{start, chunk(text), fail, finish, fail}, "response.failed", "response.created"},
-		"finish then fail":     {[]step{chunk(text), finish, fail, chunk(text), finish}, "response.completed", "response.created"},
-		"error chunk first":    {[]step{chunk(errChunk), start, chunk(text), finish}, "response.failed", "response.failed"},
-		"error after stop":     {[]step{start, chunk(text), chunk(stop), chunk(errChunk), finish}, "response.failed", "response.created"},
+		"finish only":       {[]step{finish}, "response.completed", "response.created"},
+		"fail only":         {[]step{fail}, "response.failed", "response.failed"},
+		"fail then finish":  {[]step{start, chunk(text), fail, finish, fail}, "response.failed", "response.created"},
+		"finish then fail":  {[]step{chunk(text), finish, fail, chunk(text), finish}, "response.completed", "response.created"},
+		"error chunk first": {[]step{chunk(errChunk), start, chunk(text), finish}, "response.failed", "response.failed"},
+		// A finish reason makes the answer complete: an error after it does
+		// not unmake it, and a later finish reason does not change it.
+		"error after stop":     {[]step{start, chunk(text), chunk(stop), chunk(errChunk), finish}, "response.completed", "response.created"},
+		"length then stop":     {[]step{start, chunk(text), chunk(length), chunk(stop), finish}, "response.incomplete", "response.created"},
+		"content after stop":   {[]step{start, chunk(text), chunk(stop), chunk(text), finish}, "response.completed", "response.created"},
 		"start twice":          {[]step{start, start, chunk(text), chunk(stop), finish, finish}, "response.completed", "response.created"},
 		"garbage then fail":    {[]step{start, chunk([]byte("{nope")), chunk([]byte(`"str"`)), fail}, "response.failed", "response.created"},
 		"chunk without start":  {[]step{chunk(text), chunk(stop), finish}, "response.completed", "response.created"},
@@ -900,5 +905,31 @@ func TestStreamSurrogateSplitInArguments(t *testing.T) {
 	}
 	if got := gjson.GetBytes(events[len(events)-1].Data, "response.output.0.arguments").Str; got != "{\"e\":\"\U0001F600\"}" {
 		t.Fatalf("arguments %q", got)
+	}
+}
+
+// After a finish reason only usage may follow: later text is not added to
+// the answer, later finish reasons do not change its status, and the usage
+// chunk is still read.
+func TestStreamAfterFinishOnlyUsageCounts(t *testing.T) {
+	s := NewStream(testStreamOptions())
+	var events []Event
+	for _, c := range []string{
+		`{"choices":[{"index":0,"delta":{"role":"assistant","content":"Hello"}}]}`,
+		`{"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}`,
+		`{"choices":[{"index":0,"delta":{"content":" again"},"finish_reason":"stop"}]}`,
+		`{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}`,
+	} {
+		evs, err := s.Chunk([]byte(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, evs...)
+	}
+	events = append(events, s.Finish()...)
+	last := gjson.ParseBytes(events[len(events)-1].Data)
+	if last.Get("type").Str != "response.incomplete" || last.Get("response.output.0.content.0.text").Str != "Hello" ||
+		last.Get("response.output.#").Int() != 1 || last.Get("response.usage.output_tokens").Int() != 2 {
+		t.Fatalf("terminal event: %s", last.Raw)
 	}
 }
