@@ -91,6 +91,9 @@ type RequestEcho struct {
 	Metadata json.RawMessage
 	// Store is the request's store flag.
 	Store json.RawMessage
+	// Truncation is the request's truncation strategy ("auto" or
+	// "disabled"); any other value is left out.
+	Truncation json.RawMessage
 }
 
 // EchoOf reads the fields a Response object echoes from a Responses request
@@ -129,6 +132,10 @@ func EchoOf(body []byte) RequestEcho {
 			r.Metadata = raw(v)
 		case "store":
 			r.Store = raw(v)
+		case "truncation":
+			if v.Str == "auto" || v.Str == "disabled" {
+				r.Truncation = raw(v)
+			}
 		}
 		return true
 	})
@@ -140,14 +147,15 @@ type reqFields struct {
 	model, input, instructions, tools, toolChoice, parallelToolCalls gjson.Result
 	maxOutputTokens, temperature, topP, reasoning, text, stream      gjson.Result
 	user, promptCacheKey, safetyIdentifier, serviceTier              gjson.Result
-	previousResponseID, store, metadata                              gjson.Result
+	previousResponseID, store, metadata, truncation                  gjson.Result
 	background, conversation, prompt                                 gjson.Result
 }
 
 // forwardedFields lists every top-level Responses field that reaches the Chat
 // body, with the Chat field it becomes. Every other field is dropped and
 // reported in RequestInfo.DroppedFields; of those, previous_response_id,
-// store and metadata are read for the gateway (RequestInfo, RequestEcho) and
+// store, metadata and truncation are read for the gateway (RequestInfo,
+// RequestEcho) and
 // background, conversation and prompt are rejected when set (see set).
 var forwardedFields = map[string]string{
 	"model":               "model",
@@ -213,6 +221,9 @@ func (f *reqFields) set(key string, v gjson.Result) bool {
 		return false
 	case "metadata":
 		f.metadata = v
+		return false
+	case "truncation": // echoed; a Chat upstream has no such choice
+		f.truncation = v
 		return false
 	// Rejected when set.
 	case "background":
@@ -483,6 +494,9 @@ func ToChat(body []byte, history []json.RawMessage, opts RequestOptions) (chat [
 		Text:               rawMsg(f.text),
 		Metadata:           rawMsg(f.metadata),
 		Store:              rawMsg(f.store),
+	}
+	if f.truncation.Str == "auto" || f.truncation.Str == "disabled" {
+		info.Echo.Truncation = rawMsg(f.truncation)
 	}
 	return out, info, nil
 }

@@ -1301,6 +1301,7 @@ func appendEcho(b []byte, r RequestEcho) []byte {
 		{"tool_choice", r.ToolChoice, `"auto"`},
 		{"tools", r.Tools, "[]"},
 		{"top_p", r.TopP, "1"},
+		{"truncation", r.Truncation, `"disabled"`},
 	} {
 		b = append(b, `,"`...)
 		b = append(b, f.key...)
@@ -1311,7 +1312,7 @@ func appendEcho(b []byte, r RequestEcho) []byte {
 			b = append(b, f.def...)
 		}
 	}
-	return append(b, `,"truncation":"disabled"`...)
+	return b
 }
 
 // FromChatResponse converts a non-streamed chat.completion body into a full

@@ -613,7 +613,7 @@ func TestStreamBadChunk(t *testing.T) {
 func TestStreamEcho(t *testing.T) {
 	_, info, aerr := ToChat([]byte(`{"model":"m","instructions":"be brief","input":"hi","temperature":0.2,
 		"tools":[{"type":"function","name":"f","parameters":{"type":"object"},"strict":false},{"type":"web_search"},{"type":"function","name":"g"}],
-		"tool_choice":"auto","metadata":{"k":"v"},"store":false,"previous_response_id":"resp_prev","max_output_tokens":99}`), nil, RequestOptions{})
+		"tool_choice":"auto","metadata":{"k":"v"},"store":false,"previous_response_id":"resp_prev","max_output_tokens":99,"truncation":"auto"}`), nil, RequestOptions{})
 	if aerr != nil {
 		t.Fatal(aerr)
 	}
@@ -633,6 +633,7 @@ func TestStreamEcho(t *testing.T) {
 		"store":                `false`,
 		"previous_response_id": `"resp_prev"`,
 		"max_output_tokens":    `99`,
+		"truncation":           `"auto"`,
 		"parallel_tool_calls":  `true`,
 		"model":                `"alias"`,
 		"usage":                ``, // absent until known: the spec's usage is an object
