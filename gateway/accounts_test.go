@@ -602,3 +602,35 @@ func TestUsageStoreFailureIsNotShownToTheCaller(t *testing.T) {
 		t.Fatalf("the store's error was not logged:\n%s", h.logs.String())
 	}
 }
+
+// unreachableKeys is a key store that fails as one that lost Redis does,
+// naming its address.
+type unreachableKeys struct{ store.KeyStore }
+
+var errKeysUnreachable = errors.New("store: unavailable: redis at 10.1.2.3:6379: dial tcp 10.1.2.3:6379: connect: connection refused")
+
+func (unreachableKeys) CreateKey(context.Context, store.KeyRecord) error { return errKeysUnreachable }
+func (unreachableKeys) GetKey(context.Context, string) (store.KeyRecord, error) {
+	return store.KeyRecord{}, errKeysUnreachable
+}
+func (unreachableKeys) DeleteKey(context.Context, string) error { return errKeysUnreachable }
+
+// A key store failure behind /admin/keys stays in the log: the caller gets
+// a fixed message (SECURITY.md), not the store's address or error.
+func TestKeyStoreFailureIsNotShownToTheCaller(t *testing.T) {
+	st := openStore(t, t.TempDir())
+	h := newHarness(t, harnessConfig{opts: gateway.Options{Accounts: gateway.AccountsOptions{KeyStore: unreachableKeys{st}}}})
+	for _, c := range []struct{ method, path, body string }{
+		{http.MethodPost, "/admin/keys", `{"name":"k"}`},
+		{http.MethodPatch, "/admin/keys/k", `{"models":["m"]}`},
+		{http.MethodDelete, "/admin/keys/k", ``},
+	} {
+		resp, b := send(t, h, c.method, c.path, "", c.body)
+		if resp.StatusCode != http.StatusServiceUnavailable || strings.Contains(string(b), "10.1.2.3") || !strings.Contains(string(b), "see the gateway log") {
+			t.Fatalf("%s %s: %d %s", c.method, c.path, resp.StatusCode, b)
+		}
+	}
+	if !strings.Contains(h.logs.String(), "10.1.2.3") {
+		t.Fatalf("the store's error was not logged:\n%s", h.logs.String())
+	}
+}

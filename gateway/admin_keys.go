@@ -206,7 +206,7 @@ func (s *Server) handleCreateKey(w http.ResponseWriter, r *http.Request, _ httpr
 			keyConflict(w, p.Name, "exists")
 			return
 		}
-		storeFailed(w, err)
+		s.storeFailed(w, err)
 		return
 	}
 	_ = s.acct.keys.reload(context.WithoutCancel(r.Context()))
@@ -229,7 +229,7 @@ func (s *Server) handlePatchKey(w http.ResponseWriter, r *http.Request, ps httpr
 	}
 	rec, err := st.GetKey(r.Context(), name)
 	if err != nil {
-		keyLookupFailed(w, name, err)
+		s.keyLookupFailed(w, name, err)
 		return
 	}
 	limits := rec.Limits
@@ -250,7 +250,7 @@ func (s *Server) handlePatchKey(w http.ResponseWriter, r *http.Request, ps httpr
 	// Conditional: a key deleted since GetKey (or deleted and created again
 	// with another secret) is a 404, not brought back by this write.
 	if err := st.UpdateKey(r.Context(), rec); err != nil {
-		keyLookupFailed(w, name, err)
+		s.keyLookupFailed(w, name, err)
 		return
 	}
 	_ = s.acct.keys.reload(context.WithoutCancel(r.Context()))
@@ -269,7 +269,7 @@ func (s *Server) handleDeleteKey(w http.ResponseWriter, r *http.Request, ps http
 		return
 	}
 	if err := st.DeleteKey(r.Context(), name); err != nil {
-		keyLookupFailed(w, name, err)
+		s.keyLookupFailed(w, name, err)
 		return
 	}
 	_ = s.acct.keys.reload(context.WithoutCancel(r.Context()))
@@ -282,17 +282,20 @@ func keyConflict(w http.ResponseWriter, name, why string) {
 		Message: fmt.Sprintf("the key %q %s", name, why)}).Write(w)
 }
 
-func keyLookupFailed(w http.ResponseWriter, name string, err error) {
+func (s *Server) keyLookupFailed(w http.ResponseWriter, name string, err error) {
 	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrInvalid) {
 		(&apierr.Error{Status: http.StatusNotFound, Type: apierr.TypeInvalidRequest, Code: apierr.CodeNotFound,
 			Message: fmt.Sprintf("no key named %q", name)}).Write(w)
 		return
 	}
-	storeFailed(w, err)
+	s.storeFailed(w, err)
 }
 
-func storeFailed(w http.ResponseWriter, err error) {
-	apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the key store failed: %v", err).Write(w)
+// storeFailed answers a key store failure. The store's error (its address,
+// the dial error) stays in the log (SECURITY.md).
+func (s *Server) storeFailed(w http.ResponseWriter, err error) {
+	s.log.Error("the key store failed", "error", err)
+	apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the key store could not be reached; see the gateway log").Write(w)
 }
 
 // newSecret is a new key: "sk-sluice-" and 32 random bytes, base64url.
