@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/sluice-gw/sluice/gateway"
 	"github.com/sluice-gw/sluice/gateway/sse"
 	"github.com/sluice-gw/sluice/internal/upstreamtest"
@@ -66,13 +64,9 @@ func TestClientGoneIsNoticedByTheFailingKeepAlive(t *testing.T) {
 func TestDetachedStreamIsMetered(t *testing.T) {
 	for _, transport := range []string{"sse", "websocket"} {
 		t.Run(transport, func(t *testing.T) {
-			st, err := store.Open(context.Background(), store.Options{Dir: t.TempDir(), SweepInterval: -1, Logger: hclog.NewNullLogger()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = st.Close() })
 			h := newHarness(t, harnessConfig{opts: gateway.Options{Resume: gateway.ResumeOptions{DetachGrace: 5 * time.Second},
-				Accounts: gateway.AccountsOptions{Required: true, Keys: []store.KeyRecord{keyRec("team-a", teamAKey, nil, store.KeyLimits{})}, Usage: st}}})
+				Accounts: gateway.AccountsOptions{Required: true, Keys: []store.KeyRecord{keyRec("team-a", teamAKey, nil, store.KeyLimits{})},
+					Usage: openStore(t, t.TempDir())}}})
 			h.ups["A"].Enqueue(upstreamtest.Slow(30 * time.Millisecond))
 			if transport == "sse" {
 				req, _ := http.NewRequest(http.MethodPost, h.url+"/v1/responses", strings.NewReader(`{"model":"gpt-fake-1","input":"hi","stream":true}`))
