@@ -303,6 +303,23 @@ func (c *chatSource) Next() (sse.Event, error) {
 	return sse.Event{Name: ev.Type, Data: ev.Data}, nil
 }
 
+// errorStatusOf is the HTTP status an upstream error object stands for (0:
+// it names none) by the rule a Chat upstream's error is read with
+// (translate.ErrorStatus): a 4xx or 5xx sent as the code, as llama.cpp
+// does, else the type invalid_request_error (400) or server_error (502).
+// One rule, so an error means the same from a Responses and from a Chat
+// upstream.
+func errorStatusOf(e gjson.Result) int {
+	if !e.IsObject() {
+		return 0
+	}
+	pe, ok := apierr.Parse([]byte(e.Raw))
+	if !ok {
+		return 0 // no error fields at all
+	}
+	return translate.ErrorStatus(pe)
+}
+
 // upstreamErrorEvent renders a Chat upstream's error that came before any
 // output as a Responses upstream sends one ({"type":"error","status":…,
 // "error":{…}}, the status left out when the upstream named none), in place

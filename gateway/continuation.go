@@ -483,7 +483,7 @@ func (p *pump) rescuable() bool {
 // afterEvent hands an error-shaped event after content back to the attempt.
 func (p *pump) afterEvent(ev sse.Event, payload []byte, usage gjson.Result) (pumpEnd, bool) {
 	cause := p.errorCause(payload)
-	status := int(gjson.GetBytes(payload, "status").Int())
+	_, status, _ := errorShaped(ev, p.req.ep.chat) // judged as before content: a status sent as the code, or the type server_error, counts
 	af := &afterFailure{class: afterContentClass(cause.Code, status), code: cause.Code, status: status,
 		reason: reasonUpstreamError, cause: cause, ev: ev.Clone()}
 	if cause.Code == "upstream_error" {

@@ -621,17 +621,27 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 				return res
 			}
 			reason, e := p.readFailure(end.err)
-			if reason != reasonCut {
+			switch reason {
+			case reasonIdle:
+				cs.discard()
+				return s.timeoutFailure(ctx, req, u, "idle", s.opts.IdleTimeout)
+			case reasonCut:
+				s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "cut_before_first_event").Inc()
+				e = apierr.StreamIncomplete("the upstream closed the stream before its first event")
+			case reasonGarbage:
+				// Events that cannot be read are a transport fault like a
+				// cut (README "Failover and replay"): replayed alike.
+				s.metrics.upstreamAttempts.WithLabelValues(u.Name(), reasonGarbage).Inc()
+			default:
 				s.metrics.upstreamAttempts.WithLabelValues(u.Name(), reason).Inc()
 				cs.fail(req, e, failAsTerminal)
 				return attemptResult{next: nextDone}
 			}
-			s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "cut_before_first_event").Inc()
 			if res, replay := s.replay(ctx, cs, req, u, replays, ans, "transport", 0, ""); replay {
 				cs.discard()
 				return res
 			}
-			cs.fail(req, apierr.StreamIncomplete("the upstream closed the stream before its first event"), failAsTerminal)
+			cs.fail(req, e, failAsTerminal)
 			return attemptResult{next: nextDone}
 		}
 		// An error event before the client saw anything (first, or right
@@ -673,9 +683,9 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 // replay asks the replay policy about a failure that arrived before the
 // client saw anything (Phase before_content): an error event or
 // response.failed as the stream's first events (after the held-back
-// lifecycle), or a stream that broke before its first event (code
-// "transport"). replay is false when the request is not replayed: the
-// caller then passes the failure on.
+// lifecycle), or a stream that broke or garbled before its first event
+// (code "transport"). replay is false when the request is not replayed:
+// the caller then passes the failure on.
 func (s *Server) replay(ctx context.Context, out responder, req *clientRequest, u *upstream.Upstream, replays int,
 	ans *upstreamAnswer, code string, status int, msg string) (attemptResult, bool) {
 	try := tryOf(req)
@@ -714,8 +724,8 @@ func (s *Server) replay(ctx context.Context, out responder, req *clientRequest, 
 }
 
 // eventClass is the failure class (hostabi.Failure*) of an error-shaped
-// event before content; code "transport" is a stream that broke before its
-// first event.
+// event before content; code "transport" is a stream that broke or garbled
+// before its first event.
 func eventClass(code string, status int) string {
 	switch {
 	case code == "transport":
@@ -964,7 +974,10 @@ func (s *Server) unusableAnswer(ctx context.Context, req *clientRequest, u *upst
 }
 
 // errorShaped recognises an event that carries an upstream error: an
-// `error:` field, an error event or chunk, or a response.failed.
+// `error:` field, an error event or chunk, or a response.failed. status is
+// the one the event names, else the one its error stands for
+// (errorStatusOf), so that an error is judged alike from a Responses and a
+// Chat upstream.
 func errorShaped(ev sse.Event, chat bool) (code string, status int, ok bool) {
 	var obj gjson.Result
 	switch {
@@ -992,6 +1005,9 @@ func errorShaped(ev sse.Event, chat bool) (code string, status int, ok bool) {
 		code = obj.Get("code").String()
 	}
 	status = int(obj.Get("status").Int())
+	if status == 0 {
+		status = errorStatusOf(e)
+	}
 	if code == "" && status == http.StatusTooManyRequests {
 		code = "rate_limit_exceeded"
 	}

@@ -272,7 +272,10 @@ func (p *pump) readEnded(err error) pumpEnd {
 
 // readFailure classifies why reading the upstream stopped.
 func (p *pump) readFailure(err error) (string, *apierr.Error) {
+	var garbled *garbledStream
 	switch cause := context.Cause(p.upCtx); {
+	case errors.As(err, &garbled):
+		return reasonGarbage, apierr.StreamIncomplete("%s", garbled)
 	case errors.Is(cause, errDraining):
 		return reasonDrain, apierr.StreamIncomplete("the gateway is shutting down; retry the request")
 	case errors.Is(cause, errIdleTimeout):
@@ -305,16 +308,39 @@ func (p *pump) terminate(reason string, e *apierr.Error) string {
 	return reason
 }
 
+// garbledStream is why the pump stopped reading a stream whose events it
+// cannot parse: what the upstream sent.
+type garbledStream struct{ what string }
+
+func (g *garbledStream) Error() string { return "the upstream sent " + g.what }
+
 // malformedEvent skips an unparseable event (counted), or fails the stream
 // in fail mode and after maxConsecutiveMalformed in a row.
 func (p *pump) malformedEvent(what string) (pumpEnd, bool) {
 	p.malformed++
 	if p.s.opts.MalformedEvents == malformedFail || p.malformed >= maxConsecutiveMalformed {
-		return ended(p.terminate(reasonGarbage, apierr.StreamIncomplete("the upstream sent %s", what)))
+		return p.garbled(&garbledStream{what: what}), true
 	}
 	p.s.metrics.skippedEvents.WithLabelValues(p.surface, "unparseable").Inc()
 	p.s.log.Debug("skipped an unparseable upstream event", "surface", p.surface, "upstream", p.u.Name())
 	return pumpEnd{}, false
+}
+
+// garbled handles a stream whose events cannot be parsed as a broken one
+// (a transport fault, README "Failover and replay"): while the client has
+// seen nothing it goes back to the attempt (unseen), which may replay the
+// request on the next target; after content it is a cut the attempt may
+// continue elsewhere (continuation.go); otherwise the gateway's terminal
+// event ends it.
+func (p *pump) garbled(err *garbledStream) pumpEnd {
+	if p.unseen() {
+		return pumpEnd{unseen: true, err: err}
+	}
+	reason, e := p.readFailure(err)
+	if p.rescuable() {
+		return pumpEnd{after: &afterFailure{class: hostabi.FailureCut, reason: reason, cause: e, err: err}}
+	}
+	return pumpEnd{reason: p.terminate(reason, e)}
 }
 
 func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {

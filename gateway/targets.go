@@ -415,14 +415,16 @@ func (s *Server) silentTarget(ctx, upCtx context.Context, req *clientRequest, u 
 // timeoutFailure is a target that stayed silent: cancelled and charged;
 // the replay policy decides what follows (by default the next target,
 // never the silent one again). A first_byte timeout is before the headers,
-// a first_token timeout before content.
+// a first_token timeout before content, and so is an idle one: headers and
+// then no event at all within timeouts.idle (put to the policy as a
+// first_token failure with the code idle_timeout).
 func (s *Server) timeoutFailure(ctx context.Context, req *clientRequest, u *upstream.Upstream, which string, d time.Duration) attemptResult {
 	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), which+"_timeout").Inc()
 	why := which + " timeout: nothing within " + d.String()
 	tryOf(req).fail = &upstream.Failure{Class: "timeout", Reason: why}
 	s.log.Warn("upstream target silent", "upstream", u.Name(), "model", tryOf(req).target.Model, "timeout", which, "after", d.String())
 	in := hostabi.ReplayInput{Phase: hostabi.PhaseBeforeHeaders, FailureClass: hostabi.FailureFirstByte, Code: which + "_timeout"}
-	if which == "first_token" {
+	if which == "first_token" || which == "idle" {
 		in.Phase, in.FailureClass = hostabi.PhaseBeforeContent, hostabi.FailureFirstToken
 	}
 	return s.rescue(ctx, req, u, in, why, nil)

@@ -406,7 +406,7 @@ func upstreamError(v gjson.Result) *apierr.Error {
 	if !ok {
 		e = apierr.Error{Type: apierr.TypeServer, Message: "The upstream reported an error."}
 	}
-	e.Status = errorStatus(e)
+	e.Status = ErrorStatus(e)
 	if e.Message == "" {
 		e.Message = "The upstream reported an error."
 	}
@@ -416,13 +416,14 @@ func upstreamError(v gjson.Result) *apierr.Error {
 	return &e
 }
 
-// errorStatus is the HTTP status an upstream error object stands for. A Chat
-// error chunk has no field for it: llama.cpp and vLLM send the status as the
-// code (a number); otherwise OpenAI's two error types say whose fault it is
-// (invalid_request_error: 400, server_error: 502). Any other error gets 0, and
-// its code alone classifies it, as it does a Responses upstream's error event
-// that carries no status.
-func errorStatus(e apierr.Error) int {
+// ErrorStatus is the HTTP status an upstream error object stands for when it
+// names none. A Chat error chunk has no field for it, nor has a Responses
+// error event always: llama.cpp and vLLM send the status as the code (a
+// number); otherwise OpenAI's two error types say whose fault it is
+// (invalid_request_error: 400, server_error: 502). Any other error gets 0,
+// and its code alone classifies it. The gateway reads both protocols' errors
+// by this one rule.
+func ErrorStatus(e apierr.Error) int {
 	if n, err := strconv.Atoi(e.Code); err == nil && n >= 400 && n <= 599 {
 		return n
 	}
