@@ -201,8 +201,18 @@ func (s *Server) sendChat(upCtx context.Context, idle *idleTimer, req *clientReq
 		ans.src = &chatSource{s: s, ctx: upCtx, req: req, tr: tr, queue: evs}
 		return ans, nil
 	}
-	out, items, aerr := translate.FromChatResponse(body, opts)
-	if aerr != nil {
+	out, items, aerr, upstreamErr := translate.FromChatResponse(body, opts)
+	switch {
+	case upstreamErr:
+		// A 200 that carries an error envelope is the upstream's error, to
+		// be judged as one (its status by translate.ErrorStatus, a server
+		// error when it says nothing), its message and code kept.
+		if ans.status = aerr.Status; ans.status == 0 {
+			ans.status = http.StatusBadGateway
+		}
+		ans.body, _ = json.Marshal(map[string]any{"error": aerr.Object()})
+		return ans, nil
+	case aerr != nil:
 		ans.readErr = fmt.Errorf("the Chat upstream's answer could not be converted: %s", aerr.Message)
 		return ans, nil
 	}

@@ -173,3 +173,33 @@ func TestChatUpstreamAnswersJSONToAStream(t *testing.T) {
 		t.Fatalf("the follow-up's Chat request lacks the first turn: %s", second)
 	}
 }
+
+// A Chat upstream that answers a JSON request with 200 and an error
+// envelope has answered with its error: a client error reaches the client
+// with its status, message and code; a server error is replayed on the
+// next upstream.
+func TestChatUpstreamErrorEnvelopeIn200IsItsError(t *testing.T) {
+	t.Run("client error", func(t *testing.T) {
+		h := chatHarness(t)
+		h.ups["C"].Enqueue(upstreamtest.Script{Body: []byte(`{"error":{"message":"bad prompt","type":"invalid_request_error","code":"invalid_prompt"}}`)})
+		resp := h.post("/v1/responses", `{"model":"gpt-fake-1","input":"hi"}`)
+		e := readError(t, resp)
+		if resp.StatusCode != http.StatusBadRequest || deref(e.Error.Code) != "invalid_prompt" || e.Error.Message != "bad prompt" {
+			t.Fatalf("%d %+v", resp.StatusCode, e.Error)
+		}
+	})
+	t.Run("server error", func(t *testing.T) {
+		st := openStore(t, t.TempDir())
+		h := newHarness(t, harnessConfig{opts: gateway.Options{Store: st, Conversations: st},
+			protocol: map[string]string{"C": "chat", "D": "chat"}, upstreams: []upstreamtest.Options{{Name: "C"}, {Name: "D"}}})
+		body := []byte(`{"error":{"message":"boom","type":"server_error","code":500}}`)
+		h.ups["C"].Enqueue(upstreamtest.Script{Body: body})
+		h.ups["D"].Enqueue(upstreamtest.Script{Body: body})
+		resp := h.post("/v1/responses", `{"model":"gpt-fake-1","input":"hi"}`)
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if h.ups["C"].RequestCount()+h.ups["D"].RequestCount() != 2 {
+			t.Fatalf("a server error in a 200 was not replayed: C=%d D=%d; %d %s", h.ups["C"].RequestCount(), h.ups["D"].RequestCount(), resp.StatusCode, raw)
+		}
+	})
+}

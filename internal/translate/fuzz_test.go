@@ -122,7 +122,7 @@ func FuzzStream(f *testing.F) {
 func FuzzFromChatResponse(f *testing.F) {
 	f.Add([]byte(`{"choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":"hi"}}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		resp, out, aerr := FromChatResponse(body, StreamOptions{ResponseID: "resp_f", CreatedAt: 1, NewID: counterIDs()})
+		resp, out, aerr, _ := FromChatResponse(body, StreamOptions{ResponseID: "resp_f", CreatedAt: 1, NewID: counterIDs()})
 		s := NewStream(StreamOptions{ResponseID: "resp_f", CreatedAt: 1, NewID: counterIDs()})
 		events, err := s.Completion(body)
 		if err == nil {

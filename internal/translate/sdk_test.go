@@ -297,7 +297,7 @@ func TestSDKDecodesFromChatResponse(t *testing.T) {
 	body := []byte(`{"id":"x","object":"chat.completion","model":"qwen3-8b","choices":[{"index":0,"finish_reason":"tool_calls",
 		"message":{"role":"assistant","content":"ok","reasoning_content":"r","tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{}"}}]}}],
 		"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3,"prompt_tokens_details":{"cached_tokens":1},"completion_tokens_details":{"reasoning_tokens":1}}}`)
-	raw, _, aerr := FromChatResponse(body, opts)
+	raw, _, aerr, _ := FromChatResponse(body, opts)
 	if aerr != nil {
 		t.Fatal(aerr)
 	}

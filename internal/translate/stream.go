@@ -1318,15 +1318,15 @@ func appendEcho(b []byte, r RequestEcho) []byte {
 
 // FromChatResponse converts a non-streamed chat.completion body into a full
 // Response object, and returns its output items for storing. The upstream's
-// error envelope comes back as err, with the HTTP status it stands for (0
-// when it names none: see errorStatus); a body that is not a chat.completion
-// is a stream_incomplete error.
-func FromChatResponse(body []byte, opts StreamOptions) (response []byte, output []json.RawMessage, err *apierr.Error) {
+// error envelope comes back as err (upstream true), with the HTTP status it
+// stands for (0 when it names none: see ErrorStatus); a body that is not a
+// chat.completion is a stream_incomplete error.
+func FromChatResponse(body []byte, opts StreamOptions) (response []byte, output []json.RawMessage, err *apierr.Error, upstream bool) {
 	s := NewStream(opts)
-	if aerr, _ := s.completion(body); aerr != nil {
-		return nil, nil, aerr
+	if aerr, up := s.completion(body); aerr != nil {
+		return nil, nil, aerr, up
 	}
-	return s.appendResponse(nil, s.status, true), s.OutputItems(), nil
+	return s.appendResponse(nil, s.status, true), s.OutputItems(), nil, false
 }
 
 // Completion converts a whole non-streamed chat.completion — the answer of

@@ -699,7 +699,7 @@ func TestFromChatResponse(t *testing.T) {
 		"reasoning_content":"think","tool_calls":[{"id":"call_9","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}},
 		{"id":"call_10","type":"function","function":{"name":"g","arguments":"{}"}}]}}],
 		"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}`)
-	resp, output, aerr := FromChatResponse(body, testStreamOptions())
+	resp, output, aerr, _ := FromChatResponse(body, testStreamOptions())
 	if aerr != nil {
 		t.Fatal(aerr)
 	}
@@ -725,12 +725,12 @@ func TestFromChatResponse(t *testing.T) {
 		t.Errorf("output items %s", output)
 	}
 
-	resp, _, aerr = FromChatResponse([]byte(`{"choices":[{"index":0,"finish_reason":"length","message":{"role":"assistant","content":"cut"}}]}`), testStreamOptions())
+	resp, _, aerr, _ = FromChatResponse([]byte(`{"choices":[{"index":0,"finish_reason":"length","message":{"role":"assistant","content":"cut"}}]}`), testStreamOptions())
 	if aerr != nil || gjson.GetBytes(resp, "status").Str != "incomplete" || gjson.GetBytes(resp, "incomplete_details.reason").Str != "max_output_tokens" ||
 		gjson.GetBytes(resp, "output.0.status").Str != "incomplete" {
 		t.Errorf("length: %s %v", resp, aerr)
 	}
-	resp, _, aerr = FromChatResponse([]byte(`{"choices":[{"index":0,"finish_reason":"content_filter","message":{"role":"assistant","content":null,"refusal":"no"}}]}`), testStreamOptions())
+	resp, _, aerr, _ = FromChatResponse([]byte(`{"choices":[{"index":0,"finish_reason":"content_filter","message":{"role":"assistant","content":null,"refusal":"no"}}]}`), testStreamOptions())
 	if aerr != nil || gjson.GetBytes(resp, "incomplete_details.reason").Str != "content_filter" || gjson.GetBytes(resp, "output.0.content.0.refusal").Str != "no" {
 		t.Errorf("content_filter: %s %v", resp, aerr)
 	}
@@ -742,7 +742,7 @@ func TestFromChatResponse(t *testing.T) {
 		`{"choices":[]}`:     apierr.CodeStreamIncomplete,
 		`{"object":"error"}`: "",
 	} {
-		_, _, aerr := FromChatResponse([]byte(body), testStreamOptions())
+		_, _, aerr, _ := FromChatResponse([]byte(body), testStreamOptions())
 		if aerr == nil || aerr.Code != code || aerr.Status < 400 {
 			t.Errorf("%s: %+v", body, aerr)
 		}
@@ -861,7 +861,7 @@ func TestStreamCompletion(t *testing.T) {
 			if strings.Join(outs, "\n") != strings.Join(tc.output, "\n") {
 				t.Fatalf("output:\n%s\nwant:\n%s", strings.Join(outs, "\n"), strings.Join(tc.output, "\n"))
 			}
-			resp, _, aerr := FromChatResponse([]byte(tc.body), testStreamOptions())
+			resp, _, aerr, _ := FromChatResponse([]byte(tc.body), testStreamOptions())
 			if tc.terminal == "response.failed" {
 				if e := s.ErrorBeforeOutput(); aerr == nil || e == nil || *e != *aerr || e.Param != "temperature" || e.Status != 400 {
 					t.Fatalf("error %+v, FromChatResponse %+v", e, aerr)
