@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
@@ -62,6 +63,8 @@ type clientStream struct {
 	// abandon cancels the request's work (set by process); called when the
 	// client is gone.
 	abandon context.CancelCauseFunc
+	// unwatchEOF stops watching for the client's clean EOF (clientEOF).
+	unwatchEOF func() bool
 
 	onEnd func(reason string) // hears the terminal reason once (usage.go: the access log); may be nil
 
@@ -133,6 +136,9 @@ func (s *Server) newClientStream(ctx context.Context, out responder, req *client
 		cs.resumable, cs.background = true, req.background
 		cs.detach = s.logs.opts.DetachGrace
 	}
+	if req.stream {
+		cs.unwatchEOF = onClientEOF(ctx, cs.clientEOF)
+	}
 	return cs
 }
 
@@ -158,10 +164,15 @@ func (cs *clientStream) fail(req *clientRequest, e *apierr.Error, kind failKind)
 	}
 	if !cs.wrote {
 		cs.dropHeldLocked()
-		cs.ended = true
-		cs.mu.Unlock()
-		cs.out.fail(req, e, kind)
-		return
+		if cs.sink == nil {
+			cs.ended = true
+			cs.mu.Unlock()
+			cs.out.fail(req, e, kind)
+			return
+		}
+		// Committed before its first event (clientEOF): the client has its
+		// headers, so whatever the kind, the failure is the stream's
+		// terminal event.
 	}
 	cs.abortLocked(e)
 	cs.countLocked("gateway_error")
@@ -170,6 +181,18 @@ func (cs *clientStream) fail(req *clientRequest, e *apierr.Error, kind failKind)
 
 func (cs *clientStream) relay(req *clientRequest, status int, header http.Header, body []byte) {
 	cs.mu.Lock()
+	if cs.sink != nil {
+		// Committed before its first event (clientEOF): the upstream's error
+		// (a stream request is relayed nothing else: a 2xx that is no event
+		// stream is unusableAnswer) can no longer go out as a status and a
+		// body, and ends the stream instead.
+		e := relayedError(status, body)
+		cs.dropHeldLocked()
+		cs.abortLocked(&e)
+		cs.countLocked(reasonUpstreamError)
+		cs.mu.Unlock()
+		return
+	}
 	cs.ended = true
 	cs.mu.Unlock()
 	if cs.s.logs != nil && !cs.chat && status/100 == 2 {
@@ -249,6 +272,9 @@ func (cs *clientStream) discard() {
 	if !cs.wrote {
 		cs.dropHeldLocked()
 		cs.responseID, cs.sent.Base = "", nil
+		if cs.sink == nil {
+			cs.header = nil // an early commit (probeLocked) must not send them
+		}
 	}
 }
 
@@ -265,6 +291,73 @@ func (cs *clientStream) close() {
 	if cs.ka != nil {
 		cs.ka.Stop()
 	}
+	if cs.unwatchEOF != nil {
+		cs.unwatchEOF()
+	}
+}
+
+// clientEOFRecheck is how long after the probe that follows a client's
+// clean EOF it is probed again: longer than a round trip to any client, so
+// that the reset with which the host of a client that left answers the
+// first probe has come back, and fails the second.
+const clientEOFRecheck = time.Second
+
+// clientEOF runs when the client's read side reached a clean EOF
+// (requestContext): the client half-closed after sending its request and
+// still reads, or it left. Only writes tell them apart: the host of a
+// client that left answers the first with a reset, which fails the next
+// (goneLocked). So the client is probed at once and again
+// clientEOFRecheck later, whatever the upstream is doing. Without that, a
+// client that left before the first event would be noticed at that event,
+// which an upstream holding its headers, a Retry-After wait or a failover
+// can put off for minutes, all for nobody; one that left a silent stream,
+// at the keepalive after next.
+func (cs *clientStream) clientEOF() {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.probeLocked() {
+		time.AfterFunc(clientEOFRecheck, func() {
+			cs.mu.Lock()
+			defer cs.mu.Unlock()
+			cs.probeLocked()
+		})
+	}
+}
+
+// probeLocked writes a keepalive comment to the client, committing the
+// stream first: a stream that is not committed yet is then committed early
+// (with the headers of the attempt feeding it, if one does). A client that
+// listens gets its headers early, and a failure before the first event
+// reaches it as a stream (fail, relay), never as a status. It reports
+// whether the stream goes on: not ended, and the client not found gone.
+func (cs *clientStream) probeLocked() bool {
+	if cs.ended || cs.gone {
+		return false
+	}
+	cs.commitLocked()
+	if err := cs.sink.KeepAlive(cs.s.opts.KeepAlive); err != nil {
+		cs.goneLocked()
+		return false
+	}
+	cs.s.metrics.keepalives.WithLabelValues(cs.surface).Inc()
+	return true
+}
+
+// relayedError is an upstream's error answer as a stream's terminal event:
+// its error object (upstreamErrorOf), with a type and a message when it had
+// none.
+func relayedError(status int, body []byte) apierr.Error {
+	e := upstreamErrorOf(status, body)
+	if e.Type == "" {
+		e.Type = apierr.TypeServer
+		if status < 500 {
+			e.Type = apierr.TypeInvalidRequest
+		}
+	}
+	if e.Message == "" {
+		e.Message = fmt.Sprintf("the upstream answered HTTP %d %s without an error message", status, http.StatusText(status))
+	}
+	return e
 }
 
 // finish counts the reason the stream ended (once).
@@ -427,7 +520,7 @@ func (cs *clientStream) abort(e *apierr.Error) {
 // feeding the stream: the attempt's context is cancelled, so an upstream that
 // is silent (or slow) is released at once instead of at its idle timeout. A
 // client that closed cleanly is noticed here, at its first failed write (see
-// requestContext in listener.go).
+// clientEOF).
 func (cs *clientStream) goneLocked() {
 	if cs.gone {
 		return

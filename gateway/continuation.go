@@ -1458,12 +1458,9 @@ func (cs *clientStream) keepAlive() {
 		cs.ka.Reset(d)
 		return
 	}
-	if err := cs.sink.KeepAlive(d); err != nil {
-		cs.goneLocked()
-		return
+	if cs.probeLocked() {
+		cs.ka.Reset(d)
 	}
-	cs.s.metrics.keepalives.WithLabelValues(cs.surface).Inc()
-	cs.ka.Reset(d)
 }
 
 // ---- the attempt's side ----

@@ -103,8 +103,10 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 // cancels r.Context() when the client's read side reaches EOF, which also
 // happens when a client half-closes after sending its whole request and
 // still waits for the answer. When the cancellation came from a clean EOF,
-// the work goes on, and a client that really left is noticed when a write to
-// it fails (every stream write has a deadline; see timeouts.client_write).
+// the work goes on, and the EOF is only told to whoever watches for it
+// (onClientEOF): a client that really left is noticed when a write to it
+// fails (every stream write has a deadline; see timeouts.client_write), and
+// a stream probes its client with one (clientStream.clientEOF).
 // Any other cancellation (a reset, the handler returning) passes through.
 // The returned cancel must be called when the handler returns.
 func requestContext(r *http.Request) (context.Context, context.CancelFunc) {
@@ -112,11 +114,30 @@ func requestContext(r *http.Request) (context.Context, context.CancelFunc) {
 	if !ok {
 		return context.WithCancel(r.Context())
 	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	// Never cancelled otherwise: a watcher stops watching when its request ends.
+	eof, sawEOF := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(context.WithValue(context.WithoutCancel(r.Context()), clientEOFKey{}, eof))
 	stop := context.AfterFunc(r.Context(), func() {
-		if !tc.readEOF.Load() {
+		if tc.readEOF.Load() {
+			sawEOF()
+		} else {
 			cancel()
 		}
 	})
 	return ctx, func() { stop(); cancel() }
+}
+
+type clientEOFKey struct{}
+
+// onClientEOF calls f in its own goroutine once the client of the request
+// whose context is ctx reached a clean EOF on its read side (at once if it
+// already did); stop stops that. f is never called for a request whose
+// context requestContext did not make from a tracked connection (a
+// WebSocket's response.create, a handler served without the listener).
+func onClientEOF(ctx context.Context, f func()) (stop func() bool) {
+	eof, ok := ctx.Value(clientEOFKey{}).(context.Context)
+	if !ok {
+		return func() bool { return false }
+	}
+	return context.AfterFunc(eof, f)
 }

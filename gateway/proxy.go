@@ -273,6 +273,12 @@ func (s *Server) forward(ctx context.Context, out responder, req *clientRequest,
 	var again *upstream.Target             // the target of a same-target retry or replay
 attempts:
 	for attempt := 0; attempt < limit; attempt++ {
+		if ctx.Err() != nil { // the client is gone and its stream let the work go (clientStream.goneLocked)
+			if again != nil {
+				s.pool.TargetReleased(*again)
+			}
+			return // no further upstream request
+		}
 		var t upstream.Target
 		if again != nil {
 			t, again = *again, nil
