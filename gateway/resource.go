@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/sluice-gw/sluice/internal/clientkey"
 	"github.com/sluice-gw/sluice/internal/jsonx"
+	"github.com/sluice-gw/sluice/internal/translate"
 	"github.com/sluice-gw/sluice/store"
 )
 
@@ -98,7 +99,7 @@ func (cs *clientStream) snapshot() []byte {
 
 // detachLocked keeps the work going after the client left: a background
 // request to its end, any other stream for its grace, renewed while a
-// resumer follows it.
+// resumer follows it, here or on another replica through the store.
 func (cs *clientStream) detachLocked() {
 	cs.detached = true
 	if cs.ka != nil {
@@ -111,15 +112,21 @@ func (cs *clientStream) detachLocked() {
 	var check func()
 	check = func() {
 		l.mu.Lock()
+		ended, followed := l.ended, l.followers > 0
+		l.mu.Unlock()
+		if ended {
+			return
+		}
+		if !followed { // read off the lock: a store round trip
+			followed = l.hub.followedThroughStore(l)
+		}
+		l.mu.Lock()
 		defer l.mu.Unlock()
-		if l.ended {
-			return
-		}
-		if l.followers > 0 {
+		switch {
+		case l.ended:
+		case followed:
 			l.detachTimer = time.AfterFunc(grace, check)
-			return
-		}
-		if abandon != nil {
+		case abandon != nil:
 			abandon(errClientGone)
 		}
 	}
@@ -130,15 +137,21 @@ func (cs *clientStream) detachLocked() {
 
 // endLogLocked ends a log whose stream stopped without its terminal event
 // (cancelled, or abandoned after its client left): a resumer gets a
-// terminal event, never a stream that just stops.
+// terminal event, never a stream that just stops. A client still reading
+// a stream cancelled under it (DELETE, here or on another replica) gets
+// the same terminal event.
 func (cs *clientStream) endLogLocked() {
 	status, e := "failed", apierr.StreamIncomplete("the stream stopped before it ended: its client went away and nobody resumed it in time; send the request again")
-	if errors.Is(context.Cause(cs.ctx), errCancelled) {
+	cancelled := errors.Is(context.Cause(cs.ctx), errCancelled)
+	if cancelled {
 		status, e = "cancelled", nil
 	}
 	cs.seq = max(cs.seq, cs.rlog.next()) // an event logged but not delivered keeps its number
 	ev := cs.terminalEvent("response.failed", status, e)
 	cs.rlog.append(cs.seq, "response.failed", ev, true)
+	if cancelled && !cs.gone {
+		_ = cs.eventLocked("response.failed", ev, false) // a failed write marks the client gone
+	}
 	cs.seq++
 }
 
@@ -306,7 +319,7 @@ func (s *Server) handleGetResponse(w http.ResponseWriter, r *http.Request, ps ht
 		after = n
 	}
 	if s.logs != nil {
-		if l := s.logs.get(id, owner); l != nil {
+		if l := s.logs.current(r.Context(), id, owner); l != nil {
 			if stream {
 				if aerr := l.unstreamable(after); aerr != nil {
 					aerr.Write(w)
@@ -330,7 +343,11 @@ func (s *Server) handleGetResponse(w http.ResponseWriter, r *http.Request, ps ht
 				})
 				return
 			}
-			writeRaw(w, http.StatusOK, withBackground(rec.Response, rec.Background))
+			resp := rec.Response
+			if s.logs.abandoned(rec, time.Time{}, s.opts.IdleTimeout) {
+				resp = abandonedResponse(resp)
+			}
+			writeRaw(w, http.StatusOK, withBackground(resp, rec.Background))
 			return
 		}
 	}
@@ -390,7 +407,7 @@ func (s *Server) handleInputItems(w http.ResponseWriter, r *http.Request, ps htt
 	var input []byte
 	found := false
 	if s.logs != nil {
-		if l := s.logs.get(id, owner); l != nil {
+		if l := s.logs.current(r.Context(), id, owner); l != nil {
 			input, found = l.input, true
 		} else if rec, ok := s.storedLog(r.Context(), id, owner); ok {
 			input, found = rec.Input, true
@@ -527,7 +544,7 @@ func (s *Server) handleDeleteResponse(w http.ResponseWriter, r *http.Request, ps
 	}
 	owner := clientkey.Hash(r.Header)
 	if s.logs != nil {
-		l := s.logs.get(id, owner)
+		l := s.logs.current(r.Context(), id, owner)
 		stored := false
 		if l == nil { // the store is asked only for a log this process does not hold
 			_, stored = s.storedLog(r.Context(), id, owner)
@@ -536,6 +553,8 @@ func (s *Server) handleDeleteResponse(w http.ResponseWriter, r *http.Request, ps
 			if l != nil {
 				l.stop(errCancelled) // nothing runs for a deleted response
 			}
+			// A replica running it learns of the delete from the store (the
+			// tombstone a shared store keeps) and stops it there.
 			s.logs.remove(r.Context(), id)
 			if s.cont != nil {
 				s.cont.forget(r.Context(), id)
@@ -555,7 +574,7 @@ func (s *Server) handleCancelResponse(w http.ResponseWriter, r *http.Request, ps
 	}
 	owner := clientkey.Hash(r.Header)
 	if s.logs != nil {
-		if l := s.logs.get(id, owner); l != nil {
+		if l := s.logs.current(r.Context(), id, owner); l != nil {
 			if !l.background {
 				apierr.Invalid("response_id", apierr.CodeInvalidValue, "Only responses created with background: true can be cancelled.").Write(w)
 				return
@@ -563,7 +582,7 @@ func (s *Server) handleCancelResponse(w http.ResponseWriter, r *http.Request, ps
 			if l.stop(errCancelled) {
 				select { // the stream notices at once; wait for its last event
 				case <-l.done:
-				case <-time.After(5 * time.Second):
+				case <-time.After(cancelWait):
 				case <-r.Context().Done():
 				}
 			}
@@ -576,21 +595,90 @@ func (s *Server) handleCancelResponse(w http.ResponseWriter, r *http.Request, ps
 				apierr.Invalid("response_id", apierr.CodeInvalidValue, "Only responses created with background: true can be cancelled.").Write(w)
 				return
 			}
-			if !rec.Ended {
-				if err := s.logs.opts.Store.CancelStreamLog(r.Context(), id); err != nil {
-					apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "asking the gateway running the response to cancel it failed; retry").Write(w)
-					return
-				}
-				rec.Status = "cancelled"
-				if out, err := sjson.SetBytes(rec.Response, "status", "cancelled"); err == nil {
-					rec.Response = out
-				}
-			}
-			writeRaw(w, http.StatusOK, withBackground(rec.Response, true))
+			s.cancelStored(w, r, rec)
 			return
 		}
 	}
 	s.askOwner(w, r, id, owner, ownerCall{suffix: "/cancel"})
+}
+
+// cancelStored cancels a background response that another replica runs
+// (or ran): the cancel flag in its record, which that replica polls, and
+// the answer is the response as that replica ended it, as a cancel there
+// answers. One that was abandoned is answered failed, as GET answers it;
+// when the replica does not write its terminal record within cancelWait,
+// the answer says so (the cancel stays asked).
+func (s *Server) cancelStored(w http.ResponseWriter, r *http.Request, rec store.StreamLog) {
+	id := rec.ResponseID
+	switch {
+	case rec.Ended:
+		writeRaw(w, http.StatusOK, withBackground(rec.Response, true))
+		return
+	case s.logs.abandoned(rec, time.Time{}, s.opts.IdleTimeout):
+		writeRaw(w, http.StatusOK, withBackground(abandonedResponse(rec.Response), true))
+		return
+	}
+	st := s.logs.opts.Store
+	if err := st.CancelStreamLog(r.Context(), id); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			notResumable(id, s.logs.opts.Window).Write(w)
+			return
+		}
+		s.log.Warn("asking to cancel a response through the store failed", "response_id", LogID(id), "error", err)
+		apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "asking the gateway running the response to cancel it failed; retry").Write(w)
+		return
+	}
+	deadline := time.NewTimer(cancelWait)
+	defer deadline.Stop()
+	poll := time.NewTicker(cancelPollEvery)
+	defer poll.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-deadline.C:
+			if cur, err := st.GetStreamLog(r.Context(), id); err == nil && s.logs.abandoned(cur, time.Time{}, s.opts.IdleTimeout) {
+				writeRaw(w, http.StatusOK, withBackground(abandonedResponse(cur.Response), true))
+				return
+			}
+			apierr.UpstreamUnavailable(http.StatusGatewayTimeout, "the cancel of response '%s' was passed to the gateway running it, "+
+				"which did not report the response ended within %s; the cancel stays asked: retrieve the response for its status", id, cancelWait).Write(w)
+			return
+		case <-poll.C:
+		}
+		cur, err := st.GetStreamLog(r.Context(), id)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			notResumable(id, s.logs.opts.Window).Write(w)
+			return
+		case err != nil:
+			s.log.Warn("reading a stream log failed", "response_id", LogID(id), "error", err)
+			apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the cancel was asked, but reading the response back failed; retrieve the response for its status").Write(w)
+			return
+		case cur.Ended:
+			writeRaw(w, http.StatusOK, withBackground(cur.Response, true))
+			return
+		}
+	}
+}
+
+// cancelPollEvery is how often a cancel sent to another replica than the
+// one running the response reads the record back.
+const cancelPollEvery = 100 * time.Millisecond
+
+// abandonedResponse is the Response of a stored log whose gateway gave it
+// up (streamLogs.abandoned): failed, with the error a resume of it ends
+// with.
+func abandonedResponse(resp []byte) []byte {
+	out, err := sjson.SetBytes(resp, "status", "failed")
+	if err != nil {
+		return resp
+	}
+	e := translate.AppendResponseError(nil, apierr.CodeStreamIncomplete, abandonedMessage)
+	if out, err = sjson.SetRawBytes(out, "error", e); err != nil {
+		return resp
+	}
+	return out
 }
 
 // ownerCall is a resource call asked of the upstream that owns the

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -58,7 +59,25 @@ const (
 	// storePollEvery is how often a resumer following a log through the
 	// store (another replica writes it) looks for new events.
 	storePollEvery = 200 * time.Millisecond
+	// recordSaveEvery is how often a live log's record (the Response so
+	// far) is rewritten while events come; another replica reads its age.
+	recordSaveEvery = time.Second
+	// followRenewEvery is how often a resumer following a log through the
+	// store renews its mark (one store write), which holds followLease:
+	// the replica running the stream keeps it past detach_grace while the
+	// mark holds.
+	followRenewEvery = time.Second
+	followLease      = 3 * followRenewEvery
+	// cancelWait bounds how long a cancel waits for the response's
+	// terminal event (on another replica: its terminal record).
+	cancelWait = 5 * time.Second
+	// storeCheckTimeout bounds a store read made off any request.
+	storeCheckTimeout = 5 * time.Second
 )
+
+// abandonedMessage says why a stored log that will never end is reported
+// failed (a resume's error event, GET, cancel).
+const abandonedMessage = "the gateway that ran this response stopped before it ended; send the request again"
 
 // errCancelled is the cause a cancelled background response's work is
 // stopped with.
@@ -134,6 +153,10 @@ type streamLog struct {
 	cancel context.CancelCauseFunc
 	// detachTimer ends a detached stream's grace.
 	detachTimer *time.Timer
+	// stored: a write of the record succeeded, so other replicas may know
+	// the response. deleted: DELETE forgot it (here or, through the store,
+	// on another replica): nothing of it is written to the store again.
+	stored, deleted bool
 
 	arena []byte // event data, appended: one allocation per arenaChunk, not per event
 
@@ -190,14 +213,50 @@ func (h *streamLogs) watchCancel(l *streamLog) {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), storeCheckTimeout)
 		rec, err := h.opts.Store.GetStreamLog(ctx, l.id)
 		cancel()
-		if err == nil && rec.CancelRequested {
+		switch {
+		case err == nil && rec.CancelRequested:
 			l.stop(errCancelled)
+			return
+		case errors.Is(err, store.ErrStreamLogDeleted):
+			h.deletedElsewhere(l)
 			return
 		}
 	}
+}
+
+// deletedElsewhere stops and forgets a log that another replica deleted
+// through the store (README: DELETE "forgets it (and cancels it if it
+// still runs)"): this process writes nothing of it back and serves nothing
+// of it from memory.
+func (h *streamLogs) deletedElsewhere(l *streamLog) {
+	l.mu.Lock()
+	l.deleted = true
+	l.mu.Unlock()
+	l.stop(errCancelled)
+	h.forget(l)
+}
+
+// shared is the store when replicas share it, else nil.
+func (h *streamLogs) shared() store.SharedStreamLogStore {
+	if sh, ok := h.opts.Store.(store.SharedStreamLogStore); ok && store.IsShared(sh) {
+		return sh
+	}
+	return nil
+}
+
+// followedThroughStore reports whether a resumer on another replica
+// follows l through the store (its FollowStreamLog mark still holds).
+func (h *streamLogs) followedThroughStore(l *streamLog) bool {
+	if h.shared() == nil || l.ephemeral {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeCheckTimeout)
+	defer cancel()
+	rec, err := h.opts.Store.GetStreamLog(ctx, l.id)
+	return err == nil && rec.FollowedUntil.After(h.now())
 }
 
 // stop cancels the work feeding a log that has not ended; it reports
@@ -301,18 +360,66 @@ func (h *streamLogs) get(id, owner string) *streamLog {
 	return l
 }
 
+// current is get for a resource call. With a store that replicas share,
+// a log this process holds is checked against the store first, so that
+// nothing is served from memory that another replica changed
+// (docs/ARCHITECTURE.md §7): a log another replica deleted is stopped and
+// forgotten here, and so is an ended one the store no longer has (expired,
+// or lost); nil then. A live log the store lost is still served (its next
+// write puts the record back). When the store does not answer about an
+// ended log, nil too: the call goes on as on any replica.
+func (h *streamLogs) current(ctx context.Context, id, owner string) *streamLog {
+	l := h.get(id, owner)
+	if l == nil || l.ephemeral || h.shared() == nil {
+		return l
+	}
+	l.mu.Lock()
+	stored, ended := l.stored, l.ended
+	l.mu.Unlock()
+	if !stored { // never written: no other replica knows the response
+		return l
+	}
+	_, err := h.opts.Store.GetStreamLog(ctx, id)
+	switch {
+	case err == nil:
+		return l
+	case errors.Is(err, store.ErrStreamLogDeleted):
+		h.deletedElsewhere(l)
+		return nil
+	case !ended:
+		return l
+	case errors.Is(err, store.ErrNotFound):
+		h.forget(l)
+		return nil
+	}
+	h.log.Warn("reading a stream log failed", "response_id", LogID(id), "error", err)
+	return nil
+}
+
 // remove forgets the log of id (memory and store).
 func (h *streamLogs) remove(ctx context.Context, id string) {
 	h.mu.Lock()
-	if l := h.logs[id]; l != nil {
+	l := h.logs[id]
+	if l != nil {
 		h.bytes.Add(-l.bytesLocked())
 		delete(h.logs, id)
 	}
 	h.mu.Unlock()
-	if h.opts.Store != nil {
-		if err := h.opts.Store.DeleteStreamLog(ctx, id); err != nil {
-			h.log.Warn("deleting a stream log failed", "response_id", LogID(id), "error", err)
-		}
+	if l != nil {
+		l.mu.Lock()
+		l.deleted = true
+		l.mu.Unlock()
+	}
+	if h.opts.Store == nil {
+		return
+	}
+	if l != nil {
+		// A write under way lands before the delete, and none after it.
+		l.flushMu.Lock()
+		defer l.flushMu.Unlock()
+	}
+	if err := h.opts.Store.DeleteStreamLog(ctx, id); err != nil {
+		h.log.Warn("deleting a stream log failed", "response_id", LogID(id), "error", err)
 	}
 }
 
@@ -475,7 +582,7 @@ func (h *streamLogs) answered(id, owner string, input, response []byte) {
 	l.endLocked(string(response))
 	l.mu.Unlock()
 	if h.opts.Store != nil {
-		h.persist(l, true)
+		_ = h.persist(l, true) // a failure is logged
 	}
 }
 
@@ -493,8 +600,10 @@ func (l *streamLog) response() (resp []byte, ended bool) {
 
 // ---- durable logs ----
 
-// persist writes l's record (and, ended, its final form) to the store.
-func (h *streamLogs) persist(l *streamLog, ended bool) {
+// persist writes l's record (and, ended, its final form) to the store. On a
+// shared store a record another replica deleted is not written back:
+// ErrStreamLogDeleted. Other failures are logged.
+func (h *streamLogs) persist(l *streamLog, ended bool) error {
 	resp, _ := l.response()
 	rec := store.StreamLog{ResponseID: l.id, Owner: l.owner, Background: l.background, Ended: ended, Response: resp,
 		Input: l.input, Status: gjson.GetBytes(resp, "status").Str, CreatedAt: l.created,
@@ -505,11 +614,24 @@ func (h *streamLogs) persist(l *streamLog, ended bool) {
 	if rec.Status == "" {
 		rec.Status = "in_progress"
 	}
+	put := h.opts.Store.PutStreamLog
+	if sh := h.shared(); sh != nil {
+		put = sh.PutStreamLogUnlessDeleted
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := h.opts.Store.PutStreamLog(ctx, rec); err != nil {
+	err := put(ctx, rec)
+	switch {
+	case errors.Is(err, store.ErrStreamLogDeleted):
+		return err
+	case err != nil:
 		h.log.Error("writing a stream log failed", "response_id", LogID(l.id), "error", err)
+		return err
 	}
+	l.mu.Lock()
+	l.stored = true
+	l.mu.Unlock()
+	return nil
 }
 
 // scheduleFlush writes the log's new events to the store soon (at once
@@ -546,20 +668,32 @@ func (l *streamLog) flush(final bool) {
 	// too: never back to running, which a replica or a restarted gateway
 	// would take for a gateway that stopped mid-stream.
 	final = final || l.ended
+	deleted := l.deleted
 	l.mu.Unlock()
+	if deleted {
+		return // DELETE forgot it: nothing is written back
+	}
 	h := l.hub
 	// The record goes first (events need it, and a stream that ended before
-	// its first timed flush has none yet) and then at most every second, so
-	// a poll on another replica sees the output grow.
-	if l.savedAt.IsZero() || !final && time.Since(l.savedAt) > time.Second {
-		h.persist(l, false)
+	// its first timed flush has none yet) and then at most every
+	// recordSaveEvery, so a poll on another replica sees the output grow.
+	if l.savedAt.IsZero() || !final && time.Since(l.savedAt) > recordSaveEvery {
+		err := h.persist(l, false)
 		l.savedAt = time.Now()
+		if errors.Is(err, store.ErrStreamLogDeleted) {
+			h.deletedElsewhere(l)
+			return
+		}
 	}
 	if len(pending) > 0 && !dropped {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := h.opts.Store.AppendStreamEvents(ctx, l.id, pending[0].Seq, pending)
 		cancel()
-		if err != nil {
+		switch {
+		case errors.Is(err, store.ErrStreamLogDeleted):
+			h.deletedElsewhere(l)
+			return
+		case err != nil:
 			h.log.Error("writing stream events failed", "response_id", LogID(l.id), "error", err)
 			return
 		}
@@ -568,7 +702,9 @@ func (l *streamLog) flush(final bool) {
 		l.mu.Unlock()
 	}
 	if final || dropped {
-		h.persist(l, final)
+		if err := h.persist(l, final); errors.Is(err, store.ErrStreamLogDeleted) {
+			h.deletedElsewhere(l)
+		}
 	}
 }
 
@@ -577,7 +713,7 @@ func (l *streamLog) flush(final bool) {
 func (l *streamLog) save() {
 	l.flushMu.Lock()
 	defer l.flushMu.Unlock()
-	l.hub.persist(l, false)
+	_ = l.hub.persist(l, false) // a failure is logged; the first flush writes it again
 	l.savedAt = time.Now()
 }
 
@@ -737,19 +873,44 @@ func pastLastEvent(id string, after int64) *apierr.Error {
 
 // followStored follows a log that this process does not hold: written
 // before a restart, or by another replica (Redis). It polls the store
-// until the log's record ends; a record that is not ended and gets no new
-// event for idle was abandoned by the process writing it.
+// until the log's record ends; a record that is not ended and was
+// abandoned by the process writing it ends the resume with an error
+// event, and so does a log whose events are not contiguous from after+1:
+// the store lost some (a flush, a restart without persistence, eviction),
+// and a resumer never gets a stream with a hole. Following a live stream
+// on a shared store, it marks the log followed (FollowStreamLog, every
+// followRenewEvery), so the replica running it keeps it past detach_grace.
 func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, after int64, out resumeSink, idle time.Duration) error {
 	st := h.opts.Store
+	sh := h.shared()
 	next := after + 1
-	lastNew := time.Now()
+	// When a new event came last. The events there already when the
+	// resume began are not (they may be old): until one comes, the
+	// record's SavedAt tells (a record that does not say counts from now).
+	var lastNew time.Time
+	if rec.SavedAt.IsZero() {
+		lastNew = time.Now()
+	}
+	caughtUp := false
 	lastKA := time.Now()
+	var marked time.Time // when this resumer last marked the log followed
 	for {
+		if sh != nil && !rec.Ended && !rec.Background && time.Since(marked) >= followRenewEvery {
+			marked = time.Now()
+			h.markFollowed(ctx, sh, rec.ResponseID)
+		}
 		evs, err := st.StreamEvents(ctx, rec.ResponseID, next-1, 1000)
 		if err != nil {
 			return endWith(out, resumeErrorEvent(next, "reading the stream's log failed; retry"))
 		}
 		for _, ev := range evs {
+			if ev.Seq != next {
+				h.log.Warn("a stored stream log lost events; the resume ends with an error event", "response_id", LogID(rec.ResponseID),
+					"missing_from", next, "missing_to", ev.Seq-1)
+				return endWith(out, resumeErrorEvent(next, fmt.Sprintf(
+					"the store lost events %d to %d of this stream (it was flushed, restarted without persistence, or evicted keys); send the request again",
+					next, ev.Seq-1)))
+			}
 			if err := out.Event(ev.Name, ev.Data); err != nil {
 				return err
 			}
@@ -759,9 +920,12 @@ func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, afte
 			}
 		}
 		if len(evs) > 0 {
-			lastNew = time.Now()
+			if caughtUp {
+				lastNew = time.Now()
+			}
 			continue
 		}
+		caughtUp = true
 		if err := out.Flush(); err != nil {
 			return err
 		}
@@ -773,6 +937,7 @@ func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, afte
 			return endWith(out, resumeErrorEvent(next, "reading the stream's log failed; retry"))
 		case cur.Ended:
 			if more, err := st.StreamEvents(ctx, rec.ResponseID, next-1, 1); err == nil && len(more) > 0 {
+				rec.Ended = true
 				continue // the last events landed with the record
 			}
 			if next > 0 { // resumed after the terminal event itself: nothing is left to send
@@ -782,9 +947,8 @@ func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, afte
 				}
 			}
 			return endWith(out, resumeErrorEvent(next, "the stream's log ends without a terminal event"))
-		case !store.IsShared(st) || time.Since(lastNew) > idle:
-			// Not shared: the process that wrote it is gone (restarted).
-			return endWith(out, resumeErrorEvent(next, "the gateway that ran this response stopped before it ended; send the request again"))
+		case h.abandoned(cur, lastNew, idle):
+			return endWith(out, resumeErrorEvent(next, abandonedMessage))
 		}
 		if time.Since(lastKA) > 15*time.Second {
 			lastKA = time.Now()
@@ -798,6 +962,41 @@ func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, afte
 		case <-time.After(storePollEvery):
 		}
 	}
+}
+
+// markFollowed tells the replica running a stream that a resumer follows
+// it through the store, for followLease.
+func (h *streamLogs) markFollowed(ctx context.Context, sh store.SharedStreamLogStore, id string) {
+	err := sh.FollowStreamLog(ctx, id, h.now().Add(followLease))
+	if err != nil && !errors.Is(err, store.ErrNotFound) && ctx.Err() == nil {
+		h.log.Warn("marking a stream log followed failed; the gateway running the stream may stop it after detach_grace",
+			"response_id", LogID(id), "error", err)
+	}
+}
+
+// abandoned reports whether the gateway writing a stored log that has not
+// ended gave it up. On a store that no other process writes (Pebble) it
+// did: the log is from before a restart. On a shared one, when neither an
+// event (lastEvent: the latest a resumer saw) nor a write of the record
+// (SavedAt) came for timeouts.idle, as a stream whose upstream is that
+// silent is failed by its gateway. A resume, GET and cancel apply this
+// same rule.
+func (h *streamLogs) abandoned(rec store.StreamLog, lastEvent time.Time, idle time.Duration) bool {
+	switch {
+	case rec.Ended:
+		return false
+	case !store.IsShared(h.opts.Store):
+		return true
+	}
+	last := lastEvent
+	if !rec.SavedAt.IsZero() {
+		// The record is rewritten with the events, at most every
+		// recordSaveEvery: the latest event may be that much younger.
+		if saved := rec.SavedAt.Add(recordSaveEvery + durableFlushEvery); saved.After(last) {
+			last = saved
+		}
+	}
+	return !last.IsZero() && time.Since(last) > idle
 }
 
 // endWith writes a resumed stream's last event.

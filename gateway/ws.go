@@ -514,7 +514,7 @@ func (ws *wsSession) resume(ctx context.Context, out *wsResponder, data []byte) 
 		return notResumable(id.Str, window)
 	}
 	sink := wsResumeSink{out}
-	if l := s.logs.get(id.Str, ws.keyHash); l != nil {
+	if l := s.logs.current(ctx, id.Str, ws.keyHash); l != nil {
 		s.metrics.resumes.WithLabelValues("websocket").Inc()
 		_ = l.follow(ctx, after, sink, s.opts.KeepAlive)
 		return nil

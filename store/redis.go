@@ -82,7 +82,9 @@ type RedisOptions struct {
 //	c:<session_id>                       its chunks (hash: decimal sequence id → chunk)
 //	o:<session_id>                       its answer (stream of result parts)
 //	sessions                             the session ids (set; an index for ListInputSessions)
-//	l:<response_id>                      stream log (hash: r = record, x = expiry, c = cancel requested)
+//	l:<response_id>                      stream log (hash: r = record, x = expiry, c = cancel requested,
+//	                                     w = written at, f = followed until)
+//	ld:<response_id>                     tombstone of a deleted stream log ("1"; expires with the record)
 //	e:<response_id>                      its events (sorted set: score = sequence number,
 //	                                     member = 8-byte big-endian number and event)
 //	h:<len>:<upstream>:<model>           a target's shared cooldown (string: reason; expiry: its end)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -34,6 +35,34 @@ type StreamLogStore interface {
 	DeleteStreamLog(ctx context.Context, responseID string) error
 }
 
+// SharedStreamLogStore is a StreamLogStore that several gateway replicas
+// share (RedisStore). The replica running a response and the others reach
+// each other only through it: a resumer on another replica marks the log
+// followed (FollowStreamLog) so that the running replica keeps a detached
+// stream alive, and a DeleteStreamLog leaves a tombstone until the record
+// would have expired, so that the running replica learns of the delete
+// (ErrStreamLogDeleted from its next write) instead of writing the
+// response back. GetStreamLog fills StreamLog.SavedAt and FollowedUntil,
+// and answers ErrStreamLogDeleted for a deleted record; AppendStreamEvents
+// answers it too. PutStreamLog (a new record) clears a tombstone.
+type SharedStreamLogStore interface {
+	StreamLogStore
+	// PutStreamLogUnlessDeleted is PutStreamLog for the replica writing a
+	// response it already put: a record deleted since (its tombstone is
+	// there) is not written again (ErrStreamLogDeleted). A record that is
+	// absent without a tombstone (the store lost it) is written again.
+	PutStreamLogUnlessDeleted(ctx context.Context, l StreamLog) error
+	// FollowStreamLog marks the live record of responseID as followed until
+	// until (StreamLog.FollowedUntil; an earlier mark does not replace a
+	// later one). ErrNotFound when absent or expired, ErrStreamLogDeleted
+	// when deleted.
+	FollowStreamLog(ctx context.Context, responseID string, until time.Time) error
+}
+
+// ErrStreamLogDeleted is the ErrNotFound of a SharedStreamLogStore for a
+// record that DeleteStreamLog removed (errors.Is matches both).
+var ErrStreamLogDeleted = fmt.Errorf("%w: the stream log was deleted", ErrNotFound)
+
 // StreamLog is the record of one response's event log.
 type StreamLog struct {
 	// ResponseID is the client-visible response id.
@@ -58,6 +87,11 @@ type StreamLog struct {
 	CancelRequested bool
 	// CreatedAt and ExpiresAt bound the record's life.
 	CreatedAt, ExpiresAt time.Time
+	// SavedAt is when the record was last written, by the writing store's
+	// clock, and FollowedUntil the latest FollowStreamLog mark (zero: none).
+	// A SharedStreamLogStore's GetStreamLog sets them; PutStreamLog ignores
+	// them, and a store no other process writes leaves them zero.
+	SavedAt, FollowedUntil time.Time
 }
 
 // StreamEvent is one event of a log.
