@@ -211,8 +211,9 @@ func (k *keyLimits) state() LimitState {
 	return st
 }
 
-// entry returns key's state, (re)built for l and seeded for today.
-func (l *LocalLimiter) entry(ctx context.Context, key string, lim store.KeyLimits, now time.Time) *keyLimits {
+// entry returns key's state, (re)built for lim and rolled over to now's
+// day and month. The caller holds l.mu.
+func (l *LocalLimiter) entry(key string, lim store.KeyLimits, now time.Time) *keyLimits {
 	if l.keys == nil {
 		l.keys = map[string]*keyLimits{}
 	}
@@ -232,31 +233,52 @@ func (l *LocalLimiter) entry(ctx context.Context, key string, lim store.KeyLimit
 	if k.month != month {
 		k.month, k.monthUsed, k.monthSeeded = month, 0, false
 	}
-	// A budget reads what the store has for its period when it first needs
-	// it (a restart, or a budget set mid-period). The store may lack what
-	// this process settled but has not flushed yet, and this process lacks
-	// what it settled before a restart: the larger is the nearer.
-	if lim.TokensPerDay > 0 && !k.daySeeded {
-		k.daySeeded = true
-		if l.Seed != nil {
-			k.dayUsed = max(k.dayUsed, l.Seed(ctx, key, day, day))
-		}
-	}
-	if lim.TokensPerMonth > 0 && !k.monthSeeded {
-		k.monthSeeded = true
-		if l.Seed != nil {
-			k.monthUsed = max(k.monthUsed, l.Seed(ctx, key, month+"-01", day))
-		}
-	}
 	return k
+}
+
+// seed reads what the usage store has for the periods of key's budgets that
+// this process has not read yet (a restart, or a budget set mid-period),
+// outside l.mu: a slow store holds this admission only, not every key's.
+// The store may lack what this process settled but has not flushed yet, and
+// this process lacks what it settled before a restart: the larger is the
+// nearer.
+func (l *LocalLimiter) seed(ctx context.Context, key string, lim store.KeyLimits, now time.Time) {
+	if l.Seed == nil || (lim.TokensPerDay <= 0 && lim.TokensPerMonth <= 0) {
+		return
+	}
+	day, month := now.UTC().Format(time.DateOnly), now.UTC().Format("2006-01")
+	l.mu.Lock()
+	k := l.entry(key, lim, now)
+	needDay, needMonth := lim.TokensPerDay > 0 && !k.daySeeded, lim.TokensPerMonth > 0 && !k.monthSeeded
+	l.mu.Unlock()
+	if !needDay && !needMonth {
+		return
+	}
+	var dayUsed, monthUsed int64
+	if needDay {
+		dayUsed = l.Seed(ctx, key, day, day)
+	}
+	if needMonth {
+		monthUsed = l.Seed(ctx, key, month+"-01", day)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k = l.entry(key, lim, now)
+	if needDay && k.day == day && !k.daySeeded {
+		k.dayUsed, k.daySeeded = max(k.dayUsed, dayUsed), true
+	}
+	if needMonth && k.month == month && !k.monthSeeded {
+		k.monthUsed, k.monthSeeded = max(k.monthUsed, monthUsed), true
+	}
 }
 
 // Admit implements Limiter.
 func (l *LocalLimiter) Admit(ctx context.Context, key string, lim store.KeyLimits, estimate int64) (Admission, *LimitError) {
+	now := l.now()
+	l.seed(ctx, key, lim, now)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := l.now()
-	k := l.entry(ctx, key, lim, now)
+	k := l.entry(key, lim, now)
 	refuse := func(code string, retry time.Duration, format string, args ...any) *LimitError {
 		if retry < time.Second {
 			retry = time.Second

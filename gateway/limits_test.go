@@ -573,3 +573,44 @@ func TestRateLimitHeadersComeAsWholeFamilies(t *testing.T) {
 		}
 	}
 }
+
+// A budget's first read of the usage store happens outside the limiter's
+// lock: a slow store holds that key's admission, not every other key's.
+func TestLocalLimiterSeedsOutsideItsLock(t *testing.T) {
+	release := make(chan struct{})
+	reading := make(chan struct{})
+	l := &gateway.LocalLimiter{Seed: func(ctx context.Context, key, from, to string) int64 {
+		if key == "slow" {
+			close(reading)
+			<-release
+		}
+		return 0
+	}}
+	slowDone := make(chan struct{})
+	go func() {
+		defer close(slowDone)
+		if adm, lerr := l.Admit(context.Background(), "slow", store.KeyLimits{TokensPerDay: 1000}, 10); lerr == nil {
+			adm.Done(0)
+		}
+	}()
+	<-reading
+	fast := make(chan *gateway.LimitError, 1)
+	go func() {
+		adm, lerr := l.Admit(context.Background(), "fast", store.KeyLimits{RPM: 10}, 10)
+		if lerr == nil {
+			adm.Done(0)
+		}
+		fast <- lerr
+	}()
+	select {
+	case lerr := <-fast:
+		if lerr != nil {
+			t.Fatalf("fast key refused: %v", lerr)
+		}
+	case <-time.After(20 * time.Second):
+		close(release)
+		t.Fatal("another key's admission waited for a budget's store read")
+	}
+	close(release)
+	<-slowDone
+}
