@@ -473,6 +473,7 @@ func TestAdminKeysPatchMergesLimitsAndRefusesAmbiguousBodies(t *testing.T) {
 		method, path, body, param string
 	}{
 		{http.MethodPatch, "/admin/keys/ci", `{"limits":{"rpm":5,"rpm":0}}`, "limits.rpm"},
+		{http.MethodPatch, "/admin/keys/ci", `{"limits":{"rpm":5,"RPM":0}}`, "limits.RPM"},
 		{http.MethodPost, "/admin/keys", `{"name":"a","name":"b"}`, "name"},
 		{http.MethodPatch, "/admin/keys/ci", `{"limits":{"rpm":"5"}}`, "limits.rpm"},
 		{http.MethodPatch, "/admin/keys/ci", `{"models":"gpt-*"}`, "models"},

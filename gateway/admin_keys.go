@@ -136,7 +136,9 @@ func readKeyPatch(w http.ResponseWriter, r *http.Request, p *keyPatch) bool {
 // maxAdminBody bounds an admin API body.
 const maxAdminBody = 1 << 20
 
-// repeatedKey is prefix plus the first key obj has twice, or "".
+// repeatedKey is prefix plus the first key obj has twice, or "". Keys
+// that differ only in case count as one: encoding/json matches a field's
+// name without regard to case, so {"rpm":5,"RPM":0} sets one field twice.
 func repeatedKey(obj gjson.Result, prefix string) string {
 	if !obj.IsObject() {
 		return ""
@@ -144,7 +146,7 @@ func repeatedKey(obj gjson.Result, prefix string) string {
 	var seen keySet
 	dup := ""
 	obj.ForEach(func(key, _ gjson.Result) bool {
-		if !seen.add(key.Str) {
+		if !seen.add(strings.ToLower(key.Str)) {
 			dup = prefix + key.Str
 			return false
 		}
@@ -302,5 +304,5 @@ func (s *Server) storeFailed(w http.ResponseWriter, err error) {
 func newSecret() string {
 	b := make([]byte, 32)
 	_, _ = rand.Read(b)
-	return "sk-sluice-" + base64.RawURLEncoding.EncodeToString(b)
+	return sluiceKeyPrefix + base64.RawURLEncoding.EncodeToString(b)
 }

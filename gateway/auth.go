@@ -62,8 +62,9 @@ type AccountsOptions struct {
 	// with others', before it is added to Usage (default 250ms; GET
 	// /admin/usage and Shutdown flush at once).
 	UsageFlushInterval time.Duration
-	// KeyRefresh is how often the store's keys are reloaded (keys created,
-	// changed or deleted by another replica); default 5s.
+	// KeyRefresh is how old the keys read from the store may get before a
+	// request reads them again (keys created, changed or deleted by another
+	// replica); default 5s.
 	KeyRefresh time.Duration
 	// AccessLog writes one INFO line per request (default on; see
 	// accesslog.go). Set DisableAccessLog to turn it off.
@@ -114,6 +115,8 @@ type keyring struct {
 	bySum    map[[32]byte]*keyEntry
 	byName   map[string]*keyEntry
 	loadedAt time.Time // when the installed keys were read
+	failedAt time.Time // when a read last failed
+	readAt   time.Time // when freshRead last began a read
 	missAt   time.Time // the last reload caused by an unknown key not in Sluice's format
 	// Reloads may overlap (a background refresh, an admin change, an
 	// unknown key) and finish in any order. Each takes a generation before
@@ -241,6 +244,9 @@ func (kr *keyring) read(ctx context.Context) (uint64, error) {
 	start := time.Now()
 	recs, err := kr.st.ListKeys(ctx)
 	if err != nil {
+		kr.mu.Lock()
+		kr.failedAt = time.Now()
+		kr.mu.Unlock()
 		return gen, err
 	}
 	kr.install(recs, gen)
@@ -271,6 +277,13 @@ func (kr *keyring) freshRead() {
 		}
 		ch := make(chan struct{})
 		kr.inFlight = ch
+		wait := freshReadGap - time.Since(kr.readAt)
+		kr.mu.Unlock()
+		if wait > 0 { // a burst of unknown keys costs a read per gap, not one each
+			time.Sleep(wait)
+		}
+		kr.mu.Lock()
+		kr.readAt = time.Now()
 		kr.mu.Unlock()
 		gen, _ := kr.read(context.Background())
 		kr.mu.Lock()
@@ -281,14 +294,20 @@ func (kr *keyring) freshRead() {
 	kr.mu.Unlock()
 }
 
-// stale reports whether the installed keys were read more than refresh ago.
+// freshReadGap is the least time between two reads freshRead begins.
+const freshReadGap = 50 * time.Millisecond
+
+// stale reports whether the installed keys were read more than refresh ago
+// and no read failed in the last second: while the store fails, requests
+// are judged by the keys last read (as the README says, a replica keeps
+// serving while Redis is down) instead of each trying the store again.
 func (kr *keyring) stale() bool {
 	if kr.st == nil {
 		return false
 	}
 	kr.mu.RLock()
 	defer kr.mu.RUnlock()
-	return time.Since(kr.loadedAt) > kr.refresh
+	return time.Since(kr.loadedAt) > kr.refresh && time.Since(kr.failedAt) > time.Second
 }
 
 // sluiceKeyPrefix starts every key the gateway makes (newSecret).
@@ -318,14 +337,17 @@ func (kr *keyring) lookup(secret string) *keyEntry {
 		}
 		return nil
 	}
-	if kr.stale() {
+	fresh := kr.stale()
+	if fresh {
 		kr.freshRead()
 	}
 	if e := find(); e != nil {
 		return e
 	}
 	if strings.HasPrefix(secret, sluiceKeyPrefix) {
-		kr.freshRead()
+		if !fresh { // the read above began after this request arrived
+			kr.freshRead()
+		}
 		return find()
 	}
 	if kr.missedLately() {

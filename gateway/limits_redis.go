@@ -345,8 +345,10 @@ type redisAdmission struct {
 
 func (a *redisAdmission) State() LimitState { return a.state }
 
-// Done settles in Redis; when Redis is unavailable the settlement is lost
-// (the lease expires after LeaseTTL, the bucket refills by itself).
+// Done settles in Redis; when Redis is unavailable the settlement is lost:
+// the lease and the budget reservation expire after LeaseTTL, the bucket
+// refills by itself, and the tokens used are not counted against the
+// budgets (the usage totals still hold them).
 func (a *redisAdmission) Done(used int64) {
 	a.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

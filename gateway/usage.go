@@ -79,8 +79,8 @@ func newAccounts(s *Server, o AccountsOptions, reg prometheus.Registerer) (*acco
 	if err := kr.reload(context.Background()); err != nil {
 		// A replica starts while its shared store is down (README
 		// "Scale-out"): the keys from the config work at once, the stored
-		// ones as soon as the store answers (the first use of an unknown
-		// key reloads them).
+		// ones once a request's read of them succeeds (requests try again
+		// at most once a second while reads fail).
 		s.log.Warn("reading the stored keys failed; only the config's keys are known until the store answers", "error", err)
 	}
 	a := &accounts{s: s, opts: o, keys: kr, limiter: o.Limiter}

@@ -176,13 +176,8 @@ func (s *RedisStore) ListKeys(ctx context.Context) ([]KeyRecord, error) {
 // AddUsage adds u to its day's totals (one script: atomic, whichever
 // replicas add at once).
 func (s *RedisStore) AddUsage(ctx context.Context, u UsageRecord) error {
-	if err := validDay(u.Day); err != nil {
+	if err := validUsage(u); err != nil {
 		return fmt.Errorf("store: add usage: %w", err)
-	}
-	for _, f := range []string{u.Key, u.Route, u.Target, u.Model} {
-		if len(f) > 256 || strings.IndexByte(f, 0) >= 0 {
-			return fmt.Errorf("store: add usage: %w: names must be at most 256 bytes without NUL", ErrInvalid)
-		}
 	}
 	release, err := s.begin(ctx)
 	if err != nil {
