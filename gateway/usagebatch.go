@@ -92,6 +92,7 @@ func (b *usageBatch) flush(ctx context.Context) {
 	b.flushMu.Lock()
 	defer b.flushMu.Unlock()
 	b.mu.Lock()
+	closed := b.closed
 	recs := make([]store.UsageRecord, 0, len(b.pending))
 	for _, rec := range b.pending {
 		recs = append(recs, rec)
@@ -110,6 +111,10 @@ func (b *usageBatch) flush(ctx context.Context) {
 		case refusedForGood(err):
 			b.log.Warn("usage total refused by the store; dropped", "key", rec.Key, "model", rec.Model, "day", rec.Day,
 				"requests", rec.Requests, "tokens", rec.Tokens(), "error", err)
+		case closed:
+			// After close no flush is armed: what fails now is lost
+			// (a request that outlived the drain).
+			b.logLost(rec, err)
 		default:
 			b.log.Warn("recording usage failed; kept for the next try", "key", rec.Key, "day", rec.Day, "error", err)
 			failed = append(failed, rec)
@@ -172,15 +177,14 @@ func (b *usageBatch) close(ctx context.Context) {
 	b.closed = true
 	b.mu.Unlock()
 	b.flush(context.WithoutCancel(ctx))
-	// What the store still refuses (Redis down through the drain) is lost
-	// with the process: say so, total by total, so that an operator can add
-	// it back, rather than leave "kept for the next try" as the last word.
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, rec := range b.pending {
-		b.log.Error("usage total not recorded: the store did not take it before shutdown", "key", rec.Key, "day", rec.Day,
-			"route", rec.Route, "target", rec.Target, "model", rec.Model, "requests", rec.Requests,
-			"input_tokens", rec.InputTokens, "output_tokens", rec.OutputTokens, "cached_tokens", rec.CachedTokens,
-			"reasoning_tokens", rec.ReasoningTokens)
-	}
+}
+
+// logLost reports a total the store did not take before shutdown: it is
+// lost with the process, so it is logged, total by total, for an operator
+// to add back, rather than left at "kept for the next try".
+func (b *usageBatch) logLost(rec store.UsageRecord, err error) {
+	b.log.Error("usage total not recorded: the store did not take it before shutdown", "key", rec.Key, "day", rec.Day,
+		"route", rec.Route, "target", rec.Target, "model", rec.Model, "requests", rec.Requests,
+		"input_tokens", rec.InputTokens, "output_tokens", rec.OutputTokens, "cached_tokens", rec.CachedTokens,
+		"reasoning_tokens", rec.ReasoningTokens, "error", err)
 }
