@@ -393,7 +393,8 @@ func (cs *clientStream) lifecycle(name string, data []byte, f *eventFields) erro
 	if cs.hold <= 0 || cs.wrote {
 		return cs.writeLocked(name, data, f)
 	}
-	cs.held = append(cs.held, heldEvent{name: name, data: bytes.Clone(data)})
+	// Held past the next read: the name may alias the reader's buffer too.
+	cs.held = append(cs.held, heldEvent{name: logName(name), data: bytes.Clone(data)})
 	if cs.holdTimer == nil {
 		cs.holdTimer = time.AfterFunc(cs.hold, cs.releaseHeld)
 	}

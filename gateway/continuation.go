@@ -995,7 +995,7 @@ func (cs *clientStream) splicePartLocked(name string, data []byte, f *eventField
 			// The client was told that part's text is final: what the
 			// target adds goes into a new part, opened at its first text,
 			// so a target that adds nothing leaves the message as it is.
-			m.parts[j] = &splicedPart{index: last.Index, done: true, opening: &heldEvent{name: name, data: bytes.Clone(data)}}
+			m.parts[j] = &splicedPart{index: last.Index, done: true, opening: &heldEvent{name: logName(name), data: bytes.Clone(data)}}
 			return nil
 		}
 	}
