@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"github.com/sluice-gw/sluice/gateway"
 	"github.com/sluice-gw/sluice/gateway/sse"
 	"github.com/sluice-gw/sluice/internal/upstreamtest"
+	"github.com/sluice-gw/sluice/store"
 )
 
 // A client closes its connection cleanly, which the gateway first sees as
@@ -337,4 +339,73 @@ func TestEarlyCommitSendsNoHeadersOfAFailedAttempt(t *testing.T) {
 	if !strings.Contains(string(body), "Hello from B") || strings.Count(string(body), "event: response.completed") != 1 {
 		t.Fatalf("B's answer did not reach the client whole:\n%s", body)
 	}
+}
+
+// A background request's client reads one JSON answer, so a client that
+// half-closes after sending it is not probed as a stream's is: an upstream
+// 400 reaches it as that 400, not as a 200 with a failed Response.
+func TestHalfClosedBackgroundClientGetsTheUpstreamError(t *testing.T) {
+	badRequest := upstreamtest.Failure(upstreamtest.ShapeStatus, http.StatusBadRequest,
+		upstreamtest.ErrorBody("the tool schema is invalid", "invalid_request_error", "invalid_tool_schema", "tools"))
+	gate := make(chan struct{})
+	a, b := frontedUpstream(t, "A", gate), frontedUpstream(t, "B", nil)
+	h := newHarness(t, harnessConfig{servers: map[string]*upstreamtest.Server{"A": a.Server, "B": b.Server},
+		opts: gateway.Options{Routes: routeAB(), KeepAlive: 20 * time.Millisecond}})
+	release := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(release)
+	a.Enqueue(badRequest)
+	c := sendRaw(t, h, "/v1/responses", `{"model":"m","input":"hi","background":true}`)
+	if err := c.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, a.arrived, "A not asked")
+	time.Sleep(300 * time.Millisecond) // long enough for a probe to have run
+	release()
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "invalid_tool_schema") {
+		t.Fatalf("HTTP %d %s", resp.StatusCode, body)
+	}
+}
+
+// slowAdmission is a limiter whose admissions wait for release: the
+// request is still being checked when its client leaves.
+type slowAdmission struct {
+	gateway.LocalLimiter
+	asked   chan struct{}
+	release chan struct{}
+}
+
+func (l *slowAdmission) Admit(ctx context.Context, key string, lim store.KeyLimits, estimate int64) (gateway.Admission, *gateway.LimitError) {
+	l.asked <- struct{}{}
+	<-l.release
+	return l.LocalLimiter.Admit(ctx, key, lim, estimate)
+}
+
+// A client that closes while its request is still being checked (a limiter
+// round trip, an owner lookup) is noticed once the stream exists, and its
+// upstream request is cancelled like any other's.
+func TestClientGoneWhileCheckedStopsTheWork(t *testing.T) {
+	a := frontedUpstream(t, "A", nil)
+	a.Enqueue(upstreamtest.Script{Latency: time.Hour}) // holds its headers
+	lim := &slowAdmission{asked: make(chan struct{}, 1), release: make(chan struct{})}
+	h := newHarness(t, harnessConfig{servers: map[string]*upstreamtest.Server{"A": a.Server},
+		opts: gateway.Options{KeepAlive: time.Hour, Accounts: gateway.AccountsOptions{Required: true, Limiter: lim,
+			Keys: []store.KeyRecord{keyRec("team-a", teamAKey, nil, store.KeyLimits{})}}}})
+	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.WriteString(c, "POST /v1/responses HTTP/1.1\r\nHost: sluice\r\nAuthorization: Bearer "+teamAKey+
+		"\r\nContent-Type: application/json\r\nContent-Length: "+itoa(int64(len(responsesStream)))+"\r\n\r\n"+responsesStream)
+	waitFor(t, lim.asked, "the limiter was not asked")
+	_ = c.Close()
+	time.Sleep(100 * time.Millisecond) // the gateway reads the EOF while the request is checked
+	close(lim.release)
+	waitFor(t, a.arrived, "A not asked")
+	waitFor(t, a.ended, "the upstream request of a client that left while it was checked was not cancelled")
 }

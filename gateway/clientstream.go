@@ -136,10 +136,17 @@ func (s *Server) newClientStream(ctx context.Context, out responder, req *client
 		cs.resumable, cs.background = true, req.background
 		cs.detach = s.logs.opts.DetachGrace
 	}
-	if req.stream {
-		cs.unwatchEOF = onClientEOF(ctx, cs.clientEOF)
-	}
 	return cs
+}
+
+// watchClientEOF starts watching a streaming request's client for a clean
+// EOF (clientEOF). It is called once the stream is wired (abandon, onEnd):
+// the watch fires at once for a client that closed while the request was
+// being checked.
+func (cs *clientStream) watchClientEOF() {
+	if cs.req.stream {
+		cs.unwatchEOF = onClientEOF(cs.ctx, cs.clientEOF)
+	}
 }
 
 // clientStreamOf is the client stream behind out (process makes every

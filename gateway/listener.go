@@ -129,6 +129,13 @@ func requestContext(r *http.Request) (context.Context, context.CancelFunc) {
 
 type clientEOFKey struct{}
 
+// withoutClientEOF is ctx with no client EOF to watch: for work that goes on
+// whatever its client does (a background response, whose client reads one
+// JSON answer).
+func withoutClientEOF(ctx context.Context) context.Context {
+	return context.WithValue(ctx, clientEOFKey{}, nil)
+}
+
 // onClientEOF calls f in its own goroutine once the client of the request
 // whose context is ctx reached a clean EOF on its read side (at once if it
 // already did); stop stops that. f is never called for a request whose

@@ -136,6 +136,7 @@ func (s *Server) process(ctx context.Context, out responder, req *clientRequest,
 		defer stop()
 	}
 	cs.onEnd = req.meta.setReason
+	cs.watchClientEOF()
 	defer cs.close()
 	s.forward(ctx, cs, req, start)
 }

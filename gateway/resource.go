@@ -211,7 +211,7 @@ func (s *Server) runBackground(ctx context.Context, w http.ResponseWriter, req *
 	go func() {
 		defer s.bgRuns.Done()
 		defer s.bgCount.Add(-1)
-		s.process(context.WithoutCancel(ctx), out, req, start)
+		s.process(withoutClientEOF(context.WithoutCancel(ctx)), out, req, start)
 	}()
 	select {
 	case l := <-opened:

@@ -215,7 +215,9 @@ func (a *accounts) settle(req *clientRequest) {
 		return
 	}
 	m.mu.Lock()
-	u, adm, settled := m.usage, m.admission, m.settled
+	// A background run settles after its handler has answered and set the
+	// status: everything read here is read under the lock.
+	u, adm, settled, status := m.usage, m.admission, m.settled, m.status
 	m.settled = true
 	m.mu.Unlock()
 	if settled {
@@ -227,7 +229,7 @@ func (a *accounts) settle(req *clientRequest) {
 	if len(m.targets) == 0 {
 		return // no upstream was asked: nothing to account
 	}
-	if !u.known && m.status/100 != 2 {
+	if !u.known && status/100 != 2 {
 		return // counted only once an upstream accepted the model (label cardinality)
 	}
 	key := m.keyName()
