@@ -210,7 +210,8 @@ func (s *Stream) start() {
 }
 
 // Chunk converts one `data:` payload of the Chat stream (not "[DONE]"). An
-// error chunk ({"error":{…}}) yields response.failed. A payload that is not
+// error chunk ({"error":{…}}) yields response.failed, or, after a finish
+// reason, the answer's own terminal event. A payload that is not
 // a JSON object returns an error and no events; the caller then fails the
 // stream (Fail). After the terminal event Chunk returns nil, nil.
 func (s *Stream) Chunk(data []byte) ([]Event, error) {
@@ -243,8 +244,7 @@ func (s *Stream) Chunk(data []byte) ([]Event, error) {
 	if present(errField) || object.Str == "error" {
 		if s.finish != "" {
 			// The answer was complete (a finish reason came): an error
-			// after it does not unmake it. The Chat pass-through treats it
-			// the same way (README).
+			// after it does not unmake it (README "Chat-only upstreams").
 			return s.Finish(), nil
 		}
 		src := root
@@ -259,20 +259,24 @@ func (s *Stream) Chunk(data []byte) ([]Event, error) {
 	if !s.started {
 		s.start()
 	}
-	if choices.IsArray() && hasOtherChoice(choices) {
-		// The request asks for one choice (it sends no n): content on
-		// another is the upstream's mistake, and dropping it would end the
-		// answer complete without the text. It is a malformed chunk.
-		return nil, errors.New("translate: chat stream chunk has a choice other than index 0 (one was asked for)")
-	}
 	if choices.IsArray() && s.finish == "" { // after a finish reason only usage may follow
+		// One pass: choice 0's deltas are applied once the chunk is known to
+		// hold no other choice. The request asks for one choice (it sends
+		// no n): content on another is the upstream's mistake, and dropping
+		// it would end the answer complete without the text, so such a chunk
+		// is malformed.
+		type choice struct{ delta, finish gjson.Result }
+		var buf [1]choice
+		first, other := buf[:0], false
 		choices.ForEach(func(_, ch gjson.Result) bool {
 			if !ch.IsObject() {
 				return true
 			}
-			var delta, finish gjson.Result
+			var idx, delta, finish gjson.Result
 			ch.ForEach(func(k, v gjson.Result) bool {
 				switch k.Str {
+				case "index":
+					idx = v
 				case "delta":
 					delta = v
 				case "finish_reason":
@@ -280,30 +284,27 @@ func (s *Stream) Chunk(data []byte) ([]Event, error) {
 				}
 				return true
 			})
-			s.applyDelta(delta, false)
-			if finish.Type == gjson.String && finish.Str != "" {
-				s.setFinish(finish.Str)
+			if present(idx) && (idx.Type != gjson.Number || idx.Raw != "0") { // an absent index is choice 0
+				other = true
+				return false
 			}
+			first = append(first, choice{delta, finish})
 			return true
 		})
+		if other {
+			return nil, errors.New("translate: chat stream chunk has a choice other than index 0 (one was asked for)")
+		}
+		for _, c := range first {
+			s.applyDelta(c.delta, false)
+			if c.finish.Type == gjson.String && c.finish.Str != "" {
+				s.setFinish(c.finish.Str)
+			}
+		}
 	}
 	if usage.IsObject() {
 		s.usage = appendUsage(s.usage[:0], usage)
 	}
 	return s.flush(), nil
-}
-
-// hasOtherChoice reports whether a chunk's choices hold one whose index is
-// not 0 (an absent index is choice 0).
-func hasOtherChoice(choices gjson.Result) bool {
-	other := false
-	choices.ForEach(func(_, ch gjson.Result) bool {
-		if idx := ch.Get("index"); ch.IsObject() && present(idx) && (idx.Type != gjson.Number || idx.Raw != "0") {
-			other = true
-		}
-		return !other
-	})
-	return other
 }
 
 // Finish ends the stream at [DONE] (or a clean end after a finish_reason):

@@ -919,6 +919,7 @@ func TestStreamAfterFinishOnlyUsageCounts(t *testing.T) {
 		`{"choices":[{"index":0,"delta":{"role":"assistant","content":"Hello"}}]}`,
 		`{"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}`,
 		`{"choices":[{"index":0,"delta":{"content":" again"},"finish_reason":"stop"}]}`,
+		`{"choices":[{"index":1,"delta":{"content":" other"}}]}`, // ignored, not malformed, once finished
 		`{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}`,
 	} {
 		evs, err := s.Chunk([]byte(c))
