@@ -250,8 +250,8 @@ func (cs *clientStream) attach(ans *upstreamAnswer) (detach func()) {
 // flush sends what was written since the last flush.
 func (cs *clientStream) flush() {
 	cs.mu.Lock()
-	if cs.fs != nil {
-		_ = cs.fs.Flush()
+	if cs.fs != nil && cs.fs.Flush() != nil {
+		cs.goneLocked() // the client left: noticed now, not at the next write
 	}
 	cs.mu.Unlock()
 }
@@ -416,7 +416,9 @@ func (cs *clientStream) releaseHeld() {
 		return
 	}
 	if cs.flushHeldLocked() == nil && cs.fs != nil {
-		_ = cs.fs.Flush() // the reader is blocked past its own flush
+		if cs.fs.Flush() != nil { // the reader is blocked past its own flush
+			cs.goneLocked()
+		}
 	}
 }
 
