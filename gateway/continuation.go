@@ -1007,7 +1007,9 @@ func (cs *clientStream) splicePartLocked(name string, data []byte, f *eventField
 // openPartLocked writes a continuation's content_part.added as a new part
 // of the client's item m, after the highest content_index the client has
 // in it. A part whose text the client saw done is ended first (its
-// content_part.done), so that no part ends after a later one began.
+// content_part.done), so that it does not end after the new one began; a
+// part a restart reproduced without its done events still ends with its
+// item.
 func (cs *clientStream) openPartLocked(name string, data []byte, m *splicedItem, p *splicedPart) error {
 	idx := int64(0)
 	for _, cp := range m.client.Parts {
