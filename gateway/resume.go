@@ -477,9 +477,20 @@ func (l *streamLog) append(seq int64, name string, data []byte, terminal bool) {
 		}
 		return
 	}
+	counted := charged // against the memory budget
+	if l.deleted {
+		// Forgotten while it runs (DELETE): its followers still get the
+		// rest, but the memory budget no longer counts it (forgetting it
+		// refunded what it held then).
+		l.hub.bytes.Add(-int64(len(final)))
+		if counted {
+			l.hub.bytes.Add(-n)
+		}
+		charged, counted = true, false
+	}
 	switch {
 	case l.dropped || seq != int64(len(l.events)):
-		if charged {
+		if counted {
 			l.hub.bytes.Add(-n)
 		}
 	case charged && l.bytes+n <= l.hub.opts.MaxBytes:
@@ -491,7 +502,7 @@ func (l *streamLog) append(seq int64, name string, data []byte, terminal bool) {
 		l.events = append(l.events, store.StreamEvent{Seq: seq, Name: name, Data: l.keep(data)})
 		l.bytes += n
 	default:
-		if charged {
+		if counted {
 			l.hub.bytes.Add(-n)
 		}
 		l.dropLocked()

@@ -95,3 +95,26 @@ func TestStreamLogChargesWhatItKeeps(t *testing.T) {
 		t.Fatalf("%d bytes still charged after every log went", got)
 	}
 }
+
+// A log deleted while its stream runs is out of the memory budget: what it
+// held is refunded when it is forgotten, and what it gets after (the rest
+// of the stream, the terminal event) is never charged.
+func TestDeletedLiveLogLeavesTheBudget(t *testing.T) {
+	h := testLogs(1<<20, 1<<20)
+	l := h.open("resp_live", "k", false, false, []byte(`[{"role":"user","content":"hi"}]`))
+	l.append(0, "response.created", []byte(`{"type":"response.created","response":{"id":"resp_live"}}`), false)
+	l.append(1, "response.output_text.delta", []byte(`{"type":"response.output_text.delta","delta":"Hel"}`), false)
+	h.remove(context.Background(), "resp_live")
+	l.append(2, "response.output_text.delta", []byte(`{"type":"response.output_text.delta","delta":"lo"}`), false)
+	l.append(3, "response.failed", []byte(`{"type":"response.failed","response":{"id":"resp_live","status":"cancelled","output":[]}}`), true)
+	if n := h.bytes.Load(); n != 0 {
+		t.Fatalf("%d bytes still charged for a deleted log", n)
+	}
+	// A follower still gets the stream through its end.
+	l.mu.Lock()
+	n, ended := len(l.events), l.ended
+	l.mu.Unlock()
+	if n != 4 || !ended {
+		t.Fatalf("the deleted log holds %d events, ended %v", n, ended)
+	}
+}
