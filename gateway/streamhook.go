@@ -201,7 +201,7 @@ func (cs *clientStream) consistentLocked(typ string, data []byte, f *eventFields
 		case "custom_tool_call":
 			set("item.input", it.Args)
 		}
-	case "response.completed", "response.incomplete":
+	case "response.completed": // response.incomplete and .failed: sendFrom (withSentOutputLocked)
 		if !f.Response.IsObject() {
 			break
 		}
