@@ -310,6 +310,16 @@ func (kr *keyring) stale() bool {
 	return time.Since(kr.loadedAt) > kr.refresh && time.Since(kr.failedAt) > time.Second
 }
 
+// readIfStale reads the keys again when they are stale (freshRead), and
+// reports whether it did.
+func (kr *keyring) readIfStale() bool {
+	if !kr.stale() {
+		return false
+	}
+	kr.freshRead()
+	return true
+}
+
 // sluiceKeyPrefix starts every key the gateway makes (newSecret).
 const sluiceKeyPrefix = "sk-sluice-"
 
@@ -337,10 +347,7 @@ func (kr *keyring) lookup(secret string) *keyEntry {
 		}
 		return nil
 	}
-	fresh := kr.stale()
-	if fresh {
-		kr.freshRead()
-	}
+	fresh := kr.readIfStale()
 	if e := find(); e != nil {
 		return e
 	}
@@ -380,9 +387,7 @@ func (kr *keyring) missedLately() bool {
 // revocation applies to an open socket too (README: "other replicas see a
 // change within 5s").
 func (kr *keyring) current(k *keyEntry) *keyEntry {
-	if kr.stale() {
-		kr.freshRead()
-	}
+	kr.readIfStale()
 	kr.mu.RLock()
 	defer kr.mu.RUnlock()
 	return kr.bySum[k.sum]

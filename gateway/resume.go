@@ -612,7 +612,8 @@ func (l *streamLog) response() (resp []byte, ended bool) {
 // ---- durable logs ----
 
 // persist writes l's record (and, ended, its final form) to the store. On a
-// shared store a record another replica deleted is not written back:
+// shared store a record another replica deleted is not written back: the
+// log is stopped and forgotten here too (deletedElsewhere) and the error is
 // ErrStreamLogDeleted. Other failures are logged.
 func (h *streamLogs) persist(l *streamLog, ended bool) error {
 	resp, _ := l.response()
@@ -631,12 +632,12 @@ func (h *streamLogs) persist(l *streamLog, ended bool) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := put(ctx, rec)
-	switch {
-	case errors.Is(err, store.ErrStreamLogDeleted):
-		return err
-	case err != nil:
-		h.log.Error("writing a stream log failed", "response_id", LogID(l.id), "error", err)
+	if err := put(ctx, rec); err != nil {
+		if errors.Is(err, store.ErrStreamLogDeleted) {
+			h.deletedElsewhere(l)
+		} else {
+			h.log.Error("writing a stream log failed", "response_id", LogID(l.id), "error", err)
+		}
 		return err
 	}
 	l.mu.Lock()
@@ -692,7 +693,6 @@ func (l *streamLog) flush(final bool) {
 		err := h.persist(l, false)
 		l.savedAt = time.Now()
 		if errors.Is(err, store.ErrStreamLogDeleted) {
-			h.deletedElsewhere(l)
 			return
 		}
 	}
@@ -713,9 +713,7 @@ func (l *streamLog) flush(final bool) {
 		l.mu.Unlock()
 	}
 	if final || dropped {
-		if err := h.persist(l, final); errors.Is(err, store.ErrStreamLogDeleted) {
-			h.deletedElsewhere(l)
-		}
+		_ = h.persist(l, final) // a failure is logged, a delete elsewhere handled
 	}
 }
 
