@@ -74,11 +74,7 @@ func (b *usageBatch) mergeLocked(rec store.UsageRecord) {
 	k := usageKey{rec.Day, rec.Key, rec.Route, rec.Target, rec.Model}
 	cur := b.pending[k]
 	cur.Day, cur.Key, cur.Route, cur.Target, cur.Model = rec.Day, rec.Key, rec.Route, rec.Target, rec.Model
-	cur.Requests += rec.Requests
-	cur.InputTokens += rec.InputTokens
-	cur.OutputTokens += rec.OutputTokens
-	cur.CachedTokens += rec.CachedTokens
-	cur.ReasoningTokens += rec.ReasoningTokens
+	cur.AddCounts(rec)
 	b.pending[k] = cur
 }
 

@@ -82,6 +82,15 @@ type UsageRecord struct {
 // Tokens is input plus output tokens (what budgets count).
 func (u UsageRecord) Tokens() int64 { return u.InputTokens + u.OutputTokens }
 
+// AddCounts adds o's counters (requests and tokens) to u's.
+func (u *UsageRecord) AddCounts(o UsageRecord) {
+	u.Requests += o.Requests
+	u.InputTokens += o.InputTokens
+	u.OutputTokens += o.OutputTokens
+	u.CachedTokens += o.CachedTokens
+	u.ReasoningTokens += o.ReasoningTokens
+}
+
 // UsageStore keeps per-day usage totals.
 type UsageStore interface {
 	// AddUsage adds u's counters to the total of its (day, key, route,
@@ -312,11 +321,7 @@ func (s *PebbleStore) AddUsages(ctx context.Context, us []UsageRecord) (errs []e
 			errs[i] = fmt.Errorf("store: add usage: %w", err)
 			continue
 		}
-		u.Requests += cur.Requests
-		u.InputTokens += cur.InputTokens
-		u.OutputTokens += cur.OutputTokens
-		u.CachedTokens += cur.CachedTokens
-		u.ReasoningTokens += cur.ReasoningTokens
+		u.AddCounts(cur)
 		v, _ := json.Marshal(u)
 		if err := b.Set(k, v, nil); err != nil {
 			errs[i] = fmt.Errorf("store: add usage: %w", err)
