@@ -465,7 +465,8 @@ func convStore(st store.Store) store.ConversationStore {
 }
 
 // policyConfig renders each policy's YAML config as the JSON the config host
-// function hands to the guest.
+// function hands to the guest. config.Validate has refused what JSON cannot
+// hold, so nothing is skipped here in practice.
 func policyConfig(in map[string]any) map[string]json.RawMessage {
 	out := make(map[string]json.RawMessage, len(in))
 	for name, v := range in {

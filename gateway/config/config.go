@@ -599,6 +599,7 @@ func (c *Config) Validate() error {
 	}
 	c.validateAccounts(bad)
 	c.validateTracing(bad)
+	c.validatePolicies(bad)
 	return errors.Join(errs...)
 }
 

@@ -1,0 +1,32 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+// A policy config JSON cannot hold is a config error naming the spot:
+// rendered for the guest, it would be dropped whole and the policy would
+// run without its config.
+func TestPolicyConfigMustBeJSON(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml, want string
+	}{
+		{"number key", "policies:\n  rewrite:\n    model_aliases: {fast: m}\n    2024: note\n", "policies.rewrite.2024: the key 2024 is a number"},
+		{"nested bool key", "policies:\n  p:\n    a:\n      - {true: 1}\n", "policies.p.a[0].true: the key true is a boolean"},
+		{"null key", "policies:\n  p:\n    ~: 1\n", "policies.p.null: the key null is a null"},
+		{"infinity", "policies:\n  p:\n    limit: .inf\n", "policies.p.limit: +Inf cannot be handed to a policy"},
+		{"nan in a list", "policies:\n  p: [1, .nan]\n", "policies.p[1]: NaN cannot be handed to a policy"},
+		{"fine", "policies:\n  p:\n    \"2024\": note\n    n: 1.5\n    l: [a, {b: null}]\n", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte("upstreams: [{name: a, base_url: \"http://127.0.0.1:1/v1\"}]\n"+tc.yaml), func(string) (string, bool) { return "", false })
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
