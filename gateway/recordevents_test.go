@@ -142,3 +142,47 @@ func TestRecordedFailureHasUpstreamEvents(t *testing.T) {
 		t.Fatalf("policy test -recording: exit %d, %d lines for %d records\n%s\n%s", code, len(lines), len(recs), out.String(), errs.String())
 	}
 }
+
+// TestRecoverInputTypeOfBareErrorEvent: a Responses error event carries its
+// code and message at the top level beside the event's own "type":"error";
+// the recover policy's input must not take that for the error's type
+// (hostabi/ABI.md §3.1: "the error's type").
+func TestRecoverInputTypeOfBareErrorEvent(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "rec")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rt, err := plugins.New(ctx, plugins.Options{RecordDir: dir, Logger: hclog.NewNullLogger(), PoolSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	h := newHarness(t, harnessConfig{opts: gateway.Options{Policy: rt}})
+
+	frames := upstreamtest.ResponsesStream("resp_1", "m", "one two three", 3)[:3] // created, in_progress or added, a delta
+	frames = append(frames, upstreamtest.SSEEvent([]byte(`{"type":"error","code":"some_code","message":"boom","sequence_number":9}`)))
+	h.ups["A"].Enqueue(upstreamtest.Script{Frames: frames})
+	_, _ = h.streamEvents("/v1/responses", `{"model":"m","input":"hi","stream":true}`)
+
+	recs, text := readRecords(t, dir)
+	found := false
+	for _, rc := range recs {
+		if rc.Hook != "recover" {
+			continue
+		}
+		var in struct {
+			Code string  `json:"code"`
+			Type *string `json:"type"`
+		}
+		_ = json.Unmarshal(rc.Input, &in)
+		if in.Code != "some_code" {
+			continue
+		}
+		found = true
+		if in.Type != nil && *in.Type == "error" {
+			t.Errorf("recover input type %q: the event's type, not the error's\n%s", *in.Type, rc.Input)
+		}
+	}
+	if !found {
+		t.Fatalf("no recover record for the error event:\n%s", text)
+	}
+}

@@ -172,6 +172,11 @@ func UpstreamUnavailable(status int, format string, args ...any) *Error {
 // {"error":{…}}, a bare {"message","type","code","param"} object, and
 // {"type":"error","error":{…}} / response.failed shapes are handled by callers.
 // ok is false when the bytes carry no recognisable error.
+//
+// In a bare object, a type of "error" is the Responses error event's own
+// type ({"type":"error","code",…}), not the error's: Type is left empty
+// then, so that a reader (the recover policy, hostabi/ABI.md §3.1) never
+// takes "error" for an error type.
 func Parse(b []byte) (e Error, ok bool) {
 	var env struct {
 		Error json.RawMessage `json:"error"`
@@ -179,7 +184,12 @@ func Parse(b []byte) (e Error, ok bool) {
 	if json.Unmarshal(b, &env) == nil && len(env.Error) > 0 && env.Error[0] == '{' {
 		return parseObject(env.Error)
 	}
-	return parseObject(b)
+	e, ok = parseObject(b)
+	if e.Type == "error" {
+		e.Type = ""
+		ok = e.Message != "" || e.Code != ""
+	}
+	return e, ok
 }
 
 func parseObject(b []byte) (Error, bool) {

@@ -20,6 +20,9 @@ func TestParse(t *testing.T) {
 		{"string error is not an object", `{"error":"nope"}`, Error{}, false},
 		{"not json", `<html>`, Error{}, false},
 		{"no error fields", `{"id":"x"}`, Error{}, false},
+		{"bare Responses error event", `{"type":"error","code":"c","message":"m","sequence_number":3}`, Error{Message: "m", Code: "c"}, true},
+		{"event type alone is no error", `{"type":"error"}`, Error{}, false},
+		{"nested type is the error's", `{"type":"error","error":{"type":"invalid_request_error","message":"m"}}`, Error{Message: "m", Type: "invalid_request_error"}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
