@@ -333,6 +333,10 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger, admin
 		Logger:    logger.Named("plugins"),
 		RecordDir: cfg.RecordDir,
 
+		CallTimeout:          cfg.PolicyLimits.CallTimeout.D(),
+		MemoryLimitPages:     cfg.PolicyLimits.MemoryPages(),
+		FaultsBeforeRollback: cfg.PolicyLimits.FaultsBeforeRollback,
+
 		// The Wasm compilation cache when the user cache dir cannot be written.
 		FallbackCacheDir: filepath.Join(cfg.DataDir, "wasm-cache"),
 	})

@@ -48,7 +48,10 @@ type Config struct {
 	Timeouts       Timeouts       `yaml:"timeouts"`
 	Continuity     Continuity     `yaml:"continuity"`
 	Policies       map[string]any `yaml:"policies"` // per-policy config, keyed by policy name
-	Upstreams      []Upstream     `yaml:"upstreams"`
+	// PolicyLimits bounds every policy's hook calls (policies.go;
+	// hostabi/ABI.md §7, §8).
+	PolicyLimits PolicyLimits `yaml:"policy_limits"`
+	Upstreams    []Upstream   `yaml:"upstreams"`
 	// Routes map client models to ordered targets; first match wins. None:
 	// every upstream serves every model.
 	Routes []Route `yaml:"routes"`
@@ -241,7 +244,8 @@ func Defaults() Config {
 		Retry:      Retry{MaxWait: Duration(5 * time.Second)},
 		Streams: Streams{MalformedEvents: "skip", ResumeWindow: Duration(10 * time.Minute), ResumeMaxBytes: 8 << 20,
 			ResumeMemoryBytes: 256 << 20, DetachGrace: Duration(10 * time.Second)},
-		Store: defaultStore(),
+		Store:        defaultStore(),
+		PolicyLimits: PolicyLimits{CallTimeout: Duration(50 * time.Millisecond), MemoryMiB: 64, FaultsBeforeRollback: 5},
 	}
 }
 

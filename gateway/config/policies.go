@@ -6,7 +6,32 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 )
+
+// PolicyLimits bounds the policies' hook calls (policy_limits:; the
+// defaults are the plugins runtime's).
+type PolicyLimits struct {
+	// CallTimeout bounds each hook call; the request's own deadline applies
+	// when it comes first.
+	CallTimeout Duration `yaml:"call_timeout"`
+	// MemoryMiB caps each instance's linear memory.
+	MemoryMiB int `yaml:"memory_mib"`
+	// FaultsBeforeRollback is how many faults in a row roll a policy back
+	// (or trip it when it has no earlier version).
+	FaultsBeforeRollback int `yaml:"faults_before_rollback"`
+}
+
+// Limits on policy_limits: a hook call runs on a request's path, so a
+// minute is already far beyond any useful deadline; 4 GiB is all a 32-bit
+// Wasm memory can address.
+const (
+	maxPolicyCallTimeout = time.Minute
+	maxPolicyMemoryMiB   = 4096
+)
+
+// MemoryPages is MemoryMiB in 64 KiB Wasm pages.
+func (l PolicyLimits) MemoryPages() uint32 { return uint32(l.MemoryMiB) * 16 }
 
 // validatePolicies checks that every policy's config (policies:) can be
 // handed to its policy as JSON, which is what the config host function
@@ -15,6 +40,18 @@ import (
 // .inf and .nan. Such a config would be dropped whole when rendered, and
 // the policy would run without it, so it is a config error naming where.
 func (c *Config) validatePolicies(bad func(key, format string, args ...any)) {
+	switch l := c.PolicyLimits; {
+	case l.CallTimeout <= 0:
+		bad("policy_limits.call_timeout", "must be positive")
+	case l.CallTimeout.D() > maxPolicyCallTimeout:
+		bad("policy_limits.call_timeout", "must be at most %s", maxPolicyCallTimeout)
+	}
+	if m := c.PolicyLimits.MemoryMiB; m <= 0 || m > maxPolicyMemoryMiB {
+		bad("policy_limits.memory_mib", "must be between 1 and %d", maxPolicyMemoryMiB)
+	}
+	if c.PolicyLimits.FaultsBeforeRollback <= 0 {
+		bad("policy_limits.faults_before_rollback", "must be positive")
+	}
 	for _, name := range slices.Sorted(maps.Keys(c.Policies)) {
 		if path, problem := jsonUnrepresentable(c.Policies[name], "policies."+name); problem != "" {
 			bad(path, "%s", problem)

@@ -30,3 +30,37 @@ func TestPolicyConfigMustBeJSON(t *testing.T) {
 		})
 	}
 }
+
+// policy_limits: the defaults are the runtime's (50 ms, 64 MiB, 5 faults);
+// set values reach the Config, and out-of-range ones are config errors.
+func TestPolicyLimits(t *testing.T) {
+	parse := func(yaml string) (Config, error) {
+		return Parse([]byte("upstreams: [{name: a, base_url: \"http://127.0.0.1:1/v1\"}]\n"+yaml), func(string) (string, bool) { return "", false })
+	}
+	c, err := parse("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := c.PolicyLimits; l.CallTimeout.D().Milliseconds() != 50 || l.MemoryPages() != 1024 || l.FaultsBeforeRollback != 5 {
+		t.Fatalf("defaults %+v (pages %d)", l, l.MemoryPages())
+	}
+	c, err = parse("policy_limits: {call_timeout: 200ms, memory_mib: 16, faults_before_rollback: 2}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := c.PolicyLimits; l.CallTimeout.D().Milliseconds() != 200 || l.MemoryPages() != 256 || l.FaultsBeforeRollback != 2 {
+		t.Fatalf("set %+v", l)
+	}
+	for yaml, want := range map[string]string{
+		"policy_limits: {call_timeout: 0s}\n":          "policy_limits.call_timeout: must be positive",
+		"policy_limits: {call_timeout: 2m}\n":          "policy_limits.call_timeout: must be at most 1m0s",
+		"policy_limits: {memory_mib: 0}\n":             "policy_limits.memory_mib: must be between 1 and 4096",
+		"policy_limits: {memory_mib: 4097}\n":          "policy_limits.memory_mib: must be between 1 and 4096",
+		"policy_limits: {faults_before_rollback: 0}\n": "policy_limits.faults_before_rollback: must be positive",
+		"policy_limits: {call_timout: 1s}\n":           "call_timout",
+	} {
+		if _, err := parse(yaml); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want %q", yaml, err, want)
+		}
+	}
+}
