@@ -86,7 +86,8 @@ var eventNames = func() map[string]string {
 	return m
 }()
 
-// snapshot renders the Response as the client has it so far.
+// snapshot renders the Response as the client has it so far: while it
+// runs, the items still being written are in_progress.
 func (cs *clientStream) snapshot() []byte {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
@@ -668,7 +669,9 @@ const cancelPollEvery = 100 * time.Millisecond
 
 // abandonedResponse is the Response of a stored log whose gateway gave it
 // up (streamLogs.abandoned): failed, with the error a resume of it ends
-// with.
+// with. The record kept the Response as it ran, its open items
+// in_progress; a Response that ended shows them closed as incomplete, as
+// the gateway's terminal events do (sent.Output.AppendResponse).
 func abandonedResponse(resp []byte) []byte {
 	out, err := sjson.SetBytes(resp, "status", "failed")
 	if err != nil {
@@ -677,6 +680,14 @@ func abandonedResponse(resp []byte) []byte {
 	e := translate.AppendResponseError(nil, apierr.CodeStreamIncomplete, abandonedMessage)
 	if out, err = sjson.SetRawBytes(out, "error", e); err != nil {
 		return resp
+	}
+	for k, item := range gjson.GetBytes(out, "output").Array() { // read once, before the sets
+		if item.Get("status").Str != "in_progress" {
+			continue
+		}
+		if closed, err := sjson.SetBytes(out, "output."+strconv.Itoa(k)+".status", "incomplete"); err == nil {
+			out = closed
+		}
 	}
 	return out
 }

@@ -254,10 +254,15 @@ func Quoted(escaped []byte) []byte {
 	return append(append(append(make([]byte, 0, len(escaped)+2), '"'), escaped...), '"')
 }
 
-// AppendJSON renders the item for a Response object: its done form once
-// done, else its added form closed as incomplete with what was streamed
-// into it.
-func (it *Item) AppendJSON(b []byte) []byte {
+// AppendJSON renders the item for a Response object that ended: its done
+// form once done, else its added form closed as incomplete with what was
+// streamed into it.
+func (it *Item) AppendJSON(b []byte) []byte { return it.appendJSON(b, false) }
+
+// appendJSON renders the item as AppendJSON does; running: for a Response
+// still being written, in which an item not done yet is in_progress (the
+// spec's item status while it is written), not closed as incomplete.
+func (it *Item) appendJSON(b []byte, running bool) []byte {
 	if it.Done != nil {
 		return append(b, it.Done...)
 	}
@@ -267,7 +272,11 @@ func (it *Item) AppendJSON(b []byte) []byte {
 			raw = out
 		}
 	}
-	set("status", []byte(`"incomplete"`))
+	status := `"incomplete"`
+	if running {
+		status = `"in_progress"`
+	}
+	set("status", []byte(status))
 	switch it.Type {
 	case "function_call", "custom_tool_call", "mcp_call":
 		field := "arguments"
@@ -311,16 +320,20 @@ func appendParts(b []byte, parts []*Part) []byte {
 	return append(b, ']')
 }
 
-// AppendOutput appends the output array of a Response object: every item
-// sent, the items still open closed as incomplete with what was streamed
-// into them (Item.AppendJSON).
-func (o *Output) AppendOutput(b []byte) []byte {
+// AppendOutput appends the output array of a Response object that ended:
+// every item sent, the items still open closed as incomplete with what was
+// streamed into them (Item.AppendJSON).
+func (o *Output) AppendOutput(b []byte) []byte { return o.appendOutput(b, false) }
+
+// appendOutput appends the output array as AppendOutput does; running: the
+// items still open are in_progress (Item.appendJSON).
+func (o *Output) appendOutput(b []byte, running bool) []byte {
 	b = append(b, '[')
 	for k, it := range o.Items {
 		if k > 0 {
 			b = append(b, ',')
 		}
-		b = it.AppendJSON(b)
+		b = it.appendJSON(b, running)
 	}
 	return append(b, ']')
 }
@@ -343,6 +356,11 @@ type Response struct {
 	Echo  translate.RequestEcho // the request's fields, for those neither shows
 }
 
+// running reports whether the Response is still being written (a snapshot
+// of a running stream, or its opening event), not ended: its items still
+// open are in_progress then, and closed as incomplete only once it ends.
+func (r *Response) running() bool { return r.Status == "in_progress" || r.Status == "queued" }
+
 // responseKeys are the Response fields the writer sets itself.
 var responseKeys = map[string]bool{"id": true, "object": true, "created_at": true, "status": true, "error": true,
 	"incomplete_details": true, "output": true, "usage": true}
@@ -361,9 +379,10 @@ func (o *Output) AppendEvent(b []byte, typ string, seq int64, r *Response) []byt
 
 // AppendResponse appends a complete Response object (every field the spec's
 // Response requires, null where unknown) with the output already sent, the
-// items still open closed as incomplete, and the usage once known. Its
-// other fields are r.From's, else the last lifecycle event's, else r's
-// model and request echo with the API's defaults.
+// items still open closed as incomplete (in_progress while the Response
+// runs), and the usage once known. Its other fields are r.From's, else the
+// last lifecycle event's, else r's model and request echo with the API's
+// defaults.
 func (o *Output) AppendResponse(b []byte, r *Response) []byte {
 	base := gjson.ParseBytes(o.Base)
 	created := base.Get("created_at")
@@ -399,7 +418,7 @@ func (o *Output) AppendResponse(b []byte, r *Response) []byte {
 		b = append(b, "null"...)
 	}
 	b = append(b, `,"output":`...)
-	b = o.AppendOutput(b)
+	b = o.appendOutput(b, r.running())
 	if len(o.Usage) > 0 { // the spec's usage is an object: absent while unknown
 		b = append(b, `,"usage":`...)
 		b = append(b, o.Usage...)
