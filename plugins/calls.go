@@ -581,7 +581,55 @@ func (r *Runtime) StreamHookActive() bool {
 // result is StreamPass when nothing changed, StreamDrop, or StreamReplace
 // with the final delta/text in out.
 func (r *Runtime) StreamEvent(ctx context.Context, in hostabi.StreamEventInput) hostabi.StreamEventOutput {
+	if !r.recording.Load() {
+		// The per-event path builds no trace: with the hook on, every text
+		// delta of every stream comes here.
+		return r.streamEvent(ctx, in, nil)
+	}
+	var tr Trace
+	out := r.streamEvent(ctx, in, &tr)
+	r.recordStreamEvent(in, out, tr)
+	return out
+}
+
+// StreamEventTrace is StreamEvent that also tells who decided: the module
+// whose answer the output is (a drop, the last replacement, else the first
+// module that answered), with Outcome "decided"; without one, "default", or
+// the first module's fault, error, busy or tripped outcome.
+func (r *Runtime) StreamEventTrace(ctx context.Context, in hostabi.StreamEventInput) (hostabi.StreamEventOutput, Trace) {
+	var tr Trace
+	out := r.streamEvent(ctx, in, &tr)
+	return out, tr
+}
+
+// streamEvent is StreamEvent, filling tr when it is not nil.
+func (r *Runtime) streamEvent(ctx context.Context, in hostabi.StreamEventInput, tr *Trace) hostabi.StreamEventOutput {
 	out := hostabi.StreamEventOutput{Verdict: hostabi.StreamPass}
+	if tr != nil {
+		tr.Outcome = "default"
+	}
+	// note adds a module's step to tr. decided makes a module that
+	// answered the decider when its answer changed the event (a drop or a
+	// replacement) or when no module has decided yet (a pass).
+	var failed TraceStep // the first module that could not answer
+	note := func(step TraceStep) {
+		if tr == nil {
+			return
+		}
+		tr.Steps = append(tr.Steps, step)
+		switch step.Outcome {
+		case outOK.String(), outDefer.String():
+		default:
+			if failed.Policy == "" {
+				failed = step
+			}
+		}
+	}
+	decided := func(v *version, changed bool) {
+		if tr != nil && (changed || tr.Outcome != "decided") {
+			tr.Policy, tr.Outcome = v.name, "decided"
+		}
+	}
 	mods := r.active.Load().byHook[hStreamEvent]
 	if len(mods) == 0 {
 		return out
@@ -597,6 +645,7 @@ func (r *Runtime) StreamEvent(ctx context.Context, in hostabi.StreamEventInput) 
 			v.release()
 			v.hookMetrics(hStreamEvent).tripped.Inc()
 			r.fallback(hStreamEvent, outTripped.String())
+			note(TraceStep{Policy: v.name, Outcome: outTripped.String()})
 			continue
 		}
 		buf = hostabi.AppendStreamEventInput(buf[:0], in)
@@ -608,25 +657,34 @@ func (r *Runtime) StreamEvent(ctx context.Context, in hostabi.StreamEventInput) 
 			return kind, err
 		})
 		v.release()
+		note(step)
 		if step.Outcome != outOK.String() {
 			if step.Outcome != outDefer.String() {
 				r.fallback(hStreamEvent, outcomeFrom(step.Outcome).fallbackReason())
 			}
 			continue
 		}
+		changed := false
 		switch res.Verdict {
 		case hostabi.StreamDrop:
 			if in.HasDelta {
+				decided(v, true)
 				return hostabi.StreamEventOutput{Verdict: hostabi.StreamDrop}
 			}
 		case hostabi.StreamReplace:
 			if res.HasDelta && in.HasDelta && res.Delta != in.Delta {
 				in.Delta, out.Delta, out.HasDelta, out.Verdict = res.Delta, res.Delta, true, hostabi.StreamReplace
+				changed = true
 			}
 			if res.HasText && in.HasText && res.Text != in.Text {
 				in.Text, out.Text, out.HasText, out.Verdict = res.Text, res.Text, true, hostabi.StreamReplace
+				changed = true
 			}
 		}
+		decided(v, changed)
+	}
+	if tr != nil && tr.Outcome == "default" && failed.Policy != "" {
+		tr.Policy, tr.Outcome = failed.Policy, failed.Outcome
 	}
 	return out
 }

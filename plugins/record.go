@@ -25,15 +25,15 @@ import (
 // recording replays as it is (`sluice policy test FILE -recording DIR`).
 type Record struct {
 	Time      string            `json:"time"`
-	Hook      string            `json:"hook"`            // recover, replay or rewrite
-	Input     json.RawMessage   `json:"input,omitempty"` // recover and replay: the hook input (ABI.md §3)
+	Hook      string            `json:"hook"`            // recover, replay, rewrite or stream_event
+	Input     json.RawMessage   `json:"input,omitempty"` // recover, replay and stream_event: the hook input (ABI.md §3)
 	Surface   string            `json:"surface,omitempty"`
 	Endpoint  string            `json:"endpoint,omitempty"`
 	Body      json.RawMessage   `json:"body,omitempty"`    // rewrite: the client body
 	Headers   map[string]string `json:"headers,omitempty"` // rewrite: the headers a policy may read
 	Verdict   string            `json:"verdict"`           // the verdict name; for rewrite changed, unchanged or rejected
 	DecidedBy string            `json:"decided_by"`        // the policy, or "default"
-	Output    json.RawMessage   `json:"output,omitempty"`  // recover and replay: the output
+	Output    json.RawMessage   `json:"output,omitempty"`  // recover, replay and stream_event: the output
 	// UpstreamEvents are the last upstream events (at most eventring.Size,
 	// oldest first) of the attempt whose failure a recover or replay call
 	// is about, when the gateway saw any; keys and ids in them are
@@ -201,5 +201,16 @@ func (r *Runtime) recordRewrite(in hostabi.RewriteInput, out hostabi.RewriteOutp
 	if strings.TrimSpace(string(rc.Body)) == "" {
 		rc.Body = nil
 	}
+	r.record(&rc, tr)
+}
+
+// recordStreamEvent records one stream_event call: a line per event, its
+// input and output in the ABI's encoding (ABI.md §3.5), so that a replay
+// gives the module exactly what it got. Like a rewrite body, the delta or
+// text is recorded as sent; file rotation bounds the volume.
+func (r *Runtime) recordStreamEvent(in hostabi.StreamEventInput, out hostabi.StreamEventOutput, tr Trace) {
+	rc := Record{Hook: "stream_event", Verdict: out.Verdict.String(),
+		Input:  hostabi.AppendStreamEventInput(nil, in),
+		Output: hostabi.AppendStreamEventOutput(nil, out)}
 	r.record(&rc, tr)
 }

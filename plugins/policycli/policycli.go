@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,10 +51,11 @@ commands:
   test FILE -events EVENTS.jsonl [-config JSON|@FILE] [-wasm-cache-dir DIR]
         run each event through FILE (then the built-in defaults) and print one
         JSON result per line; an event is {"hook":"recover","input":{…}},
-        {"hook":"replay","input":{…}} or {"hook":"rewrite","body":{…},
-        "headers":{…},"surface":"…","endpoint":"…"}; an optional "expect"
-        (a verdict name, or for rewrite "changed", "unchanged", "rejected")
-        makes the command fail when the result differs
+        {"hook":"replay","input":{…}}, {"hook":"stream_event","input":{…}} or
+        {"hook":"rewrite","body":{…},"headers":{…},"surface":"…",
+        "endpoint":"…"}; an optional "expect" (a verdict name, or for rewrite
+        "changed", "unchanged", "rejected") makes the command fail when the
+        result differs; an input FILE faults or errs on is a failure
   help [COMMAND]
         print this, or a command's flags, environment and examples (also
         sluice policy COMMAND -h)
@@ -166,16 +168,25 @@ examples:
 
 Run each event of EVENTS.jsonl through FILE (then the built-in defaults)
 and print one JSON result per line. An event is {"hook":"recover",
-"input":{…}}, {"hook":"replay","input":{…}} or {"hook":"rewrite",
+"input":{…}}, {"hook":"replay","input":{…}}, {"hook":"stream_event",
+"input":{…}} (ABI.md §3.5's input: a delta or a text) or {"hook":"rewrite",
 "body":{…},"headers":{…},"surface":"…","endpoint":"…"}; an optional
 "expect" (a verdict name, or for rewrite "changed", "unchanged",
 "rejected") makes the command exit 1 when the result differs. Blank lines
 and lines starting with # are skipped.
 
+Every input gets FILE's own answer: unlike the gateway, the test never
+rolls FILE back or trips it after faults in a row. An input FILE faults or
+errs on has an "error" (its verdict is the built-in default's) and makes
+the command exit 1.
+
 With -recording, every line of DIR/*.jsonl (what record_dir wrote, oldest
 first; or one such file) runs through FILE and the output is one
-{"hook","request","recorded_verdict","verdict","changed"} line per input
-(request is FILE:LINE in the recording), then {"summary":{…}}.
+{"hook","request","recorded_verdict","verdict","changed","decided_by",
+"outcome"} line per input (request is FILE:LINE in the recording; for
+stream_event also "output" and "recorded_output", the replacement, and
+changed is true when either the verdict or the replacement differs), then
+{"summary":{…}}.
 
 flags:
   -events EVENTS.jsonl
@@ -683,6 +694,12 @@ func openAs(ctx context.Context, file, label string, cfg json.RawMessage, cacheD
 		CacheDir: cacheDir,
 		PoolSize: 1,
 		Prewarm:  1,
+		// A test reports the module's own answer for every input, so it
+		// never rolls the module back or trips it (which the gateway does
+		// after FaultsBeforeRollback faults in a row, asynchronously, so
+		// later inputs would get the default at random): a count no run
+		// reaches. Each fault is reported on its own input.
+		FaultsBeforeRollback: math.MaxInt,
 	}
 	if cfg != nil {
 		opts.Config = map[string]json.RawMessage{name: cfg}
@@ -913,17 +930,37 @@ func runEvent(ctx context.Context, rt *plugins.Runtime, line int, text []byte) r
 		}
 		res.SetHdrs, res.RmHdrs, res.Upstream = out.SetHeaders, out.RemoveHeaders, out.Upstream
 		res.Error = traceError(tr)
+	case "stream_event":
+		// The ABI's own decoder: it tells a present "delta":"" from none,
+		// and an absent index from 0, as the gateway does.
+		in, err := hostabi.DecodeStreamEventInput(ev.Input)
+		if err != nil {
+			res.Error = "bad stream_event input: " + err.Error()
+			return res
+		}
+		if !in.HasDelta && !in.HasText {
+			res.Error = `stream_event input without "delta" or "text": the gateway asks only about events with one`
+			return res
+		}
+		out, tr := rt.StreamEventTrace(ctx, in)
+		res.Verdict, res.DecidedBy, res.Outcome = out.Verdict.String(), decidedBy(tr), tr.Outcome
+		res.Output = json.RawMessage(hostabi.AppendStreamEventOutput(nil, out))
+		res.Error = traceError(tr)
 	default:
-		res.Error = fmt.Sprintf("unknown hook %q (want recover, replay or rewrite)", ev.Hook)
+		res.Error = fmt.Sprintf("unknown hook %q (want recover, replay, rewrite or stream_event)", ev.Hook)
 	}
 	return res
 }
 
-// traceError reports a fault or error of the module under test.
+// traceError reports a fault or error of the module under test: the
+// verdict then is the built-in default's, not the module's answer.
 func traceError(tr plugins.Trace) string {
 	for _, s := range tr.Steps {
-		if s.Error != "" {
+		switch {
+		case s.Error != "":
 			return s.Policy + ": " + s.Outcome + ": " + s.Error
+		case s.Outcome == "tripped":
+			return s.Policy + ": tripped: the built-in default answered"
 		}
 	}
 	return ""

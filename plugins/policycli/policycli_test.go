@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -97,6 +98,81 @@ func TestTestEvents(t *testing.T) {
 	_ = os.WriteFile(events, []byte(`{"hook":"recover","input":{"code":"x"},"expect":"recover"}`+"\n"), 0o644)
 	if code, _, _ := run(t, "test", filepath.Join(root, "policies", "recover.wasm"), "-events", events); code != 1 {
 		t.Fatalf("expectation mismatch passed: %d", code)
+	}
+}
+
+// TestTestNeverTripsTheModule: the gateway rolls a policy back (or trips
+// it) after 5 faults in a row, but a test must report the module's own
+// answer for every input. A module that traps on long inputs gets an error
+// on each of those, and still answers every short input after 40 faults,
+// through -events and -recording alike.
+func TestTestNeverTripsTheModule(t *testing.T) {
+	mod := filepath.Join("testdata", "trap_long_recover.wasm")
+	long := `{"surface":"chat_json","upstream":"u","code":"x","message":"` + strings.Repeat("long ", 30) + `"}`
+	short := `{"surface":"chat_json","upstream":"u","code":"x"}`
+	const faults, answers = 40, 3
+	var events, recording strings.Builder
+	for range faults {
+		events.WriteString(`{"hook":"recover","input":` + long + "}\n")
+		recording.WriteString(`{"hook":"recover","input":` + long + `,"verdict":"pass","decided_by":"default"}` + "\n")
+	}
+	for range answers {
+		events.WriteString(`{"hook":"recover","input":` + short + `,"expect":"recover"}` + "\n")
+		recording.WriteString(`{"hook":"recover","input":` + short + `,"verdict":"recover","decided_by":"trap_long_recover"}` + "\n")
+	}
+	dir := t.TempDir()
+	evFile, recFile := filepath.Join(dir, "events.jsonl"), filepath.Join(dir, "hooks-1.jsonl")
+	if err := os.WriteFile(evFile, []byte(events.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(recFile, []byte(recording.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	code, out, errs := run(t, "test", mod, "-events", evFile)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 1 || len(lines) != faults+answers || !strings.Contains(errs, fmt.Sprintf("%d event(s) failed", faults)) {
+		t.Fatalf("exit %d, %d lines\n%s\n%s", code, len(lines), out, errs)
+	}
+	for i, l := range lines {
+		var r result
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatal(err)
+		}
+		if i < faults {
+			if r.Outcome != "fault" || !strings.Contains(r.Error, "trap_long_recover: fault:") {
+				t.Errorf("a faulted input is not reported as an error: %s", l)
+			}
+			continue
+		}
+		if r.Verdict != "recover" || r.DecidedBy != "trap_long_recover" || r.Outcome != "decided" || r.Error != "" || r.Pass == nil || !*r.Pass {
+			t.Errorf("after %d faults the module's own answer is not reported: %s", faults, l)
+		}
+	}
+
+	code, out, errs = run(t, "test", mod, "-recording", recFile)
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	if code != 1 || len(lines) != faults+answers+1 {
+		t.Fatalf("exit %d, %d lines\n%s\n%s", code, len(lines), out, errs)
+	}
+	for i, l := range lines[:faults+answers] {
+		var r replayed
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatal(err)
+		}
+		if i < faults {
+			if r.Outcome != "fault" || r.Error == "" || r.DecidedBy != "default" {
+				t.Errorf("a faulted input is not reported as an error: %s", l)
+			}
+			continue
+		}
+		if r.Changed || r.Verdict != "recover" || r.DecidedBy != "trap_long_recover" || r.Outcome != "decided" || r.Error != "" {
+			t.Errorf("after %d faults the module's own answer is not reported: %s", faults, l)
+		}
+	}
+	var sum summary
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &sum); err != nil || sum.Summary.Errors != faults || sum.Summary.Changed != 0 {
+		t.Fatalf("summary %s (%v)", lines[len(lines)-1], err)
 	}
 }
 

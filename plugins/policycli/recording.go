@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/sluice-gw/sluice/plugins"
 )
 
@@ -22,8 +23,13 @@ type replayed struct {
 	Verdict         string `json:"verdict"`
 	Changed         bool   `json:"changed"`
 	DecidedBy       string `json:"decided_by,omitempty"`
-	Error           string `json:"error,omitempty"`
-	Expect          string `json:"expect,omitempty"`
+	Outcome         string `json:"outcome,omitempty"` // as -events reports it
+	// Output and RecordedOutput are a stream_event's answers now and in the
+	// recording: a replace's verdict says nothing of its replacement.
+	Output         json.RawMessage `json:"output,omitempty"`
+	RecordedOutput json.RawMessage `json:"recorded_output,omitempty"`
+	Error          string          `json:"error,omitempty"`
+	Expect         string          `json:"expect,omitempty"`
 }
 
 // summary is the last output line of `policy test -recording`.
@@ -125,8 +131,12 @@ func runRecording(ctx context.Context, file, dir, expectFile string, cfg json.Ra
 			_ = json.Unmarshal(text, &rec)
 			res := runEvent(ctx, rt, line, text)
 			out := replayed{Hook: res.Hook, Request: fmt.Sprintf("%s:%d", filepath.Base(f), line),
-				RecordedVerdict: rec.Verdict, Verdict: res.Verdict, DecidedBy: res.DecidedBy, Error: res.Error}
+				RecordedVerdict: rec.Verdict, Verdict: res.Verdict, DecidedBy: res.DecidedBy, Outcome: res.Outcome, Error: res.Error}
 			out.Changed = out.Verdict != out.RecordedVerdict
+			if now, ok := res.Output.(json.RawMessage); ok && res.Hook == "stream_event" {
+				out.Output, out.RecordedOutput = now, rec.Output
+				out.Changed = out.Changed || (len(rec.Output) > 0 && !sameStreamOutput(now, rec.Output))
+			}
 			sum.Summary.Inputs++
 			if out.Error != "" {
 				sum.Summary.Errors++
@@ -175,4 +185,13 @@ func runRecording(ctx context.Context, file, dir, expectFile string, cfg json.Ra
 		return errReported
 	}
 	return nil
+}
+
+// sameStreamOutput reports whether two stream_event outputs (ABI.md §3.5)
+// say the same: the recording's was re-encoded (HTML characters escaped),
+// so they are compared decoded, not byte for byte.
+func sameStreamOutput(a, b json.RawMessage) bool {
+	x, errA := hostabi.DecodeStreamEventOutput(a)
+	y, errB := hostabi.DecodeStreamEventOutput(b)
+	return errA == nil && errB == nil && x == y
 }
