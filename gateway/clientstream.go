@@ -611,6 +611,8 @@ func (cs *clientStream) writeLocked(name string, data []byte, f *eventFields) er
 	}
 	data = cs.renumber(data, f.seq)
 	if cs.resumable {
+		// With streams.durable, a terminal event is in the store when this
+		// returns (streamLog.seal): the client gets it only then.
 		cs.logLocked(name, data, terminal)
 	}
 	if err := cs.eventLocked(name, data, meterSkipsResponsesEvent(f.Type.Str, terminal)); err != nil {

@@ -146,6 +146,11 @@ type streamLog struct {
 	waiting   bool          // a follower holds wake
 	done      chan struct{} // closed when the log ends
 	followers int
+	// sealing: the terminal event came, and the log ends once the store has
+	// it (seal); sealed is that event meanwhile (nil when the log does not
+	// keep it), kept out of events so that no resumer sees it before then.
+	sealing bool
+	sealed  *store.StreamEvent
 	// snapshot renders the Response so far (status in_progress); nil once
 	// ended. It locks the client stream: never call it under mu.
 	snapshot func() []byte
@@ -160,9 +165,12 @@ type streamLog struct {
 
 	arena []byte // event data, appended: one allocation per arenaChunk, not per event
 
-	flushMu sync.Mutex // one durable write at a time, in order
-	flushed int64      // events already in the store
-	savedAt time.Time  // when the record was last written (zero: never)
+	// flushMu: one durable write at a time, in order. It is taken under
+	// the client stream's lock (seal) and is never held while taking it:
+	// the Response so far is rendered (snapshot) before flushMu.
+	flushMu sync.Mutex
+	flushed int64     // events already in the store
+	savedAt time.Time // when the record was last written (zero: never); under mu
 	timer   *time.Timer
 }
 
@@ -469,7 +477,7 @@ func (l *streamLog) append(seq int64, name string, data []byte, terminal bool) {
 		}
 	}
 	l.mu.Lock()
-	if l.ended {
+	if l.ended || l.sealing {
 		l.mu.Unlock()
 		l.hub.bytes.Add(-int64(len(final)))
 		if charged {
@@ -488,6 +496,10 @@ func (l *streamLog) append(seq int64, name string, data []byte, terminal bool) {
 		}
 		charged, counted = true, false
 	}
+	// A durable log's terminal event is in the store before the log ends,
+	// and before the client stream, which logs each event before it writes
+	// it, sends it (README "Durable").
+	seal := terminal && l.hub.opts.Store != nil && !l.ephemeral && !l.deleted
 	switch {
 	case l.dropped || seq != int64(len(l.events)):
 		if counted {
@@ -499,7 +511,12 @@ func (l *streamLog) append(seq int64, name string, data []byte, terminal bool) {
 			// rather than growing through 1, 2 and 4.
 			l.events = make([]store.StreamEvent, 0, 8)
 		}
-		l.events = append(l.events, store.StreamEvent{Seq: seq, Name: name, Data: l.keep(data)})
+		ev := store.StreamEvent{Seq: seq, Name: name, Data: l.keep(data)}
+		if seal {
+			l.sealed = &ev
+		} else {
+			l.events = append(l.events, ev)
+		}
 		l.bytes += n
 	default:
 		if counted {
@@ -510,21 +527,69 @@ func (l *streamLog) append(seq int64, name string, data []byte, terminal bool) {
 	if terminal {
 		l.lastAt = l.hub.now() // the window counts from the end
 		l.bytes += int64(len(final))
-		l.endLocked(final)
+		if seal {
+			l.sealing = true
+			if final != "" {
+				l.final = []byte(final)
+			}
+			if l.timer != nil && l.timer.Stop() { // seal writes what it would have
+				l.timer = nil
+				l.hub.writes.Done()
+			}
+		} else {
+			l.endLocked(final)
+		}
 	}
-	if l.waiting { // no follower, no channel: nothing allocated per event
-		close(l.wake)
-		l.wake, l.waiting = make(chan struct{}), false
-	}
+	l.wakeLocked()
 	ended := l.ended
 	l.mu.Unlock()
 	switch {
 	case l.ephemeral && ended:
 		l.hub.forget(l) // its followers keep reading what they hold
 	case l.ephemeral:
-	case l.hub.opts.Store != nil:
-		l.scheduleFlush(ended)
+	case seal:
+		l.seal()
+	case l.hub.opts.Store != nil && !ended:
+		l.scheduleFlush()
 	}
+}
+
+// wakeLocked wakes the followers waiting for an event (l.mu held).
+func (l *streamLog) wakeLocked() {
+	if l.waiting { // no follower, no channel: nothing allocated per event
+		close(l.wake)
+		l.wake, l.waiting = make(chan struct{}), false
+	}
+}
+
+// seal writes the log's new events, its terminal event and its record,
+// ended, to the store, and then ends the log here. It runs in append, under
+// the client stream's lock, so the client gets the terminal event (and a
+// resumer, GET or a cancel sees the response end) only once a restart would
+// find it: a client never sees a response complete that reads as failed
+// after a crash (README "Durable", docs/ARCHITECTURE.md §7). A write that
+// fails is logged, and the terminal event still goes out: the response did
+// end so, and its client gets what it was sent, as with an anchor that
+// could not be made durable; only a restart before the log expires loses
+// its end.
+func (l *streamLog) seal() {
+	h := l.hub
+	h.writes.Add(1)
+	err := l.flush(false)
+	h.writes.Done()
+	if err != nil {
+		h.log.Error("a stream ended before its log was durable: after a restart it reads as stopped mid-way",
+			"response_id", LogID(l.id), "error", err)
+	}
+	l.mu.Lock()
+	if l.sealed != nil {
+		l.events = append(l.events, *l.sealed)
+		l.sealed = nil
+	}
+	l.sealing = false
+	l.endLocked("") // l.final is set
+	l.wakeLocked()
+	l.mu.Unlock()
 }
 
 // arenaChunk is the size of the buffers a log copies its events into.
@@ -587,13 +652,13 @@ func (h *streamLogs) answered(id, owner string, input, response []byte) {
 		return // no room: the answer is not kept (GET asks the owner, if any)
 	}
 	l := h.open(id, owner, false, false, input)
-	l.savedAt = time.Now() // written below, ended
 	l.mu.Lock()
+	l.savedAt = time.Now() // written below, ended
 	l.bytes += n
 	l.endLocked(string(response))
 	l.mu.Unlock()
 	if h.opts.Store != nil {
-		_ = h.persist(l, true) // a failure is logged
+		_ = h.persist(l, true, response) // a failure is logged
 	}
 }
 
@@ -606,17 +671,26 @@ func (l *streamLog) response() (resp []byte, ended bool) {
 	if ended || snap == nil {
 		return final, ended
 	}
-	return snap(), false
+	resp = snap()
+	// The snapshot waits for the client stream's lock, which a stream
+	// ending holds until its log ended (seal): a log that ended meanwhile
+	// answers with its final Response, not the snapshot's guess of it.
+	l.mu.Lock()
+	if l.ended {
+		resp, ended = l.final, true
+	}
+	l.mu.Unlock()
+	return resp, ended
 }
 
 // ---- durable logs ----
 
-// persist writes l's record (and, ended, its final form) to the store. On a
-// shared store a record another replica deleted is not written back: the
-// log is stopped and forgotten here too (deletedElsewhere) and the error is
-// ErrStreamLogDeleted. Other failures are logged.
-func (h *streamLogs) persist(l *streamLog, ended bool) error {
-	resp, _ := l.response()
+// persist writes l's record, with resp as its Response (ended: the final
+// one), to the store. On a shared store a record another replica deleted is
+// not written back: the log is stopped and forgotten here too
+// (deletedElsewhere) and the error is ErrStreamLogDeleted. Other failures
+// are logged.
+func (h *streamLogs) persist(l *streamLog, ended bool, resp []byte) error {
 	rec := store.StreamLog{ResponseID: l.id, Owner: l.owner, Background: l.background, Ended: ended, Response: resp,
 		Input: l.input, Status: gjson.GetBytes(resp, "status").Str, CreatedAt: l.created,
 		ExpiresAt: h.now().Add(h.opts.Window + time.Hour)}
@@ -646,54 +720,83 @@ func (h *streamLogs) persist(l *streamLog, ended bool) error {
 	return nil
 }
 
-// scheduleFlush writes the log's new events to the store soon (at once
-// when it ended, followed by its final record).
-func (l *streamLog) scheduleFlush(ended bool) {
+// scheduleFlush writes the log's new events to the store soon (its end is
+// written by seal).
+func (l *streamLog) scheduleFlush() {
 	h := l.hub
-	if ended {
-		h.writes.Add(1)
-		go func() {
-			defer h.writes.Done()
-			l.flush(true)
-		}()
-		return
-	}
 	l.mu.Lock()
 	if l.timer == nil {
 		h.writes.Add(1)
 		l.timer = time.AfterFunc(durableFlushEvery, func() {
 			defer h.writes.Done()
-			l.flush(false)
+			l.mu.Lock()
+			l.timer = nil
+			l.mu.Unlock()
+			_ = l.flush(false) // a failure is logged
 		})
 	}
 	l.mu.Unlock()
 }
 
-func (l *streamLog) flush(final bool) {
+// recordDue reports whether a flush writes the record of a log that runs:
+// the first time (events need it), when asked (save), at each flush once
+// the log dropped its events (the record is all the store gets), and else
+// at most every recordSaveEvery, so that a poll on another replica sees the
+// output grow. A log that ends writes its record in the flush itself.
+func (l *streamLog) recordDue(now bool) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended || l.sealing {
+		return false
+	}
+	return now || l.dropped || l.savedAt.IsZero() || time.Since(l.savedAt) > recordSaveEvery
+}
+
+// flush writes the log's new events to the store, after its record when one
+// is due (recordDue; saveRecord: now). Once the log ends (it ended, or its
+// terminal event is being sealed) the events include the terminal one and
+// the record is written again after them, ended, with the final Response.
+// It returns the error of a write that failed (logged); a log deleted,
+// here or elsewhere, is not written, and is no error.
+func (l *streamLog) flush(saveRecord bool) error {
+	// The Response so far is rendered before flushMu: rendering it locks the
+	// client stream, which holds that lock while seal waits for flushMu.
+	var sofar []byte
+	if l.recordDue(saveRecord) {
+		sofar, _ = l.response()
+	}
 	l.flushMu.Lock()
 	defer l.flushMu.Unlock()
 	l.mu.Lock()
-	l.timer = nil
 	pending := l.events[min(l.flushed, int64(len(l.events))):]
+	if l.sealed != nil {
+		pending = append(pending[:len(pending):len(pending)], *l.sealed)
+	}
 	dropped := l.dropped
-	// A flush timer that fires after the log ended writes the record ended
-	// too: never back to running, which a replica or a restarted gateway
-	// would take for a gateway that stopped mid-stream.
-	final = final || l.ended
+	// A flush timer that fires after the log ended (or began to) writes the
+	// record ended too: never back to running, which a replica or a
+	// restarted gateway would take for a gateway that stopped mid-stream.
+	final := l.ended || l.sealing
+	resp := sofar
+	if final {
+		resp = l.final
+	}
+	first := l.savedAt.IsZero()
 	deleted := l.deleted
 	l.mu.Unlock()
 	if deleted {
-		return // DELETE forgot it: nothing is written back
+		return nil // DELETE forgot it: nothing is written back
 	}
 	h := l.hub
 	// The record goes first (events need it, and a stream that ended before
-	// its first timed flush has none yet) and then at most every
-	// recordSaveEvery, so a poll on another replica sees the output grow.
-	if l.savedAt.IsZero() || !final && time.Since(l.savedAt) > recordSaveEvery {
-		err := h.persist(l, false)
+	// its first timed flush has none yet).
+	if first || !final && sofar != nil {
+		err := h.persist(l, false, resp)
+		l.mu.Lock()
 		l.savedAt = time.Now()
+		l.mu.Unlock()
 		if errors.Is(err, store.ErrStreamLogDeleted) {
-			return
+			return nil
 		}
 	}
 	if len(pending) > 0 && !dropped {
@@ -703,27 +806,29 @@ func (l *streamLog) flush(final bool) {
 		switch {
 		case errors.Is(err, store.ErrStreamLogDeleted):
 			h.deletedElsewhere(l)
-			return
+			return nil
 		case err != nil:
 			h.log.Error("writing stream events failed", "response_id", LogID(l.id), "error", err)
-			return
+			return err
 		}
 		l.mu.Lock()
 		l.flushed = pending[len(pending)-1].Seq + 1
 		l.mu.Unlock()
 	}
-	if final || dropped {
-		_ = h.persist(l, final) // a failure is logged, a delete elsewhere handled
+	if !final {
+		return nil
 	}
+	// A failure is logged, a delete elsewhere handled.
+	if err := h.persist(l, true, resp); err != nil && !errors.Is(err, store.ErrStreamLogDeleted) {
+		return err
+	}
+	return nil
 }
 
 // save writes the record now (a background response, before its id is
 // answered: any replica can then find it).
 func (l *streamLog) save() {
-	l.flushMu.Lock()
-	defer l.flushMu.Unlock()
-	_ = l.hub.persist(l, false) // a failure is logged; the first flush writes it again
-	l.savedAt = time.Now()
+	_ = l.flush(true) // a failure is logged
 }
 
 // ---- followers ----
