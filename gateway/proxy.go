@@ -16,6 +16,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/sluice-gw/sluice/gateway/sse"
+	"github.com/sluice-gw/sluice/gateway/streaminput"
 	"github.com/sluice-gw/sluice/gateway/upstream"
 	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/sluice-gw/sluice/internal/apierr"
@@ -120,21 +121,29 @@ func (s *Server) process(ctx context.Context, out responder, req *clientRequest,
 			req.body = body
 		}
 	}
-	if s.logs != nil && req.stream && !req.ep.chat && (req.background || s.logs.opts.DetachGrace > 0) {
+	if s.logs != nil && req.stream && !req.ep.chat {
+		// The stream has a log: its client's context ends it only through
+		// the watch below, which tells a client that went away from one
+		// that cancelled the response.
 		ctx = context.WithoutCancel(ctx)
 	}
 	ctx, abandon := context.WithCancelCause(ctx)
 	defer abandon(nil)
 	cs := s.newClientStream(ctx, out, req, start)
 	cs.abandon = abandon
-	if clientCtx != ctx {
-		stop := context.AfterFunc(clientCtx, func() {
-			cs.mu.Lock()
-			defer cs.mu.Unlock()
-			cs.goneLocked()
-		})
-		defer stop()
-	}
+	stop := context.AfterFunc(clientCtx, func() {
+		if errors.Is(context.Cause(clientCtx), streaminput.ErrSessionDeleted) {
+			// The streaming-input session that sent the request was deleted
+			// (gateway/streaminput/README.md): the response is cancelled
+			// as DELETE /v1/responses/{id} cancels it, for every reader.
+			abandon(errCancelled)
+			return
+		}
+		cs.mu.Lock()
+		defer cs.mu.Unlock()
+		cs.goneLocked()
+	})
+	defer stop()
 	cs.onEnd = req.meta.setReason
 	cs.watchClientEOF()
 	defer cs.close()

@@ -54,8 +54,9 @@ type env struct {
 type envConfig struct {
 	dir      string // store directory; default a fresh t.TempDir()
 	noStore  bool
-	opts     streaminput.Options // Store, Dispatch, Logger and Registerer are filled in
-	dispatch http.Handler        // replaces the gateway as the Manager's Dispatch
+	opts     streaminput.Options   // Store, Dispatch, Logger and Registerer are filled in
+	dispatch http.Handler          // replaces the gateway as the Manager's Dispatch
+	resume   gateway.ResumeOptions // the gateway's resumable streams (streams.*)
 }
 
 type syncBuffer struct {
@@ -103,7 +104,7 @@ func newEnv(t testing.TB, cfg envConfig) *env {
 		t.Fatal(err)
 	}
 	pool.ProbeAll(context.Background())
-	e.gw, err = gateway.New(gateway.Options{Pool: pool, Logger: logger.Named("gateway")})
+	e.gw, err = gateway.New(gateway.Options{Pool: pool, Logger: logger.Named("gateway"), Resume: cfg.resume})
 	if err != nil {
 		t.Fatal(err)
 	}

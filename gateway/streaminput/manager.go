@@ -376,6 +376,9 @@ func (m *Manager) restore(ctx context.Context) error {
 		}
 		resumed++
 		s.mu.Lock()
+		// Started before the restart: its readers may have seen part of
+		// an answer that is lost, and the request is sent again.
+		s.resent = s.started && !s.done
 		if !s.started && !s.done && s.policy.holds(s.next, s.contig, s.finished) {
 			s.started = true
 		}

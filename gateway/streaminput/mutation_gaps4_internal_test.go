@@ -106,8 +106,8 @@ func TestResultServeStartingAfter(t *testing.T) {
 			t.Fatalf("limit %d: the buffer was not trimmed", limit)
 		}
 		rec := httptest.NewRecorder()
-		if !r.serve(context.Background(), rec, serveOptions{startingAfter: int64(after)}) {
-			t.Fatalf("limit %d: not served", limit)
+		if aerr := r.serve(context.Background(), rec, serveOptions{startingAfter: int64(after)}); aerr != nil {
+			t.Fatalf("limit %d: not served: %s", limit, aerr.Message)
 		}
 		if want := strings.Join(evs[after+1:], ""); rec.Body.String() != want {
 			t.Fatalf("limit %d: served %q, want %q", limit, rec.Body.String(), want)

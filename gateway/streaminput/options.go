@@ -31,6 +31,9 @@ type Options struct {
 	Store store.InputSessionStore
 	// Dispatch serves the assembled requests: POST /v1/responses and
 	// POST /v1/chat/completions. In Sluice it is the gateway's handler.
+	// A request's context is cancelled when its session closes; when the
+	// client deleted the session, its cause matches ErrSessionDeleted
+	// (errors.Is), and the response should be cancelled, not kept running.
 	Dispatch http.Handler
 	// Logger receives the package's log lines; nil discards them. Session
 	// ids are logged redacted.

@@ -312,7 +312,7 @@ func (m *Manager) handleStatus(w http.ResponseWriter, _ *http.Request, s *sessio
 }
 
 func (m *Manager) handleDelete(w http.ResponseWriter, _ *http.Request, s *session) {
-	s.close(errCancelled(), "deleted")
+	s.close(errCancelled(), reasonDeleted)
 	writeJSON(w, http.StatusOK, map[string]any{"id": s.id, "object": "streaming_input.session.deleted", "deleted": true})
 }
 
@@ -333,11 +333,13 @@ func (m *Manager) handleResult(w http.ResponseWriter, r *http.Request, s *sessio
 	case res == nil:
 		return // the client left
 	}
-	ok := res.serve(r.Context(), w, serveOptions{startingAfter: after, extra: s.sawHeaders(), lost: func() *apierr.Error {
+	if aerr := s.resentRefusal(after); aerr != nil {
+		aerr.Write(w)
+		return
+	}
+	if aerr := res.serve(r.Context(), w, serveOptions{startingAfter: after, extra: s.sawHeaders(), lost: func() *apierr.Error {
 		return apierr.StreamIncomplete("this reader fell more than %d bytes behind the answer; attach again with starting_after", m.opts.ResultBuffer)
-	}})
-	if !ok {
-		(&apierr.Error{Status: http.StatusGone, Type: apierr.TypeInvalidRequest, Code: CodeResultGone,
-			Message: fmt.Sprintf("the answer is longer than the %d bytes kept for replay; its beginning is gone", m.opts.ResultBuffer)}).Write(w)
+	}}); aerr != nil {
+		aerr.Write(w)
 	}
 }

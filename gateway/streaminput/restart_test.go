@@ -37,6 +37,10 @@ func TestRestartChild(t *testing.T) {
 		cfg.dispatch = http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
 	}
 	e := newEnv(t, cfg)
+	if os.Getenv(childModeEnv) == "running" {
+		runningChild(e)
+		return
+	}
 	id := e.create(sessionBody(streaminput.EndpointResponses, "on_end_only", respTemplate))
 	fmt.Printf("SESSION %s\n", id)
 	seqs := []int{0, 1, 2, 3, 4, 6} // 6 arrives early: buffered, acknowledged, durable
@@ -61,6 +65,25 @@ func TestRestartChild(t *testing.T) {
 // kills it with SIGKILL.
 func runChild(t *testing.T, dir, mode string) (id string, acked []int, finished bool) {
 	t.Helper()
+	for _, line := range childLines(t, dir, mode) {
+		switch {
+		case strings.HasPrefix(line, "SESSION "):
+			id = strings.TrimPrefix(line, "SESSION ")
+		case strings.HasPrefix(line, "ACK "):
+			var seq int
+			fmt.Sscan(strings.TrimPrefix(line, "ACK "), &seq)
+			acked = append(acked, seq)
+		case line == "FINISHED":
+			finished = true
+		}
+	}
+	return id, acked, finished
+}
+
+// childLines starts the child, collects what it prints until READY and
+// kills it with SIGKILL.
+func childLines(t *testing.T, dir, mode string) []string {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestRestartChild$", "-test.count=1")
 	cmd.Env = append(os.Environ(), childDirEnv+"="+dir, childModeEnv+"="+mode)
 	out, err := cmd.StdoutPipe()
@@ -80,6 +103,7 @@ func runChild(t *testing.T, dir, mode string) (id string, acked []int, finished 
 		close(lines)
 	}()
 	timeout := time.After(60 * time.Second)
+	var got []string
 loop:
 	for {
 		select {
@@ -87,18 +111,10 @@ loop:
 			if !ok {
 				t.Fatal("the child exited before READY")
 			}
-			switch {
-			case strings.HasPrefix(line, "SESSION "):
-				id = strings.TrimPrefix(line, "SESSION ")
-			case strings.HasPrefix(line, "ACK "):
-				var seq int
-				fmt.Sscan(strings.TrimPrefix(line, "ACK "), &seq)
-				acked = append(acked, seq)
-			case line == "FINISHED":
-				finished = true
-			case line == "READY":
+			if line == "READY" {
 				break loop
 			}
+			got = append(got, line)
 		case <-timeout:
 			_ = cmd.Process.Kill()
 			t.Fatal("the child did not get ready")
@@ -112,7 +128,7 @@ loop:
 		for range lines {
 		}
 	}()
-	return id, acked, finished
+	return got
 }
 
 func TestRestartAfterKillResumesOpenSession(t *testing.T) {

@@ -3,6 +3,7 @@ package streaminput
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -205,7 +206,9 @@ func (r *result) terminalLocked(e *apierr.Error) []byte {
 // event of a stream (seq 0) it is opened by that response's
 // response.created, as the gateway opens its own failures (README, "What
 // it promises": the SDKs' stream helpers refuse a stream that starts with
-// its terminal event).
+// its terminal event). The answer of a deleted session (e is
+// session_cancelled) ends as the gateway ends a response it cancels
+// (DELETE /v1/responses/{id}): status cancelled, without an error.
 func (r *result) terminalAtLocked(e *apierr.Error, seq int64, items []*sent.Item) []byte {
 	var b []byte
 	if r.chat {
@@ -228,6 +231,9 @@ func (r *result) terminalAtLocked(e *apierr.Error, seq int64, items []*sent.Item
 		seq++
 	}
 	ro.Status, ro.Error = "failed", e
+	if e.Code == CodeSessionCancelled {
+		ro.Status, ro.Error = "cancelled", nil
+	}
 	b = append(b, "event: response.failed\ndata: "...)
 	b = out.AppendEvent(b, "response.failed", seq, &ro)
 	return append(b, "\n\n"...)
@@ -267,31 +273,40 @@ type serveOptions struct {
 }
 
 // serve copies the answer to w: what was written so far, then live bytes
-// until the answer is complete or ctx ends. It returns false if it could not
-// start because the bytes it needed were already dropped (nothing written).
-func (r *result) serve(ctx context.Context, w http.ResponseWriter, o serveOptions) bool {
+// until the answer is complete or ctx ends. It returns the error to answer
+// with, nothing written, when it cannot start: the bytes it needed were
+// already dropped, or a Responses stream ended before the event after
+// startingAfter.
+func (r *result) serve(ctx context.Context, w http.ResponseWriter, o serveOptions) *apierr.Error {
 	rc := http.NewResponseController(w)
-	// Wait for the header.
+	// Wait for the header, and for a reader that resumes a Responses
+	// stream, for the first event it has not seen.
+	var off int64
 	for {
 		r.mu.Lock()
 		if r.wroteHeader {
-			break
+			var ready bool
+			var aerr *apierr.Error
+			if off, ready, aerr = r.resumeAtLocked(o.startingAfter); aerr != nil {
+				r.mu.Unlock()
+				return aerr
+			}
+			if ready {
+				break
+			}
 		}
 		ch := r.changed
 		r.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return true
+			return nil
 		}
-	}
-	off := int64(0)
-	if o.startingAfter >= 0 && r.isSSELocked() {
-		off = r.track.offsetAfter(o.startingAfter)
 	}
 	if off < r.base {
 		r.mu.Unlock()
-		return false
+		return &apierr.Error{Status: http.StatusGone, Type: apierr.TypeInvalidRequest, Code: CodeResultGone,
+			Message: fmt.Sprintf("the answer is longer than the %d bytes kept for replay; its beginning is gone", r.limit)}
 	}
 	h := w.Header()
 	for k, v := range r.header {
@@ -322,28 +337,49 @@ func (r *result) serve(ctx context.Context, w http.ResponseWriter, o serveOption
 				_, _ = w.Write(append([]byte("\n\n"), t...))
 				_ = rc.Flush()
 			}
-			return true
+			return nil
 		}
 		data := r.buf[off-r.base:]
 		done, ch := r.done, r.changed
 		r.mu.Unlock()
 		if len(data) > 0 {
 			if _, err := w.Write(data); err != nil {
-				return true
+				return nil
 			}
 			_ = rc.Flush()
 			off += int64(len(data))
 			continue
 		}
 		if done {
-			return true
+			return nil
 		}
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return true
+			return nil
 		}
 	}
+}
+
+// resumeAtLocked is where a reader that has every event numbered up to
+// after starts: the answer's first byte without after (-1), or when the
+// answer is not a Responses stream (starting_after counts Responses
+// events only); else just after that event. A resume of the gateway's
+// own streams (GET /v1/responses/{id}?stream=true&starting_after=N) sets
+// the rule for an after the answer has not reached: while the answer is
+// live the reader waits for it (not ready); once the answer has ended
+// before it, the reader gets that resume's 400.
+func (r *result) resumeAtLocked(after int64) (off int64, ready bool, aerr *apierr.Error) {
+	switch {
+	case after < 0 || r.chat || !r.isSSELocked():
+		return 0, true, nil
+	case r.track.sawSeq && r.track.lastSeq >= after:
+		return r.track.offsetAfter(after), true, nil
+	case !r.done:
+		return 0, false, nil
+	}
+	return 0, false, apierr.Invalid("starting_after", apierr.CodeInvalidValue,
+		"starting_after is %d, past the last event of response '%s'.", after, r.track.responseID)
 }
 
 // tracker follows the SSE events of the answer as they are written: it

@@ -80,6 +80,7 @@ type session struct {
 	started      bool
 	done         bool
 	resultLost   bool // done before a restart: the answer did not survive
+	resent       bool // running when the process stopped: sent again after the restart, its answer a new response
 	saw          upstreamSaw
 	res          *result
 	cancel       context.CancelCauseFunc
@@ -556,6 +557,25 @@ func (s *session) onIdle() {
 	s.closeLocked(errIdle(), "idle")
 }
 
+// ErrSessionDeleted is in the cause (context.Cause, errors.Is) with which a
+// session's upstream request is cancelled when its client deletes the
+// session: the client asked for the request to stop, so a dispatcher that
+// keeps a stream running after its client went away (the gateway's
+// resumable streams) should cancel the response at once instead, as a
+// DELETE of the response would.
+var ErrSessionDeleted = errors.New("the streaming-input session was deleted")
+
+// reasonDeleted is the close reason of a session its client deleted (here
+// or, with a shared store, through another replica).
+const reasonDeleted = "deleted"
+
+// deletedCause cancels a deleted session's dispatch: its readers' error,
+// marked with ErrSessionDeleted for the dispatcher.
+type deletedCause struct{ e *apierr.Error }
+
+func (c deletedCause) Error() string   { return c.e.Error() }
+func (c deletedCause) Unwrap() []error { return []error{c.e, ErrSessionDeleted} }
+
 // close closes the session (see closeLocked).
 func (s *session) close(e *apierr.Error, reason string) {
 	s.mu.Lock()
@@ -566,6 +586,9 @@ func (s *session) close(e *apierr.Error, reason string) {
 // closeLocked ends the session for good: it cancels a running answer (whose
 // readers then get a terminal event carrying e), wakes waiting readers,
 // releases the session's data in memory and in the store, and forgets it.
+// A session closed for reasonDeleted cancels its answer with a cause that
+// also says so (ErrSessionDeleted): the dispatcher cancels the response
+// rather than keep it running for its readers.
 func (s *session) closeLocked(e *apierr.Error, reason string) {
 	if s.closed {
 		return
@@ -575,7 +598,11 @@ func (s *session) closeLocked(e *apierr.Error, reason string) {
 	}
 	s.closed, s.closeErr = true, e
 	if s.cancel != nil {
-		s.cancel(e)
+		var cause error = e
+		if reason == reasonDeleted {
+			cause = deletedCause{e}
+		}
+		s.cancel(cause)
 	}
 	if s.idle != nil {
 		s.idle.Stop()
@@ -647,6 +674,25 @@ func (s *session) waitResult(ctx context.Context) (*result, *apierr.Error) {
 			return nil, errShutdown()
 		}
 	}
+}
+
+// resentRefusal is the error for a reader that resumes (after >= 0) the
+// answer to a request sent again after a restart, nil otherwise. Its
+// sequence number may count in the answer lost with the old process,
+// which was another response: the events of the new one that follow that
+// number would be spliced onto an answer they do not continue. Nothing
+// tells which answer a number counts in, so every such reader reads the
+// new answer from its start.
+func (s *session) resentRefusal(after int64) *apierr.Error {
+	s.mu.Lock()
+	resent := s.resent
+	s.mu.Unlock()
+	if after < 0 || !resent || !s.tpl.stream || s.tpl.chat {
+		return nil // starting_after does not apply, or counts in this answer
+	}
+	return &apierr.Error{Status: http.StatusGone, Type: apierr.TypeInvalidRequest, Code: CodeResultGone, Param: "starting_after",
+		Message: "starting_after cannot be applied: the gateway restarted while this session's answer was running and sent the request again, " +
+			"so the answer is a new response; read it from its start, without starting_after"}
 }
 
 // sawHeaders are the response headers that tell a result reader what the

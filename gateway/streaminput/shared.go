@@ -79,7 +79,7 @@ func (m *Manager) lookup(ctx context.Context, id, keyHash string) (*session, *ap
 		if s != nil { // deleted (or expired) through another replica
 			s.mu.Lock()
 			s.keepStored = true
-			s.closeLocked(errNotFound(), "deleted")
+			s.closeLocked(errNotFound(), reasonDeleted)
 			s.mu.Unlock()
 		}
 		return nil, nil
@@ -157,7 +157,7 @@ func (s *session) refreshLocked(ctx context.Context, rec store.InputSession) *ap
 	stored, err := s.m.shared.Chunks(ctx, s.id)
 	if errors.Is(err, store.ErrNotFound) {
 		s.keepStored = true
-		s.closeLocked(errNotFound(), "deleted")
+		s.closeLocked(errNotFound(), reasonDeleted)
 		return errNotFound()
 	}
 	if err != nil {
@@ -216,7 +216,7 @@ func (s *session) resyncLocked(ctx context.Context, try int) *apierr.Error {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		s.keepStored = true
-		s.closeLocked(errNotFound(), "deleted")
+		s.closeLocked(errNotFound(), reasonDeleted)
 		return errNotFound()
 	case err != nil:
 		s.m.log.Error("reading a streaming-input session from the shared store failed", "session", store.RedactID(s.id), "error", err)
@@ -373,7 +373,7 @@ func (mi *mirror) run() {
 			if errors.Is(err, store.ErrNotFound) { // deleted through another replica: stop answering
 				mi.stop()
 				s.m.log.Info("streaming-input session deleted through another replica; cancelling its answer", "session", store.RedactID(s.id))
-				s.close(errCancelled(), "deleted")
+				s.close(errCancelled(), reasonDeleted)
 				return
 			}
 			if err != nil {

@@ -30,6 +30,12 @@ import (
 // fake upstream (so their upstreamRequest helpers agree).
 func replicas(t *testing.T, n int, srv *redistest.Server) []*env {
 	t.Helper()
+	return replicasWith(t, n, srv, gateway.ResumeOptions{})
+}
+
+// replicasWith is replicas whose gateways resume streams as resume says.
+func replicasWith(t *testing.T, n int, srv *redistest.Server, resume gateway.ResumeOptions) []*env {
+	t.Helper()
 	up := upstreamtest.NewServer(upstreamtest.Options{Name: "A"})
 	t.Cleanup(up.Close)
 	out := make([]*env, n)
@@ -41,7 +47,7 @@ func replicas(t *testing.T, n int, srv *redistest.Server) []*env {
 			t.Fatal(err)
 		}
 		pool.ProbeAll(context.Background())
-		e.gw, err = gateway.New(gateway.Options{Pool: pool, Logger: logger.Named("gateway")})
+		e.gw, err = gateway.New(gateway.Options{Pool: pool, Logger: logger.Named("gateway"), Resume: resume})
 		if err != nil {
 			t.Fatal(err)
 		}
