@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
 
 	"github.com/julienschmidt/httprouter"
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/sluice-gw/sluice/gateway/upstream"
 	"github.com/sluice-gw/sluice/internal/apierr"
+	"github.com/sluice-gw/sluice/internal/logtext"
 	"github.com/sluice-gw/sluice/store"
 )
 
@@ -266,13 +266,7 @@ func (a *accounts) settle(req *clientRequest) {
 // the total (store.ErrInvalid), and control characters have no place in a
 // metric label or a log line.
 func label(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return -1
-		}
-		return r
-	}, s)
+	s = logtext.Printable(s)
 	if len(s) > 128 {
 		s = strings.ToValidUTF8(s[:128], "")
 	}

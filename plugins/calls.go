@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/sluice-gw/sluice/hostabi"
@@ -99,10 +100,24 @@ func (v *version) invoke(ctx context.Context, h int, input []byte, rw *rewriteCa
 	defer cancel()
 	cctx = withState(cctx, &callState{v: v, hook: hookNames[h], rw: rw})
 	if err != nil {
+		step.Duration = time.Since(start)
+		var f *initFault
+		if errors.As(err, &f) { // booked by instantiate
+			hm.faulted.Inc()
+			step.Outcome, step.Error = outFault.String(), f.msg
+			return step
+		}
 		v.st.errors.Add(1)
 		hm.canceled.Inc()
 		step.Outcome, step.Error = outBusy.String(), err.Error()
-		step.Duration = time.Since(start)
+		return step
+	}
+	if v.tripped.Load() {
+		// Tripped while this call waited: no call runs v's code after the
+		// fault that tripped it.
+		v.put(inst, true)
+		hm.tripped.Inc()
+		step.Outcome, step.Duration = outTripped.String(), time.Since(start)
 		return step
 	}
 	kind, err := inst.run(cctx, h, input, decode)
@@ -134,22 +149,54 @@ func (v *version) invoke(ctx context.Context, h int, input []byte, rw *rewriteCa
 		step.Outcome, step.Error = outCanceled.String(), ctx.Err().Error()
 		return step
 	}
-	fk := v.classify(err, inst)
-	msg := fmt.Sprintf("%s %s: %s", hookNames[h], fk, firstLine(err.Error()))
-	if t := strings.TrimSpace(inst.tail.String()); t != "" {
-		msg += " (stderr: " + stderrExcerpt(t) + ")"
-	}
-	v.put(inst, false)
+	stderr := inst.tail.String()
+	fk := v.classify(err, stderr, inst.mem)
+	msg := faultMessage(hookNames[h], fk, err, stderr)
 	hm.faulted.Inc()
-	v.st.faults.Add(1)
-	v.st.setErr(msg)
-	v.rt.m.faults.WithLabelValues(v.name, hookNames[h], fk).Inc()
-	v.rt.log.Warn("policy fault: using the built-in default", "policy", v.name, "hook", hookNames[h], "kind", fk, "error", msg)
-	if n := v.consecutive.Add(1); int(n) >= v.rt.opts.FaultsBeforeRollback && v.rolling.CompareAndSwap(false, true) {
-		v.rt.background(func() { v.rt.rollback(v, msg) })
-	}
+	v.fault(hookNames[h], fk, msg)
+	v.put(inst, false)
 	step.Outcome, step.Error = outFault.String(), msg
 	return step
+}
+
+// faultMessage describes a fault for logs and last_error: the hook ("init"
+// for an instantiation), its kind, the error's first line and the useful
+// part of what the guest wrote to stderr.
+func faultMessage(hook, kind string, err error, stderr string) string {
+	msg := fmt.Sprintf("%s %s: %s", hook, kind, firstLine(err.Error()))
+	if t := strings.TrimSpace(stderr); t != "" && !strings.Contains(msg, "(stderr: ") {
+		msg += " (stderr: " + stderrExcerpt(t) + ")"
+	}
+	return msg
+}
+
+// fault books one fault of v, a hook call's or an instantiation's: it is
+// counted, logged and becomes the policy's last_error. The
+// FaultsBeforeRollback-th in a row trips v before fault returns, so no call
+// that starts later runs v's code (ABI.md §7), and starts the rollback to
+// the previous version in the background; the trip stays the last_error
+// until the rollback says how it ended.
+func (v *version) fault(hook, kind, msg string) {
+	v.st.faults.Add(1)
+	if !v.retiring.Load() {
+		// A replaced version's series may be gone (publish): a fault of a
+		// call still under way must not bring one back for good.
+		v.rt.m.faults.WithLabelValues(v.name, hook, kind).Inc()
+	}
+	v.rt.log.Warn("policy fault: using the built-in default", "policy", v.name, "version", v.gen,
+		"sha256", short(v.comp.sha), "hook", hook, "kind", kind, "error", msg)
+	v.fmu.Lock()
+	defer v.fmu.Unlock()
+	if v.tripped.Load() {
+		return // a call that was under way when v tripped: the trip stays the news
+	}
+	v.st.setErr(msg)
+	if int(v.consecutive.Add(1)) < v.rt.opts.FaultsBeforeRollback {
+		return
+	}
+	v.tripped.Store(true)
+	v.st.setErr("calls use the built-in default after " + v.rt.faultsInARow(v, msg))
+	v.rt.background(func() { v.rt.rollback(v, msg) })
 }
 
 func firstLine(s string) string {
@@ -182,14 +229,14 @@ func stderrExcerpt(s string) string {
 }
 
 // classify names a fault for metrics: timeout, memory, exit, invalid_output,
-// invalid_alloc or trap.
-func (v *version) classify(err error, inst *instance) string {
-	tail := inst.tail.String()
+// invalid_alloc or trap. tail is the guest's stderr; mem is nil when the
+// instance was never made.
+func (v *version) classify(err error, tail string, mem api.Memory) string {
 	memFull := false
-	if inst.mem != nil {
+	if mem != nil {
 		limit := uint64(v.rt.opts.MemoryLimitPages) << 16
 		slack := min(limit/4, 8<<20)
-		memFull = uint64(inst.mem.Size())+slack >= limit
+		memFull = uint64(mem.Size())+slack >= limit
 	}
 	var ee *sys.ExitError
 	switch {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/sluice-gw/sluice/internal/jsonx"
+	"github.com/sluice-gw/sluice/internal/logtext"
 )
 
 // callState is what the host functions of one call may touch. It travels in
@@ -163,12 +164,18 @@ func (r *Runtime) hostLog(ctx context.Context, mod api.Module, stack []uint64) {
 	default:
 		l = hclog.Info
 	}
-	text := strings.ToValidUTF8(string(msg), "\uFFFD")
+	text := logText(msg)
 	if ll := loadLogOf(ctx); ll != nil {
 		ll.add(text)
 	}
 	r.log.Log(l, "policy: "+text, "policy", name, "hook", hook)
 }
+
+// logText makes a guest's log message safe for a text log line (a policy,
+// or a client whose text a policy logs, could otherwise forge or garble log
+// lines). It has no length cap: log already cuts a message at
+// hostabi.MaxLogBytes.
+func logText(msg []byte) string { return logtext.Printable(string(msg)) }
 
 // give writes val to the guest buffer (buf, cap) following the ABI's
 // "length, write if it fits" rule.

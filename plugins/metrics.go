@@ -2,6 +2,8 @@ package plugins
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-gw/sluice/hostabi"
 )
 
 // metrics are one Runtime's collectors (never registered globally).
@@ -76,6 +78,27 @@ func (m *metrics) forHook(policy, hook string) *hookMetrics {
 		tripped:  m.calls.WithLabelValues(policy, hook, "tripped"),
 		standIn:  m.calls.WithLabelValues(policy, hook, "stand_in"),
 		duration: m.duration.WithLabelValues(policy, hook),
+	}
+}
+
+// forget deletes the per-hook series (calls, durations, faults) of policy
+// for the hooks in gone; with all, every one of them, its "init" faults
+// included: the policy is no longer served.
+func (m *metrics) forget(policy string, gone hostabi.Hook, all bool) {
+	if all {
+		match := prometheus.Labels{"policy": policy}
+		m.calls.DeletePartialMatch(match)
+		m.duration.DeletePartialMatch(match)
+		m.faults.DeletePartialMatch(match)
+		return
+	}
+	for h := range hookNames {
+		if gone&hookBits[h] != 0 {
+			match := prometheus.Labels{"policy": policy, "hook": hookNames[h]}
+			m.calls.DeletePartialMatch(match)
+			m.duration.DeletePartialMatch(match)
+			m.faults.DeletePartialMatch(match)
+		}
 	}
 }
 

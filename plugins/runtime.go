@@ -152,6 +152,10 @@ type Runtime struct {
 
 	mu      sync.Mutex // serializes loads, swaps and rollbacks
 	entries map[string]*entry
+	// answered is, by policy name, the hooks its published version answers
+	// (as of the last publish, under mu): the hooks it has per-hook series
+	// for.
+	answered map[string]hostabi.Hook
 
 	cmu      sync.Mutex
 	compiled map[string]*compiled
@@ -164,6 +168,11 @@ type Runtime struct {
 	status atomic.Pointer[[]statusBase]
 	ready  atomic.Bool
 	closed atomic.Bool
+
+	// life ends when Close starts: it bounds the instances created in the
+	// background (version.instantiate).
+	life    context.Context
+	endLife context.CancelFunc
 
 	watcher   *fsnotify.Watcher
 	stopWatch chan struct{}
@@ -323,6 +332,7 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		entries:  map[string]*entry{},
 		compiled: map[string]*compiled{},
 	}
+	r.life, r.endLife = context.WithCancel(context.Background())
 	if opts.RecordDir != "" {
 		r.rec = newRecorder(opts)
 		r.recording.Store(true)
@@ -620,9 +630,11 @@ func (r *Runtime) publish() {
 	sort.Strings(names)
 	r.m.active.Reset()
 	var sb []statusBase
+	answered := make(map[string]hostabi.Hook, len(names))
 	for _, n := range names {
 		e := r.entries[n]
 		if v := e.cur; v != nil {
+			answered[n] = v.hooks & hostabi.CallHooks
 			set.all = append(set.all, v)
 			for h := range set.byHook {
 				if h != hSelfTest && v.hooks&hookBits[h] != 0 {
@@ -635,6 +647,17 @@ func (r *Runtime) publish() {
 	}
 	r.active.Store(set)
 	r.status.Store(&sb)
+	// Per-hook series exist only for the hooks a policy answers (README,
+	// Observability): drop those of a policy no longer served, and of hooks
+	// its new version does not answer. A call of the replaced version still
+	// under way counts into a deleted child: lost, not resurrected.
+	for n, had := range r.answered {
+		now, served := answered[n]
+		if gone := had &^ now; !served || gone != 0 {
+			r.m.forget(n, gone, !served)
+		}
+	}
+	r.answered = answered
 }
 
 // getCompiled compiles data, or reuses (or waits for) the module compiled
@@ -940,8 +963,14 @@ func checkExports(cm wazero.CompiledModule) error {
 	return nil
 }
 
+// faultsInARow explains a trip: reason is the fault that tripped v.
+func (r *Runtime) faultsInARow(v *version, reason string) string {
+	return fmt.Sprintf("%d faults in a row in version %s: %s", r.opts.FaultsBeforeRollback, short(v.comp.sha), reason)
+}
+
 // rollback replaces a version that faulted FaultsBeforeRollback times in a
-// row by the previous version of the same policy, or trips it.
+// row, tripped already (version.fault), by the previous version of the same
+// policy; without one the trip stays.
 func (r *Runtime) rollback(v *version, reason string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -957,7 +986,7 @@ func (r *Runtime) rollback(v *version, reason string) {
 	if prev == nil && v.source == SourceDir && e.embedded != nil {
 		prev = e.embedded
 	}
-	msg := fmt.Sprintf("%d faults in a row in version %s: %s", r.opts.FaultsBeforeRollback, short(v.comp.sha), reason)
+	msg := r.faultsInARow(v, reason)
 	if prev != nil && prev.sha != v.comp.sha {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		nv, err := r.build(ctx, e, prev)
@@ -974,7 +1003,6 @@ func (r *Runtime) rollback(v *version, reason string) {
 		}
 		r.log.Error("policy rollback failed", "policy", v.name, "error", err)
 	}
-	v.tripped.Store(true)
 	e.state, e.lastError = StateTripped, "no previous version to roll back to; calls use the built-in default after "+msg
 	e.st.setErr(e.lastError)
 	r.m.swaps.WithLabelValues(v.name, "tripped").Inc()
@@ -988,6 +1016,7 @@ func (r *Runtime) Close(ctx context.Context) error {
 	if !r.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	r.endLife()
 	if r.stopWatch != nil {
 		close(r.stopWatch)
 		<-r.watchDone

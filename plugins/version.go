@@ -56,8 +56,8 @@ type version struct {
 	closed   chan struct{}
 
 	consecutive atomic.Int32 // faults in a row
-	tripped     atomic.Bool  // every call falls back to the built-in default
-	rolling     atomic.Bool  // a rollback was started
+	tripped     atomic.Bool  // every call falls back to the built-in default (set once, with the rollback started)
+	fmu         sync.Mutex   // orders fault bookkeeping with the trip (fault)
 
 	hm [5]*hookMetrics // by hookIndex
 }
@@ -157,29 +157,101 @@ func (v *version) waitClosed(ctx context.Context) error {
 	}
 }
 
-var errPoolBusy = errors.New("no policy instance became free before the deadline")
+var errPoolBusy = errors.New("no policy instance was free or ready before the call's deadline")
 
-// get takes an idle instance, creates one if the pool has room, or waits.
+// get takes an idle instance, or has one created when the pool has room, or
+// waits for one to be put back. It never waits past ctx, the call's deadline
+// (ABI.md §8), not even for an instance being created for it: that one is
+// created in the background (bounded by initTimeout) and joins the pool for
+// the next call. The error is errPoolBusy, or an *initFault when the
+// instance created for this call failed (booked as a fault already).
 func (v *version) get(ctx context.Context) (*instance, error) {
 	select {
 	case i := <-v.idle:
 		return i, nil
 	default:
 	}
+	var b *birth
 	select {
 	case i := <-v.idle:
 		return i, nil
 	case <-v.tokens:
-		// Instantiation is bounded by initTimeout, not by the wait: an
-		// instance that is almost ready is worth finishing.
-		i, err := v.newInstance(context.WithoutCancel(ctx))
-		if err != nil {
-			v.tokens <- struct{}{}
-			return nil, err
-		}
-		return i, nil
+		b = v.spawn()
 	case <-ctx.Done():
 		return nil, errPoolBusy
+	}
+	select {
+	case <-b.done:
+		return b.inst, b.err
+	case i := <-v.idle: // another call put one back first
+		v.abandon(b)
+		return i, nil
+	case <-ctx.Done():
+		v.abandon(b)
+		return nil, errPoolBusy
+	}
+}
+
+// birth is an instance being created in the background for a call that
+// may stop waiting for it.
+type birth struct {
+	mu      sync.Mutex
+	waiting bool          // the call still waits for it
+	done    chan struct{} // closed once inst or err is handed to the waiting call
+	inst    *instance
+	err     error
+}
+
+// spawn creates an instance in the background with a token the caller took:
+// a failure gives the token back, a success keeps it.
+func (v *version) spawn() *birth {
+	b := &birth{waiting: true, done: make(chan struct{})}
+	if !v.acquire() {
+		v.tokens <- struct{}{}
+		b.err = ErrClosed
+		close(b.done)
+		return b
+	}
+	started := v.rt.background(func() {
+		defer v.release()
+		i, err := v.instantiate()
+		if err != nil {
+			v.tokens <- struct{}{}
+		}
+		b.mu.Lock()
+		if b.waiting {
+			b.inst, b.err = i, err
+			close(b.done)
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+		if i != nil {
+			v.idle <- i // the reference held keeps v open: its close frees i
+		}
+	})
+	if !started { // the runtime is closing
+		v.tokens <- struct{}{}
+		v.release()
+		b.err = ErrClosed
+		close(b.done)
+	}
+	return b
+}
+
+// abandon tells a birth that its call stopped waiting: the instance joins
+// the pool when ready, or now when it was handed over meanwhile.
+func (v *version) abandon(b *birth) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.waiting = false
+	select {
+	case <-b.done:
+		if b.inst != nil {
+			v.idle <- b.inst
+			b.inst = nil
+		}
+	default:
 	}
 }
 
@@ -195,25 +267,23 @@ func (v *version) put(i *instance, healthy bool) {
 	v.warm(1)
 }
 
-// warm creates up to n idle instances in the background.
+// warm creates up to n idle instances in the background, one after the
+// other.
 func (v *version) warm(n int) {
 	if n <= 0 || !v.acquire() {
 		return
 	}
 	go func() {
 		defer v.release()
-		for ; n > 0 && !v.retiring.Load(); n-- {
+		for ; n > 0 && !v.retiring.Load() && !v.tripped.Load(); n-- {
 			select {
 			case <-v.tokens:
 			default:
 				return
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), initTimeout)
-			i, err := v.newInstance(ctx)
-			cancel()
+			i, err := v.instantiate()
 			if err != nil {
 				v.tokens <- struct{}{}
-				v.rt.log.Warn("policy instance prewarm failed", "policy", v.name, "error", err)
 				return
 			}
 			v.idle <- i
@@ -223,6 +293,49 @@ func (v *version) warm(n int) {
 
 // initTimeout bounds _initialize and the other load-time calls.
 const initTimeout = 10 * time.Second
+
+// initFault is an instantiation that failed after the load: booked as a
+// fault of the hook "init" (ABI.md §7).
+type initFault struct{ msg string }
+
+func (f *initFault) Error() string { return f.msg }
+
+// instantiate creates an instance after the load, bounded by initTimeout
+// (and by the runtime's Close, which is not the module's fault). A failed
+// instantiation is a fault (version.fault), though the load checks passed:
+// _initialize trapped, exited or ran past initTimeout (it may depend on the
+// clock, or fail only sometimes).
+func (v *version) instantiate() (*instance, error) {
+	ctx, cancel := context.WithTimeout(v.rt.life, initTimeout)
+	defer cancel()
+	i, err := v.newInstance(ctx)
+	var ie *instantiateError
+	if err == nil || !errors.As(err, &ie) || v.rt.life.Err() != nil {
+		// Not the guest's doing: a parked module's compile failed (logged
+		// by startUnpark), or the runtime is closing.
+		return i, err
+	}
+	kind := v.classify(ie.err, ie.stderr, nil)
+	msg := faultMessage("init", kind, err, ie.stderr)
+	v.fault("init", kind, msg)
+	return nil, &initFault{msg: msg}
+}
+
+// instantiateError is a failed instantiation with what the guest wrote to
+// stderr meanwhile.
+type instantiateError struct {
+	err    error
+	stderr string
+}
+
+func (e *instantiateError) Error() string {
+	if e.stderr != "" {
+		return fmt.Sprintf("instantiate: %v (stderr: %s)", e.err, e.stderr)
+	}
+	return "instantiate: " + e.err.Error()
+}
+
+func (e *instantiateError) Unwrap() error { return e.err }
 
 // newInstance instantiates the module and resolves its exports.
 func (v *version) newInstance(ctx context.Context) (*instance, error) {
@@ -250,10 +363,7 @@ func (v *version) newInstance(ctx context.Context) (*instance, error) {
 	}
 	mod, err := v.rt.wrt.InstantiateModule(ictx, comp.cm, cfg)
 	if err != nil {
-		if t := tail.String(); t != "" {
-			return nil, fmt.Errorf("instantiate: %w (stderr: %s)", err, t)
-		}
-		return nil, fmt.Errorf("instantiate: %w", err)
+		return nil, &instantiateError{err: err, stderr: tail.String()}
 	}
 	i := &instance{mod: mod, mem: mod.Memory(), tail: tail, stack: make([]uint64, 2)}
 	i.alloc = mod.ExportedFunction(hostabi.ExportAlloc)
