@@ -943,7 +943,7 @@ func (l *streamLog) unstreamableLocked(after int64) *apierr.Error {
 	case len(l.events) == 0:
 		return notStreamed(l.id)
 	case after >= int64(len(l.events)):
-		return pastLastEvent(l.id, after)
+		return apierr.PastLastEvent(l.id, after)
 	}
 	return nil
 }
@@ -966,7 +966,7 @@ func (h *streamLogs) storedUnstreamable(ctx context.Context, rec store.StreamLog
 		return nil
 	}
 	if evs, err = st.StreamEvents(ctx, rec.ResponseID, after-1, 1); err == nil && len(evs) == 0 {
-		return pastLastEvent(rec.ResponseID, after)
+		return apierr.PastLastEvent(rec.ResponseID, after)
 	}
 	return nil
 }
@@ -978,11 +978,6 @@ func (h *streamLogs) storedUnstreamable(ctx context.Context, rec store.StreamLog
 func notStreamed(id string) *apierr.Error {
 	return apierr.Invalid("stream", apierr.CodeInvalidValue,
 		"Response '%s' was answered as JSON, not streamed, so it has no events to stream; retrieve it without stream=true.", id)
-}
-
-func pastLastEvent(id string, after int64) *apierr.Error {
-	return apierr.Invalid("starting_after", apierr.CodeInvalidValue,
-		"starting_after is %d, past the last event of response '%s'.", after, id)
 }
 
 // followStored follows a log that this process does not hold: written
@@ -1059,6 +1054,13 @@ func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, afte
 					last[0].Seq == next-1 && isTerminalType(gjson.GetBytes(last[0].Data, "type").Str) {
 					return out.Flush()
 				}
+			}
+			// Nothing to send: the rule the SSE resume answers with a 400
+			// before it begins (a JSON answer, or starting_after past the
+			// last event), here for a log that ended while it was followed
+			// or a WebSocket resume, as an error event.
+			if aerr := h.storedUnstreamable(ctx, cur, next-1); aerr != nil {
+				return endWith(out, errorEventOf(next, aerr))
 			}
 			return endWith(out, resumeErrorEvent(next, "the stream's log ends without a terminal event"))
 		case h.abandoned(cur, lastNew, idle):

@@ -521,13 +521,6 @@ func (ws *wsSession) resume(ctx context.Context, out *wsResponder, data []byte) 
 	}
 	if rec, ok := s.storedLog(ctx, id.Str, ws.keyHash); ok {
 		s.metrics.resumes.WithLabelValues("websocket").Inc()
-		// The rule the SSE resume answers with a 400 (a JSON answer, or
-		// starting_after past the last event), as the error frame a resume
-		// of a log in memory ends with (streamLog.follow).
-		if aerr := s.logs.storedUnstreamable(ctx, rec, after); aerr != nil {
-			_ = endWith(sink, errorEventOf(after+1, aerr))
-			return nil
-		}
 		_ = s.logs.followStored(ctx, rec, after, sink, s.opts.IdleTimeout)
 		return nil
 	}

@@ -378,8 +378,7 @@ func (r *result) resumeAtLocked(after int64) (off int64, ready bool, aerr *apier
 	case !r.done:
 		return 0, false, nil
 	}
-	return 0, false, apierr.Invalid("starting_after", apierr.CodeInvalidValue,
-		"starting_after is %d, past the last event of response '%s'.", after, r.track.responseID)
+	return 0, false, apierr.PastLastEvent(r.track.responseID, after)
 }
 
 // tracker follows the SSE events of the answer as they are written: it

@@ -158,6 +158,13 @@ func RequestTimeout(limit time.Duration) *Error {
 		Message: fmt.Sprintf("the request body did not arrive within %s", limit)}
 }
 
+// PastLastEvent is the resume refusal for a starting_after beyond the last
+// event of a stream that ended (README "Resuming a stream"; the gateway's
+// resume and a streaming-input session's result answer alike).
+func PastLastEvent(responseID string, after int64) *Error {
+	return Invalid("starting_after", CodeInvalidValue, "starting_after is %d, past the last event of response '%s'.", after, responseID)
+}
+
 // StreamIncomplete is the retryable error for a stream the upstream cut or lost.
 func StreamIncomplete(format string, args ...any) *Error {
 	return &Error{Status: http.StatusBadGateway, Type: TypeServer, Code: CodeStreamIncomplete, Message: fmt.Sprintf(format, args...)}
