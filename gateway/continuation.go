@@ -1506,6 +1506,16 @@ func (s *Server) continuationAnswer(ctx, upCtx context.Context, out responder, r
 			cs.finish(reasonDrain)
 			return attemptResult{next: nextDone}, true
 		}
+		if errors.Is(err, errUpstreamSocketsFull) {
+			// The gateway's own limit: nothing reached the target, which is
+			// not charged (SECURITY.md, limits.upstream_sockets); the
+			// stream ends with the failure that started the rescue.
+			s.rescueOutcome(req, tryOf(req).cont.kind, "target_failed")
+			s.log.Warn("continuation target not tried: upstream WebSockets are all in use", "surface", req.surface(),
+				"upstream", u.Name(), "response_id", LogID(tryOf(req).cont.r.clientID))
+			s.giveUp(cs, req)
+			return attemptResult{next: nextDone}, true
+		}
 		class := hostabi.FailureTransport
 		var ne interface{ Timeout() bool }
 		if errors.Is(cause, errFirstByteTimeout) || (errors.As(err, &ne) && ne.Timeout()) {

@@ -778,6 +778,9 @@ func (s *Server) transportFailure(ctx, upCtx context.Context, out responder, req
 		out.fail(req, apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the gateway is shutting down; retry the request"), failBeforeStream)
 		return attemptResult{next: nextDone}
 	}
+	if errors.Is(err, errUpstreamSocketsFull) { // the gateway's limit: nothing reached the upstream
+		return s.upstreamSocketsFull(out, req, u, err)
+	}
 	why := s.scrub.String(upstream.RedactError(err))
 	try := tryOf(req)
 	in := hostabi.ReplayInput{Phase: hostabi.PhaseBeforeHeaders, FailureClass: hostabi.FailureTransport, Code: "transport"}

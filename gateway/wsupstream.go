@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -28,6 +29,12 @@ const responsesWebSocketBeta = "responses_websockets=2026-02-06"
 // session scope): the upstream's previous_response_id state is local to its
 // socket, so a session's follow-ups reuse the socket that made its last
 // response. A socket serves one request at a time; later ones wait.
+//
+// A socket is put back for reuse only when it is in step with its upstream:
+// the last frame read ended the response (wsSource.settle). While it waits
+// for the next request a watcher reads it (watch): between responses the
+// upstream has nothing to send, so a frame, a close or a broken connection
+// there means the socket cannot serve the next request, and it is closed.
 type wsUpstreams struct {
 	s       *Server
 	max     int
@@ -48,7 +55,45 @@ type upstreamSocket struct {
 	waiting int           // requests waiting for the slot (guarded by wsUpstreams.mu)
 	conn    *websocket.Conn
 	used    time.Time
+
+	// idle is the watcher's read on conn while no request uses the socket
+	// (guarded by wsUpstreams.mu).
+	idle *idleRead
+	// turn: a request has taken conn (take) and may have sent its
+	// response.create, so what the watcher reads is that request's
+	// (guarded by wsUpstreams.mu).
+	turn bool
+	// lastID is the response conn served last: an event naming it in a
+	// later turn is a leftover of that response (guarded by the slot).
+	lastID string
 }
+
+// idleRead is one read of an idle socket's connection (watch).
+type idleRead struct {
+	done chan struct{} // closed once the read returned
+	typ  websocket.MessageType
+	data []byte
+	err  error
+}
+
+// returned reports whether the read returned, without waiting for it.
+func (r *idleRead) returned() bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// errUpstreamSocketsFull: limits.upstream_sockets upstream WebSockets are
+// open and none is idle. It is the gateway's own limit, not a failure of
+// the upstream (upstreamSocketsFull).
+var errUpstreamSocketsFull = errors.New("upstream WebSockets are all in use")
+
+// errForeignFrame: a frame of another response than the one the socket's
+// request asked for; the socket is out of step and closed.
+var errForeignFrame = errors.New("the upstream WebSocket sent an event of another response")
 
 func newWSUpstreams(s *Server, max int, idleTTL time.Duration) *wsUpstreams {
 	return &wsUpstreams{s: s, max: max, idleTTL: idleTTL, sockets: map[string]*upstreamSocket{}, httpOnly: map[string]bool{}, stop: make(chan struct{})}
@@ -78,7 +123,7 @@ func (w *wsUpstreams) acquire(ctx context.Context, key string) (*upstreamSocket,
 	if sock == nil {
 		if len(w.sockets) >= w.max && !w.evictIdleLocked() {
 			w.mu.Unlock()
-			return nil, 0, fmt.Errorf("the cap of %d upstream WebSockets is reached", w.max)
+			return nil, 0, fmt.Errorf("%w: the cap of %d (limits.upstream_sockets) is reached", errUpstreamSocketsFull, w.max)
 		}
 		sock = &upstreamSocket{key: key, slot: make(chan struct{}, 1)}
 		w.sockets[key] = sock
@@ -105,30 +150,115 @@ func (w *wsUpstreams) acquire(ctx context.Context, key string) (*upstreamSocket,
 	}
 }
 
-// release frees the slot; a socket that is not reusable is closed.
+// take gives the request holding sock's slot the socket's connection (nil:
+// none, dial one), the watcher's read in progress on it, and the response
+// it served last.
+func (w *wsUpstreams) take(sock *upstreamSocket) (*websocket.Conn, *idleRead, string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	sock.turn = true
+	r := sock.idle
+	sock.idle = nil
+	return sock.conn, r, sock.lastID
+}
+
+// attach makes conn, just dialled, sock's connection.
+func (w *wsUpstreams) attach(sock *upstreamSocket, conn *websocket.Conn) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped { // close has run: nothing would close conn
+		conn.CloseNow()
+		return errDraining
+	}
+	sock.conn, sock.lastID = conn, ""
+	return nil
+}
+
+// drop closes conn, a connection of sock that cannot be used any more.
+func (w *wsUpstreams) drop(sock *upstreamSocket, conn *websocket.Conn) {
+	conn.CloseNow()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if sock.conn == conn {
+		sock.conn = nil
+	}
+}
+
+// release frees the slot. A socket that is not reusable is closed; one that
+// is gets a watcher until the next request takes it.
 func (w *wsUpstreams) release(sock *upstreamSocket, reusable bool) {
 	w.mu.Lock()
 	sock.used = time.Now()
+	sock.turn = false
+	sock.idle = nil
 	if !reusable && sock.conn != nil {
 		sock.conn.CloseNow()
 		sock.conn = nil
 	}
+	if sock.conn != nil && !w.stopped {
+		r := &idleRead{done: make(chan struct{})}
+		sock.idle = r
+		go w.watch(sock, sock.conn, r)
+	}
 	w.mu.Unlock()
 	<-sock.slot
+}
+
+// watch reads conn, a connection sock keeps for its next request. What it
+// reads before a request has taken the socket ends the connection: a frame
+// then belongs to no request (it is dropped, never relayed), and a close or
+// an error means the upstream let the connection go (an idle timeout, a
+// restart), which the next request must not find out by failing. Once a
+// request has taken the socket, what it reads is that request's
+// (wsSource.read). The read ends with conn, which every path that drops a
+// socket closes.
+func (w *wsUpstreams) watch(sock *upstreamSocket, conn *websocket.Conn, r *idleRead) {
+	r.typ, r.data, r.err = conn.Read(context.Background())
+	close(r.done) // before the lock: a request taking the socket meanwhile sees it (wsSource.open)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if sock.turn || sock.conn != conn {
+		return
+	}
+	conn.CloseNow()
+	sock.conn, sock.idle = nil, nil
+	w.idleEnded(sock, r)
+}
+
+// idleEnded logs why a socket that waited for its next request was closed.
+func (w *wsUpstreams) idleEnded(sock *upstreamSocket, r *idleRead) {
+	if r.err != nil {
+		w.s.log.Debug("an idle upstream WebSocket ended", "upstream", upstreamOfKey(sock.key), "why", w.s.scrub.String(upstream.RedactError(r.err)))
+		return
+	}
+	w.s.log.Warn("the upstream sent a frame between responses; its WebSocket is closed and the frame dropped", "upstream", upstreamOfKey(sock.key),
+		"type", fmt.Sprintf("%.40q", w.s.scrub.String(gjson.GetBytes(r.data, "type").String())))
+}
+
+// upstreamOfKey is the upstream name a socket key starts with.
+func upstreamOfKey(key string) string {
+	name, _, _ := strings.Cut(key, "\x00")
+	return name
 }
 
 // evictIdleLocked drops one socket nobody is using or waiting for.
 func (w *wsUpstreams) evictIdleLocked() bool {
 	for key, sock := range w.sockets {
 		if sock.waiting == 0 && len(sock.slot) == 0 {
-			if sock.conn != nil {
-				sock.conn.CloseNow()
-			}
+			w.closeLocked(sock)
 			delete(w.sockets, key)
 			return true
 		}
 	}
 	return false
+}
+
+// closeLocked closes sock's connection (its watcher, if any, ends with it).
+func (w *wsUpstreams) closeLocked(sock *upstreamSocket) {
+	if sock.conn != nil {
+		sock.conn.CloseNow()
+		sock.conn = nil
+	}
 }
 
 // reap closes sockets idle longer than idleTTL.
@@ -143,9 +273,7 @@ func (w *wsUpstreams) reap() {
 			w.mu.Lock()
 			for key, sock := range w.sockets {
 				if sock.waiting == 0 && len(sock.slot) == 0 && now.Sub(sock.used) > w.idleTTL {
-					if sock.conn != nil {
-						sock.conn.CloseNow()
-					}
+					w.closeLocked(sock)
 					delete(w.sockets, key)
 				}
 			}
@@ -164,37 +292,13 @@ func (w *wsUpstreams) close() {
 	w.stopped = true
 	close(w.stop)
 	for key, sock := range w.sockets {
-		if sock.conn != nil {
-			sock.conn.CloseNow()
-		}
+		w.closeLocked(sock)
 		delete(w.sockets, key)
 	}
 }
 
 // send runs req over u's WebSocket for the request's session scope.
 func (w *wsUpstreams) send(upCtx context.Context, idle *idleTimer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
-	kind, scopeID := req.scope.tightest()
-	key := u.Name() + "\x00" + kind.String() + "\x00" + scopeID
-	sock, pending, err := w.acquire(upCtx, key)
-	if err != nil {
-		return nil, err
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			w.release(sock, false)
-		}
-	}()
-	if sock.conn == nil {
-		conn, ans, err := w.dial(upCtx, req, u)
-		if err != nil || ans != nil {
-			if ans != nil {
-				ans.done = func(bool) {}
-			}
-			return ans, err
-		}
-		sock.conn = conn
-	}
 	frame, err := sjson.SetBytes(req.body, "type", "response.create")
 	if err == nil {
 		frame, err = sjson.DeleteBytes(frame, "stream")
@@ -202,17 +306,36 @@ func (w *wsUpstreams) send(upCtx context.Context, idle *idleTimer, req *clientRe
 	if err != nil {
 		return nil, fmt.Errorf("building response.create: %w", err)
 	}
-	if err := sock.conn.Write(upCtx, websocket.MessageText, frame); err != nil {
-		return nil, fmt.Errorf("sending response.create: %w", err)
+	kind, scopeID := req.scope.tightest()
+	sock, pending, err := w.acquire(upCtx, u.Name()+"\x00"+kind.String()+"\x00"+scopeID)
+	if err != nil {
+		return nil, err
 	}
-	ok = true
+	src := &wsSource{w: w, sock: sock, req: req, u: u, frame: frame, ctx: upCtx, idle: idle, max: w.s.opts.MaxEventBytes}
+	ans, err := src.open(upCtx)
+	if err != nil || ans != nil {
+		w.release(sock, false)
+		if ans != nil {
+			ans.done = func(bool) {}
+		}
+		return ans, err
+	}
 	idle.arm()
-	src := &wsSource{conn: sock.conn, ctx: upCtx, idle: idle, max: w.s.opts.MaxEventBytes}
 	// The first frame says how the upstream took the request, as an HTTP
 	// answer's status line does; attempt reads it under first_token and
 	// handles a refusal with a status as that status (wsStatusAnswer).
 	return &upstreamAnswer{status: http.StatusOK, src: src, statusFrames: true, pending: pending,
-		done: func(reusable bool) { w.release(sock, reusable) }}, nil
+		done: func(reusable bool) { w.release(sock, src.settle(reusable)) }}, nil
+}
+
+// upstreamSocketsFull fails an attempt that found limits.upstream_sockets
+// upstream WebSockets open and none idle: SECURITY.md says the attempt
+// fails. Nothing reached the upstream, so nothing is charged to it (no
+// cooldown, no transport_error); the client gets a 503 it may retry.
+func (s *Server) upstreamSocketsFull(out responder, req *clientRequest, u *upstream.Upstream, err error) attemptResult {
+	s.log.Warn("no upstream WebSocket available", "upstream", u.Name(), "error", err)
+	out.fail(req, apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "%s; retry the request", err), failBeforeStream)
+	return attemptResult{next: nextDone}
 }
 
 // wsStatusAnswer turns an upstream's refusal of a response.create, a first
@@ -302,31 +425,201 @@ func (w *wsUpstreams) dial(ctx context.Context, req *clientRequest, u *upstream.
 	return nil, &upstreamAnswer{status: resp.StatusCode, header: resp.Header, body: body}, nil
 }
 
-// wsSource reads upstream WebSocket frames as events.
+// wsSource reads upstream WebSocket frames as events: one request's turn on
+// a socket.
 type wsSource struct {
-	conn *websocket.Conn
-	ctx  context.Context
-	idle *idleTimer
-	max  int
+	w     *wsUpstreams
+	sock  *upstreamSocket
+	req   *clientRequest
+	u     *upstream.Upstream
+	frame []byte // the turn's response.create
+	conn  *websocket.Conn
+	ctx   context.Context
+	idle  *idleTimer
+	max   int
+
+	first   *idleRead // the watcher's read on a reused connection: the turn's first frame
+	reused  bool      // conn served earlier turns
+	lastID  string    // the response conn served last
+	retried bool      // the turn went to a new connection once already
+	started bool      // an event went to the reader
+
+	opened     bool   // a response lifecycle event of this turn was read
+	responseID string // the response the turn's lifecycle events name
+	ended      bool   // the last event ended the turn (settle)
+}
+
+// open sends the turn's response.create: on the socket's connection when
+// it has one, else on a new one. A reused connection that cannot take it is
+// replaced once (replace).
+func (src *wsSource) open(ctx context.Context) (*upstreamAnswer, error) {
+	for {
+		conn, first, lastID := src.w.take(src.sock)
+		src.conn, src.first, src.reused, src.lastID = conn, first, conn != nil, lastID
+		src.opened, src.responseID, src.ended = false, "", false
+		if first != nil && first.returned() {
+			// The watcher read something before this turn sent anything:
+			// not the turn's, whatever it is.
+			src.w.drop(src.sock, conn)
+			src.w.idleEnded(src.sock, first)
+			continue
+		}
+		if conn == nil {
+			c, ans, err := src.w.dial(ctx, src.req, src.u)
+			if err != nil || ans != nil {
+				return ans, err
+			}
+			if err := src.w.attach(src.sock, c); err != nil {
+				return nil, err
+			}
+			src.conn = c
+		}
+		err := src.conn.Write(ctx, websocket.MessageText, src.frame)
+		if err == nil {
+			return nil, nil
+		}
+		if !src.replace(err) {
+			return nil, fmt.Errorf("sending response.create: %w", err)
+		}
+	}
+}
+
+// replace gives up a reused connection that failed the turn before the
+// upstream answered it anything, or whose first frame belongs to another
+// response: the upstream closed it while it waited (a timeout of its own, a
+// restart), or it is out of step. The turn goes once to a new connection to
+// the same upstream, as a connection reset before the headers is retried on
+// the same target (README "Routes and fallbacks"), but at once and without
+// charging the upstream: a reused connection proves nothing about it.
+// false: the failure is the turn's.
+func (src *wsSource) replace(why error) bool {
+	if !src.reused || src.retried || src.started || src.ctx.Err() != nil || errors.Is(why, sse.ErrEventTooLarge) {
+		return false
+	}
+	src.retried = true
+	src.w.drop(src.sock, src.conn)
+	src.w.s.log.Info("a reused upstream WebSocket failed before answering; sending the request on a new one",
+		"upstream", src.u.Name(), "why", src.w.s.scrub.String(upstream.RedactError(why)))
+	return true
+}
+
+// reopen sends the turn again on a new connection (replace).
+func (src *wsSource) reopen() error {
+	ans, err := src.open(src.ctx)
+	if ans != nil {
+		return fmt.Errorf("the upstream refused a new WebSocket with HTTP %d", ans.status)
+	}
+	return err
+}
+
+// read reads the turn's next frame: the watcher's read first, if the
+// connection had one in progress.
+func (src *wsSource) read() (websocket.MessageType, []byte, error) {
+	if r := src.first; r != nil {
+		select {
+		case <-r.done:
+			src.first = nil
+			return r.typ, r.data, r.err
+		case <-src.ctx.Done():
+			return 0, nil, context.Cause(src.ctx)
+		}
+	}
+	return src.conn.Read(src.ctx)
 }
 
 func (src *wsSource) Next() (sse.Event, error) {
 	for {
 		src.idle.touch()
-		typ, data, err := src.conn.Read(src.ctx)
+		typ, data, err := src.read()
 		if err != nil {
-			if strings.Contains(err.Error(), "read limited") {
-				return sse.Event{}, fmt.Errorf("%w: a WebSocket frame exceeds %d bytes", sse.ErrEventTooLarge, src.max)
+			err = src.readError(err)
+			if !src.replace(err) {
+				return sse.Event{}, err
 			}
-			var ce websocket.CloseError
-			if errors.As(err, &ce) {
-				return sse.Event{}, fmt.Errorf("the upstream closed the WebSocket (%d %s): %w", ce.Code, ce.Reason, io.ErrUnexpectedEOF)
+			if err := src.reopen(); err != nil {
+				return sse.Event{}, err
 			}
-			return sse.Event{}, err
-		}
-		if typ != websocket.MessageText || len(strings.TrimSpace(string(data))) == 0 {
 			continue
 		}
-		return sse.Event{Name: gjson.GetBytes(data, "type").String(), Data: data}, nil
+		if typ != websocket.MessageText || len(bytes.TrimSpace(data)) == 0 {
+			continue
+		}
+		name := gjson.GetBytes(data, "type").String()
+		if src.foreign(name, data) {
+			if !src.replace(errForeignFrame) {
+				src.w.drop(src.sock, src.conn)
+				return sse.Event{}, errForeignFrame
+			}
+			if err := src.reopen(); err != nil {
+				return sse.Event{}, err
+			}
+			continue
+		}
+		src.started = true
+		switch name {
+		case "response.completed", "response.failed", "response.incomplete":
+			src.ended = true
+		case "error": // a refusal of the response.create ends the turn; an error within a response does not
+			src.ended = !src.opened
+		default:
+			src.ended = false
+		}
+		return sse.Event{Name: name, Data: data}, nil
 	}
+}
+
+// readError says why reading the upstream's frames stopped.
+func (src *wsSource) readError(err error) error {
+	if strings.Contains(err.Error(), "read limited") {
+		return fmt.Errorf("%w: a WebSocket frame exceeds %d bytes", sse.ErrEventTooLarge, src.max)
+	}
+	var ce websocket.CloseError
+	if errors.As(err, &ce) {
+		return fmt.Errorf("the upstream closed the WebSocket (%d %s): %w", ce.Code, ce.Reason, io.ErrUnexpectedEOF)
+	}
+	return err
+}
+
+// foreign reports whether an event belongs to another response than the
+// turn's, and notes the turn's response from its lifecycle events. Foreign
+// are a lifecycle event naming another response than the turn's (or, first
+// on a reused connection, the one the connection served last), and on a
+// reused connection a response event before the turn's first lifecycle
+// event. Only lifecycle events are parsed further, a handful per response.
+func (src *wsSource) foreign(name string, data []byte) bool {
+	switch name {
+	case "response.created", "response.in_progress", "response.queued",
+		"response.completed", "response.failed", "response.incomplete":
+		id := gjson.GetBytes(data, "response.id").Str
+		switch {
+		case id == "":
+		case src.responseID == "":
+			if src.reused && id == src.lastID {
+				return true
+			}
+			src.responseID = id
+		case id != src.responseID:
+			return true
+		}
+		src.opened = true
+		return false
+	case "response.keepalive", "response.ping":
+		return false
+	}
+	return src.reused && !src.opened && strings.HasPrefix(name, "response.")
+}
+
+// settle says whether the connection can serve the next request: the
+// caller found the turn's end clean (reusable), and the turn read its last
+// frame, which ended the response (a terminal event, or an error refusing
+// the response.create). Anything else may leave frames of this response
+// for the next request to read. It runs while the turn holds the slot.
+func (src *wsSource) settle(reusable bool) bool {
+	if !reusable || src.first != nil || !src.ended {
+		return false
+	}
+	if src.responseID != "" {
+		src.sock.lastID = src.responseID
+	}
+	return true
 }
