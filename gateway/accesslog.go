@@ -3,6 +3,8 @@ package gateway
 import (
 	"strings"
 	"time"
+
+	"github.com/sluice-gw/sluice/gateway/streaminput"
 )
 
 // accessLog writes the request's one INFO line (logger "access"): method,
@@ -52,4 +54,24 @@ func (s *Server) accessLog(m *reqMeta) {
 			"cached_tokens", m.usage.cached, "reasoning_tokens", m.usage.reasoning)
 	}
 	s.log.Named("access").Info("request", args...)
+}
+
+// logEndpoint is a request path as the access log shows it: the id segment
+// of a stored-response or streaming-input session path in its LogID form
+// (/v1/responses/sha256:…/input_items), as every log line shows ids
+// (SECURITY.md "Secrets": never raw), so the line still matches the others
+// that name the same response or session.
+func logEndpoint(path string) string {
+	for _, prefix := range [...]string{responsesResourcePrefix, streaminput.PathPrefix + "/"} {
+		rest, ok := strings.CutPrefix(path, prefix)
+		if !ok || rest == "" {
+			continue
+		}
+		id, tail, more := strings.Cut(rest, "/")
+		if more {
+			return prefix + LogID(id) + "/" + tail
+		}
+		return prefix + LogID(id)
+	}
+	return path
 }

@@ -34,7 +34,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_requests_total", Help: "Client requests by surface and HTTP status (README, Observability: API surfaces, models, streaming_input, and other for unknown endpoints and methods; not the operator endpoints).",
+			Name: "sluice_requests_total", Help: "Client requests by surface and HTTP status (README, Observability: API surfaces, models, responses_resource, streaming_input, and other for unknown endpoints and methods; not the operator endpoints).",
 		}, []string{"surface", "code"}),
 		upstreamAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_upstream_attempts_total", Help: "Requests sent to upstreams, by upstream and outcome.",
@@ -91,13 +91,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 // Surfaces of sluice_requests_total besides the API surfaces
 // (hostabi.Surface*), which serveAPI and the WebSocket frames count.
 const (
-	surfaceModels         = "models"          // GET /v1/models
-	surfaceStreamingInput = "streaming_input" // the streaming-input REST API (Mode B)
-	surfaceOther          = "other"           // no such endpoint (404) or method (405)
+	surfaceModels            = "models"             // GET /v1/models
+	surfaceResponsesResource = "responses_resource" // GET/DELETE /v1/responses/{id}, its input_items, cancel
+	surfaceStreamingInput    = "streaming_input"    // the streaming-input REST API (Mode B)
+	surfaceOther             = "other"              // no such endpoint (404) or method (405)
 )
 
+// responsesResourcePrefix starts the paths of the stored-response API; the
+// segment after it is a response id.
+const responsesResourcePrefix = "/v1/responses/"
+
 // requestSurface labels a /v1/ request no API handler counted (an auth
-// failure, a 426, /v1/models, streaming-input sessions).
+// failure, a 426, /v1/models, the stored-response API, streaming-input
+// sessions); the access log shows the same label.
 func requestSurface(r *http.Request) string {
 	switch p := r.URL.Path; {
 	case p == "/v1/responses" && r.Method == http.MethodGet:
@@ -108,6 +114,8 @@ func requestSurface(r *http.Request) string {
 		return hostabi.SurfaceChatJSON
 	case p == "/v1/models":
 		return surfaceModels
+	case strings.HasPrefix(p, responsesResourcePrefix):
+		return surfaceResponsesResource
 	case strings.HasPrefix(p, streaminput.PathPrefix):
 		return surfaceStreamingInput
 	}
@@ -121,10 +129,11 @@ func (s *Server) countRequest(r *http.Request, status int) {
 	s.metrics.requests.WithLabelValues(requestSurface(r), statusLabel(status)).Inc()
 }
 
-// countUnrouted counts a 404 or 405 as surface "other", wherever its path.
+// countUnrouted counts a 404 or 405 as surface "other", wherever its path,
+// and its access line says so.
 func (s *Server) countUnrouted(r *http.Request, status int) {
 	s.metrics.requests.WithLabelValues(surfaceOther, statusLabel(status)).Inc()
 	if m, ok := r.Context().Value(metaCtxKey{}).(*reqMeta); ok {
-		m.counted = true
+		m.counted, m.surface = true, surfaceOther
 	}
 }

@@ -10,9 +10,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/sluice-gw/sluice/gateway/sse"
 	"github.com/sluice-gw/sluice/gateway/upstream"
@@ -191,7 +193,8 @@ type pump struct {
 	// content event (gotContent); nil once called, or without the timer.
 	firstToken func()
 
-	responseID string         // the upstream's response id (anchors, logs)
+	responseID string         // the upstream's response id (anchors, logs): the first one it named
+	created    bool           // the attempt's response.created was seen (a second one is dropped)
 	anchor     *pendingAnchor // the response's anchor write, once response.created was seen
 	cleanEnd   bool           // the upstream ended the response itself (its connection may be reused)
 }
@@ -216,6 +219,7 @@ func (p *pump) run(ev sse.Event, err error) pumpEnd {
 		if err != nil {
 			return p.readEnded(err)
 		}
+		ev.Data = validText(ev.Data)
 		var end pumpEnd
 		var stop bool
 		if p.req.ep.chat {
@@ -371,6 +375,14 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 	if typ == "" && f.errObj.IsObject() {
 		typ = "error" // {"error":{…}} without a type
 	}
+	if f.Response.IsObject() { // lifecycle and terminal events: the stream shows one response
+		if typ == "response.created" && p.created {
+			p.s.metrics.skippedEvents.WithLabelValues(p.surface, "second_created").Inc()
+			p.s.log.Debug("skipped a second response.created", "surface", p.surface, "upstream", p.u.Name(), "response_id", LogID(p.responseID))
+			return pumpEnd{}, false
+		}
+		ev.Data = p.sameResponseID(ev.Data, &f)
+	}
 	switch typ {
 	case "error":
 		if p.unseen() {
@@ -381,6 +393,7 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 		}
 		return ended(p.upstreamError(ev.Data, typ))
 	case "response.created":
+		p.created = true
 		p.responseID = strings.Clone(f.Response.Get("id").Str)
 		if c := p.s.cont; c != nil && p.responseID != "" && p.req.recordable() {
 			p.anchor = c.recordAsync(c.anchorFor(p.req, p.responseID, p.u.Name()))
@@ -445,6 +458,59 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 		return ended(reasonIncomplete)
 	}
 	return pumpEnd{}, false
+}
+
+// sameResponseID gives an event whose Response names another id than the
+// first one the attempt named that first id (in a copy of data; f is read
+// again). A stream shows one response id, the first the client was shown
+// (docs/ARCHITECTURE.md §3): an upstream whose response.completed, say,
+// names another must not show the client a second, as a continuation's
+// terminal event carries the client's id too (splicedTerminalLocked).
+func (p *pump) sameResponseID(data []byte, f *eventFields) []byte {
+	id := f.Response.Get("id")
+	if p.responseID == "" || id.Type != gjson.String || id.Str == p.responseID {
+		return data
+	}
+	set := strField("response.id", p.responseID)
+	out, err := sjson.SetRawBytes(data, set.path, set.raw)
+	if err != nil {
+		return data
+	}
+	nf, ok := scanEvent(out)
+	if !ok {
+		return data
+	}
+	p.s.log.Debug("an upstream event named another response id; the stream keeps the first", "surface", p.surface,
+		"upstream", p.u.Name(), "response_id", LogID(p.responseID), "other_id", LogID(id.Str))
+	*f = nf
+	return out
+}
+
+// validText is data with each byte that is not part of valid UTF-8
+// replaced by U+FFFD, as encoding/json and jsonx.AppendQuote replace them:
+// a client's WebSocket text frames must be UTF-8 (RFC 6455 §8.1; strict
+// clients fail the connection, before the terminal event), and SSE is read
+// as UTF-8. The pump repairs every upstream event alike, on its own, before
+// anything reads it, so a delta, its done text and the terminal Response
+// agree, and what was sent (internal/sent, continuations) is what the
+// client got. Only string contents can hold such bytes (anywhere else the
+// JSON is invalid, and stays so). Valid data costs one utf8.Valid pass and
+// no copy.
+func validText(data []byte) []byte {
+	if utf8.Valid(data) {
+		return data
+	}
+	out := make([]byte, 0, len(data)+8)
+	for rest := data; len(rest) > 0; {
+		r, size := utf8.DecodeRune(rest)
+		if r == utf8.RuneError && size == 1 {
+			out = utf8.AppendRune(out, utf8.RuneError)
+		} else {
+			out = append(out, rest[:size]...)
+		}
+		rest = rest[size:]
+	}
+	return out
 }
 
 // confirmAnchor makes the response's anchor durable before the client sees

@@ -892,7 +892,7 @@ func (s *Server) followOwner(clientCtx, upCtx context.Context, u *upstream.Upstr
 		}
 		var why string
 		var f eventFields
-		data := s.scrub.Bytes(ev.Data)
+		data := validText(s.scrub.Bytes(ev.Data)) // as the pump repairs every upstream event
 		switch valid, object := f.scan(data, s.opts.MaxJSONDepth); {
 		case ev.Error != nil:
 			why = fmt.Sprintf("upstream %q that owns the response failed the stream: %s", u.Name(), s.scrub.String(errorMessage(ev)))

@@ -465,7 +465,7 @@ func newTargetMetrics(reg prometheus.Registerer, pool *upstream.Pool, routes *ro
 			Help: "Model-specific failures charged to a target (upstream, model), by class: rate_limited, quota, overloaded, server_error, timeout. Models no route names and the upstream does not list are labelled \"other\".",
 		}, []string{"upstream", "model", "class"}),
 		state: prometheus.NewDesc("sluice_target_circuit_state",
-			"A target's circuit: 0 closed, 1 open, 2 half-open (a probe may go).", []string{"upstream", "model"}, nil),
+			"A target's circuit: 0 closed, 1 open, 2 half-open (a probe may go). Models are labelled as in sluice_target_failures_total; \"other\" shows the worst circuit among its models.", []string{"upstream", "model"}, nil),
 	}
 	for _, n := range routes.names() {
 		m.named[n] = true
@@ -486,28 +486,74 @@ func (m *targetMetrics) modelLabel(t upstream.Target) string {
 		return t.Model
 	}
 	st := t.Upstream.Status(time.Now())
+	configured := false
 	for _, ts := range st.Targets {
-		if ts.Model == t.Model && ts.Configured {
-			return t.Model
+		if ts.Model == t.Model {
+			configured = ts.Configured
+			break
 		}
 	}
-	for _, id := range st.Models {
-		if id == t.Model {
-			return t.Model
+	return m.boundedModel(t.Model, configured, st.Models)
+}
+
+// otherModel is the model label of every model no route names and the
+// upstream does not list.
+const otherModel = "other"
+
+// boundedModel is the one rule for the per-target series' model label:
+// model when a route names it (configured, or among the routes' names) or
+// the upstream lists it, else otherModel.
+func (m *targetMetrics) boundedModel(model string, configured bool, listed []string) string {
+	if configured || m.named[model] {
+		return model
+	}
+	for _, id := range listed {
+		if id == model {
+			return model
 		}
 	}
-	return "other"
+	return otherModel
 }
 
 // Describe implements prometheus.Collector.
 func (m *targetMetrics) Describe(ch chan<- *prometheus.Desc) { ch <- m.state }
 
 // Collect implements prometheus.Collector: one gauge per target the pool
-// keeps state for (bounded by upstream.Options.MaxTargets).
+// keeps state for (bounded by upstream.Options.MaxTargets), labelled as
+// the failures counter labels it; the targets labelled "other" share one
+// gauge per upstream that shows the worst of their circuits (open, then
+// half-open, then closed).
 func (m *targetMetrics) Collect(ch chan<- prometheus.Metric) {
-	for _, ts := range m.pool.TargetStatuses() {
-		ch <- prometheus.MustNewConstMetric(m.state, prometheus.GaugeValue, float64(ts.State), ts.Upstream, ts.Model)
+	now := time.Now()
+	for _, u := range m.pool.Upstreams() {
+		st := u.Status(now)
+		other, others := upstream.CircuitClosed, false
+		for _, ts := range st.Targets {
+			if model := m.boundedModel(ts.Model, ts.Configured, st.Models); model != otherModel {
+				ch <- prometheus.MustNewConstMetric(m.state, prometheus.GaugeValue, float64(ts.State), st.Name, model)
+				continue
+			}
+			if !others || circuitSeverity(ts.State) > circuitSeverity(other) {
+				other = ts.State
+			}
+			others = true
+		}
+		if others {
+			ch <- prometheus.MustNewConstMetric(m.state, prometheus.GaugeValue, float64(other), st.Name, otherModel)
+		}
 	}
+}
+
+// circuitSeverity orders circuits for the shared "other" gauge: an open
+// circuit refuses requests, a half-open one lets a probe through.
+func circuitSeverity(c upstream.Circuit) int {
+	switch c {
+	case upstream.CircuitOpen:
+		return 2
+	case upstream.CircuitHalfOpen:
+		return 1
+	}
+	return 0
 }
 
 // bodyFor is req's body with the target's model: the original when the

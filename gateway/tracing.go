@@ -7,8 +7,10 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/tidwall/gjson"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -75,11 +77,20 @@ func (s *Server) shutdownTracing() {
 // (internal/otlphttp; the official one links in gRPC) and reads no
 // OTEL_EXPORTER_OTLP_* environment variables; ctx is unused (nothing is sent
 // before the first batch). Hand it to Options.TracerProvider: the server
-// owns it from then on and shuts it down on drain.
-func NewOTLPTracerProvider(ctx context.Context, tracesURL string, ratio float64, version string) (*sdktrace.TracerProvider, error) {
-	exp, err := otlphttp.New(tracesURL)
+// owns it from then on and shuts it down on drain. Pass WithExportLog, or
+// failed exports go to OpenTelemetry's global error handler.
+func NewOTLPTracerProvider(ctx context.Context, tracesURL string, ratio float64, version string, opts ...OTLPOption) (*sdktrace.TracerProvider, error) {
+	var o otlpOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	otlp, err := otlphttp.New(tracesURL)
 	if err != nil {
 		return nil, err
+	}
+	var exp sdktrace.SpanExporter = otlp
+	if o.log != nil {
+		exp = &loggedExporter{SpanExporter: exp, log: o.log, every: exportLogEvery, now: time.Now}
 	}
 	attrs := []attribute.KeyValue{attribute.String("service.name", "sluice")}
 	if version != "" {
@@ -90,6 +101,64 @@ func NewOTLPTracerProvider(ctx context.Context, tracesURL string, ratio float64,
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))),
 		sdktrace.WithResource(resource.NewSchemaless(attrs...)),
 	), nil
+}
+
+// OTLPOption configures NewOTLPTracerProvider.
+type OTLPOption func(*otlpOptions)
+
+type otlpOptions struct {
+	log hclog.Logger
+}
+
+// WithExportLog makes a failed export a WARN line of log (the gateway's
+// logger: its format and level), at most one per exportLogEvery, counting
+// the failures in between. Without it the SDK hands the error to
+// OpenTelemetry's global error handler, which by default prints it with Go's
+// log package: a plain line in a JSON log, whatever the log level.
+func WithExportLog(log hclog.Logger) OTLPOption {
+	return func(o *otlpOptions) { o.log = log }
+}
+
+// exportLogEvery is the least time between two lines about failed exports:
+// a collector that is down fails every batch (one each 5s by default).
+const exportLogEvery = time.Minute
+
+// loggedExporter logs its exporter's failures and reports none to the SDK.
+// The batch span processor drops a failed batch either way, and does
+// nothing with the error but pass it to otel.Handle (global state), or
+// return it from ForceFlush; so the error is logged here, through the
+// gateway's own logger, and no global handler has to be set.
+type loggedExporter struct {
+	sdktrace.SpanExporter
+	log   hclog.Logger
+	every time.Duration
+	now   func() time.Time
+
+	mu       sync.Mutex
+	next     time.Time // no line before then
+	failures int       // failed exports since the last line
+	dropped  int       // their spans
+}
+
+func (e *loggedExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	if err := e.SpanExporter.ExportSpans(ctx, spans); err != nil {
+		e.failed(err, len(spans))
+	}
+	return nil
+}
+
+func (e *loggedExporter) failed(err error, spans int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.failures++
+	e.dropped += spans
+	now := e.now()
+	if now.Before(e.next) {
+		return
+	}
+	e.next = now.Add(e.every)
+	e.log.Warn("exporting spans failed; they are dropped", "error", err, "failed_exports", e.failures, "dropped_spans", e.dropped)
+	e.failures, e.dropped = 0, 0
 }
 
 // reqTrace is one request's spans.

@@ -527,7 +527,7 @@ type reqMeta struct {
 }
 
 func newReqMeta(r *http.Request) *reqMeta {
-	return &reqMeta{start: time.Now(), method: r.Method, endpoint: r.URL.Path}
+	return &reqMeta{start: time.Now(), method: r.Method, endpoint: logEndpoint(r.URL.Path), surface: requestSurface(r)}
 }
 
 // metaOf is the request's meta made by gate, or a fresh one.

@@ -353,7 +353,7 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger, admin
 	if err := checkPolicyConfig(cfg.Policies, rt.Status(), logger); err != nil {
 		return nil, cleanup, err
 	}
-	tp, err := tracerProvider(ctx, cfg.Tracing) // tracing.go: nil without tracing.otlp_endpoint
+	tp, err := tracerProvider(ctx, cfg.Tracing, logger) // tracing.go: nil without tracing.otlp_endpoint
 	if err != nil {
 		return nil, cleanup, err
 	}

@@ -7,17 +7,19 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/sluice-gw/sluice/gateway"
 	"github.com/sluice-gw/sluice/gateway/config"
 )
 
 // tracerProvider builds the OTLP/HTTP tracer provider of tracing: (spans to
 // {otlp_endpoint}/v1/traces), or nil when tracing.otlp_endpoint is unset.
-func tracerProvider(ctx context.Context, t config.Tracing) (*sdktrace.TracerProvider, error) {
+func tracerProvider(ctx context.Context, t config.Tracing, logger hclog.Logger) (*sdktrace.TracerProvider, error) {
 	if !t.Enabled() {
 		return nil, nil
 	}
-	tp, err := gateway.NewOTLPTracerProvider(ctx, t.TracesURL(), t.Ratio(), currentBuild().Version)
+	tp, err := gateway.NewOTLPTracerProvider(ctx, t.TracesURL(), t.Ratio(), currentBuild().Version,
+		gateway.WithExportLog(logger.Named("tracing"))) // failed exports go to this log, not the stdlib one
 	if err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
