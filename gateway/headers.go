@@ -17,12 +17,6 @@ var hopHeaders = []string{
 	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
 }
 
-// credentialHeaders say who the client is or whom to bill. An upstream with
-// its own api_key bills the operator, so a client must not pick the key,
-// organization or project: they are dropped unless the upstream's
-// forward_headers names them.
-var credentialHeaders = []string{"Api-Key", "X-Api-Key", "Openai-Organization", "Openai-Project"}
-
 // upstreamHeaders builds the headers sent to u for req (over HTTP, and for
 // the WebSocket upgrade): the client's, minus hop-by-hop headers (the fixed
 // ones and every one the client's Connection lines name) and credentials,
@@ -62,9 +56,13 @@ func upstreamHeaders(req *clientRequest, u upstream.Config, stream bool) http.He
 		h.Del("Api-Key")
 	}
 	if u.APIKey != "" {
-		for _, k := range credentialHeaders {
-			if !namesHeader(u.ForwardHeaders, k) {
-				h.Del(k)
+		// An upstream with its own key bills the operator: a client must not
+		// pick the key, organization or project (hostabi.CredentialHeader,
+		// the one list the policy host protects too) unless the upstream's
+		// forward_headers names them.
+		for k := range h {
+			if hostabi.CredentialHeader(strings.ToLower(k)) && !namesHeader(u.ForwardHeaders, k) {
+				delete(h, k)
 			}
 		}
 		h.Set("Authorization", "Bearer "+u.APIKey)
@@ -88,6 +86,24 @@ func upstreamHeaders(req *clientRequest, u upstream.Config, stream bool) http.He
 	}
 	req.injectTrace(h) // with tracing: the attempt's traceparent (tracing.go)
 	return h
+}
+
+// checkUpstreamHeaders refuses what net/http would refuse to send: a
+// header name that is not a token, or a value with a control byte
+// (hostabi.ValidFieldName, hostabi.ValidFieldValue). The error names the
+// header, never its value, which may be a secret.
+func checkUpstreamHeaders(h http.Header) error {
+	for k, vv := range h {
+		if !hostabi.ValidFieldName(k) {
+			return fmt.Errorf("invalid header field name %q", k)
+		}
+		for _, v := range vv {
+			if !hostabi.ValidFieldValue(v) {
+				return fmt.Errorf("invalid header field value for %q", k)
+			}
+		}
+	}
+	return nil
 }
 
 func namesHeader(list []string, name string) bool {

@@ -150,12 +150,51 @@ func (s *Server) process(ctx context.Context, out responder, req *clientRequest,
 	s.forward(ctx, cs, req, start)
 }
 
-// rewrite runs the rewrite policy and applies its result to req.
+// checkedRewriter is a Policy that checks each rewrite module's edits as
+// the chain runs (plugins.Runtime): a module whose edited body is not a
+// usable request loses all its edits, as if it had returned its error
+// result, and the chain goes on from the edits before it (ABI.md §3.3).
+type checkedRewriter interface {
+	RewriteChecked(ctx context.Context, in hostabi.RewriteInput, check func(body []byte) error) hostabi.RewriteOutput
+}
+
+// rewrite runs the rewrite policy and applies its result to req. A body
+// is used only when it is a usable request, checked as a client's is
+// (rewrittenRequest), one module's edits at a time when the policy can
+// (checkedRewriter).
 func (s *Server) rewrite(ctx context.Context, req *clientRequest) *apierr.Error {
 	if p, ok := s.policy.(interface{ RewriteActive() bool }); ok && !p.RewriteActive() {
 		return nil // no policy rewrites: skip building its input
 	}
-	out := s.policy.Rewrite(ctx, hostabi.RewriteInput{Surface: req.surface(), Endpoint: "/v1" + req.ep.path, Body: req.body, Headers: policyHeaders(req.header)})
+	in := hostabi.RewriteInput{Surface: req.surface(), Endpoint: "/v1" + req.ep.path, Body: req.body, Headers: policyHeaders(req.header)}
+	var out hostabi.RewriteOutput
+	var checked *clientRequest // req with the last body the check accepted
+	if p, ok := s.policy.(checkedRewriter); ok {
+		out = p.RewriteChecked(ctx, in, func(body []byte) error {
+			next, aerr := s.rewrittenRequest(ctx, req, body)
+			if aerr != nil {
+				return aerr
+			}
+			checked = next
+			return nil
+		})
+	} else {
+		out = s.policy.Rewrite(ctx, in)
+	}
+	if out.Body != nil && !bytes.Equal(out.Body, req.body) {
+		next := checked
+		if next == nil || !bytes.Equal(next.body, out.Body) {
+			var aerr *apierr.Error
+			if next, aerr = s.rewrittenRequest(ctx, req, out.Body); aerr != nil {
+				// Which module broke the body is unknown here (a policy
+				// that checks as it goes never gets this far), so the
+				// edits go as one unit: body, headers, upstream and reject.
+				s.log.Error("rewrite policy produced an invalid request; its edits are discarded", "error", aerr.Message)
+				return nil
+			}
+		}
+		*req = *next
+	}
 	if rej := out.Reject; rej != nil {
 		status := rej.Status
 		if status < 400 || status > 599 {
@@ -167,20 +206,23 @@ func (s *Server) rewrite(ctx context.Context, req *clientRequest) *apierr.Error 
 		}
 		return &apierr.Error{Status: status, Type: typ, Code: rej.Code, Param: rej.Param, Message: rej.Message}
 	}
-	if out.Body != nil && !bytes.Equal(out.Body, req.body) {
-		if aerr := validJSON(ctx, out.Body, s.opts.MaxJSONDepth, "the rewritten body"); aerr != nil {
-			s.log.Error("rewrite policy produced an unusable body; using the original", "error", aerr.Message)
-		} else {
-			prev := *req
-			req.body = out.Body
-			if aerr := req.readFields(parseJSON(out.Body)); aerr != nil {
-				s.log.Error("rewrite policy produced an invalid request; using the original body", "error", aerr.Message)
-				*req = prev
-			}
-		}
-	}
 	req.setHeaders, req.removeHeaders, req.upstreamName = out.SetHeaders, out.RemoveHeaders, out.Upstream
 	return nil
+}
+
+// rewrittenRequest is req with a rewrite policy's body, checked as a
+// client's body is (validJSON, readFields): the rewrite must not smuggle
+// in what the gateway refuses from a client.
+func (s *Server) rewrittenRequest(ctx context.Context, req *clientRequest, body []byte) (*clientRequest, *apierr.Error) {
+	if aerr := validJSON(ctx, body, s.opts.MaxJSONDepth, "the rewritten body"); aerr != nil {
+		return nil, aerr
+	}
+	next := *req
+	next.body = body
+	if aerr := next.readFields(parseJSON(body)); aerr != nil {
+		return nil, aerr
+	}
+	return &next, nil
 }
 
 // pin resolves the owner of previous_response_id. It returns false when the
@@ -447,9 +489,12 @@ func (s *Server) send(upCtx context.Context, idle *idleTimer, req *clientRequest
 func (s *Server) post(upCtx context.Context, idle *idleTimer, req *clientRequest, u *upstream.Upstream, path string, body []byte) (*http.Response, *upstreamAnswer, error) {
 	upReq, err := http.NewRequestWithContext(upCtx, http.MethodPost, u.URL(path), bytes.NewReader(body))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, &notSentError{err: err}
 	}
 	upReq.Header = upstreamHeaders(req, u.Config(), req.stream)
+	if err := checkUpstreamHeaders(upReq.Header); err != nil {
+		return nil, nil, &notSentError{err: err}
+	}
 	upReq.ContentLength = int64(len(body))
 	resp, err := s.client.Do(upReq)
 	if err != nil {
@@ -568,6 +613,10 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 	ans, err := s.send(sendCtx, idle, req, u)
 	stopFirstByte()
 	s.traceAnswer(req, ans)
+	var notSent *notSentError
+	if errors.As(err, &notSent) {
+		return s.notSentFailure(out, req, u, notSent)
+	}
 	if res, ok := s.continuationAnswer(ctx, upCtx, out, req, u, ans, err, start); ok {
 		return res // a continuation target that failed before its stream
 	}
@@ -761,6 +810,30 @@ func eventClass(code string, status int) string {
 		return hostabi.FailureClientError
 	}
 	return hostabi.FailureErrorEvent
+}
+
+// notSentError is an attempt that failed before anything reached the
+// network: the gateway could not build the request (a header value
+// net/http refuses to send, a URL it cannot parse).
+type notSentError struct{ err error }
+
+func (e *notSentError) Error() string { return "the upstream request was not sent: " + e.err.Error() }
+func (e *notSentError) Unwrap() error { return e.err }
+
+// notSentFailure ends a request the gateway could not send. That is the
+// gateway's fault (or a rewrite policy's, for a header it set), never the
+// upstream's: nothing is charged to the target, and no other target is
+// tried, since each would be refused the same way and cooled down for it.
+// The client gets a 500 server_error naming the problem, never a header's
+// value.
+func (s *Server) notSentFailure(out responder, req *clientRequest, u *upstream.Upstream, err *notSentError) attemptResult {
+	why := s.scrub.String(upstream.RedactError(err.err))
+	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "not_sent").Inc()
+	s.log.Error("the gateway could not build the upstream request; no upstream is charged", "upstream", u.Name(), "error", why)
+	e := &apierr.Error{Status: http.StatusInternalServerError, Type: apierr.TypeServer, Code: apierr.CodeInternalError,
+		Message: "the gateway could not build the upstream request: " + why}
+	out.fail(req, e, failBeforeStream) // on a continuation: the stream's terminal event (clientStream.fail)
+	return attemptResult{next: nextDone}
 }
 
 // transportFailure handles an attempt that got no answer at all: a

@@ -337,7 +337,10 @@ func (s *Server) askReplay(ctx context.Context, req *clientRequest, u *upstream.
 		if try.fail == nil {
 			try.fail = &upstream.Failure{Class: "replay_penalty", Reason: "replay penalty after " + firstNonEmpty(in.Code, in.FailureClass)}
 		}
-		try.fail.Hint = max(try.fail.Hint, time.Duration(out.PenaltyMillis)*time.Millisecond)
+		// Clamped before the multiplication: a penalty of centuries would
+		// overflow into a negative duration, which is no cooldown at all.
+		penalty := time.Duration(min(out.PenaltyMillis, upstream.MaxCooldown.Milliseconds())) * time.Millisecond
+		try.fail.Hint = max(try.fail.Hint, penalty)
 	}
 	return hostabi.EffectiveReplay(in, out.Verdict)
 }

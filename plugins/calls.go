@@ -1,6 +1,7 @@
 package plugins
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -466,7 +467,16 @@ func (r *Runtime) decide(ctx context.Context, h int, input func(v *version) []by
 // sees the previous edits and a reject stops the chain. A policy that faults
 // or errs has its own edits dropped. Body is nil when nothing changed.
 func (r *Runtime) Rewrite(ctx context.Context, in hostabi.RewriteInput) hostabi.RewriteOutput {
-	out, tr := r.RewriteTrace(ctx, in)
+	return r.RewriteChecked(ctx, in, nil)
+}
+
+// RewriteChecked is Rewrite that has check judge the body each module
+// leaves when it returns having changed it (ABI.md §3.3): a body that
+// check refuses counts as the module's error result, so all of its edits
+// are dropped, and the chain goes on from the edits before it. check gets
+// a body that is not modified afterwards; nil checks nothing.
+func (r *Runtime) RewriteChecked(ctx context.Context, in hostabi.RewriteInput, check func(body []byte) error) hostabi.RewriteOutput {
+	out, tr := r.rewriteTrace(ctx, in, check)
 	if r.recording.Load() {
 		r.recordRewrite(in, out, tr)
 	}
@@ -481,6 +491,10 @@ func (r *Runtime) RewriteActive() bool {
 
 // RewriteTrace is Rewrite that also tells what each policy did.
 func (r *Runtime) RewriteTrace(ctx context.Context, in hostabi.RewriteInput) (hostabi.RewriteOutput, Trace) {
+	return r.rewriteTrace(ctx, in, nil)
+}
+
+func (r *Runtime) rewriteTrace(ctx context.Context, in hostabi.RewriteInput, check func(body []byte) error) (hostabi.RewriteOutput, Trace) {
 	var out hostabi.RewriteOutput
 	tr := Trace{Outcome: "done"}
 	set := r.active.Load()
@@ -508,12 +522,25 @@ func (r *Runtime) RewriteTrace(ctx context.Context, in hostabi.RewriteInput) (ho
 			continue
 		}
 		cp := doc.Checkpoint()
+		before := doc.Bytes() // kept as it is: the next edit copies (Checkpoint)
 		buf = hostabi.AppendRewriteContext(buf[:0], rewriteContext(in, doc, headers))
 		rw := &rewriteCall{doc: doc}
+		var invalid error // check refused the module's body
 		step := v.invoke(ctx, hRewrite, buf, rw, func(res uint64, _ memView) (resultKind, error) {
-			return decodeRewriteResult(res)
+			kind, err := decodeRewriteResult(res)
+			if err == nil && kind != resError && check != nil && !bytes.Equal(doc.Bytes(), before) {
+				if invalid = check(doc.Bytes()); invalid != nil {
+					return resError, nil // counted as the module's error (invoke)
+				}
+			}
+			return kind, err
 		})
 		v.release()
+		if invalid != nil {
+			step.Error = "its edited body is not a valid request: " + invalid.Error()
+			v.st.setErr(hookNames[hRewrite] + ": " + step.Error)
+			r.log.Error("rewrite policy produced an invalid request; its edits are discarded", "policy", v.name, "error", invalid.Error())
+		}
 		tr.Steps = append(tr.Steps, step)
 		if step.Outcome != "ok" && step.Outcome != "defer" {
 			doc.Restore(cp)

@@ -297,7 +297,7 @@ func hostDocDelete(ctx context.Context, mod api.Module, stack []uint64) {
 }
 
 func headerName(mod api.Module, stack []uint64, ptr, n uint32) (string, bool) {
-	b, ok := guestBytes(mod, stack, ptr, n, 256, hostabi.CodeBadValue)
+	b, ok := guestBytes(mod, stack, ptr, n, hostabi.MaxHeaderNameBytes, hostabi.CodeTooLarge)
 	if !ok {
 		return "", false
 	}
@@ -356,7 +356,7 @@ func hostUseUpstream(ctx context.Context, mod api.Module, stack []uint64) {
 		ret(stack, hostabi.CodeBadValue)
 		return
 	}
-	b, ok := guestBytes(mod, stack, p, n, hostabi.MaxUpstreamBytes, hostabi.CodeBadValue)
+	b, ok := guestBytes(mod, stack, p, n, hostabi.MaxUpstreamBytes, hostabi.CodeTooLarge)
 	if !ok {
 		return
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -32,7 +33,7 @@ type Record struct {
 	Body      json.RawMessage   `json:"body,omitempty"`    // rewrite: the client body
 	Headers   map[string]string `json:"headers,omitempty"` // rewrite: the headers a policy may read
 	Verdict   string            `json:"verdict"`           // the verdict name; for rewrite changed, unchanged or rejected
-	DecidedBy string            `json:"decided_by"`        // the policy, or "default"
+	DecidedBy string            `json:"decided_by"`        // the policy, or "default"; for rewrite see rewriteDecidedBy
 	Output    json.RawMessage   `json:"output,omitempty"`  // recover, replay and stream_event: the output
 	// UpstreamEvents are the last upstream events (at most eventring.Size,
 	// oldest first) of the attempt whose failure a recover or replay call
@@ -157,12 +158,40 @@ func (rec *recorder) pruneLocked() {
 	}
 }
 
-func (r *Runtime) record(rc *Record, tr Trace) {
-	rc.Time = time.Now().UTC().Format(time.RFC3339Nano)
-	rc.DecidedBy = "default"
-	if tr.Outcome == "decided" || tr.Outcome == "rejected" {
-		rc.DecidedBy = tr.Policy
+// decidedBy names the module whose recover, replay or stream_event answer
+// was used, or "default".
+func decidedBy(tr Trace) string {
+	if tr.Outcome == "decided" && tr.Policy != "" {
+		return tr.Policy
 	}
+	return "default"
+}
+
+// rewriteDecidedBy names who made a rewrite's result: the module that
+// rejected; for an edited request the modules that ran their rewrite and
+// returned done (their edits are the ones applied, in chain order, comma
+// separated); "default" when the request was left as it came.
+func rewriteDecidedBy(out hostabi.RewriteOutput, tr Trace) string {
+	if out.Reject != nil && tr.Policy != "" {
+		return tr.Policy
+	}
+	if out.Body == nil && len(out.SetHeaders) == 0 && len(out.RemoveHeaders) == 0 && out.Upstream == "" {
+		return "default"
+	}
+	var names []string
+	for _, st := range tr.Steps {
+		if st.Outcome == outOK.String() && !slices.Contains(names, st.Policy) {
+			names = append(names, st.Policy)
+		}
+	}
+	if len(names) == 0 {
+		return "default"
+	}
+	return strings.Join(names, ",")
+}
+
+func (r *Runtime) record(rc *Record) {
+	rc.Time = time.Now().UTC().Format(time.RFC3339Nano)
 	line, err := json.Marshal(rc)
 	if err == nil {
 		line = append(redactIDs(line), '\n')
@@ -174,21 +203,22 @@ func (r *Runtime) record(rc *Record, tr Trace) {
 }
 
 func (r *Runtime) recordRecover(ctx context.Context, in hostabi.RecoverInput, out hostabi.RecoverOutput, tr Trace) {
-	rc := Record{Hook: "recover", Verdict: out.Verdict.String(), UpstreamEvents: eventring.FromContext(ctx).Events()}
+	rc := Record{Hook: "recover", Verdict: out.Verdict.String(), DecidedBy: decidedBy(tr), UpstreamEvents: eventring.FromContext(ctx).Events()}
 	rc.Input, _ = json.Marshal(in)
 	rc.Output, _ = json.Marshal(out)
-	r.record(&rc, tr)
+	r.record(&rc)
 }
 
 func (r *Runtime) recordReplay(ctx context.Context, in hostabi.ReplayInput, out hostabi.ReplayOutput, tr Trace) {
-	rc := Record{Hook: "replay", Verdict: out.Verdict.String(), UpstreamEvents: eventring.FromContext(ctx).Events()}
+	rc := Record{Hook: "replay", Verdict: out.Verdict.String(), DecidedBy: decidedBy(tr), UpstreamEvents: eventring.FromContext(ctx).Events()}
 	rc.Input, _ = json.Marshal(in)
 	rc.Output, _ = json.Marshal(out)
-	r.record(&rc, tr)
+	r.record(&rc)
 }
 
 func (r *Runtime) recordRewrite(in hostabi.RewriteInput, out hostabi.RewriteOutput, tr Trace) {
-	rc := Record{Hook: "rewrite", Surface: in.Surface, Endpoint: in.Endpoint, Headers: visibleHeaders(in.Headers), Verdict: "unchanged"}
+	rc := Record{Hook: "rewrite", Surface: in.Surface, Endpoint: in.Endpoint, Headers: visibleHeaders(in.Headers), Verdict: "unchanged",
+		DecidedBy: rewriteDecidedBy(out, tr)}
 	if json.Valid(in.Body) {
 		rc.Body = in.Body
 	}
@@ -201,7 +231,7 @@ func (r *Runtime) recordRewrite(in hostabi.RewriteInput, out hostabi.RewriteOutp
 	if strings.TrimSpace(string(rc.Body)) == "" {
 		rc.Body = nil
 	}
-	r.record(&rc, tr)
+	r.record(&rc)
 }
 
 // recordStreamEvent records one stream_event call: a line per event, its
@@ -211,6 +241,6 @@ func (r *Runtime) recordRewrite(in hostabi.RewriteInput, out hostabi.RewriteOutp
 func (r *Runtime) recordStreamEvent(in hostabi.StreamEventInput, out hostabi.StreamEventOutput, tr Trace) {
 	rc := Record{Hook: "stream_event", Verdict: out.Verdict.String(),
 		Input:  hostabi.AppendStreamEventInput(nil, in),
-		Output: hostabi.AppendStreamEventOutput(nil, out)}
-	r.record(&rc, tr)
+		Output: hostabi.AppendStreamEventOutput(nil, out), DecidedBy: decidedBy(tr)}
+	r.record(&rc)
 }
