@@ -9,6 +9,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/sluice-gw/sluice/internal/apierr"
 )
 
@@ -89,22 +90,15 @@ var droppedHeaders = map[string]bool{
 	"Expect": true, "Cookie": true, "X-Streaming-Input": true,
 }
 
-// credentialHeaders are kept in memory only, never written to the store
-// (canonical names). Cookie is among droppedHeaders: it never travels.
-var credentialHeaders = map[string]bool{
-	"Authorization": true, "Api-Key": true, "X-Api-Key": true, "Proxy-Authorization": true,
-	"Openai-Organization": true, "Openai-Project": true,
-}
-
 // isCredential reports whether a (canonical) header name is, or looks like,
 // a credential: the known ones, and any name that says it carries a key,
 // token, secret, password or authorization (X-Goog-Api-Key, X-Auth-Token,
 // …). Such headers are dispatched from memory, never persisted.
 func isCredential(name string) bool {
-	if credentialHeaders[name] {
+	l := strings.ToLower(name)
+	if hostabi.CredentialHeader(l) { // the gateway's list (Cookie is among droppedHeaders: it never travels)
 		return true
 	}
-	l := strings.ToLower(name)
 	for _, s := range []string{"api-key", "apikey", "auth", "token", "secret", "password", "cookie"} {
 		if strings.Contains(l, s) {
 			return true
