@@ -437,8 +437,9 @@ func (o *wsResponder) fail(req *clientRequest, e *apierr.Error, kind failKind) {
 
 func (o *wsResponder) relay(req *clientRequest, status int, _ http.Header, body []byte) {
 	if status/100 == 2 {
-		b, err := json.Marshal(map[string]any{"type": "response.completed", "response": json.RawMessage(validText(body))}) // a text frame must be UTF-8
-		if err != nil {                                                                                                    // not JSON: the turn still ends, with a terminal event
+		// validText: a text frame must be UTF-8.
+		b, err := json.Marshal(map[string]any{"type": "response.completed", "response": json.RawMessage(validText(body))})
+		if err != nil { // not JSON: the turn still ends, with a terminal event
 			o.fail(req, apierr.StreamIncomplete("the upstream's answer is not valid JSON"), failAsTerminal)
 			return
 		}
