@@ -192,8 +192,8 @@ func (v *version) fault(hook, kind, msg string) {
 		return // a call that was under way when v tripped: the trip stays the news
 	}
 	v.st.setErr(msg)
-	if int(v.consecutive.Add(1)) < v.rt.opts.FaultsBeforeRollback {
-		return
+	if n := v.rt.opts.FaultsBeforeRollback; n < 0 || int(v.consecutive.Add(1)) < n {
+		return // n < 0: never rolled back (policy test)
 	}
 	v.tripped.Store(true)
 	v.st.setErr("calls use the built-in default after " + v.rt.faultsInARow(v, msg))

@@ -71,7 +71,8 @@ type Options struct {
 	CallTimeout time.Duration
 	// MemoryLimitPages caps each instance's memory in 64 KiB pages; 0 = 1024 (64 MiB).
 	MemoryLimitPages uint32
-	// FaultsBeforeRollback is how many faults in a row roll a policy back; 0 = 5.
+	// FaultsBeforeRollback is how many faults in a row roll a policy back; 0 = 5,
+	// negative: never (a test harness reports every input's own answer).
 	FaultsBeforeRollback int
 	// Debounce is the quiet time after a file event before rescanning; 0 = 100ms.
 	Debounce time.Duration
@@ -311,7 +312,7 @@ func (o Options) withDefaults() Options {
 		o.MemoryLimitPages = DefaultMemoryLimitPages
 	}
 	o.MemoryLimitPages = min(o.MemoryLimitPages, 65536)
-	if o.FaultsBeforeRollback <= 0 {
+	if o.FaultsBeforeRollback == 0 {
 		o.FaultsBeforeRollback = DefaultFaultsBeforeRollback
 	}
 	if o.Debounce <= 0 {

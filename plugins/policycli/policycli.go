@@ -13,7 +13,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -697,9 +696,9 @@ func openAs(ctx context.Context, file, label string, cfg json.RawMessage, cacheD
 		// A test reports the module's own answer for every input, so it
 		// never rolls the module back or trips it (which the gateway does
 		// after FaultsBeforeRollback faults in a row, asynchronously, so
-		// later inputs would get the default at random): a count no run
-		// reaches. Each fault is reported on its own input.
-		FaultsBeforeRollback: math.MaxInt,
+		// later inputs would get the default at random). Each fault is
+		// reported on its own input.
+		FaultsBeforeRollback: -1,
 	}
 	if cfg != nil {
 		opts.Config = map[string]json.RawMessage{name: cfg}
