@@ -80,7 +80,8 @@ type clientStream struct {
 	sent sent.Output
 
 	// Chat clients.
-	sawFinish bool // a chunk carried a finish_reason
+	sawFinish   bool             // every choice the client was sent has had its finish_reason
+	chatChoices chatChoiceStates // which choices the client was sent, and which finished
 	// What a Chat client was sent, kept once a continuation is armed (arm).
 	trackChat bool
 	chatID    string     // the completion id of the first chunk
@@ -264,7 +265,8 @@ func (cs *clientStream) visible() bool {
 	return cs.wrote || cs.ended
 }
 
-// finished reports whether a Chat client got a chunk with a finish_reason.
+// finished reports whether a Chat client got a finish_reason for every
+// choice it was sent: with n > 1 one finished choice is not a finished answer.
 func (cs *clientStream) finished() bool {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
@@ -472,30 +474,133 @@ func (cs *clientStream) withSentOutputLocked(data []byte, f *eventFields) ([]byt
 	return out, &nf
 }
 
-// sendChat writes one upstream Chat chunk.
-func (cs *clientStream) sendChat(data []byte, finish bool, usage gjson.Result) error {
+// sendChat writes one upstream Chat chunk, whose choices handleChat read.
+// A choice the client already got the finish_reason of is dropped from it
+// (README: after a finish reason the answer is complete); dropped reports
+// that, and a chunk left with nothing for the client is not written.
+func (cs *clientStream) sendChat(data []byte, choices []chatChoice, usage gjson.Result) (dropped bool, err error) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if cs.gone || cs.ended {
-		return errClientGone
+		return false, errClientGone
+	}
+	data, finish, dropped := cs.withoutFinishedChoicesLocked(data, choices, usage)
+	if data == nil {
+		return dropped, nil
 	}
 	if cs.splice != nil {
-		return cs.spliceChatLocked(data, finish, usage)
-	}
-	if err := cs.eventLocked("", data, !usage.IsObject()); err != nil {
-		return err
-	}
-	if cs.trackChat {
+		err = cs.spliceChatLocked(data, finish, usage)
+	} else if err = cs.eventLocked("", data, !usage.IsObject()); err == nil && cs.trackChat {
 		cs.trackChatLocked(data)
 	}
-	if finish {
-		cs.sawFinish = true
+	if err != nil {
+		return dropped, err
 	}
+	for _, c := range choices {
+		cs.chatChoices.sent(c.index, c.finish)
+	}
+	cs.sawFinish = cs.chatChoices.allFinished()
 	if usage.IsObject() {
 		cs.sent.Usage = append(cs.sent.Usage[:0], usage.Raw...)
 	}
-	return nil
+	return dropped, nil
 }
+
+// withoutFinishedChoicesLocked returns data without the choices whose
+// finish_reason the client already got, and whether a kept choice finishes.
+// It returns nil when nothing is left to send: every choice dropped and no
+// usage (a usage chunk still passes, with the choices it keeps).
+func (cs *clientStream) withoutFinishedChoicesLocked(data []byte, choices []chatChoice, usage gjson.Result) (out []byte, finish, dropped bool) {
+	kept := 0
+	for _, c := range choices {
+		switch {
+		case cs.chatChoices.finished(c.index):
+			dropped = true
+		case c.finish:
+			finish = true
+			kept++
+		default:
+			kept++
+		}
+	}
+	if !dropped {
+		return data, finish, false
+	}
+	if kept == 0 && !usage.IsObject() {
+		return nil, false, true
+	}
+	list := []byte{'['}
+	for _, c := range choices {
+		if cs.chatChoices.finished(c.index) {
+			continue
+		}
+		if len(list) > 1 {
+			list = append(list, ',')
+		}
+		list = append(list, c.raw...)
+	}
+	out, err := sjson.SetRawBytes(data, "choices", append(list, ']'))
+	if err != nil { // not expected: data parsed as an object
+		return nil, false, true
+	}
+	return out, finish, true
+}
+
+// maxChatChoices bounds the choices whose finish is tracked, as OpenAI
+// bounds n. A choice with another index is relayed untracked: its finish
+// neither ends the answer nor is awaited.
+const maxChatChoices = 128
+
+// chatChoice is what handleChat read of one choice of a Chat chunk.
+type chatChoice struct {
+	index  int64
+	finish bool   // it carries a finish_reason
+	raw    string // the choice's JSON (aliases the chunk)
+}
+
+// chatChoiceStates records, by choice index, the choices a Chat client
+// was sent and which of them got their finish_reason.
+type chatChoiceStates struct {
+	state []uint8 // by index: choiceUnseen, choiceOpen, choiceFinished
+	open  int     // choices sent without a finish_reason yet
+	done  int     // choices whose finish_reason was sent
+}
+
+const (
+	choiceUnseen uint8 = iota
+	choiceOpen
+	choiceFinished
+)
+
+// sent records that choice i reached the client, finishing when finish.
+func (st *chatChoiceStates) sent(i int64, finish bool) {
+	if i < 0 || i >= maxChatChoices {
+		return
+	}
+	for int64(len(st.state)) <= i {
+		st.state = append(st.state, choiceUnseen)
+	}
+	switch prev := st.state[i]; {
+	case prev == choiceFinished:
+	case finish:
+		if prev == choiceOpen {
+			st.open--
+		}
+		st.state[i] = choiceFinished
+		st.done++
+	case prev == choiceUnseen:
+		st.state[i] = choiceOpen
+		st.open++
+	}
+}
+
+// finished reports whether choice i's finish_reason reached the client.
+func (st *chatChoiceStates) finished(i int64) bool {
+	return i >= 0 && i < int64(len(st.state)) && st.state[i] == choiceFinished
+}
+
+// allFinished reports whether a choice finished and none is still open.
+func (st *chatChoiceStates) allFinished() bool { return st.done > 0 && st.open == 0 }
 
 // done ends a Chat stream with [DONE] and returns the reason.
 func (cs *clientStream) done() string {

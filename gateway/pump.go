@@ -197,6 +197,8 @@ type pump struct {
 	created    bool           // the attempt's response.created was seen (a second one is dropped)
 	anchor     *pendingAnchor // the response's anchor write, once response.created was seen
 	cleanEnd   bool           // the upstream ended the response itself (its connection may be reused)
+
+	chatChoices []chatChoice // the choices of the Chat chunk in hand (reused: one chunk at a time)
 }
 
 // pumpEnd is how feeding stopped.
@@ -261,8 +263,8 @@ func (p *pump) readEnded(err error) pumpEnd {
 		return pumpEnd{unseen: true, err: err}
 	}
 	if p.req.ep.chat && p.cs.finished() {
-		// The answer was complete (a finish_reason went out); the upstream
-		// only failed to say [DONE].
+		// The answer was complete (every choice's finish_reason went out);
+		// the upstream only failed to say [DONE].
 		return pumpEnd{reason: p.cs.done()}
 	}
 	reason, e := p.readFailure(err)
@@ -588,7 +590,7 @@ func (p *pump) handleChat(ev sse.Event) (pumpEnd, bool) {
 	}
 	if ev.Done {
 		if !p.cs.finished() {
-			e := apierr.StreamIncomplete("the upstream ended the stream before a finish chunk")
+			e := apierr.StreamIncomplete("the upstream ended the stream before the finish chunk of every choice")
 			if p.rescuable() {
 				return pumpEnd{after: &afterFailure{class: hostabi.FailureCut, reason: reasonCut, cause: e, ev: ev.Clone()}}, true
 			}
@@ -624,20 +626,39 @@ func (p *pump) handleChat(ev sse.Event) (pumpEnd, bool) {
 		}
 		return ended(p.chatError(ev.Data))
 	}
+	// One pass over each choice's members reads all that is needed.
 	finish, content := false, false
+	list := p.chatChoices[:0]
 	choices.ForEach(func(_, ch gjson.Result) bool {
-		if fr := ch.Get("finish_reason"); fr.Type == gjson.String && fr.Str != "" {
-			finish = true
-		}
-		if !content && p.firstToken != nil {
-			content = chatContent(ch.Get("delta"))
-		}
+		c := chatChoice{raw: ch.Raw}
+		ch.ForEach(func(k, v gjson.Result) bool {
+			switch k.Str {
+			case "index":
+				c.index = v.Int()
+			case "finish_reason":
+				c.finish = v.Type == gjson.String && v.Str != ""
+			case "delta":
+				if !content && p.firstToken != nil {
+					content = chatContent(v)
+				}
+			}
+			return true
+		})
+		finish = finish || c.finish
+		list = append(list, c)
 		return true
 	})
+	p.chatChoices = list
 	if finish || content {
 		p.gotContent()
 	}
-	if err := p.cs.sendChat(ev.Data, finish, usage); err != nil {
+	dropped, err := p.cs.sendChat(ev.Data, list, usage)
+	clear(list) // its strings alias the chunk
+	if dropped {
+		p.s.metrics.skippedEvents.WithLabelValues(p.surface, "after_finish").Inc()
+		p.s.log.Debug("skipped a Chat choice after its finish_reason", "surface", p.surface, "upstream", p.u.Name())
+	}
+	if err != nil {
 		if errors.Is(err, errDiverged) {
 			return ended(reasonDiverged)
 		}
