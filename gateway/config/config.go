@@ -307,10 +307,10 @@ func Parse(raw []byte, lookup func(string) (string, bool)) (Config, error) {
 		return cfg, cfg.Validate()
 	}
 	if err := expandNode(&root, "", lookup); err != nil {
-		return cfg, err
+		return logOnly(cfg, &root), err
 	}
 	if err := checkTree(&root); err != nil { // every bad key, each with its path
-		return cfg, err
+		return logOnly(cfg, &root), err
 	}
 	expanded, err := yaml.Marshal(&root)
 	if err != nil {
@@ -319,9 +319,33 @@ func Parse(raw []byte, lookup func(string) (string, bool)) (Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(expanded))
 	dec.KnownFields(true)
 	if err := dec.Decode(&cfg); err != nil {
-		return cfg, fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "yaml: "))
+		return logOnly(Defaults(), &root), fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "yaml: "))
 	}
 	return cfg, cfg.Validate()
+}
+
+// logOnly is cfg with the file's log: section, read leniently, for a file
+// that does not parse as a whole: its errors are then reported the way it
+// asks (log.json: README "Observability"), as a valid file's are. A log:
+// section that does not read leaves cfg's.
+func logOnly(cfg Config, root *yaml.Node) Config {
+	doc := root
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
+		doc = doc.Content[0]
+	}
+	if doc.Kind != yaml.MappingNode {
+		return cfg
+	}
+	for i := 0; i+1 < len(doc.Content); i += 2 {
+		if doc.Content[i].Value != "log" {
+			continue
+		}
+		l := cfg.Log
+		if doc.Content[i+1].Decode(&l) == nil {
+			cfg.Log = l
+		}
+	}
+	return cfg
 }
 
 // refuseMoreDocuments reports a document after the first: only the first is
