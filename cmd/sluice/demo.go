@@ -48,8 +48,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	addr := ln.Addr().String()
 	fmt.Fprintf(stdout, "Sluice demo: fake upstream at %s, data in %s\nTry:\n\n", fake.URL, dir)
 	fmt.Fprintf(stdout, "  curl -N http://%s/v1/responses -H 'Content-Type: application/json' \\\n    -d '{\"model\":\"gpt-fake-1\",\"input\":\"Say hello\",\"stream\":true}'\n\n", addr)
-	fmt.Fprintf(stdout, "  curl http://%s/v1/models\n\nCtrl-C drains and stops.\n", addr)
-	fmt.Fprintf(stdout, "  curl http://%s/admin/demo/upstream-requests   (what the fake upstream received)\n\n", addr)
+	fmt.Fprintf(stdout, "  curl http://%s/v1/models\n\n", addr)
+	fmt.Fprintf(stdout, "  curl http://%s/admin/demo/upstream-requests   (what the fake upstream received)\n\nCtrl-C drains and stops.\n\n", addr)
 	return serveWith(ctx, cfg, ln, newLogger(cfg.Log, stderr), stdout, map[string]http.Handler{
 		"/admin/demo/upstream-requests": upstreamRequestsHandler(fake),
 	})
