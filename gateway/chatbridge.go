@@ -204,13 +204,7 @@ func (s *Server) sendChat(upCtx context.Context, idle *idleTimer, req *clientReq
 	out, items, aerr, upstreamErr := translate.FromChatResponse(body, opts)
 	switch {
 	case upstreamErr:
-		// A 200 that carries an error envelope is the upstream's error, to
-		// be judged as one (its status by translate.ErrorStatus, a server
-		// error when it says nothing), its message and code kept.
-		if ans.status = aerr.Status; ans.status == 0 {
-			ans.status = http.StatusBadGateway
-		}
-		ans.body, _ = json.Marshal(map[string]any{"error": aerr.Object()})
+		answerAsError(ans, aerr)
 		return ans, nil
 	case aerr != nil:
 		ans.readErr = fmt.Errorf("the Chat upstream's answer could not be converted: %s", aerr.Message)
@@ -297,7 +291,7 @@ func (c *chatSource) Next() (sse.Event, error) {
 	ev := c.queue[0]
 	c.queue = c.queue[1:]
 	if ev.Type == "response.failed" {
-		if e := c.tr.ErrorBeforeOutput(); e != nil {
+		if e := c.tr.UpstreamError(); e != nil && (c.tr.ErrorBeforeOutput() != nil || isClientErrorStatus(e.Status)) {
 			return sse.Event{Name: "error", Data: upstreamErrorEvent(e)}, nil
 		}
 	}
@@ -330,18 +324,37 @@ func errorStatusOf(e gjson.Result) int {
 	return translate.ErrorStatus(pe)
 }
 
-// upstreamErrorEvent renders a Chat upstream's error that came before any
-// output as a Responses upstream sends one ({"type":"error","status":…,
-// "error":{…}}, the status left out when the upstream named none), in place
-// of the translated response.failed, whose code the spec's enum may have
-// turned into server_error. The attempt then judges it exactly as it judges
-// a Responses upstream's error event (errorShaped, eventClass): a client error
-// is not replayed and ends the request as the upstream's error, its message
-// and code kept; a server error is replayed as before.
+// upstreamErrorEvent renders a Chat upstream's error as a Responses upstream
+// sends one ({"type":"error","status":…,"error":{…}}, the status left out
+// when the upstream named none), in place of the translated response.failed,
+// whose code the spec's enum may have turned into server_error. The attempt
+// then judges it exactly as it judges a Responses upstream's error event
+// (errorShaped, eventClass, afterContentClass): a client error is neither
+// replayed nor continued and ends the request as the upstream's error, its
+// message and code kept; a server error is replayed as before. It stands in
+// for any error before output, and after output for a client error (whose
+// translated server_error would be continued); a server error after output
+// ends the stream with the translated response.failed, judged alike.
 func upstreamErrorEvent(e *apierr.Error) []byte {
 	if e.Status != 0 {
 		return errorFrame(e)
 	}
 	b, _ := json.Marshal(map[string]any{"type": "error", "error": e.Object()})
 	return b
+}
+
+// isClientErrorStatus reports whether status, the one an upstream error
+// stands for (translate.ErrorStatus), is a client error.
+func isClientErrorStatus(status int) bool { return status >= 400 && status < 500 }
+
+// answerAsError makes ans, a 2xx answer whose body is an error envelope
+// (translate.ErrorEnvelope), the upstream's error answer: the status the
+// error stands for (translate.ErrorStatus; a server error when it names
+// none) and an OpenAI-shaped body with its message and code, which the
+// attempt judges as it judges that status (statusFailure).
+func answerAsError(ans *upstreamAnswer, e *apierr.Error) {
+	if ans.status = e.Status; ans.status == 0 {
+		ans.status = http.StatusBadGateway
+	}
+	ans.body, _ = json.Marshal(map[string]any{"error": e.Object()})
 }

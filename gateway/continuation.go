@@ -133,7 +133,10 @@ func (c *candidates) nextFor(cur upstream.Target) (upstream.Target, bool) {
 }
 
 // afterContentClass is the failure class of an error that arrived after
-// content.
+// content. A client error (a 4xx status, sent or stood for by the type
+// invalid_request_error: errorShaped) is client_error, as before content
+// (eventClass): it is not continued, since another target would fail the
+// same way.
 func afterContentClass(code string, status int) string {
 	switch {
 	case code == "context_length_exceeded":
@@ -144,6 +147,8 @@ func afterContentClass(code string, status int) string {
 		return hostabi.FailureRateLimit
 	case upstream.IsQuotaCode(code) || hostabi.IsReplayableCode(code):
 		return hostabi.FailureQuota
+	case isClientErrorStatus(status):
+		return hostabi.FailureClientError
 	}
 	return hostabi.FailureErrorEvent
 }

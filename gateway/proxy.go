@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/sluice-gw/sluice/internal/clientkey"
 	"github.com/sluice-gw/sluice/internal/jsonx"
+	"github.com/sluice-gw/sluice/internal/translate"
 )
 
 // maxUpstreamErrorBody bounds an upstream's error body. (Cooldown rules live
@@ -567,13 +568,29 @@ func (s *Server) sendHTTP(upCtx context.Context, idle *idleTimer, req *clientReq
 		ans.src, ans.beforeRead = sse.NewReader(ir, s.opts.MaxEventBytes), &ir.before
 		return ans, nil
 	}
-	if req.stream {
+	if req.stream && !req.ep.chat {
 		// The client asked for an event stream: whatever else came is not
 		// read, let alone relayed.
 		ans.unusable = fmt.Sprintf("HTTP %d with %s instead of an event stream", ans.status, s.contentTypeOf(resp.Header))
 		return ans, nil
 	}
-	ans.body, ans.readErr = s.readAnswer(&idleReader{r: resp.Body, idle: idle})
+	body, err := s.readAnswer(&idleReader{r: resp.Body, idle: idle})
+	if req.ep.chat && err == nil {
+		// A Chat upstream's 200 whose body is an error envelope is its
+		// error, judged as its status, streamed or not, as behind a
+		// Responses client (sendChat; README, "Chat-Completions-only
+		// upstreams").
+		if e := translate.ErrorEnvelope(body); e != nil {
+			answerAsError(ans, e)
+			return ans, nil
+		}
+	}
+	if req.stream {
+		// Read only for an error envelope: anything else is not relayed.
+		ans.unusable = fmt.Sprintf("HTTP %d with %s instead of an event stream", ans.status, s.contentTypeOf(resp.Header))
+		return ans, nil
+	}
+	ans.body, ans.readErr = body, err
 	return ans, nil
 }
 

@@ -368,7 +368,20 @@ func (s *Stream) itemStatus(it *outItem) string {
 // — rather than as the response.failed the Stream emitted, whose error.code
 // the spec's enum may have turned into server_error.
 func (s *Stream) ErrorBeforeOutput() *apierr.Error {
-	if s.upstreamErr == nil || len(s.items) > 0 {
+	if len(s.items) > 0 {
+		return nil
+	}
+	return s.UpstreamError()
+}
+
+// UpstreamError returns the upstream's error when an error chunk (or an
+// error envelope given to Completion) ended the stream, before or after
+// output, and nil otherwise; see ErrorBeforeOutput. A caller judges the
+// failure by it (is it the client's error?) rather than by the
+// response.failed's error.code, which the spec's enum may have turned into
+// server_error.
+func (s *Stream) UpstreamError() *apierr.Error {
+	if s.upstreamErr == nil {
 		return nil
 	}
 	e := *s.upstreamErr
@@ -1330,6 +1343,35 @@ func FromChatResponse(body []byte, opts StreamOptions) (response []byte, output 
 	return s.appendResponse(nil, s.status, true), s.OutputItems(), nil, false
 }
 
+// ErrorEnvelope returns the upstream's error when body, a Chat upstream's
+// complete answer, is an error envelope ({"error":…}, or vLLM's
+// {"object":"error",…}) rather than a chat.completion, with the HTTP status
+// it stands for (ErrorStatus; 0 when it names none); nil otherwise. A 200
+// with such a body is the upstream's error (README, "Chat-Completions-only
+// upstreams"), judged as its status would be.
+func ErrorEnvelope(body []byte) *apierr.Error {
+	if tooDeep(body) || !gjson.ValidBytes(body) {
+		return nil
+	}
+	root := gjson.ParseBytes(body)
+	if !root.IsObject() {
+		return nil
+	}
+	return envelopeError(root)
+}
+
+// envelopeError reads the error of an error envelope, nil when root is none.
+func envelopeError(root gjson.Result) *apierr.Error {
+	e := root.Get("error")
+	if !present(e) {
+		if root.Get("object").Str != "error" {
+			return nil
+		}
+		e = root
+	}
+	return upstreamError(e)
+}
+
 // Completion converts a whole non-streamed chat.completion — the answer of
 // an upstream that ignored stream:true — into the events a stream of it
 // would have carried, through the terminal event. Its tool calls are told
@@ -1363,11 +1405,8 @@ func (s *Stream) completion(body []byte) (aerr *apierr.Error, upstream bool) {
 	if !root.IsObject() {
 		return apierr.StreamIncomplete("the upstream returned a chat completion that is not a JSON object"), false
 	}
-	if e := root.Get("error"); present(e) || root.Get("object").Str == "error" {
-		if !present(e) {
-			e = root
-		}
-		return upstreamError(e), true
+	if e := envelopeError(root); e != nil {
+		return e, true
 	}
 	var message, finish gjson.Result
 	found := false

@@ -822,6 +822,81 @@ func TestStreamErrorBeforeOutput(t *testing.T) {
 	}
 }
 
+// TestStreamUpstreamError: the upstream's own error is kept whether or not
+// output was announced before it; a failure of another kind (a cut, a
+// [DONE] without a finish reason) has none.
+func TestStreamUpstreamError(t *testing.T) {
+	text := `{"model":"m","choices":[{"index":0,"delta":{"content":"hi"}}]}`
+	for _, tc := range []struct {
+		name  string
+		chunk string
+		want  *apierr.Error
+	}{
+		{"client error, no code", `{"error":{"code":null,"message":"x","type":"invalid_request_error"}}`,
+			&apierr.Error{Status: 400, Message: "x", Type: "invalid_request_error"}},
+		{"llama.cpp status as code", `{"error":{"code":400,"message":"x","type":"invalid_request_error"}}`,
+			&apierr.Error{Status: 400, Code: "400", Message: "x", Type: "invalid_request_error"}},
+		{"server error", `{"error":{"message":"boom","type":"server_error"}}`, &apierr.Error{Status: 502, Message: "boom", Type: "server_error"}},
+		{"no error chunk", "", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewStream(testStreamOptions())
+			if _, err := s.Chunk([]byte(text)); err != nil {
+				t.Fatal(err)
+			}
+			if tc.chunk != "" {
+				if _, err := s.Chunk([]byte(tc.chunk)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.Fail(apierr.StreamIncomplete("cut")) // a no-op after an error chunk
+			got := s.UpstreamError()
+			switch {
+			case tc.want == nil && got != nil:
+				t.Fatalf("got %+v, want none", got)
+			case tc.want != nil && (got == nil || *got != *tc.want):
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+			if s.ErrorBeforeOutput() != nil {
+				t.Fatal("an error after output reported as before it")
+			}
+		})
+	}
+}
+
+// TestErrorEnvelope: a Chat upstream's complete answer is its error when it
+// is an error envelope (OpenAI's, or vLLM's object "error"), with the status
+// the error stands for; anything else is not.
+func TestErrorEnvelope(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		want       *apierr.Error
+	}{
+		{"client error", `{"error":{"message":"bad","type":"invalid_request_error","param":"n","code":"invalid_value"}}`,
+			&apierr.Error{Status: 400, Code: "invalid_value", Message: "bad", Type: "invalid_request_error", Param: "n"}},
+		{"server error, code null", `{"error":{"message":"boom","type":"server_error","param":null,"code":null}}`,
+			&apierr.Error{Status: 502, Message: "boom", Type: "server_error"}},
+		{"llama.cpp status as code", `{"error":{"code":400,"message":"bad","type":"invalid_request_error"}}`,
+			&apierr.Error{Status: 400, Code: "400", Message: "bad", Type: "invalid_request_error"}},
+		{"vLLM object error", `{"object":"error","message":"bad","type":"BadRequestError","param":null,"code":400}`,
+			&apierr.Error{Status: 400, Code: "400", Message: "bad", Type: "BadRequestError"}},
+		{"a chat.completion", `{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`, nil},
+		{"error null", `{"error":null,"choices":[]}`, nil},
+		{"not an object", `[{"error":{"message":"x"}}]`, nil},
+		{"not json", `{"error":`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := ErrorEnvelope([]byte(tc.body))
+			switch {
+			case tc.want == nil && got != nil:
+				t.Fatalf("got %+v, want none", got)
+			case tc.want != nil && (got == nil || *got != *tc.want):
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
 // TestStreamCompletion: a chat.completion answering a streaming request
 // becomes a valid event stream whose output is FromChatResponse's, tool
 // calls without ids kept apart by position.
