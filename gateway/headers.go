@@ -88,19 +88,23 @@ func upstreamHeaders(req *clientRequest, u upstream.Config, stream bool) http.He
 	return h
 }
 
-// checkUpstreamHeaders refuses what net/http would refuse to send: a
-// header name that is not a token, or a value with a control byte
-// (hostabi.ValidFieldName, hostabi.ValidFieldValue). The error names the
+// checkPolicyHeaders refuses the headers a rewrite policy set that net/http
+// would refuse to send: a name that is not a token, or a value with a
+// control byte (hostabi.ValidFieldName, hostabi.ValidFieldValue). They are
+// the only ones to check: net/http's server refuses such client headers
+// before a handler runs, and the gateway's own are well-formed. The policy
+// host refuses them too; a Go Policy has no host. The error names the
 // header, never its value, which may be a secret.
-func checkUpstreamHeaders(h http.Header) error {
-	for k, vv := range h {
-		if !hostabi.ValidFieldName(k) {
-			return fmt.Errorf("invalid header field name %q", k)
+func checkPolicyHeaders(req *clientRequest) error {
+	for k, v := range req.setHeaders {
+		if hostabi.ProtectedHeader(strings.ToLower(k)) {
+			continue // never sent (upstreamHeaders)
 		}
-		for _, v := range vv {
-			if !hostabi.ValidFieldValue(v) {
-				return fmt.Errorf("invalid header field value for %q", k)
-			}
+		if !hostabi.ValidFieldName(k) {
+			return fmt.Errorf("invalid header field name %q", http.CanonicalHeaderKey(k))
+		}
+		if !hostabi.ValidFieldValue(v) {
+			return fmt.Errorf("invalid header field value for %q", http.CanonicalHeaderKey(k))
 		}
 	}
 	return nil

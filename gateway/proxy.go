@@ -493,7 +493,7 @@ func (s *Server) post(upCtx context.Context, idle *idleTimer, req *clientRequest
 		return nil, nil, &notSentError{err: err}
 	}
 	upReq.Header = upstreamHeaders(req, u.Config(), req.stream)
-	if err := checkUpstreamHeaders(upReq.Header); err != nil {
+	if err := checkPolicyHeaders(req); err != nil {
 		return nil, nil, &notSentError{err: err}
 	}
 	upReq.ContentLength = int64(len(body))

@@ -392,7 +392,7 @@ func (w *wsUpstreams) dial(ctx context.Context, req *clientRequest, u *upstream.
 	if !strings.Contains(h.Get("OpenAI-Beta"), "responses_websockets") {
 		h.Add("OpenAI-Beta", responsesWebSocketBeta)
 	}
-	if err := checkUpstreamHeaders(h); err != nil { // as post does: the gateway's failure, not the upstream's
+	if err := checkPolicyHeaders(req); err != nil { // as post does: the gateway's failure, not the upstream's
 		return nil, nil, &notSentError{err: err}
 	}
 	conn, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: w.s.client, HTTPHeader: h})
