@@ -117,13 +117,16 @@ type resolution struct {
 // never anchored, for a request whose credential hashes to keyHash and is a
 // Sluice key (sluiceKey). Every Sluice key reaches the upstreams with the
 // same credential (the upstream's api_key, or none), so an upstream cannot
-// keep keys apart: a key may only use responses anchored under itself, and
-// any other id (another key's, one older than Sluice or than anchor_ttl, a
-// typo) gets the one answer of an unknown id, so that ids cannot be probed
-// (SECURITY.md, "Stream logs, resume and background"). Requests without a
-// Sluice key keep their own credential's isolation, at the upstream.
+// keep keys apart: a key may only use responses anchored under itself and
+// in its request's scope (an anchor out of scope resolves with no owner),
+// and any other id (another key's, another turn state's, one older than
+// Sluice or than anchor_ttl, a typo) gets the one answer of an unknown id,
+// so that ids cannot be probed (SECURITY.md, "Stream logs, resume and
+// background"). Sent on unpinned instead, another scope's follow-up would
+// land on a non-owner at random. Requests without a Sluice key keep their
+// own credential's isolation, at the upstream.
 func (res resolution) unknownTo(sluiceKey bool, keyHash string) bool {
-	return sluiceKey && (res.keyHash == "" || res.keyHash != keyHash)
+	return sluiceKey && (res.owner == "" || res.keyHash != keyHash)
 }
 
 func (c *continuity) resolve(ctx context.Context, surface, responseID string, rs requestScope) resolution {

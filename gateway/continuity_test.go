@@ -390,3 +390,32 @@ func TestStoreFalseOverHTTPWritesNoAnchor(t *testing.T) {
 		t.Fatalf("store:false over WebSocket not anchored (%d)", code)
 	}
 }
+
+// TestUnpinnedFollowUpNeverClearsAnotherScopesAnchor: a follow-up from a
+// scope that does not see the anchor goes out unpinned (no Sluice keys);
+// when the upstream it lands on never had the response, its
+// previous_response_not_found is recovered for that client, but the anchor
+// is the other scope's and is kept: the creating scope's next follow-up
+// still reaches the owner.
+func TestUnpinnedFollowUpNeverClearsAnotherScopesAnchor(t *testing.T) {
+	st := openStore(t, t.TempDir())
+	h := continuityHarness(t, st, gateway.Options{})
+	c1 := map[string]string{"x-codex-turn-state": "turn-one"}
+	c2 := map[string]string{"x-codex-turn-state": "turn-two"}
+	_, id := h.turn("", c1)
+	recovered := false
+	for i := 0; i < 40 && !recovered; i++ { // selection is random: until one lands on the non-owner
+		evs, _ := h.turn(id, c2)
+		recovered = assertOneTerminal(t, evs).code == "stream_incomplete"
+	}
+	if !recovered {
+		t.Fatal("no follow-up of the other turn state reached the non-owner")
+	}
+	if code := h.getJSON("/admin/continuity/"+id, nil); code != 200 {
+		t.Fatalf("the other scope's miss cleared the anchor (%d)", code)
+	}
+	evs, next := h.turn(id, c1)
+	if last := assertOneTerminal(t, evs); last.typ != "response.completed" || owner(next) != owner(id) {
+		t.Fatalf("the creating scope's follow-up after the other's miss: %s, went to %q", last.data, next)
+	}
+}

@@ -97,3 +97,33 @@ func TestKeysCannotUseAnotherKeysPreviousResponse(t *testing.T) {
 		t.Errorf("team-b's GET reached the owner")
 	}
 }
+
+// TestKeysCannotUseAnotherScopesPreviousResponse: with Sluice keys, a
+// follow-up of the same key from another turn state does not see the
+// anchor (README, "Anchors are scoped"), so it gets the unknown id's 400
+// without any upstream being called, rather than going unpinned to
+// whichever upstream selection picks; the scope that created the response
+// continues it as before.
+func TestKeysCannotUseAnotherScopesPreviousResponse(t *testing.T) {
+	h := keyedContinuityHarness(t)
+	one := map[string]string{"X-Codex-Turn-State": "ts_one"}
+	two := map[string]string{"X-Codex-Turn-State": "ts_two"}
+	status, body := sendWith(t, h, http.MethodPost, "/v1/responses", teamAKey, `{"model":"gpt-fake-1","input":"hi"}`, one)
+	id := gjson.Get(body, "id").Str
+	if status != http.StatusOK || id == "" {
+		t.Fatalf("first turn: %d %s", status, body)
+	}
+	follow := `{"model":"gpt-fake-1","input":"again","previous_response_id":"` + id + `"}`
+	up := h.ups["A"]
+	before := len(up.Requests())
+	st, b := sendWith(t, h, http.MethodPost, "/v1/responses", teamAKey, follow, two)
+	if st != http.StatusBadRequest || gjson.Get(b, "error.code").Str != "previous_response_not_found" {
+		t.Fatalf("another turn state's follow-up: %d %s", st, b)
+	}
+	if n := len(up.Requests()); n != before {
+		t.Fatalf("the upstream got another turn state's follow-up")
+	}
+	if st, b := sendWith(t, h, http.MethodPost, "/v1/responses", teamAKey, follow, one); st != http.StatusOK {
+		t.Fatalf("the creating turn state's own follow-up: %d %s", st, b)
+	}
+}

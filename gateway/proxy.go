@@ -981,14 +981,20 @@ func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRe
 }
 
 // onRecovered clears the stale anchor of a request whose previous response
-// the upstream lost, so the next turn is not pinned to it again.
+// the upstream lost, so the next turn is not pinned to it again. Only the
+// owner the anchor pinned the request to can say so: an unpinned request
+// (an id without an anchor, or one its scope does not see) reached an
+// upstream that may never have had the response, and another scope's
+// anchor must survive that.
 func (s *Server) onRecovered(ctx context.Context, req *clientRequest, v hostabi.RecoverOutput) {
 	if v.Verdict != hostabi.RecoverRecover || req.previousResponseID == "" || s.cont == nil {
 		return
 	}
 	s.metrics.failClosed.WithLabelValues(req.surface(), failPreviousNotFound).Inc()
 	s.log.Warn("continuity fail closed", "surface", req.surface(), "reason", failPreviousNotFound, "previous_response_id", LogID(req.previousResponseID))
-	s.cont.forget(context.WithoutCancel(ctx), req.previousResponseID)
+	if req.pinned != nil {
+		s.cont.forget(context.WithoutCancel(ctx), req.previousResponseID)
+	}
 }
 
 // recoveredError is the client error for a recover verdict, nil for pass.
