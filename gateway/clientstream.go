@@ -133,11 +133,19 @@ func (s *Server) newClientStream(ctx context.Context, out responder, req *client
 	if sp, ok := s.policy.(StreamPolicy); ok && !cs.chat && sp.StreamHookActive() {
 		cs.hook = sp
 	}
-	if s.logs != nil && !cs.chat && req.stream {
+	if s.keepsStreamLog(req) {
 		cs.resumable, cs.background = true, req.background
 		cs.detach = s.logs.opts.DetachGrace
 	}
 	return cs
+}
+
+// keepsStreamLog reports whether req's stream keeps its client-visible event
+// log (resume.go): every Responses stream does while resume is on (README,
+// "Every Responses stream Sluice writes … keeps its client-visible event
+// log"), whoever writes its events.
+func (s *Server) keepsStreamLog(req *clientRequest) bool {
+	return s.logs != nil && !req.ep.chat && req.stream
 }
 
 // watchClientEOF starts watching a streaming request's client for a clean
@@ -453,17 +461,32 @@ func (cs *clientStream) sendFrom(upstream, name string, data []byte, f *eventFie
 
 // withSentOutputLocked gives an upstream's response.failed or
 // response.incomplete the output the client was sent, rendered as the
-// gateway's own terminal events render it (sent.Output.AppendOutput: the
+// gateway's own terminal events render it (sent.Output.AppendResponse: the
 // items still open closed as incomplete): an upstream may fail a response
-// with an empty output after streaming its text, and what the client was
-// sent stays sent (README, "What it promises"). The rest of the upstream's
-// Response (id, error, usage, …) is kept. A stream that showed no item
-// keeps the upstream's output: there is nothing it would contradict.
+// with an empty output after streaming its text, and what was sent stays
+// sent (README, "What it promises"). The event's Response is then the
+// gateway's to write, so it is complete as every one the gateway writes
+// (the spec's required fields the upstream left out filled in, as for a
+// continued stream's terminal event), and keeps everything else the
+// upstream's Response had (id, status, error, usage, …), as do the event's
+// other members. A stream that showed no item keeps the upstream's event:
+// there is nothing it would contradict.
 func (cs *clientStream) withSentOutputLocked(data []byte, f *eventFields) ([]byte, *eventFields) {
 	if len(cs.sent.Items) == 0 || !f.Response.IsObject() {
 		return data, f
 	}
-	out, err := sjson.SetRawBytes(data, "response.output", cs.sent.AppendOutput(nil))
+	r := cs.response("")
+	if id := f.Response.Get("id"); cs.responseID == "" && id.Type == gjson.String && id.Str != "" {
+		r.ID = id.Str // the client was shown no id: the upstream's is the one
+	}
+	r.FromUpstream(f.Type.Str, f.Response)
+	usage := cs.sent.Usage
+	if u := f.Response.Get("usage"); u.IsObject() {
+		cs.sent.Usage = []byte(u.Raw) // as track records it once the event is out
+	}
+	resp := cs.sent.AppendResponse(make([]byte, 0, 1024), &r)
+	cs.sent.Usage = usage
+	out, err := sjson.SetRawBytes(data, "response", resp)
 	if err != nil {
 		return data, f
 	}
@@ -921,9 +944,14 @@ func (cs *clientStream) requestEcho() translate.RequestEcho {
 }
 
 // writeGatewayTerminal writes e as the only event of a stream the gateway
-// answers itself (no upstream served it).
+// answers itself (no upstream served it): after the response.created that
+// opens it (openLocked), with the id the gateway mints. Its events are
+// logged as any Responses stream's (logLocked), so the id the client was
+// shown can be read, resumed and its input items listed like any other.
+// Nothing runs on after it: a client that left has nothing to detach from.
 func (s *Server) writeGatewayTerminal(req *clientRequest, sink eventSink, e *apierr.Error) {
-	cs := &clientStream{s: s, req: req, surface: req.surface(), chat: req.ep.chat, sink: sink, wrote: true, createdAt: time.Now().Unix()}
+	cs := &clientStream{s: s, req: req, surface: req.surface(), chat: req.ep.chat, sink: sink, wrote: true, createdAt: time.Now().Unix(),
+		resumable: s.keepsStreamLog(req)}
 	cs.abort(e)
 }
 

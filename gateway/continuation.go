@@ -1158,19 +1158,9 @@ func (cs *clientStream) splicedTerminalLocked(typ string, resp gjson.Result) err
 			}
 		}
 	}
-	status := resp.Get("status").Str
-	if status == "" {
-		status = strings.TrimPrefix(typ, "response.")
-	}
 	cs.sent.Usage = sumUsage(sp.prevUsage, []byte(resp.Get("usage").Raw))
-	r := cs.response(status)
-	r.From = resp
-	if e := resp.Get("error"); e.IsObject() {
-		r.ErrorRaw = []byte(e.Raw)
-	}
-	if d := resp.Get("incomplete_details"); d.IsObject() {
-		r.IncompleteDetails = []byte(d.Raw)
-	}
+	r := cs.response("")
+	r.FromUpstream(typ, resp)
 	b := cs.sent.AppendEvent(make([]byte, 0, 1024), typ, cs.seq, &r)
 	if cs.resumable {
 		cs.logLocked(typ, b, true)

@@ -356,6 +356,26 @@ type Response struct {
 	Echo  translate.RequestEcho // the request's fields, for those neither shows
 }
 
+// FromUpstream makes r render an upstream's own terminal Response resp (of
+// an event of type typ): resp's status (typ's when it shows none), its error
+// and incomplete_details when they are objects, and resp for every other
+// field it has, the required ones it left out filled in by AppendResponse
+// as for any Response the writer renders. The output and usage stay the
+// Output's (what was sent stays sent; the caller says which usage counts).
+func (r *Response) FromUpstream(typ string, resp gjson.Result) {
+	r.Status = strings.TrimPrefix(typ, "response.")
+	if st := resp.Get("status"); st.Type == gjson.String && st.Str != "" {
+		r.Status = st.Str
+	}
+	r.From = resp
+	if e := resp.Get("error"); e.IsObject() {
+		r.ErrorRaw = []byte(e.Raw)
+	}
+	if d := resp.Get("incomplete_details"); d.IsObject() {
+		r.IncompleteDetails = []byte(d.Raw)
+	}
+}
+
 // running reports whether the Response is still being written (a snapshot
 // of a running stream, or its opening event), not ended: its items still
 // open are in_progress then, and closed as incomplete only once it ends.

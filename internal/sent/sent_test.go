@@ -97,3 +97,34 @@ func TestPartCompleteAtItsTextDone(t *testing.T) {
 		}
 	}
 }
+
+// TestFromUpstreamCompletesTheResponse: an upstream's terminal Response that
+// lacks fields the spec requires is rendered with them (created_at, model,
+// the request's echo), keeps every field it had (its status, error,
+// incomplete_details and any other member), and shows the output sent.
+func TestFromUpstreamCompletesTheResponse(t *testing.T) {
+	var o sent.Output
+	for _, ev := range []string{
+		`{"type":"response.output_item.added","output_index":0,"item":{"id":"msg_1","type":"message","role":"assistant","status":"in_progress","content":[]}}`,
+		`{"type":"response.content_part.added","output_index":0,"content_index":0,"part":{"type":"output_text","text":"","annotations":[]}}`,
+		`{"type":"response.output_text.delta","output_index":0,"content_index":0,"delta":"Hi"}`,
+	} {
+		o.Track(fields(ev))
+	}
+	for _, tc := range []struct{ typ, upstream, status, kept string }{
+		{"response.failed", `{"id":"x","status":"failed","output":[],"error":{"code":"server_error","message":"boom"},"service_tier":"flex"}`,
+			"failed", "error.message"},
+		{"response.incomplete", `{"id":"x","incomplete_details":{"reason":"max_output_tokens"},"service_tier":"flex"}`,
+			"incomplete", "incomplete_details.reason"},
+	} {
+		r := sent.Response{ID: "resp_1", CreatedAt: 42, Model: "m"}
+		up := gjson.Parse(tc.upstream)
+		r.FromUpstream(tc.typ, up)
+		got := gjson.ParseBytes(o.AppendResponse(nil, &r))
+		if got.Get("id").Str != "resp_1" || got.Get("created_at").Int() != 42 || got.Get("model").Str != "m" ||
+			got.Get("status").Str != tc.status || got.Get(tc.kept).Str != up.Get(tc.kept).Str ||
+			got.Get("service_tier").Str != "flex" || !got.Get("tools").IsArray() || got.Get("output.0.content.0.text").Str != "Hi" {
+			t.Fatalf("%s rendered %s", tc.typ, got.Raw)
+		}
+	}
+}
