@@ -100,6 +100,8 @@ type session struct {
 	local      bool
 	keepStored bool
 	following  bool // a copy of the answer another replica runs is being fed from the store
+	waiters    int  // result readers waiting for the answer to start (waitResult)
+	polling    bool // pollShared runs for them
 }
 
 // ack is the outcome of an accepted chunk.
@@ -646,6 +648,21 @@ func (s *session) adoptCredentials(h http.Header) {
 // waitResult waits until the session's answer has started (or the session
 // is gone). A nil result with a nil error means ctx ended.
 func (s *session) waitResult(ctx context.Context) (*result, *apierr.Error) {
+	s.mu.Lock()
+	// The answer may start on another replica: poll the store while this
+	// reader waits for it (shared.go).
+	polls := s.m.shared != nil && s.durable && s.res == nil && !s.closed
+	if polls {
+		s.waitSharedLocked()
+	}
+	s.mu.Unlock()
+	if polls {
+		defer func() {
+			s.mu.Lock()
+			s.waiters--
+			s.mu.Unlock()
+		}()
+	}
 	for {
 		s.mu.Lock()
 		res, closed, closeErr, lost, ch := s.res, s.closed, s.closeErr, s.resultLost, s.changed

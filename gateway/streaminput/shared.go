@@ -31,7 +31,11 @@ import (
 //     would start it, conflicts, and after reloading it sees it started).
 //   - The replica whose write started the request runs it and writes the
 //     answer to the store as it comes (mirror); any other replica's readers
-//     follow it from there (follow), live, from its first byte.
+//     follow it from there (follow), live, from its first byte. Readers
+//     waiting for an answer to start make their replica poll the record
+//     (pollShared): no request to it may ever say another one started it.
+//     A delete through another replica is seen by the record going away:
+//     a follower and a mirror check it when the answer has been quiet.
 //   - Closing for idleness lets go of this replica's copy only: the record
 //     expires in the store by itself (its key's expiry), and another replica
 //     may have kept it alive.
@@ -78,8 +82,7 @@ func (m *Manager) lookup(ctx context.Context, id, keyHash string) (*session, *ap
 	case errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrInvalid):
 		if s != nil { // deleted (or expired) through another replica
 			s.mu.Lock()
-			s.keepStored = true
-			s.closeLocked(errNotFound(), reasonDeleted)
+			s.goneLocked()
 			s.mu.Unlock()
 		}
 		return nil, nil
@@ -156,8 +159,7 @@ func (m *Manager) adopt(ctx context.Context, id, keyHash string) (*session, *api
 func (s *session) refreshLocked(ctx context.Context, rec store.InputSession) *apierr.Error {
 	stored, err := s.m.shared.Chunks(ctx, s.id)
 	if errors.Is(err, store.ErrNotFound) {
-		s.keepStored = true
-		s.closeLocked(errNotFound(), reasonDeleted)
+		s.goneLocked()
 		return errNotFound()
 	}
 	if err != nil {
@@ -215,14 +217,96 @@ func (s *session) resyncLocked(ctx context.Context, try int) *apierr.Error {
 	rec, err := s.m.shared.GetInputSession(ctx, s.id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		s.keepStored = true
-		s.closeLocked(errNotFound(), reasonDeleted)
+		s.goneLocked()
 		return errNotFound()
 	case err != nil:
 		s.m.log.Error("reading a streaming-input session from the shared store failed", "session", store.RedactID(s.id), "error", err)
 		return errSharedStore()
 	}
 	return s.refreshLocked(ctx, rec)
+}
+
+// goneLocked closes this replica's copy of a session the shared store no
+// longer has, leaving the store alone. Before the expiry this replica
+// knows of, the record can only have been deleted through another replica:
+// the readers here then end as that replica's do, with session_cancelled (a
+// Responses stream with status cancelled, README "When the session is
+// deleted while its answer runs"), not with a contradictory failure.
+func (s *session) goneLocked() {
+	e := errNotFound()
+	if s.m.now().Before(s.expiresAt) {
+		e = errCancelled()
+	}
+	s.keepStored = true
+	s.closeLocked(e, reasonDeleted)
+}
+
+// syncShared reads the session's record again, as a REST request does
+// (lookup), for a replica that has nothing else to learn from: result
+// readers waiting for an answer another replica starts (pollShared), and
+// a follower whose answer sends nothing (follow), which would not see the
+// session deleted otherwise.
+func (s *session) syncShared(ctx context.Context) {
+	rec, err := s.m.shared.GetInputSession(ctx, s.id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	switch {
+	case errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrInvalid):
+		s.goneLocked()
+	case err != nil:
+		if s.m.base.Err() == nil {
+			s.m.log.Warn("reading a streaming-input session from the shared store failed; retrying", "session", store.RedactID(s.id), "error", err)
+		}
+	case !s.stored.Equal(rec.LastActivity):
+		_ = s.refreshLocked(ctx, rec) // a failure is logged, and the next read tries again
+	}
+}
+
+// sharedPollInterval is how often a replica with result readers waiting for
+// an answer that has not started reads the session's record: the answer may
+// be started by a request to another replica, and nothing else tells this one.
+const sharedPollInterval = 500 * time.Millisecond
+
+// waitSharedLocked counts a result reader waiting for the answer, and starts
+// polling the shared store for it unless a poll already runs.
+func (s *session) waitSharedLocked() {
+	s.waiters++
+	if s.polling {
+		return
+	}
+	s.polling = true
+	s.m.wg.Add(1)
+	go s.pollShared()
+}
+
+// pollShared reads the session's record every sharedPollInterval while
+// result readers wait here and the answer is neither run here nor followed
+// (the follower reads the store then): a start through another replica
+// makes this one follow the answer (refreshLocked), a delete closes the
+// session.
+func (s *session) pollShared() {
+	defer s.m.wg.Done()
+	t := time.NewTicker(sharedPollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-s.m.base.Done():
+		}
+		s.mu.Lock()
+		if s.m.base.Err() != nil || s.waiters == 0 || s.closed || s.res != nil || s.following || s.local {
+			s.polling = false
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+		ctx, cancel := context.WithTimeout(s.m.base, 5*time.Second)
+		s.syncShared(ctx)
+		cancel()
+	}
 }
 
 // putChunkLocked stores a chunk with the session's record: conditionally on
@@ -359,21 +443,37 @@ func (mi *mirror) tap(kind byte, status int, header http.Header, p []byte) {
 	}
 }
 
+// mirrorWatch is how long a mirror may go without appending before it
+// checks that the session still exists: a delete through another replica
+// is otherwise noticed at the next append only, and an upstream that sends
+// nothing would keep the answer, and its readers here, waiting.
+const mirrorWatch = 2 * time.Second
+
 func (mi *mirror) run() {
 	s := mi.s
 	defer s.m.wg.Done()
-	n := int64(0)
-	for range mi.wake {
+	watch := time.NewTicker(mirrorWatch)
+	defer watch.Stop()
+	n, appended := int64(0), false
+	for {
+		select {
+		case <-mi.wake:
+		case <-watch.C:
+			if !appended && mi.gone() {
+				mi.deletedElsewhere()
+				return
+			}
+			appended = false
+			continue
+		}
 		mi.mu.Lock()
 		q := mi.q
 		mi.q = nil
 		mi.mu.Unlock()
 		for _, part := range q {
 			err := mi.append(n, part)
-			if errors.Is(err, store.ErrNotFound) { // deleted through another replica: stop answering
-				mi.stop()
-				s.m.log.Info("streaming-input session deleted through another replica; cancelling its answer", "session", store.RedactID(s.id))
-				s.close(errCancelled(), reasonDeleted)
+			if errors.Is(err, store.ErrNotFound) {
+				mi.deletedElsewhere()
 				return
 			}
 			if err != nil {
@@ -382,12 +482,29 @@ func (mi *mirror) run() {
 					"session", store.RedactID(s.id), "error", err)
 				return
 			}
-			n++
+			n, appended = n+1, true
 			if part.Kind == store.ResultEnd {
 				return
 			}
 		}
 	}
+}
+
+// gone tells whether the store no longer has the session (a store that
+// cannot answer is not taken for one that lost it).
+func (mi *mirror) gone() bool {
+	ctx, cancel := context.WithTimeout(mi.s.m.base, 5*time.Second)
+	defer cancel()
+	_, err := mi.s.m.shared.GetInputSession(ctx, mi.s.id)
+	return errors.Is(err, store.ErrNotFound)
+}
+
+// deletedElsewhere stops an answer whose session was deleted through
+// another replica, as a delete here would: its readers get the cancellation.
+func (mi *mirror) deletedElsewhere() {
+	mi.stop()
+	mi.s.m.log.Info("streaming-input session deleted through another replica; cancelling its answer", "session", store.RedactID(mi.s.id))
+	mi.s.close(errCancelled(), reasonDeleted)
 }
 
 // append writes one part, retrying a store that is briefly unavailable.
@@ -482,6 +599,13 @@ func (s *session) follow(res *result) {
 		cursor = next
 		if len(parts) > 0 {
 			last = time.Now()
+		} else {
+			// Nothing within the wait: a session deleted through another
+			// replica gets no part any more (its runner's appends fail), so
+			// only its record tells.
+			ctx, cancel := context.WithTimeout(s.m.base, 5*time.Second)
+			s.syncShared(ctx)
+			cancel()
 		}
 		for _, p := range parts {
 			switch p.Kind {
