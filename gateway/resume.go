@@ -88,6 +88,7 @@ type streamLogs struct {
 	opts ResumeOptions
 	now  func() time.Time
 	log  interface {
+		Info(string, ...any)
 		Warn(string, ...any)
 		Error(string, ...any)
 	}
@@ -96,6 +97,11 @@ type streamLogs struct {
 	// writes counts durable writes under way (Shutdown waits for them) and
 	// watches cancel-request watchers.
 	writes sync.WaitGroup
+	// stopping is closed when Shutdown waits for the durable writes: a log
+	// whose end is still being written again (resealLater) makes its last
+	// attempt then.
+	stopping chan struct{}
+	stopOnce sync.Once
 
 	// mu guards the map; it is taken before a log's own mu, never after.
 	mu        sync.Mutex
@@ -110,6 +116,7 @@ type streamLogs struct {
 }
 
 func newStreamLogs(opts ResumeOptions, now func() time.Time, log interface {
+	Info(string, ...any)
 	Warn(string, ...any)
 	Error(string, ...any)
 }) *streamLogs {
@@ -119,7 +126,7 @@ func newStreamLogs(opts ResumeOptions, now func() time.Time, log interface {
 	setDefault(&opts.Window, defaultResumeWindow)
 	setDefault(&opts.MaxBytes, defaultResumeMaxBytes)
 	setDefault(&opts.MemoryBytes, defaultResumeMemory)
-	return &streamLogs{opts: opts, now: now, log: log, logs: map[string]*streamLog{}}
+	return &streamLogs{opts: opts, now: now, log: log, logs: map[string]*streamLog{}, stopping: make(chan struct{})}
 }
 
 // streamLog is one response's log.
@@ -282,8 +289,10 @@ func (l *streamLog) stop(cause error) bool {
 	return stop != nil
 }
 
-// wait waits for the durable writes under way (Shutdown), up to ctx.
+// wait waits for the durable writes under way (Shutdown), up to ctx. The
+// logs whose end the store still lacks get one last attempt.
 func (h *streamLogs) wait(ctx context.Context) {
+	h.stopOnce.Do(func() { close(h.stopping) })
 	done := make(chan struct{})
 	go func() {
 		h.writes.Wait()
@@ -570,17 +579,14 @@ func (l *streamLog) wakeLocked() {
 // after a crash (README "Durable", docs/ARCHITECTURE.md §7). A write that
 // fails is logged, and the terminal event still goes out: the response did
 // end so, and its client gets what it was sent, as with an anchor that
-// could not be made durable; only a restart before the log expires loses
-// its end.
+// could not be made durable. The store gets the rest of the log later
+// (resealLater): until then another replica, or a restart, reads the
+// response as it stood before.
 func (l *streamLog) seal() {
 	h := l.hub
 	h.writes.Add(1)
-	err := l.flush(false)
+	err := l.write(false)
 	h.writes.Done()
-	if err != nil {
-		h.log.Error("a stream ended before its log was durable: after a restart it reads as stopped mid-way",
-			"response_id", LogID(l.id), "error", err)
-	}
 	l.mu.Lock()
 	if l.sealed != nil {
 		l.events = append(l.events, *l.sealed)
@@ -590,6 +596,70 @@ func (l *streamLog) seal() {
 	l.endLocked("") // l.final is set
 	l.wakeLocked()
 	l.mu.Unlock()
+	if err != nil {
+		h.log.Error("a stream ended before its log was durable: other replicas, or this one after a restart, read it as unfinished until a retry writes it",
+			"response_id", LogID(l.id), "error", err)
+		h.writes.Add(1)
+		go func() {
+			defer h.writes.Done()
+			l.resealLater()
+		}()
+	}
+}
+
+const (
+	// resealFirst and resealMax bound the backoff between the attempts to
+	// write the end of a log whose seal failed (a store briefly down).
+	resealFirst = 250 * time.Millisecond
+	resealMax   = 30 * time.Second
+)
+
+// resealLater writes what the store lacks of an ended log (its last events,
+// its ended record) once the store takes it, retrying with backoff for as
+// long as this process keeps the log (resume_window, the memory budget, no
+// DELETE): otherwise the other replicas sharing the store read a response
+// its client saw end as still running, then failed, or not at all (README
+// "Durable"). Shutdown makes it try once more and stop.
+func (l *streamLog) resealLater() {
+	h := l.hub
+	wait := resealFirst
+	for {
+		last := false
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-h.stopping:
+			t.Stop()
+			last = true
+		}
+		if !h.keeps(l) { // expired, evicted or deleted: the store is to have none of it either
+			return
+		}
+		err := l.write(false)
+		switch {
+		case err == nil && h.keeps(l): // (a DELETE meanwhile writes nothing, and is no success)
+			h.log.Info("the end of a stream's log is durable after all", "response_id", LogID(l.id))
+			return
+		case err == nil:
+			return
+		case last:
+			h.log.Warn("gave up writing the end of a stream's log: the gateway is shutting down", "response_id", LogID(l.id),
+				"error", err)
+			return
+		}
+		wait = min(2*wait, resealMax)
+	}
+}
+
+// keeps reports whether l is still the log of its id here, not deleted
+// and within its window.
+func (h *streamLogs) keeps(l *streamLog) bool {
+	h.mu.Lock()
+	current := h.logs[l.id] == l
+	h.mu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return current && !l.deleted && h.now().Sub(l.lastAt) <= h.opts.Window
 }
 
 // arenaChunk is the size of the buffers a log copies its events into.
@@ -658,7 +728,9 @@ func (h *streamLogs) answered(id, owner string, input, response []byte) {
 	l.endLocked(string(response))
 	l.mu.Unlock()
 	if h.opts.Store != nil {
-		_ = h.persist(l, true, response) // a failure is logged
+		if err := h.persist(l, true, response); err != nil && !errors.Is(err, store.ErrStreamLogDeleted) {
+			h.log.Error("writing a stream log failed", "response_id", LogID(l.id), "error", err)
+		}
 	}
 }
 
@@ -688,14 +760,18 @@ func (l *streamLog) response() (resp []byte, ended bool) {
 // persist writes l's record, with resp as its Response (ended: the final
 // one), to the store. On a shared store a record another replica deleted is
 // not written back: the log is stopped and forgotten here too
-// (deletedElsewhere) and the error is ErrStreamLogDeleted. Other failures
-// are logged.
+// (deletedElsewhere) and the error is ErrStreamLogDeleted. The caller logs
+// other failures.
 func (h *streamLogs) persist(l *streamLog, ended bool, resp []byte) error {
 	rec := store.StreamLog{ResponseID: l.id, Owner: l.owner, Background: l.background, Ended: ended, Response: resp,
 		Input: l.input, Status: gjson.GetBytes(resp, "status").Str, CreatedAt: l.created,
 		ExpiresAt: h.now().Add(h.opts.Window + time.Hour)}
 	if ended {
-		rec.ExpiresAt = h.now().Add(h.opts.Window)
+		// The window counts from the log's end, also for an end written late
+		// (resealLater): the store keeps it no longer than this process.
+		l.mu.Lock()
+		rec.ExpiresAt = l.lastAt.Add(h.opts.Window)
+		l.mu.Unlock()
 	}
 	if rec.Status == "" {
 		rec.Status = "in_progress"
@@ -709,8 +785,6 @@ func (h *streamLogs) persist(l *streamLog, ended bool, resp []byte) error {
 	if err := put(ctx, rec); err != nil {
 		if errors.Is(err, store.ErrStreamLogDeleted) {
 			h.deletedElsewhere(l)
-		} else {
-			h.log.Error("writing a stream log failed", "response_id", LogID(l.id), "error", err)
 		}
 		return err
 	}
@@ -732,7 +806,7 @@ func (l *streamLog) scheduleFlush() {
 			l.mu.Lock()
 			l.timer = nil
 			l.mu.Unlock()
-			_ = l.flush(false) // a failure is logged
+			l.flush(false)
 		})
 	}
 	l.mu.Unlock()
@@ -752,13 +826,21 @@ func (l *streamLog) recordDue(now bool) bool {
 	return now || l.dropped || l.savedAt.IsZero() || time.Since(l.savedAt) > recordSaveEvery
 }
 
-// flush writes the log's new events to the store, after its record when one
+// flush is write for a log that runs: a failure is logged, and the next
+// flush writes what this one could not.
+func (l *streamLog) flush(saveRecord bool) {
+	if err := l.write(saveRecord); err != nil {
+		l.hub.log.Error("writing a stream log failed", "response_id", LogID(l.id), "error", err)
+	}
+}
+
+// write writes the log's new events to the store, after its record when one
 // is due (recordDue; saveRecord: now). Once the log ends (it ended, or its
 // terminal event is being sealed) the events include the terminal one and
 // the record is written again after them, ended, with the final Response.
-// It returns the error of a write that failed (logged); a log deleted,
-// here or elsewhere, is not written, and is no error.
-func (l *streamLog) flush(saveRecord bool) error {
+// It returns the error of a write that failed; a log deleted, here or
+// elsewhere, is not written, and is no error.
+func (l *streamLog) write(saveRecord bool) error {
 	// The Response so far is rendered before flushMu: rendering it locks the
 	// client stream, which holds that lock while seal waits for flushMu.
 	var sofar []byte
@@ -781,7 +863,9 @@ func (l *streamLog) flush(saveRecord bool) error {
 	if final {
 		resp = l.final
 	}
-	first := l.savedAt.IsZero()
+	// An ended log whose record never reached the store (it ended while the
+	// store was down) needs the record before its events too.
+	first := l.savedAt.IsZero() || final && !l.stored
 	deleted := l.deleted
 	l.mu.Unlock()
 	if deleted {
@@ -795,8 +879,11 @@ func (l *streamLog) flush(saveRecord bool) error {
 		l.mu.Lock()
 		l.savedAt = time.Now()
 		l.mu.Unlock()
-		if errors.Is(err, store.ErrStreamLogDeleted) {
+		switch {
+		case errors.Is(err, store.ErrStreamLogDeleted):
 			return nil
+		case err != nil:
+			return fmt.Errorf("writing the record: %w", err)
 		}
 	}
 	if len(pending) > 0 && !dropped {
@@ -808,8 +895,7 @@ func (l *streamLog) flush(saveRecord bool) error {
 			h.deletedElsewhere(l)
 			return nil
 		case err != nil:
-			h.log.Error("writing stream events failed", "response_id", LogID(l.id), "error", err)
-			return err
+			return fmt.Errorf("writing events from %d: %w", pending[0].Seq, err)
 		}
 		l.mu.Lock()
 		l.flushed = pending[len(pending)-1].Seq + 1
@@ -818,9 +904,8 @@ func (l *streamLog) flush(saveRecord bool) error {
 	if !final {
 		return nil
 	}
-	// A failure is logged, a delete elsewhere handled.
 	if err := h.persist(l, true, resp); err != nil && !errors.Is(err, store.ErrStreamLogDeleted) {
-		return err
+		return fmt.Errorf("writing the ended record: %w", err)
 	}
 	return nil
 }
@@ -828,7 +913,7 @@ func (l *streamLog) flush(saveRecord bool) error {
 // save writes the record now (a background response, before its id is
 // answered: any replica can then find it).
 func (l *streamLog) save() {
-	_ = l.flush(true) // a failure is logged
+	l.flush(true)
 }
 
 // ---- followers ----
@@ -1009,7 +1094,10 @@ func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, afte
 			h.markFollowed(ctx, sh, rec.ResponseID)
 		}
 		evs, err := st.StreamEvents(ctx, rec.ResponseID, next-1, 1000)
-		if err != nil {
+		switch {
+		case errors.Is(err, store.ErrNotFound): // the log was there when the resume began
+			return endWith(out, resumeErrorEvent(next, goneWhileFollowed))
+		case err != nil:
 			return endWith(out, resumeErrorEvent(next, "reading the stream's log failed; retry"))
 		}
 		for _, ev := range evs {
@@ -1040,8 +1128,8 @@ func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, afte
 		}
 		cur, err := st.GetStreamLog(ctx, rec.ResponseID)
 		switch {
-		case errors.Is(err, store.ErrNotFound):
-			return endWith(out, resumeErrorEvent(next, "the response's log expired or was deleted while it was followed"))
+		case errors.Is(err, store.ErrNotFound): // ErrStreamLogDeleted too
+			return endWith(out, resumeErrorEvent(next, goneWhileFollowed))
 		case err != nil:
 			return endWith(out, resumeErrorEvent(next, "reading the stream's log failed; retry"))
 		case cur.Ended:
@@ -1079,6 +1167,10 @@ func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, afte
 		}
 	}
 }
+
+// goneWhileFollowed ends a resume through the store whose log vanished
+// (DELETE on any replica, or its expiry): retrying cannot find it either.
+const goneWhileFollowed = "the response's log expired or was deleted while it was followed"
 
 // markFollowed tells the replica running a stream that a resumer follows
 // it through the store, for followLease.

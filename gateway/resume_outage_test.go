@@ -1,0 +1,174 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/sluice-gw/sluice/gateway"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
+	"github.com/sluice-gw/sluice/store"
+)
+
+// outageStore is a shared Redis stream log store whose writes fail while
+// down is set, as while Redis is briefly unavailable to one replica.
+type outageStore struct {
+	*store.RedisStore
+	down atomic.Bool
+}
+
+func (o *outageStore) unavailable(what string) error {
+	if o.down.Load() {
+		return fmt.Errorf("test outage: %s: %w", what, store.ErrUnavailable)
+	}
+	return nil
+}
+
+func (o *outageStore) PutStreamLog(ctx context.Context, l store.StreamLog) error {
+	if err := o.unavailable("put stream log"); err != nil {
+		return err
+	}
+	return o.RedisStore.PutStreamLog(ctx, l)
+}
+
+func (o *outageStore) PutStreamLogUnlessDeleted(ctx context.Context, l store.StreamLog) error {
+	if err := o.unavailable("put stream log"); err != nil {
+		return err
+	}
+	return o.RedisStore.PutStreamLogUnlessDeleted(ctx, l)
+}
+
+func (o *outageStore) AppendStreamEvents(ctx context.Context, id string, first int64, events []store.StreamEvent) error {
+	if err := o.unavailable("append stream events"); err != nil {
+		return err
+	}
+	return o.RedisStore.AppendStreamEvents(ctx, id, first, events)
+}
+
+// newOutagePair is newDurablePair whose first replica writes its stream
+// logs through an outageStore.
+func newOutagePair(t *testing.T) (*durablePair, *outageStore) {
+	t.Helper()
+	p := newDurablePair(t, 5*time.Second)
+	out := &outageStore{RedisStore: p.s1}
+	o := gateway.Options{Resume: gateway.ResumeOptions{DetachGrace: 5 * time.Second}, LifecycleHold: -1}
+	o.Store, o.Resume.Store = p.s1, out
+	p.r1 = newHarness(t, harnessConfig{servers: map[string]*upstreamtest.Server{"A": p.up}, opts: o})
+	return p, out
+}
+
+// TestScaleOutLogEndedDuringAnOutage: a stream that ends while its
+// replica cannot write to the shared store still reaches the store once it
+// can, all of it: the other replica then reads the response as it ended
+// (completed, or cancelled by an acknowledged cancel), and can replay it,
+// rather than in_progress, failed or unknown (README "Durable").
+func TestScaleOutLogEndedDuringAnOutage(t *testing.T) {
+	t.Run("completed before its first write", func(t *testing.T) {
+		p, out := newOutagePair(t)
+		out.down.Store(true)
+		p.up.Enqueue(upstreamtest.Answer("short answer", 3))
+		_, evs := p.r1.streamEvents("/v1/responses", `{"model":"gpt-fake-1","input":"hi","stream":true}`)
+		if len(evs) == 0 || gjson.GetBytes(evs[len(evs)-1].Data, "type").Str != "response.completed" {
+			t.Fatalf("the stream did not complete: %d events", len(evs))
+		}
+		id := gjson.GetBytes(evs[0].Data, "response.id").Str
+		if status, b := p.r2.call(http.MethodGet, "/v1/responses/"+id, clientKey); status != http.StatusNotFound {
+			t.Fatalf("GET on the other replica during the outage: %d %s", status, b)
+		}
+		out.down.Store(false)
+		eventually(t, "the completed response on the other replica", func() bool {
+			_, b := p.r2.call(http.MethodGet, "/v1/responses/"+id, clientKey)
+			return gjson.GetBytes(b, "status").Str == "completed"
+		})
+		status, replay, body := p.r2.resume(clientKey, id, -1)
+		if status != http.StatusOK || len(replay) != len(evs) {
+			t.Fatalf("replay on the other replica: %d, %d events of %d\n%s", status, len(replay), len(evs), body)
+		}
+		for i := range evs {
+			if string(replay[i]) != string(evs[i].Data) {
+				t.Fatalf("event %d replayed as %s, the client got %s", i, replay[i], evs[i].Data)
+			}
+		}
+		logged := func(what string) int { return strings.Count(p.r1.logs.String(), what) }
+		eventually(t, "the success logged", func() bool { return logged("durable after all") == 1 })
+		if n := logged("before its log was durable"); n != 1 {
+			t.Fatalf("the failed seal logged %d times, want once\n%s", n, p.r1.logs.String())
+		}
+	})
+
+	t.Run("cancelled while it ran", func(t *testing.T) {
+		p, out := newOutagePair(t)
+		p.up.Enqueue(longAnswer(100 * time.Millisecond))
+		id := startBackground(t, p.r1)
+		eventually(t, "output on the other replica", func() bool {
+			_, b := p.r2.call(http.MethodGet, "/v1/responses/"+id, clientKey)
+			return gjson.GetBytes(b, "output.0.content.0.text").Str != ""
+		})
+		out.down.Store(true)
+		status, answer := p.r1.call(http.MethodPost, "/v1/responses/"+id+"/cancel", clientKey)
+		text := gjson.GetBytes(answer, "output.0.content.0.text").Str
+		if status != http.StatusOK || gjson.GetBytes(answer, "status").Str != "cancelled" || text == "" {
+			t.Fatalf("cancel during the outage: %d %s", status, answer)
+		}
+		out.down.Store(false)
+		eventually(t, "the cancelled response on the other replica", func() bool {
+			_, b := p.r2.call(http.MethodGet, "/v1/responses/"+id, clientKey)
+			return gjson.GetBytes(b, "status").Str == "cancelled"
+		})
+		_, got := p.r2.call(http.MethodGet, "/v1/responses/"+id, clientKey)
+		if gjson.GetBytes(got, "output.0.content.0.text").Str != text {
+			t.Fatalf("GET on the other replica: %s; the cancel answered %q", got, text)
+		}
+		status, replay, body := p.r2.resume(clientKey, id, -1)
+		if status != http.StatusOK || len(replay) == 0 {
+			t.Fatalf("replay on the other replica: %d %s", status, body)
+		}
+		end := gjson.ParseBytes(replay[len(replay)-1])
+		if end.Get("type").Str != "response.failed" || end.Get("response.status").Str != "cancelled" {
+			t.Fatalf("the replay ended with %s", replay[len(replay)-1])
+		}
+	})
+}
+
+// TestScaleOutFollowerOfADeletedStream: a resumer following a stream
+// through the store on another replica when the response is deleted ends
+// with the error saying it was deleted, never one asking to retry (a
+// retry gets a 404).
+func TestScaleOutFollowerOfADeletedStream(t *testing.T) {
+	p := newDurablePair(t, 5*time.Second)
+	p.up.Enqueue(longAnswer(100 * time.Millisecond))
+	src := openStream(t, context.Background(), p.r1, `{"model":"gpt-fake-1","input":"hi","stream":true}`)
+	first, err := readEvents(src, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := gjson.GetBytes(first[0], "response.id").Str
+	follow, closeBody, err := resumeStream(context.Background(), p.r2, id, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeBody()
+	if _, err := readEvents(follow, 2); err != nil {
+		t.Fatal(err)
+	}
+	if status, b := p.r2.call(http.MethodDelete, "/v1/responses/"+id, clientKey); status != http.StatusOK {
+		t.Fatalf("DELETE: %d %s", status, b)
+	}
+	rest, err := readEvents(follow, -1)
+	if err != nil || len(rest) == 0 {
+		t.Fatalf("the follower's stream after the delete: %v, %d events", err, len(rest))
+	}
+	end := gjson.ParseBytes(rest[len(rest)-1])
+	cancelled := end.Get("type").Str == "response.failed" && end.Get("response.status").Str == "cancelled"
+	deleted := end.Get("type").Str == "error" && strings.Contains(end.Get("message").Str, "deleted") &&
+		!strings.Contains(end.Get("message").Str, "retry")
+	if !cancelled && !deleted {
+		t.Fatalf("the follower on the other replica ended with %s", rest[len(rest)-1])
+	}
+}
