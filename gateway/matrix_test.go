@@ -53,7 +53,8 @@ package gateway_test
 // Every combination that runs needs an expectation. TERMINAL is, on Responses
 // surfaces, response.completed / response.failed / response.incomplete, or
 // error (a WebSocket error frame); on chat, done (a finish chunk then [DONE]),
-// error (an error chunk then [DONE]) or http (no stream: an HTTP error).
+// error (an error chunk then [DONE]) or http (no stream: an HTTP error,
+// whose status the expectation names as status=S).
 // CODE is what the client acts on, "-" for none: for a response.failed the
 // gateway's code leading the message when the wire code is server_error (see
 // gatewayCode), else the wire code; an error frame's or chunk's code; the
@@ -143,6 +144,7 @@ type matrixExpect struct {
 	line     int
 	terminal string
 	code     string
+	status   int // the HTTP status of an http terminal
 	reason   string
 	text     string
 	rescued  bool
@@ -150,6 +152,9 @@ type matrixExpect struct {
 
 func (e matrixExpect) String() string {
 	s := fmt.Sprintf("%s %s reason=%s text=%q", e.terminal, orDash(e.code), orDash(e.reason), e.text)
+	if e.status != 0 {
+		s += fmt.Sprintf(" status=%d", e.status)
+	}
 	if e.rescued {
 		s += " rescued"
 	}
@@ -279,6 +284,12 @@ func parseMatrixExpect(val string) (matrixExpect, error) {
 		switch {
 		case a == "rescued":
 			e.rescued = true
+		case strings.HasPrefix(a, "status="):
+			n, err := strconv.Atoi(strings.TrimPrefix(a, "status="))
+			if err != nil || n < 400 || n > 599 {
+				return e, fmt.Errorf("status=%s: want an HTTP error status", strings.TrimPrefix(a, "status="))
+			}
+			e.status = n
 		case strings.HasPrefix(a, "reason="):
 			sawReason = true
 			if r := strings.TrimPrefix(a, "reason="); r != "-" {
@@ -303,6 +314,9 @@ func parseMatrixExpect(val string) (matrixExpect, error) {
 	}
 	if !sawText || !sawReason {
 		return e, fmt.Errorf("reason= and text= are required: %q", val)
+	}
+	if (e.terminal == "http") != (e.status != 0) {
+		return e, fmt.Errorf("status= is required with an http terminal, and only there: %q", val)
 	}
 	switch e.terminal {
 	case "response.completed", "response.failed", "response.incomplete", "error", "done", "http":
@@ -416,6 +430,7 @@ func matrixPolicy(kind string) []byte {
 // matrixRun is what one combination saw.
 type matrixRun struct {
 	terminal, code, text string
+	status               int // http: the response's status
 	reason               string
 	rescued              bool
 	events               []string // for failure messages
@@ -423,6 +438,9 @@ type matrixRun struct {
 
 func (r matrixRun) String() string {
 	s := fmt.Sprintf("%s %s reason=%s text=%q", r.terminal, orDash(r.code), orDash(r.reason), r.text)
+	if r.status != 0 {
+		s += fmt.Sprintf(" status=%d", r.status)
+	}
 	if r.rescued {
 		s += " rescued"
 	}
@@ -558,7 +576,7 @@ func runMatrix(t *testing.T, spec *specSubset, c *matrixCase, surface, kind stri
 		t.Helper()
 		t.Fatalf("%s: %s\n  want: %s\n  got:  %s\n  events:\n    %s", where, what, e, got, strings.Join(got.events, "\n    "))
 	}
-	if got.terminal != e.terminal || got.code != e.code {
+	if got.terminal != e.terminal || got.code != e.code || got.status != e.status {
 		fail("terminal")
 	}
 	if got.text != e.text {
@@ -659,7 +677,7 @@ func matrixDrive(t *testing.T, h *harness, surface string) (matrixRun, []byte) {
 	case "sse":
 		status, body, evs := matrixPost(t, h, "/v1/responses", `{"model":"m","input":"hi","stream":true}`)
 		if status != http.StatusOK {
-			return matrixRun{terminal: "http", code: gjson.Get(body, "error.code").Str, events: []string{body}}, nil
+			return matrixRun{terminal: "http", code: gjson.Get(body, "error.code").Str, status: status, events: []string{body}}, nil
 		}
 		var datas [][]byte
 		for _, ev := range evs {
@@ -683,7 +701,7 @@ func matrixDrive(t *testing.T, h *harness, surface string) (matrixRun, []byte) {
 	default:
 		status, body, evs := matrixPost(t, h, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`)
 		if status != http.StatusOK {
-			return matrixRun{terminal: "http", code: gjson.Get(body, "error.code").Str, events: []string{body}}, nil
+			return matrixRun{terminal: "http", code: gjson.Get(body, "error.code").Str, status: status, events: []string{body}}, nil
 		}
 		return matrixChat(t, evs), nil
 	}

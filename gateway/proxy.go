@@ -319,6 +319,11 @@ func (s *Server) forward(ctx context.Context, out responder, req *clientRequest,
 	bodies := map[string][]byte{}
 	var failures []string
 	var lastErr *apierr.Error
+	// waitHint is the shortest wait the failed attempts' upstreams asked
+	// for (Retry-After, retry-after-ms, "try again in"); hintless: one
+	// failed without asking, so the client is told no wait.
+	var waitHint time.Duration
+	hintless := false
 	replays := 0
 	replayPending := false
 	retried := map[upstream.Target]bool{}  // the host's bound: one same-target retry per target
@@ -355,6 +360,12 @@ attempts:
 			return
 		}
 		failures = append(failures, t.String()+": "+res.why)
+		switch {
+		case try.fail == nil || try.fail.Hint <= 0:
+			hintless = true
+		case waitHint == 0 || try.fail.Hint < waitHint:
+			waitHint = try.fail.Hint
+		}
 		if res.clientErr != nil {
 			lastErr = res.clientErr
 		}
@@ -430,17 +441,55 @@ attempts:
 		if why := firstNonEmpty(c.unavailable(), c.why); why != "" {
 			msg += " (" + why + ")"
 		}
-		e = apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "%s", msg)
+		e = c.noTargetError(msg)
 	case len(failures) == 0:
 		msg := "no healthy upstream"
 		if why := c.unavailable(); why != "" { // each upstream and why: a down one's last probe error
 			msg += ": " + why
 		}
-		e = apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "%s", msg)
+		e = c.noTargetError(msg)
 	default:
 		e = apierr.UpstreamUnavailable(http.StatusBadGateway, "no upstream could serve the request: %s", strings.Join(failures, "; "))
+		if !hintless { // every upstream tried asked for a wait (an overloaded 503's Retry-After): so is the client
+			e.RetryAfter = waitHint
+		}
 	}
 	out.fail(req, e, failBeforeStream)
+}
+
+// noTargetError is the error for a request none of whose targets was
+// usable, saying msg. Like the gateway's own overload 503s it carries
+// Retry-After: the shortest wait among the targets' cooldowns and open
+// circuits, so a client (the OpenAI SDKs honour it) waits that out instead
+// of spending its retries within it. While every target cools down for its
+// capacity, the answer is the 429 with the upstream's code that started the
+// cooldown (README: a 429 or quota code cools the target down), not a 503.
+func (c *candidates) noTargetError(msg string) *apierr.Error {
+	var retryIn, codeIn time.Duration
+	var code string
+	targets, capacity := 0, 0
+	c.each(func(t upstream.Target) {
+		targets++
+		un, out := c.s.pool.TargetUnavailable(t)
+		if !out {
+			return
+		}
+		if un.RetryIn > 0 && (retryIn == 0 || un.RetryIn < retryIn) {
+			retryIn = un.RetryIn
+		}
+		if un.Code != "" {
+			capacity++
+			if code == "" || un.RetryIn < codeIn { // the code of the first target back
+				code, codeIn = un.Code, un.RetryIn
+			}
+		}
+	})
+	if targets > 0 && capacity == targets {
+		return apierr.CapacityExhausted(code, retryIn, "%s", msg)
+	}
+	e := apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "%s", msg)
+	e.RetryAfter = retryIn
+	return e
 }
 
 // upstreamAnswer is what an upstream said, before anything reached the client.
@@ -926,6 +975,7 @@ func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRe
 		if ce.Status != http.StatusTooManyRequests {
 			ce.Status = http.StatusTooManyRequests
 		}
+		ce.RetryAfter = f.Hint // the upstream's own wait reaches the client too, so its retry waits it out
 		clientErr, why = &ce, fmt.Sprintf("HTTP %d %s", status, perr.Code)
 		in.FailureClass, in.RetryAfterMillis = hostabi.FailureRateLimit, f.Hint.Milliseconds()
 		if f.Class == "quota" {

@@ -15,7 +15,8 @@ type failKind int
 const (
 	// failBeforeStream: the request never reached a usable upstream (fail
 	// closed, no upstream left). WebSocket clients get an error frame with
-	// status; HTTP stream clients get one response.failed event.
+	// status; HTTP Responses stream clients get one response.failed event,
+	// HTTP Chat stream clients the status and JSON error.
 	failBeforeStream failKind = iota
 	// failAsTerminal: the upstream answered with an error the gateway
 	// rewrote (recovered). Every stream client gets response.failed.
@@ -43,7 +44,12 @@ type httpResponder struct {
 }
 
 func (h *httpResponder) fail(req *clientRequest, e *apierr.Error, kind failKind) {
-	if !req.stream || kind == failInvalid {
+	// A Chat stream that failed before anything was sent (no stream is
+	// committed here: clientStream.fail ends a committed one itself) gets
+	// the status and JSON body, as from OpenAI's API, so that the SDKs'
+	// retries see a 429 or 5xx. A Responses stream opens with
+	// response.created even then (README).
+	if !req.stream || kind == failInvalid || (req.ep.chat && kind == failBeforeStream) {
 		e.Write(h.w)
 		return
 	}

@@ -143,14 +143,24 @@ func TestStreamRequestNeverGetsAnUnusableAnswer(t *testing.T) {
 				t.Fatalf("terminal %s %q: %s; want response.failed upstream_unavailable saying %q", last.typ, last.code, last.data, tt.why)
 			}
 		})
+		// A Chat stream that failed before anything was sent gets the
+		// status and JSON error, as from OpenAI's API (README).
 		t.Run("chat "+tt.name, func(t *testing.T) {
 			h := newHarness(t, harnessConfig{})
 			h.ups["A"].Enqueue(tt.script, tt.script)
-			resp, evs := h.streamEvents("/v1/chat/completions", chatStreamBody)
-			if resp.StatusCode != http.StatusOK || resp.Header.Get("Location") != "" {
-				t.Fatalf("status %d Location %q", resp.StatusCode, resp.Header.Get("Location"))
+			resp := h.post("/v1/chat/completions", chatStreamBody)
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			want := http.StatusBadGateway
+			if tt.name == "204" { // no upstream left to replay the empty answer on
+				want = http.StatusServiceUnavailable
 			}
-			assertChatEndsWithError(t, evs, "upstream_unavailable", tt.why)
+			if resp.StatusCode != want || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") || resp.Header.Get("Location") != "" {
+				t.Fatalf("status %d Content-Type %q Location %q, want %d JSON", resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("Location"), want)
+			}
+			if gjson.GetBytes(body, "error.code").Str != "upstream_unavailable" || !strings.Contains(gjson.GetBytes(body, "error.message").Str, tt.why) {
+				t.Fatalf("body %s, want upstream_unavailable saying %q", body, tt.why)
+			}
 		})
 	}
 }

@@ -246,9 +246,10 @@ func TestWebSocketReplayGoesToTheOtherUpstream(t *testing.T) {
 	if h.ups["A"].RequestCount() != 1 || h.ups["B"].RequestCount() != 1 {
 		t.Fatalf("attempts A=%d B=%d", h.ups["A"].RequestCount(), h.ups["B"].RequestCount())
 	}
-	// Both cool down now: the next request has no upstream left → 503 frame.
+	// Both cool down for their quota now: the next request has no upstream
+	// left → 429 frame with the quota code.
 	evs = c.turn(createFrame(""))
-	if last := evs[len(evs)-1]; last.typ != "error" || errorStatus(last) != 503 || last.code != "upstream_unavailable" {
+	if last := evs[len(evs)-1]; last.typ != "error" || errorStatus(last) != 429 || last.code != "usage_limit_reached" {
 		t.Fatalf("no upstream left: %s", last.data)
 	}
 }

@@ -115,11 +115,13 @@ const (
 // CapacityFailure is the Failure a 429 or a quota code charges to a target:
 // the upstream's hint (from h and message) when it gave one, else a
 // jittered backoff from RateLimitBackoff (429, rate_limit_exceeded) or
-// QuotaBackoff (the other quota codes).
+// QuotaBackoff (the other quota codes). Its Code is the quota code, else
+// rate_limit_exceeded.
 func CapacityFailure(h http.Header, message, code string, status int, now time.Time, reason string) Failure {
-	f := Failure{Class: "rate_limited", Reason: reason, Backoff: RateLimitBackoff}
+	// A 429 is a rate limit whatever code the upstream gave it.
+	f := Failure{Class: "rate_limited", Reason: reason, Backoff: RateLimitBackoff, Code: "rate_limit_exceeded"}
 	if code != "" && code != "rate_limit_exceeded" && IsQuotaCode(code) {
-		f.Class, f.Backoff = "quota", QuotaBackoff
+		f.Class, f.Backoff, f.Code = "quota", QuotaBackoff, code
 	}
 	if d, ok := RetryAfter(h, message, now); ok {
 		f.Hint = d

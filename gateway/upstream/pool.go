@@ -122,18 +122,25 @@ func (u *Upstream) Acquire() (release func()) {
 
 // Usable reports whether requests may be sent now, and if not, why.
 func (u *Upstream) Usable(now time.Time) (ok bool, why string) {
+	un, out := u.unavailable(now)
+	return !out, un.Why
+}
+
+// unavailable says why u takes no request at now; out is false when it does.
+func (u *Upstream) unavailable(now time.Time) (un Unavailability, out bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	switch u.state {
 	case StateDown:
-		return false, "down: " + u.reason
+		return Unavailability{Why: "down: " + u.reason}, true
 	case StateFailed:
-		return false, "failed: " + u.reason
+		return Unavailability{Why: "failed: " + u.reason}, true
 	}
 	if now.Before(u.coolUntil) {
-		return false, fmt.Sprintf("cooling down for %s: %s", u.coolUntil.Sub(now).Round(time.Millisecond), u.coolReason)
+		return Unavailability{Why: fmt.Sprintf("cooling down for %s: %s", u.coolUntil.Sub(now).Round(time.Millisecond), u.coolReason),
+			RetryIn: u.coolUntil.Sub(now)}, true
 	}
-	return true, ""
+	return Unavailability{}, false
 }
 
 // DownSince reports since when u has been down (its probes fail) or failed

@@ -82,6 +82,13 @@ func newSharedCache(p *Pool) *sharedCache {
 // skip reports whether another replica (or this one) recorded that the
 // target must be skipped at now.
 func (c *sharedCache) skip(k sharedKey, now time.Time) (bool, string) {
+	d, why := c.skipFor(k, now)
+	return d > 0, why
+}
+
+// skipFor is skip with how much longer the target is to be skipped (zero:
+// it need not be).
+func (c *sharedCache) skipFor(k sharedKey, now time.Time) (time.Duration, string) {
 	c.mu.Lock()
 	e := c.m[k]
 	if e == nil {
@@ -121,9 +128,9 @@ func (c *sharedCache) skip(k sharedKey, now time.Time) (bool, string) {
 		if k.model == "" {
 			what = "upstream"
 		}
-		return true, fmt.Sprintf("cooling down for %s (%s state shared by the replicas): %s", e.until.Sub(now).Round(time.Millisecond), what, e.reason)
+		return e.until.Sub(now), fmt.Sprintf("cooling down for %s (%s state shared by the replicas): %s", e.until.Sub(now).Round(time.Millisecond), what, e.reason)
 	}
-	return false, ""
+	return 0, ""
 }
 
 // publish records a skip of d for every replica.
@@ -167,14 +174,19 @@ func (c *sharedCache) clear(k sharedKey, now time.Time) {
 
 // sharedUsable checks the shared health of t and of its upstream.
 func (p *Pool) sharedUsable(t Target, now time.Time) (bool, string) {
+	un, out := p.sharedUnavailable(t, now)
+	return !out, un.Why
+}
+
+// sharedUnavailable is sharedUsable with how long the skip lasts.
+func (p *Pool) sharedUnavailable(t Target, now time.Time) (Unavailability, bool) {
 	if p.shared == nil {
-		return true, ""
+		return Unavailability{}, false
 	}
-	if skip, why := p.shared.skip(sharedKey{t.Upstream.cfg.Name, ""}, now); skip {
-		return false, why
+	for _, k := range []sharedKey{{t.Upstream.cfg.Name, ""}, {t.Upstream.cfg.Name, t.Model}} {
+		if d, why := p.shared.skipFor(k, now); d > 0 {
+			return Unavailability{Why: why, RetryIn: d}, true
+		}
 	}
-	if skip, why := p.shared.skip(sharedKey{t.Upstream.cfg.Name, t.Model}, now); skip {
-		return false, why
-	}
-	return true, ""
+	return Unavailability{}, false
 }

@@ -59,6 +59,24 @@ type Failure struct {
 	// cooldown that doubles with each consecutive capacity failure of the
 	// target. Zero: no cooldown (the failure only counts toward the circuit).
 	Backoff time.Duration
+	// Code is the upstream's error code of a capacity failure
+	// (rate_limit_exceeded, insufficient_quota, …; CapacityFailure): while
+	// the target cools down for it, a request that finds no target usable
+	// is answered with it (Unavailability). "" for any other failure.
+	Code string
+}
+
+// Unavailability is why a request may not go to a target now.
+type Unavailability struct {
+	Why string
+	// RetryIn is how long until the cooldown or open circuit that keeps the
+	// target out ends. Zero when nothing says: an upstream that is down or
+	// whose credentials were rejected waits for its next probe, and a
+	// half-open circuit for the probe in flight.
+	RetryIn time.Duration
+	// Code is the upstream's capacity code (Failure.Code) while the target
+	// cools down for its capacity; "" for any other reason.
+	Code string
 }
 
 // targetState is what the pool knows about one target. Guarded by the
@@ -73,7 +91,8 @@ type targetState struct {
 
 	coolUntil  time.Time
 	coolReason string
-	streak     int // consecutive cooldowns, for the exponential backoff
+	coolCode   string // Failure.Code of the failure that set coolUntil
+	streak     int    // consecutive cooldowns, for the exponential backoff
 
 	lastFailure   string
 	lastFailureAt time.Time
@@ -96,23 +115,37 @@ func (ts *targetState) circuitAt(now time.Time) Circuit {
 // usable reports whether a request may go to the target now (ignoring the
 // upstream's own state).
 func (ts *targetState) usable(now time.Time) (bool, string) {
+	un, out := ts.unavailable(now)
+	return !out, un.Why
+}
+
+// unavailable says why a request may not go to the target now (ignoring
+// the upstream's own state); out is false when it may.
+func (ts *targetState) unavailable(now time.Time) (un Unavailability, out bool) {
 	if ts == nil {
-		return true, ""
+		return Unavailability{}, false
+	}
+	if now.Before(ts.coolUntil) {
+		un.Code = ts.coolCode // also behind an open circuit: the capacity failure is what the target waits out
 	}
 	switch ts.circuitAt(now) {
 	case CircuitOpen:
-		return false, fmt.Sprintf("circuit open for %s after %d consecutive failures (last: %s)",
+		un.Why = fmt.Sprintf("circuit open for %s after %d consecutive failures (last: %s)",
 			ts.openUntil.Sub(now).Round(time.Millisecond), ts.failures, ts.lastFailure)
+		un.RetryIn = max(ts.openUntil.Sub(now), ts.coolUntil.Sub(now))
+		return un, true
 	case CircuitHalfOpen:
 		if ts.probing {
-			return false, "circuit half-open: a probe request is in flight"
+			return Unavailability{Why: "circuit half-open: a probe request is in flight"}, true
 		}
-		return true, ""
+		return Unavailability{}, false
 	}
 	if now.Before(ts.coolUntil) {
-		return false, fmt.Sprintf("cooling down for %s: %s", ts.coolUntil.Sub(now).Round(time.Millisecond), ts.coolReason)
+		un.Why = fmt.Sprintf("cooling down for %s: %s", ts.coolUntil.Sub(now).Round(time.Millisecond), ts.coolReason)
+		un.RetryIn = ts.coolUntil.Sub(now)
+		return un, true
 	}
-	return true, ""
+	return Unavailability{}, false
 }
 
 // state returns t's state, creating it when create is set. Called with
@@ -157,18 +190,26 @@ func (p *Pool) RegisterTarget(t Target) {
 // usable, and t is neither cooling down nor behind an open circuit (a
 // half-open circuit is usable until its probe is taken).
 func (p *Pool) TargetUsable(t Target) (bool, string) {
+	un, out := p.TargetUnavailable(t)
+	return !out, un.Why
+}
+
+// TargetUnavailable is TargetUsable with what the gateway tells a client
+// that finds no target usable: how long the wait is, and the capacity code
+// the target cools down for. out is false when t is usable.
+func (p *Pool) TargetUnavailable(t Target) (un Unavailability, out bool) {
 	now := p.opts.Now()
-	if ok, why := t.Upstream.Usable(now); !ok {
-		return false, why
+	if un, out := t.Upstream.unavailable(now); out {
+		return un, true
 	}
 	u := t.Upstream
 	u.mu.Lock()
-	ok, why := p.state(t, false, now).usable(now)
+	un, out = p.state(t, false, now).unavailable(now)
 	u.mu.Unlock()
-	if !ok {
-		return false, why
+	if out {
+		return un, true
 	}
-	return p.sharedUsable(t, now)
+	return p.sharedUnavailable(t, now)
 }
 
 // BeginTarget is TargetUsable for a request about to be sent: when t's
@@ -250,7 +291,7 @@ func (p *Pool) TargetFailed(t Target, f Failure) (cooldown time.Duration, opened
 		ts.streak++
 	}
 	if until := now.Add(cooldown); cooldown > 0 && until.After(ts.coolUntil) {
-		ts.coolUntil, ts.coolReason = until, f.Class+": "+f.Reason
+		ts.coolUntil, ts.coolReason, ts.coolCode = until, f.Class+": "+f.Reason, f.Code
 	}
 	probe := ts.probing
 	if probe || (ts.circuit == CircuitClosed && ts.failures >= p.opts.CircuitFailures) {

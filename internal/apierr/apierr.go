@@ -69,7 +69,8 @@ const (
 type Error struct {
 	Status int `json:"-"`
 	// RetryAfter, when positive, is sent as the Retry-After header (whole
-	// seconds, rounded up).
+	// seconds, rounded up) and as retry-after-ms, which the OpenAI SDKs
+	// read first.
 	RetryAfter time.Duration `json:"-"`
 	Message    string        `json:"message"`
 	Type       string        `json:"type"`
@@ -125,6 +126,7 @@ func (e *Error) Write(w http.ResponseWriter) {
 	w.Header().Set("Content-Length", fmt.Sprint(len(body)))
 	if e.RetryAfter > 0 {
 		w.Header().Set("Retry-After", fmt.Sprint(int64((e.RetryAfter+time.Second-1)/time.Second)))
+		w.Header().Set("Retry-After-Ms", fmt.Sprint(int64((e.RetryAfter+time.Millisecond-1)/time.Millisecond)))
 	}
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
@@ -168,6 +170,14 @@ func PastLastEvent(responseID string, after int64) *Error {
 // StreamIncomplete is the retryable error for a stream the upstream cut or lost.
 func StreamIncomplete(format string, args ...any) *Error {
 	return &Error{Status: http.StatusBadGateway, Type: TypeServer, Code: CodeStreamIncomplete, Message: fmt.Sprintf(format, args...)}
+}
+
+// CapacityExhausted is the 429 for a request whose every target cools down
+// for its capacity: code is the upstream's (rate_limit_exceeded,
+// insufficient_quota, …), as a client that acts on it got it from the
+// request that started the cooldown.
+func CapacityExhausted(code string, retryAfter time.Duration, format string, args ...any) *Error {
+	return &Error{Status: http.StatusTooManyRequests, Type: TypeServer, Code: code, RetryAfter: retryAfter, Message: fmt.Sprintf(format, args...)}
 }
 
 // UpstreamUnavailable is the retryable error for no usable upstream or an unusable pinned owner.

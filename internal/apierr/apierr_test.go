@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http/httptest"
 	"testing"
+	"time"
 )
 
 func TestParse(t *testing.T) {
@@ -55,5 +56,26 @@ func TestWireShape(t *testing.T) {
 	}
 	if !StreamIncomplete("x").Retryable() || Invalid("p", "c", "x").Retryable() {
 		t.Fatal("retryable classification")
+	}
+}
+
+// RetryAfter goes out in whole seconds, rounded up, and in milliseconds
+// (retry-after-ms, which the OpenAI SDKs read first).
+func TestRetryAfterHeaders(t *testing.T) {
+	for _, c := range []struct {
+		wait    time.Duration
+		sec, ms string
+	}{
+		{wait: 29986 * time.Millisecond, sec: "30", ms: "29986"},
+		{wait: 20 * time.Millisecond, sec: "1", ms: "20"},
+		{wait: 1500 * time.Microsecond, sec: "1", ms: "2"},
+		{}, // no wait: no header
+	} {
+		rec := httptest.NewRecorder()
+		CapacityExhausted("rate_limit_exceeded", c.wait, "m").Write(rec)
+		if rec.Code != 429 || rec.Header().Get("Retry-After") != c.sec || rec.Header().Get("Retry-After-Ms") != c.ms {
+			t.Fatalf("RetryAfter %v: %d, Retry-After %q, Retry-After-Ms %q; want 429, %q, %q",
+				c.wait, rec.Code, rec.Header().Get("Retry-After"), rec.Header().Get("Retry-After-Ms"), c.sec, c.ms)
+		}
 	}
 }
