@@ -1045,7 +1045,11 @@ func (cs *clientStream) closeItemLocked(it *sent.Item) error {
 	}
 	switch it.Type {
 	case "function_call":
-		b := append(cs.itemEventHead("response.function_call_arguments.done", it), `,"arguments":`...)
+		// name is required in this event (OpenAI's spec): the call's, as
+		// its output_item.added showed it.
+		b := append(cs.itemEventHead("response.function_call_arguments.done", it), `,"name":`...)
+		b = jsonx.AppendQuote(b, gjson.GetBytes(it.Added, "name").Str)
+		b = append(b, `,"arguments":`...)
 		if err := cs.writeBuiltLocked("response.function_call_arguments.done", append(b, sent.Quoted(it.Args)...)); err != nil {
 			return err
 		}

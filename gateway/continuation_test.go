@@ -509,6 +509,10 @@ func TestContinuationToolCallInFlight(t *testing.T) {
 			if v.Get("item_id").Str != "fc_resp_p" {
 				t.Fatalf("delta for item %s", v.Get("item_id").Str)
 			}
+		case "response.function_call_arguments.done": // the gateway's own, closing the continued call
+			if v.Get("name").Str != "get_weather" || v.Get("arguments").Str != `{"city":"Paris"}` {
+				t.Fatalf("arguments done without the call's name (required by the spec) or its arguments: %s", ev.data)
+			}
 		}
 	}
 	out := gjson.GetBytes(last.data, "response.output")
