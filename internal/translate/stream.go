@@ -521,9 +521,10 @@ func (s *Stream) closeCalls(status string) {
 
 // advanceCalls moves to the next waiting tool call once the open one is
 // evidently finished (its arguments are a complete JSON value: nothing
-// more can be appended to them) and the next one has a name.
+// more can be appended to them) and the next one has a name and the start
+// of its arguments (before them, more of its name may come).
 func (s *Stream) advanceCalls() {
-	for len(s.pendingCalls) > 0 && s.pendingCalls[0].name != "" {
+	for len(s.pendingCalls) > 0 && s.pendingCalls[0].name != "" && len(s.pendingCalls[0].args) > 0 {
 		if s.cur != nil {
 			return
 		}
@@ -782,8 +783,13 @@ func (s *Stream) toolDelta(tc gjson.Result, pos int64, positional bool) {
 		}
 		s.callIDs[id.Str] = true
 	}
-	if call.name == "" && nonEmptyString(name) {
-		call.name = name.Str
+	if nonEmptyString(name) && !call.added && name.Str != call.name {
+		// A Chat chunk's function name is a delta, as its arguments are:
+		// OpenAI sends it whole, some servers in pieces, which the call is
+		// announced only once its arguments begin to have gathered
+		// (advanceCalls). A server that repeats the whole name in every
+		// chunk is not appended to itself.
+		call.name += name.Str
 	}
 	if !call.added {
 		s.advanceCalls() // announces call if it is next and nothing else is open
@@ -821,7 +827,7 @@ func (s *Stream) callArgs(call *outItem, text, raw string) {
 	}
 	call.args = append(call.args, text...)
 	if !call.added {
-		return // sent with the output_item.added once the name is known
+		return // sent with the output_item.added (advanceCalls)
 	}
 	s.argsDelta(call, text, raw)
 }

@@ -274,6 +274,25 @@ func TestStreams(t *testing.T) {
 			output: []string{`function_call completed: call_x shell {"cmd":["ls"]}`},
 		},
 		{
+			file: "tool_name_split.txt",
+			events: []string{
+				"response.created",
+				"response.in_progress",
+				"response.output_item.added fc_1 o0",
+				"response.function_call_arguments.delta fc_1 o0",
+				"response.function_call_arguments.delta fc_1 o0",
+				"response.function_call_arguments.done fc_1 o0",
+				"response.output_item.done fc_1 o0",
+				"response.output_item.added fc_2 o1",
+				"response.function_call_arguments.delta fc_2 o1",
+				"response.function_call_arguments.done fc_2 o1",
+				"response.output_item.done fc_2 o1",
+				"response.completed",
+			},
+			status: "completed",
+			output: []string{`function_call completed: call_a get_weather {"city":"Paris"}`, `function_call completed: call_b get_time {}`},
+		},
+		{
 			file: "refusal.txt",
 			events: []string{
 				"response.created",
