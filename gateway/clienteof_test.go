@@ -202,6 +202,11 @@ func TestHalfClosedStreamClientGetsTheWholeStream(t *testing.T) {
 			want: `"finish_reason":"stop"`},
 		{name: "chat, upstream client error", path: "/v1/chat/completions", body: chatStream, a: badRequest,
 			want: "the tool schema is invalid", failed: true},
+		// Committed before its first event, the stream stays one with no target
+		// left: not the status a Chat client that still writes gets.
+		{name: "chat, no target left", path: "/v1/chat/completions", body: chatStream,
+			a: upstreamtest.Status5xx(http.StatusServiceUnavailable), b: upstreamtest.Status5xx(http.StatusServiceUnavailable),
+			want: "upstream_unavailable", failed: true},
 		{name: "chat, upstream client error without a body", path: "/v1/chat/completions", body: chatStream,
 			a:    upstreamtest.Script{Status: http.StatusBadRequest, Body: []byte{}},
 			want: `"message":"the upstream answered HTTP 400 Bad Request without an error message","param":null,"type":"invalid_request_error"`, failed: true},

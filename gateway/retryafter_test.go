@@ -1,19 +1,15 @@
 package gateway_test
 
 import (
-	"bufio"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tidwall/gjson"
 
-	"github.com/sluice-gw/sluice/gateway"
-	"github.com/sluice-gw/sluice/gateway/sse"
 	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
@@ -164,48 +160,4 @@ func TestOverloaded503PassesTheWaitOn(t *testing.T) {
 		t.Fatalf("during the cooldown: got %d %s, want 503 upstream_unavailable", a.status, a.body)
 	}
 	checkRetryAfter(t, "during the cooldown", a, 1, 20)
-}
-
-// A Chat stream whose client half-closed was committed before its first
-// event (README): its failure with no target left stays a stream, an error
-// chunk and [DONE], not the status a client that still writes gets.
-func TestHalfClosedChatStreamKeepsItsCommittedStream(t *testing.T) {
-	gate := make(chan struct{})
-	a, b := frontedUpstream(t, "A", gate), frontedUpstream(t, "B", nil)
-	h := newHarness(t, harnessConfig{servers: map[string]*upstreamtest.Server{"A": a.Server, "B": b.Server},
-		opts: gateway.Options{Routes: routeAB(), KeepAlive: 20 * time.Millisecond}})
-	release := sync.OnceFunc(func() { close(gate) })
-	t.Cleanup(release) // before the gateway shuts down, which waits for A's answer
-	a.Enqueue(upstreamtest.Status5xx(http.StatusServiceUnavailable))
-	b.Enqueue(upstreamtest.Status5xx(http.StatusServiceUnavailable))
-	c := sendRaw(t, h, "/v1/chat/completions", retryChatStreamBody)
-	if err := c.CloseWrite(); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatalf("no headers for a half-closed client while the upstream holds its answer: %v", err)
-	}
-	release()
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		t.Fatalf("status %d, Content-Type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
-	}
-	r := sse.NewReader(resp.Body, 1<<20)
-	var evs []sse.Event
-	for {
-		ev, err := r.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatalf("the stream broke after %d events: %v", len(evs), err)
-		}
-		evs = append(evs, ev.Clone())
-	}
-	if len(evs) == 0 {
-		t.Fatal("no event")
-	}
-	checkChatEnd(t, evs, "upstream_unavailable", true)
 }
