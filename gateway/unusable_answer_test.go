@@ -14,7 +14,6 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/sluice-gw/sluice/gateway"
-	"github.com/sluice-gw/sluice/gateway/sse"
 	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
@@ -162,27 +161,6 @@ func TestStreamRequestNeverGetsAnUnusableAnswer(t *testing.T) {
 				t.Fatalf("body %s, want upstream_unavailable saying %q", body, tt.why)
 			}
 		})
-	}
-}
-
-// assertChatEndsWithError checks that a Chat stream ends with one error
-// chunk of code, saying why, then its only [DONE].
-func assertChatEndsWithError(t *testing.T, evs []sse.Event, code, why string) {
-	t.Helper()
-	if len(evs) < 2 || !evs[len(evs)-1].Done {
-		t.Fatalf("stream does not end with [DONE] (%d events)", len(evs))
-	}
-	for _, ev := range evs[:len(evs)-1] {
-		if ev.Done {
-			t.Fatal("more than one [DONE]")
-		}
-	}
-	var v struct {
-		Error *struct{ Code, Message string } `json:"error"`
-	}
-	before := evs[len(evs)-2]
-	if err := json.Unmarshal(before.Data, &v); err != nil || v.Error == nil || v.Error.Code != code || !strings.Contains(v.Error.Message, why) {
-		t.Fatalf("chunk before [DONE] = %s, want error %q saying %q", before.Data, code, why)
 	}
 }
 
