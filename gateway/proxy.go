@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -484,6 +485,12 @@ func (c *candidates) noTargetError(msg string) *apierr.Error {
 			}
 		}
 	})
+	if retryIn > 0 {
+		// The wait in the message too, in the words OpenAI's rate-limit
+		// errors use: a stream client has no header to read (it got 200 and
+		// response.failed), and clients such as Codex read it from there.
+		msg += "; please try again in " + strconv.FormatFloat(max(retryIn, time.Millisecond).Round(time.Millisecond).Seconds(), 'f', -1, 64) + "s"
+	}
 	if targets > 0 && capacity == targets {
 		return apierr.CapacityExhausted(code, retryIn, "%s", msg)
 	}
@@ -960,12 +967,13 @@ func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRe
 	perr := upstreamErrorOf(ans.status, ans.body)
 	status := ans.status
 	try := tryOf(req)
-	why := fmt.Sprintf("HTTP %d %s", status, firstNonEmpty(perr.Code, perr.Message))
+	why := strings.TrimSpace(fmt.Sprintf("HTTP %d %s", status, firstNonEmpty(perr.Code, perr.Message)))
+	coded := strings.TrimSpace(fmt.Sprintf("HTTP %d %s", status, perr.Code)) // no dangling space without a code
 	in := hostabi.ReplayInput{Phase: hostabi.PhaseBeforeHeaders, Code: perr.Code, HTTPStatus: status}
 	var clientErr *apierr.Error
 	switch {
 	case status == http.StatusTooManyRequests || upstream.IsQuotaCode(perr.Code):
-		f := upstream.CapacityFailure(ans.header, perr.Message, perr.Code, status, time.Now(), fmt.Sprintf("HTTP %d %s", status, perr.Code))
+		f := upstream.CapacityFailure(ans.header, perr.Message, perr.Code, status, time.Now(), coded)
 		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), f.Class).Inc()
 		try.fail = &f
 		ce := perr
@@ -976,14 +984,14 @@ func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRe
 			ce.Status = http.StatusTooManyRequests
 		}
 		ce.RetryAfter = f.Hint // the upstream's own wait reaches the client too, so its retry waits it out
-		clientErr, why = &ce, fmt.Sprintf("HTTP %d %s", status, perr.Code)
+		clientErr, why = &ce, coded
 		in.FailureClass, in.RetryAfterMillis = hostabi.FailureRateLimit, f.Hint.Milliseconds()
 		if f.Class == "quota" {
 			in.FailureClass = hostabi.FailureQuota
 		}
 	case (status == http.StatusUnauthorized || status == http.StatusForbidden || upstream.IsAuthCode(perr.Code)) && u.Config().APIKey != "":
 		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "auth_failure").Inc()
-		s.pool.MarkFailed(u, fmt.Sprintf("HTTP %d %s", status, perr.Code))
+		s.pool.MarkFailed(u, coded)
 		why, in.FailureClass = fmt.Sprintf("HTTP %d: the upstream rejected the gateway's credentials", status), hostabi.FailureAuth
 	case status == http.StatusServiceUnavailable || status == 529 || upstream.IsOverloadedCode(perr.Code):
 		// Overloaded: by default the next target at once; a hint cools this one down.

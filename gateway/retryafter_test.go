@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"io"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -87,6 +88,15 @@ func TestRateLimitCooldownTellsTheClientTheWait(t *testing.T) {
 			if a.status != http.StatusOK || a.contentType != "text/event-stream; charset=utf-8" || !strings.Contains(a.body, `"code":"rate_limit_exceeded"`) {
 				t.Fatalf("%s during the cooldown: got %d %s %s, want the SSE stream failing with rate_limit_exceeded", c.name, a.status, a.contentType, a.body)
 			}
+			// No header reaches a stream client: the wait is in the message,
+			// in the words OpenAI's rate-limit errors use.
+			m := regexp.MustCompile(`try again in (\d+(?:\.\d+)?)s`).FindStringSubmatch(a.body)
+			if len(m) != 2 {
+				t.Fatalf("%s during the cooldown: no wait in the message: %s", c.name, a.body)
+			}
+			if wait, err := strconv.ParseFloat(m[1], 64); err != nil || wait <= 0 || wait > 30 {
+				t.Fatalf("%s during the cooldown: a wait of %q s in the message, want (0, 30]", c.name, m[1])
+			}
 			continue
 		}
 		if a.status != http.StatusTooManyRequests || a.code != "rate_limit_exceeded" {
@@ -160,4 +170,19 @@ func TestOverloaded503PassesTheWaitOn(t *testing.T) {
 		t.Fatalf("during the cooldown: got %d %s, want 503 upstream_unavailable", a.status, a.body)
 	}
 	checkRetryAfter(t, "during the cooldown", a, 1, 20)
+}
+
+// An upstream that rejects the gateway's credentials without an error code
+// is named in the next request's 503 without a dangling space where the
+// code would go; it waits for its next probe, so no wait is known and no
+// Retry-After is sent.
+func TestRejectedCredentialsWithoutACode(t *testing.T) {
+	h := newHarness(t, harnessConfig{keys: map[string]string{"A": "sk-upstream-a"}})
+	h.ups["A"].Enqueue(upstreamtest.Script{Status: http.StatusUnauthorized, Body: []byte(`{"error":{"message":"bad key"}}`)})
+	postForRetry(t, h, "/v1/chat/completions", retryChatBody)
+	a := postForRetry(t, h, "/v1/chat/completions", retryChatBody)
+	msg := gjson.Get(a.body, "error.message").Str
+	if a.status != http.StatusServiceUnavailable || !strings.Contains(msg, "HTTP 401") || strings.Contains(msg, "HTTP 401 ") || a.retryAfter != "" {
+		t.Fatalf("after the upstream rejected the credentials: %d Retry-After %q %s", a.status, a.retryAfter, a.body)
+	}
 }
