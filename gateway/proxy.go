@@ -525,18 +525,24 @@ type eventSource interface {
 	Next() (sse.Event, error)
 }
 
-// send delivers req to u over u's transport.
-func (s *Server) send(upCtx context.Context, idle *idleTimer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
-	if req.chat != nil && !req.ep.chat && u.Config().Protocol == upstream.ProtocolChat {
-		return s.sendChat(upCtx, idle, req, u)
-	}
-	if req.stream && !req.ep.chat && s.wsUp != nil && s.wsUp.useWebSocket(u) {
-		ans, err := s.wsUp.send(upCtx, idle, req, u)
+// send delivers req to u over u's transport. firstByte starts the
+// attempt's first_byte clock (firstByteTimer) as the request goes to the
+// upstream: a WebSocket upstream's request may first wait for the
+// gateway's own socket, which is not the upstream's silence.
+func (s *Server) send(upCtx context.Context, firstByte func() (context.Context, func()), idle *idleTimer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
+	chat := req.chat != nil && !req.ep.chat && u.Config().Protocol == upstream.ProtocolChat
+	if !chat && req.stream && !req.ep.chat && s.wsUp != nil && s.wsUp.useWebSocket(u) {
+		ans, err := s.wsUp.send(upCtx, firstByte, idle, req, u)
 		if !errors.Is(err, errWebSocketUnsupported) {
 			return ans, err
 		}
 	}
-	return s.sendHTTP(upCtx, idle, req, u)
+	sendCtx, stopFirstByte := firstByte()
+	defer stopFirstByte()
+	if chat {
+		return s.sendChat(sendCtx, idle, req, u)
+	}
+	return s.sendHTTP(sendCtx, idle, req, u)
 }
 
 // post sends body to u's path with the request's headers. A non-2xx answer
@@ -682,9 +688,8 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 	idle := newIdleTimer(s.opts.IdleTimeout, func() { cancel(errIdleTimeout) })
 	defer idle.stop()
 
-	sendCtx, stopFirstByte := s.firstByteTimer(upCtx, cancel, req)
-	ans, err := s.send(sendCtx, idle, req, u)
-	stopFirstByte()
+	firstByte := func() (context.Context, func()) { return s.firstByteTimer(upCtx, cancel, req) }
+	ans, err := s.send(upCtx, firstByte, idle, req, u)
 	s.traceAnswer(req, ans)
 	var notSent *notSentError
 	if errors.As(err, &notSent) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -28,7 +29,9 @@ const responsesWebSocketBeta = "responses_websockets=2026-02-06"
 // wsUpstreams keeps WebSocket connections to upstreams, one per (upstream,
 // session scope): the upstream's previous_response_id state is local to its
 // socket, so a session's follow-ups reuse the socket that made its last
-// response. A socket serves one request at a time; later ones wait.
+// response. A socket serves one request at a time; later ones wait. A
+// request that needs no such state (needsScopeSocket) waits for nobody: it
+// takes an idle free socket of the upstream, or a new one (acquireFree).
 //
 // A socket is put back for reuse only when it is in step with its upstream:
 // the last frame read ended the response (wsSource.settle). While it waits
@@ -45,12 +48,14 @@ type wsUpstreams struct {
 	mu       sync.Mutex
 	sockets  map[string]*upstreamSocket
 	httpOnly map[string]bool // auto upstreams that answered the upgrade with 426/404
+	freeSeq  uint64          // names free sockets apart (acquireFree)
 	stop     chan struct{}
 	stopped  bool
 }
 
 type upstreamSocket struct {
 	key     string
+	free    bool          // serves requests that need no session scope (acquireFree)
 	slot    chan struct{} // one request at a time
 	waiting int           // requests waiting for the slot (guarded by wsUpstreams.mu)
 	conn    *websocket.Conn
@@ -148,6 +153,51 @@ func (w *wsUpstreams) acquire(ctx context.Context, key string) (*upstreamSocket,
 	case <-w.stop:
 		return nil, 0, errDraining
 	}
+}
+
+// acquireFree takes the slot of a free socket of upstream name that nobody
+// uses, preferring one whose connection is open, or of a new one: a
+// request that needs no session scope never waits behind another
+// (README "Upstream WebSockets"). The cap and the idle reaper count free
+// sockets as any other.
+func (w *wsUpstreams) acquireFree(name string) (*upstreamSocket, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		return nil, errDraining
+	}
+	var sock *upstreamSocket
+	for _, s := range w.sockets {
+		if !s.free || s.waiting > 0 || len(s.slot) > 0 || upstreamOfKey(s.key) != name {
+			continue
+		}
+		if sock == nil || (sock.conn == nil && s.conn != nil) {
+			sock = s
+		}
+	}
+	if sock == nil {
+		if len(w.sockets) >= w.max && !w.evictIdleLocked() {
+			return nil, fmt.Errorf("%w: the cap of %d (limits.upstream_sockets) is reached", errUpstreamSocketsFull, w.max)
+		}
+		w.freeSeq++
+		sock = &upstreamSocket{key: name + "\x00free\x00" + strconv.FormatUint(w.freeSeq, 10), free: true, slot: make(chan struct{}, 1)}
+		w.sockets[sock.key] = sock
+		w.reaper.Do(func() { go w.reap() })
+	}
+	sock.slot <- struct{}{} // free: only acquireFree fills it, under w.mu
+	return sock, nil
+}
+
+// needsScopeSocket reports whether a request must go over its session
+// scope's socket: it continues a response by previous_response_id, whose
+// state may live only on the socket that made it (store: false), or it
+// names a session or turn of its own, whose follow-ups may. Anything else
+// (a request in its client key's scope, or anonymous) may go over any
+// socket of the upstream. So a store: false response made on a free socket
+// cannot be continued by previous_response_id, as over HTTP with OpenAI
+// (README "Upstream WebSockets").
+func needsScopeSocket(req *clientRequest, frame []byte) bool {
+	return req.scope.turnState != "" || req.scope.session != "" || gjson.GetBytes(frame, "previous_response_id").Str != ""
 }
 
 // take gives the request holding sock's slot the socket's connection (nil:
@@ -297,8 +347,11 @@ func (w *wsUpstreams) close() {
 	}
 }
 
-// send runs req over u's WebSocket for the request's session scope.
-func (w *wsUpstreams) send(upCtx context.Context, idle *idleTimer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
+// send runs req over u's WebSocket: its session scope's socket, or a free
+// one (needsScopeSocket). Waiting for the socket is the gateway's time, not
+// the upstream's: firstByte starts the attempt's first_byte clock when the
+// request has the socket and goes to the upstream.
+func (w *wsUpstreams) send(upCtx context.Context, firstByte func() (context.Context, func()), idle *idleTimer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
 	frame, err := sjson.SetBytes(req.body, "type", "response.create")
 	if err == nil {
 		frame, err = sjson.DeleteBytes(frame, "stream")
@@ -306,13 +359,21 @@ func (w *wsUpstreams) send(upCtx context.Context, idle *idleTimer, req *clientRe
 	if err != nil {
 		return nil, fmt.Errorf("building response.create: %w", err)
 	}
-	kind, scopeID := req.scope.tightest()
-	sock, pending, err := w.acquire(upCtx, u.Name()+"\x00"+kind.String()+"\x00"+scopeID)
+	var sock *upstreamSocket
+	pending := 0
+	if needsScopeSocket(req, frame) {
+		kind, scopeID := req.scope.tightest()
+		sock, pending, err = w.acquire(upCtx, u.Name()+"\x00"+kind.String()+"\x00"+scopeID)
+	} else {
+		sock, err = w.acquireFree(u.Name())
+	}
 	if err != nil {
 		return nil, err
 	}
-	src := &wsSource{w: w, sock: sock, req: req, u: u, frame: frame, ctx: upCtx, idle: idle, max: w.s.opts.MaxEventBytes}
-	ans, err := src.open(upCtx)
+	sendCtx, stopFirstByte := firstByte()
+	defer stopFirstByte()
+	src := &wsSource{w: w, sock: sock, req: req, u: u, frame: frame, ctx: sendCtx, idle: idle, max: w.s.opts.MaxEventBytes}
+	ans, err := src.open(sendCtx)
 	if err != nil || ans != nil {
 		w.release(sock, false)
 		if ans != nil {

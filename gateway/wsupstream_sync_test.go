@@ -133,23 +133,25 @@ func TestWebSocketUpstreamFramesAfterTheResponseAreNotTheNextAnswer(t *testing.T
 	// arrive, and take it before they are seen: then they are its first
 	// frames, and the request goes to a new socket instead of failing.
 	t.Run("a request waiting for the socket", func(t *testing.T) {
+		// A session's requests share its socket (a request of no session
+		// would take a free socket of its own and not wait).
 		h := newHarness(t, harnessConfig{transport: map[string]string{"A": "websocket"}})
 		h.ups["A"].Enqueue(upstreamtest.Script{Frames: afterCompleted, Latency: 100 * time.Millisecond})
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			h.sessionStream(context.Background(), "")
+			h.sessionStream(context.Background(), "s1")
 		}()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := h.ups["A"].WaitRequests(ctx, 1); err != nil {
 			t.Fatal(err)
 		}
-		evs := h.sessionStream(context.Background(), "")
+		evs := h.sessionStream(context.Background(), "s1")
 		wg.Wait()
 		assertOwnAnswer(t, evs, stale)
-		assertOwnAnswer(t, h.sessionStream(context.Background(), ""), stale)
+		assertOwnAnswer(t, h.sessionStream(context.Background(), "s1"), stale)
 	})
 }
 
