@@ -289,6 +289,56 @@ func (s *Server) storedLog(ctx context.Context, id, owner string) (store.StreamL
 	return rec, true
 }
 
+const (
+	// anchorFreshFor is how young a response's anchor is for its log,
+	// missing from a shared store, to be awaited (lateStoredLog): its
+	// replica writes the log's first record as the log opens, so a log
+	// still missing after this long (replicas' clocks apart included) is
+	// not coming.
+	anchorFreshFor = 5 * time.Second
+	// storedLogWait bounds that wait, and storedLogPollEvery paces it.
+	storedLogWait      = time.Second
+	storedLogPollEvery = 50 * time.Millisecond
+)
+
+// lateStoredLog is storedLog for a response whose owner is known
+// (askOwner) and whose log the store did not have: with durable logs in a
+// store replicas share, a response anchored under the caller's key
+// moments ago may be one another replica has just opened, and writes the
+// log of at once but not synchronously (README "Durable"). Its log is
+// looked for every storedLogPollEvery for up to storedLogWait, so that a
+// client reconnecting to another replica right after response.created
+// follows the live stream rather than being sent to the owner upstream,
+// which never heard of a stream the gateway keeps. A response of another
+// key is never awaited: the wait tells nothing about it.
+func (s *Server) lateStoredLog(ctx context.Context, id, owner string) (store.StreamLog, bool) {
+	if s.logs == nil || s.logs.shared() == nil || s.cont == nil {
+		return store.StreamLog{}, false
+	}
+	a, err := s.cont.store.GetAnchor(ctx, id)
+	if err != nil || a.ClientKeyHash != owner || s.cont.now().Sub(a.CreatedAt) >= anchorFreshFor {
+		return store.StreamLog{}, false
+	}
+	deadline := time.NewTimer(storedLogWait)
+	defer deadline.Stop()
+	poll := time.NewTicker(storedLogPollEvery)
+	defer poll.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return store.StreamLog{}, false
+		case <-deadline.C:
+			return store.StreamLog{}, false
+		case <-poll.C:
+		}
+		_, err := s.logs.opts.Store.GetStreamLog(ctx, id)
+		if !errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrStreamLogDeleted) {
+			// There (or deleted, or failing): read as any stored log is.
+			return s.storedLog(ctx, id, owner)
+		}
+	}
+}
+
 // resourceID is the {response_id} of a resource call; false when it is
 // longer than any id the gateway keeps, answered then with the same 400 as
 // such a previous_response_id (it can never be found, and a retry does not
@@ -334,21 +384,7 @@ func (s *Server) handleGetResponse(w http.ResponseWriter, r *http.Request, ps ht
 			return
 		}
 		if rec, ok := s.storedLog(r.Context(), id, owner); ok {
-			if stream {
-				if aerr := s.logs.storedUnstreamable(r.Context(), rec, after); aerr != nil {
-					aerr.Write(w)
-					return
-				}
-				s.resumeSSE(w, func(out resumeSink) error {
-					return s.logs.followStored(r.Context(), rec, after, out, s.opts.IdleTimeout)
-				})
-				return
-			}
-			resp := rec.Response
-			if s.logs.abandoned(rec, time.Time{}, s.opts.IdleTimeout) {
-				resp = abandonedResponse(resp)
-			}
-			writeRaw(w, http.StatusOK, withBackground(resp, rec.Background))
+			s.getStored(w, r, rec, stream, after)
 			return
 		}
 	}
@@ -356,7 +392,28 @@ func (s *Server) handleGetResponse(w http.ResponseWriter, r *http.Request, ps ht
 		q.Set("stream", "true")
 		r.URL.RawQuery = q.Encode()
 	}
-	s.askOwner(w, r, id, owner, ownerCall{stream: stream, after: after})
+	s.askOwner(w, r, id, owner, ownerCall{stream: stream, after: after,
+		stored: func(rec store.StreamLog) { s.getStored(w, r, rec, stream, after) }})
+}
+
+// getStored answers a GET from a log found in the store: a resume follows
+// it, else the Response as it stands.
+func (s *Server) getStored(w http.ResponseWriter, r *http.Request, rec store.StreamLog, stream bool, after int64) {
+	if stream {
+		if aerr := s.logs.storedUnstreamable(r.Context(), rec, after); aerr != nil {
+			aerr.Write(w)
+			return
+		}
+		s.resumeSSE(w, func(out resumeSink) error {
+			return s.logs.followStored(r.Context(), rec, after, out, s.opts.IdleTimeout)
+		})
+		return
+	}
+	resp := rec.Response
+	if s.logs.abandoned(rec, time.Time{}, s.opts.IdleTimeout) {
+		resp = abandonedResponse(resp)
+	}
+	writeRaw(w, http.StatusOK, withBackground(resp, rec.Background))
 }
 
 // resumeSSE answers a resume as an SSE stream.
@@ -415,9 +472,15 @@ func (s *Server) handleInputItems(w http.ResponseWriter, r *http.Request, ps htt
 		}
 	}
 	if !found {
-		s.askOwner(w, r, id, owner, ownerCall{suffix: "/input_items"})
+		s.askOwner(w, r, id, owner, ownerCall{suffix: "/input_items",
+			stored: func(rec store.StreamLog) { writeInputItems(w, r, id, rec.Input) }})
 		return
 	}
+	writeInputItems(w, r, id, input)
+}
+
+// writeInputItems answers input_items with the request's input items.
+func writeInputItems(w http.ResponseWriter, r *http.Request, id string, input []byte) {
 	list, aerr := inputItemList(id, input, r.URL.Query())
 	if aerr != nil {
 		aerr.Write(w)
@@ -554,18 +617,23 @@ func (s *Server) handleDeleteResponse(w http.ResponseWriter, r *http.Request, ps
 			if l != nil {
 				l.stop(errCancelled) // nothing runs for a deleted response
 			}
-			// A replica running it learns of the delete from the store (the
-			// tombstone a shared store keeps) and stops it there.
-			s.logs.remove(r.Context(), id)
-			if s.cont != nil {
-				s.cont.forget(r.Context(), id)
-			}
-			b := jsonx.AppendQuote([]byte(`{"id":`), id)
-			writeRaw(w, http.StatusOK, append(b, `,"object":"response","deleted":true}`...))
+			s.deleteLogged(w, r, id)
 			return
 		}
 	}
-	s.askOwner(w, r, id, owner, ownerCall{})
+	s.askOwner(w, r, id, owner, ownerCall{stored: func(store.StreamLog) { s.deleteLogged(w, r, id) }})
+}
+
+// deleteLogged deletes a response whose log the gateway keeps (here, or in
+// the store). A replica running it learns of the delete from the store
+// (the tombstone a shared store keeps) and stops it there.
+func (s *Server) deleteLogged(w http.ResponseWriter, r *http.Request, id string) {
+	s.logs.remove(r.Context(), id)
+	if s.cont != nil {
+		s.cont.forget(r.Context(), id)
+	}
+	b := jsonx.AppendQuote([]byte(`{"id":`), id)
+	writeRaw(w, http.StatusOK, append(b, `,"object":"response","deleted":true}`...))
 }
 
 func (s *Server) handleCancelResponse(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
@@ -592,15 +660,11 @@ func (s *Server) handleCancelResponse(w http.ResponseWriter, r *http.Request, ps
 			return
 		}
 		if rec, ok := s.storedLog(r.Context(), id, owner); ok {
-			if !rec.Background {
-				apierr.Invalid("response_id", apierr.CodeInvalidValue, "Only responses created with background: true can be cancelled.").Write(w)
-				return
-			}
 			s.cancelStored(w, r, rec)
 			return
 		}
 	}
-	s.askOwner(w, r, id, owner, ownerCall{suffix: "/cancel"})
+	s.askOwner(w, r, id, owner, ownerCall{suffix: "/cancel", stored: func(rec store.StreamLog) { s.cancelStored(w, r, rec) }})
 }
 
 // cancelStored cancels a background response that another replica runs
@@ -612,6 +676,9 @@ func (s *Server) handleCancelResponse(w http.ResponseWriter, r *http.Request, ps
 func (s *Server) cancelStored(w http.ResponseWriter, r *http.Request, rec store.StreamLog) {
 	id := rec.ResponseID
 	switch {
+	case !rec.Background:
+		apierr.Invalid("response_id", apierr.CodeInvalidValue, "Only responses created with background: true can be cancelled.").Write(w)
+		return
 	case rec.Ended:
 		writeRaw(w, http.StatusOK, withBackground(rec.Response, true))
 		return
@@ -698,10 +765,15 @@ type ownerCall struct {
 	suffix string // after /responses/{id}: "", "/input_items" or "/cancel"
 	stream bool   // a resume: GET ?stream=true
 	after  int64  // the resume's starting_after (-1: from the first event)
+	// stored answers the call from the response's log when the store has
+	// it after all (lateStoredLog); nil: the owner is asked.
+	stored func(store.StreamLog)
 }
 
 // askOwner passes a resource call on to the upstream that owns the
-// response (its anchor), or answers 404 when no upstream is known to. The
+// response (its anchor), or answers 404 when no upstream is known to. A
+// response another replica has just opened is answered from its log
+// instead, once the store has it (lateStoredLog). The
 // owner's answer is an upstream's like any other (SECURITY.md,
 // "Upstreams"): scrubbed of keys, bounded, and OpenAI-shaped when it is an
 // error; a resumed stream ends with one terminal event whatever the owner
@@ -719,6 +791,12 @@ func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id, hash strin
 	if res.err != nil {
 		apierr.UpstreamUnavailable(http.StatusBadGateway, "owner lookup failed: the gateway could not read which upstream owns the response; retry the request").Write(w)
 		return
+	}
+	if res.owner != "" && !res.unknownTo(keyOf(r) != nil, hash) && call.stored != nil {
+		if rec, ok := s.lateStoredLog(r.Context(), id, hash); ok {
+			call.stored(rec)
+			return
+		}
 	}
 	u := s.pool.Get(res.owner)
 	if res.owner == "" || res.unknownTo(keyOf(r) != nil, hash) || u == nil || u.Config().Protocol == "chat" {

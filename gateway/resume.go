@@ -54,7 +54,8 @@ const (
 	defaultResumeWindow   = 10 * time.Minute
 	defaultResumeMaxBytes = 8 << 20
 	defaultResumeMemory   = 256 << 20
-	// durableFlushEvery batches a live log's events into one store write.
+	// durableFlushEvery batches a live log's events into one store write
+	// (the first write, as the log opens, goes at once: scheduleFlush).
 	durableFlushEvery = 100 * time.Millisecond
 	// storePollEvery is how often a resumer following a log through the
 	// store (another replica writes it) looks for new events.
@@ -179,6 +180,9 @@ type streamLog struct {
 	flushed int64     // events already in the store
 	savedAt time.Time // when the record was last written (zero: never); under mu
 	timer   *time.Timer
+	// flushBegun: the log's first write was scheduled (under mu). That one
+	// goes at once, the later ones every durableFlushEvery.
+	flushBegun bool
 }
 
 // open starts the log of a response (replacing an older one with the same
@@ -795,13 +799,20 @@ func (h *streamLogs) persist(l *streamLog, ended bool, resp []byte) error {
 }
 
 // scheduleFlush writes the log's new events to the store soon (its end is
-// written by seal).
+// written by seal). The first write goes at once, off the client stream:
+// another replica that a client resumes on right after response.created
+// finds the log in the store (README "Durable"), rather than an anchor
+// without one until the first batch.
 func (l *streamLog) scheduleFlush() {
 	h := l.hub
 	l.mu.Lock()
 	if l.timer == nil {
+		wait := durableFlushEvery
+		if !l.flushBegun {
+			wait, l.flushBegun = 0, true
+		}
 		h.writes.Add(1)
-		l.timer = time.AfterFunc(durableFlushEvery, func() {
+		l.timer = time.AfterFunc(wait, func() {
 			defer h.writes.Done()
 			l.mu.Lock()
 			l.timer = nil

@@ -520,7 +520,11 @@ func (ws *wsSession) resume(ctx context.Context, out *wsResponder, data []byte) 
 		_ = l.follow(ctx, after, sink, s.opts.KeepAlive)
 		return nil
 	}
-	if rec, ok := s.storedLog(ctx, id.Str, ws.keyHash); ok {
+	rec, ok := s.storedLog(ctx, id.Str, ws.keyHash)
+	if !ok { // another replica may be about to write it (resource.go)
+		rec, ok = s.lateStoredLog(ctx, id.Str, ws.keyHash)
+	}
+	if ok {
 		s.metrics.resumes.WithLabelValues("websocket").Inc()
 		_ = s.logs.followStored(ctx, rec, after, sink, s.opts.IdleTimeout)
 		return nil
