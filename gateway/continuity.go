@@ -35,7 +35,22 @@ type continuity struct {
 	log   hclog.Logger
 	m     *metrics
 	now   func() time.Time
+
+	// Anchors whose write failed are written again later (rewriteLater):
+	// retrying holds each one by response id, until it is written, replaced
+	// (record) or forgotten; stop ends the retries (close).
+	mu       sync.Mutex
+	retrying map[string]store.Anchor
+	stop     chan struct{} // made with the continuity (server.go)
+	pending  sync.WaitGroup
 }
+
+const (
+	// anchorRetryFirst and anchorRetryMax bound the backoff between the
+	// attempts to write an anchor whose write failed.
+	anchorRetryFirst = 250 * time.Millisecond
+	anchorRetryMax   = 30 * time.Second
+)
 
 // requestScope is the session scope a request carries, tightest first.
 type requestScope struct {
@@ -201,16 +216,90 @@ func (p *pendingAnchor) wait(ctx context.Context) error {
 func (c *continuity) recordAsync(a store.Anchor) *pendingAnchor {
 	c.memo().put(a)
 	p := &pendingAnchor{done: make(chan struct{})}
+	c.mu.Lock()
+	delete(c.retrying, a.ResponseID) // this anchor replaces one still being retried
+	c.mu.Unlock()
 	go func() {
 		defer close(p.done)
 		ctx, cancel := context.WithTimeout(context.Background(), anchorWriteTimeout)
 		defer cancel()
 		p.err = c.store.PutAnchor(ctx, a)
 		if p.err != nil {
-			c.log.Error("recording anchor failed", "response_id", LogID(a.ResponseID), "owner", a.Upstream, "error", p.err)
+			c.log.Error("recording anchor failed; retrying in the background", "response_id", LogID(a.ResponseID), "owner", a.Upstream, "error", p.err)
+			c.rewriteLater(a)
 		}
 	}()
 	return p
+}
+
+// rewriteLater writes a, an anchor whose write failed (a store down for a
+// moment), once the store takes it: retrying with backoff until a expires,
+// another anchor of its response replaces it, or it is forgotten, and once
+// more when the gateway shuts down. Without it, a response its client saw
+// complete while the store was down could never be continued, on any
+// replica (README "Continuity"). The client's terminal event does not wait
+// for these attempts.
+func (c *continuity) rewriteLater(a store.Anchor) {
+	c.mu.Lock()
+	if c.retrying == nil {
+		c.retrying = map[string]store.Anchor{}
+	}
+	c.retrying[a.ResponseID] = a
+	c.mu.Unlock()
+	c.pending.Add(1)
+	go func() {
+		defer c.pending.Done()
+		for wait := anchorRetryFirst; ; wait = min(2*wait, anchorRetryMax) {
+			last := false
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-c.stop:
+				t.Stop()
+				last = true
+			}
+			c.mu.Lock()
+			cur, ok := c.retrying[a.ResponseID]
+			c.mu.Unlock()
+			if !ok || cur != a || !c.now().Before(a.ExpiresAt) {
+				return // replaced, forgotten or expired: nothing to write
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), anchorWriteTimeout)
+			err := c.store.PutAnchor(ctx, a)
+			cancel()
+			switch {
+			case err == nil:
+				c.mu.Lock()
+				if c.retrying[a.ResponseID] == a {
+					delete(c.retrying, a.ResponseID)
+				}
+				c.mu.Unlock()
+				c.log.Info("anchor recorded after all", "response_id", LogID(a.ResponseID), "owner", a.Upstream)
+				return
+			case last:
+				c.log.Warn("gave up recording an anchor: the gateway is shutting down", "response_id", LogID(a.ResponseID), "error", err)
+				return
+			}
+		}
+	}()
+}
+
+// close makes the anchor writes still being retried try once more, and
+// waits for them up to ctx (Shutdown: before the store closes).
+func (c *continuity) close(ctx context.Context) {
+	c.mu.Lock()
+	select {
+	case <-c.stop:
+	default:
+		close(c.stop)
+	}
+	c.mu.Unlock()
+	done := make(chan struct{})
+	go func() { c.pending.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }
 
 // record writes the anchor and waits until it is durable.
@@ -221,6 +310,9 @@ func (c *continuity) record(ctx context.Context, a store.Anchor) error {
 // forget drops a stale anchor (the owner said it no longer has the response).
 func (c *continuity) forget(ctx context.Context, responseID string) {
 	c.memo().remove(responseID)
+	c.mu.Lock()
+	delete(c.retrying, responseID) // not to be written back
+	c.mu.Unlock()
 	if err := c.store.DeleteAnchor(ctx, responseID); err != nil {
 		c.log.Warn("clearing stale anchor failed", "response_id", LogID(responseID), "error", err)
 	}

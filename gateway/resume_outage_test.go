@@ -172,3 +172,31 @@ func TestScaleOutFollowerOfADeletedStream(t *testing.T) {
 		t.Fatalf("the follower on the other replica ended with %s", rest[len(rest)-1])
 	}
 }
+
+func (o *outageStore) PutAnchor(ctx context.Context, a store.Anchor) error {
+	if err := o.unavailable("put anchor"); err != nil {
+		return err
+	}
+	return o.RedisStore.PutAnchor(ctx, a)
+}
+
+// TestScaleOutAnchorWrittenAfterAnOutage: a response that completed while
+// its replica could not write its anchor gets the anchor once the store
+// takes writes again, so it can be continued from any replica (README
+// "Continuity"); before, it never could.
+func TestScaleOutAnchorWrittenAfterAnOutage(t *testing.T) {
+	p := newDurablePair(t, 5*time.Second)
+	out := &outageStore{RedisStore: p.s1}
+	o := gateway.Options{Resume: gateway.ResumeOptions{DetachGrace: 5 * time.Second}, LifecycleHold: -1}
+	o.Store, o.Resume.Store = out, out
+	p.r1 = newHarness(t, harnessConfig{servers: map[string]*upstreamtest.Server{"A": p.up}, opts: o})
+	out.down.Store(true)
+	id := p.r1.createResponse(`{"model":"gpt-fake-1","input":"hi"}`)
+	if code := p.r2.getJSON("/admin/continuity/"+id, nil); code != http.StatusNotFound {
+		t.Fatalf("an anchor written during the outage: %d", code)
+	}
+	out.down.Store(false)
+	eventually(t, "the anchor written once the store is back", func() bool {
+		return p.r2.getJSON("/admin/continuity/"+id, nil) == http.StatusOK
+	})
+}

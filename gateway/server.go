@@ -288,7 +288,7 @@ func New(opts Options) (*Server, error) {
 	s.logs = newStreamLogs(opts.Resume, now, opts.Logger.Named("resume"))
 	if opts.Store != nil {
 		s.cont = &continuity{store: opts.Store, cache: newAnchorCache(opts.AnchorCacheSize), ttl: opts.AnchorTTL,
-			log: opts.Logger.Named("continuity"), m: s.metrics, now: opts.Now}
+			log: opts.Logger.Named("continuity"), m: s.metrics, now: opts.Now, stop: make(chan struct{})}
 	}
 	acct, err := newAccounts(s, opts.Accounts, opts.Registry)
 	if err != nil {
@@ -604,6 +604,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	if s.logs != nil {
 		s.logs.wait(ctx) // durable logs written before the store closes
+	}
+	if s.cont != nil {
+		s.cont.close(ctx) // so are anchors whose write is being retried
 	}
 	if s.acct.usage != nil {
 		s.acct.usage.close(ctx) // the usage totals too
