@@ -467,7 +467,7 @@ attempts:
 // cooldown (README: a 429 or quota code cools the target down), not a 503.
 func (c *candidates) noTargetError(msg string) *apierr.Error {
 	var retryIn, codeIn time.Duration
-	var code string
+	var code, typ string
 	targets, capacity := 0, 0
 	c.each(func(t upstream.Target) {
 		targets++
@@ -481,7 +481,7 @@ func (c *candidates) noTargetError(msg string) *apierr.Error {
 		if un.Code != "" {
 			capacity++
 			if code == "" || un.RetryIn < codeIn { // the code of the first target back
-				code, codeIn = un.Code, un.RetryIn
+				code, typ, codeIn = un.Code, un.Type, un.RetryIn
 			}
 		}
 	})
@@ -489,10 +489,11 @@ func (c *candidates) noTargetError(msg string) *apierr.Error {
 		// The wait in the message too, in the words OpenAI's rate-limit
 		// errors use: a stream client has no header to read (it got 200 and
 		// response.failed), and clients such as Codex read it from there.
-		msg += "; please try again in " + strconv.FormatFloat(max(retryIn, time.Millisecond).Round(time.Millisecond).Seconds(), 'f', -1, 64) + "s"
+		ms := max(retryIn, time.Millisecond).Round(time.Millisecond).Milliseconds()
+		msg += "; please try again in " + strconv.FormatFloat(float64(ms)/1000, 'f', -1, 64) + "s" // whole ms: "6.972s", never 6.9719999…
 	}
 	if targets > 0 && capacity == targets {
-		return apierr.CapacityExhausted(code, retryIn, "%s", msg)
+		return apierr.CapacityExhausted(code, typ, retryIn, "%s", msg)
 	}
 	e := apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "%s", msg)
 	e.RetryAfter = retryIn
@@ -989,6 +990,7 @@ func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRe
 			ce.Status = http.StatusTooManyRequests
 		}
 		ce.RetryAfter = f.Hint // the upstream's own wait reaches the client too, so its retry waits it out
+		f.Type = perr.Type     // and its error type, with the code, while the target cools down
 		clientErr, why = &ce, coded
 		in.FailureClass, in.RetryAfterMillis = hostabi.FailureRateLimit, f.Hint.Milliseconds()
 		if f.Class == "quota" {

@@ -90,7 +90,7 @@ func TestRateLimitCooldownTellsTheClientTheWait(t *testing.T) {
 			}
 			// No header reaches a stream client: the wait is in the message,
 			// in the words OpenAI's rate-limit errors use.
-			m := regexp.MustCompile(`try again in (\d+(?:\.\d+)?)s`).FindStringSubmatch(a.body)
+			m := regexp.MustCompile(`try again in (\d+(?:\.\d{1,3})?)s`).FindStringSubmatch(a.body) // whole ms, as OpenAI writes it
 			if len(m) != 2 {
 				t.Fatalf("%s during the cooldown: no wait in the message: %s", c.name, a.body)
 			}
@@ -99,8 +99,10 @@ func TestRateLimitCooldownTellsTheClientTheWait(t *testing.T) {
 			}
 			continue
 		}
-		if a.status != http.StatusTooManyRequests || a.code != "rate_limit_exceeded" {
-			t.Fatalf("%s during the cooldown: got %d %s, want 429 rate_limit_exceeded", c.name, a.status, a.body)
+		// The upstream's error type comes with its code, never server_error
+		// on a 429.
+		if a.status != http.StatusTooManyRequests || a.code != "rate_limit_exceeded" || gjson.Get(a.body, "error.type").Str != "requests" {
+			t.Fatalf("%s during the cooldown: got %d %s, want 429 rate_limit_exceeded of type requests", c.name, a.status, a.body)
 		}
 		checkRetryAfter(t, c.name+" during the cooldown", a, 1, 30)
 	}
@@ -124,7 +126,7 @@ func TestQuotaCooldownKeepsTheQuotaCode(t *testing.T) {
 	}
 	checkRetryAfter(t, "the upstream's quota error", first, 40, 40)
 	a := postForRetry(t, h, "/v1/chat/completions", retryChatStreamBody)
-	if a.status != http.StatusTooManyRequests || a.code != "insufficient_quota" {
+	if a.status != http.StatusTooManyRequests || a.code != "insufficient_quota" || gjson.Get(a.body, "error.type").Str != "insufficient_quota" {
 		t.Fatalf("during the cooldown: got %d %s, want 429 insufficient_quota", a.status, a.body)
 	}
 	checkRetryAfter(t, "during the cooldown", a, 1, 40)

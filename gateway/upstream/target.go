@@ -64,6 +64,9 @@ type Failure struct {
 	// the target cools down for it, a request that finds no target usable
 	// is answered with it (Unavailability). "" for any other failure.
 	Code string
+	// Type is the upstream's error type with Code (insufficient_quota,
+	// requests, …), answered with it.
+	Type string
 }
 
 // Unavailability is why a request may not go to a target now.
@@ -77,6 +80,7 @@ type Unavailability struct {
 	// Code is the upstream's capacity code (Failure.Code) while the target
 	// cools down for its capacity; "" for any other reason.
 	Code string
+	Type string // the upstream's error type with Code
 }
 
 // targetState is what the pool knows about one target. Guarded by the
@@ -92,6 +96,7 @@ type targetState struct {
 	coolUntil  time.Time
 	coolReason string
 	coolCode   string // Failure.Code of the failure that set coolUntil
+	coolType   string // and its Failure.Type
 	streak     int    // consecutive cooldowns, for the exponential backoff
 
 	lastFailure   string
@@ -126,7 +131,7 @@ func (ts *targetState) unavailable(now time.Time) (un Unavailability, out bool) 
 		return Unavailability{}, false
 	}
 	if now.Before(ts.coolUntil) {
-		un.Code = ts.coolCode // also behind an open circuit: the capacity failure is what the target waits out
+		un.Code, un.Type = ts.coolCode, ts.coolType // also behind an open circuit: the capacity failure is what the target waits out
 	}
 	switch ts.circuitAt(now) {
 	case CircuitOpen:
@@ -291,7 +296,7 @@ func (p *Pool) TargetFailed(t Target, f Failure) (cooldown time.Duration, opened
 		ts.streak++
 	}
 	if until := now.Add(cooldown); cooldown > 0 && until.After(ts.coolUntil) {
-		ts.coolUntil, ts.coolReason, ts.coolCode = until, f.Class+": "+f.Reason, f.Code
+		ts.coolUntil, ts.coolReason, ts.coolCode, ts.coolType = until, f.Class+": "+f.Reason, f.Code, f.Type
 	}
 	probe := ts.probing
 	if probe || (ts.circuit == CircuitClosed && ts.failures >= p.opts.CircuitFailures) {

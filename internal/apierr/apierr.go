@@ -173,11 +173,16 @@ func StreamIncomplete(format string, args ...any) *Error {
 }
 
 // CapacityExhausted is the 429 for a request whose every target cools down
-// for its capacity: code is the upstream's (rate_limit_exceeded,
-// insufficient_quota, …), as a client that acts on it got it from the
-// request that started the cooldown.
-func CapacityExhausted(code string, retryAfter time.Duration, format string, args ...any) *Error {
-	return &Error{Status: http.StatusTooManyRequests, Type: TypeServer, Code: code, RetryAfter: retryAfter, Message: fmt.Sprintf(format, args...)}
+// for its capacity: code and typ are the upstream's (rate_limit_exceeded
+// and requests, insufficient_quota, …), as a client that acts on them got
+// them from the request that started the cooldown; without a type, the
+// code stands for it (as OpenAI's insufficient_quota does), never
+// server_error for a 429.
+func CapacityExhausted(code, typ string, retryAfter time.Duration, format string, args ...any) *Error {
+	if typ == "" || typ == TypeServer {
+		typ = code
+	}
+	return &Error{Status: http.StatusTooManyRequests, Type: typ, Code: code, RetryAfter: retryAfter, Message: fmt.Sprintf(format, args...)}
 }
 
 // UpstreamUnavailable is the retryable error for no usable upstream or an unusable pinned owner.

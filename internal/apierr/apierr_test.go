@@ -72,7 +72,7 @@ func TestRetryAfterHeaders(t *testing.T) {
 		{}, // no wait: no header
 	} {
 		rec := httptest.NewRecorder()
-		CapacityExhausted("rate_limit_exceeded", c.wait, "m").Write(rec)
+		CapacityExhausted("rate_limit_exceeded", "requests", c.wait, "m").Write(rec)
 		if rec.Code != 429 || rec.Header().Get("Retry-After") != c.sec || rec.Header().Get("Retry-After-Ms") != c.ms {
 			t.Fatalf("RetryAfter %v: %d, Retry-After %q, Retry-After-Ms %q; want 429, %q, %q",
 				c.wait, rec.Code, rec.Header().Get("Retry-After"), rec.Header().Get("Retry-After-Ms"), c.sec, c.ms)
