@@ -905,6 +905,16 @@ func (l *streamLog) write(saveRecord bool) error {
 		case errors.Is(err, store.ErrStreamLogDeleted):
 			h.deletedElsewhere(l)
 			return nil
+		case errors.Is(err, store.ErrNotFound):
+			// The store lost the record, not by a DELETE (its tombstone would
+			// say so): a restart without persistence, an eviction. This
+			// process has every event, so the next write puts the record
+			// back and all of them, rather than leaving a response its
+			// client saw unknown to every replica.
+			l.mu.Lock()
+			l.stored, l.savedAt, l.flushed = false, time.Time{}, 0
+			l.mu.Unlock()
+			return fmt.Errorf("writing events from %d: the store lost the log; it is written again: %w", pending[0].Seq, err)
 		case err != nil:
 			return fmt.Errorf("writing events from %d: %w", pending[0].Seq, err)
 		}

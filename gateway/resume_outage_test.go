@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/tidwall/gjson"
 
 	"github.com/sluice-gw/sluice/gateway"
@@ -199,4 +200,48 @@ func TestScaleOutAnchorWrittenAfterAnOutage(t *testing.T) {
 	eventually(t, "the anchor written once the store is back", func() bool {
 		return p.r2.getJSON("/admin/continuity/"+id, nil) == http.StatusOK
 	})
+}
+
+// TestScaleOutLogLostWithTheStoreIsWrittenAgain: a stream whose record
+// reached the store, which then lost everything (Redis restarted without
+// persistence) while the stream ended, is written again whole by the
+// replica that ran it: the other replica reads it completed and replays
+// every event, rather than answering 404 for a response its client saw
+// complete (README "Durable").
+func TestScaleOutLogLostWithTheStoreIsWrittenAgain(t *testing.T) {
+	p, out := newOutagePair(t)
+	p.up.Enqueue(longAnswer(30 * time.Millisecond))
+	src := openStream(t, context.Background(), p.r1, `{"model":"gpt-fake-1","input":"hi","stream":true}`)
+	first, err := readEvents(src, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := gjson.GetBytes(first[0], "response.id").Str
+	eventually(t, "the running response on the other replica", func() bool {
+		_, b := p.r2.call(http.MethodGet, "/v1/responses/"+id, clientKey)
+		return gjson.GetBytes(b, "status").Str == "in_progress"
+	})
+	out.down.Store(true)
+	rest, err := readEvents(src, -1)
+	if err != nil || len(rest) == 0 || gjson.GetBytes(rest[len(rest)-1], "type").Str != "response.completed" {
+		t.Fatalf("the stream did not complete: %v", err)
+	}
+	o, err := redis.ParseURL(p.redis.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := redis.NewClient(o)
+	t.Cleanup(func() { _ = raw.Close() })
+	if err := raw.FlushAll(context.Background()).Err(); err != nil { // as a restart without persistence
+		t.Fatal(err)
+	}
+	out.down.Store(false)
+	eventually(t, "the completed response on the other replica", func() bool {
+		_, b := p.r2.call(http.MethodGet, "/v1/responses/"+id, clientKey)
+		return gjson.GetBytes(b, "status").Str == "completed"
+	})
+	status, replay, body := p.r2.resume(clientKey, id, -1)
+	if want := len(first) + len(rest); status != http.StatusOK || len(replay) != want {
+		t.Fatalf("replay on the other replica: %d, %d events of %d\n%s", status, len(replay), want, body)
+	}
 }
