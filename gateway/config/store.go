@@ -52,6 +52,8 @@ func (c *Config) validateStore(bad func(key, format string, args ...any)) {
 			bad("store.redis.url", "%q is not a redis:// or rediss:// URL", redactURL(r.URL))
 		} else if db := strings.TrimPrefix(u.Path, "/"); db != "" && !isDecimal(db) {
 			bad("store.redis.url", "%q: the path is the database number (/0), not %q", redactURL(r.URL), db)
+		} else if p := u.Port(); p != "" && (!isDecimal(p) || len(p) > 5 || atoiPort(p) < 1 || atoiPort(p) > 65535) {
+			bad("store.redis.url", "%q: port %q is not a TCP port (1-65535)", redactURL(r.URL), p)
 		}
 		if r.KeyPrefix == "" {
 			bad("store.redis.key_prefix", "must not be empty")
@@ -76,4 +78,13 @@ func (c *Config) validateStore(bad func(key, format string, args ...any)) {
 // isDecimal reports whether s is digits only.
 func isDecimal(s string) bool {
 	return s != "" && strings.Trim(s, "0123456789") == ""
+}
+
+// atoiPort is the value of p, a string of at most 5 decimal digits.
+func atoiPort(p string) int {
+	n := 0
+	for _, c := range p {
+		n = n*10 + int(c-'0')
+	}
+	return n
 }

@@ -40,6 +40,8 @@ func TestStoreConfig(t *testing.T) {
 		{`store: {backend: redis, redis: {url: "redis://:Zm9v/hunter2+cXV4@h:1/0"}}`, `store.redis.url: "redis://[redacted]@h:1/0" does not parse as a URL (percent-encode a / or % in the password)`},
 		{`store: {backend: redis, redis: {url: "redis://:hunter2%x@h:1/0"}}`, `store.redis.url: "redis://[redacted]@h:1/0" does not parse as a URL`},
 		{`store: {backend: redis, redis: {url: "redis://:hunter2@h:1/abc"}}`, `store.redis.url: "redis://[redacted]@h:1/abc": the path is the database number (/0), not "abc"`},
+		{`store: {backend: redis, redis: {url: "redis://:hunter2@h:99999/0"}}`, `store.redis.url: "redis://[redacted]@h:99999/0": port "99999" is not a TCP port (1-65535)`},
+		{`store: {backend: redis, redis: {url: "redis://h:0/0"}}`, `store.redis.url: "redis://h:0/0": port "0" is not a TCP port (1-65535)`},
 		{`store: {backend: redis, redis: {url: "redis://h:1/0", key_prefix: ""}}`, `store.redis.key_prefix: must not be empty`},
 		{`store: {backend: redis, redis: {url: "redis://h:1/0", wait_replicas: -1}}`, `store.redis.wait_replicas: must not be negative`},
 		{"store: {backend: redis, redis: {url: \"redis://h:1/0\"}}\ncontinuity: {disabled: true}", `store.backend: redis keeps continuity`},
