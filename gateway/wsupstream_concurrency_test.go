@@ -2,15 +2,12 @@ package gateway_test
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluice-gw/sluice/gateway"
-	"github.com/sluice-gw/sluice/gateway/sse"
 	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
@@ -24,35 +21,6 @@ func wsFirstByteHarness(t *testing.T) *harness {
 			{Models: []string{"gpt-fake-1"}, Targets: []gateway.RouteTarget{{Upstream: "A"}}, FirstByte: routeTimeout},
 		}},
 	})
-}
-
-// streamWithHeaders posts wsSyncBody with the given headers (no
-// Authorization: an anonymous client) and returns the events the client got.
-func (h *harness) streamWithHeaders(header map[string]string) []eventLike {
-	h.t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, h.url+"/v1/responses", strings.NewReader(wsSyncBody))
-	req.Header.Set("Content-Type", "application/json")
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		h.t.Errorf("POST /v1/responses: %v", err)
-		return nil
-	}
-	defer resp.Body.Close()
-	r := sse.NewReader(resp.Body, 64<<20)
-	var evs []eventLike
-	for {
-		ev, err := r.Next()
-		if err != nil {
-			if err != io.EOF {
-				h.t.Errorf("client read: %v (after %d events)", err, len(evs))
-			}
-			return evs
-		}
-		evs = append(evs, eventLike{typ: eventType(ev), code: errorCode(ev), data: append([]byte(nil), ev.Data...)})
-	}
 }
 
 // assertNothingCharged checks that A was neither timed out nor charged a
@@ -92,7 +60,7 @@ func TestWebSocketUpstreamConcurrentUnscopedStreamsDoNotQueue(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					results[i] = h.streamWithHeaders(header)
+					results[i] = h.streamWithHeaders(context.Background(), header)
 				}()
 			}
 			wg.Wait()
@@ -106,7 +74,7 @@ func TestWebSocketUpstreamConcurrentUnscopedStreamsDoNotQueue(t *testing.T) {
 			assertNothingCharged(t, h)
 
 			// A later request takes a socket the burst left idle.
-			assertOwnAnswer(t, h.streamWithHeaders(header), "resp_none")
+			assertOwnAnswer(t, h.streamWithHeaders(context.Background(), header), "resp_none")
 			if got := h.ups["A"].WebSocketConnects(); got != connects {
 				t.Fatalf("%d upstream sockets after one more request, want the %d idle ones reused", got, connects)
 			}
@@ -127,14 +95,14 @@ func TestWebSocketUpstreamSessionWaitIsNotFirstByte(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		first = h.streamWithHeaders(session)
+		first = h.streamWithHeaders(context.Background(), session)
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := h.ups["A"].WaitRequests(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	second := h.streamWithHeaders(session)
+	second := h.streamWithHeaders(context.Background(), session)
 	wg.Wait()
 	assertOwnAnswer(t, first, "resp_none")
 	assertOwnAnswer(t, second, "resp_none")

@@ -23,11 +23,22 @@ const wsSyncBody = `{"model":"gpt-fake-1","input":"hi","stream":true}`
 // got.
 func (h *harness) sessionStream(ctx context.Context, session string) []eventLike {
 	h.t.Helper()
+	header := map[string]string{"Authorization": "Bearer sk-client-secret"}
+	if session != "" {
+		header["Session_id"] = session
+	}
+	return h.streamWithHeaders(ctx, header)
+}
+
+// streamWithHeaders posts wsSyncBody with the given headers (without
+// Authorization, an anonymous client) and returns the events the client
+// got; a failure once ctx ended is no error.
+func (h *harness) streamWithHeaders(ctx context.Context, header map[string]string) []eventLike {
+	h.t.Helper()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.url+"/v1/responses", strings.NewReader(wsSyncBody))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer sk-client-secret")
-	if session != "" {
-		req.Header.Set("Session_id", session)
+	for k, v := range header {
+		req.Header.Set(k, v)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
