@@ -49,6 +49,10 @@ type clientStream struct {
 	chat    bool // a Chat Completions client: chunks, [DONE], no sequence numbers
 	start   time.Time
 	hold    time.Duration // how long lifecycle events wait for content; <= 0: not held
+	// bodyEcho is the client's request fields a Response echoes, read once
+	// from its body: the body is the attempts' to change (forward), while
+	// a stream log's flush renders the Response from another goroutine.
+	bodyEcho translate.RequestEcho
 
 	mu      sync.Mutex
 	sink    eventSink   // nil until the first write commits the stream
@@ -129,7 +133,7 @@ const defaultLifecycleHold = 250 * time.Millisecond
 // newClientStream returns the stream of one request answered through out.
 func (s *Server) newClientStream(ctx context.Context, out responder, req *clientRequest, start time.Time) *clientStream {
 	cs := &clientStream{s: s, ctx: ctx, out: out, req: req, surface: req.surface(), chat: req.ep.chat, start: start,
-		hold: s.opts.LifecycleHold, createdAt: time.Now().Unix()}
+		hold: s.opts.LifecycleHold, createdAt: time.Now().Unix(), bodyEcho: translate.EchoOf(req.body)}
 	if sp, ok := s.policy.(StreamPolicy); ok && !cs.chat && sp.StreamHookActive() {
 		cs.hook = sp
 	}
@@ -940,7 +944,7 @@ func (cs *clientStream) requestEcho() translate.RequestEcho {
 	if cs.req.chat != nil && cs.req.chat.err == nil {
 		return cs.req.chat.info.Echo
 	}
-	return translate.EchoOf(cs.req.body)
+	return cs.bodyEcho
 }
 
 // writeGatewayTerminal writes e as the only event of a stream the gateway
@@ -951,7 +955,7 @@ func (cs *clientStream) requestEcho() translate.RequestEcho {
 // Nothing runs on after it: a client that left has nothing to detach from.
 func (s *Server) writeGatewayTerminal(req *clientRequest, sink eventSink, e *apierr.Error) {
 	cs := &clientStream{s: s, req: req, surface: req.surface(), chat: req.ep.chat, sink: sink, wrote: true, createdAt: time.Now().Unix(),
-		resumable: s.keepsStreamLog(req)}
+		resumable: s.keepsStreamLog(req), bodyEcho: translate.EchoOf(req.body)}
 	cs.abort(e)
 }
 
