@@ -280,7 +280,13 @@ func (c *chatSource) Next() (sse.Event, error) {
 			}
 			c.queue, _ = c.tr.Chunk(wrapped)
 		default:
+			late := c.tr.LateNameFragments()
 			evs, cerr := c.tr.Chunk(ev.Data)
+			if n := c.tr.LateNameFragments() - late; n > 0 {
+				c.s.metrics.skippedEvents.WithLabelValues(c.req.surface(), "late_tool_name").Add(float64(n))
+				c.s.log.Warn("a Chat upstream sent more of a tool call's name after its arguments began; the call keeps the name it was shown with",
+					"surface", c.req.surface())
+			}
 			if cerr != nil {
 				// The pump reports it as an unparseable event.
 				return sse.Event{Data: []byte("not json: " + cerr.Error())}, nil

@@ -128,6 +128,7 @@ type Stream struct {
 	callIDs      map[string]bool    // upstream tool call ids seen
 	lastCall     int64
 	nextCall     int64 // Chat index for a tool call that names none
+	lateNames    int   // name fragments that came after their call was announced (LateNameFragments)
 
 	// Whitespace-only text that would open a new item waits here: a message
 	// made only of the "\n\n" some servers send before a tool call is noise.
@@ -187,6 +188,11 @@ func (s *Stream) Done() bool { return s.done }
 // caller whose upstream ended without [DONE] calls Finish when it is set
 // (the answer was complete) and Fail otherwise (the stream was cut).
 func (s *Stream) FinishReason() string { return s.finish }
+
+// LateNameFragments is how many pieces of a tool call's name came after the
+// call was announced (its arguments had begun): the call keeps the name it
+// was shown with, and the caller can count what was left out.
+func (s *Stream) LateNameFragments() int { return s.lateNames }
 
 // Start emits response.created and response.in_progress. It is optional:
 // the first Chunk or Finish emits them if Start was not called. Calling it
@@ -783,13 +789,18 @@ func (s *Stream) toolDelta(tc gjson.Result, pos int64, positional bool) {
 		}
 		s.callIDs[id.Str] = true
 	}
-	if nonEmptyString(name) && !call.added && name.Str != call.name {
+	if nonEmptyString(name) && name.Str != call.name {
 		// A Chat chunk's function name is a delta, as its arguments are:
 		// OpenAI sends it whole, some servers in pieces, which the call is
 		// announced only once its arguments begin to have gathered
 		// (advanceCalls). A server that repeats the whole name in every
-		// chunk is not appended to itself.
-		call.name += name.Str
+		// chunk is not appended to itself. A piece after the announcement
+		// cannot change the name the client was shown: it is counted.
+		if call.added {
+			s.lateNames++
+		} else {
+			call.name += name.Str
+		}
 	}
 	if !call.added {
 		s.advanceCalls() // announces call if it is next and nothing else is open
