@@ -49,6 +49,11 @@ type wsUpstreams struct {
 	sockets  map[string]*upstreamSocket
 	httpOnly map[string]bool // auto upstreams that answered the upgrade with 426/404
 	freeSeq  uint64          // names free sockets apart (acquireFree)
+	// idleFree holds, per upstream, its free sockets nobody uses, the one
+	// released last at the end (its connection the likeliest still open);
+	// a socket reaped or evicted meanwhile is dropped when met (acquireFree,
+	// reap).
+	idleFree map[string][]*upstreamSocket
 	stop     chan struct{}
 	stopped  bool
 }
@@ -101,7 +106,7 @@ var errUpstreamSocketsFull = errors.New("upstream WebSockets are all in use")
 var errForeignFrame = errors.New("the upstream WebSocket sent an event of another response")
 
 func newWSUpstreams(s *Server, max int, idleTTL time.Duration) *wsUpstreams {
-	return &wsUpstreams{s: s, max: max, idleTTL: idleTTL, sockets: map[string]*upstreamSocket{}, httpOnly: map[string]bool{}, stop: make(chan struct{})}
+	return &wsUpstreams{s: s, max: max, idleTTL: idleTTL, sockets: map[string]*upstreamSocket{}, httpOnly: map[string]bool{}, idleFree: map[string][]*upstreamSocket{}, stop: make(chan struct{})}
 }
 
 // useWebSocket reports whether requests to u go over a WebSocket.
@@ -156,10 +161,10 @@ func (w *wsUpstreams) acquire(ctx context.Context, key string) (*upstreamSocket,
 }
 
 // acquireFree takes the slot of a free socket of upstream name that nobody
-// uses, preferring one whose connection is open, or of a new one: a
-// request that needs no session scope never waits behind another
-// (README "Upstream WebSockets"). The cap and the idle reaper count free
-// sockets as any other.
+// uses, the one released last (idleFree), or of a new one: a request that
+// needs no session scope never waits behind another (README "Upstream
+// WebSockets"). The cap and the idle reaper count free sockets as any
+// other.
 func (w *wsUpstreams) acquireFree(name string) (*upstreamSocket, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -167,14 +172,15 @@ func (w *wsUpstreams) acquireFree(name string) (*upstreamSocket, error) {
 		return nil, errDraining
 	}
 	var sock *upstreamSocket
-	for _, s := range w.sockets {
-		if !s.free || s.waiting > 0 || len(s.slot) > 0 || upstreamOfKey(s.key) != name {
-			continue
-		}
-		if sock == nil || (sock.conn == nil && s.conn != nil) {
+	idle := w.idleFree[name]
+	for sock == nil && len(idle) > 0 {
+		s := idle[len(idle)-1]
+		idle = idle[:len(idle)-1]
+		if w.sockets[s.key] == s && len(s.slot) == 0 { // not reaped or evicted meanwhile
 			sock = s
 		}
 	}
+	w.idleFree[name] = idle
 	if sock == nil {
 		if len(w.sockets) >= w.max && !w.evictIdleLocked() {
 			return nil, fmt.Errorf("%w: the cap of %d (limits.upstream_sockets) is reached", errUpstreamSocketsFull, w.max)
@@ -252,6 +258,14 @@ func (w *wsUpstreams) release(sock *upstreamSocket, reusable bool) {
 	}
 	w.mu.Unlock()
 	<-sock.slot
+	if sock.free { // only now: acquireFree must find its slot empty
+		w.mu.Lock()
+		if !w.stopped && w.sockets[sock.key] == sock {
+			name := upstreamOfKey(sock.key)
+			w.idleFree[name] = append(w.idleFree[name], sock)
+		}
+		w.mu.Unlock()
+	}
 }
 
 // watch reads conn, a connection sock keeps for its next request. What it
@@ -327,6 +341,16 @@ func (w *wsUpstreams) reap() {
 					delete(w.sockets, key)
 				}
 			}
+			for name, idle := range w.idleFree { // forget the free sockets gone
+				kept := idle[:0]
+				for _, s := range idle {
+					if w.sockets[s.key] == s {
+						kept = append(kept, s)
+					}
+				}
+				clear(idle[len(kept):])
+				w.idleFree[name] = kept
+			}
 			w.mu.Unlock()
 		}
 	}
@@ -345,6 +369,7 @@ func (w *wsUpstreams) close() {
 		w.closeLocked(sock)
 		delete(w.sockets, key)
 	}
+	clear(w.idleFree)
 }
 
 // send runs req over u's WebSocket: its session scope's socket, or a free
