@@ -484,12 +484,10 @@ func (cs *clientStream) withSentOutputLocked(data []byte, f *eventFields) ([]byt
 		r.ID = id.Str // the client was shown no id: the upstream's is the one
 	}
 	r.FromUpstream(f.Type.Str, f.Response)
-	usage := cs.sent.Usage
 	if u := f.Response.Get("usage"); u.IsObject() {
-		cs.sent.Usage = []byte(u.Raw) // as track records it once the event is out
+		cs.sent.Usage = append(cs.sent.Usage[:0], u.Raw...) // as track records it once the event is out
 	}
 	resp := cs.sent.AppendResponse(make([]byte, 0, 1024), &r)
-	cs.sent.Usage = usage
 	out, err := sjson.SetRawBytes(data, "response", resp)
 	if err != nil {
 		return data, f
