@@ -37,6 +37,13 @@ func newRuntime(t testing.TB, opts Options) *Runtime {
 	if opts.Logger == nil {
 		opts.Logger = testLogger(t)
 	}
+	if opts.CallTimeout == 0 {
+		// A call never waits for an instance past its deadline (ABI.md §8):
+		// under the race detector on a loaded machine, creating the first
+		// instance can take longer than DefaultCallTimeout, and the call
+		// would fall back to the default. Tests of deadlines set their own.
+		opts.CallTimeout = 5 * time.Second
+	}
 	r, err := New(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
