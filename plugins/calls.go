@@ -91,11 +91,12 @@ func (v *version) invoke(ctx context.Context, h int, input []byte, rw *rewriteCa
 	start := time.Now()
 	hm := v.hookMetrics(h)
 	step := TraceStep{Policy: v.name}
-	// Waiting for an instance is bounded like a call; the call's own
-	// deadline starts once it has one, so a lazily created instance (a few
-	// ms, far more under the race detector) does not eat the call's time.
+	// Waiting for a free instance is bounded like a call, waiting for one
+	// created for this call by instanceWait (get); the call's own deadline
+	// starts once it has one, so a lazily created instance (a few ms, far
+	// more under load) does not eat the call's time.
 	wctx, wcancel := v.rt.callContext(ctx)
-	inst, err := v.get(wctx)
+	inst, err := v.get(ctx, wctx)
 	wcancel()
 	cctx, cancel := v.rt.callContext(ctx)
 	defer cancel()
@@ -110,6 +111,7 @@ func (v *version) invoke(ctx context.Context, h int, input []byte, rw *rewriteCa
 		}
 		v.st.errors.Add(1)
 		hm.canceled.Inc()
+		v.logBusy(hookNames[h], err)
 		step.Outcome, step.Error = outBusy.String(), err.Error()
 		return step
 	}
@@ -169,6 +171,30 @@ func faultMessage(hook, kind string, err error, stderr string) string {
 		msg += " (stderr: " + stderrExcerpt(t) + ")"
 	}
 	return msg
+}
+
+// busyLogInterval spaces the warnings about calls that got the built-in
+// default because no instance was ready (logBusy).
+const busyLogInterval = 10 * time.Second
+
+// logBusy warns that a call of v got the built-in default because no
+// instance was ready in time: for a rewrite it means the request went on
+// without the policy's edits. Under overload that can be every call, so
+// the warning comes at most once per busyLogInterval per version, with the
+// number of such calls since the last one, and is written off the request
+// path; each call is counted in the metrics.
+func (v *version) logBusy(hook string, err error) {
+	n := v.busySinceLog.Add(1)
+	now := time.Now().UnixNano()
+	last := v.busyLoggedAt.Load()
+	if last != 0 && now-last < int64(busyLogInterval) || !v.busyLoggedAt.CompareAndSwap(last, now) {
+		return
+	}
+	v.busySinceLog.Add(-n)
+	v.rt.background(func() {
+		v.rt.log.Warn("policy call got the built-in default: no instance was ready in time", "policy", v.name,
+			"version", v.gen, "hook", hook, "calls", n, "error", err)
+	})
 }
 
 // fault books one fault of v, a hook call's or an instantiation's: it is

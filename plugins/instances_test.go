@@ -116,6 +116,43 @@ func TestInstanceCreationDoesNotOutlastTheCall(t *testing.T) {
 	if st, _ := statusOf(r, "slow"); st.Faults != 0 || st.Errors != 1 || st.Calls != 1 {
 		t.Fatalf("status %+v", st)
 	}
+	const warning = "policy call got the built-in default: no instance was ready in time: policy=slow"
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(gate.String(), warning); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) { // written off the call's path
+			t.Fatalf("the call that got the default is not logged:\n%s", gate.String())
+		}
+	}
+}
+
+// TestInstanceCreationOutlastsTheCallDeadline: a call waits for the
+// instance created for it past its own deadline (up to instanceWait), so a
+// first call on a loaded machine gets the policy's answer, not the
+// built-in default; the call's deadline starts once it has the instance.
+func TestInstanceCreationOutlastsTheCallDeadline(t *testing.T) {
+	gate := &initGate{}
+	const callTimeout = 20 * time.Millisecond
+	r := newRuntime(t, Options{Embedded: map[string][]byte{"slow.wasm": fixture(t, "init_log")},
+		Logger: gate.logger(), PoolSize: 1, CallTimeout: callTimeout})
+	held, release := gate.holdNext()
+	t.Cleanup(release)
+
+	in := hostabi.RecoverInput{Surface: "responses_stream", Upstream: "u", Code: "x"}
+	type answer struct {
+		out hostabi.RecoverOutput
+		tr  Trace
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		out, tr := r.RecoverTrace(context.Background(), in)
+		answered <- answer{out, tr}
+	}()
+	<-held
+	time.Sleep(3 * callTimeout) // the call's deadline has passed; instanceWait (1 s) has not
+	release()
+	a := <-answered
+	if a.out.Verdict != hostabi.RecoverRecover || a.tr.Outcome != "decided" {
+		t.Fatalf("a call whose instance took longer than its deadline: %+v %+v", a.out, a.tr)
+	}
 }
 
 // TestFailedInstantiationIsAFault: an instance that cannot be created after

@@ -565,7 +565,7 @@ func (r *Runtime) Reload(ctx context.Context) error {
 			if e.cur != nil && p.embedded == nil {
 				fields = append(fields, "still_serving", short(e.cur.comp.sha))
 			}
-			if strings.Contains(p.err.Error(), io.ErrUnexpectedEOF.Error()) {
+			if halfWritten(p.err) {
 				// A copy slower than the debounce is read half-written; the
 				// write that completes it triggers another load.
 				fields = append(fields, "hint", "the file may still be being written: write it under a name starting with . and rename it into place")
@@ -1052,4 +1052,12 @@ func (r *Runtime) Close(ctx context.Context) error {
 		err = cerr
 	}
 	return err
+}
+
+// halfWritten reports whether a load error says the module's bytes ended
+// early: wazero's decoder reports a truncated module as an unexpected EOF
+// or, between fields, as a plain EOF at the end of its message.
+func halfWritten(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, io.ErrUnexpectedEOF.Error()) || strings.HasSuffix(msg, ": "+io.EOF.Error())
 }

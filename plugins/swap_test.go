@@ -3,6 +3,7 @@ package plugins
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -286,5 +287,52 @@ func TestUnloadablePolicyNamesAreLogged(t *testing.T) {
 	}
 	if st, ok := statusOf(r, "p"); !ok || st.State != StateActive {
 		t.Fatalf("p.wasm: %+v", st)
+	}
+}
+
+// TestHalfWrittenFileHint: a file read before its copy completed is
+// rejected with the hint to write it elsewhere and rename it into place,
+// whichever way the decoder words the early end ("unexpected EOF", or a
+// plain "EOF" between two fields).
+func TestHalfWrittenFileHint(t *testing.T) {
+	dir := t.TempDir()
+	good := fixture(t, "recover_v1")
+	logger, logs := captureLogs(t)
+	r := newRuntime(t, Options{PolicyDir: dir, Debounce: time.Hour, Logger: logger})
+	var plainEOF, eofs int
+	for cut := 9; cut < len(good); cut += max(1, len(good)/64) { // past the 8-byte header
+		write(t, dir, "p.wasm", good[:cut])
+		before := len(logs.String())
+		if err := r.Reload(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		line := logs.String()[before:]
+		if !strings.Contains(line, "EOF") {
+			continue // cut at a section's end: rejected for what is missing
+		}
+		eofs++
+		if strings.Contains(line, `: EOF"`) { // the error="…" field ends so
+			plainEOF++
+		}
+		if !strings.Contains(line, "hint=\"the file may still be being written") {
+			t.Errorf("cut at %d of %d bytes: no hint in %s", cut, len(good), line)
+		}
+	}
+	if eofs == 0 || plainEOF == 0 {
+		t.Fatalf("the cuts gave %d EOF rejections, %d of them a plain EOF: the test covers nothing", eofs, plainEOF)
+	}
+}
+
+func TestHalfWrittenErrors(t *testing.T) {
+	for msg, want := range map[string]bool{
+		"compile: import[2] error decoding type: EOF":                  true,
+		"compile: section export: read name: unexpected EOF":           true,
+		"compile: section data: read data segment prefix: EOF":         true,
+		"the module exports none of the hooks recover, replay":         false,
+		"ABI version 99; this host speaks 1 to 3 (EOF handling aside)": false,
+	} {
+		if got := halfWritten(errors.New(msg)); got != want {
+			t.Errorf("halfWritten(%q) = %v", msg, got)
+		}
 	}
 }

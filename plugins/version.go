@@ -55,6 +55,9 @@ type version struct {
 	retiring atomic.Bool
 	closed   chan struct{}
 
+	busyLoggedAt atomic.Int64 // unix ns of the last logBusy warning
+	busySinceLog atomic.Int64 // calls that found no instance since then
+
 	consecutive atomic.Int32 // faults in a row
 	tripped     atomic.Bool  // every call falls back to the built-in default (set once, with the rollback started)
 	fmu         sync.Mutex   // orders fault bookkeeping with the trip (fault)
@@ -159,13 +162,23 @@ func (v *version) waitClosed(ctx context.Context) error {
 
 var errPoolBusy = errors.New("no policy instance was free or ready before the call's deadline")
 
+// instanceWait bounds how long a call waits for an instance being created
+// for it. Creating one takes a few ms (README), far more on a loaded
+// machine; it is the cost of keeping no instance after the load, not the
+// policy's time, so it is not held to the call's deadline: a first call
+// that gave up at 50 ms would skip an operator's rewrite (model aliases,
+// guards) unnoticed.
+const instanceWait = time.Second
+
 // get takes an idle instance, or has one created when the pool has room, or
-// waits for one to be put back. It never waits past ctx, the call's deadline
-// (ABI.md §8), not even for an instance being created for it: that one is
-// created in the background (bounded by initTimeout) and joins the pool for
-// the next call. The error is errPoolBusy, or an *initFault when the
-// instance created for this call failed (booked as a fault already).
-func (v *version) get(ctx context.Context) (*instance, error) {
+// waits for one to be put back. It waits for a free instance or room in the
+// pool until callCtx, the call's deadline, and for the instance created for
+// it until instanceWait has passed or ctx, the request, ends (ABI.md §8); an
+// instance it stopped waiting for is still created in the background
+// (bounded by initTimeout) and joins the pool for the next call. The error
+// is errPoolBusy, or an *initFault when the instance created for this call
+// failed (booked as a fault already).
+func (v *version) get(ctx, callCtx context.Context) (*instance, error) {
 	select {
 	case i := <-v.idle:
 		return i, nil
@@ -177,16 +190,18 @@ func (v *version) get(ctx context.Context) (*instance, error) {
 		return i, nil
 	case <-v.tokens:
 		b = v.spawn()
-	case <-ctx.Done():
+	case <-callCtx.Done():
 		return nil, errPoolBusy
 	}
+	bctx, cancel := context.WithTimeout(ctx, max(v.rt.opts.CallTimeout, instanceWait))
+	defer cancel()
 	select {
 	case <-b.done:
 		return b.inst, b.err
 	case i := <-v.idle: // another call put one back first
 		v.abandon(b)
 		return i, nil
-	case <-ctx.Done():
+	case <-bctx.Done():
 		v.abandon(b)
 		return nil, errPoolBusy
 	}

@@ -54,6 +54,11 @@ func embeddedASSDK() ([]sdkFile, string) {
 			asFiles = append(asFiles, sdkFile{strings.TrimPrefix(p, root+"/"), b})
 			return nil
 		})
+		// The contract the SDK implements, for an author with only the
+		// binary (the Go SDK carries it as hostabi/ABI.md).
+		if abi, err := sluice.SDKSource.ReadFile("hostabi/ABI.md"); err == nil {
+			asFiles = append(asFiles, sdkFile{"ABI.md", abi})
+		}
 		sort.Slice(asFiles, func(i, j int) bool { return asFiles[i].path < asFiles[j].path })
 		h := sha256.New()
 		for _, f := range asFiles {
@@ -252,7 +257,7 @@ var asConfigTmpl = scaffoldText(`{
 var asIgnoreTmpl = scaffoldText(SDKDir + "/\nnode_modules/\nbuild/\n")
 
 var asMainTmpl = scaffoldText(`// {{.Name}}: a Sluice policy in AssemblyScript (the SDK: ` + SDKDir + `/README.md;
-// the ABI: hostabi/ABI.md in the Sluice repository).
+// the ABI: ` + SDKDir + `/ABI.md).
 //
 // Build:  sluice policy build .
 // Deploy: copy {{.Name}}.wasm into the gateway's policy_dir; it is picked up

@@ -33,7 +33,7 @@ func TestNewBuildAssemblyScript(t *testing.T) {
 		t.Fatalf("new: %d\n%s\n%s", code, out, errs)
 	}
 	dir := filepath.Join(parent, "aspol")
-	for _, f := range []string{"package.json", "asconfig.json", "assembly/index.ts", "sluice-sdk/assembly/index.ts", "sluice-sdk/assembly/exports.ts", "sluice-sdk/SLUICE_SDK"} {
+	for _, f := range []string{"package.json", "asconfig.json", "assembly/index.ts", "sluice-sdk/assembly/index.ts", "sluice-sdk/assembly/exports.ts", "sluice-sdk/ABI.md", "sluice-sdk/SLUICE_SDK"} {
 		if !fileExists(filepath.Join(dir, f)) {
 			t.Fatalf("new did not write %s", f)
 		}
