@@ -468,7 +468,7 @@ func (p *pump) confirmRescue() {
 		a.UpstreamID = p.responseID
 	}
 	if err := c.record(p.ctx, a); err != nil {
-		p.s.log.Error("continued response completed without a durable anchor", "response_id", LogID(r.clientID), "error", err)
+		c.logNotDurable("continued response completed without a durable anchor", r.clientID, err)
 		return
 	}
 	p.s.log.Info("continued response anchored", "response_id", LogID(r.clientID), "owner", p.u.Name(), "owner_id", LogID(a.UpstreamID))

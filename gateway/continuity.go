@@ -12,6 +12,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 
 	"github.com/sluice-gw/sluice/internal/apierr"
+	"github.com/sluice-gw/sluice/internal/logtext"
 	"github.com/sluice-gw/sluice/store"
 )
 
@@ -38,18 +39,30 @@ type continuity struct {
 
 	// Anchors whose write failed are written again later (rewriteLater):
 	// retrying holds each one by response id, until it is written, replaced
-	// (record) or forgotten; stop ends the retries (close).
-	mu       sync.Mutex
-	retrying map[string]store.Anchor
-	stop     chan struct{} // made with the continuity (server.go)
-	pending  sync.WaitGroup
+	// (record) or forgotten, and one goroutine (retryAnchors, while
+	// retryLoop) writes them; stop ends the retries (close).
+	mu        sync.Mutex
+	retrying  map[string]store.Anchor
+	retryLoop bool
+	stop      chan struct{} // made with the continuity (server.go)
+	pending   sync.WaitGroup
+
+	// A store outage fails every response's anchor: these space the
+	// lines that say so (one every 10 s, with a count).
+	writeFailLog, notDurableLog, droppedLog logtext.Every
 }
 
 const (
 	// anchorRetryFirst and anchorRetryMax bound the backoff between the
-	// attempts to write an anchor whose write failed.
+	// attempts to write the anchors whose write failed.
 	anchorRetryFirst = 250 * time.Millisecond
 	anchorRetryMax   = 30 * time.Second
+	// maxRetryingAnchors bounds the anchors waiting to be written again
+	// (a few hundred bytes each): past it, during a long outage, a new
+	// failed anchor is not retried (logged and counted).
+	maxRetryingAnchors = 100_000
+	// continuityLogEvery spaces the lines about anchors not written.
+	continuityLogEvery = 10 * time.Second
 )
 
 // requestScope is the session scope a request carries, tightest first.
@@ -217,7 +230,7 @@ func (c *continuity) recordAsync(a store.Anchor) *pendingAnchor {
 	c.memo().put(a)
 	p := &pendingAnchor{done: make(chan struct{})}
 	c.mu.Lock()
-	delete(c.retrying, a.ResponseID) // this anchor replaces one still being retried
+	c.unretryLocked(a.ResponseID) // this anchor replaces one still being retried
 	c.mu.Unlock()
 	go func() {
 		defer close(p.done)
@@ -225,11 +238,23 @@ func (c *continuity) recordAsync(a store.Anchor) *pendingAnchor {
 		defer cancel()
 		p.err = c.store.PutAnchor(ctx, a)
 		if p.err != nil {
-			c.log.Error("recording anchor failed; retrying in the background", "response_id", LogID(a.ResponseID), "owner", a.Upstream, "error", p.err)
+			if n, ok := c.writeFailLog.Allow(time.Now()); ok {
+				c.log.Error("recording anchor failed; retrying in the background", "response_id", LogID(a.ResponseID),
+					"owner", a.Upstream, "error", p.err, "failures", n)
+			}
 			c.rewriteLater(a)
 		}
 	}()
 	return p
+}
+
+// logNotDurable says that a response went to its client without a durable
+// anchor (msg names the path); during an outage that is every response, so
+// the line comes at most every continuityLogEvery, with a count.
+func (c *continuity) logNotDurable(msg, responseID string, err error) {
+	if n, ok := c.notDurableLog.Allow(time.Now()); ok {
+		c.log.Error(msg, "response_id", LogID(responseID), "error", err, "responses", n)
+	}
 }
 
 // rewriteLater writes a, an anchor whose write failed (a store down for a
@@ -238,50 +263,119 @@ func (c *continuity) recordAsync(a store.Anchor) *pendingAnchor {
 // more when the gateway shuts down. Without it, a response its client saw
 // complete while the store was down could never be continued, on any
 // replica (README "Continuity"). The client's terminal event does not wait
-// for these attempts.
+// for these attempts. One goroutine writes every waiting anchor, and at
+// most maxRetryingAnchors wait: an outage costs memory in proportion to
+// that bound, not to its length.
 func (c *continuity) rewriteLater(a store.Anchor) {
 	c.mu.Lock()
 	if c.retrying == nil {
 		c.retrying = map[string]store.Anchor{}
 	}
+	if _, ok := c.retrying[a.ResponseID]; !ok && len(c.retrying) >= maxRetryingAnchors {
+		c.mu.Unlock()
+		c.m.anchorsNotRetried.Inc()
+		if n, ok := c.droppedLog.Allow(time.Now()); ok {
+			c.log.Error("an anchor whose write failed is not retried: too many are waiting for the store", "response_id", LogID(a.ResponseID),
+				"waiting", maxRetryingAnchors, "not_retried", n)
+		}
+		return
+	}
 	c.retrying[a.ResponseID] = a
+	c.m.anchorsWaiting.Set(float64(len(c.retrying)))
+	start := !c.retryLoop
+	c.retryLoop = true
 	c.mu.Unlock()
-	c.pending.Add(1)
-	go func() {
-		defer c.pending.Done()
-		for wait := anchorRetryFirst; ; wait = min(2*wait, anchorRetryMax) {
-			last := false
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-			case <-c.stop:
-				t.Stop()
-				last = true
+	if start {
+		c.pending.Add(1)
+		go c.retryAnchors()
+	}
+}
+
+// retryAnchors writes the anchors in c.retrying, backing off while the
+// store refuses them, until none is left; at close it tries each once more.
+func (c *continuity) retryAnchors() {
+	defer c.pending.Done()
+	for wait := anchorRetryFirst; ; {
+		last := false
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-c.stop:
+			t.Stop()
+			last = true
+		}
+		c.mu.Lock()
+		batch := make([]store.Anchor, 0, len(c.retrying))
+		for _, a := range c.retrying {
+			batch = append(batch, a)
+		}
+		c.mu.Unlock()
+		written, failed := 0, 0
+		var lastErr error
+		for _, a := range batch {
+			if !c.now().Before(a.ExpiresAt) {
+				c.dropRetry(a) // expired: nothing to write
+				continue
 			}
-			c.mu.Lock()
-			cur, ok := c.retrying[a.ResponseID]
-			c.mu.Unlock()
-			if !ok || cur != a || !c.now().Before(a.ExpiresAt) {
-				return // replaced, forgotten or expired: nothing to write
+			if lastErr != nil {
+				failed++ // the store refused the one before: wait
+				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), anchorWriteTimeout)
 			err := c.store.PutAnchor(ctx, a)
 			cancel()
-			switch {
-			case err == nil:
-				c.mu.Lock()
-				if c.retrying[a.ResponseID] == a {
-					delete(c.retrying, a.ResponseID)
-				}
-				c.mu.Unlock()
-				c.log.Info("anchor recorded after all", "response_id", LogID(a.ResponseID), "owner", a.Upstream)
-				return
-			case last:
-				c.log.Warn("gave up recording an anchor: the gateway is shutting down", "response_id", LogID(a.ResponseID), "error", err)
-				return
+			if err != nil {
+				lastErr = err
+				failed++
+				continue
 			}
+			c.dropRetry(a)
+			written++
 		}
-	}()
+		if written > 0 {
+			c.log.Info("anchors recorded after all", "anchors", written)
+		}
+		if last {
+			if failed > 0 {
+				c.log.Warn("gave up recording anchors: the gateway is shutting down", "anchors", failed, "error", lastErr)
+			}
+			c.mu.Lock()
+			c.retryLoop = false // a later failure tries once, at once (stop is closed)
+			c.mu.Unlock()
+			return
+		}
+		if lastErr != nil {
+			wait = min(2*wait, anchorRetryMax)
+		} else {
+			wait = anchorRetryFirst
+		}
+		c.mu.Lock()
+		if len(c.retrying) == 0 {
+			c.retryLoop = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+	}
+}
+
+// dropRetry removes a from the anchors waiting to be written, unless a
+// newer anchor of its response replaced it meanwhile.
+func (c *continuity) dropRetry(a store.Anchor) {
+	c.mu.Lock()
+	if c.retrying[a.ResponseID] == a {
+		c.unretryLocked(a.ResponseID)
+	}
+	c.mu.Unlock()
+}
+
+// unretryLocked removes the anchor of responseID from the anchors waiting
+// to be written (c.mu held).
+func (c *continuity) unretryLocked(responseID string) {
+	if _, ok := c.retrying[responseID]; ok {
+		delete(c.retrying, responseID)
+		c.m.anchorsWaiting.Set(float64(len(c.retrying)))
+	}
 }
 
 // close makes the anchor writes still being retried try once more, and
@@ -311,7 +405,7 @@ func (c *continuity) record(ctx context.Context, a store.Anchor) error {
 func (c *continuity) forget(ctx context.Context, responseID string) {
 	c.memo().remove(responseID)
 	c.mu.Lock()
-	delete(c.retrying, responseID) // not to be written back
+	c.unretryLocked(responseID) // not to be written back
 	c.mu.Unlock()
 	if err := c.store.DeleteAnchor(ctx, responseID); err != nil {
 		c.log.Warn("clearing stale anchor failed", "response_id", LogID(responseID), "error", err)

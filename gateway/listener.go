@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-gw/sluice/internal/logtext"
 )
 
 // The listener side of the gateway's limits (docs/ARCHITECTURE.md,
@@ -25,15 +27,14 @@ type limitListener struct {
 	s     *Server
 	slots chan struct{}
 
-	lastLog atomic.Int64 // unix nanos of the last "limit reached" line
-	done    chan struct{}
-	once    sync.Once
+	limitLog logtext.Every // spaces the "limit reached" lines
+	done     chan struct{}
+	once     sync.Once
 }
 
-const connLimitLogEvery = 10 * time.Second
-
 func newLimitListener(ln net.Listener, s *Server, max int) *limitListener {
-	return &limitListener{Listener: ln, s: s, slots: make(chan struct{}, max), done: make(chan struct{})}
+	return &limitListener{Listener: ln, s: s, slots: make(chan struct{}, max), done: make(chan struct{}),
+		limitLog: logtext.Every{Interval: 10 * time.Second}}
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -41,9 +42,8 @@ func (l *limitListener) Accept() (net.Conn, error) {
 	case l.slots <- struct{}{}:
 	default:
 		l.s.metrics.connLimitWaits.Inc()
-		now := time.Now().UnixNano()
-		if last := l.lastLog.Load(); now-last > int64(connLimitLogEvery) && l.lastLog.CompareAndSwap(last, now) {
-			l.s.log.Warn("connection limit reached; new clients wait until one closes", "max_connections", cap(l.slots))
+		if n, ok := l.limitLog.Allow(time.Now()); ok {
+			l.s.log.Warn("connection limit reached; new clients wait until one closes", "max_connections", cap(l.slots), "waits", n)
 		}
 		select {
 		case l.slots <- struct{}{}:

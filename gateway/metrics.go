@@ -26,6 +26,8 @@ type metrics struct {
 	resumes          *prometheus.CounterVec   // via (sse, websocket): streams resumed from their log (resume.go)
 	rehydrations     *prometheus.CounterVec   // surface, reason: conversations sent elsewhere because their owner is gone (portable.go)
 
+	anchorsWaiting     prometheus.Gauge   // anchors whose write failed, waiting to be written again (continuity.go)
+	anchorsNotRetried  prometheus.Counter // failed anchors not retried: too many were waiting
 	bodyBudgetRefusals prometheus.Counter // requests refused because the body-memory budget was spent
 	connLimitWaits     prometheus.Counter // accepts that waited at max_connections
 	openConns          prometheus.Gauge   // client connections open now
@@ -55,6 +57,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		failClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "continuity_fail_closed_total", Help: "Requests failed closed to keep continuity, by surface and reason.",
 		}, []string{"surface", "reason"}),
+		anchorsWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "continuity_anchors_waiting", Help: "Anchors whose write to the store failed, waiting to be written again.",
+		}),
+		anchorsNotRetried: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "continuity_anchors_not_retried_total", Help: "Anchors whose write failed and that were not retried, because too many were waiting.",
+		}),
 		bodyBudgetRefusals: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_body_budget_refusals_total", Help: "Requests refused with 503 because limits.body_memory_bytes was spent.",
 		}),
@@ -65,7 +73,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sluice_client_connections", Help: "Client connections open now.",
 		}),
 	}
-	reg.MustRegister(m.bodyBudgetRefusals, m.connLimitWaits, m.openConns)
+	reg.MustRegister(m.bodyBudgetRefusals, m.connLimitWaits, m.openConns, m.anchorsWaiting, m.anchorsNotRetried)
 	m.skippedEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_stream_skipped_events_total", Help: "Upstream stream events skipped (not relayed), by surface and reason.",
 	}, []string{"surface", "reason"})

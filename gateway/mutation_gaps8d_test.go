@@ -206,3 +206,54 @@ func TestGaps8dStreamEndingFailedMarksTheRequestSpanAnError(t *testing.T) {
 		t.Fatalf("the request span of a failed stream has status %v, want an error", rs.Status)
 	}
 }
+
+// TestRequestSpanStatusIsWhatTheClientGot: a stream that fails before its
+// first event (every upstream answered 429) has, in its request span, the
+// HTTP status its client got: 200 for a Responses stream, which opens and
+// ends with response.failed (and is an error in the trace), the 429 itself
+// for a Chat stream, which gets the status and JSON error.
+func TestRequestSpanStatusIsWhatTheClientGot(t *testing.T) {
+	for _, c := range []struct {
+		path, body string
+		status     int
+	}{
+		{"/v1/responses", `{"model":"gpt-fake-1","input":"hi","stream":true}`, http.StatusOK},
+		{"/v1/chat/completions", `{"model":"gpt-fake-1","messages":[{"role":"user","content":"hi"}],"stream":true}`, http.StatusTooManyRequests},
+	} {
+		t.Run(c.path, func(t *testing.T) {
+			recv := newOTLPReceiver(t)
+			tp, err := gateway.NewOTLPTracerProvider(context.Background(), recv.URL+"/v1/traces", 1, "test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := newHarness(t, harnessConfig{opts: gateway.Options{TracerProvider: tp}})
+			for _, up := range h.ups {
+				up.SetDefault(upstreamtest.Status429(time.Second))
+			}
+			resp, _ := postWith(t, h, c.path, c.body, nil)
+			if resp.StatusCode != c.status {
+				t.Fatalf("client got %d, want %d", resp.StatusCode, c.status)
+			}
+			if err := tp.ForceFlush(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			var servers []*tracepb.Span
+			for deadline := time.Now().Add(10 * time.Second); len(servers) == 0; time.Sleep(20 * time.Millisecond) {
+				servers = spanByKind(t, recv.waitSpans(t, 1), tracepb.Span_SPAN_KIND_SERVER)
+				if len(servers) == 0 && time.Now().After(deadline) {
+					t.Fatal("no request span arrived")
+				}
+			}
+			rs := servers[0]
+			if v := spanAttr(rs, "http.response.status_code"); v.GetIntValue() != int64(c.status) {
+				t.Fatalf("request span status %v, the client got %d", v, c.status)
+			}
+			if v := spanAttr(rs, "error.type").GetStringValue(); v != "rate_limit_exceeded" {
+				t.Errorf("request span error.type %q", v)
+			}
+			if c.status == http.StatusOK && rs.Status.GetCode() != tracepb.Status_STATUS_CODE_ERROR {
+				t.Errorf("the request span of a failed stream has status %v, want an error", rs.Status)
+			}
+		})
+	}
+}

@@ -1108,7 +1108,7 @@ func (s *Server) relayJSON(ctx, upCtx context.Context, out responder, req *clien
 		// The client must not see a response whose anchor could be lost.
 		if id := gjson.GetBytes(ans.body, "id"); id.Type == gjson.String && id.Str != "" {
 			if err := s.cont.record(ctx, s.cont.anchorFor(req, id.Str, u.Name())); err != nil {
-				s.log.Error("response served without a durable anchor", "response_id", LogID(id.Str), "error", err)
+				s.cont.logNotDurable("response served without a durable anchor", id.Str, err)
 			}
 		}
 	}

@@ -534,7 +534,7 @@ func (p *pump) confirmAnchor(resp gjson.Result) {
 		p.anchor = c.recordAsync(c.anchorFor(p.req, id, p.u.Name()))
 	}
 	if err := p.anchor.wait(p.ctx); err != nil {
-		p.s.log.Error("response completed without a durable anchor", "response_id", LogID(p.responseID), "error", err)
+		c.logNotDurable("response completed without a durable anchor", p.responseID, err)
 	}
 }
 

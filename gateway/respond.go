@@ -43,13 +43,19 @@ type httpResponder struct {
 	w http.ResponseWriter
 }
 
+// failsWithStatus reports whether an HTTP client that has seen nothing of
+// req gets a gateway error of kind as its status and JSON body; otherwise
+// it gets a 200 event stream that ends with the error. A Chat stream that
+// failed before anything was sent (no stream is committed then:
+// clientStream.fail ends a committed one itself) gets the status, as from
+// OpenAI's API, so that the SDKs' retries see a 429 or 5xx. A Responses
+// stream opens with response.created even then (README).
+func failsWithStatus(req *clientRequest, kind failKind) bool {
+	return !req.stream || kind == failInvalid || (req.ep.chat && kind == failBeforeStream)
+}
+
 func (h *httpResponder) fail(req *clientRequest, e *apierr.Error, kind failKind) {
-	// A Chat stream that failed before anything was sent (no stream is
-	// committed here: clientStream.fail ends a committed one itself) gets
-	// the status and JSON body, as from OpenAI's API, so that the SDKs'
-	// retries see a 429 or 5xx. A Responses stream opens with
-	// response.created even then (README).
-	if !req.stream || kind == failInvalid || (req.ep.chat && kind == failBeforeStream) {
+	if failsWithStatus(req, kind) {
 		e.Write(h.w)
 		return
 	}

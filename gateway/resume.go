@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/sluice-gw/sluice/internal/jsonx"
+	"github.com/sluice-gw/sluice/internal/logtext"
 	"github.com/sluice-gw/sluice/store"
 )
 
@@ -103,6 +104,9 @@ type streamLogs struct {
 	// attempt then.
 	stopping chan struct{}
 	stopOnce sync.Once
+	// unsealedLog spaces the lines about logs that ended before they were
+	// durable: during a store outage that is every durable stream.
+	unsealedLog logtext.Every
 
 	// mu guards the map; it is taken before a log's own mu, never after.
 	mu        sync.Mutex
@@ -127,7 +131,8 @@ func newStreamLogs(opts ResumeOptions, now func() time.Time, log interface {
 	setDefault(&opts.Window, defaultResumeWindow)
 	setDefault(&opts.MaxBytes, defaultResumeMaxBytes)
 	setDefault(&opts.MemoryBytes, defaultResumeMemory)
-	return &streamLogs{opts: opts, now: now, log: log, logs: map[string]*streamLog{}, stopping: make(chan struct{})}
+	return &streamLogs{opts: opts, now: now, log: log, logs: map[string]*streamLog{}, stopping: make(chan struct{}),
+		unsealedLog: logtext.Every{Interval: 10 * time.Second}}
 }
 
 // streamLog is one response's log.
@@ -601,8 +606,10 @@ func (l *streamLog) seal() {
 	l.wakeLocked()
 	l.mu.Unlock()
 	if err != nil {
-		h.log.Error("a stream ended before its log was durable: other replicas, or this one after a restart, read it as unfinished until a retry writes it",
-			"response_id", LogID(l.id), "error", err)
+		if n, ok := h.unsealedLog.Allow(time.Now()); ok {
+			h.log.Error("a stream ended before its log was durable: other replicas, or this one after a restart, read it as unfinished until a retry writes it",
+				"response_id", LogID(l.id), "error", err, "streams", n)
+		}
 		h.writes.Add(1)
 		go func() {
 			defer h.writes.Done()

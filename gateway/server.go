@@ -29,6 +29,7 @@ import (
 	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/sluice-gw/sluice/internal/clientkey"
 	"github.com/sluice-gw/sluice/internal/jsonx"
+	"github.com/sluice-gw/sluice/internal/logtext"
 	"github.com/sluice-gw/sluice/store"
 )
 
@@ -288,7 +289,10 @@ func New(opts Options) (*Server, error) {
 	s.logs = newStreamLogs(opts.Resume, now, opts.Logger.Named("resume"))
 	if opts.Store != nil {
 		s.cont = &continuity{store: opts.Store, cache: newAnchorCache(opts.AnchorCacheSize), ttl: opts.AnchorTTL,
-			log: opts.Logger.Named("continuity"), m: s.metrics, now: opts.Now, stop: make(chan struct{})}
+			log: opts.Logger.Named("continuity"), m: s.metrics, now: opts.Now, stop: make(chan struct{}),
+			writeFailLog:  logtext.Every{Interval: continuityLogEvery},
+			notDurableLog: logtext.Every{Interval: continuityLogEvery},
+			droppedLog:    logtext.Every{Interval: continuityLogEvery}}
 	}
 	acct, err := newAccounts(s, opts.Accounts, opts.Registry)
 	if err != nil {

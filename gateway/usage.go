@@ -283,9 +283,16 @@ type meterResponder struct {
 }
 
 func (o *meterResponder) fail(req *clientRequest, e *apierr.Error, kind failKind) {
+	status, terminal := e.Status, ""
+	if _, overHTTP := o.responder.(*httpResponder); overHTTP && !failsWithStatus(req, kind) {
+		status, terminal = http.StatusOK, "failed" // the error ends a stream the client gets with 200
+	}
 	o.m.mu.Lock()
 	if o.m.status == 0 || !o.m.committed {
-		o.m.status, o.m.code = e.Status, e.Code
+		o.m.status, o.m.code = status, e.Code
+		if terminal != "" {
+			o.m.terminal = terminal
+		}
 	}
 	if o.m.reason == "" {
 		o.m.reason = "gateway_error"

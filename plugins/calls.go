@@ -173,24 +173,17 @@ func faultMessage(hook, kind string, err error, stderr string) string {
 	return msg
 }
 
-// busyLogInterval spaces the warnings about calls that got the built-in
-// default because no instance was ready (logBusy).
-const busyLogInterval = 10 * time.Second
-
 // logBusy warns that a call of v got the built-in default because no
 // instance was ready in time: for a rewrite it means the request went on
 // without the policy's edits. Under overload that can be every call, so
-// the warning comes at most once per busyLogInterval per version, with the
-// number of such calls since the last one, and is written off the request
-// path; each call is counted in the metrics.
+// the warning comes at most once per 10 s per version (v.busyLog), with the
+// number of such calls, and is written off the request path; each call is
+// counted in the metrics.
 func (v *version) logBusy(hook string, err error) {
-	n := v.busySinceLog.Add(1)
-	now := time.Now().UnixNano()
-	last := v.busyLoggedAt.Load()
-	if last != 0 && now-last < int64(busyLogInterval) || !v.busyLoggedAt.CompareAndSwap(last, now) {
+	n, ok := v.busyLog.Allow(time.Now())
+	if !ok {
 		return
 	}
-	v.busySinceLog.Add(-n)
 	v.rt.background(func() {
 		v.rt.log.Warn("policy call got the built-in default: no instance was ready in time", "policy", v.name,
 			"version", v.gen, "hook", hook, "calls", n, "error", err)

@@ -32,6 +32,7 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/sluice-gw/sluice/internal/logtext"
 )
 
 // Options configure a Runtime. Zero values take the defaults noted.
@@ -749,6 +750,7 @@ func (r *Runtime) buildFrom(ctx context.Context, e *entry, a *artifact, comp *co
 		idle:     make(chan *instance, r.opts.PoolSize),
 		tokens:   make(chan struct{}, r.opts.PoolSize),
 		closed:   make(chan struct{}),
+		busyLog:  logtext.Every{Interval: 10 * time.Second},
 	}
 	if len(v.config) == 0 {
 		v.config = nil

@@ -13,6 +13,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/sluice-gw/sluice/internal/logtext"
 )
 
 // compiled is one compiled module, shared by every version with its bytes.
@@ -55,8 +56,7 @@ type version struct {
 	retiring atomic.Bool
 	closed   chan struct{}
 
-	busyLoggedAt atomic.Int64 // unix ns of the last logBusy warning
-	busySinceLog atomic.Int64 // calls that found no instance since then
+	busyLog logtext.Every // spaces logBusy's warnings
 
 	consecutive atomic.Int32 // faults in a row
 	tripped     atomic.Bool  // every call falls back to the built-in default (set once, with the rollback started)
