@@ -327,12 +327,16 @@ func TestTurnStatesIsolateAnchorsWithinASession(t *testing.T) {
 
 func TestExpiredAnchorIsAMiss(t *testing.T) {
 	st := openStore(t, t.TempDir())
-	h := continuityHarness(t, st, gateway.Options{AnchorTTL: 100 * time.Millisecond})
+	// The anchor must still be fresh when it is first read: a TTL with room
+	// for a turn and a read on a loaded machine, then a wait past it.
+	const ttl = time.Second
+	h := continuityHarness(t, st, gateway.Options{AnchorTTL: ttl})
 	_, id := h.turn("", nil)
+	turned := time.Now()
 	if code := h.getJSON("/admin/continuity/"+id, nil); code != 200 {
 		t.Fatalf("fresh anchor: %d", code)
 	}
-	time.Sleep(150 * time.Millisecond)
+	time.Sleep(ttl + 50*time.Millisecond - time.Since(turned))
 	// The store indexes expiries by the minute: sweep as of a time past that.
 	if n, err := st.Sweep(context.Background(), time.Now().Add(2*time.Minute)); err != nil || n == 0 {
 		t.Fatalf("sweep removed %d: %v", n, err)

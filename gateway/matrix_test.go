@@ -551,7 +551,7 @@ func runMatrix(t *testing.T, spec *specSubset, c *matrixCase, surface, kind stri
 	// The terminal metric: one stream counted for the surface, with the reason.
 	metricErr := ""
 	label := map[string]string{"sse": "responses_stream", "ws": "websocket", "chat": "chat_stream"}[surface]
-	deadline := time.Now().Add(3 * time.Second)
+	deadline := time.Now().Add(15 * time.Second) // only a broken run waits this long
 	for {
 		reasons := matrixTerminals(matrixMetrics(h), label)
 		got.reason = ""

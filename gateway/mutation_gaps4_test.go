@@ -120,7 +120,7 @@ func TestAccessLogCanBeTurnedOff(t *testing.T) {
 			want = 0
 		}
 		if !disable { // the line is written as the request ends: wait for it
-			for deadline := time.Now().Add(2 * time.Second); !strings.Contains(h.logs.String(), "access: request") && time.Now().Before(deadline); {
+			for deadline := time.Now().Add(15 * time.Second); !strings.Contains(h.logs.String(), "access: request") && time.Now().Before(deadline); {
 				time.Sleep(10 * time.Millisecond)
 			}
 		} else {
@@ -301,7 +301,7 @@ func TestAccessLogCodeOnlyWhenThereIsOne(t *testing.T) {
 		t.Fatalf("refused: %d", resp.StatusCode)
 	}
 	var lines []string
-	for deadline := time.Now().Add(2 * time.Second); len(lines) < 2 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(15 * time.Second); len(lines) < 2 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		lines = strings.Split(grepLines(h.logs.String(), "access: request"), "\n")
 		if lines[0] == "" {
 			lines = nil
@@ -434,7 +434,7 @@ func TestAccessLogKeepsTheStatusTheClientGot(t *testing.T) {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
 	var line string
-	for deadline := time.Now().Add(2 * time.Second); line == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(15 * time.Second); line == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		line = grepLines(h.logs.String(), "access: request")
 	}
 	if !strings.Contains(line, "status=200") || strings.Contains(line, "reason=completed") {

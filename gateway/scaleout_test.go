@@ -155,8 +155,12 @@ func TestScaleOutSharedCooldown(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = rs.Close() })
+		// SharedTimeout: a replica that cannot write or read the shared
+		// health in time goes on with what it knows alone, and the default
+		// (100ms) is short for Redis under the race detector on a loaded
+		// machine.
 		return newHarness(t, harnessConfig{servers: map[string]*upstreamtest.Server{"A": upA, "B": upB},
-			opts: gateway.Options{Store: rs, Routes: route}, pool: upstream.Options{Shared: rs}})
+			opts: gateway.Options{Store: rs, Routes: route}, pool: upstream.Options{Shared: rs, SharedTimeout: 5 * time.Second}})
 	}
 	r1, r2 := replica(), replica()
 	upA.Enqueue(upstreamtest.Status429(30 * time.Second))

@@ -109,7 +109,11 @@ func TestASFixturesFromSource(t *testing.T) {
 				return
 			}
 			ctx := context.Background()
-			rt, err := plugins.New(ctx, plugins.Options{Embedded: map[string][]byte{"as.wasm": fresh}, Logger: hclog.NewNullLogger(), PoolSize: 1})
+			// CallTimeout: the call waits for the module's first instance no
+			// longer than its deadline, and the default is short for a
+			// machine busy compiling (or running the race detector).
+			rt, err := plugins.New(ctx, plugins.Options{Embedded: map[string][]byte{"as.wasm": fresh}, Logger: hclog.NewNullLogger(), PoolSize: 1,
+				CallTimeout: 5 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}

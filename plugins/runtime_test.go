@@ -207,7 +207,10 @@ func TestFaults(t *testing.T) {
 		kind    string
 		timeout time.Duration
 	}{
-		{"loop", "timeout", 30 * time.Millisecond},
+		// Short enough to time the loop out quickly, long enough that the
+		// calls after the fault (waiting for the replacement instance, then
+		// running) fit under the race detector on a loaded machine.
+		{"loop", "timeout", 500 * time.Millisecond},
 		{"membomb", "memory", 5 * time.Second},
 		{"trap", "trap", 5 * time.Second},
 	}

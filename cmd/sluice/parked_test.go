@@ -42,6 +42,10 @@ upstreams:
   - {name: B, base_url: %q}
 policies:
   replay: {penalty_ms: 1}
+# The second replay call waits for the module's first instance no longer
+# than call_timeout: the default (50ms) is short for the race detector on a
+# loaded machine, and a call that gives up is answered by the default.
+policy_limits: {call_timeout: 5s}
 `, filepath.Join(dir, "data"), a.URL, b.URL)), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
 	"runtime"
 	"strings"
 	"testing"
@@ -267,10 +268,11 @@ func TestHangAndCloseUnblocks(t *testing.T) {
 	c := newClient(t)
 	s.Enqueue(HangAfter(2), HangAfter(0), Script{End: EndHang}, Script{Latency: time.Hour})
 
-	// A hanging stream ends when the client gives up.
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	resp, body, err := c.do(ctx, "POST", s.URL+"/responses", `{"model":"m","stream":true}`)
-	cancel()
+	// A hanging stream ends when the client gives up: once it has the two
+	// events, which a loaded machine can take long to send.
+	resp, body, err := c.doUntil(`{"model":"m","stream":true}`, s.URL+"/responses", func(b []byte) bool {
+		return len(parseSSEPrefix(b)) >= 2
+	})
 	if resp == nil || err == nil || len(parseSSEPrefix(body)) != 2 {
 		t.Errorf("hang: resp %v err %v body %s", resp, err, body)
 	}
@@ -303,6 +305,37 @@ func TestHangAndCloseUnblocks(t *testing.T) {
 	}
 	c.hc.Transport.(interface{ CloseIdleConnections() }).CloseIdleConnections()
 	waitGoroutines(t, base)
+}
+
+// doUntil posts body to url and reads the answer until enough(what was
+// read) holds, then gives up the request and reads on until the body ends;
+// it returns the response, the whole body and the error that ended it.
+func (c *client) doUntil(body, url string, enough func([]byte) bool) (*http.Response, []byte, error) {
+	c.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	var got []byte
+	buf := make([]byte, 4<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		got = append(got, buf[:n]...)
+		if err != nil {
+			return resp, got, err
+		}
+		if enough(got) {
+			cancel()
+		}
+	}
 }
 
 // parseSSEPrefix counts complete blocks of a possibly truncated stream.

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/sluice-gw/sluice/plugins"
@@ -182,7 +183,10 @@ func recordStreamEvents(t *testing.T) string {
 	}
 	dir := filepath.Join(t.TempDir(), "rec")
 	ctx := context.Background()
-	rt, err := plugins.New(ctx, plugins.Options{RecordDir: dir, PoolSize: 1,
+	// CallTimeout: the first call waits for the module's first instance,
+	// which under the race detector on a loaded machine can take longer than
+	// the default deadline, and the call would record the default instead.
+	rt, err := plugins.New(ctx, plugins.Options{RecordDir: dir, PoolSize: 1, CallTimeout: 5 * time.Second,
 		Embedded: map[string][]byte{"stream_redact.wasm": wasm}})
 	if err != nil {
 		t.Fatal(err)
@@ -353,7 +357,11 @@ func TestStreamEventTraceChain(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	rt, err := plugins.New(ctx, plugins.Options{PolicyDir: policyDir, PoolSize: 1})
+	// CallTimeout: as in recordStreamEvents, a call waits for an instance
+	// (the first ones, and 10-redact's replacement after its fault) no
+	// longer than its deadline, and the default one is short for a loaded
+	// machine under the race detector.
+	rt, err := plugins.New(ctx, plugins.Options{PolicyDir: policyDir, PoolSize: 1, CallTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
