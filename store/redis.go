@@ -55,6 +55,9 @@ type RedisOptions struct {
 	WaitTimeout  time.Duration
 	// HealthInterval is the period of the health ping (default 1s).
 	HealthInterval time.Duration
+	// TLS adds a CA, a client certificate or a server name to a rediss://
+	// URL's TLS; with a redis:// URL it is an error.
+	TLS RedisTLS
 
 	// Options holds what both backends share: TTLs, size caps, Logger and
 	// Now. Dir, SweepInterval and CacheSize do not apply: Redis expires
@@ -126,9 +129,12 @@ var (
 const redisSchemaVersion = "1"
 
 // OpenRedis connects to Redis and starts the health ping. An unusable URL is
-// an error; an unreachable Redis is not (it is logged, reported by Health,
-// and every operation fails with ErrUnavailable until it answers), so a
-// replica that starts during a Redis outage serves what needs no store.
+// an error, and so is a Redis that answers but refuses the configuration
+// (credentials, ACL, database number, key layout, TLS trust: see
+// classifyRedisStartError), which no waiting heals; an unreachable Redis is
+// not (it is logged, reported by Health, and every operation fails with
+// ErrUnavailable until it answers), so a replica that starts during a Redis
+// outage serves what needs no store.
 func OpenRedis(ctx context.Context, opts RedisOptions) (*RedisStore, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("store: open redis: %w", err)
@@ -174,6 +180,14 @@ func OpenRedis(ctx context.Context, opts RedisOptions) (*RedisStore, error) {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opts.Timeout)
 	err = s.ping(pctx)
 	cancel()
+	if m, ok := classifyRedisStartError(err); ok {
+		_ = s.c.Close()
+		return nil, &redisConfigError{addr: s.addr, m: m, err: err}
+	}
+	if ro.TLSConfig != nil && ro.TLSConfig.InsecureSkipVerify {
+		s.log.Warn("the redis server's TLS certificate is not verified (skip_verify=true in store.redis.url): anyone on the path can pose as it; "+
+			"trust its CA with store.redis.tls.ca_file instead", "addr", s.addr)
+	}
 	if err != nil {
 		s.setDown(err)
 		s.log.Error("redis unreachable at start; continuing (continuity fails closed until it answers)", "addr", s.addr, "error", err)
@@ -202,6 +216,9 @@ func redisClientOptions(opts RedisOptions) (*redis.Options, error) {
 	}
 	if opts.Password != "" {
 		ro.Password = opts.Password
+	}
+	if err := opts.TLS.apply(ro); err != nil {
+		return nil, err
 	}
 	return ro, nil
 }
@@ -367,6 +384,7 @@ func (s *RedisStore) ping(ctx context.Context) error {
 	}
 	s.schemaOK.Store(true)
 	s.checkPersistence(ctx)
+	s.checkReplicas(ctx)
 	return nil
 }
 
@@ -385,6 +403,24 @@ func (s *RedisStore) checkPersistence(ctx context.Context) {
 		s.log.Warn("redis runs without AOF (appendonly no): writes Sluice acknowledged since the last snapshot are lost if Redis restarts; "+
 			"set appendonly yes and appendfsync always (or everysec: at most a second), or store.redis.wait_replicas", "addr", s.addr)
 	}
+}
+
+// checkReplicas warns when fewer replicas are connected than WaitReplicas
+// asks for: until enough connect, no write is acknowledged. It does not
+// fail the start, as replicas may connect later; INFO may be disabled
+// (managed Redis): then it says nothing.
+func (s *RedisStore) checkReplicas(ctx context.Context) {
+	if s.opts.WaitReplicas <= 0 {
+		return
+	}
+	n, err := s.connectedReplicas(ctx)
+	if err != nil || n >= s.opts.WaitReplicas {
+		return
+	}
+	s.log.Warn(fmt.Sprintf("redis has %d connected replicas, fewer than store.redis.wait_replicas (%d): every write fails to be acknowledged until %d are connected. "+
+		"Meanwhile each response waits wait_timeout and completes without a durable anchor (it is rewritten in the background), "+
+		"streaming input answers 503 store_unavailable and usage totals are retried", n, s.opts.WaitReplicas, s.opts.WaitReplicas),
+		"addr", s.addr, "connected_replicas", n, "wait_replicas", s.opts.WaitReplicas)
 }
 
 // begin checks ctx, the store's state and Redis's health for one operation;

@@ -338,13 +338,12 @@ func TestRedisSchemaMismatch(t *testing.T) {
 	if err := raw.Set(context.Background(), "sluicetest:schema:meta:schema", "9", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	s, err := OpenRedis(context.Background(), RedisOptions{URL: srv.URL, KeyPrefix: "sluicetest:schema:"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Health(); err == nil || !strings.Contains(err.Error(), "layout version") {
-		t.Fatalf("Health with another layout = %v", err)
+	// Another Sluice version's keys under the prefix are a configuration
+	// error at start (the prefix to change), not an outage.
+	_, err := OpenRedis(context.Background(), RedisOptions{URL: srv.URL, KeyPrefix: "sluicetest:schema:"})
+	if !errors.Is(err, ErrInvalid) || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "layout version") ||
+		!strings.Contains(err.Error(), "store.redis.key_prefix") {
+		t.Fatalf("OpenRedis with another layout: %v, want a config error naming store.redis.key_prefix", err)
 	}
 }
 

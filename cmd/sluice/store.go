@@ -39,7 +39,8 @@ func openStore(ctx context.Context, cfg config.Config, logger hclog.Logger) (ope
 	if cfg.Store.Backend == "redis" {
 		r := cfg.Store.Redis
 		rs, err := store.OpenRedis(ctx, store.RedisOptions{URL: r.URL, Username: r.Username, Password: r.Password, KeyPrefix: r.KeyPrefix,
-			Timeout: r.Timeout.D(), WaitReplicas: r.WaitReplicas, WaitTimeout: r.WaitTimeout.D(), Options: common})
+			Timeout: r.Timeout.D(), WaitReplicas: r.WaitReplicas, WaitTimeout: r.WaitTimeout.D(), Options: common,
+			TLS: store.RedisTLS{CAFile: r.TLS.CAFile, CertFile: r.TLS.CertFile, KeyFile: r.TLS.KeyFile, ServerName: r.TLS.ServerName}})
 		if err != nil {
 			return openedStore{}, fmt.Errorf("opening the redis store: %w", err)
 		}

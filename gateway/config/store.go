@@ -2,6 +2,7 @@ package config
 
 import (
 	"net/url"
+	"os"
 	"strings"
 	"time"
 )
@@ -32,7 +33,28 @@ type RedisStore struct {
 	// (WAIT) until that many Redis replicas have it, within WaitTimeout.
 	WaitReplicas int      `yaml:"wait_replicas"`
 	WaitTimeout  Duration `yaml:"wait_timeout"`
+	// TLS adds to what a rediss:// URL sets up: the CA that signed the
+	// server's certificate, a client certificate for a server that asks for
+	// one, and the name to verify the server's certificate against.
+	TLS RedisTLS `yaml:"tls"`
 }
+
+// RedisTLS is store.redis.tls:. Every field is optional; paths are PEM files.
+type RedisTLS struct {
+	// CAFile is the CA bundle the server's certificate is verified against
+	// (instead of the system roots).
+	CAFile string `yaml:"ca_file"`
+	// CertFile and KeyFile are a client certificate and its key, for a
+	// server with tls-auth-clients yes; one needs the other.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// ServerName is the name the server's certificate must carry, when it
+	// is not the URL's host.
+	ServerName string `yaml:"server_name"`
+}
+
+// IsZero reports whether no TLS setting is given.
+func (t RedisTLS) IsZero() bool { return t == RedisTLS{} }
 
 func defaultStore() Store {
 	return Store{Backend: "pebble", Redis: RedisStore{KeyPrefix: "sluice:", Timeout: Duration(time.Second), WaitTimeout: Duration(time.Second)}}
@@ -55,6 +77,7 @@ func (c *Config) validateStore(bad func(key, format string, args ...any)) {
 		} else if p := u.Port(); p != "" && (!isDecimal(p) || len(p) > 5 || atoiPort(p) < 1 || atoiPort(p) > 65535) {
 			bad("store.redis.url", "%q: port %q is not a TCP port (1-65535)", redactURL(r.URL), p)
 		}
+		validateRedisTLS(r, bad)
 		if r.KeyPrefix == "" {
 			bad("store.redis.key_prefix", "must not be empty")
 		}
@@ -73,6 +96,41 @@ func (c *Config) validateStore(bad func(key, format string, args ...any)) {
 	default:
 		bad("store.backend", "%q is not pebble or redis", c.Store.Backend)
 	}
+}
+
+// validateRedisTLS checks store.redis.tls: at load, so that a file the
+// gateway cannot read is a config error rather than a Redis that seems down.
+func validateRedisTLS(r RedisStore, bad func(key, format string, args ...any)) {
+	t := r.TLS
+	if t.IsZero() {
+		return
+	}
+	if u, err := url.Parse(r.URL); err == nil && u.Scheme == "redis" {
+		bad("store.redis.tls", "applies to a rediss:// URL; %q is redis:// (plain TCP)", redactURL(r.URL))
+	}
+	for _, f := range []struct{ key, path string }{
+		{"store.redis.tls.ca_file", t.CAFile}, {"store.redis.tls.cert_file", t.CertFile}, {"store.redis.tls.key_file", t.KeyFile},
+	} {
+		if f.path == "" {
+			continue
+		}
+		if err := readable(f.path); err != nil {
+			bad(f.key, "%v", err)
+		}
+	}
+	if t.CertFile != "" && t.KeyFile == "" {
+		bad("store.redis.tls.key_file", "is required with cert_file (the client certificate's private key)")
+	}
+	if t.KeyFile != "" && t.CertFile == "" {
+		bad("store.redis.tls.cert_file", "is required with key_file (the client certificate)")
+	}
+}
+
+// readable reports why the file at path cannot be read, if it cannot (PEM
+// files are small: reading one whole is the check that holds).
+func readable(path string) error {
+	_, err := os.ReadFile(path)
+	return err
 }
 
 // isDecimal reports whether s is digits only.

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -54,6 +56,44 @@ func TestStoreConfig(t *testing.T) {
 		}
 		if err != nil && strings.Contains(err.Error(), "hunter2") {
 			t.Errorf("%s: error shows the password: %v", tt.yaml, err)
+		}
+	}
+}
+
+func TestStoreRedisTLSConfig(t *testing.T) {
+	dir := t.TempDir()
+	ca, cert, key := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key")
+	for _, f := range []string{ca, cert, key} {
+		if err := os.WriteFile(f, []byte("PEM"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	yaml := func(url, tls string) []byte {
+		return []byte("store:\n  backend: redis\n  redis: {url: \"" + url + "\", tls: " + tls + "}\n")
+	}
+	cfg, err := Parse(yaml("rediss://cache:6380/0", `{ca_file: "`+ca+`", cert_file: "`+cert+`", key_file: "`+key+`", server_name: cache.internal}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Store.Redis.TLS; got != (RedisTLS{CAFile: ca, CertFile: cert, KeyFile: key, ServerName: "cache.internal"}) {
+		t.Fatalf("store.redis.tls = %+v", got)
+	}
+	missing := filepath.Join(dir, "absent.crt")
+	for _, tt := range []struct{ url, tls, want string }{
+		{"redis://:hunter2@cache:6379/0", `{ca_file: "` + ca + `"}`, `store.redis.tls: applies to a rediss:// URL; "redis://[redacted]@cache:6379/0" is redis://`},
+		{"rediss://cache:6380/0", `{ca_file: "` + missing + `"}`, "store.redis.tls.ca_file: open " + missing},
+		{"rediss://cache:6380/0", `{ca_file: "` + dir + `"}`, "store.redis.tls.ca_file: read " + dir},
+		{"rediss://cache:6380/0", `{cert_file: "` + cert + `"}`, "store.redis.tls.key_file: is required with cert_file"},
+		{"rediss://cache:6380/0", `{key_file: "` + key + `"}`, "store.redis.tls.cert_file: is required with key_file"},
+		{"rediss://cache:6380/0", `{cert_file: "` + missing + `", key_file: "` + key + `"}`, "store.redis.tls.cert_file: open " + missing},
+		{"rediss://cache:6380/0", `{ca: "` + ca + `"}`, `store.redis.tls: unknown key "ca"`},
+	} {
+		_, err := Parse(yaml(tt.url, tt.tls), nil)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("url %s, tls %s: error %v, want %q", tt.url, tt.tls, err, tt.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("error shows the password: %v", err)
 		}
 	}
 }

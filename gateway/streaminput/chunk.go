@@ -270,9 +270,11 @@ func errTooLarge(limit int64) *apierr.Error {
 	return e
 }
 
-func errStore() *apierr.Error {
+// errStore answers a store failure; what says what the gateway could not
+// do ("store the chunk durably", "read the session's chunks").
+func errStore(what string) *apierr.Error {
 	return &apierr.Error{Status: http.StatusServiceUnavailable, Type: apierr.TypeServer, Code: apierr.CodeStoreUnavailable,
-		Message: "the gateway could not store the chunk durably; retry the request"}
+		Message: "the gateway could not " + what + "; retry the request"}
 }
 
 func errShutdown() *apierr.Error {

@@ -235,7 +235,7 @@ func (s *session) acceptLocked(ctx context.Context, c chunk) (ack, *apierr.Error
 				return ack{}, errChanged
 			}
 			s.m.met.chunks.WithLabelValues("rejected").Inc()
-			return ack{}, s.storeFailureLocked("put chunk", err)
+			return ack{}, s.storeFailureLocked("put chunk", "store the chunk durably", err)
 		}
 	} else {
 		s.mem[c.seq] = c
@@ -293,7 +293,7 @@ func (s *session) restore(p snapshotFields) {
 
 // storeFailureLocked maps a failed store write to the client's error; a
 // session the store no longer has (expired) is closed.
-func (s *session) storeFailureLocked(op string, err error) *apierr.Error {
+func (s *session) storeFailureLocked(op, what string, err error) *apierr.Error {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		s.m.log.Info("session expired in the store", "session", store.RedactID(s.id))
@@ -305,7 +305,7 @@ func (s *session) storeFailureLocked(op string, err error) *apierr.Error {
 		return e
 	}
 	s.m.log.Error("streaming-input store write failed", "op", op, "session", store.RedactID(s.id), "error", err)
-	return errStore()
+	return errStore(what)
 }
 
 // finish ends the input (POST …/finish). It is idempotent.
@@ -350,7 +350,7 @@ func (s *session) finishLocked(ctx context.Context) *apierr.Error {
 			if errors.Is(err, store.ErrConflict) {
 				return errChanged
 			}
-			return s.storeFailureLocked("finish", err)
+			return s.storeFailureLocked("finish", "store the session's end durably", err)
 		}
 	}
 	if startNow {
@@ -437,7 +437,7 @@ func (s *session) run(ctx context.Context, res *result, upto uint64, mem []chunk
 		all, err := s.m.opts.Store.Chunks(ctx, s.id)
 		if err != nil {
 			s.m.log.Error("loading the session's chunks failed", "session", store.RedactID(s.id), "error", err)
-			fail(errStore())
+			fail(errStore("read the session's chunks"))
 			return
 		}
 		chunks = make([]chunk, 0, upto)
@@ -448,14 +448,14 @@ func (s *session) run(ctx context.Context, res *result, upto uint64, mem []chunk
 			meta, err := decodeMeta(sc.Modality)
 			if err != nil {
 				s.m.log.Error("undecodable stored chunk", "session", store.RedactID(s.id), "seq", sc.Seq, "error", err)
-				fail(errStore())
+				fail(errStore("read the session's chunks"))
 				return
 			}
 			chunks = append(chunks, chunk{seq: sc.Seq, meta: meta, payload: sc.Payload})
 		}
 		if uint64(len(chunks)) != upto {
 			s.m.log.Error("stored chunks are missing", "session", store.RedactID(s.id), "want", upto, "have", len(chunks))
-			fail(errStore())
+			fail(errStore("read the session's chunks"))
 			return
 		}
 	}
