@@ -544,6 +544,12 @@ func (r *Runtime) Reload(ctx context.Context) error {
 		}(p)
 	}
 	wg.Wait()
+	if err := ctx.Err(); err != nil && !r.ready.Load() {
+		// Stopped while starting (New closes the runtime): the builds
+		// that failed for it were not the files' fault, and nothing is
+		// published or logged as rejected.
+		return fmt.Errorf("plugins: loading stopped: %w", context.Cause(ctx))
+	}
 	var retired []*version
 	for _, p := range plans {
 		e := p.e

@@ -177,8 +177,20 @@ func OpenRedis(ctx context.Context, opts RedisOptions) (*RedisStore, error) {
 	}
 	s.c.AddHook(commandBound{command: opts.Timeout, pipeline: ro.ReadTimeout})
 	s.setDown(errors.New("not connected yet"))
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opts.Timeout)
-	err = s.ping(pctx)
+	pctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	pinged := make(chan error, 1)
+	go func() { pinged <- s.ping(pctx) }()
+	select {
+	case err = <-pinged:
+	case <-ctx.Done():
+		// Stopped while starting (a signal): go-redis reads until the
+		// deadline whatever the context says, so closing the client is
+		// what ends the wait. Not an outage to report.
+		_ = s.c.Close()
+		<-pinged
+		cancel()
+		return nil, fmt.Errorf("store: open redis: %w", context.Cause(ctx))
+	}
 	cancel()
 	if m, ok := classifyRedisStartError(err); ok {
 		_ = s.c.Close()

@@ -234,6 +234,17 @@ func serveWith(ctx context.Context, cfg config.Config, ln net.Listener, logger h
 	// to compile them, need not stay resident either.
 	debug.FreeOSMemory()
 	policies.Evict()
+	if ctx.Err() != nil {
+		// A signal that came while a step of the start did not stop for
+		// it: nothing was served, so stop now, before announcing a
+		// listener a supervisor would take for a started gateway.
+		_ = ln.Close()
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = gw.Shutdown(sctx)
+		logger.Info("stopped while starting", "cause", context.Cause(ctx))
+		return 0
+	}
 
 	errc := make(chan error, 1)
 	go func() { errc <- gw.Serve(ln) }()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -67,6 +68,50 @@ func TestServeInterruptedWhileStartingExitsZero(t *testing.T) {
 	code := run(ctx, []string{"serve", "--upstream", up.URL, "--listen", "127.0.0.1:0", "--data-dir", t.TempDir()}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("exit %d, want 0\n%s", code, stderr.String())
+	}
+	if strings.Contains(stderr.String(), "[ERROR]") {
+		t.Fatalf("an interrupted start logged errors:\n%s", stderr.String())
+	}
+}
+
+// A signal that comes while the start waits for Redis (one that accepts
+// connections and never answers) stops it there: exit 0, no listener
+// announced, and no ERROR line about Redis or the policies the cancelled
+// start did not load.
+func TestServeInterruptedWhileConnectingToRedis(t *testing.T) {
+	up := upstreamtest.NewServer(upstreamtest.Options{Name: "A"})
+	defer up.Close()
+	mute, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mute.Close()
+	accepted := make(chan struct{}, 16)
+	go func() {
+		for {
+			c, err := mute.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			accepted <- struct{}{}
+		}
+	}()
+	cfg := filepath.Join(t.TempDir(), "sluice.yaml")
+	yaml := fmt.Sprintf("listen: 127.0.0.1:0\nupstreams:\n  - name: A\n    base_url: %s\n"+
+		"store:\n  backend: redis\n  redis:\n    url: redis://%s/0\n    timeout: 30s\n", up.URL, mute.Addr())
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-accepted; cancel() }() // the start is waiting for Redis's answer
+	var stdout, stderr strings.Builder
+	code := run(ctx, []string{"serve", "--config", cfg, "--data-dir", t.TempDir()}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d, want 0\n%s", code, stderr.String())
+	}
+	if strings.Contains(stdout.String(), "listening") {
+		t.Fatalf("a start stopped by a signal announced a listener:\n%s", stdout.String())
 	}
 	if strings.Contains(stderr.String(), "[ERROR]") {
 		t.Fatalf("an interrupted start logged errors:\n%s", stderr.String())
