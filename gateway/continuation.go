@@ -658,6 +658,36 @@ type splicedItem struct {
 	snap    *itemSnap  // restart: what it must reproduce
 	parts   map[int64]*splicedPart
 	args    reproducer
+	counted bool // restart: counted in splice.reproduced
+}
+
+// countUnclosed counts as reproduced the restart's items that reproduced
+// everything the client has of them without an output_item.done: an
+// upstream need not send every done event before the next item or its
+// terminal event, which close them.
+func (sp *splicer) countUnclosed() {
+	for _, m := range sp.items {
+		if m.counted || m.newItem || m.client == nil || (!m.drop && m.unreproduced() != "") {
+			continue
+		}
+		m.counted = true
+		sp.reproduced++
+	}
+}
+
+// unreproduced says what a restart's item still lacks of what the client
+// has ("" when it reproduced all of it: its arguments and every part).
+func (m *splicedItem) unreproduced() string {
+	if !m.args.complete() {
+		return "ended a tool call before reproducing the arguments already sent"
+	}
+	for j, ps := range m.snap.parts {
+		p := m.parts[int64(j)]
+		if (p == nil && ps.text != "") || (p != nil && !p.want.complete()) {
+			return "ended an item before reproducing what was already sent"
+		}
+	}
+	return ""
 }
 
 // splicedPart is where one content part of a mapped item goes.
@@ -808,7 +838,8 @@ func (cs *clientStream) spliceLocked(name string, data []byte, f *eventFields) e
 		return cs.rewriteLocked(name, data, intField("output_index", m.index))
 	case m.drop:
 		if typ == "response.output_item.done" {
-			if sp.kind == kindRestart && m.client != nil {
+			if sp.kind == kindRestart && m.client != nil && !m.counted {
+				m.counted = true
 				sp.reproduced++ // reasoning the client has, redone
 			}
 			if m.client != nil && m.client.Done == nil {
@@ -883,16 +914,11 @@ func (cs *clientStream) spliceLocked(name string, data []byte, f *eventFields) e
 		}
 		return nil
 	case "response.output_item.done":
-		if sp.kind == kindRestart {
-			if !m.args.complete() {
-				return cs.divergeLocked("ended a tool call before reproducing the arguments already sent")
+		if sp.kind == kindRestart && !m.counted {
+			if why := m.unreproduced(); why != "" {
+				return cs.divergeLocked(why)
 			}
-			for j, ps := range m.snap.parts {
-				p := m.parts[int64(j)]
-				if (p == nil && ps.text != "") || (p != nil && !p.want.complete()) {
-					return cs.divergeLocked("ended an item before reproducing what was already sent")
-				}
-			}
+			m.counted = true
 			sp.reproduced++
 		}
 		if m.client.Done == nil {
@@ -966,7 +992,9 @@ func (cs *clientStream) spliceAddedLocked(name string, data []byte, f *eventFiel
 		}
 	}
 	if sp.kind == kindRestart && sp.reproduced < sp.n {
-		return cs.divergeLocked("started a new item before reproducing those already sent")
+		if sp.countUnclosed(); sp.reproduced < sp.n {
+			return cs.divergeLocked("started a new item before reproducing those already sent")
+		}
 	}
 	m := &splicedItem{newItem: true, index: sp.next}
 	sp.next++
@@ -1148,6 +1176,7 @@ func (cs *clientStream) splicedTerminalLocked(typ string, resp gjson.Result) err
 			for ; sp.added < sp.n && sp.snap[sp.added].typ == "reasoning"; sp.added++ {
 				sp.reproduced++ // reasoning the restart did not redo stays as shown
 			}
+			sp.countUnclosed()
 			if sp.reproduced < sp.n {
 				return cs.divergeLocked("ended before reproducing what was already sent")
 			}

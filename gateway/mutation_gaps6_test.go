@@ -234,3 +234,41 @@ func TestRestartChatSendsNoEmptyChunks(t *testing.T) {
 		t.Fatalf("client got %q with %d finish chunks", text, finishes)
 	}
 }
+
+// TestRestartWithoutDoneEventsCompletes: a restart that reproduces the
+// text the client has and goes on, but never sends content_part.done or
+// output_item.done (the spec does not require them before the terminal
+// event), completes: its terminal event or its next item closes the item.
+// Before, the client got the new text and then a response.failed saying the
+// restart "ended before reproducing what was already sent".
+func TestRestartWithoutDoneEventsCompletes(t *testing.T) {
+	rest := []string{"The quick brown", " fox jumps over the lazy dog"}
+	for name, more := range map[string][]string{
+		"terminal":  nil,
+		"next item": g6Message("msg_c", 1, []string{"Done."}, true),
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := contHarness(t, gateway.ContinuationRestart, harnessConfig{})
+			h.ups["P"].Enqueue(upstreamtest.Answer(fullAnswer, 9).CutAfterDeltas(3))
+			evs := []string{`{"type":"response.created","response":` + g6Resp("resp_b", "in_progress", "[]") + `}`}
+			evs = append(evs, g6Message("msg_b", 0, rest, false)...)
+			evs = append(evs, more...)
+			evs = append(evs, `{"type":"response.completed","response":`+g6Resp("resp_b", "completed", "[]")+`}`)
+			h.ups["B"].Enqueue(upstreamtest.Script{Frames: g6Frames(evs...)})
+			s := g6Post(t, h, `{"model":"m","input":"hi","stream":true}`)
+			if s.terminal.typ != "response.completed" {
+				t.Fatalf("terminal %s %s: %s", s.terminal.typ, s.message, s.terminal.data)
+			}
+			want := fullAnswer
+			if more != nil {
+				want += "Done."
+			}
+			if s.text != want {
+				t.Fatalf("client got %q, want %q", s.text, want)
+			}
+			if got := gjson.GetBytes(s.terminal.data, "response.output.0.content.0.text").Str; got != fullAnswer {
+				t.Fatalf("the completed response's first item %q, want %q", got, fullAnswer)
+			}
+		})
+	}
+}
