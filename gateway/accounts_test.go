@@ -481,6 +481,8 @@ func TestAdminKeysPatchMergesLimitsAndRefusesAmbiguousBodies(t *testing.T) {
 		{http.MethodPatch, "/admin/keys/ci", `{"limits":{"rpm":1}} {"limits":{"rpm":0}}`, ""},
 		{http.MethodPatch, "/admin/keys/ci", `[]`, ""},
 		{http.MethodPost, "/admin/keys", `{"name":"x","limits":{"rpm":-1}}`, "limits"},
+		{http.MethodPost, "/admin/keys", `{"name":"x","bogus":1}`, "bogus"},
+		{http.MethodPatch, "/admin/keys/ci", `{"limits":{"rpmx":1}}`, "limits.rpmx"},
 	} {
 		code, b := admin(bad.method, bad.path, bad.body)
 		var e struct {

@@ -114,7 +114,20 @@ func readKeyPatch(w http.ResponseWriter, r *http.Request, p *keyPatch) bool {
 		if errors.As(err, &te) {
 			apierr.Invalid(te.Field, apierr.CodeInvalidType, "%s must be %s, got a JSON %s", te.Field, goKindInJSON(te.Type), te.Value).Write(w)
 		} else {
-			apierr.Invalid("", apierr.CodeInvalidJSON, "%s", strings.TrimPrefix(err.Error(), "json: ")).Write(w)
+			msg := strings.TrimPrefix(err.Error(), "json: ")
+			if name, ok := strings.CutPrefix(msg, `unknown field "`); ok { // encoding/json names no other field
+				param := strings.TrimSuffix(name, `"`)
+				root.Get("limits").ForEach(func(k, _ gjson.Result) bool {
+					if k.Str == param { // an unknown limit: name it by its path
+						param = "limits." + param
+						return false
+					}
+					return true
+				})
+				apierr.Invalid(param, apierr.CodeInvalidJSON, "%s", msg).Write(w)
+				return false
+			}
+			apierr.Invalid("", apierr.CodeInvalidJSON, "%s", msg).Write(w)
 		}
 		return false
 	}

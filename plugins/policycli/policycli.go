@@ -635,7 +635,8 @@ func checkAndPlace(ctx context.Context, tmp, target string, stdout, stderr io.Wr
 	if deployed == "" || deployed[0] < '0' || deployed[0] > '9' {
 		deployed = "10-" + deployed
 	}
-	fmt.Fprintf(stdout, "deploy: copy it into the gateway's policy_dir (e.g. policies.d/%s); it is loaded without a restart\n", deployed)
+	fmt.Fprintf(stdout, "deploy: a gateway whose policy_dir is %s loads it without a restart; for another, copy it into its policy_dir (e.g. policies.d/%s)\n",
+		filepath.Dir(target), deployed)
 	return nil
 }
 
