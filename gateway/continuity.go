@@ -321,6 +321,12 @@ func (c *continuity) retryAnchors() {
 				failed++ // the store refused the one before: wait
 				continue
 			}
+			c.mu.Lock()
+			current := c.retrying[a.ResponseID] == a
+			c.mu.Unlock()
+			if !current {
+				continue // replaced or forgotten since the batch was taken
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), anchorWriteTimeout)
 			err := c.store.PutAnchor(ctx, a)
 			cancel()

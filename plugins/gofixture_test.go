@@ -100,12 +100,11 @@ func TestGoGuest(t *testing.T) {
 }
 
 // recoverOnceReady calls the recover hook again while its answer is busy:
-// no policy instance was ready before the call's deadline. A call waits for
-// an instance no longer than CallTimeout (ABI.md §8), and creating one of
-// the Go fixture, under the race detector on a loaded machine, can take
-// longer than a deadline short enough to time a loop out; the instance that
-// call stopped waiting for joins the pool when it is ready. Any other
-// outcome is the answer.
+// no policy instance was ready in time. A call waits for an instance
+// created for it no longer than instanceWait (ABI.md §8), and creating one
+// of the Go fixture, under the race detector on a loaded machine, can take
+// longer; the instance that call stopped waiting for joins the pool when it
+// is ready. Any other outcome is the answer.
 func recoverOnceReady(t *testing.T, r *Runtime, in hostabi.RecoverInput) (hostabi.RecoverOutput, Trace) {
 	t.Helper()
 	var out hostabi.RecoverOutput

@@ -160,7 +160,7 @@ func (v *version) waitClosed(ctx context.Context) error {
 	}
 }
 
-var errPoolBusy = errors.New("no policy instance was free or ready before the call's deadline")
+var errPoolBusy = errors.New("no policy instance was free or ready in time")
 
 // instanceWait bounds how long a call waits for an instance being created
 // for it. Creating one takes a few ms (README), far more on a loaded
