@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/coder/websocket"
 	"github.com/tidwall/gjson"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -185,20 +187,7 @@ func TestGaps8dStreamEndingFailedMarksTheRequestSpanAnError(t *testing.T) {
 	if strings.Contains(string(evs[len(evs)-1].Data), `"usage"`) {
 		t.Fatalf("the terminal carries usage; this test needs one without: %s", evs[len(evs)-1].Data)
 	}
-	if err := tp.ForceFlush(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	var servers []*tracepb.Span
-	for deadline := time.Now().Add(10 * time.Second); len(servers) == 0; time.Sleep(20 * time.Millisecond) {
-		servers = spanByKind(t, recv.waitSpans(t, 1), tracepb.Span_SPAN_KIND_SERVER)
-		if len(servers) == 0 && time.Now().After(deadline) {
-			t.Fatal("no request span arrived")
-		}
-	}
-	if len(servers) != 1 {
-		t.Fatalf("%d request spans", len(servers))
-	}
-	rs := servers[0]
+	rs := onlyRequestSpan(t, tp, recv)
 	if v := spanAttr(rs, "http.response.status_code"); v.GetIntValue() != 200 {
 		t.Fatalf("request span status %v", v)
 	}
@@ -234,17 +223,7 @@ func TestRequestSpanStatusIsWhatTheClientGot(t *testing.T) {
 			if resp.StatusCode != c.status {
 				t.Fatalf("client got %d, want %d", resp.StatusCode, c.status)
 			}
-			if err := tp.ForceFlush(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			var servers []*tracepb.Span
-			for deadline := time.Now().Add(10 * time.Second); len(servers) == 0; time.Sleep(20 * time.Millisecond) {
-				servers = spanByKind(t, recv.waitSpans(t, 1), tracepb.Span_SPAN_KIND_SERVER)
-				if len(servers) == 0 && time.Now().After(deadline) {
-					t.Fatal("no request span arrived")
-				}
-			}
-			rs := servers[0]
+			rs := onlyRequestSpan(t, tp, recv)
 			if v := spanAttr(rs, "http.response.status_code"); v.GetIntValue() != int64(c.status) {
 				t.Fatalf("request span status %v, the client got %d", v, c.status)
 			}
@@ -256,4 +235,24 @@ func TestRequestSpanStatusIsWhatTheClientGot(t *testing.T) {
 			}
 		})
 	}
+}
+
+// onlyRequestSpan flushes tp and returns the one request (server) span recv
+// got.
+func onlyRequestSpan(t *testing.T, tp *sdktrace.TracerProvider, recv *otlpReceiver) *tracepb.Span {
+	t.Helper()
+	if err := tp.ForceFlush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var servers []*tracepb.Span
+	for deadline := time.Now().Add(10 * time.Second); len(servers) == 0; time.Sleep(20 * time.Millisecond) {
+		servers = spanByKind(t, recv.waitSpans(t, 1), tracepb.Span_SPAN_KIND_SERVER)
+		if len(servers) == 0 && time.Now().After(deadline) {
+			t.Fatal("no request span arrived")
+		}
+	}
+	if len(servers) != 1 {
+		t.Fatalf("%d request spans", len(servers))
+	}
+	return servers[0]
 }
