@@ -667,12 +667,47 @@ type splicedItem struct {
 // terminal event, which close them.
 func (sp *splicer) countUnclosed() {
 	for _, m := range sp.items {
-		if m.counted || m.newItem || m.client == nil || (!m.drop && m.unreproduced() != "") {
-			continue
+		if m.closedWhole() {
+			m.counted = true
+			sp.reproduced++
 		}
-		m.counted = true
-		sp.reproduced++
 	}
+}
+
+// closedWhole reports whether m is a restart's item not yet counted that
+// has everything the client has of it, were it closed now.
+func (m *splicedItem) closedWhole() bool {
+	return !m.counted && !m.newItem && m.client != nil && (m.drop || m.unreproduced() == "")
+}
+
+// shortAtEnd reports whether a restart that ended now would not have
+// reproduced every item the client has: reasoning it did not redo stays as
+// shown, and an item reproduced whole but never closed counts
+// (splicedTerminalLocked, which then fails the stream).
+func (sp *splicer) shortAtEnd() bool {
+	if sp.kind != kindRestart {
+		return false
+	}
+	n := sp.reproduced
+	for i := sp.added; i < sp.n && sp.snap[i].typ == "reasoning"; i++ {
+		n++
+	}
+	for _, m := range sp.items {
+		if m.closedWhole() {
+			n++
+		}
+	}
+	return n < sp.n
+}
+
+// restartShort reports whether the stream is being continued by a restart
+// that, ending now, would fail for not reproducing what the client has:
+// the attempt's answer is then not the client's response, and the pump
+// records nothing of it (confirmRescue, the portable turn).
+func (cs *clientStream) restartShort() bool {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.splice != nil && cs.splice.shortAtEnd()
 }
 
 // unreproduced says what a restart's item still lacks of what the client
@@ -1172,14 +1207,8 @@ func appendClosed(b []byte, it *sent.Item) []byte {
 func (cs *clientStream) splicedTerminalLocked(typ string, resp gjson.Result) error {
 	sp := cs.splice
 	if typ != "response.failed" {
-		if sp.kind == kindRestart {
-			for ; sp.added < sp.n && sp.snap[sp.added].typ == "reasoning"; sp.added++ {
-				sp.reproduced++ // reasoning the restart did not redo stays as shown
-			}
-			sp.countUnclosed()
-			if sp.reproduced < sp.n {
-				return cs.divergeLocked("ended before reproducing what was already sent")
-			}
+		if sp.shortAtEnd() {
+			return cs.divergeLocked("ended before reproducing what was already sent")
 		}
 		if typ == "response.completed" {
 			for _, it := range cs.sent.Items {

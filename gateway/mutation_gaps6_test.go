@@ -19,6 +19,7 @@ package gateway_test
 import (
 	"bytes"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -270,5 +271,28 @@ func TestRestartWithoutDoneEventsCompletes(t *testing.T) {
 				t.Fatalf("the completed response's first item %q, want %q", got, fullAnswer)
 			}
 		})
+	}
+}
+
+// TestRestartShortAtItsEndAnchorsNothing: a restart that ends (its
+// response.completed) before reproducing what the client has fails the
+// client's stream, and its answer is not the client's response: the
+// response id stays owned by the target the client's text came from, so a
+// follow-up is not continued from an answer that contradicts it.
+func TestRestartShortAtItsEndAnchorsNothing(t *testing.T) {
+	h := contHarness(t, gateway.ContinuationRestart, harnessConfig{opts: gateway.Options{Store: openStore(t, t.TempDir())}})
+	h.ups["P"].Enqueue(upstreamtest.Answer(fullAnswer, 9).CutAfterDeltas(3))
+	evs := []string{`{"type":"response.created","response":` + g6Resp("resp_b", "in_progress", "[]") + `}`}
+	evs = append(evs, g6Message("msg_b", 0, []string{"The ", "quick"}, false)...)
+	evs = append(evs, `{"type":"response.completed","response":`+g6Resp("resp_b", "completed", "[]")+`}`)
+	h.ups["B"].Enqueue(upstreamtest.Script{Frames: g6Frames(evs...)})
+	s := g6Post(t, h, `{"model":"m","input":"hi","stream":true}`)
+	if s.terminal.typ != "response.failed" || s.code != "stream_incomplete" {
+		t.Fatalf("terminal %s %s: %s", s.terminal.typ, s.code, s.terminal.data)
+	}
+	id := gjson.GetBytes(s.terminal.data, "response.id").Str
+	var anchor struct{ Owner string }
+	if code := h.getJSON("/admin/continuity/"+id, &anchor); code != http.StatusOK || anchor.Owner != "P" {
+		t.Fatalf("the failed response's anchor: %d, owner %q; want P, whose text the client has", code, anchor.Owner)
 	}
 }

@@ -402,6 +402,9 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 		}
 	case "response.completed", "response.incomplete":
 		p.confirmAnchor(f.Response)
+		if p.cs.restartShort() {
+			break // the client stream fails it (splicedTerminalLocked): not the client's response
+		}
 		p.confirmRescue()
 		if p.req.portable != nil { // portable.go: the turn is kept before the terminal event goes out
 			p.keepTurn(f.Response)
