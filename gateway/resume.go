@@ -104,9 +104,10 @@ type streamLogs struct {
 	// attempt then.
 	stopping chan struct{}
 	stopOnce sync.Once
-	// unsealedLog spaces the lines about logs that ended before they were
-	// durable: during a store outage that is every durable stream.
-	unsealedLog logtext.Every
+	// unsealedLog and writeFailLog space the lines about logs not written
+	// (ended before they were durable; any write): during a store outage
+	// that is every durable stream.
+	unsealedLog, writeFailLog logtext.Every
 
 	// mu guards the map; it is taken before a log's own mu, never after.
 	mu        sync.Mutex
@@ -132,7 +133,7 @@ func newStreamLogs(opts ResumeOptions, now func() time.Time, log interface {
 	setDefault(&opts.MaxBytes, defaultResumeMaxBytes)
 	setDefault(&opts.MemoryBytes, defaultResumeMemory)
 	return &streamLogs{opts: opts, now: now, log: log, logs: map[string]*streamLog{}, stopping: make(chan struct{}),
-		unsealedLog: logtext.Every{Interval: 10 * time.Second}}
+		unsealedLog: logtext.Every{Interval: 10 * time.Second}, writeFailLog: logtext.Every{Interval: 10 * time.Second}}
 }
 
 // streamLog is one response's log.
@@ -662,6 +663,14 @@ func (l *streamLog) resealLater() {
 	}
 }
 
+// logWriteFailed says that a write of a stream log failed, at most every
+// 10 s with the number of failures.
+func (h *streamLogs) logWriteFailed(id string, err error) {
+	if n, ok := h.writeFailLog.Allow(time.Now()); ok {
+		h.log.Error("writing a stream log failed", "response_id", LogID(id), "error", err, "failures", n)
+	}
+}
+
 // keeps reports whether l is still the log of its id here, not deleted
 // and within its window.
 func (h *streamLogs) keeps(l *streamLog) bool {
@@ -740,7 +749,7 @@ func (h *streamLogs) answered(id, owner string, input, response []byte) {
 	l.mu.Unlock()
 	if h.opts.Store != nil {
 		if err := h.persist(l, true, response); err != nil && !errors.Is(err, store.ErrStreamLogDeleted) {
-			h.log.Error("writing a stream log failed", "response_id", LogID(l.id), "error", err)
+			h.logWriteFailed(l.id, err)
 		}
 	}
 }
@@ -848,7 +857,7 @@ func (l *streamLog) recordDue(now bool) bool {
 // flush writes what this one could not.
 func (l *streamLog) flush(saveRecord bool) {
 	if err := l.write(saveRecord); err != nil {
-		l.hub.log.Error("writing a stream log failed", "response_id", LogID(l.id), "error", err)
+		l.hub.logWriteFailed(l.id, err)
 	}
 }
 

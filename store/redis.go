@@ -331,6 +331,7 @@ func (s *RedisStore) setDown(err error) {
 func (s *RedisStore) healthLoop(ctx context.Context) {
 	defer close(s.pingDone)
 	backoff := redisMinBackoff
+	var misconfigLogged redisMisconfiguration // the last refusal logged
 	t := time.NewTimer(s.opts.HealthInterval)
 	defer t.Stop()
 	for {
@@ -356,6 +357,7 @@ func (s *RedisStore) healthLoop(ctx context.Context) {
 		if err == nil {
 			s.setUp()
 			backoff = redisMinBackoff
+			misconfigLogged = redisMisconfiguration{}
 			if !wasUp {
 				s.log.Info("redis reachable again", "addr", s.addr)
 			}
@@ -363,13 +365,25 @@ func (s *RedisStore) healthLoop(ctx context.Context) {
 			continue
 		}
 		s.setDown(err)
-		if wasUp {
+		if m, ok := classifyRedisStartError(err); ok {
+			// Up now but refusing the configuration (a start during an
+			// outage, or a server reconfigured): say what to fix, once
+			// per cause, where an outage says it is unreachable.
+			if m != misconfigLogged {
+				misconfigLogged = m
+				s.log.Error("redis refuses the configuration; it counts as unavailable until fixed", "addr", s.addr,
+					"cause", m.cause, "fix", m.setting, "error", err)
+			}
+		} else if wasUp {
 			s.log.Error("redis unreachable; continuity fails closed and streaming input answers 503 until it is back", "addr", s.addr, "error", err)
 		}
 		t.Reset(backoff)
 		backoff = min(2*backoff, redisMaxBackoff)
 	}
 }
+
+// probeScript is the first successful ping's check that scripts run.
+var probeScript = redis.NewScript(`return redis.call('GET', KEYS[1])`)
 
 // ping checks that Redis answers; the first success also checks the key
 // layout's version and warns about a persistence setting that loses
@@ -393,6 +407,11 @@ func (s *RedisStore) ping(ctx context.Context) error {
 	}
 	if v != redisSchemaVersion {
 		return fmt.Errorf("key layout version %q under %s, want %s (another Sluice version uses this prefix): %w", v, key, redisSchemaVersion, ErrCorrupt)
+	}
+	// Every write is a Lua script: an ACL that refuses EVALSHA or EVAL
+	// refuses them all, and is found here rather than by each write.
+	if err := probeScript.Run(ctx, s.c, []string{key}).Err(); err != nil {
+		return err
 	}
 	s.schemaOK.Store(true)
 	s.checkPersistence(ctx)

@@ -74,6 +74,8 @@ func TestOpenRedisMisconfigured(t *testing.T) {
 	ctx := context.Background()
 	for _, cmd := range [][]any{
 		{"ACL", "SETUSER", "readonly", "on", ">r3ad", "~*", "+ping", "+get", "+info", "+config|get"},
+		// Keys and plain commands, but no scripts: every write is one.
+		{"ACL", "SETUSER", "noscripts", "on", ">n0scr", "~*", "+ping", "+set", "+setnx", "+get", "+info", "+config|get", "+hget", "+del", "+xread"},
 		{"CONFIG", "SET", "requirepass", "hunter2"},
 	} {
 		if err := admin.Do(ctx, cmd...).Err(); err != nil {
@@ -88,6 +90,7 @@ func TestOpenRedisMisconfigured(t *testing.T) {
 		{"no password", RedisOptions{URL: srv.URL}, "NOAUTH"},
 		{"wrong password", RedisOptions{URL: srv.URL, Password: "wrong"}, "WRONGPASS"},
 		{"no permission", RedisOptions{URL: srv.URL, Username: "readonly", Password: "r3ad"}, "NOPERM"},
+		{"no scripts", RedisOptions{URL: srv.URL, Username: "noscripts", Password: "n0scr"}, "NOPERM"},
 		{"DB index", RedisOptions{URL: "redis://" + srv.Addr + "/16", Password: "hunter2"}, "DB index is out of range"},
 	} {
 		tt.opts.KeyPrefix, tt.opts.Timeout = "sluicetest:misconfigured:", 2*time.Second
@@ -123,5 +126,36 @@ func TestRedisWaitReplicasWarning(t *testing.T) {
 	_, logs = openRedisPrivate(t, srv, RedisOptions{})
 	if got := logs.String(); strings.Contains(got, "replicas") {
 		t.Errorf("warned without wait_replicas:\n%s", got)
+	}
+}
+
+// TestRedisRefusalAfterStartIsNamed: a Redis that starts refusing the
+// store's credentials after it opened (here: its password changed, every
+// connection dropped) is reported unavailable, and the log says once what
+// to fix, not that Redis is unreachable.
+func TestRedisRefusalAfterStartIsNamed(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := rawClient(t, srv.URL)
+	ctx := context.Background()
+	s, logs := openRedisPrivate(t, srv, RedisOptions{HealthInterval: 20 * time.Millisecond, KeyPrefix: "sluicetest:refusal:"})
+	if err := admin.ConfigSet(ctx, "requirepass", "changed").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_ = admin.Do(ctx, "CLIENT", "KILL", "TYPE", "normal").Err() // the admin's own connection goes too
+	const line = "redis refuses the configuration; it counts as unavailable until fixed"
+	for deadline := time.Now().Add(15 * time.Second); !strings.Contains(logs.String(), line); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no line names the refusal:\n%s", logs.String())
+		}
+	}
+	if s.Health() == nil {
+		t.Fatal("healthy while Redis refuses the password")
+	}
+	time.Sleep(200 * time.Millisecond) // several more pings, refused alike
+	if n := strings.Count(logs.String(), line); n != 1 {
+		t.Fatalf("the refusal was logged %d times, want once:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "fix=\"store.redis.password") || strings.Contains(logs.String(), "redis unreachable") {
+		t.Fatalf("the log does not name what to fix, or calls it an outage:\n%s", logs.String())
 	}
 }
