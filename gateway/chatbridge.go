@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -195,7 +194,9 @@ func (s *Server) sendChat(upCtx context.Context, idle *idleTimer, req *clientReq
 		tr := translate.NewStream(opts)
 		evs, cerr := tr.Completion(body)
 		if cerr != nil {
-			ans.readErr = fmt.Errorf("the Chat upstream's answer could not be converted: %w", cerr)
+			// Not a chat.completion: the answer is unusable (unusableAnswer:
+			// the next target), not cut, so not a transport fault.
+			ans.unusable = "the Chat upstream's answer could not be converted: " + s.scrub.String(cerr.Error())
 			return ans, nil
 		}
 		ans.src = &chatSource{s: s, ctx: upCtx, req: req, tr: tr, queue: evs}
@@ -207,7 +208,7 @@ func (s *Server) sendChat(upCtx context.Context, idle *idleTimer, req *clientReq
 		answerAsError(ans, aerr)
 		return ans, nil
 	case aerr != nil:
-		ans.readErr = fmt.Errorf("the Chat upstream's answer could not be converted: %s", aerr.Message)
+		ans.unusable = "the Chat upstream's answer could not be converted: " + s.scrub.String(aerr.Message)
 		return ans, nil
 	}
 	s.convs.remember(context.WithoutCancel(upCtx), req, opts.ResponseID, items)
@@ -225,7 +226,7 @@ func (s *Server) warmUp(ctx context.Context, req *clientRequest, opts translate.
 	s.convs.remember(context.WithoutCancel(ctx), req, opts.ResponseID, tr.OutputItems())
 	ans := &upstreamAnswer{status: http.StatusOK, header: http.Header{"Content-Type": {"application/json"}}, done: func(bool) {}}
 	if req.stream {
-		ans.src = &replayedAnswer{events: evs}
+		ans.src = replayedEvents(evs)
 	} else {
 		ans.body = []byte(gjson.GetBytes(evs[len(evs)-1].Data, "response").Raw)
 	}
@@ -233,7 +234,16 @@ func (s *Server) warmUp(ctx context.Context, req *clientRequest, opts translate.
 }
 
 // replayedAnswer yields pre-rendered events.
-type replayedAnswer struct{ events []translate.Event }
+type replayedAnswer struct{ events []sse.Event }
+
+// replayedEvents is a replayedAnswer of translated Responses events.
+func replayedEvents(evs []translate.Event) *replayedAnswer {
+	r := &replayedAnswer{events: make([]sse.Event, 0, len(evs))}
+	for _, ev := range evs {
+		r.events = append(r.events, sse.Event{Name: ev.Type, Data: ev.Data})
+	}
+	return r
+}
 
 func (r *replayedAnswer) Next() (sse.Event, error) {
 	if len(r.events) == 0 {
@@ -241,7 +251,7 @@ func (r *replayedAnswer) Next() (sse.Event, error) {
 	}
 	ev := r.events[0]
 	r.events = r.events[1:]
-	return sse.Event{Name: ev.Type, Data: ev.Data}, nil
+	return ev, nil
 }
 
 // chatSource turns a Chat Completions stream into Responses events, and

@@ -616,9 +616,17 @@ func (s *Server) readAnswer(r io.Reader) ([]byte, error) {
 	limit := int64(s.opts.MaxEventBytes) * 4
 	body, err := io.ReadAll(io.LimitReader(r, limit+1))
 	if err == nil && int64(len(body)) > limit {
-		err = fmt.Errorf("the upstream answer exceeds %d bytes", limit)
+		err = &answerTooLargeError{limit: limit}
 	}
 	return body, err
+}
+
+// answerTooLargeError is a complete answer over readAnswer's bound: the
+// upstream's answer, not a transport fault, and not relayed cut short.
+type answerTooLargeError struct{ limit int64 }
+
+func (e *answerTooLargeError) Error() string {
+	return fmt.Sprintf("the upstream answer exceeds %d bytes", e.limit)
 }
 
 func (s *Server) sendHTTP(upCtx context.Context, idle *idleTimer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
@@ -649,7 +657,13 @@ func (s *Server) sendHTTP(upCtx context.Context, idle *idleTimer, req *clientReq
 		}
 	}
 	if req.stream {
-		// Read only for an error envelope: anything else is not relayed.
+		// A Chat upstream that ignored stream:true: its chat.completion
+		// becomes the chunks a stream of it would have carried, as it
+		// becomes Responses events for a Responses client (sendChat).
+		// Anything else is not relayed.
+		if err == nil && s.chatCompletionStream(ans, body) {
+			return ans, nil
+		}
 		ans.unusable = fmt.Sprintf("HTTP %d with %s instead of an event stream", ans.status, s.contentTypeOf(resp.Header))
 		return ans, nil
 	}
@@ -716,7 +730,7 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 	case ans.unusable != "":
 		return s.unusableAnswer(ctx, req, u, ans.status, ans.unusable)
 	case ans.src == nil:
-		return s.relayJSON(ctx, upCtx, out, req, u, ans)
+		return s.relayJSON(ctx, upCtx, out, req, u, replays, ans)
 	}
 
 	// The client stream outlives this attempt: the pump feeds it, and a
@@ -781,12 +795,11 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 				cs.fail(req, e, failAsTerminal)
 				return attemptResult{next: nextDone}
 			}
-			if res, replay := s.replay(ctx, cs, req, u, replays, ans, "transport", 0, ""); replay {
+			res := s.transportBeforeContent(ctx, cs, req, u, replays, ans, e)
+			if res.next != nextDone { // replayed: what this attempt held back is not the client's
 				cs.discard()
-				return res
 			}
-			cs.fail(req, e, failAsTerminal)
-			return attemptResult{next: nextDone}
+			return res
 		}
 		// An error event before the client saw anything (first, or right
 		// after the held response.created/in_progress).
@@ -865,6 +878,23 @@ func (s *Server) replay(ctx context.Context, out responder, req *clientRequest, 
 		return attemptResult{next: nextReplaySame, why: why}, true
 	}
 	return attemptResult{}, false
+}
+
+// transportBeforeContent handles a transport fault that arrived before the
+// client saw anything: a stream that broke or garbled before its first
+// event, or a complete (non-stream) answer whose body was cut after its
+// headers. The replay policy decides (by default one replay, on another
+// target); when it declines, e is the answer of a client that has seen
+// nothing (failBeforeStream): the HTTP status and JSON error, Chat streams
+// included, response.failed on a Responses stream, an error frame on a
+// WebSocket (README "Failover and replay").
+func (s *Server) transportBeforeContent(ctx context.Context, out responder, req *clientRequest, u *upstream.Upstream, replays int,
+	ans *upstreamAnswer, e *apierr.Error) attemptResult {
+	if res, replay := s.replay(ctx, out, req, u, replays, ans, "transport", 0, ""); replay {
+		return res
+	}
+	out.fail(req, e, failBeforeStream)
+	return attemptResult{next: nextDone}
 }
 
 // eventClass is the failure class (hostabi.Failure*) of an error-shaped
@@ -1082,7 +1112,7 @@ func (s *Server) recoveredError(v hostabi.RecoverOutput) *apierr.Error {
 }
 
 // relayJSON relays a complete (non-stream) 2xx upstream answer.
-func (s *Server) relayJSON(ctx, upCtx context.Context, out responder, req *clientRequest, u *upstream.Upstream, ans *upstreamAnswer) attemptResult {
+func (s *Server) relayJSON(ctx, upCtx context.Context, out responder, req *clientRequest, u *upstream.Upstream, replays int, ans *upstreamAnswer) attemptResult {
 	switch err := ans.readErr; {
 	case err != nil && ctx.Err() != nil:
 		return attemptResult{next: nextDone}
@@ -1090,14 +1120,20 @@ func (s *Server) relayJSON(ctx, upCtx context.Context, out responder, req *clien
 		out.fail(req, apierr.StreamIncomplete("the gateway is shutting down; retry the request"), failAsTerminal)
 		return attemptResult{next: nextDone}
 	case err != nil && errors.Is(context.Cause(upCtx), errIdleTimeout):
-		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), reasonIdle).Inc()
-		s.log.Warn("upstream answer stalled", "upstream", u.Name(), "idle", s.opts.IdleTimeout.String())
-		out.fail(req, apierr.StreamIncomplete("the upstream sent nothing for %s while sending its answer", s.opts.IdleTimeout), failAsTerminal)
+		// Nothing reached the client yet: a body that stalls after its
+		// headers is a silent target, as a stream that sends no event
+		// within timeouts.idle is.
+		return s.timeoutFailure(ctx, req, u, "idle", s.opts.IdleTimeout)
+	case errors.As(err, new(*answerTooLargeError)):
+		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), reasonOversize).Inc()
+		out.fail(req, apierr.StreamIncomplete("%s", err), failAsTerminal)
 		return attemptResult{next: nextDone}
 	case err != nil:
-		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "cut").Inc()
-		out.fail(req, apierr.StreamIncomplete("the upstream answer was incomplete: %s", s.scrub.String(upstream.RedactError(err))), failAsTerminal)
-		return attemptResult{next: nextDone}
+		// A body cut after its headers is a transport fault before
+		// content, judged as a stream cut before its first event is.
+		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "cut_before_first_event").Inc()
+		return s.transportBeforeContent(ctx, out, req, u, replays, ans,
+			apierr.StreamIncomplete("the upstream answer was incomplete: %s", s.scrub.String(upstream.RedactError(err))))
 	}
 	if why := s.answerProblem(ans); why != "" {
 		return s.unusableAnswer(ctx, req, u, ans.status, why)

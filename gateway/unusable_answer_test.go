@@ -114,9 +114,11 @@ func unusableStreamAnswers() []unusableCase {
 	asJSON := http.Header{"Content-Type": {"application/json"}}
 	html := http.Header{"Content-Type": {"text/html"}}
 	return []unusableCase{
+		// Chat too gets JSON that is no chat.completion: a chat.completion
+		// becomes the Chat stream of it (TestChatStreamAnsweredWithJSONBecomesChunks).
 		{"JSON instead of SSE", upstreamtest.Script{Header: asJSON,
 			Frames:     []upstreamtest.Frame{upstreamtest.RawFrame(upstreamtest.ResponseJSON("resp_json", "gpt-fake-1", "json instead of sse"))},
-			ChatFrames: []upstreamtest.Frame{upstreamtest.RawFrame(upstreamtest.ChatCompletionJSON("chatcmpl-json", "gpt-fake-1", "json instead of sse"))}},
+			ChatFrames: []upstreamtest.Frame{upstreamtest.RawFrame(upstreamtest.ResponseJSON("resp_json", "gpt-fake-1", "json instead of sse"))}},
 			`HTTP 200 with Content-Type "application/json" instead of an event stream`},
 		{"HTML", upstreamtest.Script{Header: html,
 			Frames:     []upstreamtest.Frame{upstreamtest.RawFrame([]byte("<html>hello</html>"))},
@@ -248,9 +250,11 @@ func TestStalledJSONAnswerEndsAtTheIdleTimeout(t *testing.T) {
 			h.ups["A"].Enqueue(upstreamtest.HangMidBody(10))
 			resp, body := postWithin(t, h, 10*time.Second, ep.path, ep.body)
 			var e apiError
+			// A silent target, as a stream without its first event is: with
+			// no other target, the request fails with no upstream left.
 			if err := json.Unmarshal(body, &e); err != nil || resp.StatusCode != http.StatusBadGateway ||
-				deref(e.Error.Code) != "stream_incomplete" || !strings.Contains(e.Error.Message, "sent nothing for 200ms") {
-				t.Fatalf("%d %s, want 502 stream_incomplete about the silence", resp.StatusCode, body)
+				deref(e.Error.Code) != "upstream_unavailable" || !strings.Contains(e.Error.Message, "idle timeout: nothing within 200ms") {
+				t.Fatalf("%d %s, want 502 upstream_unavailable about the silence", resp.StatusCode, body)
 			}
 		})
 	}

@@ -1,0 +1,155 @@
+package gateway
+
+import (
+	"strconv"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/sluice-gw/sluice/gateway/sse"
+)
+
+// chatCompletionStream makes a whole chat.completion, the answer of an
+// upstream that ignored a Chat client's stream:true, the answer's event
+// stream (ans.src): per choice a role chunk, a chunk with the message's
+// content (and its other members: refusal, reasoning, …), one chunk per
+// tool call, a finish chunk; then the usage chunk when the completion has
+// usage (the meter hides it from a client that did not ask, as it hides an
+// upstream's, chatusage.go) and [DONE]. The pump then reads them as any
+// upstream's chunks. It reports false, leaving ans as it was, for a body
+// that is not a chat.completion within the checks every complete answer
+// passes (answerProblem: SECURITY.md's depth and shape limits).
+func (s *Server) chatCompletionStream(ans *upstreamAnswer, body []byte) bool {
+	ans.body = body
+	problem := s.answerProblem(ans)
+	ans.body = nil
+	if problem != "" {
+		return false
+	}
+	evs, ok := chatCompletionChunks(body)
+	if !ok {
+		return false
+	}
+	ans.src = &replayedAnswer{events: evs}
+	return true
+}
+
+// chatCompletionChunks is chatCompletionStream's conversion; ok is false
+// when body has no choice or a choice without a message object. The
+// chunks are written member by member from the completion's raw JSON, so
+// no key is read as a path.
+func chatCompletionChunks(body []byte) (evs []sse.Event, ok bool) {
+	root := gjson.ParseBytes(body)
+	choices := root.Get("choices")
+	if !choices.IsArray() || len(choices.Array()) == 0 {
+		return nil, false
+	}
+	var head []byte // the members every chunk starts with
+	if id := root.Get("id"); id.Exists() {
+		head = appendMember(head, `"id"`, id.Raw)
+	}
+	head = appendMember(head, `"object"`, `"chat.completion.chunk"`)
+	for _, key := range []string{"created", "model", "system_fingerprint", "service_tier"} {
+		if v := root.Get(key); v.Exists() {
+			head = appendMember(head, strconv.Quote(key), v.Raw)
+		}
+	}
+	chunk := func(members []byte) {
+		evs = append(evs, sse.Event{Data: object(joinMembers(head, members))})
+	}
+	ok = true
+	position := 0
+	choices.ForEach(func(_, ch gjson.Result) bool {
+		msg := ch.Get("message")
+		if !msg.IsObject() {
+			ok = false
+			return false
+		}
+		index := strconv.Itoa(position)
+		if i := ch.Get("index"); i.Type == gjson.Number {
+			index = i.Raw
+		}
+		position++
+		// choice is the chunk's choices member: this choice with delta and
+		// the other members given.
+		choice := func(delta []byte, members []byte) []byte {
+			c := appendMember(appendMember(nil, `"index"`, index), `"delta"`, string(object(delta)))
+			return appendMember(nil, `"choices"`, "["+string(object(joinMembers(c, members)))+"]")
+		}
+		role := msg.Get("role")
+		if role.Type != gjson.String {
+			role = gjson.Parse(`"assistant"`)
+		}
+		chunk(choice(appendMember(nil, `"role"`, role.Raw), nil))
+		var delta []byte // content, refusal, reasoning and the rest of the message
+		msg.ForEach(func(k, v gjson.Result) bool {
+			if k.Str != "role" && k.Str != "tool_calls" && v.Type != gjson.Null {
+				delta = appendMember(delta, k.Raw, v.Raw)
+			}
+			return true
+		})
+		var logprobs []byte
+		if lp := ch.Get("logprobs"); lp.Exists() && lp.Type != gjson.Null {
+			logprobs = appendMember(nil, `"logprobs"`, lp.Raw)
+		}
+		if delta != nil || logprobs != nil {
+			chunk(choice(delta, logprobs))
+		}
+		calls := 0
+		msg.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
+			if !tc.IsObject() {
+				return true
+			}
+			// A message's calls are told apart by their position, a
+			// stream's by their index.
+			call := appendMember(nil, `"index"`, strconv.Itoa(calls))
+			tc.ForEach(func(k, v gjson.Result) bool {
+				if k.Str != "index" {
+					call = appendMember(call, k.Raw, v.Raw)
+				}
+				return true
+			})
+			calls++
+			chunk(choice(appendMember(nil, `"tool_calls"`, "["+string(object(call))+"]"), nil))
+			return true
+		})
+		finish := ch.Get("finish_reason").Raw
+		if finish == "" {
+			finish = "null"
+		}
+		chunk(choice(nil, appendMember(nil, `"finish_reason"`, finish)))
+		return true
+	})
+	if !ok {
+		return nil, false
+	}
+	if usage := root.Get("usage"); usage.IsObject() {
+		chunk(appendMember(appendMember(nil, `"choices"`, `[]`), `"usage"`, usage.Raw))
+	}
+	return append(evs, sse.Event{Data: []byte("[DONE]"), Done: true}), true
+}
+
+// appendMember appends the member rawKey: rawValue (both raw JSON) to the
+// members in b ("a":1,"b":2, without braces).
+func appendMember(b []byte, rawKey, rawValue string) []byte {
+	if len(b) > 0 {
+		b = append(b, ',')
+	}
+	b = append(b, rawKey...)
+	b = append(b, ':')
+	return append(b, rawValue...)
+}
+
+// joinMembers is the members of a followed by those of b, in a new slice.
+func joinMembers(a, b []byte) []byte {
+	out := make([]byte, 0, len(a)+1+len(b))
+	out = append(out, a...)
+	if len(a) > 0 && len(b) > 0 {
+		out = append(out, ',')
+	}
+	return append(out, b...)
+}
+
+// object is the JSON object of members (appendMember's).
+func object(members []byte) []byte {
+	return append(append([]byte{'{'}, members...), '}')
+}
