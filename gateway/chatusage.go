@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"bytes"
+
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -26,7 +28,13 @@ func (s *Server) askChatUsage(req *clientRequest) {
 	if !req.ep.chat || !req.stream || req.meta == nil {
 		return
 	}
-	switch opts := gjson.GetBytes(req.body, "stream_options"); {
+	opts := gjson.GetBytes(req.body, "stream_options")
+	if opts.Get("continuous_usage_stats").Type == gjson.True {
+		req.meta.mu.Lock()
+		req.meta.showRunningUsage = true
+		req.meta.mu.Unlock()
+	}
+	switch {
 	case opts.Exists() && opts.Type != gjson.Null && !opts.IsObject():
 		return
 	case opts.Get("include_usage").Type == gjson.True:
@@ -49,4 +57,41 @@ func (s *Server) askChatUsage(req *clientRequest) {
 func usageOnlyChunk(data []byte) bool {
 	ch := gjson.GetBytes(data, "choices")
 	return !ch.Exists() || ch.Type == gjson.Null || (ch.IsArray() && len(ch.Array()) == 0)
+}
+
+// withoutRunningUsage is a Chat chunk with choices as the client gets it:
+// a usage object on a chunk that does not finish a choice (a running
+// count, as vLLM sends with continuous_usage_stats) becomes null unless
+// the client asked for running usage. OpenAI's include_usage sends usage
+// on the usage-only chunk alone (every other chunk's is null), and a
+// stream continued on another target would otherwise show the cut
+// attempt's running counts, which the final usage chunk supersedes. A
+// finish chunk keeps its usage: some upstreams send the final count there
+// instead of in a usage-only chunk. The meter has already counted it.
+func (m *reqMeta) withoutRunningUsage(chunk []byte) []byte {
+	if !bytes.Contains(chunk, usageField) {
+		return chunk
+	}
+	m.mu.Lock()
+	show := m.showRunningUsage
+	m.mu.Unlock()
+	if show || !gjson.GetBytes(chunk, "usage").IsObject() || finishesAChoice(chunk) {
+		return chunk
+	}
+	out, err := sjson.SetRawBytes(chunk, "usage", []byte("null"))
+	if err != nil {
+		return chunk
+	}
+	return out
+}
+
+// finishesAChoice reports whether a Chat chunk carries a finish_reason.
+func finishesAChoice(chunk []byte) bool {
+	finish := false
+	gjson.GetBytes(chunk, "choices").ForEach(func(_, ch gjson.Result) bool {
+		r := ch.Get("finish_reason")
+		finish = r.Type == gjson.String && r.Str != ""
+		return !finish
+	})
+	return finish
 }

@@ -290,7 +290,15 @@ func (s *Server) continueAfter(ctx context.Context, cs *clientStream, req *clien
 		req.rescue = r
 	}
 	r.cause, r.reason, r.kind, r.text = af.cause, af.reason, kind, facts.text
-	r.usage = sumUsage(r.usage, af.usage)
+	if len(af.usage) > 0 {
+		r.usage = sumUsage(r.usage, af.usage) // the failure's own report is the attempt's final count
+	} else if len(facts.usage) > 0 {
+		// The last usage the attempt reported before it broke (a running
+		// usage on each Chat chunk, as vLLM's continuous_usage_stats),
+		// already summed with the earlier attempts' (README "Continuation":
+		// the usage of every attempt summed).
+		r.usage = facts.usage
+	}
 	r.count++
 	if try.cont != nil {
 		s.rescueOutcome(req, try.cont.kind, "continued")
@@ -556,12 +564,15 @@ type sentFacts struct {
 	bytes        int64
 	items        int
 	toolInFlight bool
+	// usage is the usage the client stream last sent (cs.sent.Usage): the
+	// earlier attempts' summed plus this attempt's last report, if any.
+	usage []byte
 }
 
 func (cs *clientStream) facts() sentFacts {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	f := sentFacts{responseID: cs.responseID}
+	f := sentFacts{responseID: cs.responseID, usage: append([]byte(nil), cs.sent.Usage...)}
 	if cs.chat {
 		f.text = string(cs.chatText)
 		f.bytes = int64(len(cs.chatText))

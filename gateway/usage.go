@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
@@ -28,8 +29,11 @@ type accounts struct {
 	tokens  *prometheus.CounterVec // sluice_usage_tokens_total{key,route,target,model,kind}
 	reqs    *prometheus.CounterVec // sluice_usage_requests_total{key,route,target,model}
 	cost    *prometheus.CounterVec // sluice_usage_cost_usd_total{key,route,target,model}
-	usage   *usageBatch            // nil without a usage store
-	models  modelLabels            // the usage metrics' model label values
+	// estimated counts the requests charged an estimate (estimateUsage):
+	// sluice_usage_estimated_requests_total{key,route,target,model}.
+	estimated *prometheus.CounterVec
+	usage     *usageBatch // nil without a usage store
+	models    modelLabels // the usage metrics' model label values
 }
 
 // maxModelLabels bounds how many model names the usage metrics label
@@ -132,7 +136,9 @@ func newAccounts(s *Server, o AccountsOptions, reg prometheus.Registerer) (*acco
 		Help: "Requests that reached an upstream, by key, route, target and model."}, labels)
 	a.cost = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_usage_cost_usd_total",
 		Help: "Cost in USD from the pricing table, by key, route, target and model."}, labels)
-	reg.MustRegister(a.tokens, a.reqs, a.cost)
+	a.estimated = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_usage_estimated_requests_total",
+		Help: "Requests that ended without the upstream's usage after output reached the client, charged an estimate, by key, route, target and model."}, labels)
+	reg.MustRegister(a.tokens, a.reqs, a.cost, a.estimated)
 	return a, nil
 }
 
@@ -140,6 +146,9 @@ func newAccounts(s *Server, o AccountsOptions, reg prometheus.Registerer) (*acco
 type usage struct {
 	input, output, cached, reasoning int64
 	known                            bool
+	// estimated: the upstream's usage never arrived and these counts are
+	// the gateway's estimate (reqMeta.estimateUsage).
+	estimated bool
 }
 
 func (u usage) total() int64 { return u.input + u.output }
@@ -182,6 +191,10 @@ func (a *accounts) priceOf(model string, u usage) (float64, bool) {
 func (a *accounts) admit(ctx context.Context, out responder, req *clientRequest) bool {
 	m := req.meta
 	k := req.key
+	est := estimateTokens(req.body)
+	if m != nil {
+		m.inputEstimate = est // charged if the request ends without usage (estimateUsage), with a key or without
+	}
 	if k == nil {
 		return true
 	}
@@ -189,7 +202,6 @@ func (a *accounts) admit(ctx context.Context, out responder, req *clientRequest)
 		out.fail(req, aerr, failInvalid)
 		return false
 	}
-	est := estimateTokens(req.body)
 	adm, lerr := a.limiter.Admit(ctx, k.name, k.limits, est)
 	if lerr != nil {
 		if m != nil && m.header != nil {
@@ -217,6 +229,11 @@ func (a *accounts) settle(req *clientRequest) {
 	m.mu.Lock()
 	// A background run settles after its handler has answered and set the
 	// status: everything read here is read under the lock.
+	if !m.settled && !m.usage.known && m.status/100 == 2 {
+		if est, ok := m.estimateUsage(); ok {
+			m.usage = est // the access log and the request span show what the key was charged
+		}
+	}
 	u, adm, settled, status := m.usage, m.admission, m.settled, m.status
 	m.settled = true
 	m.mu.Unlock()
@@ -242,10 +259,15 @@ func (a *accounts) settle(req *clientRequest) {
 	modelLabel := a.models.of(model, func() {
 		a.s.log.Warn("the usage metrics label this many models; later ones are labelled \"other\" (GET /admin/usage has every model)", "models", maxModelLabels)
 	})
-	// A request without usage (a stream cut before its terminal usage, a
-	// client that left) still counts as one request, in the store's totals
-	// as in the metric; its token counts are zero.
+	// A request without usage and without output (a stream cut before its
+	// first delta) still counts as one request, in the store's totals as in
+	// the metric; its token counts are zero. One that sent output counts
+	// its estimate (estimateUsage), marked in the metric only: the store's
+	// totals have no field for it.
 	a.reqs.WithLabelValues(key, route, target, modelLabel).Inc()
+	if u.estimated {
+		a.estimated.WithLabelValues(key, route, target, modelLabel).Inc()
+	}
 	for kind, n := range map[string]int64{"input": u.input, "output": u.output, "cached": u.cached, "reasoning": u.reasoning} {
 		if n > 0 {
 			a.tokens.WithLabelValues(key, route, target, modelLabel, kind).Add(float64(n))
@@ -359,7 +381,18 @@ func (k *meterSink) Event(name string, data []byte) error {
 	if hide {
 		return nil // counted; the client did not ask for it
 	}
-	return k.eventSink.Event(name, data)
+	delta := isDeltaType(name)
+	if name == "" && !usageOnlyChunk(data) { // a Chat chunk with choices
+		delta = true
+		data = k.m.withoutRunningUsage(data)
+	}
+	if err := k.eventSink.Event(name, data); err != nil {
+		return err
+	}
+	if delta {
+		k.m.outputDeltas.Add(1)
+	}
+	return nil
 }
 
 // observe notes one event the client stream sends (or, detached, would
@@ -414,7 +447,37 @@ func (k *meterSink) plainEvent(name string, data []byte) error {
 	if !k.plain {
 		return k.Event(name, data)
 	}
-	return k.eventSink.Event(name, data)
+	if err := k.eventSink.Event(name, data); err != nil {
+		return err
+	}
+	// A plain Chat chunk carries choices (an error chunk or a usage chunk
+	// is not plain); a plain Responses event is a delta by its name.
+	if name == "" || isDeltaType(name) {
+		k.m.outputDeltas.Add(1)
+	}
+	return nil
+}
+
+// isDeltaType reports whether a Responses event of type typ streams a piece
+// of output (text, arguments, reasoning, …): the events estimateUsage
+// counts. A Chat chunk has no name.
+func isDeltaType(typ string) bool { return strings.HasSuffix(typ, ".delta") }
+
+// estimateUsage is the usage a request is charged when it ends without the
+// upstream's (the client left, a cut that was not continued, a drain) after
+// the client was sent output: the admission's input estimate (body bytes /
+// 4, as the limits reserve) and one output token per delta the client was
+// sent, since OpenAI-compatible upstreams stream about a token per delta.
+// Charging nothing would let a client that always leaves before the usage
+// chunk take answers past its key's token limits. A request that sent no
+// output (no upstream answered, a cut before the first delta) is not
+// estimated. Called under m.mu.
+func (m *reqMeta) estimateUsage() (usage, bool) {
+	out := m.outputDeltas.Load()
+	if out == 0 {
+		return usage{}, false
+	}
+	return usage{input: m.inputEstimate, output: out, known: true, estimated: true}, true
 }
 
 // ---- GET /admin/usage ----
@@ -528,6 +591,18 @@ type reqMeta struct {
 	// client did not ask for; its usage-only chunk is counted, not sent
 	// (chatusage.go).
 	hideChatUsage bool
+	// showRunningUsage: the Chat client asked for usage on every chunk
+	// (stream_options.continuous_usage_stats); others get the usage of a
+	// chunk that is neither a usage chunk nor a finish chunk as null
+	// (chatusage.go).
+	showRunningUsage bool
+	// inputEstimate is the admission's token estimate of the request
+	// (body bytes / 4), and outputDeltas counts the output deltas the
+	// client was sent (atomic: the client stream writes while a background
+	// run may settle): the usage charged when the upstream's never came
+	// (estimateUsage).
+	inputEstimate int64
+	outputDeltas  atomic.Int64
 	traced        bool     // the request is traced: finish reasons are noted (tracing.go)
 	continuity    string   // "rehydrated" when the conversation was rehydrated on another upstream (portable.go)
 	finish        []string // the finish reasons the client was sent (traced only)

@@ -14,12 +14,14 @@ import (
 	"github.com/sluice-gw/sluice/store"
 )
 
-// A stream that ends without usage (the upstream cut it) counts one request
-// in GET /admin/usage, with no tokens, as it does in
-// sluice_usage_requests_total: the two count the same requests.
+// A stream that ends without usage before any output (the upstream cut it
+// after its lifecycle events, and so did the replay) counts one request in
+// GET /admin/usage, with no tokens, as it does in
+// sluice_usage_requests_total: the two count the same requests. (One cut
+// after output is charged an estimate: usage_estimate_test.go.)
 func TestUsageWithoutUsageCountsTheRequestInTheStore(t *testing.T) {
 	h, _ := keyedHarness(t, keyRec("team-a", teamAKey, nil, store.KeyLimits{}))
-	h.ups["A"].Enqueue(upstreamtest.Answer("one two three four", 4).CutAfterDeltas(2))
+	h.ups["A"].Enqueue(upstreamtest.CutAfter(2), upstreamtest.CutAfter(2))
 	resp, b := send(t, h, http.MethodPost, "/v1/responses", teamAKey, `{"model":"gpt-fake-1","input":"hi","stream":true}`)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "response.failed") || strings.Contains(string(b), `"usage":{`) {
 		t.Fatalf("cut stream: %d %s", resp.StatusCode, b)
