@@ -266,6 +266,11 @@ type chatSource struct {
 	ended bool
 }
 
+// reportedUsage is the last usage the Chat upstream reported on this
+// attempt, as a Responses usage object (continueAfter sums it when a cut
+// left the attempt without a final count).
+func (c *chatSource) reportedUsage() []byte { return c.tr.Usage() }
+
 func (c *chatSource) Next() (sse.Event, error) {
 	for len(c.queue) == 0 {
 		if c.tr.Done() || c.in == nil {

@@ -290,14 +290,19 @@ func (s *Server) continueAfter(ctx context.Context, cs *clientStream, req *clien
 		req.rescue = r
 	}
 	r.cause, r.reason, r.kind, r.text = af.cause, af.reason, kind, facts.text
-	if len(af.usage) > 0 {
+	switch src, translated := ans.src.(*chatSource); {
+	case len(af.usage) > 0:
 		r.usage = sumUsage(r.usage, af.usage) // the failure's own report is the attempt's final count
-	} else if len(facts.usage) > 0 {
+	case req.ep.chat && len(facts.usage) > 0:
 		// The last usage the attempt reported before it broke (a running
 		// usage on each Chat chunk, as vLLM's continuous_usage_stats),
 		// already summed with the earlier attempts' (README "Continuation":
 		// the usage of every attempt summed).
 		r.usage = facts.usage
+	case translated && len(src.reportedUsage()) > 0:
+		// A Responses client of a Chat upstream: the running usage stays
+		// in the translation until the terminal event.
+		r.usage = sumUsage(r.usage, src.reportedUsage())
 	}
 	r.count++
 	if try.cont != nil {

@@ -204,3 +204,30 @@ func TestUsageOfAContinuedChatStreamSumsARunningUsage(t *testing.T) {
 		t.Fatalf("/admin/usage: %+v, want 1 request, 18 in, 5 out", rep.Total)
 	}
 }
+
+// TestUsageOfAContinuedStreamSumsARunningUsageForResponsesClients: the same
+// continued stream as above, for a Responses client of the Chat upstreams:
+// the running usage the cut attempt reported stays in the translation, and
+// is summed all the same (README "Keys, limits and usage").
+func TestUsageOfAContinuedStreamSumsARunningUsageForResponsesClients(t *testing.T) {
+	st := openStore(t, t.TempDir())
+	h := contHarness(t, gateway.ContinuationAuto, harnessConfig{protocol: map[string]string{"P": "chat", "B": "chat"},
+		opts: gateway.Options{Accounts: gateway.AccountsOptions{Keys: []store.KeyRecord{keyRec("team-a", teamAKey, nil, store.KeyLimits{})}, Usage: st}}})
+	h.ups["P"].Enqueue(upstreamtest.Script{ChatFrames: runningUsageChunks("The quick", " brown"), End: upstreamtest.EndCut}) // 10 in, 2 out
+	h.ups["B"].Enqueue(upstreamtest.Answer(fullAnswer, 3))                                                                   // 8 in, 3 out
+	_, evs := postWith(t, h, "/v1/responses", `{"model":"m","stream":true,"input":"hi"}`, map[string]string{"Authorization": "Bearer " + teamAKey})
+	if len(evs) == 0 {
+		t.Fatal("no events")
+	}
+	last := evs[len(evs)-1]
+	if typ := gjson.GetBytes(last.Data, "type").Str; typ != "response.completed" || h.ups["B"].RequestCount() != 1 {
+		t.Fatalf("not continued: %s, B asked %d times", last.Data, h.ups["B"].RequestCount())
+	}
+	if u := gjson.GetBytes(last.Data, "response.usage"); u.Get("input_tokens").Int() != 18 || u.Get("output_tokens").Int() != 5 {
+		t.Fatalf("the completed response's usage is %s, want both attempts summed (18 in, 5 out)", u.Raw)
+	}
+	rep := waitUsage(t, h, 1)
+	if rep.Total.Requests != 1 || rep.Total.InputTokens != 18 || rep.Total.OutputTokens != 5 {
+		t.Fatalf("/admin/usage: %+v, want 1 request, 18 in, 5 out", rep.Total)
+	}
+}

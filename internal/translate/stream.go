@@ -184,6 +184,12 @@ func (s *Stream) ResponseID() string { return s.respID }
 // Done reports whether a terminal event has been emitted.
 func (s *Stream) Done() bool { return s.done }
 
+// Usage is the last usage the Chat stream reported, as a Responses usage
+// object (nil while none came): a running count on each chunk (vLLM's
+// continuous usage stats) included, so a stream cut after it still says
+// what its attempt cost. The caller must not modify it.
+func (s *Stream) Usage() []byte { return s.usage }
+
 // FinishReason returns the Chat finish_reason seen so far ("" if none). A
 // caller whose upstream ended without [DONE] calls Finish when it is set
 // (the answer was complete) and Fail otherwise (the stream was cut).
