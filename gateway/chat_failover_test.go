@@ -191,3 +191,37 @@ func TestChatStreamAnsweredWithOtherJSONFailsOver(t *testing.T) {
 		t.Fatalf("%d %s, want B's stream", resp.StatusCode, raw)
 	}
 }
+
+// TestRateLimitEventOnTheLastTargetIsThe429: a 429 that arrives as the
+// stream's first event (an error event) on every target is answered as the
+// 429 it is, with the upstream's code and type, not as 503
+// upstream_unavailable: a Chat stream gets the status, a Responses stream a
+// response.failed with that code (README "Failover and replay"). Each is
+// the first request, the one whose failures start the cooldowns.
+func TestRateLimitEventOnTheLastTargetIsThe429(t *testing.T) {
+	body, _ := json.Marshal(map[string]any{"error": map[string]any{"type": "requests", "code": "rate_limit_exceeded",
+		"message": "Rate limit reached. Please try again in 2s."}})
+	limited := upstreamtest.Failure(upstreamtest.ShapeErrorEvent, http.StatusTooManyRequests, body)
+	limitedHarness := func() *harness {
+		h := newHarness(t, harnessConfig{upstreams: []upstreamtest.Options{{Name: "A"}, {Name: "B"}}})
+		for _, up := range h.ups {
+			up.SetDefault(limited)
+		}
+		return h
+	}
+	resp, evs := postWith(t, limitedHarness(), "/v1/responses", `{"model":"gpt-fake-1","input":"hi","stream":true}`, nil)
+	if resp.StatusCode != http.StatusOK || len(evs) == 0 {
+		t.Fatalf("Responses stream: %d, %d events", resp.StatusCode, len(evs))
+	}
+	last := evs[len(evs)-1].Data
+	if gjson.GetBytes(last, "type").Str != "response.failed" || gjson.GetBytes(last, "response.error.code").Str != "rate_limit_exceeded" {
+		t.Fatalf("Responses stream ended with %s, want response.failed rate_limit_exceeded", last)
+	}
+	resp = limitedHarness().post("/v1/chat/completions", `{"model":"gpt-fake-1","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || gjson.GetBytes(b, "error.code").Str != "rate_limit_exceeded" ||
+		gjson.GetBytes(b, "error.type").Str != "requests" || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("Chat stream: %d %v %s, want 429 rate_limit_exceeded (type requests) with Retry-After", resp.StatusCode, resp.Header, b)
+	}
+}

@@ -92,8 +92,9 @@ func TestResponsesStreamFaults(t *testing.T) {
 		{"response.failed after content", afterContent(upstreamtest.QuotaEvent(upstreamtest.ShapeFailed)), "response.failed", "usage_limit_reached", "failed"},
 		// Before content, response.created is held back: the failure is
 		// invisible and replayed, and with no other upstream the client
-		// gets upstream_unavailable (TestQuotaAfterCreatedIsReplayedInvisibly).
-		{"error event after created", upstreamtest.QuotaEvent(upstreamtest.ShapeErrorEvent).AfterCreated(), "response.failed", "upstream_unavailable", "gateway_error"},
+		// gets that quota's 429, with its code
+		// (TestQuotaAfterCreatedIsReplayedInvisibly).
+		{"error event after created", upstreamtest.QuotaEvent(upstreamtest.ShapeErrorEvent).AfterCreated(), "response.failed", "usage_limit_reached", "gateway_error"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -203,8 +204,8 @@ func TestFailuresBeforeAnyEvent(t *testing.T) {
 		streamCode string // code of response.failed; "" → the 4xx passes through
 	}{
 		{"429", upstreamtest.Status429(30 * time.Second), 429, "rate_limit_exceeded", "rate_limit_exceeded"},
-		{"quota error event", upstreamtest.QuotaEvent(upstreamtest.ShapeErrorEvent), 0, "", "upstream_unavailable"},
-		{"quota response.failed", upstreamtest.QuotaEvent(upstreamtest.ShapeFailed), 0, "", "upstream_unavailable"},
+		{"quota error event", upstreamtest.QuotaEvent(upstreamtest.ShapeErrorEvent), 0, "", "usage_limit_reached"},
+		{"quota response.failed", upstreamtest.QuotaEvent(upstreamtest.ShapeFailed), 0, "", "usage_limit_reached"},
 		{"5xx", upstreamtest.Status5xx(500), 502, "upstream_unavailable", "upstream_unavailable"},
 		{"cut before any byte", upstreamtest.CutAfter(0), 502, "upstream_unavailable", "upstream_unavailable"},
 		{"400 passes through", upstreamtest.Failure(upstreamtest.ShapeStatus, 400, upstreamtest.ErrorBody("bad tool", "invalid_request_error", "invalid_value", "tools")), 400, "invalid_value", ""},

@@ -431,10 +431,10 @@ attempts:
 	}
 	var e *apierr.Error
 	switch {
-	case replayPending:
-		e = apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "no upstream left to replay the request on: %s", strings.Join(failures, "; "))
 	case lastErr != nil && (lastErr.Status == http.StatusTooManyRequests || upstream.IsQuotaCode(lastErr.Code)):
 		e = lastErr // every target is out of capacity: say what the last one said
+	case replayPending:
+		e = apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "no upstream left to replay the request on: %s", strings.Join(failures, "; "))
 	case len(failures) == 0 && req.upstreamName != "":
 		e = apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "upstream %q chosen by policy is unavailable or unknown", req.upstreamName)
 	case len(failures) == 0 && c.route != nil:
@@ -806,14 +806,35 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 		code, status, _ := errorShaped(end.ev, req.ep.chat)
 		reusable = true // the upstream finished this response with its error
 		msg := errorMessage(end.ev)
+		var capacityErr *apierr.Error // a rate limit or quota: the 429 the client gets if no target is left
+		if class := eventClass(code, status); class == hostabi.FailureRateLimit || class == hostabi.FailureQuota {
+			hint, _ := upstream.RetryAfter(nil, msg, time.Now())
+			capacityErr = apierr.CapacityExhausted(code, errorField(end.ev, "type"), hint, "%s", msg)
+		}
 		if res, replay := s.replay(ctx, cs, req, u, replays, ans, code, status, msg); replay {
 			cs.discard()
+			if capacityErr != nil {
+				res.clientErr = capacityErr // with the upstream's code and type (README "Failover and replay")
+				if f := tryOf(req).fail; f != nil {
+					f.Type = capacityErr.Type // and while the target cools down
+				}
+			}
 			return res
 		}
 		if req.pinned != nil && isCapacity(code, status) {
 			s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "quota").Inc()
 			s.failClosed(cs, req, failOwnerUnavailable, http.StatusServiceUnavailable,
 				fmt.Sprintf("the upstream that owns previous_response_id is out of capacity (%s); retry later", code))
+			return attemptResult{next: nextDone}
+		}
+		if capacityErr != nil && req.ep.chat {
+			// A Chat stream that has sent nothing gets the 429 as its
+			// status and JSON body, as from OpenAI's API, so that the SDKs'
+			// retries see it (failsWithStatus), not a 200 and an error chunk.
+			if f := tryOf(req).fail; f != nil {
+				f.Type = capacityErr.Type
+			}
+			cs.fail(req, capacityErr, failBeforeStream)
 			return attemptResult{next: nextDone}
 		}
 		p.replayable = false // not replayed: the event is the stream's
@@ -1235,13 +1256,17 @@ func isCapacity(code string, status int) bool {
 	return upstream.IsQuotaCode(code) || hostabi.IsReplayableCode(code) || status == http.StatusTooManyRequests
 }
 
-func errorMessage(ev sse.Event) string {
+func errorMessage(ev sse.Event) string { return errorField(ev, "message") }
+
+// errorField is the member name of an error-shaped event's error: an error
+// event's, a response.failed's, or a bare error object's.
+func errorField(ev sse.Event, name string) string {
 	b := ev.Data
 	if ev.Error != nil {
 		b = ev.Error
 	}
 	obj := gjson.ParseBytes(b)
-	for _, p := range []string{"error.message", "response.error.message", "message"} {
+	for _, p := range []string{"error." + name, "response.error." + name, name} {
 		if m := obj.Get(p); m.Exists() {
 			return m.String()
 		}

@@ -413,12 +413,34 @@ func (o *wsResponder) write(data []byte) error {
 }
 
 // errorFrame is the WebSocket error frame; Codex acts on it only with status.
-func errorFrame(e *apierr.Error) []byte {
+func errorFrame(e *apierr.Error) []byte { return errorFrameWith(e, nil) }
+
+// errorFrameWith is the error frame with the headers an HTTP answer of it
+// would carry, in OpenAI's frame form ("headers": lower-case names, string
+// values): the wait (Retry-After, Retry-After-Ms, from e or the upstream's
+// header) and the upstream's x-ratelimit-* headers. Codex reads the wait
+// there; without it, it retries a 429 at once and gives up within seconds.
+func errorFrameWith(e *apierr.Error, upstream http.Header) []byte {
 	status := e.Status
 	if status == 0 {
 		status = http.StatusInternalServerError
 	}
-	b, _ := json.Marshal(map[string]any{"type": "error", "status": status, "error": e.Object()})
+	h := http.Header{}
+	for name, v := range upstream {
+		if l := strings.ToLower(name); (l == "retry-after" || l == "retry-after-ms" || strings.HasPrefix(l, "x-ratelimit-")) && len(v) > 0 {
+			h.Set(name, v[0])
+		}
+	}
+	e.SetRetryHeaders(h)
+	frame := map[string]any{"type": "error", "status": status, "error": e.Object()}
+	if len(h) > 0 {
+		headers := make(map[string]string, len(h))
+		for name, v := range h {
+			headers[strings.ToLower(name)] = v[0]
+		}
+		frame["headers"] = headers
+	}
+	b, _ := json.Marshal(frame)
 	return b
 }
 
@@ -435,7 +457,7 @@ func (o *wsResponder) fail(req *clientRequest, e *apierr.Error, kind failKind) {
 	_ = o.write(errorFrame(e))
 }
 
-func (o *wsResponder) relay(req *clientRequest, status int, _ http.Header, body []byte) {
+func (o *wsResponder) relay(req *clientRequest, status int, header http.Header, body []byte) {
 	if status/100 == 2 {
 		// validText: a text frame must be UTF-8.
 		b, err := json.Marshal(map[string]any{"type": "response.completed", "response": json.RawMessage(validText(body))})
@@ -454,7 +476,7 @@ func (o *wsResponder) relay(req *clientRequest, status int, _ http.Header, body 
 		e.Message = fmt.Sprintf("the upstream answered HTTP %d %s without an error message", status, http.StatusText(status))
 	}
 	e.Status = status
-	_ = o.write(errorFrame(&e))
+	_ = o.write(errorFrameWith(&e, header))
 }
 
 func (o *wsResponder) commit(http.Header) eventSink { return &wsSink{o} }

@@ -260,8 +260,8 @@ func TestWebSocketNoUpstreamLeftAfterQuota(t *testing.T) {
 	c := h.dialWS(nil)
 	evs := c.turn(createFrame(""))
 	last := evs[len(evs)-1]
-	if len(evs) != 1 || last.typ != "error" || errorStatus(last) != 503 {
-		t.Fatalf("want one 503 error frame, got %v", evs)
+	if len(evs) != 1 || last.typ != "error" || errorStatus(last) != 429 || last.code != "usage_limit_reached" {
+		t.Fatalf("want one 429 usage_limit_reached error frame (the quota, no upstream left to replay on), got %s", last.data)
 	}
 }
 
@@ -456,5 +456,27 @@ func TestWebSocketInputChunksMergeIntoTheNextCreate(t *testing.T) {
 	evs = c.turn(`{"type":"input_chunk","sequence_id":0,"payload":"b"}`)
 	if evs[0].typ != "error" || errorStatus(evs[0]) != 409 {
 		t.Fatalf("conflict: %s", evs[0].data)
+	}
+}
+
+// TestWebSocketRateLimitFrameCarriesTheWait: a 429 on a client WebSocket
+// is an error frame whose headers hold the wait, as OpenAI's frames do and
+// as Retry-After and retry-after-ms would over HTTP: Codex reads it there
+// and waits instead of retrying at once. Both the upstream's 429 relayed
+// and the gateway's own 429 while every target cools down carry it.
+func TestWebSocketRateLimitFrameCarriesTheWait(t *testing.T) {
+	h := newHarness(t, harnessConfig{upstreams: []upstreamtest.Options{{Name: "A"}}})
+	h.ups["A"].SetDefault(upstreamtest.Status429(2 * time.Second))
+	c := h.dialWS(nil)
+	for i, want := range []string{"upstream's", "gateway's"} {
+		evs := c.turn(createFrame(""))
+		last := evs[len(evs)-1]
+		if last.typ != "error" || gjson.GetBytes(last.data, "status").Int() != http.StatusTooManyRequests {
+			t.Fatalf("turn %d: %s", i, last.data)
+		}
+		hdr := gjson.GetBytes(last.data, "headers")
+		if s := hdr.Get("retry-after").Str; s == "" || s == "0" || hdr.Get("retry-after-ms").Str == "" {
+			t.Fatalf("the %s 429 frame does not say how long to wait: %s", want, last.data)
+		}
 	}
 }

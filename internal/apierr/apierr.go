@@ -115,6 +115,16 @@ func nullable(s string) any {
 	return s
 }
 
+// SetRetryHeaders sets Retry-After (whole seconds, rounded up) and
+// Retry-After-Ms (the header the OpenAI SDKs read first) from RetryAfter,
+// when it is positive.
+func (e *Error) SetRetryHeaders(h http.Header) {
+	if e.RetryAfter > 0 {
+		h.Set("Retry-After", fmt.Sprint(int64((e.RetryAfter+time.Second-1)/time.Second)))
+		h.Set("Retry-After-Ms", fmt.Sprint(int64((e.RetryAfter+time.Millisecond-1)/time.Millisecond)))
+	}
+}
+
 // Write sends the error as a JSON response with its status.
 func (e *Error) Write(w http.ResponseWriter) {
 	status := e.Status
@@ -124,10 +134,7 @@ func (e *Error) Write(w http.ResponseWriter) {
 	body, _ := e.MarshalJSON()
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", fmt.Sprint(len(body)))
-	if e.RetryAfter > 0 {
-		w.Header().Set("Retry-After", fmt.Sprint(int64((e.RetryAfter+time.Second-1)/time.Second)))
-		w.Header().Set("Retry-After-Ms", fmt.Sprint(int64((e.RetryAfter+time.Millisecond-1)/time.Millisecond)))
-	}
+	e.SetRetryHeaders(w.Header())
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }
