@@ -224,4 +224,19 @@ func TestRateLimitEventOnTheLastTargetIsThe429(t *testing.T) {
 		gjson.GetBytes(b, "error.type").Str != "requests" || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("Chat stream: %d %v %s, want 429 rate_limit_exceeded (type requests) with Retry-After", resp.StatusCode, resp.Header, b)
 	}
+
+	// A response.failed whose error has no type (the spec's has none): the
+	// 429's type, then and while the target cools down, is the code, never
+	// the event's own type.
+	h := newHarness(t, harnessConfig{upstreams: []upstreamtest.Options{{Name: "A"}}})
+	h.ups["A"].SetDefault(upstreamtest.QuotaEvent(upstreamtest.ShapeFailed))
+	if _, evs := postWith(t, h, "/v1/responses", `{"model":"gpt-fake-1","input":"hi","stream":true}`, nil); len(evs) == 0 {
+		t.Fatal("no events")
+	}
+	resp = h.post("/v1/chat/completions", `{"model":"gpt-fake-1","messages":[{"role":"user","content":"hi"}]}`)
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || gjson.GetBytes(b, "error.type").Str != "usage_limit_reached" {
+		t.Fatalf("Chat JSON while the target cools down after a typeless response.failed: %d %s, want 429 typed by its code", resp.StatusCode, b)
+	}
 }

@@ -827,10 +827,13 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 				fmt.Sprintf("the upstream that owns previous_response_id is out of capacity (%s); retry later", code))
 			return attemptResult{next: nextDone}
 		}
-		if capacityErr != nil && req.ep.chat {
-			// A Chat stream that has sent nothing gets the 429 as its
-			// status and JSON body, as from OpenAI's API, so that the SDKs'
-			// retries see it (failsWithStatus), not a 200 and an error chunk.
+		if capacityErr != nil {
+			// Not replayed (the replay was spent): the client, who has seen
+			// nothing, gets the 429 as any no-upstream-left answer: a Chat
+			// stream the status and JSON body, as from OpenAI's API, so that
+			// the SDKs' retries see it (failsWithStatus), a Responses stream
+			// the gateway's complete response.failed, a WebSocket the error
+			// frame with the wait.
 			if f := tryOf(req).fail; f != nil {
 				f.Type = capacityErr.Type
 			}
@@ -1259,14 +1262,19 @@ func isCapacity(code string, status int) bool {
 func errorMessage(ev sse.Event) string { return errorField(ev, "message") }
 
 // errorField is the member name of an error-shaped event's error: an error
-// event's, a response.failed's, or a bare error object's.
+// event's, a response.failed's, or a bare error object's. A bare "type" is
+// the event's own (error, response.failed), never the error's.
 func errorField(ev sse.Event, name string) string {
 	b := ev.Data
 	if ev.Error != nil {
 		b = ev.Error
 	}
 	obj := gjson.ParseBytes(b)
-	for _, p := range []string{"error." + name, "response.error." + name, name} {
+	paths := []string{"error." + name, "response.error." + name, name}
+	if name == "type" {
+		paths = paths[:2]
+	}
+	for _, p := range paths {
 		if m := obj.Get(p); m.Exists() {
 			return m.String()
 		}
