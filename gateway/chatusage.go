@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"bytes"
-
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -59,25 +57,16 @@ func usageOnlyChunk(data []byte) bool {
 	return !ch.Exists() || ch.Type == gjson.Null || (ch.IsArray() && len(ch.Array()) == 0)
 }
 
-// withoutRunningUsage is a Chat chunk with choices as the client gets it:
-// a usage object on a chunk that does not finish a choice (a running
-// count, as vLLM sends with continuous_usage_stats) becomes null unless
-// the client asked for running usage. OpenAI's include_usage sends usage
-// on the usage-only chunk alone (every other chunk's is null), and a
-// stream continued on another target would otherwise show the cut
-// attempt's running counts, which the final usage chunk supersedes. A
-// finish chunk keeps its usage: some upstreams send the final count there
-// instead of in a usage-only chunk. The meter has already counted it.
-func (m *reqMeta) withoutRunningUsage(chunk []byte) []byte {
-	if !bytes.Contains(chunk, usageField) {
-		return chunk
-	}
-	m.mu.Lock()
-	show := m.showRunningUsage
-	m.mu.Unlock()
-	if show || !gjson.GetBytes(chunk, "usage").IsObject() || finishesAChoice(chunk) {
-		return chunk
-	}
+// withNullUsage is a Chat chunk with choices whose usage is a running
+// count (observe: not a finish chunk, the client did not ask
+// continuous_usage_stats) as the client gets it: with usage null. OpenAI's
+// include_usage sends usage on the usage-only chunk alone (every other
+// chunk's is null), and a stream continued on another target would
+// otherwise show the cut attempt's running counts, which the final usage
+// chunk supersedes. A finish chunk keeps its usage: some upstreams send the
+// final count there instead of in a usage-only chunk. The meter has already
+// counted it.
+func withNullUsage(chunk []byte) []byte {
 	out, err := sjson.SetRawBytes(chunk, "usage", []byte("null"))
 	if err != nil {
 		return chunk

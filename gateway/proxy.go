@@ -811,13 +811,14 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 			hint, _ := upstream.RetryAfter(nil, msg, time.Now())
 			capacityErr = apierr.CapacityExhausted(code, errorField(end.ev, "type"), hint, "%s", msg)
 		}
-		if res, replay := s.replay(ctx, cs, req, u, replays, ans, code, status, msg); replay {
+		res, replay := s.replay(ctx, cs, req, u, replays, ans, code, status, msg)
+		if f := tryOf(req).fail; capacityErr != nil && f != nil {
+			f.Type = capacityErr.Type // the upstream's type, with its code, while the target cools down
+		}
+		if replay {
 			cs.discard()
 			if capacityErr != nil {
 				res.clientErr = capacityErr // with the upstream's code and type (README "Failover and replay")
-				if f := tryOf(req).fail; f != nil {
-					f.Type = capacityErr.Type // and while the target cools down
-				}
 			}
 			return res
 		}
@@ -834,9 +835,6 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 			// the SDKs' retries see it (failsWithStatus), a Responses stream
 			// the gateway's complete response.failed, a WebSocket the error
 			// frame with the wait.
-			if f := tryOf(req).fail; f != nil {
-				f.Type = capacityErr.Type
-			}
 			cs.fail(req, capacityErr, failBeforeStream)
 			return attemptResult{next: nextDone}
 		}

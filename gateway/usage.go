@@ -376,15 +376,21 @@ type meterSink struct {
 var usageField = []byte(`"usage"`)
 
 func (k *meterSink) Event(name string, data []byte) error {
-	hide := k.m.observe(name, data)
+	o := k.m.observe(name, data)
 	k.plain = !k.m.traced
-	if hide {
+	if o.hide {
 		return nil // counted; the client did not ask for it
 	}
 	delta := isDeltaType(name)
-	if name == "" && !usageOnlyChunk(data) { // a Chat chunk with choices
-		delta = true
-		data = k.m.withoutRunningUsage(data)
+	if name == "" { // a Chat chunk: one with choices is a delta
+		usageOnly := o.usageOnly
+		if !o.usageRead {
+			usageOnly = usageOnlyChunk(data)
+		}
+		delta = !usageOnly
+		if o.runningUsage {
+			data = withNullUsage(data)
+		}
 	}
 	if err := k.eventSink.Event(name, data); err != nil {
 		return err
@@ -395,11 +401,19 @@ func (k *meterSink) Event(name string, data []byte) error {
 	return nil
 }
 
+// observation is what observe learned of an event.
+type observation struct {
+	hide bool // a Chat usage chunk the client did not ask for: counted, not written
+	// usageRead: a Chat chunk whose usage observe read; usageOnly then says
+	// it has no choice, and runningUsage that its usage is a running count
+	// the client gets as null (withNullUsage).
+	usageRead, usageOnly, runningUsage bool
+}
+
 // observe notes one event the client stream sends (or, detached, would
 // send): the first event's time, and usage from the events that carry it.
-// It reports whether the event is a Chat usage chunk the client did not
-// ask for, which is counted but not written.
-func (m *reqMeta) observe(name string, data []byte) (hide bool) {
+// It reports what it learned of a Chat chunk's usage on the way.
+func (m *reqMeta) observe(name string, data []byte) (o observation) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.firstEvent()
@@ -419,15 +433,17 @@ func (m *reqMeta) observe(name string, data []byte) (hide bool) {
 			if mod := gjson.GetBytes(data, "model"); mod.Type == gjson.String {
 				m.servedModel = mod.Str
 			}
-			hide = m.hideChatUsage && usageOnlyChunk(data)
+			o.usageRead, o.usageOnly = true, usageOnlyChunk(data)
+			o.hide = m.hideChatUsage && o.usageOnly
+			o.runningUsage = !o.usageOnly && !m.showRunningUsage && !finishesAChoice(data)
 		}
 	} else if name != "" && isTerminalType(name) {
 		m.terminal = strings.TrimPrefix(name, "response.")
 	}
-	if m.traced && !hide {
+	if m.traced && !o.hide {
 		m.noteFinish(name, data)
 	}
-	return hide
+	return o
 }
 
 // meterSkipsResponsesEvent reports whether a Responses event of type typ
