@@ -417,3 +417,38 @@ func TestPolicyHotSwapUnderLoad(t *testing.T) {
 	}
 	t.Logf("%d requests served and %d errors recovered across 3 swaps, a rejected file and an unload; per epoch (within): %+v", served, probes, within)
 }
+
+// TestFirstEventRateLimitCoolsDownAsTheTableSays: a rate limit or quota
+// that arrives as the stream's first event without a wait hint, and is
+// replayed on the next target, cools the failed target down as the same
+// failure before the headers does (README's failure table: 5 s for a rate
+// limit, 60 s for quota, ±20% jitter), not for a flat penalty of the
+// embedded replay policy's own.
+func TestFirstEventRateLimitCoolsDownAsTheTableSays(t *testing.T) {
+	cases := []struct {
+		code     string
+		min, max time.Duration
+	}{
+		{"rate_limit_exceeded", 4 * time.Second, 6 * time.Second},
+		{"insufficient_quota", 48 * time.Second, 72 * time.Second},
+	}
+	for _, c := range cases {
+		t.Run(c.code, func(t *testing.T) {
+			body, _ := json.Marshal(map[string]any{"error": map[string]any{"type": "requests", "code": c.code, "message": "Limit reached."}})
+			h := newHarness(t, harnessConfig{upstreams: []upstreamtest.Options{{Name: "A"}, {Name: "B"}},
+				opts: gateway.Options{Policy: wasmPolicies(t, nil), Routes: []gateway.Route{{Models: []string{"m"}, Targets: []gateway.RouteTarget{{Upstream: "A"}, {Upstream: "B"}}}}}})
+			h.ups["A"].SetDefault(upstreamtest.Failure(upstreamtest.ShapeErrorEvent, http.StatusTooManyRequests, body))
+			resp := h.post("/v1/chat/completions", `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || len(h.ups["B"].Requests()) != 1 {
+				t.Fatalf("%d %s, B asked %d times; want B's answer", resp.StatusCode, b, len(h.ups["B"].Requests()))
+			}
+			tg, ok := h.target("A", "m")
+			cooling, err := time.ParseDuration(tg.CoolingFor)
+			if !ok || err != nil || cooling < c.min-time.Second || cooling > c.max {
+				t.Fatalf("A's target %+v (%v): cooling for %v, want within [%v, %v]", tg, ok, cooling, c.min, c.max)
+			}
+		})
+	}
+}

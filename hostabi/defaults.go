@@ -270,11 +270,6 @@ func EffectiveRecover(in RecoverInput, v RecoverVerdict) RecoverVerdict {
 // parked (docs/ARCHITECTURE.md, "Memory at idle"): one definition, so the two
 // cannot disagree.
 
-// DefaultPenaltyMillis is how long the embedded replay policy cools a target
-// down after a capacity failure before content, when the upstream sent no
-// retry-after hint and the policy's config sets no penalty_ms.
-const DefaultPenaltyMillis = 30000
-
 // EmbeddedRecover is the embedded recover policy's decision
 // (policies/recover): DefaultRecover. The config is not read.
 func EmbeddedRecover(in RecoverInput, _ []byte) RecoverOutput {
@@ -284,10 +279,11 @@ func EmbeddedRecover(in RecoverInput, _ []byte) RecoverOutput {
 // EmbeddedReplay is the embedded replay policy's decision (policies/replay):
 // the failure table (DefaultReplay) and, on top of it, a capacity failure before content that is replayed on
 // another target cools the failed target down for the upstream's
-// retry-after hint, else for penalty_ms from config (DefaultPenaltyMillis
-// without one). Before the headers the host's own cooldown applies (the
-// Retry-After header, else a jittered exponential backoff), and after content
-// the continuation's bookkeeping does.
+// retry-after hint, else for penalty_ms from config. Without either it adds
+// no penalty, so the host's own cooldown applies, as it does before the
+// headers (README "Failover and replay": 5 s for a rate limit and 60 s for
+// quota, doubling, jittered). After content the continuation's bookkeeping
+// does.
 func EmbeddedReplay(in ReplayInput, config []byte) ReplayOutput {
 	out := DefaultReplay(in)
 	beforeContent := in.Phase == "" || in.Phase == PhaseBeforeContent
@@ -300,18 +296,19 @@ func EmbeddedReplay(in ReplayInput, config []byte) ReplayOutput {
 	return out
 }
 
-// penaltyMillis is config's penalty_ms when it is a non-negative integer.
+// penaltyMillis is config's penalty_ms when it is a non-negative integer,
+// else 0 (no penalty: the host's cooldown).
 func penaltyMillis(config []byte) int64 {
 	if len(config) == 0 {
-		return DefaultPenaltyMillis
+		return 0
 	}
 	raw, err := jsonx.Lookup(config, "penalty_ms")
 	if err != nil {
-		return DefaultPenaltyMillis
+		return 0
 	}
 	n, err := strconv.ParseInt(string(raw), 10, 64)
 	if err != nil || n < 0 {
-		return DefaultPenaltyMillis
+		return 0
 	}
 	return n
 }

@@ -248,8 +248,9 @@ func TestDefaultRecoverOwner(t *testing.T) {
 }
 
 // TestEmbeddedReplayPenalty: the embedded replay policy's cooldown on a
-// capacity failure before content, from the hint, the config or the default;
-// none after content or for codes that are not capacity codes.
+// capacity failure before content, from the hint or the config; none without
+// either (the host's cooldown applies), after content, or for codes that are
+// not capacity codes.
 func TestEmbeddedReplayPenalty(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -260,9 +261,9 @@ func TestEmbeddedReplayPenalty(t *testing.T) {
 		{"hint wins", ReplayInput{Code: "rate_limit_exceeded", RetryAfterMillis: 1500}, `{"penalty_ms": 7}`, 1500},
 		{"config", ReplayInput{Code: "rate_limit_exceeded"}, `{"penalty_ms": 7}`, 7},
 		{"config zero", ReplayInput{Code: "insufficient_quota"}, `{"penalty_ms": 0}`, 0},
-		{"no config", ReplayInput{Code: "rate_limit_exceeded"}, ``, DefaultPenaltyMillis},
-		{"negative config", ReplayInput{Code: "rate_limit_exceeded"}, `{"penalty_ms": -1}`, DefaultPenaltyMillis},
-		{"string config", ReplayInput{Code: "rate_limit_exceeded"}, `{"penalty_ms": "7"}`, DefaultPenaltyMillis},
+		{"no config", ReplayInput{Code: "rate_limit_exceeded"}, ``, 0},
+		{"negative config", ReplayInput{Code: "rate_limit_exceeded"}, `{"penalty_ms": -1}`, 0},
+		{"string config", ReplayInput{Code: "rate_limit_exceeded"}, `{"penalty_ms": "7"}`, 0},
 		{"before content", ReplayInput{Code: "rate_limit_exceeded", Phase: PhaseBeforeContent, FailureClass: FailureRateLimit, HasNextTarget: true}, `{"penalty_ms": 9}`, 9},
 		{"not a capacity code", ReplayInput{Code: "transport"}, `{"penalty_ms": 7}`, 0},
 		{"after content", ReplayInput{Code: "rate_limit_exceeded", Phase: PhaseAfterContent, FailureClass: FailureRateLimit, HasNextTarget: true, PrefillAllowed: true}, `{"penalty_ms": 7}`, 0},

@@ -71,8 +71,8 @@ func TestASExampleWithDefaults(t *testing.T) {
 	if out.Verdict != hostabi.RecoverRecover || tr.Policy != "recover" {
 		t.Fatalf("%+v %+v", out, tr)
 	}
-	rep, tr := r.ReplayTrace(ctx, hostabi.ReplayInput{Code: "usage_limit_reached"})
-	if rep.Verdict != hostabi.ReplayOtherUpstream || rep.PenaltyMillis != 30000 || tr.Policy != "replay" {
+	rep, tr := r.ReplayTrace(ctx, hostabi.ReplayInput{Code: "usage_limit_reached", RetryAfterMillis: 2500})
+	if rep.Verdict != hostabi.ReplayOtherUpstream || rep.PenaltyMillis != 2500 || tr.Policy != "replay" {
 		t.Fatalf("%+v %+v", rep, tr)
 	}
 }

@@ -70,9 +70,9 @@ func BenchmarkRecover(b *testing.B) {
 
 func BenchmarkReplay(b *testing.B) {
 	r := benchRuntime(b, policies.Defaults())
-	in := hostabi.ReplayInput{Surface: "responses_stream", Upstream: "primary", Code: "usage_limit_reached", HTTPStatus: 429}
+	in := hostabi.ReplayInput{Surface: "responses_stream", Upstream: "primary", Code: "usage_limit_reached", HTTPStatus: 429, RetryAfterMillis: 2500}
 	parallel2(b, func() {
-		if out := r.Replay(context.Background(), in); out.Verdict != hostabi.ReplayOtherUpstream || out.PenaltyMillis != 30000 {
+		if out := r.Replay(context.Background(), in); out.Verdict != hostabi.ReplayOtherUpstream || out.PenaltyMillis != 2500 {
 			b.Error(out)
 		}
 	})

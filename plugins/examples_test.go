@@ -44,8 +44,8 @@ func TestExamplePolicies(t *testing.T) {
 	if rep.Verdict != hostabi.ReplayOtherUpstream || rep.PenaltyMillis != 10000 || tr.Policy != "10-vendor-overloaded" {
 		t.Fatalf("vendor: %+v %+v", rep, tr)
 	}
-	rep, tr = r.ReplayTrace(ctx, hostabi.ReplayInput{Code: "usage_limit_reached"})
-	if rep.Verdict != hostabi.ReplayOtherUpstream || rep.PenaltyMillis != 30000 || tr.Policy != "replay" {
+	rep, tr = r.ReplayTrace(ctx, hostabi.ReplayInput{Code: "usage_limit_reached", RetryAfterMillis: 2500})
+	if rep.Verdict != hostabi.ReplayOtherUpstream || rep.PenaltyMillis != 2500 || tr.Policy != "replay" {
 		t.Fatalf("vendor defer: %+v %+v", rep, tr)
 	}
 }

@@ -27,7 +27,7 @@ const replayGap = 3 * time.Millisecond
 // (README, "What it promises") — with a "try again in 1ms" hint in its message. Sluice
 // takes the hint as the upstream's cooldown, and the default replay policy
 // as its penalty, so the failed upstream is selectable again 1 ms later
-// instead of after the defaults (60 s and 30 s) that would hide it.
+// instead of after the quota cooldown (60 s) that would hide it.
 func quotaFailure() upstreamtest.Script {
 	return upstreamtest.Failure(upstreamtest.ShapeFailed, http.StatusTooManyRequests, upstreamtest.ErrorBody(
 		"The usage limit has been reached for this account. Please try again in 1ms.", "invalid_request_error", "usage_limit_reached", ""))

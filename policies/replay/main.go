@@ -3,11 +3,12 @@
 // hostabi/ABI.md §3.2 (what each failure class does before the headers,
 // before content and after content) plus a cooldown on capacity codes
 // replayed before content (the upstream's retry-after hint, else penalty_ms
-// from the policy config, default 30000). The gateway answers with the same
+// from the policy config; without either the gateway's own cooldown
+// applies). The gateway answers with the same
 // function while this module is parked, so there is one definition; this
 // policy is where an operator's copy starts.
 //
-// Config: {"penalty_ms": 30000}
+// Config (optional): {"penalty_ms": 30000}
 package main
 
 import (
@@ -26,9 +27,9 @@ func replayHook(in sdk.ReplayInput) (sdk.ReplayOutput, error) {
 }
 
 func selfTest() error {
-	out, _ := replayHook(sdk.ReplayInput{Code: "rate_limit_exceeded"})
-	if out.Verdict != sdk.ReplayOtherUpstream || out.PenaltyMillis <= 0 {
-		return errors.New("capacity code not replayed with a penalty")
+	out, _ := replayHook(sdk.ReplayInput{Code: "rate_limit_exceeded", RetryAfterMillis: 1500})
+	if out.Verdict != sdk.ReplayOtherUpstream || out.PenaltyMillis != 1500 {
+		return errors.New("capacity code not replayed with the upstream's hint as its penalty")
 	}
 	out, _ = replayHook(sdk.ReplayInput{Code: "rate_limit_exceeded", ResponseCreatedSeen: true})
 	if out.Verdict != sdk.ReplayNo {

@@ -20,7 +20,7 @@ func TestReplay(t *testing.T) {
 		want    sdk.ReplayVerdict
 		penalty int64
 	}{
-		{sdk.ReplayInput{Code: "usage_limit_reached"}, sdk.ReplayOtherUpstream, 30000},
+		{sdk.ReplayInput{Code: "usage_limit_reached"}, sdk.ReplayOtherUpstream, 0},
 		{sdk.ReplayInput{Code: "rate_limit_exceeded", RetryAfterMillis: 7000}, sdk.ReplayOtherUpstream, 7000},
 		{sdk.ReplayInput{Code: "transport"}, sdk.ReplayOtherUpstream, 0},
 		{sdk.ReplayInput{Code: "server_error", HTTPStatus: 502}, sdk.ReplayOtherUpstream, 0},
@@ -59,9 +59,6 @@ func TestReplayTable(t *testing.T) {
 				in := sdk.ReplayInput{Surface: hostabi.SurfaceResponsesStream, Upstream: "p", Code: codes[c], HTTPStatus: 500,
 					Phase: p, FailureClass: c, HasNextTarget: next, TargetCount: 2, MaxWaitMillis: 5000, PrefillAllowed: true}
 				want := hostabi.DefaultReplay(in)
-				if p == sdk.PhaseBeforeContent && want.Verdict == sdk.ReplayOtherUpstream && hostabi.IsReplayableCode(in.Code) {
-					want.PenaltyMillis = 30000
-				}
 				out, deferred, err := h.Replay(in)
 				if err != nil || deferred || out != want {
 					t.Errorf("%s × %s (next %v): %+v, want %+v", c, p, next, out, want)
