@@ -167,6 +167,31 @@ func decidedBy(tr Trace) string {
 	return "default"
 }
 
+// Rewrite verdicts, as recorded and as `sluice policy test` reports them.
+const (
+	RewriteChanged   = "changed"   // the request the gateway sends differs: body, headers or upstream choice
+	RewriteUnchanged = "unchanged" // the request goes on as it came
+	RewriteRejected  = "rejected"  // the client is answered with the policy's error
+)
+
+// RewriteVerdict names a rewrite's result. "changed" covers every edit the
+// gateway applies to the request it sends, not only the body's: a policy
+// that only sets a header or picks an upstream changed the request too.
+func RewriteVerdict(out hostabi.RewriteOutput) string {
+	switch {
+	case out.Reject != nil:
+		return RewriteRejected
+	case rewriteEdited(out):
+		return RewriteChanged
+	}
+	return RewriteUnchanged
+}
+
+// rewriteEdited reports whether out edits the request the gateway sends.
+func rewriteEdited(out hostabi.RewriteOutput) bool {
+	return out.Body != nil || len(out.SetHeaders) > 0 || len(out.RemoveHeaders) > 0 || out.Upstream != ""
+}
+
 // rewriteDecidedBy names who made a rewrite's result: the module that
 // rejected; for an edited request the modules that ran their rewrite and
 // returned done (their edits are the ones applied, in chain order, comma
@@ -175,7 +200,7 @@ func rewriteDecidedBy(out hostabi.RewriteOutput, tr Trace) string {
 	if out.Reject != nil && tr.Policy != "" {
 		return tr.Policy
 	}
-	if out.Body == nil && len(out.SetHeaders) == 0 && len(out.RemoveHeaders) == 0 && out.Upstream == "" {
+	if !rewriteEdited(out) {
 		return "default"
 	}
 	var names []string
@@ -217,16 +242,10 @@ func (r *Runtime) recordReplay(ctx context.Context, in hostabi.ReplayInput, out 
 }
 
 func (r *Runtime) recordRewrite(in hostabi.RewriteInput, out hostabi.RewriteOutput, tr Trace) {
-	rc := Record{Hook: "rewrite", Surface: in.Surface, Endpoint: in.Endpoint, Headers: visibleHeaders(in.Headers), Verdict: "unchanged",
-		DecidedBy: rewriteDecidedBy(out, tr)}
+	rc := Record{Hook: "rewrite", Surface: in.Surface, Endpoint: in.Endpoint, Headers: visibleHeaders(in.Headers),
+		Verdict: RewriteVerdict(out), DecidedBy: rewriteDecidedBy(out, tr)}
 	if json.Valid(in.Body) {
 		rc.Body = in.Body
-	}
-	switch {
-	case out.Reject != nil:
-		rc.Verdict = "rejected"
-	case out.Body != nil: // as `sluice policy test` reports it
-		rc.Verdict = "changed"
 	}
 	if strings.TrimSpace(string(rc.Body)) == "" {
 		rc.Body = nil

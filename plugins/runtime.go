@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -129,8 +130,8 @@ const (
 
 // Policy states reported by Status.
 const (
-	StateActive     = "active"      // the version shown is serving
-	StateRejected   = "rejected"    // the latest file was refused; the version shown (if any) still serves
+	StateActive     = "active"      // the version shown is serving (a refused newer file shows as rejected_sha256)
+	StateRejected   = "rejected"    // the latest file was refused and no version of the name serves
 	StateRolledBack = "rolled_back" // the version shown replaced a faulting one (see last_error)
 	StateTripped    = "tripped"     // faulted repeatedly with nothing to roll back to: calls use the built-in default
 )
@@ -368,9 +369,9 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	}
 	r.active.Store(&activeSet{})
 	if opts.PolicyDir != "" {
-		if err := os.MkdirAll(opts.PolicyDir, 0o755); err != nil {
+		if err := r.ensurePolicyDir(); err != nil {
 			_ = r.wrt.Close(ctx)
-			return nil, fmt.Errorf("plugins: policy dir: %w", err)
+			return nil, err
 		}
 	}
 	if err := r.Reload(ctx); err != nil {
@@ -385,6 +386,23 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	}
 	r.ready.Store(true)
 	return r, nil
+}
+
+// ensurePolicyDir creates PolicyDir when it does not exist, so that it can
+// be watched, and warns: a mistyped policy_dir would otherwise load none of
+// the operator's policies without a word.
+func (r *Runtime) ensurePolicyDir() error {
+	dir := r.opts.PolicyDir
+	_, statErr := os.Stat(dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("plugins: policy dir: %w", err)
+	}
+	if !errors.Is(statErr, fs.ErrNotExist) {
+		return nil
+	}
+	r.log.Warn("policy dir did not exist and was created: only the embedded policies serve until *.wasm files are renamed into it",
+		"dir", dir)
+	return nil
 }
 
 // PolicyName maps the name of a file in the policy directory to the name of
@@ -565,7 +583,7 @@ func (r *Runtime) Reload(ctx context.Context) error {
 			e.state, e.lastError, e.rejectedSHA = StateActive, "", ""
 			e.st.clearErr()
 		case p.err != nil:
-			e.state, e.lastError, e.rejectedSHA = StateRejected, p.err.Error(), p.art.sha
+			e.lastError, e.rejectedSHA = p.err.Error(), p.art.sha
 			e.st.setErr(p.err.Error())
 			r.m.rejections.WithLabelValues(e.name).Inc()
 			fields := []any{"policy", e.name, "source", p.art.source, "sha256", short(p.art.sha), "error", p.err}
@@ -580,8 +598,8 @@ func (r *Runtime) Reload(ctx context.Context) error {
 			r.log.Error("policy rejected", fields...)
 			switch {
 			case p.embedded != nil:
-				// The state stays rejected (with the file's error): the
-				// operator's file is not what serves.
+				// The embedded default serves; rejected_sha256 and
+				// last_error say the operator's file is not what serves.
 				e.cur = p.embedded
 				r.m.swaps.WithLabelValues(e.name, "loaded").Inc()
 				r.log.Warn("policy file rejected: the embedded default serves instead", "policy", e.name,
@@ -591,6 +609,7 @@ func (r *Runtime) Reload(ctx context.Context) error {
 				r.log.Error("policy rejected, and its embedded default cannot serve either", "policy", e.name,
 					"source", SourceEmbedded, "sha256", short(e.embedded.sha), "error", p.embeddedErr)
 			}
+			e.state = stateAfterRejection(e)
 		default:
 			if e.cur != nil {
 				retired = append(retired, e.cur)
@@ -610,6 +629,21 @@ func (r *Runtime) Reload(ctx context.Context) error {
 	}
 	r.releasePending()
 	return nil
+}
+
+// stateAfterRejection is the state of e once a file of its name was
+// rejected. The state describes what serves (README, "GET /admin/policies"):
+// a version still serving stays active (or keeps saying it was rolled back
+// or tripped), and the refused file shows as rejected_sha256 with its
+// last_error. Only a name with nothing serving is "rejected".
+func stateAfterRejection(e *entry) string {
+	switch {
+	case e.cur == nil:
+		return StateRejected
+	case e.state == StateRolledBack, e.state == StateTripped:
+		return e.state
+	}
+	return StateActive
 }
 
 func sortedKeys(m map[string]bool) []string {

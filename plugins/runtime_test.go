@@ -460,9 +460,9 @@ func TestHotSwapUnderLoad(t *testing.T) {
 	waitFor(t, live(v1))
 	// A bad file is rejected and v1 keeps serving.
 	write(t, dir, "p.wasm", fixture(t, "badabi"))
-	waitFor(t, func() bool { st, _ := statusOf(r, "p"); return st.State == StateRejected })
+	waitFor(t, func() bool { st, _ := statusOf(r, "p"); return st.Rejected == sha(fixture(t, "badabi")) })
 	st, _ := statusOf(r, "p")
-	if st.SHA256 != sha(v1) || !strings.Contains(st.LastError, "ABI version 99") {
+	if st.SHA256 != sha(v1) || st.State != StateActive || !strings.Contains(st.LastError, "ABI version 99") {
 		t.Fatalf("after bad file: %+v", st)
 	}
 	time.Sleep(50 * time.Millisecond)

@@ -7,9 +7,10 @@ import (
 // PolicyStatus describes one policy name (the JSON of GET /admin/policies).
 // LastError is news, not history: a file (or embedded default) that loads
 // and is swapped in clears it, so an active state with a last_error means the
-// serving version faulted or erred since. A rejected file's error stays while
-// an older version (or the embedded default) serves in its place, and a
-// rollback says why it rolled back.
+// serving version faulted or erred since. A rejected file's error stays, next
+// to its rejected_sha256, while an older version (or the embedded default)
+// serves in its place, and a rollback says why it rolled back. State
+// describes the serving version; it is "rejected" only when none serves.
 type PolicyStatus struct {
 	Name       string    `json:"name"`                      // file name without .wasm
 	SHA256     string    `json:"sha256"`                    // of the serving version ("" when none serves)
@@ -22,8 +23,8 @@ type PolicyStatus struct {
 	Errors     int64     `json:"errors"`                    // calls that ended in the guest's error result, a cancellation or a busy pool
 	LastError  string    `json:"last_error"`                // the latest load error, fault or error (see above)
 	Source     string    `json:"source"`                    // "embedded" or "dir" (of the serving version)
-	State      string    `json:"state"`                     // "active", "rejected", "rolled_back" or "tripped"
-	Rejected   string    `json:"rejected_sha256,omitempty"` // sha256 of the file that was rejected (state "rejected")
+	State      string    `json:"state"`                     // "active", "rolled_back", "tripped", or "rejected" when nothing serves
+	Rejected   string    `json:"rejected_sha256,omitempty"` // sha256 of the latest file refused while the version shown (if any) serves
 	Size       int       `json:"size"`                      // bytes of the serving module
 	// Parked: the serving version is an embedded module whose compiled code
 	// was released after its load checks; its native twin answers until a
@@ -68,7 +69,7 @@ func (r *Runtime) Status() []PolicyStatus {
 		out[i].Faults = b.st.faults.Load()
 		out[i].Errors = b.st.errors.Load()
 		out[i].Parked = b.v != nil && b.v.parked()
-		if le := b.st.lastErr.Load(); le != nil && (out[i].LastError == "" || out[i].State != StateRejected) {
+		if le := b.st.lastErr.Load(); le != nil && (out[i].LastError == "" || out[i].Rejected == "") {
 			out[i].LastError = *le
 		}
 	}

@@ -29,7 +29,7 @@ func captureLogs(t testing.TB) (hclog.Logger, *syncBuilder) {
 // TestRejectedOverrideAtStartKeepsEmbedded: a policy_dir file that overrides
 // an embedded policy and is rejected at start leaves the embedded policy
 // serving (ABI.md §10: the previous version keeps serving), reported as
-// rejected with the file's error; a good file then replaces it and deleting
+// active with the file's sha256 and error beside it; a good file then replaces it and deleting
 // the file brings the embedded one back.
 func TestRejectedOverrideAtStartKeepsEmbedded(t *testing.T) {
 	dir := t.TempDir()
@@ -42,7 +42,7 @@ func TestRejectedOverrideAtStartKeepsEmbedded(t *testing.T) {
 
 	embedded := policies.Defaults()["rewrite.wasm"]
 	st, _ := statusOf(r, "rewrite")
-	if st.State != StateRejected || st.Source != SourceEmbedded || st.SHA256 != shaOf(embedded) ||
+	if st.State != StateActive || st.Source != SourceEmbedded || st.SHA256 != shaOf(embedded) ||
 		st.Rejected != shaOf(junk) || !strings.Contains(st.LastError, "bad magic") {
 		t.Fatalf("status after a rejected override at start: %+v", st)
 	}
@@ -102,7 +102,8 @@ func TestRejectedOverrideThenDeleted(t *testing.T) {
 	if out, tr := r.RecoverTrace(context.Background(), in); out.Verdict != hostabi.RecoverRecover || tr.Policy != "p" {
 		t.Fatalf("the embedded p does not serve in place of the rejected file: %+v %+v", out, tr)
 	}
-	if st, _ := statusOf(r, "p"); st.State != StateRejected || st.SHA256 != shaOf(v1) || !strings.Contains(st.LastError, "ABI version 99") {
+	if st, _ := statusOf(r, "p"); st.State != StateActive || st.SHA256 != shaOf(v1) || st.Rejected != shaOf(fixture(t, "badabi")) ||
+		!strings.Contains(st.LastError, "ABI version 99") {
 		t.Fatalf("status %+v", st)
 	}
 	if err := os.Remove(filepath.Join(dir, "p.wasm")); err != nil {
@@ -135,16 +136,17 @@ func TestSwapClearsLastError(t *testing.T) {
 		st, _ := statusOf(r, "p")
 		return st
 	}
-	if st := reload([]byte("garbage")); st.State != StateRejected || !strings.Contains(st.LastError, "bad magic") || st.SHA256 != shaOf(v1) {
+	if st := reload([]byte("garbage")); st.State != StateActive || st.Rejected != shaOf([]byte("garbage")) ||
+		!strings.Contains(st.LastError, "bad magic") || st.SHA256 != shaOf(v1) {
 		t.Fatalf("after garbage: %+v", st)
 	}
 	if st := reload(v2); st.State != StateActive || st.SHA256 != shaOf(v2) || st.LastError != "" {
 		t.Fatalf("after a good v2: %+v", st)
 	}
-	if st := reload([]byte("garbage again")); st.State != StateRejected || st.SHA256 != shaOf(v2) {
+	if st := reload([]byte("garbage again")); st.State != StateActive || st.Rejected == "" || st.SHA256 != shaOf(v2) {
 		t.Fatalf("after more garbage: %+v", st)
 	}
-	if st := reload(v2); st.State != StateActive || st.SHA256 != shaOf(v2) || st.LastError != "" {
+	if st := reload(v2); st.State != StateActive || st.SHA256 != shaOf(v2) || st.LastError != "" || st.Rejected != "" {
 		t.Fatalf("after writing the serving bytes back: %+v", st)
 	}
 	// A fault of the old version is not reported once the new one serves.

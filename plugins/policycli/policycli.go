@@ -54,7 +54,9 @@ commands:
         {"hook":"rewrite","body":{…},"headers":{…},"surface":"…",
         "endpoint":"…"}; an optional "expect" (a verdict name, or for rewrite
         "changed", "unchanged", "rejected") makes the command fail when the
-        result differs; an input FILE faults or errs on is a failure
+        result differs; a rewrite is "changed" when the request the gateway
+        sends changes: its body, a header or the upstream choice; an input
+        FILE faults or errs on is a failure
   help [COMMAND]
         print this, or a command's flags, environment and examples (also
         sluice policy COMMAND -h)
@@ -171,8 +173,11 @@ and print one JSON result per line. An event is {"hook":"recover",
 "input":{…}} (ABI.md §3.5's input: a delta or a text) or {"hook":"rewrite",
 "body":{…},"headers":{…},"surface":"…","endpoint":"…"}; an optional
 "expect" (a verdict name, or for rewrite "changed", "unchanged",
-"rejected") makes the command exit 1 when the result differs. Blank lines
-and lines starting with # are skipped.
+"rejected") makes the command exit 1 when the result differs. A rewrite is
+"changed" when the request the gateway sends changes: its body, a header
+set or removed, or the upstream chosen ("body", "set_headers",
+"remove_headers" and "upstream" show the edits). Blank lines and lines
+starting with # are skipped.
 
 Every input gets FILE's own answer: unlike the gateway, the test never
 rolls FILE back or trips it after faults in a row. An input FILE faults or
@@ -576,7 +581,9 @@ func runBuild(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("go build: %w", err)
 	}
-	fmt.Fprintf(stdout, "built %s in %v\n", target, time.Since(start).Round(time.Millisecond))
+	// Compiled, not built: target is written only once the module passed
+	// its checks (checkAndPlace says "built" then).
+	fmt.Fprintf(stdout, "compiled %s in %v\n", dir, time.Since(start).Round(time.Millisecond))
 	return checkAndPlace(ctx, tmp, target, stdout, stderr)
 }
 
@@ -592,7 +599,7 @@ func buildASPolicy(ctx context.Context, dir, target string, updateSDK bool, stdo
 	if err := buildAS(ctx, dir, tmp, stdout, stderr); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "built %s in %v (AssemblyScript)\n", target, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(stdout, "compiled %s in %v (AssemblyScript)\n", dir, time.Since(start).Round(time.Millisecond))
 	return checkAndPlace(ctx, tmp, target, stdout, stderr)
 }
 
@@ -631,6 +638,7 @@ func checkAndPlace(ctx context.Context, tmp, target string, stdout, stderr io.Wr
 		fmt.Fprintf(stderr, "%s not written\n", target)
 		return fmt.Errorf("placing the checked module: %w", err)
 	}
+	fmt.Fprintf(stdout, "built %s\n", target)
 	deployed := filepath.Base(target)
 	if deployed == "" || deployed[0] < '0' || deployed[0] > '9' {
 		deployed = "10-" + deployed
@@ -918,16 +926,9 @@ func runEvent(ctx context.Context, rt *plugins.Runtime, line int, text []byte) r
 			in.Surface = hostabi.SurfaceResponsesStream
 		}
 		out, tr := rt.RewriteTrace(ctx, in)
-		changed := out.Body != nil
-		res.Changed, res.Outcome = &changed, tr.Outcome
-		res.Verdict = "unchanged"
-		if changed {
-			res.Verdict = "changed"
-			res.Body = out.Body
-		}
-		if out.Reject != nil {
-			res.Verdict, res.Reject = "rejected", out.Reject
-		}
+		res.Verdict, res.Outcome = plugins.RewriteVerdict(out), tr.Outcome
+		changed := res.Verdict == plugins.RewriteChanged
+		res.Changed, res.Body, res.Reject = &changed, out.Body, out.Reject
 		res.SetHdrs, res.RmHdrs, res.Upstream = out.SetHeaders, out.RemoveHeaders, out.Upstream
 		res.Error = traceError(tr)
 	case "stream_event":

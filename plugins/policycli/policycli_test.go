@@ -255,6 +255,9 @@ func TestNewBuildCheck(t *testing.T) {
 		!strings.Contains(errs, "self_test: the demo says no") || !strings.Contains(errs, deployed+" not written") {
 		t.Fatalf("failing self-test: %d\n%s\n%s", code, out, errs)
 	}
+	if strings.Contains(out, "built "+deployed) || !strings.Contains(out, "compiled "+dir) {
+		t.Fatalf("a module not written is announced as built, or the compilation is not reported:\n%s", out)
+	}
 	if after, _ := os.ReadFile(deployed); !bytes.Equal(after, before) {
 		t.Fatal("a module that failed its self-test replaced the deployed one")
 	}
