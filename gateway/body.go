@@ -59,12 +59,16 @@ func (b *bodyBudget) release(n int64) { b.used.Add(-n) }
 // returns: the body is then owned by the request, whose count is bounded by
 // max_connections.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (_ []byte, aerr *apierr.Error) {
+	rc := http.NewResponseController(w)
+	var bodyDeadline time.Time // zero until the body's deadline is set
 	defer func() {
 		if aerr != nil {
-			// The rest of the body is not read: without this, net/http would
-			// try to drain it before answering, and a stalled upload would
-			// hold the answer (and the connection) forever.
+			// The rest of the body is not read in full: without this,
+			// net/http would try to drain it before answering, and a stalled
+			// upload would hold the answer (and the connection) forever.
+			// Only a bounded part is read, so the close is not a reset.
 			w.Header().Set("Connection", "close")
+			discardBody(rc, r, bodyDeadline)
 		}
 	}()
 	limit := s.opts.MaxBodyBytes
@@ -73,10 +77,8 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (_ []byte, aer
 	}
 	// The deadline covers the whole body; it is lifted after, so a long
 	// stream's response is not cut by it.
-	// A failed read keeps the deadline: net/http drains an unread body after
-	// the handler, and that drain must not wait forever either.
-	rc := http.NewResponseController(w)
-	if err := rc.SetReadDeadline(time.Now().Add(s.opts.ReadBodyTimeout)); err == nil {
+	bodyDeadline = time.Now().Add(s.opts.ReadBodyTimeout)
+	if err := rc.SetReadDeadline(bodyDeadline); err == nil {
 		defer func() {
 			if aerr == nil {
 				_ = rc.SetReadDeadline(time.Time{})
@@ -160,6 +162,31 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (_ []byte, aer
 		return nil, apierr.TooLarge(limit)
 	}
 	return buf, nil
+}
+
+// Bounds on reading what remains of a refused body: long enough for what
+// a client already sent to arrive, too short for a client to hold the
+// connection with it.
+const (
+	bodyDrainWait  = 500 * time.Millisecond
+	bodyDrainBytes = 256 << 10
+)
+
+// discardBody reads and drops what remains of a body refused before it was
+// read to the end, up to bodyDrainBytes and for at most bodyDrainWait
+// (never past the body's own deadline), then closes it. A socket closed
+// with unread bytes in it is reset by the kernel, and the reset discards
+// the answer the client has not read yet: a small gzip or zstd bomb sent
+// with Connection: close would get a reset instead of its 413. net/http
+// does not drain the body itself when the request said Connection: close.
+func discardBody(rc *http.ResponseController, r *http.Request, bodyDeadline time.Time) {
+	deadline := time.Now().Add(bodyDrainWait)
+	if !bodyDeadline.IsZero() && bodyDeadline.Before(deadline) {
+		deadline = bodyDeadline
+	}
+	_ = rc.SetReadDeadline(deadline)
+	_, _ = io.CopyN(io.Discard, r.Body, bodyDrainBytes)
+	_ = r.Body.Close()
 }
 
 func newDecoder(enc string, r io.Reader, limit int64) (io.Reader, error) {

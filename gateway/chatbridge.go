@@ -91,7 +91,14 @@ func (c *conversations) history(ctx context.Context, req *clientRequest) ([]json
 			return nil, notFound(req.previousResponseID)
 		}
 		h, err := c.durable.History(ctx, id, maxHistoryItems, maxHistoryBytes)
+		var broken *store.BrokenChainError
 		switch {
+		case errors.As(err, &broken) && broken.MissingID != req.previousResponseID:
+			// The response exists; an ancestor was deleted or expired, and
+			// its text is never resent (README "Privacy").
+			return nil, apierr.Invalid("previous_response_id", apierr.CodePreviousResponseNotFound,
+				"Previous response with id '%s' cannot be continued: an earlier response of its conversation ('%s') was deleted or expired.",
+				req.previousResponseID, broken.MissingID)
 		case errors.Is(err, store.ErrNotFound):
 			return nil, notFound(req.previousResponseID)
 		case errors.Is(err, store.ErrTooLarge):

@@ -418,6 +418,21 @@ func (c *continuity) forget(ctx context.Context, responseID string) {
 	}
 }
 
+// ownedAnchor is the anchor of responseID when it was recorded for the
+// client key keyHash, in whichever scope: a DELETE of the key's own
+// response reaches its owner upstream. ok is false for another key's
+// anchor, a missing one, or one the store cannot read.
+func (c *continuity) ownedAnchor(ctx context.Context, responseID, keyHash string) (store.Anchor, bool) {
+	a, ok := c.memo().get(responseID)
+	if !ok {
+		var err error
+		if a, err = c.store.GetAnchor(ctx, responseID); err != nil {
+			return store.Anchor{}, false
+		}
+	}
+	return a, a.ClientKeyHash == keyHash
+}
+
 // handleAnchor is GET /admin/continuity/{response_id}.
 func (s *Server) handleAnchor(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 	id := ps.ByName("response_id")

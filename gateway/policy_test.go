@@ -374,7 +374,9 @@ func TestPolicyHotSwapUnderLoad(t *testing.T) {
 		if err := os.WriteFile(file, []byte("this is not wasm"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-	}, func(st plugins.PolicyStatus, found bool) bool { return found && st.State == plugins.StateActive && st.Rejected != "" })
+	}, func(st plugins.PolicyStatus, found bool) bool {
+		return found && st.State == plugins.StateActive && st.Rejected != ""
+	})
 	if st := policyStatus(rt, policyName); st.SHA256 != sum(v1) {
 		t.Errorf("after the rejected file the status shows %+v, want v1 (%s) still serving", st, sum(v1))
 	}

@@ -53,24 +53,38 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, ep endpoint) {
 		s.accessLog(meta)
 	}()
 
+	// refuse answers a request the pipeline never takes up, and gives its
+	// access-log line the error's code and, once the body names one, the
+	// model (README "Access log"): a policy's reject is told from a bad body.
+	refuse := func(aerr *apierr.Error, model string) {
+		meta.mu.Lock()
+		meta.code = aerr.Code
+		if meta.model == "" {
+			meta.model = model
+		}
+		meta.mu.Unlock()
+		aerr.Write(sw)
+	}
 	if s.draining.Load() {
-		apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the gateway is shutting down; retry on another instance").Write(sw)
+		refuse(apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the gateway is shutting down; retry on another instance"), "")
 		return
 	}
 	if aerr := scopeOf(r.Header, "").overlong(); aerr != nil {
-		aerr.Write(sw)
+		refuse(aerr, "")
 		return
 	}
 	ctx, cancel := requestContext(r)
 	defer cancel()
 	body, aerr := s.readBody(sw, r)
 	if aerr != nil {
-		aerr.Write(sw)
+		refuse(aerr, "")
 		return
 	}
 	req, aerr := parseRequest(ctx, ep, body, s.opts.MaxJSONDepth)
 	if aerr != nil {
-		aerr.Write(sw)
+		// The body may still name its model (a duplicate key elsewhere, a
+		// truncated document after "model"): the line shows it when it does.
+		refuse(aerr, gjson.GetBytes(body, "model").Str)
 		return
 	}
 	surface = req.surface()
@@ -79,7 +93,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, ep endpoint) {
 	req.clientKeyHash = clientkey.Hash(r.Header)
 	req.key, req.meta = keyOf(r), meta
 	if aerr := s.rewrite(ctx, req); aerr != nil {
-		aerr.Write(sw)
+		refuse(aerr, req.model)
 		return
 	}
 	surface = req.surface()
@@ -1003,6 +1017,17 @@ func (s *Server) transportFailure(ctx, upCtx context.Context, out responder, req
 	return s.rescue(ctx, req, u, in, why, nil)
 }
 
+// codeBesideStatus is an upstream error's code as a failure reason shows
+// it next to the status: "" when the code only repeats the status, as
+// llama.cpp's numeric "code": 401 does, so the reason reads "HTTP 401",
+// not "HTTP 401 401".
+func codeBesideStatus(code string, status int) string {
+	if code == strconv.Itoa(status) {
+		return ""
+	}
+	return code
+}
+
 // statusFailure handles a non-2xx upstream answer. It classifies the
 // failure, charges the target (cooldowns and circuits stay in the upstream
 // package) and asks the replay policy (Phase before_headers). When the
@@ -1025,8 +1050,9 @@ func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRe
 	perr := upstreamErrorOf(ans.status, ans.body)
 	status := ans.status
 	try := tryOf(req)
-	why := strings.TrimSpace(fmt.Sprintf("HTTP %d %s", status, firstNonEmpty(perr.Code, perr.Message)))
-	coded := strings.TrimSpace(fmt.Sprintf("HTTP %d %s", status, perr.Code)) // no dangling space without a code
+	code := codeBesideStatus(perr.Code, status)
+	why := strings.TrimSpace(fmt.Sprintf("HTTP %d %s", status, firstNonEmpty(code, perr.Message)))
+	coded := strings.TrimSpace(fmt.Sprintf("HTTP %d %s", status, code)) // no dangling space without a code
 	in := hostabi.ReplayInput{Phase: hostabi.PhaseBeforeHeaders, Code: perr.Code, HTTPStatus: status}
 	var clientErr *apierr.Error
 	switch {

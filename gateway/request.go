@@ -97,8 +97,16 @@ func parseRequest(ctx context.Context, ep endpoint, body []byte, maxDepth int) (
 func (r *clientRequest) readFields(root gjson.Result) *apierr.Error {
 	// One pass over the top-level keys: the body may be megabytes of history.
 	var model, stream, prev, input, messages, storeField, background gjson.Result
+	// The fields the gateway acts on, spelled as it reads them.
+	read := [...]struct {
+		name string
+		v    *gjson.Result
+	}{
+		{"model", &model}, {"stream", &stream}, {"previous_response_id", &prev}, {"input", &input},
+		{"messages", &messages}, {"store", &storeField}, {"background", &background},
+	}
 	var seen keySet
-	var dup string
+	var dup, miscased, meant string
 	root.ForEach(func(key, value gjson.Result) bool {
 		// A repeated key is ambiguous: a policy could edit one copy while the
 		// upstream reads the other.
@@ -106,26 +114,33 @@ func (r *clientRequest) readFields(root gjson.Result) *apierr.Error {
 			dup = key.Str
 			return false
 		}
-		switch key.Str {
-		case "model":
-			model = value
-		case "stream":
-			stream = value
-		case "previous_response_id":
-			prev = value
-		case "input":
-			input = value
-		case "messages":
-			messages = value
-		case "store":
-			storeField = value
-		case "background":
-			background = value
+		for _, f := range read {
+			if key.Str == f.name {
+				*f.v = value
+				break
+			}
+			// The same ambiguity for an upstream that matches keys ignoring
+			// case, as Go's encoding/json does (by Unicode folding, as
+			// EqualFold): it may read "Stream" or "Model" where the gateway
+			// read "stream" and "model".
+			if miscased == "" && strings.EqualFold(key.Str, f.name) {
+				miscased, meant = key.Str, f.name
+				break
+			}
 		}
 		return true
 	})
 	if dup != "" {
 		return apierr.Invalid(dup, apierr.CodeDuplicateKey, "the request body has the top-level key %q more than once", dup)
+	}
+	if miscased != "" {
+		for _, f := range read {
+			if f.name == meant && f.v.Exists() {
+				return apierr.Invalid(miscased, apierr.CodeDuplicateKey,
+					"the request body has both %q and %q, one key to an upstream that ignores case; send only %q", meant, miscased, meant)
+			}
+		}
+		return apierr.Invalid(miscased, apierr.CodeUnknownParameter, "Unknown parameter: %q; the parameter is spelled %q", miscased, meant)
 	}
 	switch {
 	case !model.Exists() || model.Type == gjson.Null:

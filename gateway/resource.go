@@ -614,24 +614,144 @@ func (s *Server) handleDeleteResponse(w http.ResponseWriter, r *http.Request, ps
 			_, stored = s.storedLog(r.Context(), id, owner)
 		}
 		if l != nil || stored {
-			if l != nil {
-				l.stop(errCancelled) // nothing runs for a deleted response
+			if l != nil && l.stop(errCancelled) { // nothing runs for a deleted response
+				// Its turn is written before its terminal event: once the
+				// stream ended, deleting the turn is final.
+				select {
+				case <-l.done:
+				case <-time.After(cancelWait):
+				case <-r.Context().Done():
+				}
 			}
-			s.deleteLogged(w, r, id)
+			s.deleteLogged(w, r, id, owner)
 			return
 		}
 	}
-	s.askOwner(w, r, id, owner, ownerCall{stored: func(store.StreamLog) { s.deleteLogged(w, r, id) }})
+	if s.deleteKeptTurn(w, r, id, owner) {
+		return
+	}
+	s.askOwner(w, r, id, owner, ownerCall{stored: func(store.StreamLog) { s.deleteLogged(w, r, id, owner) }})
 }
 
+// ownerDeleteTimeout bounds the DELETE a response's owner upstream is sent
+// after the gateway deleted its own copy: the client's answer waits for it
+// no longer.
+const ownerDeleteTimeout = 5 * time.Second
+
 // deleteLogged deletes a response whose log the gateway keeps (here, or in
-// the store). A replica running it learns of the delete from the store
-// (the tombstone a shared store keeps) and stops it there.
-func (s *Server) deleteLogged(w http.ResponseWriter, r *http.Request, id string) {
-	s.logs.remove(r.Context(), id)
-	if s.cont != nil {
-		s.cont.forget(r.Context(), id)
+// the store), with its conversation items (README "Privacy") and its
+// anchor, and then asks the Responses upstream that owns it to delete its
+// copy too. A replica running it learns of the delete from the store (the
+// tombstone a shared store keeps) and stops it there. The items go first:
+// when the store cannot delete them, the answer says so and the log and
+// anchor stay, so the client's retry finds the response again.
+func (s *Server) deleteLogged(w http.ResponseWriter, r *http.Request, id, keyHash string) {
+	// The client leaving must not leave half a deletion behind.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), anchorWriteTimeout)
+	defer cancel()
+	if !s.deleteTurn(ctx, w, id) {
+		return
 	}
+	var anchor store.Anchor
+	owned := false
+	if s.cont != nil {
+		anchor, owned = s.cont.ownedAnchor(ctx, id, keyHash) // before forget drops it
+	}
+	s.logs.remove(ctx, id)
+	if s.cont != nil {
+		s.cont.forget(ctx, id)
+	}
+	if owned {
+		s.deleteAtOwner(r, id, anchor)
+	}
+	writeDeleted(w, id)
+}
+
+// deleteKeptTurn deletes the conversation items kept for the caller's
+// response whose log is gone (older than streams.resume_window, or
+// never logged), reporting whether it answered. A Chat upstream keeps
+// nothing to delete, so the gateway answers for it; a Responses upstream's
+// response is deleted by the owner too, whose answer askOwner passes on.
+func (s *Server) deleteKeptTurn(w http.ResponseWriter, r *http.Request, id, keyHash string) bool {
+	if s.cont == nil || s.convs.durable == nil {
+		return false
+	}
+	anchor, owned := s.cont.ownedAnchor(r.Context(), id, keyHash)
+	if !owned {
+		return false
+	}
+	if _, err := s.convs.durable.GetTurn(r.Context(), id); err != nil {
+		return false // none kept (or unreadable): the owner answers, as before
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), anchorWriteTimeout)
+	defer cancel()
+	if !s.deleteTurn(ctx, w, id) {
+		return true
+	}
+	if u := s.pool.Get(anchor.Upstream); u != nil && u.Config().Protocol != upstream.ProtocolChat {
+		return false
+	}
+	s.cont.forget(ctx, id)
+	writeDeleted(w, id)
+	return true
+}
+
+// deleteTurn deletes the response's conversation items from the store;
+// a later turn chained through them then gets previous_response_not_found
+// (its history has a hole, and the gateway never resends deleted text).
+// On failure it answers the client and reports false.
+func (s *Server) deleteTurn(ctx context.Context, w http.ResponseWriter, id string) bool {
+	if s.convs.durable == nil {
+		return true
+	}
+	if err := s.convs.durable.DeleteTurn(ctx, id); err != nil {
+		s.log.Error("deleting a response's conversation items failed", "response_id", LogID(id), "error", err)
+		apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "deleting the response's conversation items failed; retry the request").Write(w)
+		return false
+	}
+	return true
+}
+
+// deleteAtOwner asks the Responses upstream that owns a deleted response
+// (its anchor) to delete it too, with the credentials a follow-up uses,
+// waiting at most ownerDeleteTimeout. Its failure is logged: the gateway's
+// own copy is gone either way. A Chat upstream keeps nothing.
+func (s *Server) deleteAtOwner(r *http.Request, id string, anchor store.Anchor) {
+	u := s.pool.Get(anchor.Upstream)
+	if u == nil || u.Config().Protocol == upstream.ProtocolChat {
+		return
+	}
+	upID := id
+	if anchor.UpstreamID != "" {
+		upID = anchor.UpstreamID
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), ownerDeleteTimeout)
+	defer cancel()
+	upReq, err := http.NewRequestWithContext(ctx, http.MethodDelete, u.URL("/responses/"+upID), nil)
+	if err != nil {
+		s.log.Warn("deleting a response at its owner failed", "upstream", u.Name(), "response_id", LogID(id), "error", err)
+		return
+	}
+	upReq.Header = upstreamHeaders(&clientRequest{header: r.Header, key: keyOf(r)}, u.Config(), false)
+	resp, err := s.client.Do(upReq)
+	if err != nil {
+		s.log.Warn("deleting a response at its owner failed", "upstream", u.Name(), "response_id", LogID(id),
+			"error", s.scrub.String(upstream.RedactError(err)))
+		return
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxUpstreamErrorBody)) // lets the connection be reused
+	switch {
+	case resp.StatusCode/100 == 2:
+	case resp.StatusCode == http.StatusNotFound: // it kept none (store: false) or it expired there
+		s.log.Debug("the owner of a deleted response does not have it", "upstream", u.Name(), "response_id", LogID(id))
+	default:
+		s.log.Warn("deleting a response at its owner failed", "upstream", u.Name(), "response_id", LogID(id), "status", resp.StatusCode)
+	}
+}
+
+// writeDeleted is OpenAI's answer to a DELETE of a response.
+func writeDeleted(w http.ResponseWriter, id string) {
 	b := jsonx.AppendQuote([]byte(`{"id":`), id)
 	writeRaw(w, http.StatusOK, append(b, `,"object":"response","deleted":true}`...))
 }

@@ -13,9 +13,10 @@ import (
 // streams.durable, a response.resume frame of a log only the store holds,
 // with starting_after past its last event or of a response answered as
 // JSON, gets the error frame the same resume got before the restart (the
-// log in memory): invalid_value naming the parameter, with the code,
-// message and param of the SSE resume's 400 — not a retryable-looking
-// stream_incomplete.
+// log in memory): the WebSocket error frame of a refused request (status
+// 400, no sequence_number), invalid_value naming the parameter, with the
+// code, message and param of the SSE resume's 400 — not a
+// retryable-looking stream_incomplete.
 func TestResumeWebSocketStoredNothingToSend(t *testing.T) {
 	dir := t.TempDir()
 	st := openStore(t, dir)
@@ -74,8 +75,9 @@ func TestResumeWebSocketStoredNothingToSend(t *testing.T) {
 			t.Fatalf("%s: the SSE resume after a restart: %d %s", c.name, status, body)
 		}
 		got := gjson.ParseBytes(resumeFrame(h2, c.frame))
-		if got.Get("type").Str != "error" || got.Get("code").Str != want.Get("code").Str ||
-			got.Get("message").Str != want.Get("message").Str || got.Get("param").Str != want.Get("param").Str {
+		if got.Get("type").Str != "error" || got.Get("status").Int() != http.StatusBadRequest || got.Get("error.code").Str != want.Get("code").Str ||
+			got.Get("error.message").Str != want.Get("message").Str || got.Get("error.param").Str != want.Get("param").Str ||
+			got.Get("sequence_number").Exists() {
 			t.Errorf("%s: the WebSocket resume after a restart got %s, want the SSE resume's %s", c.name, got.Raw, want.Raw)
 		}
 		if got.Raw != string(inMemory[k]) {

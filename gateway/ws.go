@@ -536,28 +536,54 @@ func (ws *wsSession) resume(ctx context.Context, out *wsResponder, data []byte) 
 	if s.logs == nil {
 		return notResumable(id.Str, window)
 	}
-	sink := wsResumeSink{out}
+	sink := &wsResumeSink{out: out}
 	if l := s.logs.current(ctx, id.Str, ws.keyHash); l != nil {
+		// Refused before any frame, in the shape of the other refused
+		// resumes, as the SSE resume answers these with a 400.
+		if aerr := l.unstreamable(after); aerr != nil {
+			return aerr
+		}
 		s.metrics.resumes.WithLabelValues("websocket").Inc()
-		_ = l.follow(ctx, after, sink, s.opts.KeepAlive)
-		return nil
+		return sink.answered(l.follow(ctx, after, sink, s.opts.KeepAlive), id.Str, after)
 	}
 	rec, ok := s.storedLog(ctx, id.Str, ws.keyHash)
 	if !ok { // another replica may be about to write it (resource.go)
 		rec, ok = s.lateStoredLog(ctx, id.Str, ws.keyHash)
 	}
 	if ok {
+		if aerr := s.logs.storedUnstreamable(ctx, rec, after); aerr != nil {
+			return aerr
+		}
 		s.metrics.resumes.WithLabelValues("websocket").Inc()
-		_ = s.logs.followStored(ctx, rec, after, sink, s.opts.IdleTimeout)
-		return nil
+		return sink.answered(s.logs.followStored(ctx, rec, after, sink, s.opts.IdleTimeout), id.Str, after)
 	}
 	return notResumable(id.Str, window)
 }
 
 // wsResumeSink writes a resumed stream as frames (each frame is written
 // whole: nothing to flush; the library answers pings, so no keepalive).
-type wsResumeSink struct{ out *wsResponder }
+// It counts them: a resume must answer with at least one.
+type wsResumeSink struct {
+	out  *wsResponder
+	sent int
+}
 
-func (k wsResumeSink) Event(_ string, data []byte) error { return k.out.write(data) }
-func (wsResumeSink) Flush() error                        { return nil }
-func (wsResumeSink) KeepAlive(time.Duration) error       { return nil }
+func (k *wsResumeSink) Event(_ string, data []byte) error {
+	k.sent++
+	return k.out.write(data)
+}
+func (*wsResumeSink) Flush() error                  { return nil }
+func (*wsResumeSink) KeepAlive(time.Duration) error { return nil }
+
+// answered is the error frame for a resume that ended without sending a
+// frame: starting_after was the terminal event itself. Over SSE that is an
+// empty stream, which its end tells the client; a socket has no such end,
+// and every request frame gets an answer. nil when frames were sent, or
+// when following failed (the socket is gone, or was closed).
+func (k *wsResumeSink) answered(followErr error, id string, after int64) *apierr.Error {
+	if followErr != nil || k.sent > 0 {
+		return nil
+	}
+	return apierr.Invalid("starting_after", apierr.CodeInvalidValue,
+		"starting_after is %d, the terminal event of response '%s'; no event follows it.", after, id)
+}

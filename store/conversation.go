@@ -103,6 +103,24 @@ func (s *PebbleStore) loadLiveTurn(db *pebble.DB, responseID string) (Turn, erro
 	return t, err
 }
 
+// DeleteTurn removes the turn of responseID in one synced batch; an absent
+// turn is not an error. The expiry index entry is left behind; the sweeper
+// drops it when it comes due and finds no record.
+func (s *PebbleStore) DeleteTurn(ctx context.Context, responseID string) error {
+	if err := validID("response id", responseID); err != nil {
+		return fmt.Errorf("store: delete turn: %w", err)
+	}
+	db, release, err := s.begin(ctx)
+	if err != nil {
+		return fmt.Errorf("store: delete turn %s: %w", RedactID(responseID), err)
+	}
+	defer release()
+	if err := db.Delete(turnKey(responseID), pebble.Sync); err != nil {
+		return fmt.Errorf("store: delete turn %s: %w", RedactID(responseID), err)
+	}
+	return nil
+}
+
 // History returns the items of the conversation that ends with the response
 // responseID, oldest first: the first turn's input items, its output items,
 // the second turn's input items, and so on, following ParentID links from

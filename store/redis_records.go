@@ -303,6 +303,23 @@ func (s *RedisStore) loadLiveTurn(ctx context.Context, responseID string) (Turn,
 	return t, err
 }
 
+// DeleteTurn removes the turn of responseID (see PebbleStore.DeleteTurn);
+// every replica sees it gone at once.
+func (s *RedisStore) DeleteTurn(ctx context.Context, responseID string) error {
+	if err := validID("response id", responseID); err != nil {
+		return fmt.Errorf("store: delete turn: %w", err)
+	}
+	release, err := s.begin(ctx)
+	if err != nil {
+		return fmt.Errorf("store: delete turn %s: %w", RedactID(responseID), err)
+	}
+	defer release()
+	if err := s.c.Del(ctx, s.turnKey(responseID)).Err(); err != nil {
+		return fmt.Errorf("store: delete turn %s: %w", RedactID(responseID), s.fail(err))
+	}
+	return nil
+}
+
 // History returns the items of the conversation ending at responseID,
 // oldest first, with PebbleStore.History's bounds and errors. It reads one
 // turn per round trip (the chain is discovered as it goes).

@@ -76,6 +76,11 @@ type ConversationStore interface {
 	// History returns the items of the conversation ending at responseID,
 	// oldest first.
 	History(ctx context.Context, responseID string, maxItems, maxBytes int) ([]json.RawMessage, error)
+	// DeleteTurn removes one turn (DELETE /v1/responses/{id}). A later
+	// turn that chains through it then has a broken chain: History fails
+	// for it rather than leaving the deleted items out. Deleting an
+	// absent turn is not an error.
+	DeleteTurn(ctx context.Context, responseID string) error
 }
 
 // InputSessionStore persists streaming-input sessions and their chunks.

@@ -49,7 +49,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "Sluice demo: fake upstream at %s, data in %s\nTry:\n\n", fake.URL, dir)
 	fmt.Fprintf(stdout, "  curl -N http://%s/v1/responses -H 'Content-Type: application/json' \\\n    -d '{\"model\":\"gpt-fake-1\",\"input\":\"Say hello\",\"stream\":true}'\n\n", addr)
 	fmt.Fprintf(stdout, "  curl http://%s/v1/models\n\n", addr)
-	fmt.Fprintf(stdout, "  curl http://%s/admin/demo/upstream-requests   (what the fake upstream received)\n\nCtrl-C drains and stops.\n\n", addr)
+	// Every command line runs as printed (README "Set-up"): a remark is a shell comment.
+	fmt.Fprintf(stdout, "  curl http://%s/admin/demo/upstream-requests   # what the fake upstream received\n\nCtrl-C drains and stops.\n\n", addr)
 	return serveWith(ctx, cfg, ln, newLogger(cfg.Log, stderr), stdout, map[string]http.Handler{
 		"/admin/demo/upstream-requests": upstreamRequestsHandler(fake),
 	})

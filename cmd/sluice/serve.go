@@ -13,7 +13,6 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -138,7 +137,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		logger.Error("cannot listen", "addr", cfg.Listen, "error", err)
 		return 1
 	}
-	logSummary(logger, *configPath, cfg, ln.Addr().String())
+	logSummary(logger, *configPath, cfg, ln.Addr())
 	if *pprofOn {
 		return serveWith(ctx, cfg, ln, logger, stdout, pprofHandlers())
 	}
@@ -248,7 +247,7 @@ func serveWith(ctx context.Context, cfg config.Config, ln net.Listener, logger h
 
 	errc := make(chan error, 1)
 	go func() { errc <- gw.Serve(ln) }()
-	logger.Info("listening", "addr", ln.Addr().String(), "upstreams", len(cfg.Upstreams))
+	logger.Info("listening", "addr", configuredAddr(cfg.Listen, ln.Addr()), "upstreams", len(cfg.Upstreams))
 	fmt.Fprintf(stdout, "sluice listening on http://%s\n", ln.Addr())
 
 	select {
@@ -349,7 +348,7 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger, admin
 		FaultsBeforeRollback: cfg.PolicyLimits.FaultsBeforeRollback,
 
 		// The Wasm compilation cache when the user cache dir cannot be written.
-		FallbackCacheDir: filepath.Join(cfg.DataDir, "wasm-cache"),
+		FallbackCacheDir: wasmFallbackCacheDir(cfg),
 	})
 	if err != nil {
 		return nil, cleanup, fmt.Errorf("loading policies: %w", err)

@@ -2,21 +2,25 @@ package main
 
 import (
 	"errors"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/sluice-gw/sluice/gateway/config"
+	"github.com/sluice-gw/sluice/plugins"
 )
 
 // logSummary logs what the gateway is about to run, one INFO line per
-// item: where its config, state and policies come from, where it listens,
-// each upstream (its URL without credentials) and each route. No key, token
-// or URL query ever appears.
-func logSummary(logger hclog.Logger, configPath string, cfg config.Config, addr string) {
+// item: where its config, state and policies come from, where it listens
+// (ln's address as configured: 0.0.0.0 stays 0.0.0.0), each upstream (its
+// URL without credentials) and each route. No key, token or URL query ever
+// appears. An open admin API that anyone else can reach is a WARN.
+func logSummary(logger hclog.Logger, configPath string, cfg config.Config, ln net.Addr) {
 	b := currentBuild()
 	cfgFile := "none (flags and built-in defaults)"
 	if configPath != "" {
@@ -30,10 +34,7 @@ func logSummary(logger hclog.Logger, configPath string, cfg config.Config, addr 
 	if cfg.Continuity.Disabled {
 		dataDir += " (continuity disabled: unused)"
 	}
-	wasmCache := "default (the user cache dir, else data_dir/wasm-cache, else memory)"
-	if cfg.WasmCacheDir != "" {
-		wasmCache = absPath(cfg.WasmCacheDir)
-	}
+	addr := configuredAddr(cfg.Listen, ln)
 	admin := "open"
 	if cfg.AdminToken != "" {
 		admin = "token required"
@@ -42,12 +43,25 @@ func logSummary(logger hclog.Logger, configPath string, cfg config.Config, addr 
 	logger.Info("config", "file", cfgFile)
 	logger.Info("config", "data_dir", dataDir)
 	logger.Info("config", "policy_dir", policyDir)
-	logger.Info("config", "wasm_cache_dir", wasmCache)
+	logger.Info("config", "wasm_cache_dir", wasmCacheDir(cfg))
 	logger.Info("config", "listen", addr, "admin", admin)
+	if exposed := adminExposure(cfg, ln); exposed != "" {
+		// SECURITY.md: without a token the admin surfaces are open; with
+		// Sluice keys required or a listener others reach, an open
+		// POST /admin/keys undoes the keys.
+		logger.Warn("the admin API is open to anyone who reaches the listen address: they can mint keys (POST /admin/keys), "+
+			"revoke them, and read usage and /metrics; set admin_token: (or SLUICE_ADMIN_TOKEN) to require a token",
+			"listen", addr, "because", exposed)
+	}
 	for _, u := range cfg.Upstreams {
 		auth := "the client's"
-		if u.APIKey != "" {
+		switch {
+		case u.APIKey != "":
 			auth = "api_key"
+		case cfg.Auth.Required:
+			// README "Keys, limits and usage": a Sluice key is never
+			// forwarded, so such an upstream gets no Authorization at all.
+			auth = "none (auth.required: client keys are not forwarded)"
 		}
 		logger.Info("upstream", "name", u.Name, "url", safeURL(u.BaseURL), "protocol", or(u.Protocol, "responses"),
 			"transport", or(u.Transport, "http"), "credentials", auth)
@@ -66,6 +80,59 @@ func logSummary(logger hclog.Logger, configPath string, cfg config.Config, addr 
 		}
 		logger.Info("route", "index", i, "models", strings.Join(r.Models, ", "), "targets", strings.Join(targets, " → "))
 	}
+}
+
+// configuredAddr is the listen address as the operator wrote it, with the
+// port the listener got (listen: 127.0.0.1:0 picks one): the host is not
+// rewritten the way the listener reports it (0.0.0.0 as [::]).
+func configuredAddr(listen string, ln net.Addr) string {
+	host, _, err := net.SplitHostPort(listen)
+	tcp, ok := ln.(*net.TCPAddr)
+	if err != nil || !ok {
+		return ln.String()
+	}
+	return net.JoinHostPort(host, strconv.Itoa(tcp.Port))
+}
+
+// adminExposure says why an admin API without a token is open to more than
+// the operator ("" when it is not, or has a token): Sluice keys are
+// required, which an open POST /admin/keys undoes, or the listener is not
+// on loopback.
+func adminExposure(cfg config.Config, ln net.Addr) string {
+	if cfg.AdminToken != "" {
+		return ""
+	}
+	var why []string
+	if cfg.Auth.Required {
+		why = append(why, "auth.required is on")
+	}
+	if tcp, ok := ln.(*net.TCPAddr); !ok || !tcp.IP.IsLoopback() {
+		why = append(why, "listen is not a loopback address")
+	}
+	return strings.Join(why, "; ")
+}
+
+// wasmFallbackCacheDir is the Wasm compilation cache when the user cache
+// dir cannot be written (plugins.Options.FallbackCacheDir).
+func wasmFallbackCacheDir(cfg config.Config) string {
+	return filepath.Join(cfg.DataDir, "wasm-cache")
+}
+
+// wasmCacheDir is the directory the policy runtime will keep its
+// compilation cache in, or "memory": wasm_cache_dir when set, else the
+// first writable of the user cache dir and the fallback, as
+// plugins.Options.CacheDir documents (the runtime, opened after this
+// summary, warns when it falls back).
+func wasmCacheDir(cfg config.Config) string {
+	if cfg.WasmCacheDir != "" {
+		return absPath(cfg.WasmCacheDir)
+	}
+	for _, dir := range []string{plugins.DefaultCacheDir(), wasmFallbackCacheDir(cfg)} {
+		if dir != "" && writableDir(dir) == nil {
+			return absPath(dir)
+		}
+	}
+	return "memory (neither the user cache dir nor data_dir/wasm-cache can be written)"
 }
 
 // safeURL is a URL without its userinfo and query (either may hold a key).

@@ -298,7 +298,7 @@ func Parse(raw []byte, lookup func(string) (string, bool)) (Config, error) {
 	docs := yaml.NewDecoder(bytes.NewReader(raw))
 	var root yaml.Node
 	if err := docs.Decode(&root); err != nil && !errors.Is(err, io.EOF) { // io.EOF: an empty file
-		return cfg, fmt.Errorf("invalid YAML: %w", err)
+		return cfg, fmt.Errorf("invalid YAML: %w%s", err, flowEnvRefHint(raw))
 	}
 	if err := refuseMoreDocuments(docs); err != nil {
 		return cfg, err
@@ -371,6 +371,80 @@ func refuseMoreDocuments(docs *yaml.Decoder) error {
 		}
 	}
 }
+
+// flowEnvRefHint explains the likeliest cause of a syntax error in a file
+// that has an unquoted ${VAR} inside a flow collection ([...] or {...}, the
+// style README's examples use): there "{" and "}" end the collection, so
+// the reference is not a plain scalar and the file does not parse, whatever
+// the variable holds. ${VAR} is expanded in the parsed values, never in the
+// text (a value must not be able to add YAML of its own), so the fix is the
+// quotes. The hint names the line and key the YAML library's error often
+// does not (it reports the start of the enclosing collection). "" when
+// there is no such reference.
+func flowEnvRefHint(raw []byte) string {
+	line, key, ref := unquotedFlowEnvRef(raw)
+	if ref == "" {
+		return ""
+	}
+	quoted := fmt.Sprintf("%q", ref)
+	if key != "" {
+		quoted = key + ": " + quoted
+	}
+	return fmt.Sprintf(" (line %d: an unquoted %s inside [...] or {...} is not valid YAML; quote it: %s)", line, ref, quoted)
+}
+
+// unquotedFlowEnvRef finds the first ${VAR} outside quotes and comments
+// inside a flow collection: its line (1-based), the key before it on that
+// line ("" for none) and the reference. It reads the text the way YAML's
+// flow context does, closely enough for a hint: a quote opens a quoted
+// scalar only where a scalar may start.
+func unquotedFlowEnvRef(raw []byte) (line int, key, ref string) {
+	line, depth := 1, 0
+	var quote byte       // the open quote, or 0
+	var prev byte = '\n' // the last character outside quotes that is not a space
+	lineStart := 0
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		if c == '\n' {
+			line, lineStart = line+1, i+1
+		}
+		switch {
+		case quote == '"' && c == '\\':
+			i++ // an escape: the next character is not the closing quote
+		case quote != 0:
+			if c == quote {
+				quote, prev = 0, c
+			}
+		case c == '#' && (i == 0 || raw[i-1] == ' ' || raw[i-1] == '\t' || raw[i-1] == '\n'):
+			for i+1 < len(raw) && raw[i+1] != '\n' { // a comment runs to the end of its line
+				i++
+			}
+		case (c == '"' || c == '\'') && strings.IndexByte(":,[{-?\n", prev) >= 0:
+			quote = c
+		case (c == '[' || c == '{') && (depth > 0 || strings.IndexByte(":-?\n", prev) >= 0):
+			depth++ // in block context only where a value starts: ${X} there is a plain scalar
+		case c == ']' || c == '}':
+			if depth > 0 {
+				depth--
+			}
+		case c == '$' && depth > 0 && i+1 < len(raw) && raw[i+1] == '{':
+			if loc := envRef.FindIndex(raw[i:]); loc != nil && loc[0] == 0 {
+				if k := flowKey.FindSubmatch(raw[lineStart:i]); k != nil {
+					key = string(k[1])
+				}
+				return line, key, string(raw[i : i+loc[1]])
+			}
+		}
+		if c != ' ' && c != '\t' && quote == 0 && c != '"' && c != '\'' {
+			prev = c
+		}
+	}
+	return 0, "", ""
+}
+
+// flowKey is the key a value after it belongs to: "api_key: " at the end of
+// the text before the value.
+var flowKey = regexp.MustCompile(`([A-Za-z0-9_.-]+):\s*$`)
 
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
 

@@ -246,7 +246,11 @@ func (m *Manager) handleCreate(w http.ResponseWriter, r *http.Request) {
 		zero := uint64(0)
 		c, aerr := parseChunk(r.Context(), fc, &zero)
 		if aerr != nil {
-			aerr.Param = "chunk." + aerr.Param
+			if aerr.Param == "" { // the chunk itself, e.g. not an object
+				aerr.Param = "chunk"
+			} else {
+				aerr.Param = "chunk." + aerr.Param
+			}
 			writeError(w, aerr)
 			return
 		}

@@ -61,7 +61,10 @@ func parseTemplate(ctx context.Context, endpoint string, body []byte, maxDepth i
 	}); aerr != nil {
 		return template{}, aerr
 	}
-	if model.Type != gjson.String || strings.TrimSpace(model.Str) == "" {
+	switch {
+	case model.Exists() && model.Type != gjson.Null && model.Type != gjson.String:
+		return template{}, apierr.Invalid("template.model", apierr.CodeInvalidType, "model must be a string")
+	case model.Type != gjson.String || strings.TrimSpace(model.Str) == "":
 		return template{}, apierr.Invalid("template.model", apierr.CodeMissingField, "the template must name a model")
 	}
 	t.model = model.Str

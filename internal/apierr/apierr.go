@@ -31,6 +31,7 @@ const (
 	CodeServerOverloaded    = "server_overloaded" // 503: a gateway-wide budget is spent; retry after Retry-After
 	CodeRequestTimeout      = "request_timeout"   // 408: the body did not arrive within timeouts.read_body
 	CodeDuplicateKey        = "duplicate_key"     // 400: a top-level key appears twice
+	CodeUnknownParameter    = "unknown_parameter" // 400: a top-level key the gateway refuses (a field it reads, in another case)
 
 	CodeInvalidValue             = "invalid_value"                // 400: a parameter has a value the gateway does not accept
 	CodeInvalidBody              = "invalid_body"                 // 400: the body could not be read or decompressed

@@ -634,7 +634,11 @@ func convertTools(t gjson.Result) (ts toolSet, err *apierr.Error) {
 			}
 			return true
 		})
-		if typ.Type != gjson.String {
+		switch {
+		case present(typ) && typ.Type != gjson.String:
+			err = typeErr(p+".type", "a string")
+			return false
+		case typ.Type != gjson.String:
 			err = apierr.Invalid(p+".type", apierr.CodeMissingField, "Missing required parameter: '%s.type'.", p)
 			return false
 		}
@@ -646,7 +650,11 @@ func convertTools(t gjson.Result) (ts toolSet, err *apierr.Error) {
 			ts.dropped = append(ts.dropped, label)
 			return true
 		}
-		if name.Type != gjson.String || name.Str == "" {
+		switch {
+		case present(name) && name.Type != gjson.String:
+			err = typeErr(p+".name", "a string")
+			return false
+		case name.Type != gjson.String || name.Str == "":
 			err = apierr.Invalid(p+".name", apierr.CodeMissingField, "Missing required parameter: '%s.name'.", p)
 			return false
 		}
@@ -761,7 +769,11 @@ func allowedTools(tc gjson.Result, ts *toolSet) (string, *apierr.Error) {
 		p := "tool_choice.tools[" + strconv.Itoa(i) + "]"
 		i++
 		typ, name := t.Get("type"), t.Get("name")
-		if typ.Type != gjson.String {
+		switch {
+		case present(typ) && typ.Type != gjson.String:
+			err = typeErr(p+".type", "a string")
+			return false
+		case typ.Type != gjson.String:
 			err = apierr.Invalid(p+".type", apierr.CodeMissingField, "Missing required parameter: '%s.type'.", p)
 			return false
 		}
