@@ -471,24 +471,29 @@ func TestAdminKeysPatchMergesLimitsAndRefusesAmbiguousBodies(t *testing.T) {
 	}
 	for _, bad := range []struct {
 		method, path, body, param string
+		code                      string // when set: a repeated key has the code /v1 gives it
 	}{
-		{http.MethodPatch, "/admin/keys/ci", `{"limits":{"rpm":5,"rpm":0}}`, "limits.rpm"},
-		{http.MethodPatch, "/admin/keys/ci", `{"limits":{"rpm":5,"RPM":0}}`, "limits.RPM"},
-		{http.MethodPost, "/admin/keys", `{"name":"a","name":"b"}`, "name"},
-		{http.MethodPatch, "/admin/keys/ci", `{"limits":{"rpm":"5"}}`, "limits.rpm"},
-		{http.MethodPatch, "/admin/keys/ci", `{"models":"gpt-*"}`, "models"},
-		{http.MethodPatch, "/admin/keys/ci", `{"name":"other"}`, "name"},
-		{http.MethodPatch, "/admin/keys/ci", `{"limits":{"rpm":1}} {"limits":{"rpm":0}}`, ""},
-		{http.MethodPatch, "/admin/keys/ci", `[]`, ""},
-		{http.MethodPost, "/admin/keys", `{"name":"x","limits":{"rpm":-1}}`, "limits"},
-		{http.MethodPost, "/admin/keys", `{"name":"x","bogus":1}`, "bogus"},
-		{http.MethodPatch, "/admin/keys/ci", `{"limits":{"rpmx":1}}`, "limits.rpmx"},
+		{http.MethodPatch, "/admin/keys/ci", `{"limits":{"rpm":5,"rpm":0}}`, "limits.rpm", "duplicate_key"},
+		{http.MethodPatch, "/admin/keys/ci", `{"limits":{"rpm":5,"RPM":0}}`, "limits.RPM", "duplicate_key"},
+		{http.MethodPost, "/admin/keys", `{"name":"a","name":"b"}`, "name", "duplicate_key"},
+		{http.MethodPatch, "/admin/keys/ci", `{"limits":{"rpm":"5"}}`, "limits.rpm", ""},
+		{http.MethodPatch, "/admin/keys/ci", `{"models":"gpt-*"}`, "models", ""},
+		{http.MethodPatch, "/admin/keys/ci", `{"name":"other"}`, "name", ""},
+		{http.MethodPatch, "/admin/keys/ci", `{"limits":{"rpm":1}} {"limits":{"rpm":0}}`, "", ""},
+		{http.MethodPatch, "/admin/keys/ci", `[]`, "", ""},
+		{http.MethodPost, "/admin/keys", `{"name":"x","limits":{"rpm":-1}}`, "limits.rpm", ""},
+		{http.MethodPost, "/admin/keys", `{"name":"x","bogus":1}`, "bogus", ""},
+		{http.MethodPatch, "/admin/keys/ci", `{"limits":{"rpmx":1}}`, "limits.rpmx", ""},
+		{http.MethodPatch, "/admin/keys/ci", `{"models":["gpt-*",5]}`, "models[1]", "invalid_type"},
 	} {
 		code, b := admin(bad.method, bad.path, bad.body)
 		var e struct {
-			Error struct{ Message, Param string }
+			Error struct{ Message, Param, Code string }
 		}
 		_ = json.Unmarshal(b, &e)
+		if bad.code != "" && e.Error.Code != bad.code {
+			t.Errorf("%s %s %s: code %q, want %s", bad.method, bad.path, bad.body, e.Error.Code, bad.code)
+		}
 		if code != http.StatusBadRequest || e.Error.Param != bad.param || strings.Contains(e.Error.Message, "Go ") {
 			t.Errorf("%s %s %s: %d %s, want 400 naming %q", bad.method, bad.path, bad.body, code, b, bad.param)
 		}

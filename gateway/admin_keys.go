@@ -19,6 +19,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 	"github.com/tidwall/gjson"
 
+	"github.com/sluice-gw/sluice/gateway/config"
 	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/sluice-gw/sluice/store"
 )
@@ -103,7 +104,7 @@ func readKeyPatch(w http.ResponseWriter, r *http.Request, p *keyPatch) bool {
 	root := gjson.ParseBytes(body)
 	for _, param := range []string{repeatedKey(root, ""), repeatedKey(root.Get("limits"), "limits.")} {
 		if param != "" {
-			apierr.Invalid(param, apierr.CodeInvalidJSON, "%s is given twice", param).Write(w)
+			apierr.Invalid(param, apierr.CodeDuplicateKey, "%s is given twice", param).Write(w)
 			return false
 		}
 	}
@@ -112,7 +113,16 @@ func readKeyPatch(w http.ResponseWriter, r *http.Request, p *keyPatch) bool {
 	if err := dec.Decode(p); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			apierr.Invalid(te.Field, apierr.CodeInvalidType, "%s must be %s, got a JSON %s", te.Field, goKindInJSON(te.Type), te.Value).Write(w)
+			field := te.Field
+			if field == "models" { // encoding/json does not say which element: name it
+				for i, m := range root.Get("models").Array() {
+					if m.Type != gjson.String {
+						field = fmt.Sprintf("models[%d]", i)
+						break
+					}
+				}
+			}
+			apierr.Invalid(field, apierr.CodeInvalidType, "%s must be %s, got a JSON %s", field, goKindInJSON(te.Type), te.Value).Write(w)
 		} else {
 			msg := strings.TrimPrefix(err.Error(), "json: ")
 			if name, ok := strings.CutPrefix(msg, `unknown field "`); ok { // encoding/json names no other field
@@ -139,9 +149,12 @@ func readKeyPatch(w http.ResponseWriter, r *http.Request, p *keyPatch) bool {
 			}
 		}
 	}
-	if l := p.Limits; l != nil && (l.RPM < 0 || l.TPM < 0 || l.Concurrent < 0 || l.TokensPerDay < 0 || l.TokensPerMonth < 0) {
-		apierr.Invalid("limits", apierr.CodeInvalidLimit, "limits must not be negative").Write(w)
-		return false
+	if p.Limits != nil {
+		if problems := config.KeyLimits(*p.Limits).Problems(); len(problems) > 0 {
+			param := "limits." + problems[0].Field
+			apierr.Invalid(param, apierr.CodeInvalidLimit, "%s %s", param, problems[0].Problem).Write(w)
+			return false
+		}
 	}
 	return true
 }

@@ -7,17 +7,20 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"iter"
 	"net/http"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/sluice-gw/sluice/internal/apierr"
-	"github.com/sluice-gw/sluice/internal/clientkey"
 	"github.com/sluice-gw/sluice/store"
 )
 
@@ -323,44 +326,54 @@ func (kr *keyring) readIfStale() bool {
 // sluiceKeyPrefix starts every key the gateway makes (newSecret).
 const sluiceKeyPrefix = "sk-sluice-"
 
-// lookup finds the key whose secret is secret. Keys read more than refresh
-// ago are read again first, on the request's path (one read shared by the
-// requests at once), so that no request is judged by a key set older than
-// that: a key deleted or changed on another replica stops working there
-// within refresh (README: "within 5s"). An unknown key in Sluice's own
-// format is looked for in a read that began after it arrived, so a key
-// just created on another replica works at once and is never taken for a
-// pass-through credential (and forwarded upstream); other unknown
-// credentials (a pass-through client's own keys) read the store at most
-// once a second.
-func (kr *keyring) lookup(secret string) *keyEntry {
-	if secret == "" {
+// lookup finds the known keys among secrets (the credentials one request
+// presents), each once. Keys read more than refresh ago are read again
+// first, on the request's path (one read shared by the requests at once),
+// so that no request is judged by a key set older than that: a key deleted
+// or changed on another replica stops working there within refresh
+// (README: "within 5s"). When none is known and one is in Sluice's own
+// format, the keys are looked for in a read that began after the request
+// arrived, so a key just created on another replica works at once and is
+// never taken for a pass-through credential (and forwarded upstream);
+// other unknown credentials (a pass-through client's own keys) read the
+// store at most once a second. A request reads the store at most once,
+// however many credentials it presents.
+func (kr *keyring) lookup(secrets ...string) []*keyEntry {
+	sums := make([][32]byte, 0, len(secrets))
+	ours := false
+	for _, s := range secrets {
+		if s != "" {
+			sums = append(sums, sha256.Sum256([]byte(s)))
+			ours = ours || strings.HasPrefix(s, sluiceKeyPrefix)
+		}
+	}
+	if len(sums) == 0 {
 		return nil
 	}
-	sum := sha256.Sum256([]byte(secret))
-	find := func() *keyEntry {
+	find := func() []*keyEntry {
+		var found []*keyEntry
 		kr.mu.RLock()
-		e := kr.bySum[sum]
-		kr.mu.RUnlock()
-		if e != nil && subtle.ConstantTimeCompare(e.sum[:], sum[:]) == 1 {
-			return e
+		defer kr.mu.RUnlock()
+		for _, sum := range sums {
+			e := kr.bySum[sum]
+			if e != nil && subtle.ConstantTimeCompare(e.sum[:], sum[:]) == 1 && !slices.Contains(found, e) {
+				found = append(found, e)
+			}
 		}
-		return nil
+		return found
 	}
 	fresh := kr.readIfStale()
-	if e := find(); e != nil {
-		return e
+	if found := find(); len(found) > 0 || fresh { // a fresh read began after this request arrived
+		return found
 	}
-	if strings.HasPrefix(secret, sluiceKeyPrefix) {
-		if !fresh { // the read above began after this request arrived
-			kr.freshRead()
-		}
-		return find()
-	}
-	if kr.missedLately() {
+	switch {
+	case ours:
+		kr.freshRead()
+	case kr.missedLately():
 		return nil
+	default:
+		_ = kr.reload(context.Background())
 	}
-	_ = kr.reload(context.Background())
 	return find()
 }
 
@@ -410,31 +423,73 @@ func (kr *keyring) list() []*keyEntry {
 	return out
 }
 
-// presentedKeys are the credentials a client presents: the Bearer token of
-// Authorization and Api-Key. A client may send both (its own upstream key
-// in one, a Sluice key in the other); either may identify a Sluice key.
-func presentedKeys(h http.Header) (authorization, apiKey string) {
-	if a := h.Get("Authorization"); a != "" {
-		authorization = clientkey.BearerToken(a)
+// presentedKeys yields every credential a request presents, with the
+// header carrying it: each word (split at commas and white space) of every
+// value of every credential header (hostabi.CredentialHeader), so that a
+// Sluice key is found in a repeated Authorization or Api-Key, in a
+// comma-joined value or in X-Api-Key as well as in the first value. The
+// scheme's name ("Bearer") is a word too and matches no key.
+func presentedKeys(h http.Header) iter.Seq2[string, string] {
+	return func(yield func(header, secret string) bool) {
+		for name, values := range h {
+			if !hostabi.CredentialHeader(strings.ToLower(name)) {
+				continue
+			}
+			for _, v := range values {
+				for _, word := range strings.FieldsFunc(v, isCredentialSeparator) {
+					if !yield(name, word) {
+						return
+					}
+				}
+			}
+		}
 	}
-	return authorization, strings.TrimSpace(h.Get("Api-Key"))
 }
 
-// authenticate identifies the client's key. With auth required, a missing
-// or unknown key is a 401 invalid_api_key; without, it is nil (pass-through).
-// Once a key is identified, neither header reaches an upstream
-// (upstreamHeaders): a Sluice key in Api-Key next to another credential in
-// Authorization is not forwarded either.
+// maxPresentedCredentials bounds the words of a request's credential
+// headers that authenticate looks up ("Bearer" and the token are two).
+const maxPresentedCredentials = 16
+
+func isCredentialSeparator(r rune) bool { return r == ',' || unicode.IsSpace(r) }
+
+// carriedBy reports whether secret, one credential a request presents
+// (presentedKeys), is k's.
+func (k *keyEntry) carriedBy(secret string) bool {
+	sum := sha256.Sum256([]byte(secret))
+	return subtle.ConstantTimeCompare(k.sum[:], sum[:]) == 1
+}
+
+// authenticate identifies the client's key: the known Sluice key among the
+// credentials it presents (presentedKeys), in whichever credential header
+// and position. A request that presents two different known keys is a 401
+// invalid_api_key: which key's models, limits and usage apply would be a
+// guess. With auth required, a missing or unknown key is a 401 too; without,
+// it is nil (pass-through). Once a key is identified, Authorization, Api-Key
+// and every credential header carrying it stay with the gateway
+// (upstreamHeaders): a Sluice key beside another credential is not forwarded
+// either.
 func (a *accounts) authenticate(h http.Header) (*keyEntry, *apierr.Error) {
-	auth, apiKey := presentedKeys(h)
-	e := a.keys.lookup(auth)
-	if e == nil && apiKey != "" {
-		e = a.keys.lookup(apiKey)
+	var secrets []string
+	for _, secret := range presentedKeys(h) {
+		if len(secrets) == maxPresentedCredentials {
+			// Each is hashed: a megabyte of words would cost the gateway
+			// more than the request is worth.
+			return nil, &apierr.Error{Status: http.StatusUnauthorized, Type: apierr.TypeInvalidRequest, Code: CodeInvalidAPIKey,
+				Message: fmt.Sprintf("the request's credential headers hold more than %d credentials: send one", maxPresentedCredentials)}
+		}
+		secrets = append(secrets, secret)
 	}
-	if e == nil && a.opts.Required {
+	found := a.keys.lookup(secrets...)
+	switch {
+	case len(found) > 1:
+		return nil, &apierr.Error{Status: http.StatusUnauthorized, Type: apierr.TypeInvalidRequest, Code: CodeInvalidAPIKey,
+			Message: "the request carries more than one Sluice key: send one"}
+	case len(found) == 1:
+		return found[0], nil
+	case a.opts.Required:
 		return nil, errInvalidAPIKey()
 	}
-	return e, nil
+	return nil, nil
 }
 
 // errInvalidAPIKey is the 401 of a request without a known Sluice key.

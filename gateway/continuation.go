@@ -290,20 +290,29 @@ func (s *Server) continueAfter(ctx context.Context, cs *clientStream, req *clien
 		req.rescue = r
 	}
 	r.cause, r.reason, r.kind, r.text = af.cause, af.reason, kind, facts.text
+	reported := true
 	switch src, translated := ans.src.(*chatSource); {
 	case len(af.usage) > 0:
 		r.usage = sumUsage(r.usage, af.usage) // the failure's own report is the attempt's final count
-	case req.ep.chat && len(facts.usage) > 0:
+	case req.ep.chat && len(facts.usage) > 0 && !bytes.Equal(facts.usage, r.usage):
 		// The last usage the attempt reported before it broke (a running
 		// usage on each Chat chunk, as vLLM's continuous_usage_stats),
 		// already summed with the earlier attempts' (README "Continuation":
-		// the usage of every attempt summed).
+		// the usage of every attempt summed). Equal to that sum, it is
+		// the earlier attempts' alone: this one reported nothing.
 		r.usage = facts.usage
 	case translated && len(src.reportedUsage()) > 0:
 		// A Responses client of a Chat upstream: the running usage stays
 		// in the translation until the terminal event.
 		r.usage = sumUsage(r.usage, src.reportedUsage())
+	default:
+		reported = false
 	}
+	// An attempt that reported nothing is charged an estimate in its key's
+	// limits and the usage totals (README "Keys, limits and usage"), as a
+	// stream that was not continued would be; the client's usage keeps what
+	// the upstreams reported.
+	req.meta.attemptEnded(reported, r.usage)
 	r.count++
 	if try.cont != nil {
 		s.rescueOutcome(req, try.cont.kind, "continued")

@@ -51,9 +51,16 @@ func upstreamHeaders(req *clientRequest, u upstream.Config, stream bool) http.He
 	h.Set("Accept-Encoding", "identity")
 	if req.key != nil {
 		// A Sluice key is the gateway's credential, never an upstream's: a
-		// keyed upstream gets its own key below, one without gets none.
+		// keyed upstream gets its own key below, one without gets none; no
+		// credential header carrying the key (in any value or position,
+		// presentedKeys' rule) is forwarded.
 		h.Del("Authorization")
 		h.Del("Api-Key")
+		for name, secret := range presentedKeys(client) {
+			if req.key.carriedBy(secret) {
+				delete(h, name)
+			}
+		}
 	}
 	if u.APIKey != "" {
 		// An upstream with its own key bills the operator: a client must not

@@ -161,8 +161,8 @@ func TestKeyringConfigKeyWinsItsSecret(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if e := kr.lookup(secret); e == nil || e.name != "from-config" || !e.fromConfig || !e.allows("gpt-5") {
-		t.Fatalf("the config key's secret finds %+v", e)
+	if found := kr.lookup(secret); len(found) != 1 || found[0].name != "from-config" || !found[0].fromConfig || !found[0].allows("gpt-5") {
+		t.Fatalf("the config key's secret finds %+v", found)
 	}
 	if kr.get("copied") != nil || kr.get("own") == nil || !kr.get("from-config").fromConfig {
 		t.Fatalf("keys: %+v", kr.list())

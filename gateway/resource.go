@@ -416,17 +416,45 @@ func (s *Server) getStored(w http.ResponseWriter, r *http.Request, rec store.Str
 	writeRaw(w, http.StatusOK, withBackground(resp, rec.Background))
 }
 
-// resumeSSE answers a resume as an SSE stream.
+// resumeSSE answers a resume as an SSE stream. Its 200 is sent with the
+// first event or keepalive: a resume of a running stream whose
+// starting_after turns out past its end, with nothing sent yet, gets the
+// 400 a resume of an ended one gets (README "Resuming a stream").
 func (s *Server) resumeSSE(w http.ResponseWriter, follow func(out resumeSink) error) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream; charset=utf-8")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
 	sink := newSSESink(w, s.opts.ClientWriteTimeout)
 	sink.auto = false // follow flushes once per batch of logged events
 	s.metrics.resumes.WithLabelValues("sse").Inc()
-	_ = follow(sink)
+	out := &writeNotingSink{resumeSink: sink}
+	var aerr *apierr.Error
+	switch err := follow(out); {
+	case errors.As(err, &aerr) && !out.wrote:
+		h.Del("Cache-Control")
+		h.Del("X-Accel-Buffering")
+		aerr.Write(w)
+	case err == nil && !out.wrote:
+		w.WriteHeader(http.StatusOK) // an empty stream: nothing follows starting_after
+	}
+}
+
+// writeNotingSink notes whether anything was written through it (and so
+// whether the answer's status is committed).
+type writeNotingSink struct {
+	resumeSink
+	wrote bool
+}
+
+func (k *writeNotingSink) Event(name string, data []byte) error {
+	k.wrote = true
+	return k.resumeSink.Event(name, data)
+}
+
+func (k *writeNotingSink) KeepAlive(every time.Duration) error {
+	k.wrote = true
+	return k.resumeSink.KeepAlive(every)
 }
 
 // streamInBody reads the {"stream":true} that some clients (the official

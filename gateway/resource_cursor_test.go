@@ -109,13 +109,14 @@ func TestResumeOfNothingIs400(t *testing.T) {
 	}
 	check("store", replica)
 
-	// Live: the cursor is past every event so far, and past the last one.
+	// Live: the cursor is past every event so far, and past the last one:
+	// nothing was sent when the stream ends, so the answer is the same 400.
 	h.ups["A"].Enqueue(slowAnswer())
 	first := h.readSome("sk-client-secret", `{"model":"gpt-fake-1","input":"hi","stream":true}`, 2)
 	liveID := gjson.GetBytes(first[0], "response.id").Str
 	status, rest, body := h.resume("sk-client-secret", liveID, 1000)
-	if status != http.StatusOK || len(rest) != 1 || gjson.GetBytes(rest[0], "type").Str != "error" ||
-		gjson.GetBytes(rest[0], "param").Str != "starting_after" {
+	if status != http.StatusBadRequest || len(rest) != 0 || gjson.Get(body, "error.code").Str != "invalid_value" ||
+		gjson.Get(body, "error.param").Str != "starting_after" {
 		t.Fatalf("a live resume past the end: %d %q %s", status, rest, body)
 	}
 }

@@ -955,9 +955,6 @@ func (l *streamLog) save() {
 
 // ---- followers ----
 
-// follow writes the events after `after` to out, then the live ones until
-// the terminal event; it returns when the log ended, ctx is done or a write
-// fails. out gets a keepalive every `every` while nothing happens.
 // resumeSink is where a resumer's events go: SSE (flushed once per batch of
 // logged events, not per event) or WebSocket frames.
 type resumeSink interface {
@@ -966,6 +963,12 @@ type resumeSink interface {
 	KeepAlive(timeout time.Duration) error
 }
 
+// follow writes the events after `after` to out, then the live ones until
+// the terminal event; it returns when the log ended, ctx is done or a write
+// fails. out gets a keepalive every `every` while nothing happens. A log
+// that ends before `after` (past its last event) returns that
+// *apierr.Error when nothing was written yet, for the caller to answer
+// with, and ends what was written with an error event otherwise.
 func (l *streamLog) follow(ctx context.Context, after int64, out resumeSink, every time.Duration) error {
 	l.mu.Lock()
 	l.followers++
@@ -976,6 +979,7 @@ func (l *streamLog) follow(ctx context.Context, after int64, out resumeSink, eve
 		l.mu.Unlock()
 	}()
 	next := after + 1
+	sent := false // anything written: the answer's status is committed
 	ka := time.NewTicker(every)
 	defer ka.Stop()
 	for {
@@ -995,7 +999,7 @@ func (l *streamLog) follow(ctx context.Context, after int64, out resumeSink, eve
 			if err := out.Event(ev.Name, ev.Data); err != nil {
 				return err
 			}
-			next = ev.Seq + 1
+			next, sent = ev.Seq+1, true
 		}
 		if dropped {
 			if err := out.Event("error", resumeErrorEvent(next, "the stream outgrew the gateway's resume log (streams.resume_max_bytes); it cannot be resumed further")); err != nil {
@@ -1003,7 +1007,13 @@ func (l *streamLog) follow(ctx context.Context, after int64, out resumeSink, eve
 			}
 			return out.Flush()
 		}
-		if nothing != nil { // a resumer that came before the end, or over a WebSocket
+		if nothing != nil { // a resumer that came before the end
+			if !sent {
+				// Nothing was written yet: the caller answers with the
+				// error itself (a 400, a WebSocket error frame), as for a
+				// resume of a stream that had already ended.
+				return nothing
+			}
 			return endWith(out, errorEventOf(next, nothing))
 		}
 		if len(batch) > 0 {
@@ -1020,6 +1030,7 @@ func (l *streamLog) follow(ctx context.Context, after int64, out resumeSink, eve
 			if err := out.KeepAlive(every); err != nil {
 				return err
 			}
+			sent = true
 		}
 	}
 }

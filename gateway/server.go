@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -377,12 +378,23 @@ func (s *Server) routes() *httprouter.Router {
 	for path, h := range s.opts.AdminPost {
 		r.POST(path, s.admin(func(w http.ResponseWriter, r *http.Request, _ httprouter.Params) { h.ServeHTTP(w, r) }))
 	}
+	// Under /admin/ (and /metrics unless public) a request without the admin
+	// token learns nothing from the router: it gets the guard's 401, not a
+	// 404 or 405 that would map the admin routes (SECURITY.md).
 	r.NotFound = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if s.refuseAdmin(w, req) {
+			s.countUnrouted(req, http.StatusUnauthorized)
+			return
+		}
 		s.countUnrouted(req, http.StatusNotFound)
 		(&apierr.Error{Status: http.StatusNotFound, Type: apierr.TypeInvalidRequest, Code: apierr.CodeNotFound,
 			Message: fmt.Sprintf("unknown endpoint %s %s", req.Method, req.URL.Path)}).Write(w)
 	})
 	r.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if s.refuseAdmin(w, req) {
+			s.countUnrouted(req, http.StatusUnauthorized)
+			return
+		}
 		s.countUnrouted(req, http.StatusMethodNotAllowed)
 		(&apierr.Error{Status: http.StatusMethodNotAllowed, Type: apierr.TypeInvalidRequest, Code: apierr.CodeMethodNotAllowed,
 			Message: fmt.Sprintf("%s is not allowed on %s", req.Method, req.URL.Path)}).Write(w)
@@ -415,15 +427,30 @@ func (s *Server) admin(h httprouter.Handle) httprouter.Handle {
 	if s.opts.AdminToken == "" {
 		return h
 	}
-	want := []byte(s.opts.AdminToken)
 	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
-		if subtle.ConstantTimeCompare([]byte(clientkey.BearerToken(r.Header.Get("Authorization"))), want) != 1 {
-			(&apierr.Error{Status: http.StatusUnauthorized, Type: apierr.TypeInvalidRequest, Code: apierr.CodeInvalidAdminToken,
-				Message: "admin endpoints need Authorization: Bearer <admin_token>"}).Write(w)
+		if s.refuseAdmin(w, r) {
 			return
 		}
 		h(w, r, ps)
 	}
+}
+
+// refuseAdmin answers 401 invalid_admin_token, and reports true, when r is
+// for an admin surface (/admin and below, /metrics unless public) and an
+// admin token is set that r does not carry.
+func (s *Server) refuseAdmin(w http.ResponseWriter, r *http.Request) bool {
+	want := s.opts.AdminToken
+	p := r.URL.Path
+	adminPath := p == "/admin" || strings.HasPrefix(p, "/admin/") || (p == "/metrics" && !s.opts.MetricsPublic)
+	if want == "" || !adminPath {
+		return false
+	}
+	if subtle.ConstantTimeCompare([]byte(clientkey.BearerToken(r.Header.Get("Authorization"))), []byte(want)) == 1 {
+		return false
+	}
+	(&apierr.Error{Status: http.StatusUnauthorized, Type: apierr.TypeInvalidRequest, Code: apierr.CodeInvalidAdminToken,
+		Message: "admin endpoints need Authorization: Bearer <admin_token>"}).Write(w)
+	return true
 }
 
 func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {

@@ -29,7 +29,8 @@ type accounts struct {
 	tokens  *prometheus.CounterVec // sluice_usage_tokens_total{key,route,target,model,kind}
 	reqs    *prometheus.CounterVec // sluice_usage_requests_total{key,route,target,model}
 	cost    *prometheus.CounterVec // sluice_usage_cost_usd_total{key,route,target,model}
-	// estimated counts the requests charged an estimate (estimateUsage):
+	// estimated counts the requests charged an estimate (estimateUsage,
+	// attemptEnded):
 	// sluice_usage_estimated_requests_total{key,route,target,model}.
 	estimated *prometheus.CounterVec
 	usage     *usageBatch // nil without a usage store
@@ -137,7 +138,7 @@ func newAccounts(s *Server, o AccountsOptions, reg prometheus.Registerer) (*acco
 	a.cost = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_usage_cost_usd_total",
 		Help: "Cost in USD from the pricing table, by key, route, target and model."}, labels)
 	a.estimated = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_usage_estimated_requests_total",
-		Help: "Requests that ended without the upstream's usage after output reached the client, charged an estimate, by key, route, target and model."}, labels)
+		Help: "Requests that ended without the upstream's usage after output reached the client, or were continued after such an attempt, charged an estimate, by key, route, target and model."}, labels)
 	reg.MustRegister(a.tokens, a.reqs, a.cost, a.estimated)
 	return a, nil
 }
@@ -152,6 +153,18 @@ type usage struct {
 }
 
 func (u usage) total() int64 { return u.input + u.output }
+
+// plus is u and o summed: a continued stream's attempts (README "Keys,
+// limits and usage": every attempt's usage summed).
+func (u usage) plus(o usage) usage {
+	return usage{input: u.input + o.input, output: u.output + o.output, cached: u.cached + o.cached, reasoning: u.reasoning + o.reasoning,
+		known: u.known || o.known, estimated: u.estimated || o.estimated}
+}
+
+// sameCounts reports whether u and o count the same tokens.
+func (u usage) sameCounts(o usage) bool {
+	return u.input == o.input && u.output == o.output && u.cached == o.cached && u.reasoning == o.reasoning
+}
 
 // parseUsage reads a Responses or Chat usage object.
 func parseUsage(o gjson.Result) (usage, bool) {
@@ -229,9 +242,24 @@ func (a *accounts) settle(req *clientRequest) {
 	m.mu.Lock()
 	// A background run settles after its handler has answered and set the
 	// status: everything read here is read under the lock.
-	if !m.settled && !m.usage.known && m.status/100 == 2 {
-		if est, ok := m.estimateUsage(); ok {
-			m.usage = est // the access log and the request span show what the key was charged
+	if !m.settled {
+		switch {
+		case !m.usage.known && m.status/100 == 2:
+			if est, ok := m.estimateUsage(); ok {
+				m.usage = est // the access log and the request span show what the key was charged
+			}
+		case m.replaced.known && m.usage.sameCounts(m.replaced):
+			// A continued stream whose last attempt reported nothing: the
+			// usage the client got is the replaced attempts' alone, and
+			// the last attempt is charged its estimate on top.
+			if est, ok := m.estimateUsage(); ok {
+				m.usage = m.usage.plus(est)
+			}
+		}
+		// The attempts a continuation replaced that reported no usage are
+		// charged their estimate on top (attemptEnded).
+		if m.cutAttempts.known {
+			m.usage = m.usage.plus(m.cutAttempts)
 		}
 	}
 	u, adm, settled, status := m.usage, m.admission, m.settled, m.status
@@ -246,14 +274,18 @@ func (a *accounts) settle(req *clientRequest) {
 	if len(m.targets) == 0 {
 		return // no upstream was asked: nothing to account
 	}
-	if !u.known && status/100 != 2 {
-		return // counted only once an upstream accepted the model (label cardinality)
-	}
 	key := m.keyName()
 	route, target := label(m.route), label(m.lastTarget())
 	model := m.servedModel
 	if model == "" {
 		model = req.model
+	}
+	if !u.known && status/100 != 2 {
+		// No upstream accepted the request (a 400 for its model, rejected
+		// credentials, …): it still counts as one request (README "Keys,
+		// limits and usage"), but its model may be any name a client
+		// chose, and each would add series and store totals for good.
+		model = a.s.boundedUsageModel(model, m.lastTried)
 	}
 	model = label(model)
 	modelLabel := a.models.of(model, func() {
@@ -489,11 +521,46 @@ func isDeltaType(typ string) bool { return strings.HasSuffix(typ, ".delta") }
 // output (no upstream answered, a cut before the first delta) is not
 // estimated. Called under m.mu.
 func (m *reqMeta) estimateUsage() (usage, bool) {
-	out := m.outputDeltas.Load()
-	if out == 0 {
+	out := m.outputDeltas.Load() - m.deltasAccounted // an earlier attempt's are its own (attemptEnded)
+	if out <= 0 {
 		return usage{}, false
 	}
 	return usage{input: m.inputEstimate, output: out, known: true, estimated: true}, true
+}
+
+// boundedUsageModel is the usage model of a request no upstream accepted,
+// by the per-target series' rule (targetMetrics.modelLabel): model when a
+// route names it or t's upstream lists or configures it, else "other".
+func (s *Server) boundedUsageModel(model string, t upstream.Target) string {
+	if t.Upstream == nil || s.targetM == nil {
+		return otherModel
+	}
+	return s.targetM.modelLabel(upstream.Target{Upstream: t.Upstream, Model: model})
+}
+
+// attemptEnded notes the end of an attempt that a continuation replaces
+// (continueAfter); reported says whether the attempt reported its usage,
+// and summed is the usage the attempts so far reported, which the continued
+// stream adds the next attempt's to. One that did not report, after sending
+// output, is charged what a stream that was not continued is
+// (estimateUsage): the input estimate and one output token per delta this
+// attempt sent the client. The deltas of a restart's attempt that only
+// reproduced what the client had were not sent, so they are never charged
+// twice. Nil-safe.
+func (m *reqMeta) attemptEnded(reported bool, summed []byte) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.replaced, _ = parseUsage(gjson.ParseBytes(summed))
+	sent := m.outputDeltas.Load()
+	deltas := sent - m.deltasAccounted
+	m.deltasAccounted = sent
+	if reported || deltas <= 0 {
+		return
+	}
+	m.cutAttempts = m.cutAttempts.plus(usage{input: m.inputEstimate, output: deltas, known: true, estimated: true})
 }
 
 // ---- GET /admin/usage ----
@@ -591,6 +658,7 @@ type reqMeta struct {
 	counted     bool        // a handler counted it in sluice_requests_total (gate counts the rest)
 	route       string
 	targets     []string
+	lastTried   upstream.Target // the last attempt's target (tried)
 	model       string
 	servedModel string
 	status      int
@@ -622,6 +690,14 @@ type reqMeta struct {
 	traced        bool     // the request is traced: finish reasons are noted (tracing.go)
 	continuity    string   // "rehydrated" when the conversation was rehydrated on another upstream (portable.go)
 	finish        []string // the finish reasons the client was sent (traced only)
+
+	// deltasAccounted is how many of outputDeltas the attempts a
+	// continuation replaced sent, cutAttempts the estimate charged for
+	// those of them that reported no usage, and replaced the usage they
+	// reported, summed (attemptEnded).
+	deltasAccounted int64
+	cutAttempts     usage
+	replaced        usage
 }
 
 func newReqMeta(r *http.Request) *reqMeta {
@@ -667,6 +743,7 @@ func (m *reqMeta) tried(t upstream.Target) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.targets = append(m.targets, t.String())
+	m.lastTried = t
 }
 
 // setReason is the client stream's hook: how the stream ended.

@@ -578,9 +578,15 @@ func (*wsResumeSink) KeepAlive(time.Duration) error { return nil }
 // answered is the error frame for a resume that ended without sending a
 // frame: starting_after was the terminal event itself. Over SSE that is an
 // empty stream, which its end tells the client; a socket has no such end,
-// and every request frame gets an answer. nil when frames were sent, or
-// when following failed (the socket is gone, or was closed).
+// and every request frame gets an answer. A stream that was running when
+// the resume came and ended before starting_after gets follow's error
+// frame. nil when frames were sent, or when following failed (the socket
+// is gone, or was closed).
 func (k *wsResumeSink) answered(followErr error, id string, after int64) *apierr.Error {
+	var aerr *apierr.Error
+	if errors.As(followErr, &aerr) && k.sent == 0 { // past the end of a stream that was running
+		return aerr
+	}
 	if followErr != nil || k.sent > 0 {
 		return nil
 	}

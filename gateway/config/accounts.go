@@ -57,6 +57,40 @@ type KeyLimits struct {
 	TokensPerMonth int64 `yaml:"tokens_per_month"`
 }
 
+// MaxKeyLimit is the largest value a key's limit may have (10^15). The
+// limiters keep their buckets in float64 (in the process, and as Lua
+// numbers in Redis), exact only below 2^53: beyond, the x-ratelimit-*
+// headers a limit sends would be wrong or missing.
+const MaxKeyLimit int64 = 1_000_000_000_000_000
+
+// LimitProblem is a limit out of range: its name under limits (rpm, tpm,
+// …) and what is wrong.
+type LimitProblem struct {
+	Field, Problem string
+}
+
+// Problems lists the limits out of range, in declaration order (the
+// problems' order never changes). The config and the admin API (POST and
+// PATCH /admin/keys, converting store.KeyLimits) both judge limits here.
+func (l KeyLimits) Problems() []LimitProblem {
+	var out []LimitProblem
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"rpm", l.RPM}, {"tpm", l.TPM}, {"concurrent", l.Concurrent},
+		{"tokens_per_day", l.TokensPerDay}, {"tokens_per_month", l.TokensPerMonth},
+	} {
+		switch {
+		case f.v < 0:
+			out = append(out, LimitProblem{f.name, "must not be negative"})
+		case f.v > MaxKeyLimit:
+			out = append(out, LimitProblem{f.name, fmt.Sprintf("must be at most %d (0: unlimited)", MaxKeyLimit)})
+		}
+	}
+	return out
+}
+
 // Price is one model's price in pricing:, per 1M tokens.
 type Price struct {
 	Input       float64 `yaml:"input"`
@@ -106,16 +140,8 @@ func (c *Config) validateAccounts(bad func(key, format string, args ...any)) {
 				bad(fmt.Sprintf("%s.models[%d]", key, j), "%q is not a valid pattern", m)
 			}
 		}
-		for _, l := range []struct { // in declaration order: the problems' order never changes
-			key string
-			v   int64
-		}{
-			{"rpm", k.Limits.RPM}, {"tpm", k.Limits.TPM}, {"concurrent", k.Limits.Concurrent},
-			{"tokens_per_day", k.Limits.TokensPerDay}, {"tokens_per_month", k.Limits.TokensPerMonth},
-		} {
-			if l.v < 0 {
-				bad(key+".limits."+l.key, "must not be negative")
-			}
+		for _, p := range k.Limits.Problems() {
+			bad(key+".limits."+p.Field, "%s", p.Problem)
 		}
 	}
 	for _, m := range slices.Sorted(maps.Keys(c.Pricing)) { // a map's order changes from run to run
