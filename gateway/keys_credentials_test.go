@@ -136,12 +136,16 @@ func TestAdminPathsAre401WithoutTheTokenWhateverTheRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
+	// A handler mounted as an admin one, as --pprof mounts Go's profiles.
+	profile := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "profile") })
 	h := newHarness(t, harnessConfig{opts: gateway.Options{AdminToken: "adm-secret-0123456789",
-		Accounts: gateway.AccountsOptions{KeyStore: st, Usage: st}}})
+		Accounts: gateway.AccountsOptions{KeyStore: st, Usage: st}, Admin: map[string]http.Handler{"/debug/pprof/heap": profile}}})
 	for _, c := range []struct {
 		method, path string
 		withToken    int
 	}{
+		{http.MethodGet, "/debug/pprof/heap", http.StatusOK},
+		{http.MethodGet, "/debug/pprof/other", http.StatusNotFound},
 		{http.MethodGet, "/admin/keys/anything", http.StatusMethodNotAllowed},
 		{http.MethodPut, "/admin/usage", http.StatusMethodNotAllowed},
 		{http.MethodGet, "/admin/nope", http.StatusNotFound},

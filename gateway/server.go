@@ -428,29 +428,56 @@ func (s *Server) admin(h httprouter.Handle) httprouter.Handle {
 		return h
 	}
 	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
-		if s.refuseAdmin(w, r) {
+		if !s.adminAuthorized(r) {
+			writeAdminRefusal(w)
 			return
 		}
 		h(w, r, ps)
 	}
 }
 
-// refuseAdmin answers 401 invalid_admin_token, and reports true, when r is
-// for an admin surface (/admin and below, /metrics unless public) and an
-// admin token is set that r does not carry.
-func (s *Server) refuseAdmin(w http.ResponseWriter, r *http.Request) bool {
-	want := s.opts.AdminToken
-	p := r.URL.Path
-	adminPath := p == "/admin" || strings.HasPrefix(p, "/admin/") || (p == "/metrics" && !s.opts.MetricsPublic)
-	if want == "" || !adminPath {
-		return false
-	}
-	if subtle.ConstantTimeCompare([]byte(clientkey.BearerToken(r.Header.Get("Authorization"))), []byte(want)) == 1 {
-		return false
-	}
+// adminAuthorized reports whether r carries the admin token (compared in
+// constant time).
+func (s *Server) adminAuthorized(r *http.Request) bool {
+	got := clientkey.BearerToken(r.Header.Get("Authorization"))
+	return subtle.ConstantTimeCompare([]byte(got), []byte(s.opts.AdminToken)) == 1
+}
+
+func writeAdminRefusal(w http.ResponseWriter) {
 	(&apierr.Error{Status: http.StatusUnauthorized, Type: apierr.TypeInvalidRequest, Code: apierr.CodeInvalidAdminToken,
 		Message: "admin endpoints need Authorization: Bearer <admin_token>"}).Write(w)
+}
+
+// refuseAdmin is the router's guard for a path it has no route (or method)
+// for: it answers 401 invalid_admin_token, and reports true, when the path
+// is under an admin surface (/admin, /metrics unless public, the first
+// segment of a mounted admin handler such as --pprof's /debug/) and an
+// admin token is set that r does not carry.
+func (s *Server) refuseAdmin(w http.ResponseWriter, r *http.Request) bool {
+	if s.opts.AdminToken == "" || !s.underAdmin(r.URL.Path) || s.adminAuthorized(r) {
+		return false
+	}
+	writeAdminRefusal(w)
 	return true
+}
+
+// underAdmin reports whether p is under an admin surface (refuseAdmin).
+func (s *Server) underAdmin(p string) bool {
+	if p == "/metrics" {
+		return !s.opts.MetricsPublic
+	}
+	under := func(root string) bool { return p == root || strings.HasPrefix(p, root+"/") }
+	if under("/admin") {
+		return true
+	}
+	for _, mounted := range []map[string]http.Handler{s.opts.Admin, s.opts.AdminPost} {
+		for path := range mounted {
+			if first, _, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/"); first != "" && under("/"+first) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
