@@ -248,9 +248,30 @@ func DefaultCacheDir() string {
 	return ""
 }
 
-// openCache opens the compilation cache: in CacheDir when set, else in the
-// first writable of DefaultCacheDir and FallbackCacheDir, else in memory.
-// Only the fallbacks warn, once.
+// CacheDirFor is the directory a runtime with o keeps its compilation
+// cache in: CacheDir when set, else the first writable of DefaultCacheDir
+// and FallbackCacheDir, else "" (memory). fellBack says why the user cache
+// dir was not used (nil when it was, or CacheDir is set). The start
+// summary names the directory with it before the runtime opens.
+func CacheDirFor(o Options) (dir string, fellBack error) {
+	if o.CacheDir != "" {
+		return o.CacheDir, nil
+	}
+	def := DefaultCacheDir()
+	fellBack = errors.New("no user cache dir (HOME is not set)")
+	if def != "" {
+		if fellBack = writableDir(def); fellBack == nil {
+			return def, nil
+		}
+	}
+	if o.FallbackCacheDir != "" && writableDir(o.FallbackCacheDir) == nil {
+		return o.FallbackCacheDir, fellBack
+	}
+	return "", fellBack
+}
+
+// openCache opens the compilation cache where CacheDirFor says, in memory
+// when no directory can hold it. Only the fallbacks warn, once.
 func openCache(o Options, log hclog.Logger) (wazero.CompilationCache, error) {
 	if o.CacheDir != "" {
 		if err := writableDir(o.CacheDir); err != nil {
@@ -258,31 +279,22 @@ func openCache(o Options, log hclog.Logger) (wazero.CompilationCache, error) {
 		}
 		return wazero.NewCompilationCacheWithDir(o.CacheDir)
 	}
-	def := DefaultCacheDir()
-	var why error = errors.New("no user cache dir (HOME is not set)")
-	if def != "" {
-		if why = writableDir(def); why == nil {
-			var c wazero.CompilationCache
-			if c, why = wazero.NewCompilationCacheWithDir(def); why == nil {
-				return c, nil
-			}
+	dir, why := CacheDirFor(o)
+	if dir != "" {
+		c, err := wazero.NewCompilationCacheWithDir(dir)
+		switch {
+		case err == nil && why == nil:
+			return c, nil
+		case err == nil:
+			log.Warn("the user cache dir cannot hold the Wasm compilation cache; set wasm_cache_dir to choose one",
+				"wasm_cache_dir", dir, "reason", why.Error())
+			return c, nil
 		}
-	}
-	using := "memory"
-	var cache wazero.CompilationCache
-	if o.FallbackCacheDir != "" {
-		if err := writableDir(o.FallbackCacheDir); err == nil {
-			if c, err := wazero.NewCompilationCacheWithDir(o.FallbackCacheDir); err == nil {
-				cache, using = c, o.FallbackCacheDir
-			}
-		}
-	}
-	if cache == nil {
-		cache = wazero.NewCompilationCache()
+		why = err
 	}
 	log.Warn("the user cache dir cannot hold the Wasm compilation cache; set wasm_cache_dir to choose one",
-		"wasm_cache_dir", using, "reason", why.Error())
-	return cache, nil
+		"wasm_cache_dir", "memory", "reason", why.Error())
+	return wazero.NewCompilationCache(), nil
 }
 
 // writableDir creates dir when missing and checks a file can be written in it.

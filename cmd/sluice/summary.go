@@ -119,20 +119,15 @@ func wasmFallbackCacheDir(cfg config.Config) string {
 }
 
 // wasmCacheDir is the directory the policy runtime will keep its
-// compilation cache in, or "memory": wasm_cache_dir when set, else the
-// first writable of the user cache dir and the fallback, as
-// plugins.Options.CacheDir documents (the runtime, opened after this
-// summary, warns when it falls back).
+// compilation cache in (plugins.CacheDirFor, the runtime's own rule; the
+// runtime, opened after this summary, warns when it falls back), or
+// "memory".
 func wasmCacheDir(cfg config.Config) string {
-	if cfg.WasmCacheDir != "" {
-		return absPath(cfg.WasmCacheDir)
+	dir, _ := plugins.CacheDirFor(plugins.Options{CacheDir: cfg.WasmCacheDir, FallbackCacheDir: wasmFallbackCacheDir(cfg)})
+	if dir == "" {
+		return "memory (neither the user cache dir nor data_dir/wasm-cache can be written)"
 	}
-	for _, dir := range []string{plugins.DefaultCacheDir(), wasmFallbackCacheDir(cfg)} {
-		if dir != "" && writableDir(dir) == nil {
-			return absPath(dir)
-		}
-	}
-	return "memory (neither the user cache dir nor data_dir/wasm-cache can be written)"
+	return absPath(dir)
 }
 
 // safeURL is a URL without its userinfo and query (either may hold a key).
