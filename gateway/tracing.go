@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-gw/sluice/gateway/upstream"
+	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/sluice-gw/sluice/internal/otlphttp"
 )
 
@@ -169,6 +170,12 @@ type reqTrace struct {
 	attempt trace.Span // the attempt in flight; nil between attempts
 	status  int        // the attempt's upstream HTTP status (0: none)
 	count   int        // attempts made
+	// ending is the attempt that ended the request (sluice.rescue=done),
+	// ended with the request span (end) at endingAt, when it ended: only
+	// then is the usage the key was charged known (an estimate, the cut
+	// attempts a continuation replaced), and whether the request failed.
+	ending   trace.Span
+	endingAt time.Time
 }
 
 func noTrace() {}
@@ -180,20 +187,7 @@ func (s *Server) traceRequest(req *clientRequest) (end func()) {
 		return noTrace
 	}
 	t := s.tracing
-	parent := t.prop.Extract(context.Background(), propagation.HeaderCarrier(req.header))
-	name, method, path := "POST /v1"+req.ep.path, http.MethodPost, "/v1"+req.ep.path
-	if req.viaWebSocket {
-		name, method = "WS /v1/responses", "GET"
-	}
-	ctx, span := t.tracer.Start(parent, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
-		attribute.String("gen_ai.operation.name", "chat"),
-		attribute.String("gen_ai.system", "openai"),
-		attribute.String("gen_ai.provider.name", "openai"),
-		attribute.String("gen_ai.request.model", req.model),
-		attribute.String("http.request.method", method),
-		attribute.String("url.path", path),
-		attribute.String("sluice.surface", req.surface()),
-	))
+	ctx, span := t.startRequest(req.header, req.ep, req.viaWebSocket, req.model, req.surface())
 	rt := &reqTrace{t: t, ctx: ctx, span: span}
 	req.trace = rt
 	if req.meta != nil {
@@ -204,8 +198,55 @@ func (s *Server) traceRequest(req *clientRequest) (end func()) {
 	return func() { rt.end(req) }
 }
 
+// startRequest starts a request's server span on endpoint ep (its client's
+// traceparent in header, if any, is its parent), for a client request of
+// model on surface.
+func (t *tracing) startRequest(header http.Header, ep endpoint, viaWebSocket bool, model, surface string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	parent := t.prop.Extract(context.Background(), propagation.HeaderCarrier(header))
+	name, method, path := "POST /v1"+ep.path, http.MethodPost, "/v1"+ep.path
+	if viaWebSocket {
+		name, method = "WS /v1/responses", "GET"
+	}
+	opts = append(opts, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
+		attribute.String("gen_ai.operation.name", "chat"),
+		attribute.String("gen_ai.system", "openai"),
+		attribute.String("gen_ai.provider.name", "openai"),
+		attribute.String("gen_ai.request.model", model),
+		attribute.String("http.request.method", method),
+		attribute.String("url.path", path),
+		attribute.String("sluice.surface", surface),
+	))
+	return t.tracer.Start(parent, name, opts...)
+}
+
+// traceRefusal is the span of a request refused before it was taken up
+// (README "Tracing": each request is a server span): one the gateway
+// refused while draining, or whose body did not read, parse or pass the
+// rewrite policy. It spans from start, when the request arrived, to now,
+// with the refusal's status and code; model is what the body names, if
+// anything.
+func (s *Server) traceRefusal(r *http.Request, ep endpoint, surface string, start time.Time, aerr *apierr.Error, model string) {
+	if s.tracing == nil {
+		return
+	}
+	_, span := s.tracing.startRequest(r.Header, ep, false, model, surface, trace.WithTimestamp(start))
+	attrs := []attribute.KeyValue{attribute.Int("sluice.attempts", 0), attribute.Int("http.response.status_code", aerr.Status)}
+	if aerr.Code != "" {
+		attrs = append(attrs, attribute.String("error.type", aerr.Code))
+	}
+	if k := keyOf(r); k != nil {
+		attrs = append(attrs, attribute.String("sluice.key", k.name))
+	}
+	span.SetAttributes(attrs...)
+	if aerr.Status >= 500 { // as a request span's: a client's error is not the server's
+		span.SetStatus(codes.Error, aerr.Code)
+	}
+	span.End()
+}
+
 // end records what the request did (read from its meta: usage, served
-// model, status, finish reasons, how it ended) and ends its span.
+// model, status, finish reasons, how it ended) and ends its span, and the
+// span of the attempt that ended it with the same result.
 func (rt *reqTrace) end(req *clientRequest) {
 	span := rt.span
 	span.SetAttributes(attribute.Int("sluice.attempts", rt.count))
@@ -213,12 +254,16 @@ func (rt *reqTrace) end(req *clientRequest) {
 		span.SetAttributes(attribute.String("sluice.key", req.key.name))
 	}
 	failed := false
+	var result []attribute.KeyValue // what the ending attempt shares with the request
+	reason := ""
 	if m := req.meta; m != nil {
 		m.mu.Lock()
+		result = genAIResult(m)
+		reason = firstNonEmpty(m.reason, m.terminal)
 		attrs := []attribute.KeyValue{attribute.String("sluice.route", m.route)}
-		attrs = append(attrs, genAIResult(m)...)
-		if m.reason != "" || m.terminal != "" {
-			attrs = append(attrs, attribute.String("sluice.reason", firstNonEmpty(m.reason, m.terminal)))
+		attrs = append(attrs, result...)
+		if reason != "" {
+			attrs = append(attrs, attribute.String("sluice.reason", reason))
 		}
 		if len(m.targets) > 0 {
 			attrs = append(attrs, attribute.String("sluice.target", m.targets[len(m.targets)-1]),
@@ -234,7 +279,27 @@ func (rt *reqTrace) end(req *clientRequest) {
 	if failed {
 		span.SetStatus(codes.Error, "")
 	}
+	rt.endAttempt(result, failed, reason)
 	span.End()
+}
+
+// endAttempt ends the span of the attempt that ended the request, if it is
+// still open, with the request's result: the tokens the client was charged
+// (README "Tracing") and, when the request failed, an error status naming
+// why, for the attempt whose failure it was.
+func (rt *reqTrace) endAttempt(result []attribute.KeyValue, failed bool, reason string) {
+	span := rt.ending
+	if span == nil {
+		return
+	}
+	rt.ending = nil
+	span.SetAttributes(result...)
+	if failed {
+		why := firstNonEmpty(reason, "failed")
+		span.SetAttributes(attribute.String("sluice.failure", why))
+		span.SetStatus(codes.Error, why)
+	}
+	span.End(trace.WithTimestamp(rt.endingAt))
 }
 
 // genAIResult is the response side of the GenAI attributes (m.mu held).
@@ -336,9 +401,11 @@ func rescueDecision(n next) string {
 }
 
 // traceAttemptEnd ends the attempt's span with its outcome: the upstream's
-// status, the rescue decision and why; the attempt that ended the request
-// carries the response's model, usage and finish reasons as the client got
-// them (on a continued stream: the attempts' usage summed).
+// status, the rescue decision and why. The attempt that ended the request
+// is ended with the request (reqTrace.endAttempt), once its accounting has
+// settled: it carries the response's model, usage and finish reasons as the
+// client got them and was charged (on a continued stream: the attempts'
+// usage summed; without the upstream's usage: the estimate).
 func (s *Server) traceAttemptEnd(req *clientRequest, res attemptResult) {
 	rt := req.trace
 	if rt == nil || rt.attempt == nil {
@@ -350,19 +417,18 @@ func (s *Server) traceAttemptEnd(req *clientRequest, res attemptResult) {
 	if rt.status != 0 {
 		attrs = append(attrs, attribute.Int("http.response.status_code", rt.status))
 	}
-	if res.next == nextDone {
-		if m := req.meta; m != nil {
-			m.mu.Lock()
-			attrs = append(attrs, genAIResult(m)...)
-			m.mu.Unlock()
-		}
-	} else {
-		if res.why != "" {
-			attrs = append(attrs, attribute.String("sluice.failure", res.why))
-		}
-		span.SetStatus(codes.Error, res.why)
-	}
 	span.SetAttributes(attrs...)
+	if res.next == nextDone {
+		if rt.ending != nil { // an earlier loop's ending attempt: this one ends the request
+			rt.ending.End(trace.WithTimestamp(rt.endingAt))
+		}
+		rt.ending, rt.endingAt = span, time.Now()
+		return
+	}
+	if res.why != "" {
+		span.SetAttributes(attribute.String("sluice.failure", res.why))
+	}
+	span.SetStatus(codes.Error, res.why)
 	span.End()
 }
 

@@ -242,7 +242,7 @@ func (r *Runtime) recordReplay(ctx context.Context, in hostabi.ReplayInput, out 
 }
 
 func (r *Runtime) recordRewrite(in hostabi.RewriteInput, out hostabi.RewriteOutput, tr Trace) {
-	rc := Record{Hook: "rewrite", Surface: in.Surface, Endpoint: in.Endpoint, Headers: visibleHeaders(in.Headers),
+	rc := Record{Hook: "rewrite", Surface: in.Surface, Endpoint: in.Endpoint, Headers: recordedHeaders(in.Headers),
 		Verdict: RewriteVerdict(out), DecidedBy: rewriteDecidedBy(out, tr)}
 	if json.Valid(in.Body) {
 		rc.Body = in.Body
@@ -251,6 +251,24 @@ func (r *Runtime) recordRewrite(in hostabi.RewriteInput, out hostabi.RewriteOutp
 		rc.Body = nil
 	}
 	r.record(&rc)
+}
+
+// recordedHeaders are the headers a rewrite line keeps: those the policy
+// read, less every header that is or looks like a credential
+// (hostabi.LooksLikeCredential). A policy may read X-Auth-Token and the
+// like, but a recording is a file on disk, and credentials are never
+// written to disk; a replay of the line sees the headers without them.
+func recordedHeaders(h map[string]string) map[string]string {
+	out := visibleHeaders(h)
+	for k := range out {
+		if hostabi.LooksLikeCredential(k) {
+			delete(out, k)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // recordStreamEvent records one stream_event call: a line per event, its
