@@ -427,6 +427,11 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger, admin
 		return nil, cleanup, err
 	}
 
+	// Every assembled request, Mode A's too, is dispatched through the
+	// gate (gw.Handler, taken before Mode A wraps the router): it runs on
+	// the session's context, so the gate finds its key again from the
+	// credential headers the session kept, and the key's models, limits
+	// and usage apply to it as to any request of that key.
 	sim, err := streaminput.New(ctx, streaminput.Options{
 		Store: inputs, Dispatch: gw.Handler(), Logger: logger.Named("streaminput"), Registerer: reg,
 		MaxSessionBytes: cfg.Limits.MaxBodyBytes / 4 * 3, // byte chunks travel base64 in the assembled body

@@ -110,6 +110,7 @@ func (m *Manager) Start() {
 			s.mu.Lock()
 			if !s.closed && !s.done && s.started && s.res == nil {
 				s.started = false
+				s.saw = s.sawLocked(m.now()) // sent again: all the in-order chunks held now
 				s.startLocked()
 				started++
 			}
@@ -274,13 +275,12 @@ func newID() string {
 
 // sessionParams describe a new session.
 type sessionParams struct {
-	tpl      template
-	policy   startPolicy
-	header   http.Header // the client's request headers
-	modeA    bool
-	dispatch http.Handler
-	onClose  func()
-	peer     string // the client's address (r.RemoteAddr)
+	tpl     template
+	policy  startPolicy
+	header  http.Header // the client's request headers
+	modeA   bool
+	onClose func()
+	peer    string // the client's address (r.RemoteAddr)
 }
 
 // create opens a session, counting it against its client key's cap and
@@ -326,14 +326,11 @@ func (m *Manager) create(ctx context.Context, p sessionParams) (*session, *apier
 	now := m.now()
 	s := &session{
 		m: m, id: newID(), keyHash: kh, durable: durable, modeA: p.modeA,
-		tpl: p.tpl, policy: p.policy, headers: keep, dispatch: p.dispatch, onClose: p.onClose, created: now,
+		tpl: p.tpl, policy: p.policy, headers: keep, dispatch: m.opts.Dispatch, onClose: p.onClose, created: now,
 		cred: cred, peer: p.peer, infos: map[uint64]chunkInfo{}, active: true, changed: make(chan struct{}), held: size,
 	}
 	if !s.durable {
 		s.mem = map[uint64]chunk{}
-	}
-	if s.dispatch == nil {
-		s.dispatch = m.opts.Dispatch
 	}
 	s.lastActivity, s.expiresAt = now, now.Add(m.opts.IdleTimeout)
 	if s.durable {
@@ -442,7 +439,7 @@ func (m *Manager) restoreOne(ctx context.Context, rec store.InputSession) (*sess
 // replica changed the session (shared.go).
 func (s *session) applyStored(rec store.InputSession, stored []store.Chunk) error {
 	s.infos, s.received, s.maxSeq, s.endSeq, s.hasEnd, s.next, s.contig = map[uint64]chunkInfo{}, 0, 0, 0, false, 0, 0
-	s.started, s.done, s.resultLost = false, false, false
+	s.started, s.done, s.resultLost, s.saw, s.late = false, false, false, upstreamSaw{}, 0
 	for _, sc := range stored {
 		meta, err := decodeMeta(sc.Modality)
 		if err != nil {
@@ -471,6 +468,13 @@ func (s *session) applyStored(rec store.InputSession, stored []store.Chunk) erro
 	case suffixDone:
 		s.started, s.done, s.resultLost = true, true, true
 		s.saw = upstreamSaw{chunks: s.next, bytes: s.contig, complete: s.finished}
+	}
+	if a := auditOf(rec.Template); s.started && a != nil {
+		// Written by the replica (or process) that sent the request.
+		s.saw, s.late = upstreamSaw{chunks: a.Chunks, bytes: a.Bytes, complete: a.Complete}, a.Late
+		if a.At != 0 {
+			s.saw.at = time.Unix(0, a.At)
+		}
 	}
 	s.stored = rec.LastActivity
 	return nil

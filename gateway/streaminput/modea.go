@@ -38,8 +38,12 @@ const HeaderStreamingInput = "X-Streaming-Input"
 // sequence_id may be left out (it follows the previous line's, from 0);
 // the end of the body ends the input. The request is answered with the
 // normal answer (streamed when the template streams), assembled and sent to
-// next as soon as the start policy allows, even while the body is still
-// arriving (the connection is switched to full duplex). A bad line fails
+// Options.Dispatch as soon as the start policy allows, even while the body
+// is still arriving (the connection is switched to full duplex). Dispatch,
+// not next: the assembled request runs on the session's context, which
+// holds nothing the client request's middleware put in its context (the
+// key gate found), so it must pass the gate again, as a REST session's
+// does, for its key's models, limits and usage to apply. A bad line fails
 // the request: with a JSON error before the answer began, with a terminal
 // event after. Mode A sessions are held in memory only.
 func (m *Manager) ModeA(next http.Handler) http.Handler {
@@ -146,7 +150,7 @@ func (m *Manager) serveModeA(w http.ResponseWriter, r *http.Request, next http.H
 		return
 	}
 	lr.max = m.opts.maxChunkRequest()
-	s, aerr := m.create(r.Context(), sessionParams{tpl: tpl, policy: policy, header: r.Header, modeA: true, dispatch: next, onClose: bc.cut, peer: r.RemoteAddr})
+	s, aerr := m.create(r.Context(), sessionParams{tpl: tpl, policy: policy, header: r.Header, modeA: true, onClose: bc.cut, peer: r.RemoteAddr})
 	if aerr != nil {
 		fail(aerr)
 		return

@@ -311,7 +311,8 @@ func (m *Manager) handleFinish(w http.ResponseWriter, r *http.Request, s *sessio
 	writeJSON(w, http.StatusOK, s.status())
 }
 
-func (m *Manager) handleStatus(w http.ResponseWriter, _ *http.Request, s *session) {
+func (m *Manager) handleStatus(w http.ResponseWriter, r *http.Request, s *session) {
+	s.awaitFollowedHead(r.Context())
 	writeJSON(w, http.StatusOK, s.status())
 }
 

@@ -132,10 +132,29 @@ func (s *session) stateLocked() string {
 
 func (s *session) recordLocked() store.InputSession {
 	return store.InputSession{
-		ID: s.id, ClientKeyHash: s.keyHash, Endpoint: s.tpl.endpoint, Template: s.envelope,
+		ID: s.id, ClientKeyHash: s.keyHash, Endpoint: s.tpl.endpoint, Template: s.envelopeLocked(),
 		StartPolicy: s.policy.String(), State: s.stateLocked(), NextSeq: s.next, ReceivedBytes: s.received,
 		CreatedAt: s.created, LastActivity: s.lastActivity, ExpiresAt: s.expiresAt,
 	}
+}
+
+// envelopeLocked is the record's Template: the envelope, with what the
+// upstream was sent and the late chunks once the request started.
+func (s *session) envelopeLocked() []byte {
+	if !s.started {
+		return s.envelope
+	}
+	a := envelopeAudit{Chunks: s.saw.chunks, Bytes: s.saw.bytes, Complete: s.saw.complete, Late: s.late}
+	if !s.saw.at.IsZero() {
+		a.At = s.saw.at.UnixNano()
+	}
+	return withAudit(s.envelope, s.headers, a)
+}
+
+// sawLocked is what an upstream request starting now is assembled from:
+// the in-order prefix received so far.
+func (s *session) sawLocked(now time.Time) upstreamSaw {
+	return upstreamSaw{chunks: s.next, bytes: s.contig, complete: s.finished, at: now}
 }
 
 // touchLocked records activity now: the session lives IdleTimeout more.
@@ -224,6 +243,13 @@ func (s *session) acceptLocked(ctx context.Context, c chunk) (ack, *apierr.Error
 	}
 	now := s.m.now()
 	s.touchLocked(now)
+	// What the upstream is sent and the late count are written with the
+	// chunk, in the record, so that every replica reports them alike.
+	if startNow {
+		s.saw = s.sawLocked(now)
+	} else if s.started {
+		s.late++
+	}
 	if s.durable {
 		err := s.putChunkLocked(context.WithoutCancel(ctx), c.seq, store.Chunk{Modality: c.meta.encode(), Payload: c.payload})
 		if err != nil {
@@ -242,9 +268,6 @@ func (s *session) acceptLocked(ctx context.Context, c chunk) (ack, *apierr.Error
 	}
 	if s.firstAt.IsZero() {
 		s.firstAt = now
-	}
-	if prev.started {
-		s.late++
 	}
 	s.m.met.chunks.WithLabelValues("accepted").Inc()
 	s.m.met.bytes.Add(float64(size))
@@ -279,16 +302,19 @@ type snapshotFields struct {
 	hasEnd, finished, started bool
 	contig, received          int64
 	lastActivity, expiresAt   time.Time
+	saw                       upstreamSaw
+	late                      int
 }
 
 func (s *session) snapshot() *snapshotFields {
 	return &snapshotFields{next: s.next, maxSeq: s.maxSeq, endSeq: s.endSeq, hasEnd: s.hasEnd, finished: s.finished, started: s.started,
-		contig: s.contig, received: s.received, lastActivity: s.lastActivity, expiresAt: s.expiresAt}
+		contig: s.contig, received: s.received, lastActivity: s.lastActivity, expiresAt: s.expiresAt, saw: s.saw, late: s.late}
 }
 
 func (s *session) restore(p snapshotFields) {
 	s.next, s.maxSeq, s.endSeq, s.hasEnd, s.finished, s.started = p.next, p.maxSeq, p.endSeq, p.hasEnd, p.finished, p.started
 	s.contig, s.received, s.lastActivity, s.expiresAt = p.contig, p.received, p.lastActivity, p.expiresAt
+	s.saw, s.late = p.saw, p.late
 }
 
 // storeFailureLocked maps a failed store write to the client's error; a
@@ -343,7 +369,11 @@ func (s *session) finishLocked(ctx context.Context) *apierr.Error {
 	}
 	startNow := !s.started && s.policy.holds(s.next, s.contig, true)
 	s.started = s.started || startNow
-	s.touchLocked(s.m.now())
+	now := s.m.now()
+	s.touchLocked(now)
+	if startNow {
+		s.saw = s.sawLocked(now) // written with the end of input (envelopeLocked)
+	}
 	if s.durable {
 		if err := s.updateLocked(context.WithoutCancel(ctx)); err != nil {
 			s.restore(prev)
@@ -388,11 +418,11 @@ func formatSeqs(seqs []uint64) string {
 	return strings.Join(parts, ", ")
 }
 
-// startLocked sends the in-order prefix received so far upstream.
+// startLocked sends the in-order prefix that s.saw describes upstream
+// (the caller sets it: sawLocked, before the write that records the start).
 func (s *session) startLocked() {
 	now := s.m.now()
 	s.started, s.local = true, true
-	s.saw = upstreamSaw{chunks: s.next, bytes: s.contig, complete: s.finished, at: now}
 	if !s.firstAt.IsZero() {
 		s.m.met.startDelay.Observe(now.Sub(s.firstAt).Seconds())
 	}

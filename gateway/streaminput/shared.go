@@ -544,6 +544,35 @@ func (s *session) followLocked() {
 	go s.follow(res)
 }
 
+// followHeadWait bounds how long a status request waits for the head of
+// an answer another replica runs (awaitFollowedHead).
+const followHeadWait = 2 * time.Second
+
+// awaitFollowedHead waits, at most followHeadWait, for the head of an
+// answer this replica has just begun to follow: a replica that loads a
+// session to answer GET …/{id} starts following its answer then, and the
+// answer's state (and what the upstream saw, should the record not hold
+// it) is in the head. An answer whose runner has no head yet stays pending.
+func (s *session) awaitFollowedHead(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, followHeadWait)
+	defer cancel()
+	for {
+		s.mu.Lock()
+		waiting, ch := s.following && s.res == nil && !s.closed, s.changed
+		s.mu.Unlock()
+		if !waiting {
+			return
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		case <-s.m.base.Done():
+			return
+		}
+	}
+}
+
 // follow feeds res from the store until the answer ends. A runner that
 // sends nothing for IdleTimeout (it died) ends the copy with
 // stream_incomplete.

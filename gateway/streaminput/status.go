@@ -116,6 +116,11 @@ func (s *session) status() SessionStatus {
 			st.Result = &ResultStatus{Status: status, HTTPStatus: code, Bytes: n}
 		case s.resultLost:
 			st.Result = &ResultStatus{Status: "unavailable"}
+		default:
+			// Started, and its answer has not reached this copy yet: a
+			// restored session Start has not sent again, or an answer
+			// another replica runs whose head is not here yet.
+			st.Result = &ResultStatus{Status: "pending"}
 		}
 	}
 	return st

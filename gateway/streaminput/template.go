@@ -98,16 +98,7 @@ var droppedHeaders = map[string]bool{
 // token, secret, password or authorization (X-Goog-Api-Key, X-Auth-Token,
 // …). Such headers are dispatched from memory, never persisted.
 func isCredential(name string) bool {
-	l := strings.ToLower(name)
-	if hostabi.CredentialHeader(l) { // the gateway's list (Cookie is among droppedHeaders: it never travels)
-		return true
-	}
-	for _, s := range []string{"api-key", "apikey", "auth", "token", "secret", "password", "cookie"} {
-		if strings.Contains(l, s) {
-			return true
-		}
-	}
-	return false
+	return hostabi.LooksLikeCredential(strings.ToLower(name)) // one rule with recordings (Cookie never travels: droppedHeaders)
 }
 
 // splitHeaders separates a client's headers into those a session keeps
@@ -138,11 +129,48 @@ func splitHeaders(h http.Header) (keep, cred http.Header) {
 }
 
 // envelope is what a durable session stores in its record's Template field:
-// the template and the non-credential headers to dispatch with.
+// the template and the non-credential headers to dispatch with, and once
+// the upstream request started, what it was sent (Audit).
 type envelope struct {
 	V        int             `json:"v"`
 	Template json.RawMessage `json:"template"`
 	Headers  http.Header     `json:"headers,omitempty"`
+	Audit    *envelopeAudit  `json:"audit,omitempty"`
+}
+
+// envelopeAudit is what the upstream request was assembled from and how
+// many chunks came after it started. It lives in the record because with a
+// shared store the replica that answers GET …/{id} may not be the one that
+// sent the request, and the late chunks may arrive on any replica (README
+// "Several replicas (Redis)"); a restarted process reads it back too.
+type envelopeAudit struct {
+	Chunks   uint64 `json:"chunks"`
+	Bytes    int64  `json:"bytes"`
+	Complete bool   `json:"complete"`
+	At       int64  `json:"started_at,omitempty"` // Unix nanoseconds
+	Late     int    `json:"late_chunks,omitempty"`
+}
+
+// withAudit is env (an encoded envelope) holding audit instead of any
+// audit it held. It copies the template: only a started session's record
+// writes pay for it.
+func withAudit(env []byte, headers http.Header, audit envelopeAudit) []byte {
+	b, _ := json.Marshal(envelope{V: 1, Template: envelopeTemplate(env), Headers: headers, Audit: &audit})
+	return b
+}
+
+// auditOf is the audit an encoded envelope holds, or nil: a session that
+// has not started, or a record written before envelopes held one.
+func auditOf(env []byte) *envelopeAudit {
+	r := gjson.GetBytes(env, "audit")
+	if !r.IsObject() {
+		return nil
+	}
+	var a envelopeAudit
+	if json.Unmarshal([]byte(r.Raw), &a) != nil {
+		return nil
+	}
+	return &a
 }
 
 func encodeEnvelope(t template, headers http.Header) []byte {
