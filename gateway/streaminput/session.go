@@ -148,7 +148,7 @@ func (s *session) envelopeLocked() []byte {
 	if !s.saw.at.IsZero() {
 		a.At = s.saw.at.UnixNano()
 	}
-	return withAudit(s.envelope, s.headers, a)
+	return withAudit(s.envelope, a)
 }
 
 // sawLocked is what an upstream request starting now is assembled from:

@@ -1,6 +1,7 @@
 package streaminput
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -152,11 +153,22 @@ type envelopeAudit struct {
 }
 
 // withAudit is env (an encoded envelope) holding audit instead of any
-// audit it held. It copies the template: only a started session's record
-// writes pay for it.
-func withAudit(env []byte, headers http.Header, audit envelopeAudit) []byte {
-	b, _ := json.Marshal(envelope{V: 1, Template: envelopeTemplate(env), Headers: headers, Audit: &audit})
-	return b
+// audit it held. The audit is spliced in as the envelope's last member
+// (where encodeEnvelope's field order puts it), so a started session's
+// record writes copy the template's bytes once, as the record's own
+// encoding does, and never re-encode it: a late chunk of a few bytes
+// costs no JSON pass over a template of megabytes.
+func withAudit(env []byte, audit envelopeAudit) []byte {
+	base := env[:len(env)-1] // without the closing brace
+	if r := gjson.GetBytes(env, "audit"); r.Exists() {
+		if i := bytes.LastIndex(env[:r.Index], []byte(`,"audit"`)); i > 0 {
+			base = env[:i]
+		}
+	}
+	a, _ := json.Marshal(audit)
+	out := make([]byte, 0, len(base)+len(`,"audit":}`)+len(a))
+	out = append(append(append(out, base...), `,"audit":`...), a...)
+	return append(out, '}')
 }
 
 // auditOf is the audit an encoded envelope holds, or nil: a session that
