@@ -485,6 +485,8 @@ func TestAdminKeysPatchMergesLimitsAndRefusesAmbiguousBodies(t *testing.T) {
 		{http.MethodPost, "/admin/keys", `{"name":"x","bogus":1}`, "bogus", ""},
 		{http.MethodPatch, "/admin/keys/ci", `{"limits":{"rpmx":1}}`, "limits.rpmx", ""},
 		{http.MethodPatch, "/admin/keys/ci", `{"models":["gpt-*",5]}`, "models[1]", "invalid_type"},
+		{http.MethodPatch, "/admin/keys/ci", `{"limits":{"Rpm":5}}`, "limits.Rpm", ""},
+		{http.MethodPost, "/admin/keys", `{"NAME":"x"}`, "NAME", ""},
 	} {
 		code, b := admin(bad.method, bad.path, bad.body)
 		var e struct {

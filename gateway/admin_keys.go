@@ -108,6 +108,14 @@ func readKeyPatch(w http.ResponseWriter, r *http.Request, p *keyPatch) bool {
 			return false
 		}
 	}
+	// encoding/json matches a field's name in any case; the config does
+	// not, and neither does this API: "Rpm" is an unknown field.
+	for _, param := range []string{miscasedField(root, "", keyPatch{}), miscasedField(root.Get("limits"), "limits.", store.KeyLimits{})} {
+		if param != "" {
+			apierr.Invalid(param, apierr.CodeInvalidJSON, "unknown field %q", param).Write(w)
+			return false
+		}
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(p); err != nil {
@@ -179,6 +187,33 @@ func repeatedKey(obj gjson.Result, prefix string) string {
 		return true
 	})
 	return dup
+}
+
+// miscasedField is prefix plus the first key of obj that names a field of
+// the struct v only in another case (its json tag spelled otherwise), or "".
+func miscasedField(obj gjson.Result, prefix string, v any) string {
+	if !obj.IsObject() {
+		return ""
+	}
+	t := reflect.TypeOf(v)
+	exact := make(map[string]bool, t.NumField())
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		exact[name] = true
+	}
+	bad := ""
+	obj.ForEach(func(key, _ gjson.Result) bool {
+		if !exact[key.Str] {
+			for name := range exact {
+				if strings.EqualFold(key.Str, name) {
+					bad = prefix + key.Str
+					return false
+				}
+			}
+		}
+		return true
+	})
+	return bad
 }
 
 // goKindInJSON names the JSON a Go field of type t takes.

@@ -1,9 +1,11 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -440,6 +442,15 @@ func presentedKeys(h http.Header) iter.Seq2[string, string] {
 					if !yield(name, word) {
 						return
 					}
+					// Basic credentials ("user:secret" in base64) may hold a key too.
+					if raw, err := base64.StdEncoding.DecodeString(word); err == nil && bytes.IndexByte(raw, ':') >= 0 {
+						user, pass, _ := bytes.Cut(raw, []byte(":"))
+						for _, part := range [][]byte{user, pass} {
+							if len(part) > 0 && !yield(name, string(part)) {
+								return
+							}
+						}
+					}
 				}
 			}
 		}
@@ -450,7 +461,12 @@ func presentedKeys(h http.Header) iter.Seq2[string, string] {
 // headers that authenticate looks up ("Bearer" and the token are two).
 const maxPresentedCredentials = 16
 
-func isCredentialSeparator(r rune) bool { return r == ',' || unicode.IsSpace(r) }
+// isCredentialSeparator splits a credential header's value into words:
+// at commas and white space, and at the quotes and semicolons a client may
+// wrap a key in (`Bearer "sk-…"`, `sk-…;`).
+func isCredentialSeparator(r rune) bool {
+	return r == ',' || r == '"' || r == '\'' || r == ';' || unicode.IsSpace(r)
+}
 
 // carriedBy reports whether secret, one credential a request presents
 // (presentedKeys), is k's.
@@ -527,6 +543,9 @@ func (s *Server) gate(next http.Handler) http.Handler {
 		m := newReqMeta(r)
 		k, aerr := a.authenticate(r.Header)
 		if aerr != nil {
+			if r.Close { // net/http drains an unread body only for a connection it keeps
+				discardBody(http.NewResponseController(w), r, time.Time{})
+			}
 			aerr.Write(w)
 			s.countRequest(r, aerr.Status)
 			m.status, m.code = aerr.Status, aerr.Code

@@ -177,8 +177,9 @@ const (
 // (never past the body's own deadline), then closes it. A socket closed
 // with unread bytes in it is reset by the kernel, and the reset discards
 // the answer the client has not read yet: a small gzip or zstd bomb sent
-// with Connection: close would get a reset instead of its 413. net/http
-// does not drain the body itself when the request said Connection: close.
+// with Connection: close would get a reset instead of its 413, and an
+// upload without a key its 401 (gate). net/http does not drain the body
+// itself when the request said Connection: close.
 func discardBody(rc *http.ResponseController, r *http.Request, bodyDeadline time.Time) {
 	deadline := time.Now().Add(bodyDrainWait)
 	if !bodyDeadline.IsZero() && bodyDeadline.Before(deadline) {

@@ -62,16 +62,20 @@ func upstreamHeaders(req *clientRequest, u upstream.Config, stream bool) http.He
 			}
 		}
 	}
-	if u.APIKey != "" {
+	if u.APIKey != "" || req.key != nil {
 		// An upstream with its own key bills the operator: a client must not
 		// pick the key, organization or project (hostabi.CredentialHeader,
 		// the one list the policy host protects too) unless the upstream's
-		// forward_headers names them.
+		// forward_headers names them. A client identified by its Sluice key
+		// sends none either (SECURITY.md: an upstream without api_key then
+		// gets no credential).
 		for k := range h {
 			if hostabi.CredentialHeader(strings.ToLower(k)) && !namesHeader(u.ForwardHeaders, k) {
 				delete(h, k)
 			}
 		}
+	}
+	if u.APIKey != "" {
 		h.Set("Authorization", "Bearer "+u.APIKey)
 	}
 	req.fwd.apply(h)

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -66,6 +67,12 @@ func TestSluiceKeyInAnyCredentialValueIsIdentifiedAndNotForwarded(t *testing.T) 
 		{"comma-joined Api-Key", []string{"Api-Key", own + "," + teamAKey}},
 		{"X-Api-Key beside Authorization", []string{"Authorization", "Bearer " + teamAKey, "X-Api-Key", teamAKey}},
 		{"X-Api-Key alone", []string{"X-Api-Key", teamAKey}},
+		{"quoted", []string{"Authorization", `Bearer "` + teamAKey + `"`}},
+		{"with a semicolon", []string{"Authorization", "Bearer " + teamAKey + ";"}},
+		{"Basic", []string{"Authorization", "Basic " + base64.StdEncoding.EncodeToString([]byte(":"+teamAKey))}},
+		// Identified by its Sluice key, a request sends no credential to an
+		// upstream without api_key (SECURITY.md): not its own either.
+		{"own X-Api-Key beside", []string{"Authorization", "Bearer " + teamAKey, "X-Api-Key", own, "OpenAI-Organization", own}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			up := h.ups["A"]
@@ -90,8 +97,8 @@ func TestSluiceKeyInAnyCredentialValueIsIdentifiedAndNotForwarded(t *testing.T) 
 			for _, r := range reqs {
 				for k, vs := range r.Header {
 					for _, v := range vs {
-						if strings.Contains(v, teamAKey) {
-							t.Fatalf("the upstream got the Sluice key in %s: %q", k, v)
+						if strings.Contains(v, teamAKey) || strings.Contains(v, own) {
+							t.Fatalf("the upstream got a client credential in %s: %q", k, v)
 						}
 					}
 				}
@@ -145,6 +152,8 @@ func TestAdminPathsAre401WithoutTheTokenWhateverTheRoute(t *testing.T) {
 		withToken    int
 	}{
 		{http.MethodGet, "/debug/pprof/heap", http.StatusOK},
+		{http.MethodOptions, "/admin/keys", http.StatusOK},
+		{http.MethodOptions, "/metrics", http.StatusOK},
 		{http.MethodGet, "/debug/pprof/other", http.StatusNotFound},
 		{http.MethodGet, "/admin/keys/anything", http.StatusMethodNotAllowed},
 		{http.MethodPut, "/admin/usage", http.StatusMethodNotAllowed},
@@ -158,7 +167,7 @@ func TestAdminPathsAre401WithoutTheTokenWhateverTheRoute(t *testing.T) {
 				headers = []string{"Authorization", cred}
 			}
 			resp, b := do(t, h, c.method, c.path, "", headers...)
-			if resp.StatusCode != http.StatusUnauthorized || codeOf(b) != "invalid_admin_token" {
+			if resp.StatusCode != http.StatusUnauthorized || codeOf(b) != "invalid_admin_token" || resp.Header.Get("Allow") != "" {
 				t.Fatalf("%s %s with %q: %d %s, want 401 invalid_admin_token", c.method, c.path, cred, resp.StatusCode, b)
 			}
 		}

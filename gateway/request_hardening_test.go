@@ -81,6 +81,17 @@ func TestWebSocketMiscasedGatewayFieldRefused(t *testing.T) {
 	if len(evs) != 1 || evs[0].typ != "error" || v.Status != 400 || v.Error.Code != "duplicate_key" || v.Error.Param != "Model" {
 		t.Fatalf("a frame with Model beside model → %s", evs[0].data)
 	}
+	// "Stream" alone is the client's unknown parameter, not a duplicate of
+	// the "stream" the gateway sets on every frame; the access log names
+	// the refused frame's model.
+	evs = c.turn(`{"type":"response.create","model":"gpt-fake-1","input":"hi","Stream":false}`)
+	_ = json.Unmarshal(evs[0].data, &v)
+	if len(evs) != 1 || v.Status != 400 || v.Error.Code != "unknown_parameter" || v.Error.Param != "Stream" {
+		t.Fatalf("a frame with Stream alone → %s", evs[0].data)
+	}
+	if !strings.Contains(h.logs.String(), `model=gpt-fake-1 status=400 code=unknown_parameter`) {
+		t.Fatalf("the access log of the refused frame lacks its model:\n%s", h.logs.String())
+	}
 	if n := h.ups["A"].RequestCount(); n != 0 {
 		t.Fatalf("the refused frame reached the upstream (%d requests)", n)
 	}
@@ -149,5 +160,36 @@ func TestBombWithConnectionCloseGetsItsAnswer(t *testing.T) {
 	}
 	if n := h.ups["A"].RequestCount(); n != 0 {
 		t.Fatalf("the bomb reached the upstream %d times", n)
+	}
+}
+
+// TestUnauthenticatedUploadWithConnectionCloseGetsIts401: with
+// auth.required, a request without a key is answered 401 before its body
+// is read; a client that sent the whole body with Connection: close still
+// gets that answer, not a reset.
+func TestUnauthenticatedUploadWithConnectionCloseGetsIts401(t *testing.T) {
+	h := newHarness(t, harnessConfig{opts: gateway.Options{Accounts: gateway.AccountsOptions{Required: true}}})
+	body := `{"model":"gpt-fake-1","input":"` + strings.Repeat("x", 64<<10) + `"}`
+	conn, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second)) // a bound on a hang, not an assertion
+	head := fmt.Sprintf("POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n", len(body))
+	if _, err := conn.Write([]byte(head + body)); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(b), "invalid_api_key") {
+		t.Fatalf("answer %d %s (%v), want 401 invalid_api_key", resp.StatusCode, b, err)
+	}
+	if rest, err := io.ReadAll(br); err != nil || len(rest) != 0 {
+		t.Fatalf("after the answer: %q, %v; want a clean end of the connection", rest, err)
 	}
 }

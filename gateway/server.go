@@ -390,6 +390,13 @@ func (s *Server) routes() *httprouter.Router {
 		(&apierr.Error{Status: http.StatusNotFound, Type: apierr.TypeInvalidRequest, Code: apierr.CodeNotFound,
 			Message: fmt.Sprintf("unknown endpoint %s %s", req.Method, req.URL.Path)}).Write(w)
 	})
+	// The router answers OPTIONS itself, with the Allow header of a known
+	// path: under an admin surface only with the token too.
+	r.GlobalOPTIONS = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if s.refuseAdmin(w, req) {
+			s.countUnrouted(req, http.StatusUnauthorized)
+		}
+	})
 	r.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if s.refuseAdmin(w, req) {
 			s.countUnrouted(req, http.StatusUnauthorized)
@@ -457,6 +464,7 @@ func (s *Server) refuseAdmin(w http.ResponseWriter, r *http.Request) bool {
 	if s.opts.AdminToken == "" || !s.underAdmin(r.URL.Path) || s.adminAuthorized(r) {
 		return false
 	}
+	w.Header().Del("Allow") // set by the router's own OPTIONS and 405 answers
 	writeAdminRefusal(w)
 	return true
 }

@@ -312,6 +312,9 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 	fail := func(e *apierr.Error) {
 		s.metrics.requests.WithLabelValues(hostabi.SurfaceWebSocket, statusLabel(e.Status)).Inc()
 		meta.status, meta.code = e.Status, e.Code
+		if meta.model == "" { // README "Access log": a refused frame's model, when it names one
+			meta.model = gjson.GetBytes(data, "model").Str
+		}
 		out.fail(req, e, failInvalid) // the frame itself was refused: no stream began
 	}
 	key := ws.key
@@ -370,7 +373,13 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 	}
 	// The frame is checked whole, "type" included, so that a repeated
 	// "type" is refused like any repeated key; "type" is removed after.
-	body, err := sjson.SetBytes(data, "stream", true)
+	// "stream" is the gateway's to set, unless the frame spells it in
+	// another case: the check then names the client's key alone, as over
+	// HTTP, not a "stream" the client never sent.
+	body, err := data, error(nil)
+	if !hasMiscasedKey(data, "stream") {
+		body, err = sjson.SetBytes(data, "stream", true)
+	}
 	if err != nil {
 		fail(apierr.Invalid("", apierr.CodeInvalidJSON, "the frame could not be read: %v", err))
 		return
@@ -592,4 +601,15 @@ func (k *wsResumeSink) answered(followErr error, id string, after int64) *apierr
 	}
 	return apierr.Invalid("starting_after", apierr.CodeInvalidValue,
 		"starting_after is %d, the terminal event of response '%s'; no event follows it.", after, id)
+}
+
+// hasMiscasedKey reports whether the JSON object doc has a top-level key
+// that is name in another case.
+func hasMiscasedKey(doc []byte, name string) bool {
+	found := false
+	gjson.ParseBytes(doc).ForEach(func(k, _ gjson.Result) bool {
+		found = k.Str != name && strings.EqualFold(k.Str, name)
+		return !found
+	})
+	return found
 }
