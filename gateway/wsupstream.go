@@ -3,10 +3,13 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,11 +30,15 @@ import (
 const responsesWebSocketBeta = "responses_websockets=2026-02-06"
 
 // wsUpstreams keeps WebSocket connections to upstreams, one per (upstream,
-// session scope): the upstream's previous_response_id state is local to its
-// socket, so a session's follow-ups reuse the socket that made its last
-// response. A socket serves one request at a time; later ones wait. A
-// request that needs no such state (needsScopeSocket) waits for nobody: it
-// takes an idle free socket of the upstream, or a new one (acquireFree).
+// credential headers, session scope): the upstream bills a socket's
+// requests to the credentials it was opened with, so a socket serves only
+// requests that would open it with the same ones (socketPool); and the
+// upstream's previous_response_id state is local to its socket, so a
+// session's follow-ups reuse the socket that made its last response. A
+// socket serves one request at a time; later ones wait. A request that
+// needs no such state (needsScopeSocket) waits for nobody: it takes an idle
+// free socket of the upstream opened with its credentials, or a new one
+// (acquireFree).
 //
 // A socket is put back for reuse only when it is in step with its upstream:
 // the last frame read ended the response (wsSource.settle). While it waits
@@ -49,10 +56,10 @@ type wsUpstreams struct {
 	sockets  map[string]*upstreamSocket
 	httpOnly map[string]bool // auto upstreams that answered the upgrade with 426/404
 	freeSeq  uint64          // names free sockets apart (acquireFree)
-	// idleFree holds, per upstream, its free sockets nobody uses, the one
-	// released last at the end (its connection the likeliest still open);
-	// a socket reaped or evicted meanwhile is dropped when met (acquireFree,
-	// reap).
+	// idleFree holds, per upstream and credential headers (socketPool),
+	// the free sockets nobody uses, the one released last at the end (its
+	// connection the likeliest still open); a socket reaped or evicted
+	// meanwhile is dropped when met (acquireFree, reap).
 	idleFree map[string][]*upstreamSocket
 	stop     chan struct{}
 	stopped  bool
@@ -61,6 +68,7 @@ type wsUpstreams struct {
 type upstreamSocket struct {
 	key     string
 	free    bool          // serves requests that need no session scope (acquireFree)
+	pool    string        // a free socket's idleFree entry (socketPool)
 	slot    chan struct{} // one request at a time
 	waiting int           // requests waiting for the slot (guarded by wsUpstreams.mu)
 	conn    *websocket.Conn
@@ -73,9 +81,16 @@ type upstreamSocket struct {
 	// response.create, so what the watcher reads is that request's
 	// (guarded by wsUpstreams.mu).
 	turn bool
-	// lastID is the response conn served last: an event naming it in a
+	// last is the response conn served last: an event naming it in a
 	// later turn is a leftover of that response (guarded by the slot).
-	lastID string
+	last servedResponse
+}
+
+// servedResponse is what identifies a response a socket served: its id and
+// the ids of the output items its events named.
+type servedResponse struct {
+	id    string
+	items map[string]bool
 }
 
 // idleRead is one read of an idle socket's connection (watch).
@@ -160,19 +175,19 @@ func (w *wsUpstreams) acquire(ctx context.Context, key string) (*upstreamSocket,
 	}
 }
 
-// acquireFree takes the slot of a free socket of upstream name that nobody
-// uses, the one released last (idleFree), or of a new one: a request that
-// needs no session scope never waits behind another (README "Upstream
+// acquireFree takes the slot of a free socket of pool (socketPool) that
+// nobody uses, the one released last (idleFree), or of a new one: a request
+// that needs no session scope never waits behind another (README "Upstream
 // WebSockets"). The cap and the idle reaper count free sockets as any
 // other.
-func (w *wsUpstreams) acquireFree(name string) (*upstreamSocket, error) {
+func (w *wsUpstreams) acquireFree(pool string) (*upstreamSocket, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stopped {
 		return nil, errDraining
 	}
 	var sock *upstreamSocket
-	idle := w.idleFree[name]
+	idle := w.idleFree[pool]
 	for sock == nil && len(idle) > 0 {
 		s := idle[len(idle)-1]
 		idle = idle[:len(idle)-1]
@@ -180,13 +195,13 @@ func (w *wsUpstreams) acquireFree(name string) (*upstreamSocket, error) {
 			sock = s
 		}
 	}
-	w.idleFree[name] = idle
+	w.idleFree[pool] = idle
 	if sock == nil {
 		if len(w.sockets) >= w.max && !w.evictIdleLocked() {
 			return nil, fmt.Errorf("%w: the cap of %d (limits.upstream_sockets) is reached", errUpstreamSocketsFull, w.max)
 		}
 		w.freeSeq++
-		sock = &upstreamSocket{key: name + "\x00free\x00" + strconv.FormatUint(w.freeSeq, 10), free: true, slot: make(chan struct{}, 1)}
+		sock = &upstreamSocket{key: pool + "\x00free\x00" + strconv.FormatUint(w.freeSeq, 10), free: true, pool: pool, slot: make(chan struct{}, 1)}
 		w.sockets[sock.key] = sock
 		w.reaper.Do(func() { go w.reap() })
 	}
@@ -209,13 +224,13 @@ func needsScopeSocket(req *clientRequest, frame []byte) bool {
 // take gives the request holding sock's slot the socket's connection (nil:
 // none, dial one), the watcher's read in progress on it, and the response
 // it served last.
-func (w *wsUpstreams) take(sock *upstreamSocket) (*websocket.Conn, *idleRead, string) {
+func (w *wsUpstreams) take(sock *upstreamSocket) (*websocket.Conn, *idleRead, servedResponse) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	sock.turn = true
 	r := sock.idle
 	sock.idle = nil
-	return sock.conn, r, sock.lastID
+	return sock.conn, r, sock.last
 }
 
 // attach makes conn, just dialled, sock's connection.
@@ -226,7 +241,7 @@ func (w *wsUpstreams) attach(sock *upstreamSocket, conn *websocket.Conn) error {
 		conn.CloseNow()
 		return errDraining
 	}
-	sock.conn, sock.lastID = conn, ""
+	sock.conn, sock.last = conn, servedResponse{}
 	return nil
 }
 
@@ -261,8 +276,7 @@ func (w *wsUpstreams) release(sock *upstreamSocket, reusable bool) {
 	if sock.free { // only now: acquireFree must find its slot empty
 		w.mu.Lock()
 		if !w.stopped && w.sockets[sock.key] == sock {
-			name := upstreamOfKey(sock.key)
-			w.idleFree[name] = append(w.idleFree[name], sock)
+			w.idleFree[sock.pool] = append(w.idleFree[sock.pool], sock)
 		}
 		w.mu.Unlock()
 	}
@@ -341,7 +355,7 @@ func (w *wsUpstreams) reap() {
 					delete(w.sockets, key)
 				}
 			}
-			for name, idle := range w.idleFree { // forget the free sockets gone
+			for pool, idle := range w.idleFree { // forget the free sockets gone
 				kept := idle[:0]
 				for _, s := range idle {
 					if w.sockets[s.key] == s {
@@ -349,7 +363,11 @@ func (w *wsUpstreams) reap() {
 					}
 				}
 				clear(idle[len(kept):])
-				w.idleFree[name] = kept
+				if len(kept) == 0 { // one pool per client credential: the map does not keep them all
+					delete(w.idleFree, pool)
+					continue
+				}
+				w.idleFree[pool] = kept
 			}
 			w.mu.Unlock()
 		}
@@ -384,20 +402,22 @@ func (w *wsUpstreams) send(upCtx context.Context, firstByte func() (context.Cont
 	if err != nil {
 		return nil, fmt.Errorf("building response.create: %w", err)
 	}
+	header := wsDialHeader(req, u)
+	pool := socketPool(u, header)
 	var sock *upstreamSocket
 	pending := 0
 	if needsScopeSocket(req, frame) {
 		kind, scopeID := req.scope.tightest()
-		sock, pending, err = w.acquire(upCtx, u.Name()+"\x00"+kind.String()+"\x00"+scopeID)
+		sock, pending, err = w.acquire(upCtx, pool+"\x00"+kind.String()+"\x00"+scopeID)
 	} else {
-		sock, err = w.acquireFree(u.Name())
+		sock, err = w.acquireFree(pool)
 	}
 	if err != nil {
 		return nil, err
 	}
 	sendCtx, stopFirstByte := firstByte()
 	defer stopFirstByte()
-	src := &wsSource{w: w, sock: sock, req: req, u: u, frame: frame, ctx: sendCtx, idle: idle, max: w.s.opts.MaxEventBytes}
+	src := &wsSource{w: w, sock: sock, req: req, u: u, header: header, frame: frame, ctx: sendCtx, idle: idle, max: w.s.opts.MaxEventBytes}
 	ans, err := src.open(sendCtx)
 	if err != nil || ans != nil {
 		w.release(sock, false)
@@ -417,10 +437,17 @@ func (w *wsUpstreams) send(upCtx context.Context, firstByte func() (context.Cont
 // upstreamSocketsFull fails an attempt that found limits.upstream_sockets
 // upstream WebSockets open and none idle: SECURITY.md says the attempt
 // fails. Nothing reached the upstream, so nothing is charged to it (no
-// cooldown, no transport_error); the client gets a 503 it may retry.
+// cooldown, no transport_error, no replay-policy penalty). The request
+// moves on to the route's next target, as after any failure before the
+// headers (README "Routes and fallbacks"); with none left (or no attempt
+// left for one), the client gets a 503 it may retry.
 func (s *Server) upstreamSocketsFull(out responder, req *clientRequest, u *upstream.Upstream, err error) attemptResult {
 	s.log.Warn("no upstream WebSocket available", "upstream", u.Name(), "error", err)
-	out.fail(req, apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "%s; retry the request", err), failBeforeStream)
+	e := apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "%s; retry the request", err)
+	if try := tryOf(req); try.cands != nil && try.attempt+1 < try.limit && try.cands.remaining(try.target) > 0 {
+		return attemptResult{next: nextFailover, why: err.Error(), clientErr: e}
+	}
+	out.fail(req, e, failBeforeStream)
 	return attemptResult{next: nextDone}
 }
 
@@ -460,17 +487,11 @@ func wsStatusAnswer(first sse.Event, err error) *upstreamAnswer {
 	return &upstreamAnswer{status: status, header: header, body: body}
 }
 
-// dial opens u's Responses WebSocket. A refused upgrade with an HTTP answer
-// comes back as an upstreamAnswer; an auto upstream that does not offer the
-// mode is remembered as HTTP-only and reported as errWebSocketUnsupported.
-func (w *wsUpstreams) dial(ctx context.Context, req *clientRequest, u *upstream.Upstream) (*websocket.Conn, *upstreamAnswer, error) {
-	url := u.URL("/responses")
-	switch {
-	case strings.HasPrefix(url, "https://"):
-		url = "wss://" + strings.TrimPrefix(url, "https://")
-	case strings.HasPrefix(url, "http://"):
-		url = "ws://" + strings.TrimPrefix(url, "http://")
-	}
+// wsDialHeader is the header of the upgrade request that opens u's
+// WebSocket for req: the headers an HTTP request to u would carry
+// (upstreamHeaders), less those the WebSocket library sets, plus the beta
+// header that opts into the mode.
+func wsDialHeader(req *clientRequest, u *upstream.Upstream) http.Header {
 	h := upstreamHeaders(req, u.Config(), false)
 	for _, k := range []string{"Content-Type", "Accept", "Sec-Websocket-Key", "Sec-Websocket-Version", "Sec-Websocket-Extensions", "Sec-Websocket-Protocol"} {
 		h.Del(k)
@@ -478,10 +499,56 @@ func (w *wsUpstreams) dial(ctx context.Context, req *clientRequest, u *upstream.
 	if !strings.Contains(h.Get("OpenAI-Beta"), "responses_websockets") {
 		h.Add("OpenAI-Beta", responsesWebSocketBeta)
 	}
+	return h
+}
+
+// socketPool names u's sockets that a request dialling with header may use
+// (the free ones, and the prefix of its session scope's key): the
+// upstream's name and a hash of the credential headers the dial sends
+// (hostabi.CredentialHeader: the client's own key on an upstream without
+// api_key; OpenAI-Organization, OpenAI-Project) and of those the upstream's
+// forward_headers names. The upstream bills a socket's requests to the
+// credentials it was opened with and keeps its previous_response_id state
+// per socket, so a request never goes over a socket opened with other ones
+// (SECURITY.md: a client's credentials reach the upstream its request goes
+// to). The hash keeps no credential in memory, as clientkey.Hash.
+func socketPool(u *upstream.Upstream, header http.Header) string {
+	forwarded := u.Config().ForwardHeaders
+	names := make([]string, 0, len(header))
+	for k := range header {
+		if hostabi.CredentialHeader(strings.ToLower(k)) || namesHeader(forwarded, k) {
+			names = append(names, k)
+		}
+	}
+	slices.Sort(names)
+	sum := sha256.New()
+	for _, k := range names {
+		for _, v := range header.Values(k) {
+			// Length-prefixed: no two header sets hash the same input.
+			fmt.Fprintf(sum, "%d:%s%d:%s", len(k), k, len(v), v)
+		}
+	}
+	return u.Name() + "\x00" + hex.EncodeToString(sum.Sum(nil)[:16])
+}
+
+// dial opens u's Responses WebSocket with header (wsDialHeader). A refused
+// upgrade with an HTTP answer comes back as an upstreamAnswer. An upstream
+// that does not offer the mode (refusesWebSocketMode) is no answer for the
+// client: an auto upstream is remembered as HTTP-only and reported as
+// errWebSocketUnsupported; a transport: websocket one fails the attempt as
+// a connection it refused would, so the route's next target is tried.
+func (w *wsUpstreams) dial(ctx context.Context, req *clientRequest, u *upstream.Upstream, header http.Header) (*websocket.Conn, *upstreamAnswer, error) {
+	url := u.URL("/responses")
+	switch {
+	case strings.HasPrefix(url, "https://"):
+		url = "wss://" + strings.TrimPrefix(url, "https://")
+	case strings.HasPrefix(url, "http://"):
+		url = "ws://" + strings.TrimPrefix(url, "http://")
+	}
 	if err := checkPolicyHeaders(req); err != nil { // as post does: the gateway's failure, not the upstream's
 		return nil, nil, &notSentError{err: err}
 	}
-	conn, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: w.s.client, HTTPHeader: h})
+	conn, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: w.s.client, HTTPHeader: header})
 	if err == nil {
 		conn.SetReadLimit(int64(w.s.opts.MaxEventBytes))
 		return conn, nil, nil
@@ -497,7 +564,13 @@ func (w *wsUpstreams) dial(ctx context.Context, req *clientRequest, u *upstream.
 		}
 		resp.Body.Close()
 	}
-	if (resp.StatusCode == http.StatusUpgradeRequired || resp.StatusCode == http.StatusNotFound) && u.Config().Transport == upstream.TransportAuto {
+	if refusesWebSocketMode(resp.StatusCode) {
+		if u.Config().Transport != upstream.TransportAuto {
+			// The gateway's transport does not match the upstream's: a
+			// client that never asked for a WebSocket must not be told to
+			// upgrade, and the route's other targets may serve it.
+			return nil, nil, fmt.Errorf("the upstream refused the WebSocket upgrade with HTTP %d: it does not offer the Responses WebSocket mode that transport: websocket asks for", resp.StatusCode)
+		}
 		w.mu.Lock()
 		w.httpOnly[u.Name()] = true
 		w.mu.Unlock()
@@ -514,28 +587,37 @@ func (w *wsUpstreams) dial(ctx context.Context, req *clientRequest, u *upstream.
 	return nil, &upstreamAnswer{status: resp.StatusCode, header: resp.Header, body: body}, nil
 }
 
+// refusesWebSocketMode reports whether an upgrade refused with status says
+// the upstream does not offer the Responses WebSocket mode at all (426
+// Upgrade Required, or no such endpoint), rather than refusing this client.
+func refusesWebSocketMode(status int) bool {
+	return status == http.StatusUpgradeRequired || status == http.StatusNotFound
+}
+
 // wsSource reads upstream WebSocket frames as events: one request's turn on
 // a socket.
 type wsSource struct {
-	w     *wsUpstreams
-	sock  *upstreamSocket
-	req   *clientRequest
-	u     *upstream.Upstream
-	frame []byte // the turn's response.create
-	conn  *websocket.Conn
-	ctx   context.Context
-	idle  *idleTimer
-	max   int
+	w      *wsUpstreams
+	sock   *upstreamSocket
+	req    *clientRequest
+	u      *upstream.Upstream
+	header http.Header // the upgrade request's (wsDialHeader)
+	frame  []byte      // the turn's response.create
+	conn   *websocket.Conn
+	ctx    context.Context
+	idle   *idleTimer
+	max    int
 
-	first   *idleRead // the watcher's read on a reused connection: the turn's first frame
-	reused  bool      // conn served earlier turns
-	lastID  string    // the response conn served last
-	retried bool      // the turn went to a new connection once already
-	started bool      // an event went to the reader
+	first   *idleRead      // the watcher's read on a reused connection: the turn's first frame
+	reused  bool           // conn served earlier turns
+	last    servedResponse // the response conn served last
+	retried bool           // the turn went to a new connection once already
+	started bool           // an event went to the reader
 
-	opened     bool   // a response lifecycle event of this turn was read
-	responseID string // the response the turn's lifecycle events name
-	ended      bool   // the last event ended the turn (settle)
+	opened     bool            // a response lifecycle event of this turn was read
+	responseID string          // the response the turn's lifecycle events name
+	items      map[string]bool // the output items the turn's events name
+	ended      bool            // the last event ended the turn (settle)
 }
 
 // open sends the turn's response.create: on the socket's connection when
@@ -543,9 +625,9 @@ type wsSource struct {
 // replaced once (replace).
 func (src *wsSource) open(ctx context.Context) (*upstreamAnswer, error) {
 	for {
-		conn, first, lastID := src.w.take(src.sock)
-		src.conn, src.first, src.reused, src.lastID = conn, first, conn != nil, lastID
-		src.opened, src.responseID, src.ended = false, "", false
+		conn, first, last := src.w.take(src.sock)
+		src.conn, src.first, src.reused, src.last = conn, first, conn != nil, last
+		src.opened, src.responseID, src.items, src.ended = false, "", nil, false
 		if first != nil && first.returned() {
 			// The watcher read something before this turn sent anything:
 			// not the turn's, whatever it is.
@@ -554,7 +636,7 @@ func (src *wsSource) open(ctx context.Context) (*upstreamAnswer, error) {
 			continue
 		}
 		if conn == nil {
-			c, ans, err := src.w.dial(ctx, src.req, src.u)
+			c, ans, err := src.w.dial(ctx, src.req, src.u, src.header)
 			if err != nil || ans != nil {
 				return ans, err
 			}
@@ -670,11 +752,14 @@ func (src *wsSource) readError(err error) error {
 }
 
 // foreign reports whether an event belongs to another response than the
-// turn's, and notes the turn's response from its lifecycle events. Foreign
-// are a lifecycle event naming another response than the turn's (or, first
-// on a reused connection, the one the connection served last), and on a
-// reused connection a response event before the turn's first lifecycle
-// event. Only lifecycle events are parsed further, a handful per response.
+// turn's, and notes the turn's response from its lifecycle events and its
+// output items from the others. Foreign are a lifecycle event naming
+// another response than the turn's (or, first on a reused connection, the
+// one the connection served last); on a reused connection a response event
+// before the turn's first lifecycle event; and, at any point of the turn,
+// an event naming an output item of the response the connection served
+// last (a late delta of it): item ids are unique, so that one is never the
+// turn's own. Besides lifecycle events, only an event's item id is read.
 func (src *wsSource) foreign(name string, data []byte) bool {
 	switch name {
 	case "response.created", "response.in_progress", "response.queued",
@@ -683,7 +768,7 @@ func (src *wsSource) foreign(name string, data []byte) bool {
 		switch {
 		case id == "":
 		case src.responseID == "":
-			if src.reused && id == src.lastID {
+			if src.reused && id == src.last.id {
 				return true
 			}
 			src.responseID = id
@@ -695,7 +780,25 @@ func (src *wsSource) foreign(name string, data []byte) bool {
 	case "response.keepalive", "response.ping":
 		return false
 	}
+	if item := eventItemID(name, data); item != "" {
+		if src.last.items[item] {
+			return true
+		}
+		if src.items == nil {
+			src.items = map[string]bool{}
+		}
+		src.items[item] = true
+	}
 	return src.reused && !src.opened && strings.HasPrefix(name, "response.")
+}
+
+// eventItemID is the output item a response event is about: its item_id,
+// or the item of an output_item event; "" when it names none.
+func eventItemID(name string, data []byte) string {
+	if strings.HasPrefix(name, "response.output_item.") {
+		return gjson.GetBytes(data, "item.id").Str
+	}
+	return gjson.GetBytes(data, "item_id").Str
 }
 
 // settle says whether the connection can serve the next request: the
@@ -708,7 +811,7 @@ func (src *wsSource) settle(reusable bool) bool {
 		return false
 	}
 	if src.responseID != "" {
-		src.sock.lastID = src.responseID
+		src.sock.last = servedResponse{id: src.responseID, items: src.items}
 	}
 	return true
 }
