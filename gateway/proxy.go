@@ -822,11 +822,15 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 		reusable = true // the upstream finished this response with its error
 		msg := errorMessage(end.ev)
 		var capacityErr *apierr.Error // a rate limit or quota: the 429 the client gets if no target is left
+		var waitHeader http.Header    // a WebSocket error frame's headers carry its wait, as an HTTP answer's do
+		if ans.statusFrames {
+			waitHeader = wsFrameHeader(end.ev)
+		}
 		if class := eventClass(code, status); class == hostabi.FailureRateLimit || class == hostabi.FailureQuota {
-			hint, _ := upstream.RetryAfter(nil, msg, time.Now())
+			hint, _ := upstream.RetryAfter(waitHeader, msg, time.Now())
 			capacityErr = apierr.CapacityExhausted(code, errorField(end.ev, "type"), hint, "%s", msg)
 		}
-		res, replay := s.replay(ctx, cs, req, u, replays, ans, code, status, msg)
+		res, replay := s.replay(ctx, cs, req, u, replays, ans, code, status, msg, waitHeader)
 		if f := tryOf(req).fail; capacityErr != nil && f != nil {
 			f.Type = capacityErr.Type // the upstream's type, with its code, while the target cools down
 		}
@@ -878,20 +882,22 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 // client saw anything (Phase before_content): an error event or
 // response.failed as the stream's first events (after the held-back
 // lifecycle), or a stream that broke or garbled before its first event
-// (code "transport"). replay is false when the request is not replayed:
+// (code "transport"). header holds the failure's wait (Retry-After,
+// retry-after-ms) when it came with one: a WebSocket error frame's
+// headers. replay is false when the request is not replayed:
 // the caller then passes the failure on.
 func (s *Server) replay(ctx context.Context, out responder, req *clientRequest, u *upstream.Upstream, replays int,
-	ans *upstreamAnswer, code string, status int, msg string) (attemptResult, bool) {
+	ans *upstreamAnswer, code string, status int, msg string, header http.Header) (attemptResult, bool) {
 	try := tryOf(req)
 	in := hostabi.ReplayInput{Phase: hostabi.PhaseBeforeContent, FailureClass: eventClass(code, status), Code: code, HTTPStatus: status,
 		ReplayCount: replays, PendingRequests: ans.pending}
-	hint, _ := upstream.RetryAfter(nil, msg, time.Now())
+	hint, _ := upstream.RetryAfter(header, msg, time.Now())
 	in.RetryAfterMillis = hint.Milliseconds()
 	switch in.FailureClass { // the target's cooldown (upstream package), whatever the verdict
 	case hostabi.FailureOverloaded:
 		try.fail = &upstream.Failure{Class: "overloaded", Reason: "stream error " + code, Hint: hint}
 	case hostabi.FailureRateLimit, hostabi.FailureQuota:
-		f := upstream.CapacityFailure(nil, msg, code, status, time.Now(), "stream error "+code)
+		f := upstream.CapacityFailure(header, msg, code, status, time.Now(), "stream error "+code)
 		try.fail = &f
 	}
 	why := "failed before response.created: " + code
@@ -927,7 +933,7 @@ func (s *Server) replay(ctx context.Context, out responder, req *clientRequest, 
 // WebSocket (README "Failover and replay").
 func (s *Server) transportBeforeContent(ctx context.Context, out responder, req *clientRequest, u *upstream.Upstream, replays int,
 	ans *upstreamAnswer, e *apierr.Error) attemptResult {
-	if res, replay := s.replay(ctx, out, req, u, replays, ans, "transport", 0, ""); replay {
+	if res, replay := s.replay(ctx, out, req, u, replays, ans, "transport", 0, "", nil); replay {
 		return res
 	}
 	out.fail(req, e, failBeforeStream)

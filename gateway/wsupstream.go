@@ -456,10 +456,10 @@ func (s *Server) upstreamSocketsFull(out responder, req *clientRequest, u *upstr
 // HTTP answer N it stands for, so that statusFailure treats it as it treats
 // that status from an HTTP upstream: a client error (or
 // context_length_exceeded) passes through with its status and error body,
-// a 500 is retried (README "Routes and fallbacks"). Capacity and overload
-// refusals stay the stream's first event, which the replay policy replays
-// before content as the README describes for WebSocket error frames. nil:
-// the frame is not such a refusal.
+// a 500 is retried, and a rate limit, quota or overload refusal cools the
+// target down and waits or moves on as its headers (retry-after,
+// retry-after-ms) say, which reach the client as a relayed 429's do
+// (README "Routes and fallbacks"). nil: the frame is not such a refusal.
 func wsStatusAnswer(first sse.Event, err error) *upstreamAnswer {
 	if err != nil || first.Name != "error" {
 		return nil
@@ -470,21 +470,31 @@ func wsStatusAnswer(first sse.Event, err error) *upstreamAnswer {
 		return nil
 	}
 	switch eventClass(code, status) {
-	case hostabi.FailureClientError, hostabi.FailureContextLength, hostabi.FailureServerError:
+	case hostabi.FailureClientError, hostabi.FailureContextLength, hostabi.FailureServerError,
+		hostabi.FailureRateLimit, hostabi.FailureQuota, hostabi.FailureOverloaded:
 	default:
 		return nil
 	}
-	header := http.Header{}
-	gjson.GetBytes(first.Data, "headers").ForEach(func(k, v gjson.Result) bool {
-		header.Set(k.String(), v.String())
-		return true
-	})
+	header := wsFrameHeader(first)
 	header.Set("Content-Type", "application/json")
 	body, err := sjson.SetRawBytes([]byte(`{}`), "error", []byte(e.Raw))
 	if err != nil {
 		return nil
 	}
 	return &upstreamAnswer{status: status, header: header, body: body}
+}
+
+// wsFrameHeader is an upstream WebSocket error frame's "headers" object as
+// the HTTP headers it stands for: OpenAI's frames carry an HTTP answer's
+// headers there (retry-after, retry-after-ms, x-ratelimit-*), so that
+// upstream.RetryAfter reads a frame's wait as it reads a response's.
+func wsFrameHeader(frame sse.Event) http.Header {
+	header := http.Header{}
+	gjson.GetBytes(frame.Data, "headers").ForEach(func(k, v gjson.Result) bool {
+		header.Set(k.String(), v.String())
+		return true
+	})
+	return header
 }
 
 // wsDialHeader is the header of the upgrade request that opens u's
