@@ -64,7 +64,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, ep endpoint) {
 		}
 		meta.mu.Unlock()
 		aerr.Write(sw)
-		s.traceRefusal(r, ep, surface, start, aerr, model) // tracing.go: its own span; nothing without tracing
+		s.traceRefusal(r.Header, keyOf(r), ep, surface, start, aerr, model) // tracing.go: its own span; nothing without tracing
 	}
 	if s.draining.Load() {
 		refuse(apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the gateway is shutting down; retry on another instance"), "")

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-gw/sluice/gateway/upstream"
+	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/sluice-gw/sluice/internal/otlphttp"
 )
@@ -222,20 +223,22 @@ func (t *tracing) startRequest(header http.Header, ep endpoint, viaWebSocket boo
 // traceRefusal is the span of a request refused before it was taken up
 // (README "Tracing": each request is a server span): one the gateway
 // refused while draining, or whose body did not read, parse or pass the
-// rewrite policy. It spans from start, when the request arrived, to now,
-// with the refusal's status and code; model is what the body names, if
-// anything.
-func (s *Server) traceRefusal(r *http.Request, ep endpoint, surface string, start time.Time, aerr *apierr.Error, model string) {
+// rewrite policy, or a WebSocket frame refused as it was read. It spans
+// from start, when the request arrived, to now, with the refusal's status
+// and code; header is the request's (a WebSocket's: its upgrade's), key
+// its Sluice key if any, and model what the body names, if anything.
+func (s *Server) traceRefusal(header http.Header, key *keyEntry, ep endpoint, surface string, start time.Time, aerr *apierr.Error, model string) {
 	if s.tracing == nil {
 		return
 	}
-	_, span := s.tracing.startRequest(r.Header, ep, false, model, surface, trace.WithTimestamp(start))
+	viaWebSocket := surface == hostabi.SurfaceWebSocket
+	_, span := s.tracing.startRequest(header, ep, viaWebSocket, model, surface, trace.WithTimestamp(start))
 	attrs := []attribute.KeyValue{attribute.Int("sluice.attempts", 0), attribute.Int("http.response.status_code", aerr.Status)}
 	if aerr.Code != "" {
 		attrs = append(attrs, attribute.String("error.type", aerr.Code))
 	}
-	if k := keyOf(r); k != nil {
-		attrs = append(attrs, attribute.String("sluice.key", k.name))
+	if key != nil {
+		attrs = append(attrs, attribute.String("sluice.key", key.name))
 	}
 	span.SetAttributes(attrs...)
 	if aerr.Status >= 500 { // as a request span's: a client's error is not the server's

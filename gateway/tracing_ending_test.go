@@ -173,3 +173,28 @@ func TestTracingRefusedBodiesHaveARequestSpan(t *testing.T) {
 		})
 	}
 }
+
+// TestTracingRefusedWebSocketFrameHasARequestSpan: a WebSocket frame
+// refused as it is read is a request too (README "Tracing"): it gets its
+// server span, under the upgrade's traceparent, with the refusal's status
+// and code.
+func TestTracingRefusedWebSocketFrameHasARequestSpan(t *testing.T) {
+	tp, rec := recordedSpans(t)
+	h := newHarness(t, harnessConfig{opts: gateway.Options{TracerProvider: tp}})
+	c := h.dialWS(map[string]string{"traceparent": clientTraceparen})
+	evs := c.turn(`{"type":"response.create","model":"gpt-fake-1","input":"hi","store":"yes"}`)
+	if len(evs) != 1 || evs[0].typ != "error" {
+		t.Fatalf("the frame got %d events, want one error frame", len(evs))
+	}
+	spans := waitServerSpans(t, rec, 1)
+	rs := spans[0]
+	if len(spans) != 1 || rs.Name() != "WS /v1/responses" || rs.Parent().TraceID().String() != clientTraceID {
+		t.Fatalf("%d spans, the first %q under %v", len(spans), rs.Name(), rs.Parent())
+	}
+	if v, _ := attrOf(rs, "http.response.status_code"); v.AsInt64() != http.StatusBadRequest {
+		t.Errorf("request span status code %d", v.AsInt64())
+	}
+	if v, _ := attrOf(rs, "error.type"); v.AsString() != "invalid_type" {
+		t.Errorf("request span error.type %q, want invalid_type", v.AsString())
+	}
+}

@@ -315,6 +315,7 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 		if meta.model == "" { // README "Access log": a refused frame's model, when it names one
 			meta.model = gjson.GetBytes(data, "model").Str
 		}
+		s.traceRefusal(ws.header, meta.key, responsesEndpoint, hostabi.SurfaceWebSocket, start, e, meta.model)
 		out.fail(req, e, failInvalid) // the frame itself was refused: no stream began
 	}
 	key := ws.key
