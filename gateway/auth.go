@@ -434,27 +434,51 @@ func (kr *keyring) list() []*keyEntry {
 func presentedKeys(h http.Header) iter.Seq2[string, string] {
 	return func(yield func(header, secret string) bool) {
 		for name, values := range h {
-			if !hostabi.CredentialHeader(strings.ToLower(name)) {
+			// Cookie is never forwarded (upstreamHeaders): a key there
+			// cannot leak, and a browser's cookies are no credentials to
+			// count against the bound.
+			if lower := strings.ToLower(name); lower == "cookie" || !hostabi.CredentialHeader(lower) {
 				continue
 			}
 			for _, v := range values {
+				basic := false
 				for _, word := range strings.FieldsFunc(v, isCredentialSeparator) {
 					if !yield(name, word) {
 						return
 					}
-					// Basic credentials ("user:secret" in base64) may hold a key too.
-					if raw, err := base64.StdEncoding.DecodeString(word); err == nil && bytes.IndexByte(raw, ':') >= 0 {
-						user, pass, _ := bytes.Cut(raw, []byte(":"))
-						for _, part := range [][]byte{user, pass} {
-							if len(part) > 0 && !yield(name, string(part)) {
+					if basic {
+						for _, part := range basicParts(word) {
+							if !yield(name, part) {
 								return
 							}
 						}
 					}
+					basic = strings.EqualFold(word, "basic")
 				}
 			}
 		}
 	}
+}
+
+// basicParts are the user and password of a Basic credential's token
+// (base64 of "user:password", padded or not), or the whole decoded token
+// when it has no colon; none when it is not base64.
+func basicParts(token string) []string {
+	raw, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(token, "="))
+	if err != nil || len(raw) == 0 {
+		return nil
+	}
+	user, pass, found := bytes.Cut(raw, []byte(":"))
+	if !found {
+		return []string{string(raw)}
+	}
+	var parts []string
+	for _, p := range [][]byte{user, pass} {
+		if len(p) > 0 {
+			parts = append(parts, string(p))
+		}
+	}
+	return parts
 }
 
 // maxPresentedCredentials bounds the words of a request's credential

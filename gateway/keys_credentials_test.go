@@ -70,6 +70,10 @@ func TestSluiceKeyInAnyCredentialValueIsIdentifiedAndNotForwarded(t *testing.T) 
 		{"quoted", []string{"Authorization", `Bearer "` + teamAKey + `"`}},
 		{"with a semicolon", []string{"Authorization", "Bearer " + teamAKey + ";"}},
 		{"Basic", []string{"Authorization", "Basic " + base64.StdEncoding.EncodeToString([]byte(":"+teamAKey))}},
+		{"Basic without padding", []string{"Authorization", "Basic " + base64.RawStdEncoding.EncodeToString([]byte("u:" + teamAKey + "x")[:len(teamAKey)+2])}},
+		{"Basic of the key alone", []string{"Authorization", "Basic " + base64.StdEncoding.EncodeToString([]byte(teamAKey))}},
+		// A browser's cookies are not credentials to count (Cookie is never forwarded).
+		{"many cookies", []string{"Authorization", "Bearer " + teamAKey, "Cookie", strings.Repeat("c=1; ", 20)}},
 		// Identified by its Sluice key, a request sends no credential to an
 		// upstream without api_key (SECURITY.md): not its own either.
 		{"own X-Api-Key beside", []string{"Authorization", "Bearer " + teamAKey, "X-Api-Key", own, "OpenAI-Organization", own}},
