@@ -89,8 +89,12 @@ func TestWebSocketMiscasedGatewayFieldRefused(t *testing.T) {
 	if len(evs) != 1 || v.Status != 400 || v.Error.Code != "unknown_parameter" || v.Error.Param != "Stream" {
 		t.Fatalf("a frame with Stream alone → %s", evs[0].data)
 	}
-	if !strings.Contains(h.logs.String(), `model=gpt-fake-1 status=400 code=unknown_parameter`) {
-		t.Fatalf("the access log of the refused frame lacks its model:\n%s", h.logs.String())
+	// The line is written once the error frame went: wait for it.
+	for deadline := time.Now().Add(15 * time.Second); !strings.Contains(h.logs.String(), `model=gpt-fake-1 status=400 code=unknown_parameter`); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the access log of the refused frame lacks its model:\n%s", h.logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	if n := h.ups["A"].RequestCount(); n != 0 {
 		t.Fatalf("the refused frame reached the upstream (%d requests)", n)
