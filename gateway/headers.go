@@ -51,16 +51,9 @@ func upstreamHeaders(req *clientRequest, u upstream.Config, stream bool) http.He
 	h.Set("Accept-Encoding", "identity")
 	if req.key != nil {
 		// A Sluice key is the gateway's credential, never an upstream's: a
-		// keyed upstream gets its own key below, one without gets none; no
-		// credential header carrying the key (in any value or position,
-		// presentedKeys' rule) is forwarded.
+		// keyed upstream gets its own key below, one without gets none.
 		h.Del("Authorization")
 		h.Del("Api-Key")
-		for name, secret := range presentedKeys(client) {
-			if req.key.carriedBy(secret) {
-				delete(h, name)
-			}
-		}
 	}
 	if u.APIKey != "" || req.key != nil {
 		// An upstream with its own key bills the operator: a client must not
@@ -72,6 +65,16 @@ func upstreamHeaders(req *clientRequest, u upstream.Config, stream bool) http.He
 		for k := range h {
 			if hostabi.CredentialHeader(strings.ToLower(k)) && !namesHeader(u.ForwardHeaders, k) {
 				delete(h, k)
+			}
+		}
+	}
+	if req.key != nil {
+		// Nor does a header forward_headers names carry the key (in any
+		// value or position, presentedKeys' rule): only those are left to
+		// look at.
+		for name, secret := range presentedKeys(h) {
+			if req.key.carriedBy(secret) {
+				delete(h, name)
 			}
 		}
 	}

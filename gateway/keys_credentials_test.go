@@ -258,3 +258,23 @@ func TestSharedLimitAtTheBoundReportsItsHeaders(t *testing.T) {
 		}
 	}
 }
+
+// A credential header the upstream's forward_headers lets through still
+// never carries a Sluice key upstream.
+func TestForwardedCredentialHeaderNeverCarriesTheKey(t *testing.T) {
+	h := newHarness(t, harnessConfig{forward: map[string][]string{"A": {"X-Api-Key"}}, opts: gateway.Options{Accounts: gateway.AccountsOptions{
+		Keys: []store.KeyRecord{keyRec("team-a", teamAKey, nil, store.KeyLimits{RPM: 1000})}}}})
+	resp, b := do(t, h, http.MethodPost, "/v1/responses", simple, "Authorization", "Bearer "+teamAKey, "X-Api-Key", teamAKey)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Ratelimit-Limit-Requests") != "1000" {
+		t.Fatalf("%d %s, want team-a's answer", resp.StatusCode, b)
+	}
+	for _, r := range h.ups["A"].Requests() {
+		for k, vs := range r.Header {
+			for _, v := range vs {
+				if strings.Contains(v, teamAKey) {
+					t.Fatalf("the upstream got the Sluice key in %s", k)
+				}
+			}
+		}
+	}
+}

@@ -627,6 +627,7 @@ type wsSource struct {
 	opened     bool            // a response lifecycle event of this turn was read
 	responseID string          // the response the turn's lifecycle events name
 	items      map[string]bool // the output items the turn's events name
+	lastItem   string          // the item the previous event named: a run of deltas is checked once
 	ended      bool            // the last event ended the turn (settle)
 }
 
@@ -790,14 +791,16 @@ func (src *wsSource) foreign(name string, data []byte) bool {
 	case "response.keepalive", "response.ping":
 		return false
 	}
-	if item := eventItemID(name, data); item != "" {
+	// An item's run of deltas is checked at its first event: a later one
+	// naming the same item was already found to be the turn's own.
+	if item := eventItemID(name, data); item != "" && item != src.lastItem {
 		if src.last.items[item] {
 			return true
 		}
 		if src.items == nil {
 			src.items = map[string]bool{}
 		}
-		src.items[item] = true
+		src.items[item], src.lastItem = true, item
 	}
 	return src.reused && !src.opened && strings.HasPrefix(name, "response.")
 }
