@@ -532,7 +532,10 @@ func (l *streamLog) append(seq int64, name string, data []byte, terminal bool) {
 		}
 		ev := store.StreamEvent{Seq: seq, Name: name, Data: l.keep(data)}
 		if seal {
-			l.sealed = &ev
+			// A copy, so that only the sealed event is on the heap: the
+			// address of ev itself made every event an allocation.
+			sealed := ev
+			l.sealed = &sealed
 		} else {
 			l.events = append(l.events, ev)
 		}
