@@ -63,7 +63,7 @@ const (
 	StateUnknown State = "unknown" // not probed yet; usable
 	StateHealthy State = "healthy"
 	StateDown    State = "down"   // the last probe failed
-	StateFailed  State = "failed" // credentials rejected; parked until a probe succeeds
+	StateFailed  State = "failed" // credentials rejected; parked until a probe shows they work
 )
 
 // Upstream is one member of the pool. Its methods are safe for concurrent use.
@@ -88,6 +88,14 @@ type Upstream struct {
 	// ends (nil when none), and when the last one started.
 	demand   chan struct{}
 	demandAt time.Time
+
+	// A request's rejected credentials (MarkFailed): when the park began
+	// (zero when none), how long a probe that cannot check credentials
+	// leaves it in place, and when the last park was lifted only because
+	// that time was up (see clearsCredentialPark).
+	credParkedAt time.Time
+	credRetry    time.Duration
+	credLiftedAt time.Time
 }
 
 // Name is the upstream's configured name.
@@ -400,11 +408,31 @@ func (p *Pool) Cooldown(u *Upstream, d time.Duration, reason string) {
 	}
 }
 
-// MarkFailed parks u after an authentication failure until a probe succeeds.
+// Credential parks a probe cannot lift (clearsCredentialPark): the first
+// lasts credentialRetryFirst, one that follows soon after the last doubles
+// it, up to credentialRetryMax.
+const (
+	credentialRetryFirst = time.Minute
+	credentialRetryMax   = 30 * time.Minute
+)
+
+// MarkFailed parks u after a request's credentials were rejected, until a
+// probe shows they work again (clearsCredentialPark).
 func (p *Pool) MarkFailed(u *Upstream, reason string) {
+	now := p.opts.Now()
 	u.mu.Lock()
+	if u.credParkedAt.IsZero() {
+		// A park soon after the last one was lifted without proof means the
+		// credentials are still wrong: wait twice as long this time.
+		if !u.credLiftedAt.IsZero() && now.Sub(u.credLiftedAt) <= credentialRetryMax {
+			u.credRetry = min(2*u.credRetry, credentialRetryMax)
+		} else {
+			u.credRetry = credentialRetryFirst
+		}
+		u.credParkedAt = now
+	}
 	u.state, u.reason = StateFailed, reason
-	u.markDownLocked(StateFailed, p.opts.Now())
+	u.markDownLocked(StateFailed, now)
 	u.mu.Unlock()
 	p.opts.Logger.Error("upstream credentials rejected; parked until the next successful probe", "upstream", u.cfg.Name, "reason", reason)
 }
@@ -488,12 +516,18 @@ func (p *Pool) probeWithin(ctx context.Context, u *Upstream, timeout time.Durati
 	if ctx.Err() != nil {
 		return // the pool is stopping (or never started): the upstream is not down
 	}
+	if state == StateHealthy {
+		if keep, why := p.clearsCredentialPark(ctx, u, timeout); !keep {
+			state, reason = StateFailed, why
+		}
+	}
 	u.mu.Lock()
 	prev := u.state
 	u.state, u.reason, u.lastProbe = state, reason, p.opts.Now()
 	u.markDownLocked(state, u.lastProbe)
 	if state == StateHealthy {
 		u.models = models
+		u.credParkedAt = time.Time{}
 	}
 	u.mu.Unlock()
 	if prev != state {
@@ -551,6 +585,62 @@ func (p *Pool) demandProbe(u *Upstream, done chan struct{}) {
 		close(done)
 	}()
 	p.probeWithin(context.Background(), u, p.opts.OnDemandProbeTimeout, "on demand")
+}
+
+// clearsCredentialPark decides whether a successful probe lifts the park of
+// an upstream whose credentials a request had rejected (MarkFailed). It
+// does when the probe checked them: its model list refuses a request
+// without credentials. Some servers list their models to anyone
+// (llama.cpp's /models is public even with --api-key), and there a
+// successful probe says nothing about the key: the park stays until its
+// time is up (a minute, doubling while the credentials keep failing, at
+// most half an hour), and then the next request tries the credentials
+// again. Lifting it at each probe sent one request in every probe interval
+// to a certain 401 and made /readyz flap. The park's reason is returned
+// when it stays.
+func (p *Pool) clearsCredentialPark(ctx context.Context, u *Upstream, timeout time.Duration) (bool, string) {
+	u.mu.Lock()
+	parked, since, retry, reason := !u.credParkedAt.IsZero(), u.credParkedAt, u.credRetry, u.reason
+	u.mu.Unlock()
+	if !parked {
+		return true, ""
+	}
+	now := p.opts.Now()
+	left := since.Add(retry).Sub(now)
+	lifted := time.Time{} // proof: the next park starts from the first time
+	switch {
+	case left <= 0:
+		lifted = now
+		p.opts.Logger.Info("trying an upstream's rejected credentials again", "upstream", u.cfg.Name, "parked_for", retry.String())
+	case p.listsModelsToAnyone(ctx, u, timeout):
+		base, _, _ := strings.Cut(reason, " (")
+		return false, fmt.Sprintf("%s (its model list needs no credentials, so a probe cannot check them; tried again in %s)",
+			base, left.Round(time.Second))
+	}
+	u.mu.Lock()
+	u.credLiftedAt = lifted
+	u.mu.Unlock()
+	return true, ""
+}
+
+// listsModelsToAnyone reports whether u's GET /models answers 2xx to a
+// request without credentials. Anything else (a refusal, an error, a
+// timeout) counts as not: the credentialed probe is then believed.
+func (p *Pool) listsModelsToAnyone(ctx context.Context, u *Upstream, timeout time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.URL("/models"), nil)
+	if err != nil {
+		return false
+	}
+	req.Header.Set("Accept-Encoding", "identity")
+	resp, err := p.opts.Client.Do(req)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<20))
+	return resp.StatusCode/100 == 2
 }
 
 func (p *Pool) probe(ctx context.Context, u *Upstream, timeout time.Duration) ([]string, State, string) {

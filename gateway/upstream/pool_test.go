@@ -175,6 +175,9 @@ func TestProbe(t *testing.T) {
 	}
 	setStatus(http.StatusOK)
 	p.MarkFailed(a, "HTTP 401")
+	// This server lists its models to anyone, so its probe cannot lift a
+	// request's credential park before its time (credpark_test.go).
+	c.t = c.t.Add(credentialRetryFirst)
 	p.Probe(ctx, a)
 	if ok, _ := a.Usable(c.now()); !ok {
 		t.Fatal("a successful probe did not clear the auth failure")
