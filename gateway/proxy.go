@@ -16,6 +16,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/sluice-gw/sluice/gateway/config"
 	"github.com/sluice-gw/sluice/gateway/sse"
 	"github.com/sluice-gw/sluice/gateway/streaminput"
 	"github.com/sluice-gw/sluice/gateway/upstream"
@@ -227,11 +228,24 @@ func (s *Server) rewrite(ctx context.Context, req *clientRequest) *apierr.Error 
 	return nil
 }
 
-// rewrittenRequest is req with a rewrite policy's body, checked as a
-// client's body is (validJSON, readFields): the rewrite must not smuggle
-// in what the gateway refuses from a client.
+// rewrittenRequest is req with a rewrite policy's body, checked by
+// checkRewritten against this gateway's limits.
 func (s *Server) rewrittenRequest(ctx context.Context, req *clientRequest, body []byte) (*clientRequest, *apierr.Error) {
-	if aerr := validJSON(ctx, body, s.opts.MaxJSONDepth, "the rewritten body"); aerr != nil {
+	return checkRewritten(ctx, req, body, s.opts.MaxBodyBytes, s.opts.MaxJSONDepth)
+}
+
+// checkRewritten is req with a rewrite policy's body, checked as a
+// client's body is (the body limit, validJSON, readFields): the rewrite
+// must not smuggle in what the gateway refuses from a client. Nor may it
+// change stream: the client chose SSE or JSON, and it would get the other
+// (ABI.md §3.3). It is the one statement of what an edited body must be;
+// CheckRewrittenBody gives it to `sluice policy test`.
+func checkRewritten(ctx context.Context, req *clientRequest, body []byte, maxBodyBytes int64, maxDepth int) (*clientRequest, *apierr.Error) {
+	if int64(len(body)) > maxBodyBytes {
+		return nil, apierr.Invalid("", apierr.CodePayloadTooLarge,
+			"the rewritten body is %d bytes, over the gateway limit of %d bytes (limits.max_body_bytes)", len(body), maxBodyBytes)
+	}
+	if aerr := validJSON(ctx, body, maxDepth, "the rewritten body"); aerr != nil {
 		return nil, aerr
 	}
 	next := *req
@@ -239,7 +253,44 @@ func (s *Server) rewrittenRequest(ctx context.Context, req *clientRequest, body 
 	if aerr := next.readFields(parseJSON(body)); aerr != nil {
 		return nil, aerr
 	}
+	if next.stream != req.stream {
+		return nil, apierr.Invalid("stream", apierr.CodeInvalidValue,
+			"stream must stay %t as the client sent it: the client asked for %s", req.stream, responseKind(req.stream))
+	}
 	return &next, nil
+}
+
+// responseKind names the response protocol a stream flag asks for.
+func responseKind(stream bool) string {
+	if stream {
+		return "an SSE stream"
+	}
+	return "one JSON response"
+}
+
+// CheckRewrittenBody reports why the gateway would discard a rewrite
+// policy's edited body as invalid (ABI.md §3.3), nil when it would send
+// it: body is the edited request to endpoint ("/v1/responses" or
+// "/v1/chat/completions") whose client sent stream clientStream (true on a
+// WebSocket); maxBodyBytes is limits.max_body_bytes (0: its default). It
+// is the gateway's own check, for `sluice policy test`.
+func CheckRewrittenBody(ctx context.Context, endpoint string, body []byte, clientStream bool, maxBodyBytes int64) error {
+	req := &clientRequest{stream: clientStream}
+	switch endpoint {
+	case "/v1" + responsesEndpoint.path:
+		req.ep = responsesEndpoint
+	case "/v1" + chatEndpoint.path:
+		req.ep = chatEndpoint
+	default:
+		return fmt.Errorf("unknown endpoint %q (want /v1%s or /v1%s)", endpoint, responsesEndpoint.path, chatEndpoint.path)
+	}
+	if maxBodyBytes <= 0 {
+		maxBodyBytes = config.Defaults().Limits.MaxBodyBytes
+	}
+	if _, aerr := checkRewritten(ctx, req, body, maxBodyBytes, jsonx.DefaultMaxDepth); aerr != nil {
+		return aerr
+	}
+	return nil
 }
 
 // pin resolves the owner of previous_response_id. It returns false when the
@@ -1118,9 +1169,10 @@ func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRe
 		return res
 	}
 	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "client_error").Inc()
-	verdict := s.policy.Recover(ctx, hostabi.RecoverInput{Surface: req.surface(), Upstream: u.Name(), HTTPStatus: status,
-		Code: perr.Code, Type: perr.Type, Param: perr.Param, Message: perr.Message})
-	if e := s.recoveredError(verdict); e != nil {
+	recoverIn := hostabi.RecoverInput{Surface: req.surface(), Upstream: u.Name(), HTTPStatus: status,
+		Code: perr.Code, Type: perr.Type, Param: perr.Param, Message: perr.Message}
+	verdict := s.policy.Recover(ctx, recoverIn)
+	if e := s.recoveredError(recoverIn, verdict); e != nil {
 		s.log.Info("upstream error recovered", "upstream", u.Name(), "code", perr.Code, "verdict", verdict.Verdict.String())
 		s.onRecovered(ctx, req, verdict)
 		out.fail(req, e, failAsTerminal)
@@ -1147,11 +1199,12 @@ func (s *Server) onRecovered(ctx context.Context, req *clientRequest, v hostabi.
 	}
 }
 
-// recoveredError is the client error for a recover verdict, nil for pass.
-func (s *Server) recoveredError(v hostabi.RecoverOutput) *apierr.Error {
+// recoveredError is the client error for a recover verdict about the
+// upstream error in, nil for pass.
+func (s *Server) recoveredError(in hostabi.RecoverInput, v hostabi.RecoverOutput) *apierr.Error {
 	switch v.Verdict {
 	case hostabi.RecoverRecover:
-		e := apierr.StreamIncomplete("%s", firstNonEmpty(v.Message, "the upstream lost this conversation's previous response; retry the request"))
+		e := apierr.StreamIncomplete("%s", firstNonEmpty(v.Message, recoveredMessage(in)))
 		if v.Code != "" {
 			e.Code = v.Code
 		}
@@ -1164,6 +1217,20 @@ func (s *Server) recoveredError(v hostabi.RecoverOutput) *apierr.Error {
 		return e
 	}
 	return nil
+}
+
+// recoveredMessage is the client's message for a recover verdict without
+// one of its own: a policy may recover any error (ABI.md §3.1), and only a
+// lost previous response (the built-in default's predicate) may be called
+// so; any other names the upstream's code.
+func recoveredMessage(in hostabi.RecoverInput) string {
+	switch {
+	case hostabi.IsPreviousResponseNotFound(in.Code, in.Type, in.Param, in.Message):
+		return "the upstream lost this conversation's previous response; retry the request"
+	case in.Code != "":
+		return fmt.Sprintf("the upstream failed this request (code %s); retry the request", in.Code)
+	}
+	return "the upstream failed this request; retry the request"
 }
 
 // relayJSON relays a complete (non-stream) 2xx upstream answer.

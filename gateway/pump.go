@@ -417,9 +417,10 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 			return p.afterEvent(ev, []byte(f.Response.Get("error").Raw), f.Response.Get("usage"))
 		}
 		e := f.Response.Get("error")
-		verdict := p.s.policy.Recover(p.hookCtx(), hostabi.RecoverInput{Surface: p.surface, Upstream: p.u.Name(), EventType: typ,
-			Code: e.Get("code").String(), Type: e.Get("type").String(), Param: e.Get("param").String(), Message: e.Get("message").String()})
-		if ce := p.s.recoveredError(verdict); ce != nil {
+		recoverIn := hostabi.RecoverInput{Surface: p.surface, Upstream: p.u.Name(), EventType: typ,
+			Code: e.Get("code").String(), Type: e.Get("type").String(), Param: e.Get("param").String(), Message: e.Get("message").String()}
+		verdict := p.s.policy.Recover(p.hookCtx(), recoverIn)
+		if ce := p.s.recoveredError(recoverIn, verdict); ce != nil {
 			p.cleanEnd = true
 			p.s.onRecovered(p.ctx, p.req, verdict)
 			return ended(p.terminate(verdictReason(verdict), ce))
@@ -556,9 +557,10 @@ func (p *pump) upstreamError(payload []byte, eventType string) string {
 	if perr.Message == "" && perr.Code == "" {
 		perr.Message = strings.TrimSpace(string(payload))
 	}
-	verdict := p.s.policy.Recover(p.hookCtx(), hostabi.RecoverInput{Surface: p.surface, Upstream: p.u.Name(), EventType: eventType,
-		HTTPStatus: int(obj.Get("status").Int()), Code: perr.Code, Type: perr.Type, Param: perr.Param, Message: perr.Message})
-	if ce := p.s.recoveredError(verdict); ce != nil {
+	recoverIn := hostabi.RecoverInput{Surface: p.surface, Upstream: p.u.Name(), EventType: eventType,
+		HTTPStatus: int(obj.Get("status").Int()), Code: perr.Code, Type: perr.Type, Param: perr.Param, Message: perr.Message}
+	verdict := p.s.policy.Recover(p.hookCtx(), recoverIn)
+	if ce := p.s.recoveredError(recoverIn, verdict); ce != nil {
 		p.s.onRecovered(p.ctx, p.req, verdict)
 		return p.terminate(verdictReason(verdict), ce)
 	}
@@ -714,9 +716,10 @@ func chatContent(delta gjson.Result) bool {
 // ends the stream with [DONE].
 func (p *pump) chatError(payload []byte) string {
 	perr, _ := apierr.Parse(payload)
-	verdict := p.s.policy.Recover(p.hookCtx(), hostabi.RecoverInput{Surface: p.surface, Upstream: p.u.Name(), EventType: "error",
-		Code: perr.Code, Type: perr.Type, Param: perr.Param, Message: perr.Message})
-	if ce := p.s.recoveredError(verdict); ce != nil {
+	recoverIn := hostabi.RecoverInput{Surface: p.surface, Upstream: p.u.Name(), EventType: "error",
+		Code: perr.Code, Type: perr.Type, Param: perr.Param, Message: perr.Message}
+	verdict := p.s.policy.Recover(p.hookCtx(), recoverIn)
+	if ce := p.s.recoveredError(recoverIn, verdict); ce != nil {
 		return p.terminate(verdictReason(verdict), ce)
 	}
 	if perr.Message == "" && perr.Code == "" {

@@ -136,7 +136,7 @@ func TestRecordedFailureHasUpstreamEvents(t *testing.T) {
 
 	// The recording replays through a policy; the events are ignored.
 	var out, errs bytes.Buffer
-	code := policycli.Run(ctx, []string{"test", filepath.Join("..", "policies", "replay.wasm"), "-recording", dir}, &out, &errs)
+	code := policycli.Run(ctx, policycli.Options{CheckRewrite: gateway.CheckRewrittenBody}, []string{"test", filepath.Join("..", "policies", "replay.wasm"), "-recording", dir}, &out, &errs)
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if code != 0 || len(lines) != len(recs)+1 || strings.Contains(out.String(), `"error"`) {
 		t.Fatalf("policy test -recording: exit %d, %d lines for %d records\n%s\n%s", code, len(lines), len(recs), out.String(), errs.String())

@@ -71,7 +71,7 @@ func buildAS(t *testing.T, src string) []byte {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	if code := policycli.Run(ctx, []string{"build", dir, "-o", out}, &stdout, &stderr); code != 0 {
+	if code := policycli.Run(ctx, policycli.Options{}, []string{"build", dir, "-o", out}, &stdout, &stderr); code != 0 {
 		if !inCI() && strings.Contains(stdout.String()+stderr.String(), "npm install") {
 			t.Skipf("npm could not install the AssemblyScript compiler (registry unreachable?): %s", stderr.String())
 		}

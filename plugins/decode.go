@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/sluice-gw/sluice/internal/jsonx"
 )
 
 // memView is the part of api.Memory the decoders need; tests and fuzzers use
@@ -48,6 +49,34 @@ func readOutput(mem memView, ptr, n uint32) ([]byte, error) {
 	return b, nil
 }
 
+// outputError is the fault for a hook output b that its decoder refused
+// with err. Well-formed JSON that is not an object (`[1]`, `null`) fails
+// the decoders' object scan as a syntax error; the author is told what
+// ABI.md §4 asks for instead.
+func outputError(b []byte, err error) error {
+	if valid, object := jsonx.ScanTop(b, 0, func([]byte, int, int) {}); valid && !object {
+		return fmt.Errorf("%w: output must be a JSON object, got %s", errInvalidOutput, jsonKindOf(b))
+	}
+	return fmt.Errorf("%w: %v", errInvalidOutput, err)
+}
+
+// jsonKindOf names the kind of the well-formed JSON value b.
+func jsonKindOf(b []byte) string {
+	switch b[jsonx.SkipSpace(b, 0)] {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
+}
+
 // decodeRecoverResult decodes a recover hook's i64 result from a module of
 // ABI version abi (versions before 3 define fewer verdicts).
 func decodeRecoverResult(r uint64, mem memView, abi int32) (hostabi.RecoverOutput, resultKind, error) {
@@ -69,7 +98,7 @@ func decodeRecoverResult(r uint64, mem memView, abi int32) (hostabi.RecoverOutpu
 	}
 	out, err := hostabi.DecodeRecoverOutputVersion(b, abi)
 	if err != nil {
-		return hostabi.RecoverOutput{}, resDecided, fmt.Errorf("%w: %v", errInvalidOutput, err)
+		return hostabi.RecoverOutput{}, resDecided, outputError(b, err)
 	}
 	return out, resDecided, nil
 }
@@ -95,7 +124,7 @@ func decodeReplayResult(r uint64, mem memView, abi int32) (hostabi.ReplayOutput,
 	}
 	out, err := hostabi.DecodeReplayOutputVersion(b, abi)
 	if err != nil {
-		return hostabi.ReplayOutput{}, resDecided, fmt.Errorf("%w: %v", errInvalidOutput, err)
+		return hostabi.ReplayOutput{}, resDecided, outputError(b, err)
 	}
 	return out, resDecided, nil
 }
@@ -134,7 +163,7 @@ func decodeStreamEventResult(r uint64, mem memView) (hostabi.StreamEventOutput, 
 	}
 	out, err := hostabi.DecodeStreamEventOutput(b)
 	if err != nil {
-		return hostabi.StreamEventOutput{}, resDecided, fmt.Errorf("%w: %v", errInvalidOutput, err)
+		return hostabi.StreamEventOutput{}, resDecided, outputError(b, err)
 	}
 	return out, resDecided, nil
 }

@@ -2,6 +2,7 @@ package plugins
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/sluice-gw/sluice/hostabi"
@@ -126,4 +127,34 @@ func FuzzDecodeReplayResult(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestNonObjectOutputIsNamed: a hook output that is well-formed JSON but
+// not an object breaks ABI.md §4 by its kind, not its syntax, and the
+// fault says so; malformed JSON is still called malformed.
+func TestNonObjectOutputIsNamed(t *testing.T) {
+	decoders := map[string]func(r uint64, m memView) error{
+		"recover": func(r uint64, m memView) error { _, _, err := decodeRecoverResult(r, m, 3); return err },
+		"replay":  func(r uint64, m memView) error { _, _, err := decodeReplayResult(r, m, 3); return err },
+		"stream_event": func(r uint64, m memView) error {
+			_, _, err := decodeStreamEventResult(r, m)
+			return err
+		},
+	}
+	for _, tc := range []struct{ output, want string }{
+		{`[1]`, "output must be a JSON object, got an array"},
+		{` null `, "output must be a JSON object, got null"},
+		{`5`, "output must be a JSON object, got a number"},
+		{`"verdict"`, "output must be a JSON object, got a string"},
+		{`true`, "output must be a JSON object, got a boolean"},
+		{`[1`, "malformed JSON"},
+		{`{"verdict":1}x`, "malformed JSON"},
+	} {
+		for hook, decode := range decoders {
+			err := decode(hostabi.PackPtrLen(1024, uint32(len(tc.output))), mem(tc.output))
+			if !errors.Is(err, errInvalidOutput) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s output %s: %v; want %q", hook, tc.output, err, tc.want)
+			}
+		}
+	}
 }

@@ -16,8 +16,6 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-
-	"github.com/sluice-gw/sluice/plugins/policycli"
 )
 
 func main() {
@@ -76,7 +74,7 @@ func runHelp(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 	case "policy":
-		return policycli.Run(ctx, append([]string{"help"}, args[1:]...), stdout, stderr)
+		return runPolicy(ctx, append([]string{"help"}, args[1:]...), stdout, stderr)
 	case "help":
 		if len(args) == 1 {
 			fmt.Fprint(stdout, usage)

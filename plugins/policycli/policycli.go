@@ -44,10 +44,12 @@ commands:
   check FILE [-config JSON|@FILE] [-wasm-cache-dir DIR]
         load FILE as the gateway would, run its self-test, print its hooks
   test FILE -recording DIR [-expect EXPECT.jsonl] [-config JSON|@FILE]
+       [-max-body-bytes N]
         replay every hook input recorded in DIR (record_dir) through FILE,
         print {"hook","request","recorded_verdict","verdict","changed"} per
         input and a summary; exit 1 when EXPECT disagrees
-  test FILE -events EVENTS.jsonl [-config JSON|@FILE] [-wasm-cache-dir DIR]
+  test FILE -events EVENTS.jsonl [-config JSON|@FILE] [-max-body-bytes N]
+       [-wasm-cache-dir DIR]
         run each event through FILE (then the built-in defaults) and print one
         JSON result per line; an event is {"hook":"recover","input":{…}},
         {"hook":"replay","input":{…}}, {"hook":"stream_event","input":{…}} or
@@ -56,7 +58,8 @@ commands:
         "changed", "unchanged", "rejected") makes the command fail when the
         result differs; a rewrite is "changed" when the request the gateway
         sends changes: its body, a header or the upstream choice; an input
-        FILE faults or errs on is a failure
+        FILE faults or errs on is a failure, as is a rewrite the gateway
+        would discard as an invalid request
   help [COMMAND]
         print this, or a command's flags, environment and examples (also
         sluice policy COMMAND -h)
@@ -165,7 +168,7 @@ examples:
   sluice policy check rewrite.wasm -config '{"model_aliases":{"fast":"gpt-4.1-mini"}}'
 `,
 	"test": `usage: sluice policy test FILE (-events EVENTS.jsonl | -recording DIR [-expect EXPECT.jsonl])
-           [-config JSON|@FILE] [-wasm-cache-dir DIR]
+           [-config JSON|@FILE] [-max-body-bytes N] [-wasm-cache-dir DIR]
 
 Run each event of EVENTS.jsonl through FILE (then the built-in defaults)
 and print one JSON result per line. An event is {"hook":"recover",
@@ -182,7 +185,11 @@ starting with # are skipped.
 Every input gets FILE's own answer: unlike the gateway, the test never
 rolls FILE back or trips it after faults in a row. An input FILE faults or
 errs on has an "error" (its verdict is the built-in default's) and makes
-the command exit 1.
+the command exit 1. So does a rewrite whose edited body the gateway would
+discard as an invalid request (hostabi/ABI.md §3.3: not a request it
+accepts from a client, a "stream" other than the client's, or over
+limits.max_body_bytes): as in the gateway, none of its edits apply, its
+verdict is "unchanged", its outcome "invalid" and its "error" says why.
 
 With -recording, every line of DIR/*.jsonl (what record_dir wrote, oldest
 first; or one such file) runs through FILE and the output is one
@@ -202,6 +209,9 @@ flags:
         differs or a request is missing
   -config JSON|@FILE
         the policy's config (what policies.NAME is in the gateway's config)
+  -max-body-bytes N
+        the gateway's limits.max_body_bytes, which a rewritten body must
+        fit (default 0: the gateway's default)
   -wasm-cache-dir DIR
         compilation cache (default: the user cache dir's sluice/wasm, else
         in memory)
@@ -217,9 +227,25 @@ examples:
 `,
 }
 
+// RewriteCheck reports why the gateway would discard a rewrite's edited
+// body as an invalid request (ABI.md §3.3), nil when it would send it:
+// body is the edited request to endpoint, whose client sent stream
+// clientStream; maxBodyBytes is limits.max_body_bytes (0: its default).
+type RewriteCheck func(ctx context.Context, endpoint string, body []byte, clientStream bool, maxBodyBytes int64) error
+
+// Options are what `sluice policy` takes from the binary that runs it.
+type Options struct {
+	// CheckRewrite is the gateway's own check of a rewritten body
+	// (gateway.CheckRewrittenBody), given by cmd/sluice: plugins may not
+	// import the gateway (docs/ARCHITECTURE.md §2), and a second copy of
+	// the rule would drift. nil checks nothing: test then reports the
+	// module's edits as they are.
+	CheckRewrite RewriteCheck
+}
+
 // Run runs `sluice policy` with args (the words after "policy") and returns
 // the process exit code: 0 success, 1 failure, 2 usage error.
-func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func Run(ctx context.Context, opts Options, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
@@ -234,7 +260,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "check":
 		err = runCheck(ctx, rest, stdout, stderr)
 	case "test":
-		err = runTest(ctx, rest, stdout, stderr)
+		err = runTest(ctx, opts, rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		if len(rest) == 0 {
 			fmt.Fprint(stdout, usage)
@@ -801,16 +827,26 @@ type result struct {
 	Pass      *bool                `json:"pass,omitempty"`
 }
 
-func runTest(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runTest(ctx context.Context, opts Options, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	events := fs.String("events", "", "JSONL file of events ('-' for stdin)")
 	recording := fs.String("recording", "", "a record_dir: replay every recorded hook input")
 	expect := fs.String("expect", "", "with -recording: JSONL of {\"request\",\"verdict\"} the results must match")
 	cfgFlag := fs.String("config", "", "policy config: JSON or @FILE")
 	cacheDir := fs.String("wasm-cache-dir", "", "compilation cache directory")
+	maxBody := fs.Int64("max-body-bytes", 0, "the gateway's limits.max_body_bytes a rewritten body must fit (0: its default)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
+	}
+	if *maxBody < 0 {
+		return usageError{errors.New("-max-body-bytes must not be negative")}
+	}
+	var check bodyCheck
+	if opts.CheckRewrite != nil {
+		check = func(ctx context.Context, endpoint string, body []byte, clientStream bool) error {
+			return opts.CheckRewrite(ctx, endpoint, body, clientStream, *maxBody)
+		}
 	}
 	if len(pos) != 1 || (*events == "") == (*recording == "") {
 		return usageError{errors.New("want FILE and one of -events EVENTS.jsonl or -recording DIR")}
@@ -823,7 +859,7 @@ func runTest(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	if *recording != "" {
-		return runRecording(ctx, pos[0], *recording, *expect, cfg, *cacheDir, stdout, stderr)
+		return runRecording(ctx, pos[0], *recording, *expect, cfg, *cacheDir, check, stdout, stderr)
 	}
 	var in io.Reader = os.Stdin
 	if *events != "-" {
@@ -855,7 +891,7 @@ func runTest(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if len(text) == 0 || text[0] == '#' {
 			continue
 		}
-		res := runEvent(ctx, rt, line, text)
+		res := runEvent(ctx, rt, check, line, text)
 		if res.Expect != "" {
 			ok := res.Error == "" && res.Expect == res.Verdict
 			res.Pass = &ok
@@ -886,7 +922,14 @@ func decidedBy(tr plugins.Trace) string {
 	return "default"
 }
 
-func runEvent(ctx context.Context, rt *plugins.Runtime, line int, text []byte) result {
+// bodyCheck is Options.CheckRewrite with test's body limit.
+type bodyCheck func(ctx context.Context, endpoint string, body []byte, clientStream bool) error
+
+// rewriteInvalid is the outcome of a rewrite whose edited body the
+// gateway would discard as an invalid request.
+const rewriteInvalid = "invalid"
+
+func runEvent(ctx context.Context, rt *plugins.Runtime, check bodyCheck, line int, text []byte) result {
 	res := result{Line: line}
 	var ev event
 	if err := json.Unmarshal(text, &ev); err != nil {
@@ -926,11 +969,19 @@ func runEvent(ctx context.Context, rt *plugins.Runtime, line int, text []byte) r
 			in.Surface = hostabi.SurfaceResponsesStream
 		}
 		out, tr := rt.RewriteTrace(ctx, in)
-		res.Verdict, res.Outcome = plugins.RewriteVerdict(out), tr.Outcome
+		res.Outcome = tr.Outcome
+		res.Error = traceError(tr)
+		if reason := invalidRewrite(ctx, check, ev, in, out); reason != "" {
+			// As in the gateway: the module's edits are discarded as one
+			// unit, as if it had returned its error result (ABI.md §3.3).
+			// FILE is the only rewrite module, so that is every edit.
+			out = hostabi.RewriteOutput{}
+			res.Outcome, res.Error = rewriteInvalid, editorOf(tr)+": "+rewriteInvalid+": "+reason
+		}
+		res.Verdict = plugins.RewriteVerdict(out)
 		changed := res.Verdict == plugins.RewriteChanged
 		res.Changed, res.Body, res.Reject = &changed, out.Body, out.Reject
 		res.SetHdrs, res.RmHdrs, res.Upstream = out.SetHeaders, out.RemoveHeaders, out.Upstream
-		res.Error = traceError(tr)
 	case "stream_event":
 		// The ABI's own decoder: it tells a present "delta":"" from none,
 		// and an absent index from 0, as the gateway does.
@@ -965,4 +1016,34 @@ func traceError(tr plugins.Trace) string {
 		}
 	}
 	return ""
+}
+
+// invalidRewrite says why the gateway would discard out's edited body
+// (check, the gateway's own rule), "" when it would send it or out leaves
+// the body as it came. The client's stream flag is its body's (always true
+// on a WebSocket), as the gateway reads it.
+func invalidRewrite(ctx context.Context, check bodyCheck, ev event, in hostabi.RewriteInput, out hostabi.RewriteOutput) string {
+	if check == nil || out.Body == nil || bytes.Equal(out.Body, in.Body) {
+		return ""
+	}
+	var client struct {
+		Stream any `json:"stream"`
+	}
+	_ = json.Unmarshal(ev.Body, &client)
+	clientStream := client.Stream == true || in.Surface == hostabi.SurfaceWebSocket
+	if err := check(ctx, in.Endpoint, out.Body, clientStream); err != nil {
+		return "its edited body is not a valid request: " + err.Error()
+	}
+	return ""
+}
+
+// editorOf names the module whose edits a check judges: the one that
+// returned without an error.
+func editorOf(tr plugins.Trace) string {
+	for _, s := range tr.Steps {
+		if s.Outcome == "ok" || s.Outcome == "defer" {
+			return s.Policy
+		}
+	}
+	return "rewrite"
 }

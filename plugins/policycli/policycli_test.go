@@ -15,7 +15,7 @@ import (
 func run(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := Run(context.Background(), args, &out, &errb)
+	code := Run(context.Background(), Options{}, args, &out, &errb)
 	return code, out.String(), errb.String()
 }
 

@@ -89,7 +89,7 @@ func readExpect(file string) (map[string]string, error) {
 	return want, nil
 }
 
-func runRecording(ctx context.Context, file, dir, expectFile string, cfg json.RawMessage, cacheDir string, stdout, stderr io.Writer) error {
+func runRecording(ctx context.Context, file, dir, expectFile string, cfg json.RawMessage, cacheDir string, check bodyCheck, stdout, stderr io.Writer) error {
 	files, err := recordingFiles(dir)
 	if err != nil {
 		return err
@@ -129,7 +129,7 @@ func runRecording(ctx context.Context, file, dir, expectFile string, cfg json.Ra
 			}
 			var rec plugins.Record
 			_ = json.Unmarshal(text, &rec)
-			res := runEvent(ctx, rt, line, text)
+			res := runEvent(ctx, rt, check, line, text)
 			out := replayed{Hook: res.Hook, Request: fmt.Sprintf("%s:%d", filepath.Base(f), line),
 				RecordedVerdict: rec.Verdict, Verdict: res.Verdict, DecidedBy: res.DecidedBy, Outcome: res.Outcome, Error: res.Error}
 			out.Changed = out.Verdict != out.RecordedVerdict
