@@ -25,8 +25,8 @@ func (s *Server) accessLog(m *reqMeta) {
 		targets[i] = label(t)
 	}
 	args := []any{
-		"method", m.method,
-		"endpoint", m.endpoint,
+		"method", label(m.method),
+		"endpoint", label(m.endpoint), // the client's path: bounded, one line
 		"surface", m.surface,
 		"key", m.keyName(),
 		"route", m.route,

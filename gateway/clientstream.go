@@ -699,10 +699,11 @@ func (cs *clientStream) eventLocked(name string, data []byte, plain bool) error 
 		if cs.detached {
 			// Nobody reads it, but the upstream bills it: the usage meter
 			// still counts what the stream would have sent (its terminal
-			// event's usage), or a client could take answers past its key's
-			// token limits by leaving and fetching them afterwards.
-			if !plain && cs.req != nil && cs.req.meta != nil {
-				cs.req.meta.observe(name, data)
+			// event's usage, its output deltas), or a client could take
+			// answers past its key's token limits by leaving and fetching
+			// them afterwards.
+			if cs.req != nil && cs.req.meta != nil {
+				cs.req.meta.observeUnsent(name, data, plain)
 			}
 			return nil
 		}

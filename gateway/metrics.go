@@ -99,7 +99,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 // Surfaces of sluice_requests_total besides the API surfaces
 // (hostabi.Surface*), which serveAPI and the WebSocket frames count.
 const (
-	surfaceModels            = "models"             // GET /v1/models
+	surfaceModels            = "models"             // GET /v1/models and /v1/models/{model}
 	surfaceResponsesResource = "responses_resource" // GET/DELETE /v1/responses/{id}, its input_items, cancel
 	surfaceStreamingInput    = "streaming_input"    // the streaming-input REST API (Mode B)
 	surfaceOther             = "other"              // no such endpoint (404) or method (405)
@@ -120,7 +120,7 @@ func requestSurface(r *http.Request) string {
 		return hostabi.SurfaceResponsesJSON
 	case p == "/v1/chat/completions":
 		return hostabi.SurfaceChatJSON
-	case p == "/v1/models":
+	case p == "/v1/models" || strings.HasPrefix(p, "/v1/models/"):
 		return surfaceModels
 	case strings.HasPrefix(p, responsesResourcePrefix):
 		return surfaceResponsesResource

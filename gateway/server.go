@@ -23,6 +23,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-gw/sluice/gateway/config"
@@ -355,6 +357,7 @@ func (s *Server) routes() *httprouter.Router {
 	r.POST("/v1/responses/:response_id/cancel", s.handleCancelResponse)
 	r.POST("/v1/chat/completions", s.handleChat)
 	r.GET("/v1/models", s.handleModels)
+	r.GET("/v1/models/*model", s.handleModel)
 	r.GET("/healthz", s.handleHealthz)
 	r.GET("/readyz", s.handleReadyz)
 	// Load balancers probe with HEAD too; net/http sends the status and
@@ -388,7 +391,7 @@ func (s *Server) routes() *httprouter.Router {
 		}
 		s.countUnrouted(req, http.StatusNotFound)
 		(&apierr.Error{Status: http.StatusNotFound, Type: apierr.TypeInvalidRequest, Code: apierr.CodeNotFound,
-			Message: fmt.Sprintf("unknown endpoint %s %s", req.Method, req.URL.Path)}).Write(w)
+			Message: fmt.Sprintf("unknown endpoint %s %s", label(req.Method), label(req.URL.Path))}).Write(w)
 	})
 	// The router answers OPTIONS itself, with the Allow header of a known
 	// path: under an admin surface only with the token too.
@@ -404,7 +407,7 @@ func (s *Server) routes() *httprouter.Router {
 		}
 		s.countUnrouted(req, http.StatusMethodNotAllowed)
 		(&apierr.Error{Status: http.StatusMethodNotAllowed, Type: apierr.TypeInvalidRequest, Code: apierr.CodeMethodNotAllowed,
-			Message: fmt.Sprintf("%s is not allowed on %s", req.Method, req.URL.Path)}).Write(w)
+			Message: fmt.Sprintf("%s is not allowed on %s", label(req.Method), label(req.URL.Path))}).Write(w)
 	})
 	r.PanicHandler = func(w http.ResponseWriter, req *http.Request, v any) {
 		if v == http.ErrAbortHandler {
@@ -515,51 +518,112 @@ func (s *Server) handleReadyz(w http.ResponseWriter, _ *http.Request, _ httprout
 	}
 }
 
-func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
-	type model struct {
+// handleModels serves GET /v1/models: the models of the usable upstreams
+// and the routes' plain names (README "Endpoints"), only those the
+// request's key may use when its key has a models list.
+func (s *Server) handleModels(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	models := s.listModels(keyOf(r))
+	data := make([]json.RawMessage, len(models))
+	for i, m := range models {
+		data[i] = m.entry
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+// handleModel serves GET /v1/models/{model}: the entry /v1/models lists
+// for it (OpenAI's retrieve model), or OpenAI's 404 model_not_found for a
+// model it does not list to this key.
+func (s *Server) handleModel(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+	// A catch-all: ids such as meta-llama/Llama-3-8B hold slashes.
+	id := strings.TrimPrefix(ps.ByName("model"), "/")
+	if id == "" { // GET /v1/models/ is a misspelled path, not a model
+		s.router.NotFound.ServeHTTP(w, r)
+		return
+	}
+	for _, m := range s.listModels(keyOf(r)) {
+		if m.id == id {
+			writeJSON(w, http.StatusOK, m.entry)
+			return
+		}
+	}
+	(&apierr.Error{Status: http.StatusNotFound, Type: apierr.TypeInvalidRequest, Code: codeModelNotFound, Param: "model",
+		Message: fmt.Sprintf("the model %q does not exist or you do not have access to it", label(id))}).Write(w)
+}
+
+// codeModelNotFound is OpenAI's code for a model it does not serve.
+const codeModelNotFound = "model_not_found"
+
+// listedModel is one entry of GET /v1/models, as the client sees it.
+type listedModel struct {
+	id    string
+	entry json.RawMessage
+}
+
+// listModels is the model list, sorted by id, that key (nil: none) is
+// shown: each upstream model with the entry object of the first usable
+// upstream that lists it, as that upstream listed it (OpenAI's Model: id,
+// object, created, owned_by, plus the upstream's own fields such as
+// vLLM's max_model_len), and the routes' plain names, owned by "sluice". A
+// key with a models list is shown only the models it may use, by the rule
+// that refuses the others with model_not_allowed.
+func (s *Server) listModels(key *keyEntry) []listedModel {
+	type sluiceModel struct {
 		ID      string `json:"id"`
 		Object  string `json:"object"`
 		Created int64  `json:"created"`
 		OwnedBy string `json:"owned_by"`
 	}
 	// One snapshot of the pool: a probe that changes an upstream's list
-	// between two reads cannot leave a model without its owner.
-	owners := s.pool.ModelOwners()
-	ids := make([]string, 0, len(owners))
-	for id := range owners {
+	// between two reads cannot leave a model without its entry.
+	entries := s.pool.ModelEntries()
+	ids := make([]string, 0, len(entries))
+	for id := range entries {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
-	data := make([]model, 0, len(ids))
+	routed := map[string]bool{}
+	for _, id := range s.rtable.names() {
+		routed[id] = true
+	}
+	data := make([]listedModel, 0, len(ids)+len(routed))
 	listed := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		// Two upstream ids that differ only in a redacted key read the
-		// same to the client: listed once.
-		if shown := s.scrub.String(id); !listed[shown] {
-			listed[shown] = true
-			data = append(data, model{ID: shown, Object: "model", OwnedBy: owners[id][0]})
+		// same to the client: listed once. A name a route serves is listed
+		// once, as the route's.
+		shown := s.scrub.String(id)
+		if listed[shown] || routed[shown] || modelAllowed(key, shown) != nil {
+			continue
+		}
+		listed[shown] = true
+		data = append(data, listedModel{id: shown, entry: modelEntry(s.scrub.Bytes(entries[id].Entry), entries[id].Upstream)})
+	}
+	for id := range routed {
+		if modelAllowed(key, id) == nil {
+			entry, _ := json.Marshal(sluiceModel{ID: id, Object: "model", OwnedBy: "sluice"})
+			data = append(data, listedModel{id: id, entry: entry})
 		}
 	}
-	// Route models that are plain names are models too, served by Sluice
-	// (a name an upstream also lists is listed once, as the route's).
-	if names := s.rtable.names(); len(names) > 0 {
-		routed := map[string]bool{}
-		for _, id := range names {
-			routed[id] = true
+	sort.Slice(data, func(i, j int) bool { return data[i].id < data[j].id })
+	return data
+}
+
+// modelEntry is an upstream's entry for a model with the members OpenAI's
+// Model requires that it lacks filled in: object "model", created 0 and
+// owned_by the upstream's name. What it has is kept as it is.
+func modelEntry(entry json.RawMessage, upstreamName string) json.RawMessage {
+	for _, member := range []struct {
+		name  string
+		value any
+	}{{"object", "model"}, {"created", 0}, {"owned_by", upstreamName}} {
+		if gjson.GetBytes(entry, member.name).Exists() {
+			continue
 		}
-		kept := data[:0]
-		for _, m := range data {
-			if !routed[m.ID] {
-				kept = append(kept, m)
-			}
+		if filled, err := sjson.SetBytes(entry, member.name, member.value); err == nil {
+			entry = filled
 		}
-		data = kept
-		for _, id := range names {
-			data = append(data, model{ID: id, Object: "model", OwnedBy: "sluice"})
-		}
-		sort.Slice(data, func(i, j int) bool { return data[i].ID < data[j].ID })
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+	return entry
 }
 
 func (s *Server) handleUpstreams(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {

@@ -413,24 +413,28 @@ func (k *meterSink) Event(name string, data []byte) error {
 	if o.hide {
 		return nil // counted; the client did not ask for it
 	}
+	if o.runningUsage {
+		data = withNullUsage(data)
+	}
+	k.m.countDelta(name, data, o)
+	return k.eventSink.Event(name, data)
+}
+
+// countDelta counts an event the upstream sent through the stream, whether
+// or not its client gets it, when it is an output delta: a Responses delta
+// event, or a Chat chunk with choices. o is what observe learned of it.
+func (m *reqMeta) countDelta(name string, data []byte, o observation) {
 	delta := isDeltaType(name)
-	if name == "" { // a Chat chunk: one with choices is a delta
+	if name == "" {
 		usageOnly := o.usageOnly
 		if !o.usageRead {
 			usageOnly = usageOnlyChunk(data)
 		}
 		delta = !usageOnly
-		if o.runningUsage {
-			data = withNullUsage(data)
-		}
-	}
-	if err := k.eventSink.Event(name, data); err != nil {
-		return err
 	}
 	if delta {
-		k.m.outputDeltas.Add(1)
+		m.outputDeltas.Add(1)
 	}
-	return nil
 }
 
 // observation is what observe learned of an event.
@@ -495,15 +499,33 @@ func (k *meterSink) plainEvent(name string, data []byte) error {
 	if !k.plain {
 		return k.Event(name, data)
 	}
-	if err := k.eventSink.Event(name, data); err != nil {
-		return err
-	}
+	k.m.countPlainDelta(name)
+	return k.eventSink.Event(name, data)
+}
+
+// countPlainDelta counts an output delta among the plain events (see
+// plainEvent) the upstream sent through the stream, whether or not its
+// client got it: a detached stream's are counted like any other stream's
+// (README "Resuming a stream"), or a client that leaves after the first
+// delta would be charged a handful of tokens for what the upstream went on
+// generating.
+func (m *reqMeta) countPlainDelta(name string) {
 	// A plain Chat chunk carries choices (an error chunk or a usage chunk
 	// is not plain); a plain Responses event is a delta by its name.
 	if name == "" || isDeltaType(name) {
-		k.m.outputDeltas.Add(1)
+		m.outputDeltas.Add(1)
 	}
-	return nil
+}
+
+// observeUnsent meters an event of a detached stream, which nobody reads
+// but the upstream bills: its usage, as observe reads it, and its output
+// deltas, as Event and plainEvent count them. plain is plainEvent's.
+func (m *reqMeta) observeUnsent(name string, data []byte, plain bool) {
+	if plain {
+		m.countPlainDelta(name)
+		return
+	}
+	m.countDelta(name, data, m.observe(name, data))
 }
 
 // isDeltaType reports whether a Responses event of type typ streams a piece
@@ -513,9 +535,10 @@ func isDeltaType(typ string) bool { return strings.HasSuffix(typ, ".delta") }
 
 // estimateUsage is the usage a request is charged when it ends without the
 // upstream's (the client left, a cut that was not continued, a drain) after
-// the client was sent output: the admission's input estimate (body bytes /
-// 4, as the limits reserve) and one output token per delta the client was
-// sent, since OpenAI-compatible upstreams stream about a token per delta.
+// the upstream sent output: the admission's input estimate (body bytes /
+// 4, as the limits reserve) and one output token per delta the upstream
+// sent through the stream (countDelta), whether the client got it or had
+// left, since OpenAI-compatible upstreams stream about a token per delta.
 // Charging nothing would let a client that always leaves before the usage
 // chunk take answers past its key's token limits. A request that sent no
 // output (no upstream answered, a cut before the first delta) is not
@@ -682,8 +705,9 @@ type reqMeta struct {
 	showRunningUsage bool
 	// inputEstimate is the admission's token estimate of the request
 	// (body bytes / 4), and outputDeltas counts the output deltas the
-	// client was sent (atomic: the client stream writes while a background
-	// run may settle): the usage charged when the upstream's never came
+	// upstream sent through the client stream, whether the client got them
+	// or had left (atomic: the client stream writes while a background run
+	// may settle): the usage charged when the upstream's never came
 	// (estimateUsage).
 	inputEstimate int64
 	outputDeltas  atomic.Int64

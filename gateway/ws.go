@@ -307,10 +307,24 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 	s := ws.s
 	out := &wsResponder{ws: ws, ctx: ctx}
 	meta := &reqMeta{start: start, method: "WS", endpoint: "/v1/responses", surface: hostabi.SurfaceWebSocket, key: ws.key}
-	defer s.accessLog(meta)
+	// A frame that is answered (refused, or a response.create taken up) is
+	// counted once it ends, with the status its access line writes: the
+	// metric and the line describe the same request (README
+	// "Observability"). A streaming-input chunk or a resume that was
+	// accepted is not a request of its own.
+	answered := false
+	defer func() {
+		if answered {
+			meta.mu.Lock()
+			status := meta.status
+			meta.mu.Unlock()
+			s.metrics.requests.WithLabelValues(hostabi.SurfaceWebSocket, statusLabel(status)).Inc()
+		}
+		s.accessLog(meta)
+	}()
 	req := &clientRequest{ep: responsesEndpoint, stream: true}
 	fail := func(e *apierr.Error) {
-		s.metrics.requests.WithLabelValues(hostabi.SurfaceWebSocket, statusLabel(e.Status)).Inc()
+		answered = true
 		meta.status, meta.code = e.Status, e.Code
 		if meta.model == "" { // README "Access log": a refused frame's model, when it names one
 			meta.model = gjson.GetBytes(data, "model").Str
@@ -406,7 +420,7 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 		fail(aerr)
 		return
 	}
-	s.metrics.requests.WithLabelValues(hostabi.SurfaceWebSocket, "101").Inc()
+	answered = true
 	s.process(ctx, out, req, start)
 }
 

@@ -4,6 +4,7 @@
 package upstream
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -77,7 +78,10 @@ type Upstream struct {
 	coolUntil  time.Time
 	coolReason string
 	models     []string
-	lastProbe  time.Time
+	// entries are the models' entries as the upstream listed them (its
+	// GET /models answer's data[]), by id: the first one for an id.
+	entries   map[string]json.RawMessage
+	lastProbe time.Time
 	// downSince is when the upstream last became down or failed (zero while
 	// it is usable): how long its conversations have been out of reach
 	// (DownSince; continuity's rehydrate_after).
@@ -459,17 +463,29 @@ func (p *Pool) Models() []string {
 	return out
 }
 
-// ModelOwners maps each model to the usable upstreams that list it.
-func (p *Pool) ModelOwners() map[string][]string {
+// ModelEntry is a model as an upstream listed it.
+type ModelEntry struct {
+	Upstream string // the upstream's name
+	// Entry is the upstream's own entry object for the model (id, object,
+	// created, owned_by and any field of its own, such as vLLM's
+	// max_model_len), as it listed it.
+	Entry json.RawMessage
+}
+
+// ModelEntries maps each model the usable upstreams list to its entry in
+// the list of the first of them, in configuration order, that lists it.
+func (p *Pool) ModelEntries() map[string]ModelEntry {
 	now := p.opts.Now()
-	out := map[string][]string{}
+	out := map[string]ModelEntry{}
 	for _, u := range p.ups {
 		if ok, _ := u.Usable(now); !ok {
 			continue
 		}
 		u.mu.Lock()
 		for _, m := range u.models {
-			out[m] = append(out[m], u.cfg.Name)
+			if _, listed := out[m]; !listed {
+				out[m] = ModelEntry{Upstream: u.cfg.Name, Entry: u.entries[m]}
+			}
 		}
 		u.mu.Unlock()
 	}
@@ -512,7 +528,7 @@ func (p *Pool) Probe(ctx context.Context, u *Upstream) {
 // probeWithin is Probe bounded by timeout. A change to down or failed is
 // logged at WARN, any other change at INFO.
 func (p *Pool) probeWithin(ctx context.Context, u *Upstream, timeout time.Duration, kind string) {
-	models, state, reason := p.probe(ctx, u, timeout)
+	models, entries, state, reason := p.probe(ctx, u, timeout)
 	if ctx.Err() != nil {
 		return // the pool is stopping (or never started): the upstream is not down
 	}
@@ -526,7 +542,7 @@ func (p *Pool) probeWithin(ctx context.Context, u *Upstream, timeout time.Durati
 	u.state, u.reason, u.lastProbe = state, reason, p.opts.Now()
 	u.markDownLocked(state, u.lastProbe)
 	if state == StateHealthy {
-		u.models = models
+		u.models, u.entries = models, entries
 		u.credParkedAt = time.Time{}
 	}
 	u.mu.Unlock()
@@ -643,12 +659,14 @@ func (p *Pool) listsModelsToAnyone(ctx context.Context, u *Upstream, timeout tim
 	return resp.StatusCode/100 == 2
 }
 
-func (p *Pool) probe(ctx context.Context, u *Upstream, timeout time.Duration) ([]string, State, string) {
+// probe asks u for its models: their ids, in the upstream's order, and
+// their entries by id (copied, so the body is not kept).
+func (p *Pool) probe(ctx context.Context, u *Upstream, timeout time.Duration) ([]string, map[string]json.RawMessage, State, string) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.URL("/models"), nil)
 	if err != nil {
-		return nil, StateDown, err.Error()
+		return nil, nil, StateDown, err.Error()
 	}
 	if u.cfg.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+u.cfg.APIKey)
@@ -658,18 +676,18 @@ func (p *Pool) probe(ctx context.Context, u *Upstream, timeout time.Duration) ([
 	req.Header.Set("Accept-Encoding", "identity")
 	resp, err := p.opts.Client.Do(req)
 	if err != nil {
-		return nil, StateDown, "probe: " + RedactError(err)
+		return nil, nil, StateDown, "probe: " + RedactError(err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	if err != nil {
-		return nil, StateDown, "probe: reading body: " + err.Error()
+		return nil, nil, StateDown, "probe: reading body: " + err.Error()
 	}
 	switch {
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-		return nil, StateFailed, fmt.Sprintf("probe: HTTP %d", resp.StatusCode)
+		return nil, nil, StateFailed, fmt.Sprintf("probe: HTTP %d", resp.StatusCode)
 	case resp.StatusCode/100 != 2:
-		return nil, StateDown, fmt.Sprintf("probe: HTTP %d", resp.StatusCode)
+		return nil, nil, StateDown, fmt.Sprintf("probe: HTTP %d", resp.StatusCode)
 	}
 	// Not JSON (a login page, a wrong base_url) is a down upstream; a list
 	// with an odd entry is an upstream that answers: the entries that name a
@@ -678,9 +696,10 @@ func (p *Pool) probe(ctx context.Context, u *Upstream, timeout time.Duration) ([
 		Data []json.RawMessage `json:"data"`
 	}
 	if err := json.Unmarshal(body, &list); err != nil && !json.Valid(body) {
-		return nil, StateDown, "probe: model list is not JSON: " + err.Error()
+		return nil, nil, StateDown, "probe: model list is not JSON: " + err.Error()
 	}
 	models := make([]string, 0, len(list.Data))
+	entries := make(map[string]json.RawMessage, len(list.Data))
 	for _, raw := range list.Data {
 		var m struct {
 			ID any `json:"id"`
@@ -688,10 +707,13 @@ func (p *Pool) probe(ctx context.Context, u *Upstream, timeout time.Duration) ([
 		if json.Unmarshal(raw, &m) == nil {
 			if id, ok := m.ID.(string); ok && id != "" {
 				models = append(models, id)
+				if _, dup := entries[id]; !dup {
+					entries[id] = bytes.Clone(raw)
+				}
 			}
 		}
 	}
-	return models, StateHealthy, ""
+	return models, entries, StateHealthy, ""
 }
 
 // RedactError renders a client error without its URL: the URL may carry
