@@ -794,6 +794,7 @@ func (cs *clientStream) abortLocked(e *apierr.Error) {
 	if cs.ended || cs.gone && !cs.detached {
 		return
 	}
+	e = waitInMessage(e) // a stream's client reads no Retry-After header
 	if cs.chat {
 		if cs.eventLocked("", chatErrorChunk(e), false) == nil {
 			if err := cs.sink.Done(); err != nil {

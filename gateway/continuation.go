@@ -171,18 +171,33 @@ func statusClass(code string, status int) string {
 	return hostabi.FailureClientError
 }
 
-// chargeFor is what a failure class costs the target that failed.
-func chargeFor(class, code string, status int, why string) *upstream.Failure {
+// failureWait is where a failure may say how long to wait: its answer's
+// headers (Retry-After, retry-after-ms) and its error message ("try again
+// in Ns"). Either may be empty.
+type failureWait struct {
+	header  http.Header
+	message string
+}
+
+// chargeFor is what a failure class costs the target that failed. The
+// wait it asked for cools it down as the same failure of a first attempt
+// does (statusFailure; README "Routes and fallbacks": the hint, else the
+// default backoff).
+func chargeFor(class, code string, status int, why string, wait failureWait) *upstream.Failure {
 	switch class {
 	case hostabi.FailureStall, hostabi.FailureFirstByte, hostabi.FailureFirstToken:
 		return &upstream.Failure{Class: "timeout", Reason: why}
 	case hostabi.FailureOverloaded:
-		return &upstream.Failure{Class: "overloaded", Reason: why}
+		f := upstream.Failure{Class: "overloaded", Reason: why}
+		f.Hint, _ = upstream.RetryAfter(wait.header, wait.message, time.Now())
+		return &f
 	case hostabi.FailureRateLimit, hostabi.FailureQuota:
-		f := upstream.CapacityFailure(nil, why, code, status, time.Now(), why)
+		f := upstream.CapacityFailure(wait.header, wait.message, code, status, time.Now(), why)
 		return &f
 	case hostabi.FailureCut, hostabi.FailureServerError, hostabi.FailureErrorEvent:
-		return &upstream.Failure{Class: "server_error", Reason: why}
+		f := upstream.Failure{Class: "server_error", Reason: why}
+		f.Hint, _ = upstream.RetryAfter(wait.header, wait.message, time.Now())
+		return &f
 	}
 	return nil
 }
@@ -268,7 +283,8 @@ func (s *Server) continueAfter(ctx context.Context, cs *clientStream, req *clien
 	if try.cont != nil && !cs.splicedAny() {
 		// The continuation target failed before it added anything: its
 		// failure, not the stream's (a refused prefill is restarted).
-		return s.continuationFailed(ctx, cs, req, u, af.class, af.code, af.status, af.reason+": "+af.cause.Message), true
+		return s.continuationFailed(ctx, cs, req, u, af.class, af.code, af.status, af.reason+": "+af.cause.Message,
+			failureWait{message: af.cause.Message}), true
 	}
 	facts := cs.facts()
 	r := req.rescue
@@ -317,7 +333,7 @@ func (s *Server) continueAfter(ctx context.Context, cs *clientStream, req *clien
 	if try.cont != nil {
 		s.rescueOutcome(req, try.cont.kind, "continued")
 	}
-	try.fail = chargeFor(af.class, af.code, af.status, af.reason)
+	try.fail = chargeFor(af.class, af.code, af.status, af.reason, failureWait{message: af.cause.Message})
 	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "after_content_"+af.class).Inc()
 	s.log.Info("stream failed after content; continuing on the next target", "surface", req.surface(), "upstream", u.Name(),
 		"class", af.class, "code", af.code, "kind", kind, "next", next.String(), "bytes_sent", facts.bytes, "items_sent", facts.items,
@@ -330,7 +346,9 @@ func (s *Server) continueAfter(ctx context.Context, cs *clientStream, req *clien
 // target once; otherwise the policy is asked again for the next target, and
 // without one the client gets the failure that started the rescue, never
 // the continuation's own (a prefill's 400 must not hide the real failure).
-func (s *Server) continuationFailed(ctx context.Context, cs *clientStream, req *clientRequest, u *upstream.Upstream, class, code string, status int, why string) attemptResult {
+// wait is where the failure said how long to wait (chargeFor).
+func (s *Server) continuationFailed(ctx context.Context, cs *clientStream, req *clientRequest, u *upstream.Upstream, class, code string, status int,
+	why string, wait failureWait) attemptResult {
 	try := tryOf(req)
 	r := try.cont.r
 	if ctx.Err() != nil {
@@ -346,7 +364,7 @@ func (s *Server) continuationFailed(ctx context.Context, cs *clientStream, req *
 		return attemptResult{next: nextContinueSame, why: "refused the prefill: " + why}
 	}
 	s.rescueOutcome(req, try.cont.kind, "target_failed")
-	try.fail = chargeFor(class, code, status, why)
+	try.fail = chargeFor(class, code, status, why, wait)
 	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "continuation_failed").Inc()
 	facts := cs.facts()
 	if kind, next, _ := s.askContinuation(ctx, req, u, facts, class, code, status, r.count, 0); kind != "" {
@@ -1603,7 +1621,7 @@ func (s *Server) continuationAnswer(ctx, upCtx context.Context, out responder, r
 		if errors.Is(cause, errFirstByteTimeout) || (errors.As(err, &ne) && ne.Timeout()) {
 			class = hostabi.FailureFirstByte
 		}
-		return s.continuationFailed(ctx, cs, req, u, class, "", 0, s.scrub.String(upstream.RedactError(err))), true
+		return s.continuationFailed(ctx, cs, req, u, class, "", 0, s.scrub.String(upstream.RedactError(err)), failureWait{}), true
 	}
 	s.scrub.answer(ans)
 	if ans.done != nil {
@@ -1612,7 +1630,8 @@ func (s *Server) continuationAnswer(ctx, upCtx context.Context, out responder, r
 	if ans.status/100 != 2 {
 		perr, _ := apierr.Parse(ans.body)
 		why := "HTTP " + strconv.Itoa(ans.status) + " " + firstNonEmpty(perr.Code, perr.Message, strings.TrimSpace(string(ans.body)))
-		return s.continuationFailed(ctx, cs, req, u, statusClass(perr.Code, ans.status), perr.Code, ans.status, why), true
+		return s.continuationFailed(ctx, cs, req, u, statusClass(perr.Code, ans.status), perr.Code, ans.status, why,
+			failureWait{header: ans.header, message: perr.Message}), true
 	}
-	return s.continuationFailed(ctx, cs, req, u, hostabi.FailureOther, "", 0, "a complete answer instead of a stream"), true
+	return s.continuationFailed(ctx, cs, req, u, hostabi.FailureOther, "", 0, "a complete answer instead of a stream", failureWait{}), true
 }

@@ -106,15 +106,16 @@ func TestGatewayTerminalStreamStoreFalse(t *testing.T) {
 // (created_at, model, …) has that event relayed with the output the client
 // was sent and a complete Response object, as the terminal events the
 // gateway writes, keeping every field the upstream did send (README, "What
-// it promises").
+// it promises"). The terminal event names the stream's response: one
+// naming another is not its end (TestTerminalEventOfAnotherResponseIsACut).
 func TestRelayedTerminalResponseIsComplete(t *testing.T) {
 	spec := loadSpec(t)
 	for _, tc := range []struct {
 		typ, tail, kept string
 	}{
-		{"response.failed", `{"type":"response.failed","response":{"id":"x","object":"response","status":"failed","output":[],` +
+		{"response.failed", `{"type":"response.failed","response":{"id":"` + upstreamtest.PlaceholderID + `","object":"response","status":"failed","output":[],` +
 			`"error":{"code":"server_error","message":"fake failure"},"service_tier":"flex"}}`, "error.message"},
-		{"response.incomplete", `{"type":"response.incomplete","response":{"id":"x","object":"response","status":"incomplete","output":[],` +
+		{"response.incomplete", `{"type":"response.incomplete","response":{"id":"` + upstreamtest.PlaceholderID + `","object":"response","status":"incomplete","output":[],` +
 			`"incomplete_details":{"reason":"max_output_tokens"},"usage":{"input_tokens":8,"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":0},` +
 			`"output_tokens":3,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":11},` +
 			`"service_tier":"flex"}}`, "incomplete_details.reason"},

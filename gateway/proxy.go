@@ -552,11 +552,7 @@ func (c *candidates) noTargetError(msg string) *apierr.Error {
 		}
 	})
 	if retryIn > 0 {
-		// The wait in the message too, in the words OpenAI's rate-limit
-		// errors use: a stream client has no header to read (it got 200 and
-		// response.failed), and clients such as Codex read it from there.
-		ms := max(retryIn, time.Millisecond).Round(time.Millisecond).Milliseconds()
-		msg += "; please try again in " + strconv.FormatFloat(float64(ms)/1000, 'f', -1, 64) + "s" // whole ms: "6.972s", never 6.9719999…
+		msg = withRetryIn(msg, retryIn)
 	}
 	if targets > 0 && capacity == targets {
 		return apierr.CapacityExhausted(code, typ, retryIn, "%s", msg)
@@ -564,6 +560,31 @@ func (c *candidates) noTargetError(msg string) *apierr.Error {
 	e := apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "%s", msg)
 	e.RetryAfter = retryIn
 	return e
+}
+
+// withRetryIn is msg saying the wait d too, in the words OpenAI's
+// rate-limit errors use: a stream client has no header to read (it got 200
+// and response.failed), and clients such as Codex read it from there.
+func withRetryIn(msg string, d time.Duration) string {
+	ms := max(d, time.Millisecond).Round(time.Millisecond).Milliseconds()
+	return msg + "; please try again in " + strconv.FormatFloat(float64(ms)/1000, 'f', -1, 64) + "s" // whole ms: "6.972s", never 6.9719999…
+}
+
+// waitInMessage is e with its wait (e.RetryAfter) in its message, for a
+// client that gets no Retry-After header (a stream's response.failed or
+// Chat error chunk), unless the message already says a wait (an upstream's
+// "Please try again in 2s.", noTargetError's). README: a relayed 429 keeps
+// the upstream's wait.
+func waitInMessage(e *apierr.Error) *apierr.Error {
+	if e.RetryAfter <= 0 {
+		return e
+	}
+	if _, told := upstream.RetryAfter(nil, e.Message, time.Now()); told {
+		return e
+	}
+	c := *e
+	c.Message = withRetryIn(c.Message, c.RetryAfter)
+	return &c
 }
 
 // upstreamAnswer is what an upstream said, before anything reached the client.
@@ -752,7 +773,7 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 	if !req.ep.chat && u.Config().Protocol == upstream.ProtocolChat {
 		if conv := s.convertForChat(ctx, req); conv.err != nil {
 			if tryOf(req).cont != nil { // a continuation target that cannot take the request
-				return s.continuationFailed(ctx, s.clientStreamOf(ctx, out, req, start), req, u, hostabi.FailureClientError, conv.err.Code, 0, conv.err.Message)
+				return s.continuationFailed(ctx, s.clientStreamOf(ctx, out, req, start), req, u, hostabi.FailureClientError, conv.err.Code, 0, conv.err.Message, failureWait{})
 			}
 			out.fail(req, conv.err, failInvalid)
 			return attemptResult{next: nextDone}
@@ -815,10 +836,10 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 	stopFirstToken := s.firstTokenTimer(cancel, req)
 	defer stopFirstToken()
 	p.firstToken = stopFirstToken
-	first, err := ans.src.Next()
+	first, err := p.firstEvent()
 	if res, silent := s.silentTarget(ctx, upCtx, req, u, err); silent {
 		if tryOf(req).cont != nil {
-			return s.continuationFailed(ctx, cs, req, u, hostabi.FailureFirstToken, "", 0, res.why)
+			return s.continuationFailed(ctx, cs, req, u, hostabi.FailureFirstToken, "", 0, res.why, failureWait{})
 		}
 		return res
 	}
@@ -851,7 +872,9 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 				return s.timeoutFailure(ctx, req, u, "idle", s.opts.IdleTimeout)
 			case reasonCut:
 				s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "cut_before_first_event").Inc()
-				e = apierr.StreamIncomplete("the upstream closed the stream before its first event")
+				if !errors.As(end.err, new(foreignTerminalError)) { // that one says what ended it
+					e = apierr.StreamIncomplete("the upstream closed the stream before its first event")
+				}
 			case reasonGarbage:
 				// Events that cannot be read are a transport fault like a
 				// cut (README "Failover and replay"): replayed alike.

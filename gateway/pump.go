@@ -245,6 +245,23 @@ func (p *pump) run(ev sse.Event, err error) pumpEnd {
 	}
 }
 
+// firstEvent reads the attempt's first event. An attempt that continues
+// a stream (the client has seen its content) waits for it within the
+// route's stall, as for every later event (README "Continuation": a routed
+// stream silent past stall is continued): a target that sends its headers
+// and then nothing is left after stall, not timeouts.idle. A first attempt
+// keeps first_token, or else timeouts.idle, for its first event.
+func (p *pump) firstEvent() (sse.Event, error) {
+	if p.stall == nil || !p.cont {
+		return p.src.Next()
+	}
+	p.stallOn = true
+	p.stall.resume()
+	ev, err := p.src.Next()
+	p.stall.pause()
+	return ev, err
+}
+
 // unseen reports whether a failure now is still invisible to the client.
 func (p *pump) unseen() bool { return p.replayable && !p.cs.visible() }
 
@@ -282,6 +299,8 @@ func (p *pump) readFailure(err error) (string, *apierr.Error) {
 	switch cause := context.Cause(p.upCtx); {
 	case errors.As(err, &garbled):
 		return reasonGarbage, apierr.StreamIncomplete("%s", garbled)
+	case errors.As(err, new(foreignTerminalError)):
+		return reasonCut, apierr.StreamIncomplete("%s", err)
 	case errors.Is(cause, errDraining):
 		return reasonDrain, apierr.StreamIncomplete("the gateway is shutting down; retry the request")
 	case errors.Is(cause, errIdleTimeout):
@@ -325,20 +344,21 @@ func (g *garbledStream) Error() string { return "the upstream sent " + g.what }
 func (p *pump) malformedEvent(what string) (pumpEnd, bool) {
 	p.malformed++
 	if p.s.opts.MalformedEvents == malformedFail || p.malformed >= maxConsecutiveMalformed {
-		return p.garbled(&garbledStream{what: what}), true
+		return p.broken(&garbledStream{what: what}), true
 	}
 	p.s.metrics.skippedEvents.WithLabelValues(p.surface, "unparseable").Inc()
 	p.s.log.Debug("skipped an unparseable upstream event", "surface", p.surface, "upstream", p.u.Name())
 	return pumpEnd{}, false
 }
 
-// garbled handles a stream whose events cannot be parsed as a broken one
-// (a transport fault, README "Failover and replay"): while the client has
-// seen nothing it goes back to the attempt (unseen), which may replay the
-// request on the next target; after content it is a cut the attempt may
-// continue elsewhere (continuation.go); otherwise the gateway's terminal
-// event ends it.
-func (p *pump) garbled(err *garbledStream) pumpEnd {
+// broken handles a stream whose events cannot be used (unparseable ones,
+// garbledStream; a terminal event of another response,
+// foreignTerminalError) as a broken one (a transport fault, README
+// "Failover and replay"): while the client has seen nothing it goes back to
+// the attempt (unseen), which may replay the request on the next target;
+// after content it is a cut the attempt may continue elsewhere
+// (continuation.go); otherwise the gateway's terminal event ends it.
+func (p *pump) broken(err error) pumpEnd {
 	if p.unseen() {
 		return pumpEnd{unseen: true, err: err}
 	}
@@ -382,6 +402,9 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 			p.s.metrics.skippedEvents.WithLabelValues(p.surface, "second_created").Inc()
 			p.s.log.Debug("skipped a second response.created", "surface", p.surface, "upstream", p.u.Name(), "response_id", LogID(p.responseID))
 			return pumpEnd{}, false
+		}
+		if isForeignTerminal(typ, f.Response, p.responseID) {
+			return p.foreignTerminal(f.Response.Get("id").Str), true
 		}
 		ev.Data = p.sameResponseID(ev.Data, &f)
 	}
@@ -466,12 +489,43 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 	return pumpEnd{}, false
 }
 
-// sameResponseID gives an event whose Response names another id than the
-// first one the attempt named that first id (in a copy of data; f is read
-// again). A stream shows one response id, the first the client was shown
-// (docs/ARCHITECTURE.md §3): an upstream whose response.completed, say,
-// names another must not show the client a second, as a continuation's
-// terminal event carries the client's id too (splicedTerminalLocked).
+// isForeignTerminal reports whether a terminal event's Response names
+// another id than the first one the attempt's stream named (first; "" when
+// none yet).
+// Such an event is not this stream's end: its output and status are another
+// response's, which cannot be checked against what the client was sent.
+func isForeignTerminal(typ string, resp gjson.Result, first string) bool {
+	id := resp.Get("id")
+	return isTerminalType(typ) && first != "" && id.Type == gjson.String && id.Str != first
+}
+
+// foreignTerminalError is why the pump stopped reading a stream whose
+// terminal event named another response.
+type foreignTerminalError struct{}
+
+func (foreignTerminalError) Error() string {
+	return "the upstream ended the stream with the terminal event of another response"
+}
+
+// foreignTerminal handles a terminal event naming another response as a
+// broken stream, as an upstream WebSocket's foreign frame is
+// (docs/ARCHITECTURE.md §3 "Upstream WebSockets"): it is skipped and
+// counted, and the stream is treated as cut (broken: replayed before the
+// client saw anything, continued after content, else the gateway's
+// terminal event).
+func (p *pump) foreignTerminal(other string) pumpEnd {
+	p.s.metrics.skippedEvents.WithLabelValues(p.surface, "foreign_terminal").Inc()
+	p.s.log.Warn("an upstream terminal event named another response; the stream is treated as cut", "surface", p.surface,
+		"upstream", p.u.Name(), "response_id", LogID(p.responseID), "other_id", LogID(other))
+	return p.broken(foreignTerminalError{})
+}
+
+// sameResponseID gives a lifecycle event whose Response names another id
+// than the first one the attempt named that first id (in a copy of data; f
+// is read again). A stream shows one response id, the first the client was
+// shown (docs/ARCHITECTURE.md §3). A lifecycle event carries no output, so
+// relabelling it cannot contradict what the client has; a terminal event
+// naming another id never gets here (isForeignTerminal).
 func (p *pump) sameResponseID(data []byte, f *eventFields) []byte {
 	id := f.Response.Get("id")
 	if p.responseID == "" || id.Type != gjson.String || id.Str == p.responseID {

@@ -113,12 +113,15 @@ func TestInvalidUTF8InChatChunksReachesClientsReplaced(t *testing.T) {
 	}
 }
 
-// TestStreamShowsOneResponseID: an upstream whose terminal event names
-// another response id, or that sends a second response.created with another
-// id mid-stream, still shows the client one response (docs/ARCHITECTURE.md
-// §3: the client-visible id is the first one shown): the second
-// response.created is dropped and counted, every Response the client gets
-// names the first id, and sequence_number stays contiguous.
+// TestStreamShowsOneResponseID: an upstream whose lifecycle or terminal
+// event names another response id, or that sends a second response.created
+// with another id mid-stream, still shows the client one response
+// (docs/ARCHITECTURE.md §3: the client-visible id is the first one shown):
+// the second response.created is dropped and counted, a lifecycle event
+// carries the first id, every Response the client gets names the first id,
+// and sequence_number stays contiguous. A terminal event naming another id
+// is not this stream's end: without a route to continue on, the stream ends
+// with the gateway's stream_incomplete (TestTerminalEventOfAnotherResponseIsACut).
 func TestStreamShowsOneResponseID(t *testing.T) {
 	base := func() [][]byte {
 		return upstreamtest.ResponsesEvents("resp_first", "gpt-fake-1", "one two three", 3)
@@ -130,6 +133,11 @@ func TestStreamShowsOneResponseID(t *testing.T) {
 		"terminal_names_another": func() [][]byte {
 			evs := base()
 			evs[len(evs)-1] = otherID(evs[len(evs)-1])
+			return evs
+		},
+		"in_progress_names_another": func() [][]byte {
+			evs := base()
+			evs[1] = otherID(evs[1])
 			return evs
 		},
 		"in_progress_and_terminal_name_another": func() [][]byte {
@@ -169,8 +177,15 @@ func TestStreamShowsOneResponseID(t *testing.T) {
 					}
 				}
 				last := gjson.GetBytes(got[len(got)-1], "type").Str
-				if created != 1 || len(ids) != 1 || ids["resp_OTHER"] || last != "response.completed" {
-					t.Fatalf("%d response.created, response ids %v, last %s:\n%s", created, ids, last, bytes.Join(got, []byte("\n")))
+				wantLast := "response.completed"
+				if strings.Contains(name, "terminal") {
+					wantLast = "response.failed"
+					if msg := gjson.GetBytes(got[len(got)-1], "response.error.message").Str; !strings.HasPrefix(msg, "stream_incomplete: ") {
+						t.Fatalf("the stream failed with %q, want stream_incomplete", msg)
+					}
+				}
+				if created != 1 || len(ids) != 1 || ids["resp_OTHER"] || last != wantLast {
+					t.Fatalf("%d response.created, response ids %v, last %s (want %s):\n%s", created, ids, last, wantLast, bytes.Join(got, []byte("\n")))
 				}
 				if name == "second_created" {
 					want := fmt.Sprintf(`sluice_stream_skipped_events_total{reason="second_created",surface="%s"} 1`,
