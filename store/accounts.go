@@ -128,7 +128,7 @@ func (s *PebbleStore) UpdateKey(ctx context.Context, k KeyRecord) error {
 }
 
 // putKey creates the key named k.Name (create) or replaces it (otherwise).
-func (s *PebbleStore) putKey(ctx context.Context, k KeyRecord, create bool) error {
+func (s *PebbleStore) putKey(ctx context.Context, k KeyRecord, create bool) (err error) {
 	op := "update"
 	if create {
 		op = "create"
@@ -147,7 +147,7 @@ func (s *PebbleStore) putKey(ctx context.Context, k KeyRecord, create bool) erro
 	if err != nil {
 		return fmt.Errorf("store: %s key %q: %w", op, k.Name, err)
 	}
-	defer release()
+	defer release(&err)
 	mu := s.sessionLock("key\x00" + k.Name)
 	mu.Lock()
 	defer mu.Unlock()
@@ -177,7 +177,7 @@ func (s *PebbleStore) putKey(ctx context.Context, k KeyRecord, create bool) erro
 }
 
 // GetKey loads a key by name.
-func (s *PebbleStore) GetKey(ctx context.Context, name string) (KeyRecord, error) {
+func (s *PebbleStore) GetKey(ctx context.Context, name string) (_ KeyRecord, err error) {
 	var k KeyRecord
 	if err := validName("key name", name); err != nil {
 		return k, fmt.Errorf("store: get key: %w", err)
@@ -186,7 +186,7 @@ func (s *PebbleStore) GetKey(ctx context.Context, name string) (KeyRecord, error
 	if err != nil {
 		return k, fmt.Errorf("store: get key %q: %w", name, err)
 	}
-	defer release()
+	defer release(&err)
 	err = get(db, keyKey(name), func(v []byte) error { return decodeJSON(v, &k) })
 	if errors.Is(err, pebble.ErrNotFound) {
 		return k, fmt.Errorf("store: get key %q: %w", name, ErrNotFound)
@@ -198,7 +198,7 @@ func (s *PebbleStore) GetKey(ctx context.Context, name string) (KeyRecord, error
 }
 
 // DeleteKey removes a key.
-func (s *PebbleStore) DeleteKey(ctx context.Context, name string) error {
+func (s *PebbleStore) DeleteKey(ctx context.Context, name string) (err error) {
 	if err := validName("key name", name); err != nil {
 		return fmt.Errorf("store: delete key: %w", err)
 	}
@@ -206,7 +206,7 @@ func (s *PebbleStore) DeleteKey(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("store: delete key %q: %w", name, err)
 	}
-	defer release()
+	defer release(&err)
 	mu := s.sessionLock("key\x00" + name)
 	mu.Lock()
 	defer mu.Unlock()
@@ -225,12 +225,12 @@ func (s *PebbleStore) DeleteKey(ctx context.Context, name string) error {
 }
 
 // ListKeys returns every key, by name.
-func (s *PebbleStore) ListKeys(ctx context.Context) ([]KeyRecord, error) {
+func (s *PebbleStore) ListKeys(ctx context.Context) (_ []KeyRecord, err error) {
 	db, release, err := s.begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("store: list keys: %w", err)
 	}
-	defer release()
+	defer release(&err)
 	it, err := db.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: []byte{famKey}, UpperBound: []byte{famKey + 1}})
 	if err != nil {
 		return nil, fmt.Errorf("store: list keys: %w", err)
@@ -302,7 +302,15 @@ func (s *PebbleStore) AddUsages(ctx context.Context, us []UsageRecord) (errs []e
 	if err != nil {
 		return failRest(err)
 	}
-	defer release()
+	// Deferred first so that it runs after release: a fatal error in
+	// Pebble is every remaining record's outcome.
+	var fatal error
+	defer func() {
+		if fatal != nil {
+			failRest(fatal)
+		}
+	}()
+	defer release(&fatal)
 	// Each total is read, summed and written back: one lock for every usage
 	// total keeps two calls from summing the same old value (the gateway
 	// writes one flush at a time, so nothing waits for it in practice).
@@ -364,7 +372,7 @@ func getUsage(b *pebble.Batch, k []byte, cur *UsageRecord) error {
 
 // Usage returns the totals of days from..to (inclusive) of key, or of
 // every key when key is "".
-func (s *PebbleStore) Usage(ctx context.Context, key, from, to string) ([]UsageRecord, error) {
+func (s *PebbleStore) Usage(ctx context.Context, key, from, to string) (_ []UsageRecord, err error) {
 	if err := errors.Join(validDay(from), validDay(to)); err != nil {
 		return nil, fmt.Errorf("store: usage: %w", err)
 	}
@@ -372,7 +380,7 @@ func (s *PebbleStore) Usage(ctx context.Context, key, from, to string) ([]UsageR
 	if err != nil {
 		return nil, fmt.Errorf("store: usage: %w", err)
 	}
-	defer release()
+	defer release(&err)
 	lower := append([]byte{famUsage}, from...)
 	upper := append(append([]byte{famUsage}, to...), 1) // every key of day "to" sorts below to|1
 	it, err := db.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: lower, UpperBound: upper})

@@ -16,7 +16,7 @@ import (
 // anchors of one scope are put concurrently, the last commit wins.
 //
 // Putting the same response id again replaces its anchor.
-func (s *PebbleStore) PutAnchor(ctx context.Context, a Anchor) error {
+func (s *PebbleStore) PutAnchor(ctx context.Context, a Anchor) (err error) {
 	if err := validAnchor(&a); err != nil {
 		return fmt.Errorf("store: put anchor: %w", err)
 	}
@@ -38,7 +38,7 @@ func (s *PebbleStore) PutAnchor(ctx context.Context, a Anchor) error {
 	if err != nil {
 		return fmt.Errorf("store: put anchor %s: %w", RedactID(a.ResponseID), err)
 	}
-	defer release()
+	defer release(&err)
 
 	ak, sk := anchorKey(a.ResponseID), scopeKey(a.ScopeKind, a.ScopeID)
 	b := db.NewBatch()
@@ -85,7 +85,7 @@ func validAnchor(a *Anchor) error {
 
 // GetAnchor loads the anchor of responseID. It returns an error wrapping
 // ErrNotFound when there is none or it has expired (swept or not).
-func (s *PebbleStore) GetAnchor(ctx context.Context, responseID string) (Anchor, error) {
+func (s *PebbleStore) GetAnchor(ctx context.Context, responseID string) (_ Anchor, err error) {
 	if err := validID("response id", responseID); err != nil {
 		return Anchor{}, fmt.Errorf("store: get anchor: %w", err)
 	}
@@ -93,7 +93,7 @@ func (s *PebbleStore) GetAnchor(ctx context.Context, responseID string) (Anchor,
 	if err != nil {
 		return Anchor{}, fmt.Errorf("store: get anchor %s: %w", RedactID(responseID), err)
 	}
-	defer release()
+	defer release(&err)
 	s.stats.anchorLookups.Add(1)
 
 	a, err := loadAnchor(db, responseID)
@@ -139,7 +139,7 @@ func loadScope(db *pebble.DB, key []byte) (ScopeRecord, error) {
 // scope record of its scope if that points at responseID (a scope that has
 // moved on to a newer response keeps it). Deleting an absent anchor is not
 // an error. The deletion is synced.
-func (s *PebbleStore) DeleteAnchor(ctx context.Context, responseID string) error {
+func (s *PebbleStore) DeleteAnchor(ctx context.Context, responseID string) (err error) {
 	if err := validID("response id", responseID); err != nil {
 		return fmt.Errorf("store: delete anchor: %w", err)
 	}
@@ -152,7 +152,7 @@ func (s *PebbleStore) DeleteAnchor(ctx context.Context, responseID string) error
 	if err != nil {
 		return fmt.Errorf("store: delete anchor %s: %w", RedactID(responseID), err)
 	}
-	defer release()
+	defer release(&err)
 
 	a, err := loadAnchor(db, responseID)
 	if errors.Is(err, ErrNotFound) {
@@ -189,7 +189,7 @@ func (s *PebbleStore) DeleteAnchor(ctx context.Context, responseID string) error
 
 // GetScope loads the scope record of (kind, id). It returns an error
 // wrapping ErrNotFound when there is none or it has expired.
-func (s *PebbleStore) GetScope(ctx context.Context, kind ScopeKind, id string) (ScopeRecord, error) {
+func (s *PebbleStore) GetScope(ctx context.Context, kind ScopeKind, id string) (_ ScopeRecord, err error) {
 	if !kind.Valid() {
 		return ScopeRecord{}, fmt.Errorf("store: get scope: %v: %w", kind, ErrInvalid)
 	}
@@ -200,7 +200,7 @@ func (s *PebbleStore) GetScope(ctx context.Context, kind ScopeKind, id string) (
 	if err != nil {
 		return ScopeRecord{}, fmt.Errorf("store: get scope %s %s: %w", kind, RedactID(id), err)
 	}
-	defer release()
+	defer release(&err)
 	s.stats.scopeLookups.Add(1)
 
 	r, err := loadScope(db, scopeKey(kind, id))

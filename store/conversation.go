@@ -37,7 +37,7 @@ func (e *BrokenChainError) Unwrap() error { return ErrNotFound }
 // becomes CreatedAt + TurnTTL. A turn whose items add up to more than
 // MaxTurnBytes is rejected with ErrTooLarge. The parent is not checked here:
 // History reports a missing one. Items are opaque bytes to the store.
-func (s *PebbleStore) PutConversation(ctx context.Context, t Turn) error {
+func (s *PebbleStore) PutConversation(ctx context.Context, t Turn) (err error) {
 	if err := prepareTurn(&t, s.now(), s.opts.MaxTurnBytes, s.opts.TurnTTL); err != nil {
 		return err
 	}
@@ -46,7 +46,7 @@ func (s *PebbleStore) PutConversation(ctx context.Context, t Turn) error {
 	if err != nil {
 		return fmt.Errorf("store: put conversation %s: %w", RedactID(t.ResponseID), err)
 	}
-	defer release()
+	defer release(&err)
 
 	key := turnKey(t.ResponseID)
 	b := db.NewBatch()
@@ -73,7 +73,7 @@ func (s *PebbleStore) PutConversation(ctx context.Context, t Turn) error {
 
 // GetTurn loads one turn. It returns an error wrapping ErrNotFound when
 // there is none or it has expired.
-func (s *PebbleStore) GetTurn(ctx context.Context, responseID string) (Turn, error) {
+func (s *PebbleStore) GetTurn(ctx context.Context, responseID string) (_ Turn, err error) {
 	if err := validID("response id", responseID); err != nil {
 		return Turn{}, fmt.Errorf("store: get turn: %w", err)
 	}
@@ -81,7 +81,7 @@ func (s *PebbleStore) GetTurn(ctx context.Context, responseID string) (Turn, err
 	if err != nil {
 		return Turn{}, fmt.Errorf("store: get turn %s: %w", RedactID(responseID), err)
 	}
-	defer release()
+	defer release(&err)
 	t, err := s.loadLiveTurn(db, responseID)
 	if err != nil {
 		return Turn{}, fmt.Errorf("store: get turn %s: %w", RedactID(responseID), err)
@@ -106,7 +106,7 @@ func (s *PebbleStore) loadLiveTurn(db *pebble.DB, responseID string) (Turn, erro
 // DeleteTurn removes the turn of responseID in one synced batch; an absent
 // turn is not an error. The expiry index entry is left behind; the sweeper
 // drops it when it comes due and finds no record.
-func (s *PebbleStore) DeleteTurn(ctx context.Context, responseID string) error {
+func (s *PebbleStore) DeleteTurn(ctx context.Context, responseID string) (err error) {
 	if err := validID("response id", responseID); err != nil {
 		return fmt.Errorf("store: delete turn: %w", err)
 	}
@@ -114,7 +114,7 @@ func (s *PebbleStore) DeleteTurn(ctx context.Context, responseID string) error {
 	if err != nil {
 		return fmt.Errorf("store: delete turn %s: %w", RedactID(responseID), err)
 	}
-	defer release()
+	defer release(&err)
 	if err := db.Delete(turnKey(responseID), pebble.Sync); err != nil {
 		return fmt.Errorf("store: delete turn %s: %w", RedactID(responseID), err)
 	}
@@ -134,7 +134,7 @@ func (s *PebbleStore) DeleteTurn(ctx context.Context, responseID string) error {
 //
 // An unknown or expired responseID fails with ErrNotFound; a missing or
 // expired ancestor fails with a *BrokenChainError, which wraps ErrNotFound.
-func (s *PebbleStore) History(ctx context.Context, responseID string, maxItems, maxBytes int) ([]json.RawMessage, error) {
+func (s *PebbleStore) History(ctx context.Context, responseID string, maxItems, maxBytes int) (_ []json.RawMessage, err error) {
 	if err := validID("response id", responseID); err != nil {
 		return nil, fmt.Errorf("store: history: %w", err)
 	}
@@ -142,7 +142,7 @@ func (s *PebbleStore) History(ctx context.Context, responseID string, maxItems, 
 	if err != nil {
 		return nil, fmt.Errorf("store: history %s: %w", RedactID(responseID), err)
 	}
-	defer release()
+	defer release(&err)
 	s.stats.historyLookups.Add(1)
 
 	return walkHistory(ctx, responseID, maxItems, maxBytes, func(id string) (Turn, error) { return s.loadLiveTurn(db, id) })

@@ -20,6 +20,12 @@
 //
 // After Close, every method returns an error wrapping ErrClosed; none panics.
 //
+// A write error Pebble cannot continue after (a full disk) fails the store:
+// the call that hit it and every later one return an error wrapping
+// ErrUnavailable at once, reads included, Health reports it, and the store
+// reopens its database in the background once the directory takes writes
+// again (failure.go).
+//
 // Raw response, session and scope ids and client keys never appear in logs
 // or error messages: they are shown as RedactID renders them,
 // "sha256:<12 hex>".

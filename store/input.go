@@ -14,7 +14,7 @@ import (
 // replaced, and its chunks dropped). Zero CreatedAt and LastActivity become
 // the store's clock; a zero ExpiresAt becomes LastActivity +
 // InputSessionTTL.
-func (s *PebbleStore) CreateInputSession(ctx context.Context, sess InputSession) error {
+func (s *PebbleStore) CreateInputSession(ctx context.Context, sess InputSession) (err error) {
 	if err := s.validSession(&sess); err != nil {
 		return fmt.Errorf("store: create input session: %w", err)
 	}
@@ -23,7 +23,7 @@ func (s *PebbleStore) CreateInputSession(ctx context.Context, sess InputSession)
 	if err != nil {
 		return fmt.Errorf("store: create input session %s: %w", RedactID(sess.ID), err)
 	}
-	defer release()
+	defer release(&err)
 	mu := s.sessionLock(sess.ID)
 	mu.Lock()
 	defer mu.Unlock()
@@ -52,7 +52,7 @@ func (s *PebbleStore) CreateInputSession(ctx context.Context, sess InputSession)
 
 // GetInputSession loads a session. It returns an error wrapping ErrNotFound
 // when there is none or it has expired.
-func (s *PebbleStore) GetInputSession(ctx context.Context, id string) (InputSession, error) {
+func (s *PebbleStore) GetInputSession(ctx context.Context, id string) (_ InputSession, err error) {
 	if err := validID("session id", id); err != nil {
 		return InputSession{}, fmt.Errorf("store: get input session: %w", err)
 	}
@@ -60,7 +60,7 @@ func (s *PebbleStore) GetInputSession(ctx context.Context, id string) (InputSess
 	if err != nil {
 		return InputSession{}, fmt.Errorf("store: get input session %s: %w", RedactID(id), err)
 	}
-	defer release()
+	defer release(&err)
 	sess, err := s.loadLiveSession(db, id)
 	if err != nil {
 		return InputSession{}, fmt.Errorf("store: get input session %s: %w", RedactID(id), err)
@@ -72,7 +72,7 @@ func (s *PebbleStore) GetInputSession(ctx context.Context, id string) (InputSess
 // fails with ErrNotFound if the session is absent or expired. A zero
 // LastActivity becomes the store's clock and a zero ExpiresAt becomes
 // LastActivity + InputSessionTTL.
-func (s *PebbleStore) UpdateInputSession(ctx context.Context, sess InputSession) error {
+func (s *PebbleStore) UpdateInputSession(ctx context.Context, sess InputSession) (err error) {
 	if err := s.validSession(&sess); err != nil {
 		return fmt.Errorf("store: update input session: %w", err)
 	}
@@ -81,7 +81,7 @@ func (s *PebbleStore) UpdateInputSession(ctx context.Context, sess InputSession)
 	if err != nil {
 		return fmt.Errorf("store: update input session %s: %w", RedactID(sess.ID), err)
 	}
-	defer release()
+	defer release(&err)
 	mu := s.sessionLock(sess.ID)
 	mu.Lock()
 	defer mu.Unlock()
@@ -104,7 +104,7 @@ func (s *PebbleStore) UpdateInputSession(ctx context.Context, sess InputSession)
 // name another session. The session must be live (ErrNotFound). A chunk
 // already stored under seq is replaced: ordering and duplicates are the
 // gateway's business.
-func (s *PebbleStore) PutChunk(ctx context.Context, sessionID string, seq uint64, c Chunk, sessionUpdate InputSession) error {
+func (s *PebbleStore) PutChunk(ctx context.Context, sessionID string, seq uint64, c Chunk, sessionUpdate InputSession) (err error) {
 	if err := validID("session id", sessionID); err != nil {
 		return fmt.Errorf("store: put chunk: %w", err)
 	}
@@ -128,7 +128,7 @@ func (s *PebbleStore) PutChunk(ctx context.Context, sessionID string, seq uint64
 	if err != nil {
 		return fmt.Errorf("store: put chunk %s/%d: %w", RedactID(sessionID), seq, err)
 	}
-	defer release()
+	defer release(&err)
 	mu := s.sessionLock(sessionID)
 	mu.Lock()
 	defer mu.Unlock()
@@ -151,7 +151,7 @@ func (s *PebbleStore) PutChunk(ctx context.Context, sessionID string, seq uint64
 // Chunks returns the chunks of a live session in sequence order. It fails
 // with ErrNotFound if the session is absent or expired; a live session
 // without chunks yields an empty slice.
-func (s *PebbleStore) Chunks(ctx context.Context, sessionID string) ([]Chunk, error) {
+func (s *PebbleStore) Chunks(ctx context.Context, sessionID string) (_ []Chunk, err error) {
 	if err := validID("session id", sessionID); err != nil {
 		return nil, fmt.Errorf("store: chunks: %w", err)
 	}
@@ -159,7 +159,7 @@ func (s *PebbleStore) Chunks(ctx context.Context, sessionID string) ([]Chunk, er
 	if err != nil {
 		return nil, fmt.Errorf("store: chunks %s: %w", RedactID(sessionID), err)
 	}
-	defer release()
+	defer release(&err)
 	if _, err := s.loadLiveSession(db, sessionID); err != nil {
 		return nil, fmt.Errorf("store: chunks %s: %w", RedactID(sessionID), err)
 	}
@@ -202,7 +202,7 @@ func (s *PebbleStore) Chunks(ctx context.Context, sessionID string) ([]Chunk, er
 
 // DeleteInputSession removes a session and all its chunks (one range
 // deletion) in one synced batch. Deleting an absent session is not an error.
-func (s *PebbleStore) DeleteInputSession(ctx context.Context, id string) error {
+func (s *PebbleStore) DeleteInputSession(ctx context.Context, id string) (err error) {
 	if err := validID("session id", id); err != nil {
 		return fmt.Errorf("store: delete input session: %w", err)
 	}
@@ -210,7 +210,7 @@ func (s *PebbleStore) DeleteInputSession(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("store: delete input session %s: %w", RedactID(id), err)
 	}
-	defer release()
+	defer release(&err)
 	mu := s.sessionLock(id)
 	mu.Lock()
 	defer mu.Unlock()
@@ -228,12 +228,12 @@ func (s *PebbleStore) DeleteInputSession(ctx context.Context, id string) error {
 
 // ListInputSessions returns every live session in id order, for recovery
 // after a restart.
-func (s *PebbleStore) ListInputSessions(ctx context.Context) ([]InputSession, error) {
+func (s *PebbleStore) ListInputSessions(ctx context.Context) (_ []InputSession, err error) {
 	db, release, err := s.begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("store: list input sessions: %w", err)
 	}
-	defer release()
+	defer release(&err)
 
 	it, err := db.NewIterWithContext(ctx, &pebble.IterOptions{
 		LowerBound: []byte{famSession}, UpperBound: familyUpperBound(famSession),

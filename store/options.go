@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cockroachdb/pebble/vfs"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -75,6 +76,10 @@ type Options struct {
 	// Now is the store's clock, used for default timestamps and expiry
 	// checks. Nil means time.Now. Tests inject a fake clock here.
 	Now func() time.Time
+
+	// fs is the file system Pebble and the recovery loop use; nil means
+	// the operating system's. Tests inject a failing one here.
+	fs vfs.FS
 }
 
 // withDefaults returns a copy of o with every zero field set to its default,
@@ -82,6 +87,9 @@ type Options struct {
 func (o Options) withDefaults() (Options, error) {
 	if o.Dir == "" {
 		return o, fmt.Errorf("store: options: Dir is required: %w", ErrInvalid)
+	}
+	if o.fs == nil {
+		o.fs = vfs.Default
 	}
 	return o.withCommonDefaults(), nil
 }

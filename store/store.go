@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -174,13 +175,32 @@ type PebbleStore struct {
 	log  hclog.Logger
 	dir  string
 
-	// mu guards db. Operations hold it shared for their whole duration,
-	// so Close (exclusive) never closes the database under one. Writes
-	// that must not interleave with others' read-check-write (DeleteAnchor,
-	// the sweeper's delete step) hold it exclusively; they are rare and
-	// short.
+	// mu guards db, closing and closeStuckLogged. Operations hold it
+	// shared for their whole duration, so Close (exclusive) never closes
+	// the database under one. Writes that must not interleave with others'
+	// read-check-write (DeleteAnchor, the sweeper's delete step) hold it
+	// exclusively; they are rare and short.
 	mu sync.RWMutex
 	db *pebble.DB // nil once closed
+	// closing is the result of the failed database's Close while it runs,
+	// closeStuckLogged whether its not returning in time was logged
+	// (failure.go).
+	closing          <-chan error
+	closeStuckLogged bool
+
+	// failure is the error every call returns while the database is
+	// failed (Pebble's fatal error; failure.go), nil while it works.
+	failure atomic.Pointer[error]
+	// closed is set by Close.
+	closed atomic.Bool
+
+	// bgCtx ends the background goroutines (sweeper, recovery loop) when
+	// Close cancels it; bg counts recovery loops; bgMu orders starting one
+	// with Close.
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+	bgMu     sync.Mutex
+	bg       sync.WaitGroup
 
 	// sessionLocks serialize the read-check-write operations on one input
 	// session (create, update, put chunk, delete), striped by session id.
@@ -189,7 +209,6 @@ type PebbleStore struct {
 	// log (put, append, cancel, delete), striped by response id.
 	streamLocks [sessionLockStripes]sync.Mutex
 
-	stopSweeper context.CancelFunc
 	sweeperDone chan struct{}
 
 	stats counters
@@ -240,39 +259,69 @@ func Open(ctx context.Context, opts Options) (*PebbleStore, error) {
 		return nil, fmt.Errorf("store: open %q: %w", opts.Dir, err)
 	}
 
-	cache := pebble.NewCache(opts.CacheSize)
-	defer cache.Unref()
-	popts := &pebble.Options{
-		Cache:                       cache,
-		MemTableSize:                memTableSize,
-		MemTableStopWritesThreshold: memTableStopWrites,
-		FormatMajorVersion:          pebble.FormatVirtualSSTables,
-		Logger:                      pebbleLogger{log.Named("pebble")},
-		EventListener:               eventListener(log.Named("pebble")),
-	}
-	db, err := pebble.Open(opts.Dir, popts)
+	s := &PebbleStore{opts: opts, log: log, dir: opts.Dir, sweeperDone: make(chan struct{})}
+	s.bgCtx, s.bgCancel = context.WithCancel(context.WithoutCancel(ctx))
+	db, err := s.openDB()
 	if err != nil {
-		if isLockError(err) {
-			return nil, fmt.Errorf("store: open %q: database is locked (is another gateway using this data dir?): %w", opts.Dir, err)
-		}
-		return nil, fmt.Errorf("store: open %q: %w", opts.Dir, err)
+		s.bgCancel()
+		return nil, err
 	}
-	if err := checkSchema(db); err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("store: open %q: %w", opts.Dir, err)
-	}
-
-	s := &PebbleStore{opts: opts, log: log, dir: opts.Dir, db: db, sweeperDone: make(chan struct{})}
+	s.db = db
 	if opts.SweepInterval > 0 {
-		sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		s.stopSweeper = cancel
-		go s.sweepLoop(sctx, opts.SweepInterval)
+		go s.sweepLoop(s.bgCtx, opts.SweepInterval)
 	} else {
-		s.stopSweeper = func() {}
 		close(s.sweeperDone)
 	}
 	log.Debug("store opened", "dir", opts.Dir, "sweep_interval", opts.SweepInterval)
 	return s, nil
+}
+
+// openDB opens the Pebble database in s.dir and checks its schema. Open and
+// the recovery loop (failure.go) use it.
+func (s *PebbleStore) openDB() (_ *pebble.DB, err error) {
+	cache := pebble.NewCache(s.opts.CacheSize)
+	defer cache.Unref()
+	plog := s.log.Named("pebble")
+	popts := &pebble.Options{
+		FS:                          s.opts.fs,
+		Cache:                       cache,
+		MemTableSize:                memTableSize,
+		MemTableStopWritesThreshold: memTableStopWrites,
+		FormatMajorVersion:          pebble.FormatVirtualSSTables,
+		Logger:                      pebbleLogger{l: plog, onFatal: func(err error) { s.fail(err) }},
+		EventListener:               eventListener(plog),
+	}
+	// A fatal error while opening (the schema write on a full disk) is the
+	// open's error. A database it leaves open is closed (within
+	// closeBound), or its LOCK file would refuse every later open.
+	var db *pebble.DB
+	defer func() {
+		if r := recover(); r != nil {
+			f, ok := r.(*pebbleFatal)
+			if !ok {
+				panic(r)
+			}
+			if db != nil {
+				select {
+				case <-s.closeDB(db):
+				case <-time.After(closeBound):
+				}
+			}
+			err = fmt.Errorf("store: open %q: %w", s.dir, f)
+		}
+	}()
+	db, err = pebble.Open(s.dir, popts)
+	if err != nil {
+		if isLockError(err) {
+			return nil, fmt.Errorf("store: open %q: database is locked (is another gateway using this data dir?): %w", s.dir, err)
+		}
+		return nil, fmt.Errorf("store: open %q: %w", s.dir, err)
+	}
+	if err := checkSchema(db); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("store: open %q: %w", s.dir, err)
+	}
+	return db, nil
 }
 
 // isLockError reports whether err came from locking the database's LOCK
@@ -308,19 +357,41 @@ func checkSchema(db *pebble.DB) error {
 	return nil
 }
 
-// Close stops the background sweeper, waits for it and for in-flight
-// operations, and closes the database. Calling Close again returns an error
-// wrapping ErrClosed.
+// Close stops the background sweeper and the recovery loop, waits for them
+// and for in-flight operations, and closes the database. Calling Close again
+// returns an error wrapping ErrClosed.
+//
+// A failed database (failure.go) is closed without waiting for the lock
+// (a call may be stuck in it) nor longer than closeBound.
 func (s *PebbleStore) Close() error {
-	s.stopSweeper()
-	<-s.sweeperDone
-
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.db == nil {
+	if s.closed.Swap(true) {
 		return fmt.Errorf("store: close %q: %w", s.dir, ErrClosed)
 	}
-	err := s.db.Close()
+	s.bgMu.Lock()
+	s.bgCancel()
+	s.bgMu.Unlock()
+	<-s.sweeperDone
+	s.bg.Wait()
+
+	if s.failure.Load() != nil {
+		if !s.mu.TryLock() {
+			return fmt.Errorf("store: close %q: a call is still inside the failed database; its files are released when the process exits: %w", s.dir, ErrUnavailable)
+		}
+		defer s.mu.Unlock()
+		if err := s.closeBroken(); err != nil {
+			return fmt.Errorf("store: close %q: failed database: %w", s.dir, err)
+		}
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failure.Load() != nil {
+		if err := s.closeBroken(); err != nil {
+			return fmt.Errorf("store: close %q: failed database: %w", s.dir, err)
+		}
+		return nil
+	}
+	err := <-s.closeDB(s.db)
 	s.db = nil
 	if err != nil {
 		return fmt.Errorf("store: close %q: %w", s.dir, err)
@@ -329,29 +400,61 @@ func (s *PebbleStore) Close() error {
 	return nil
 }
 
-// acquire returns the open database and holds s.mu shared until release is
-// called, or returns ErrClosed.
-func (s *PebbleStore) acquire() (db *pebble.DB, release func(), err error) {
-	s.mu.RLock()
-	if s.db == nil {
-		s.mu.RUnlock()
-		return nil, nil, ErrClosed
+// usable returns why the store cannot be used now (closed, or failed), or
+// nil. It reads no lock, so a failed store answers at once.
+func (s *PebbleStore) usable() error {
+	if s.closed.Load() {
+		return ErrClosed
 	}
-	return s.db, s.mu.RUnlock, nil
+	if errp := s.failure.Load(); errp != nil {
+		return *errp
+	}
+	return nil
+}
+
+// acquire returns the open database and holds s.mu shared until release is
+// called, or returns ErrClosed or the store's failure.
+//
+// release is the store's guard against Pebble's fatal errors, so every call
+// into Pebble runs between acquire and a deferred release(&err), with err
+// the call's named error result: release recovers the pebbleFatal that
+// pebbleLogger.Fatalf raises and sets err to the store's failure
+// (failure.go); a nil errp is allowed where there is no error to return.
+func (s *PebbleStore) acquire() (db *pebble.DB, release func(errp *error), err error) {
+	if err := s.usable(); err != nil {
+		return nil, nil, err
+	}
+	s.mu.RLock()
+	if err := s.usable(); err != nil || s.db == nil {
+		s.mu.RUnlock()
+		return nil, nil, cmp.Or(err, ErrClosed)
+	}
+	return s.db, func(errp *error) {
+		r := recover()
+		s.mu.RUnlock()
+		s.settle(r, errp)
+	}, nil
 }
 
 // acquireExclusive is acquire with s.mu held exclusively.
-func (s *PebbleStore) acquireExclusive() (db *pebble.DB, release func(), err error) {
-	s.mu.Lock()
-	if s.db == nil {
-		s.mu.Unlock()
-		return nil, nil, ErrClosed
+func (s *PebbleStore) acquireExclusive() (db *pebble.DB, release func(errp *error), err error) {
+	if err := s.usable(); err != nil {
+		return nil, nil, err
 	}
-	return s.db, s.mu.Unlock, nil
+	s.mu.Lock()
+	if err := s.usable(); err != nil || s.db == nil {
+		s.mu.Unlock()
+		return nil, nil, cmp.Or(err, ErrClosed)
+	}
+	return s.db, func(errp *error) {
+		r := recover()
+		s.mu.Unlock()
+		s.settle(r, errp)
+	}, nil
 }
 
 // begin checks ctx and acquires the database for one operation.
-func (s *PebbleStore) begin(ctx context.Context) (*pebble.DB, func(), error) {
+func (s *PebbleStore) begin(ctx context.Context) (*pebble.DB, func(errp *error), error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
@@ -469,7 +572,7 @@ func (s *PebbleStore) Stats() Stats {
 	if err != nil {
 		return st
 	}
-	defer release()
+	defer release(nil)
 	m := db.Metrics()
 	st.DiskBytes = m.DiskSpaceUsage()
 	st.MemtableBytes = m.MemTable.Size
@@ -495,22 +598,6 @@ func validID(what, id string) error {
 		return fmt.Errorf("%s of %d bytes exceeds %d: %w", what, len(id), MaxIDLen, ErrInvalid)
 	}
 	return nil
-}
-
-// pebbleLogger forwards Pebble's log lines to hclog.
-type pebbleLogger struct{ l hclog.Logger }
-
-// Infof implements pebble.Logger.
-func (p pebbleLogger) Infof(format string, args ...any) {
-	p.l.Info(fmt.Sprintf(format, args...))
-}
-
-// Fatalf implements pebble.Logger. Pebble calls it on invariant violations
-// after which it must not continue, so it logs and panics.
-func (p pebbleLogger) Fatalf(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	p.l.Error("pebble fatal error", "error", msg)
-	panic("pebble: " + msg)
 }
 
 // eventListener logs the Pebble events an operator should see.

@@ -51,7 +51,7 @@ func validStreamAppend(responseID string, first int64, n int) error {
 // read and written back under the log's lock); an expired, not yet swept
 // record is replaced as if absent, its events dropped. A zero CreatedAt
 // becomes the store's clock; a zero ExpiresAt is ErrInvalid.
-func (s *PebbleStore) PutStreamLog(ctx context.Context, l StreamLog) error {
+func (s *PebbleStore) PutStreamLog(ctx context.Context, l StreamLog) (err error) {
 	if err := prepareStreamLog(&l, s.now()); err != nil {
 		return fmt.Errorf("store: put stream log: %w", err)
 	}
@@ -59,7 +59,7 @@ func (s *PebbleStore) PutStreamLog(ctx context.Context, l StreamLog) error {
 	if err != nil {
 		return fmt.Errorf("store: put stream log %s: %w", RedactID(l.ResponseID), err)
 	}
-	defer release()
+	defer release(&err)
 	mu := s.streamLock(l.ResponseID)
 	mu.Lock()
 	defer mu.Unlock()
@@ -85,7 +85,7 @@ func (s *PebbleStore) PutStreamLog(ctx context.Context, l StreamLog) error {
 }
 
 // GetStreamLog loads a record; ErrNotFound when absent or expired.
-func (s *PebbleStore) GetStreamLog(ctx context.Context, responseID string) (StreamLog, error) {
+func (s *PebbleStore) GetStreamLog(ctx context.Context, responseID string) (_ StreamLog, err error) {
 	if err := validID("response id", responseID); err != nil {
 		return StreamLog{}, fmt.Errorf("store: get stream log: %w", err)
 	}
@@ -93,7 +93,7 @@ func (s *PebbleStore) GetStreamLog(ctx context.Context, responseID string) (Stre
 	if err != nil {
 		return StreamLog{}, fmt.Errorf("store: get stream log %s: %w", RedactID(responseID), err)
 	}
-	defer release()
+	defer release(&err)
 	l, err := s.loadLiveStreamLog(db, responseID)
 	if err != nil {
 		return StreamLog{}, fmt.Errorf("store: get stream log %s: %w", RedactID(responseID), err)
@@ -107,7 +107,7 @@ func (s *PebbleStore) GetStreamLog(ctx context.Context, responseID string) (Stre
 // before first is not checked. The record must be live (ErrNotFound).
 // Sequence numbers must lie in 0..2^53 (ErrInvalid); each event's Seq is
 // set from first.
-func (s *PebbleStore) AppendStreamEvents(ctx context.Context, responseID string, first int64, events []StreamEvent) error {
+func (s *PebbleStore) AppendStreamEvents(ctx context.Context, responseID string, first int64, events []StreamEvent) (err error) {
 	if err := validStreamAppend(responseID, first, len(events)); err != nil {
 		return fmt.Errorf("store: append stream events: %w", err)
 	}
@@ -115,7 +115,7 @@ func (s *PebbleStore) AppendStreamEvents(ctx context.Context, responseID string,
 	if err != nil {
 		return fmt.Errorf("store: append stream events %s/%d: %w", RedactID(responseID), first, err)
 	}
-	defer release()
+	defer release(&err)
 	mu := s.streamLock(responseID)
 	mu.Lock()
 	defer mu.Unlock()
@@ -179,7 +179,7 @@ func (s *PebbleStore) AppendStreamEvents(ctx context.Context, responseID string,
 // iterator that starts at after+1. limit <= 0 means no limit. ErrNotFound when the
 // record is absent or expired; a live log without such events yields an
 // empty slice.
-func (s *PebbleStore) StreamEvents(ctx context.Context, responseID string, after int64, limit int) ([]StreamEvent, error) {
+func (s *PebbleStore) StreamEvents(ctx context.Context, responseID string, after int64, limit int) (_ []StreamEvent, err error) {
 	if err := validID("response id", responseID); err != nil {
 		return nil, fmt.Errorf("store: stream events: %w", err)
 	}
@@ -187,7 +187,7 @@ func (s *PebbleStore) StreamEvents(ctx context.Context, responseID string, after
 	if err != nil {
 		return nil, fmt.Errorf("store: stream events %s: %w", RedactID(responseID), err)
 	}
-	defer release()
+	defer release(&err)
 	if _, err := s.loadLiveStreamLog(db, responseID); err != nil {
 		return nil, fmt.Errorf("store: stream events %s: %w", RedactID(responseID), err)
 	}
@@ -235,7 +235,7 @@ func (s *PebbleStore) StreamEvents(ctx context.Context, responseID string, after
 
 // CancelStreamLog sets the live record's CancelRequested, synced.
 // ErrNotFound when the record is absent or expired.
-func (s *PebbleStore) CancelStreamLog(ctx context.Context, responseID string) error {
+func (s *PebbleStore) CancelStreamLog(ctx context.Context, responseID string) (err error) {
 	if err := validID("response id", responseID); err != nil {
 		return fmt.Errorf("store: cancel stream log: %w", err)
 	}
@@ -243,7 +243,7 @@ func (s *PebbleStore) CancelStreamLog(ctx context.Context, responseID string) er
 	if err != nil {
 		return fmt.Errorf("store: cancel stream log %s: %w", RedactID(responseID), err)
 	}
-	defer release()
+	defer release(&err)
 	mu := s.streamLock(responseID)
 	mu.Lock()
 	defer mu.Unlock()
@@ -266,7 +266,7 @@ func (s *PebbleStore) CancelStreamLog(ctx context.Context, responseID string) er
 
 // DeleteStreamLog removes a record and its events (one range deletion) in
 // one synced batch. Deleting an absent log is not an error.
-func (s *PebbleStore) DeleteStreamLog(ctx context.Context, responseID string) error {
+func (s *PebbleStore) DeleteStreamLog(ctx context.Context, responseID string) (err error) {
 	if err := validID("response id", responseID); err != nil {
 		return fmt.Errorf("store: delete stream log: %w", err)
 	}
@@ -274,7 +274,7 @@ func (s *PebbleStore) DeleteStreamLog(ctx context.Context, responseID string) er
 	if err != nil {
 		return fmt.Errorf("store: delete stream log %s: %w", RedactID(responseID), err)
 	}
-	defer release()
+	defer release(&err)
 	mu := s.streamLock(responseID)
 	mu.Lock()
 	defer mu.Unlock()

@@ -64,7 +64,7 @@ func (s *PebbleStore) dueEntries(ctx context.Context, lower, upper []byte) (keys
 	if err != nil {
 		return nil, false, err
 	}
-	defer release()
+	defer release(&err)
 	it, err := db.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return nil, false, err
@@ -84,12 +84,12 @@ func (s *PebbleStore) dueEntries(ctx context.Context, lower, upper []byte) (keys
 // store exclusively so that no writer can refresh a record between the check
 // and the deletion. Entries whose record is gone or has been refreshed (and
 // so has a later entry of its own) are just deleted.
-func (s *PebbleStore) removeDue(due [][]byte, now time.Time) (int, error) {
+func (s *PebbleStore) removeDue(due [][]byte, now time.Time) (_ int, err error) {
 	db, release, err := s.acquireExclusive()
 	if err != nil {
 		return 0, err
 	}
-	defer release()
+	defer release(&err)
 
 	b := db.NewBatch()
 	defer b.Close()
@@ -169,6 +169,9 @@ func (s *PebbleStore) sweepLoop(ctx context.Context, interval time.Duration) {
 		switch {
 		case errors.Is(err, ErrClosed) || ctx.Err() != nil:
 			return
+		case s.Health() != nil:
+			// The failure is logged once when it happens (failure.go);
+			// the sweep runs again once the database is reopened.
 		case err != nil:
 			s.log.Error("sweep failed", "removed", n, "error", err)
 		case n > 0:

@@ -203,7 +203,7 @@ func countKeys(t *testing.T, s *PebbleStore, lower, upper []byte) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer release()
+	defer release(nil)
 	it, err := db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		t.Fatal(err)
@@ -229,7 +229,7 @@ func putAnchorsDirect(tb testing.TB, s *PebbleStore, n int, mk func(i int) Ancho
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer release()
+	defer release(nil)
 	for start := 0; start < n; start += perBatch {
 		b := db.NewBatch()
 		for i := start; i < min(n, start+perBatch); i++ {

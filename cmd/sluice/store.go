@@ -18,7 +18,7 @@ type openedStore struct {
 	st     store.Store             // nil: continuity off
 	inputs store.InputSessionStore // nil: streaming-input sessions in memory only
 	shared upstream.SharedHealth   // nil: target health stays per replica
-	health func() error            // nil: nothing to report (Pebble is in-process)
+	health func() error            // reports nil while the store works, else why not (/readyz, sluice_store_up)
 	close  func()
 }
 
@@ -52,12 +52,13 @@ func openStore(ctx context.Context, cfg config.Config, logger hclog.Logger) (ope
 	if err != nil {
 		return openedStore{}, fmt.Errorf("opening the continuity store in %s: %w", cfg.DataDir, err)
 	}
-	return openedStore{st: ps, inputs: ps, close: closeWith("pebble", ps)}, nil
+	return openedStore{st: ps, inputs: ps, health: ps.Health, close: closeWith("pebble", ps)}, nil
 }
 
 // storeCollectors export the store's health: sluice_store_up (1 while the
-// backend answers; Pebble, in-process, is always up) and, for Redis, the
-// round trip of its last health ping.
+// backend answers; Pebble is down from a fatal write error, such as a full
+// disk, until it has reopened its database) and, for Redis, the round trip
+// of its last health ping.
 func storeCollectors(cfg config.Config, o openedStore) []prometheus.Collector {
 	if o.st == nil {
 		return nil

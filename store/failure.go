@@ -1,0 +1,261 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/pebble"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Pebble stops for good on some errors: a failed WAL write or sync (a full
+// disk) makes applyInternal call Logger.Fatalf on the writer's goroutine,
+// and after that its commit pipeline is stuck ("horked", db.go): the failed
+// batch stays at the head of the pending queue, so a later write could wait
+// forever, and a read could see a write that never reached the WAL. So the
+// first fatal error fails the whole store: every later call returns the
+// failure at once without touching Pebble, reads included, until a
+// background loop has closed the broken database and opened it again
+// (docs/ARCHITECTURE.md §7, README "Continuity").
+
+// Reopen timing: the first attempt after recoverFirstDelay, then doubling to
+// recoverMaxDelay while the directory still refuses writes. closeBound is how
+// long a Close of the broken database may take before the store gives up
+// waiting for it (Pebble holds its LOCK file until Close returns, so it
+// cannot be opened again before).
+const (
+	recoverFirstDelay = 100 * time.Millisecond
+	recoverMaxDelay   = 5 * time.Second
+	closeBound        = 5 * time.Second
+	// stuckCallAttempts is how many attempts in a row may find a call
+	// still inside the failed database before the loop says so at ERROR.
+	stuckCallAttempts = 10
+)
+
+// pebbleStoreMethods prefixes the name of every PebbleStore method (and of
+// the closures inside them) in a stack trace.
+const pebbleStoreMethods = "github.com/sluice-gw/sluice/store.(*PebbleStore)."
+
+// writeProbeName is the file the recovery loop writes to learn whether the
+// directory takes writes again.
+const writeProbeName = "write-probe.tmp"
+
+// pebbleFatal is the panic pebbleLogger.Fatalf raises on the goroutine of a
+// store call; the call's release recovers it and returns the store's failure.
+type pebbleFatal struct{ msg string }
+
+func (f *pebbleFatal) Error() string { return "pebble fatal error: " + f.msg }
+
+// pebbleLogger forwards Pebble's log lines to hclog and its fatal errors to
+// the store.
+type pebbleLogger struct {
+	l       hclog.Logger
+	onFatal func(error)
+}
+
+// Infof implements pebble.Logger.
+func (p pebbleLogger) Infof(format string, args ...any) {
+	p.l.Info(fmt.Sprintf(format, args...))
+}
+
+// Fatalf implements pebble.Logger. Pebble calls it on errors after which the
+// database must not be used: the store is marked failed first. On the
+// goroutine of a store call it then raises pebbleFatal, which the call
+// recovers into an error. On one of Pebble's own goroutines (flushes,
+// compactions: a MANIFEST write failing on a full disk) no recover can
+// reach, so that goroutine alone ends (runtime.Goexit), leaving the broken
+// database to the recovery loop, rather than the process.
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	f := &pebbleFatal{msg: fmt.Sprintf(format, args...)}
+	p.l.Error("pebble fatal error", "error", f.msg)
+	p.onFatal(f)
+	if calledFromStore() {
+		panic(f)
+	}
+	runtime.Goexit()
+}
+
+// calledFromStore reports whether the calling goroutine is running a
+// PebbleStore method, whose release recovers pebbleFatal.
+func calledFromStore() bool {
+	pcs := make([]uintptr, 256)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs)])
+	for {
+		fr, more := frames.Next()
+		if strings.HasPrefix(fr.Function, pebbleStoreMethods) {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
+}
+
+// settle ends a guarded store call: r is what the call's deferred release
+// got from recover(). Pebble's fatal panic becomes the store's failure in
+// *errp (when errp is not nil); any other panic goes on.
+func (s *PebbleStore) settle(r any, errp *error) {
+	if r == nil {
+		return
+	}
+	f, ok := r.(*pebbleFatal)
+	if !ok {
+		panic(r)
+	}
+	err := s.fail(f)
+	if errp != nil {
+		*errp = err
+	}
+}
+
+// fail marks the store failed by cause (the first cause wins), logs it once
+// and starts the recovery loop, and returns the error every call now gets.
+func (s *PebbleStore) fail(cause error) error {
+	err := fmt.Errorf("store: the database in %q failed and is closed until it can be reopened: %w: %w", s.dir, ErrUnavailable, cause)
+	if s.failure.CompareAndSwap(nil, &err) {
+		s.log.Error("store failed: the database stopped after a write error; continuity fails closed, anchors wait in memory and streaming input answers 503 until it is reopened. Free space on the data dir's disk (or fix its permissions); the store reopens itself once it can write there again",
+			"dir", s.dir, "error", cause)
+		s.startRecovery()
+	}
+	return *s.failure.Load()
+}
+
+// Health implements HealthReporter: nil while the database works, else the
+// failure that closed it.
+func (s *PebbleStore) Health() error {
+	if errp := s.failure.Load(); errp != nil {
+		return *errp
+	}
+	return nil
+}
+
+// startRecovery starts the recovery loop unless the store is closing.
+func (s *PebbleStore) startRecovery() {
+	s.bgMu.Lock()
+	defer s.bgMu.Unlock()
+	if s.bgCtx.Err() != nil {
+		return
+	}
+	s.bg.Add(1)
+	go s.recoverLoop(s.bgCtx)
+}
+
+// recoverLoop reopens the failed database, with backoff, once its directory
+// takes writes again, and returns when it has or when the store closes.
+func (s *PebbleStore) recoverLoop(ctx context.Context) {
+	defer s.bg.Done()
+	delay := recoverFirstDelay
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	busy := 0 // attempts in a row that found a call still inside the database
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		done, lockBusy := s.tryReopen()
+		if done {
+			return
+		}
+		busy++
+		if !lockBusy {
+			busy = 0
+		}
+		if busy == stuckCallAttempts {
+			s.log.Error("store: a call is still inside the failed database, so it cannot be reopened; restart the gateway if this lasts", "dir", s.dir)
+		}
+		delay = min(2*delay, recoverMaxDelay)
+		t.Reset(delay)
+	}
+}
+
+// tryReopen makes one attempt at replacing the failed database by a fresh
+// open of its directory, and reports whether the store works again, or else
+// whether a call inside the database kept it from trying.
+func (s *PebbleStore) tryReopen() (done, lockBusy bool) {
+	if err := s.probeWritable(); err != nil {
+		s.log.Debug("store still cannot write", "dir", s.dir, "error", err)
+		return false, false
+	}
+	// Without waiting: a call stuck in the broken database holds s.mu
+	// shared, and a waiting Lock would stop every new call at RLock.
+	if !s.mu.TryLock() {
+		return false, true
+	}
+	defer s.mu.Unlock()
+	if err := s.closeBroken(); err != nil {
+		level := hclog.Error // once per failure; the loop keeps waiting for it
+		if s.closeStuckLogged {
+			level = hclog.Debug
+		}
+		s.closeStuckLogged = true
+		s.log.Log(level, "store: closing the failed database has not finished, and it cannot be reopened before; restart the gateway if this lasts", "dir", s.dir, "error", err)
+		return false, false
+	}
+	db, err := s.openDB()
+	if err != nil {
+		s.log.Warn("store: reopening the database failed; trying again", "dir", s.dir, "error", err)
+		return false, false
+	}
+	s.db, s.closeStuckLogged = db, false
+	s.failure.Store(nil)
+	s.log.Info("store reopened: the database takes writes again", "dir", s.dir)
+	return true, false
+}
+
+// closeBroken closes the failed database, waiting up to closeBound (a Close
+// that has not returned by then is waited for again by the next call).
+// Pebble's LOCK file is held until it returns. The caller holds s.mu.
+func (s *PebbleStore) closeBroken() error {
+	if s.db == nil {
+		return nil
+	}
+	if s.closing == nil {
+		s.closing = s.closeDB(s.db)
+	}
+	select {
+	case err := <-s.closing:
+		if err != nil {
+			s.log.Debug("store: closing the failed database", "dir", s.dir, "error", err)
+		}
+		s.db, s.closing = nil, nil
+		return nil
+	case <-time.After(closeBound):
+		return fmt.Errorf("close still running after %s: %w", closeBound, ErrUnavailable)
+	}
+}
+
+// closeDB closes db in the background and sends the result; a fatal error
+// inside Close is an error like any other.
+func (s *PebbleStore) closeDB(db *pebble.DB) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		defer func() { s.settle(recover(), &err); done <- err }()
+		err = db.Close()
+	}()
+	return done
+}
+
+// probeWritable writes and syncs a small file in the store's directory and
+// removes it: the test that a reopen (which writes a new WAL and MANIFEST)
+// may succeed.
+func (s *PebbleStore) probeWritable() error {
+	fs := s.opts.fs
+	name := fs.PathJoin(s.dir, writeProbeName)
+	f, err := fs.Create(name)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(make([]byte, 64<<10))
+	if err == nil {
+		err = f.Sync()
+	}
+	err = errors.Join(err, f.Close(), fs.Remove(name))
+	return err
+}
