@@ -138,7 +138,7 @@ func newAccounts(s *Server, o AccountsOptions, reg prometheus.Registerer) (*acco
 	a.cost = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_usage_cost_usd_total",
 		Help: "Cost in USD from the pricing table, by key, route, target and model."}, labels)
 	a.estimated = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_usage_estimated_requests_total",
-		Help: "Requests that ended without the upstream's usage after output reached the client, or were continued after such an attempt, charged an estimate, by key, route, target and model."}, labels)
+		Help: "Requests that ended without the upstream's usage after the upstream sent output (to the client, or to a detached stream), or were continued after such an attempt, charged an estimate, by key, route, target and model."}, labels)
 	reg.MustRegister(a.tokens, a.reqs, a.cost, a.estimated)
 	return a, nil
 }

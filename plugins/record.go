@@ -1,6 +1,7 @@
 package plugins
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -174,33 +175,36 @@ const (
 	RewriteRejected  = "rejected"  // the client is answered with the policy's error
 )
 
-// RewriteVerdict names a rewrite's result. "changed" covers every edit the
-// gateway applies to the request it sends, not only the body's: a policy
-// that only sets a header or picks an upstream changed the request too.
-func RewriteVerdict(out hostabi.RewriteOutput) string {
+// RewriteVerdict names the result of a rewrite of in. "changed" covers
+// every edit the gateway applies to the request it sends, not only the
+// body's: a policy that only sets a header or picks an upstream changed the
+// request too. A body returned byte for byte as it came (a field set to the
+// value it had) changes nothing the gateway sends.
+func RewriteVerdict(in hostabi.RewriteInput, out hostabi.RewriteOutput) string {
 	switch {
 	case out.Reject != nil:
 		return RewriteRejected
-	case rewriteEdited(out):
+	case rewriteEdited(in, out):
 		return RewriteChanged
 	}
 	return RewriteUnchanged
 }
 
-// rewriteEdited reports whether out edits the request the gateway sends.
-func rewriteEdited(out hostabi.RewriteOutput) bool {
-	return out.Body != nil || len(out.SetHeaders) > 0 || len(out.RemoveHeaders) > 0 || out.Upstream != ""
+// rewriteEdited reports whether out edits the request in that the gateway
+// sends.
+func rewriteEdited(in hostabi.RewriteInput, out hostabi.RewriteOutput) bool {
+	return out.Body != nil && !bytes.Equal(out.Body, in.Body) || len(out.SetHeaders) > 0 || len(out.RemoveHeaders) > 0 || out.Upstream != ""
 }
 
 // rewriteDecidedBy names who made a rewrite's result: the module that
 // rejected; for an edited request the modules that ran their rewrite and
 // returned done (their edits are the ones applied, in chain order, comma
 // separated); "default" when the request was left as it came.
-func rewriteDecidedBy(out hostabi.RewriteOutput, tr Trace) string {
+func rewriteDecidedBy(in hostabi.RewriteInput, out hostabi.RewriteOutput, tr Trace) string {
 	if out.Reject != nil && tr.Policy != "" {
 		return tr.Policy
 	}
-	if !rewriteEdited(out) {
+	if !rewriteEdited(in, out) {
 		return "default"
 	}
 	var names []string
@@ -243,7 +247,7 @@ func (r *Runtime) recordReplay(ctx context.Context, in hostabi.ReplayInput, out 
 
 func (r *Runtime) recordRewrite(in hostabi.RewriteInput, out hostabi.RewriteOutput, tr Trace) {
 	rc := Record{Hook: "rewrite", Surface: in.Surface, Endpoint: in.Endpoint, Headers: recordedHeaders(in.Headers),
-		Verdict: RewriteVerdict(out), DecidedBy: rewriteDecidedBy(out, tr)}
+		Verdict: RewriteVerdict(in, out), DecidedBy: rewriteDecidedBy(in, out, tr)}
 	if json.Valid(in.Body) {
 		rc.Body = in.Body
 	}

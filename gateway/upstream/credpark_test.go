@@ -11,9 +11,10 @@ import (
 
 // TestCredentialParkNeedsAProbeThatChecksCredentials: an upstream parked
 // because a request's credentials were rejected is cleared by a successful
-// probe only where the probe checks credentials. llama.cpp's /models
-// answers anyone, even with --api-key; there a probe clears the park only
-// once its time is up, and a park soon after doubles that time.
+// probe only where the probe checks credentials, and only the first time.
+// llama.cpp's /models answers anyone, even with --api-key; there a probe
+// clears the park only once its time is up, and a park soon after doubles
+// that time.
 func TestCredentialParkNeedsAProbeThatChecksCredentials(t *testing.T) {
 	for _, tt := range []struct {
 		name          string
@@ -46,6 +47,21 @@ func TestCredentialParkNeedsAProbeThatChecksCredentials(t *testing.T) {
 				t.Fatalf("usable after a successful probe = %v, want %v (status %+v)", ok, tt.clearsAtOnce, st)
 			}
 			if tt.clearsAtOnce {
+				// A key that lists models but may not create responses
+				// passes every probe: rejected again soon after the probe
+				// lifted the park, it stays parked for twice the first
+				// time, whatever the probes say.
+				p.MarkFailed(a, "HTTP 401 invalid_api_key")
+				c.t = c.t.Add(credentialRetryFirst + time.Second)
+				p.Probe(ctx, a)
+				if st := a.Status(c.now()); st.State != StateFailed || !strings.Contains(st.Reason, "rejected again soon") {
+					t.Fatalf("a second park soon after a probe lifted the first: status %+v, want failed", st)
+				}
+				c.t = c.t.Add(credentialRetryFirst)
+				p.Probe(ctx, a)
+				if ok, why := a.Usable(c.now()); !ok {
+					t.Fatalf("not usable after twice the first park's time: %s", why)
+				}
 				return
 			}
 			if st.State != StateFailed || !strings.Contains(st.Reason, tt.wantReasonHas) || !strings.HasPrefix(st.Reason, "HTTP 401 invalid_api_key") {

@@ -94,12 +94,13 @@ type Upstream struct {
 	demandAt time.Time
 
 	// A request's rejected credentials (MarkFailed): when the park began
-	// (zero when none), how long a probe that cannot check credentials
-	// leaves it in place, and when the last park was lifted only because
-	// that time was up (see clearsCredentialPark).
-	credParkedAt time.Time
-	credRetry    time.Duration
-	credLiftedAt time.Time
+	// (zero when none), how long it lasts unless a probe may lift it
+	// (credProbeLifts) and shows the credentials work, and when the last
+	// park was lifted (see clearsCredentialPark).
+	credParkedAt   time.Time
+	credRetry      time.Duration
+	credProbeLifts bool
+	credLiftedAt   time.Time
 }
 
 // Name is the upstream's configured name.
@@ -412,33 +413,41 @@ func (p *Pool) Cooldown(u *Upstream, d time.Duration, reason string) {
 	}
 }
 
-// Credential parks a probe cannot lift (clearsCredentialPark): the first
-// lasts credentialRetryFirst, one that follows soon after the last doubles
-// it, up to credentialRetryMax.
+// How long a credential park lasts when no probe lifts it
+// (clearsCredentialPark): the first credentialRetryFirst, one that follows
+// soon after the last was lifted twice the last, up to credentialRetryMax.
 const (
 	credentialRetryFirst = time.Minute
 	credentialRetryMax   = 30 * time.Minute
 )
 
-// MarkFailed parks u after a request's credentials were rejected, until a
-// probe shows they work again (clearsCredentialPark).
+// MarkFailed parks u after a request's credentials were rejected
+// (clearsCredentialPark says until when).
 func (p *Pool) MarkFailed(u *Upstream, reason string) {
 	now := p.opts.Now()
 	u.mu.Lock()
 	if u.credParkedAt.IsZero() {
-		// A park soon after the last one was lifted without proof means the
-		// credentials are still wrong: wait twice as long this time.
+		// Rejected again soon after the last park was lifted, whether by a
+		// probe or by its time: the credentials still fail where requests
+		// use them, so this park lasts twice as long and no probe lifts it
+		// (a key that lists models but may not create responses passes
+		// every probe).
 		if !u.credLiftedAt.IsZero() && now.Sub(u.credLiftedAt) <= credentialRetryMax {
-			u.credRetry = min(2*u.credRetry, credentialRetryMax)
+			u.credRetry, u.credProbeLifts = min(2*u.credRetry, credentialRetryMax), false
 		} else {
-			u.credRetry = credentialRetryFirst
+			u.credRetry, u.credProbeLifts = credentialRetryFirst, true
 		}
 		u.credParkedAt = now
 	}
+	retry, probeLifts := u.credRetry, u.credProbeLifts
 	u.state, u.reason = StateFailed, reason
 	u.markDownLocked(StateFailed, now)
 	u.mu.Unlock()
-	p.opts.Logger.Error("upstream credentials rejected; parked until the next successful probe", "upstream", u.cfg.Name, "reason", reason)
+	until := "for " + retry.String()
+	if probeLifts {
+		until = "until a probe shows they work, or for " + retry.String()
+	}
+	p.opts.Logger.Error("upstream credentials rejected; parked "+until, "upstream", u.cfg.Name, "reason", reason)
 }
 
 // Models is the de-duplicated, sorted union of the models listed by usable upstreams.
@@ -604,37 +613,39 @@ func (p *Pool) demandProbe(u *Upstream, done chan struct{}) {
 }
 
 // clearsCredentialPark decides whether a successful probe lifts the park of
-// an upstream whose credentials a request had rejected (MarkFailed). It
-// does when the probe checked them: its model list refuses a request
-// without credentials. Some servers list their models to anyone
-// (llama.cpp's /models is public even with --api-key), and there a
-// successful probe says nothing about the key: the park stays until its
-// time is up (a minute, doubling while the credentials keep failing, at
-// most half an hour), and then the next request tries the credentials
-// again. Lifting it at each probe sent one request in every probe interval
-// to a certain 401 and made /readyz flap. The park's reason is returned
-// when it stays.
+// an upstream whose credentials a request had rejected (MarkFailed). A
+// first park is lifted by a probe that checked the credentials: its model
+// list refuses a request without them. Some servers list their models to
+// anyone (llama.cpp's /models is public even with --api-key), and there a
+// successful probe says nothing about the key; and a key may list models
+// but not create responses. So a park stays, until its time is up (a
+// minute, doubling while rejections follow each lift, at most half an
+// hour), when the probe cannot check the credentials or when the
+// credentials were rejected again soon after the last park was lifted; then
+// the next request tries them again. Lifting it at each probe sent one
+// request in every probe interval to a certain 401 and made /readyz flap.
+// The park's reason is returned when it stays.
 func (p *Pool) clearsCredentialPark(ctx context.Context, u *Upstream, timeout time.Duration) (bool, string) {
 	u.mu.Lock()
-	parked, since, retry, reason := !u.credParkedAt.IsZero(), u.credParkedAt, u.credRetry, u.reason
+	parked, since, retry, probeLifts, reason := !u.credParkedAt.IsZero(), u.credParkedAt, u.credRetry, u.credProbeLifts, u.reason
 	u.mu.Unlock()
 	if !parked {
 		return true, ""
 	}
 	now := p.opts.Now()
 	left := since.Add(retry).Sub(now)
-	lifted := time.Time{} // proof: the next park starts from the first time
+	base, _, _ := strings.Cut(reason, " (")
 	switch {
 	case left <= 0:
-		lifted = now
 		p.opts.Logger.Info("trying an upstream's rejected credentials again", "upstream", u.cfg.Name, "parked_for", retry.String())
+	case !probeLifts:
+		return false, fmt.Sprintf("%s (rejected again soon after its last park; tried again in %s)", base, left.Round(time.Second))
 	case p.listsModelsToAnyone(ctx, u, timeout):
-		base, _, _ := strings.Cut(reason, " (")
 		return false, fmt.Sprintf("%s (its model list needs no credentials, so a probe cannot check them; tried again in %s)",
 			base, left.Round(time.Second))
 	}
 	u.mu.Lock()
-	u.credLiftedAt = lifted
+	u.credLiftedAt = now
 	u.mu.Unlock()
 	return true, ""
 }

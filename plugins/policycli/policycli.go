@@ -978,7 +978,7 @@ func runEvent(ctx context.Context, rt *plugins.Runtime, check bodyCheck, line in
 			out = hostabi.RewriteOutput{}
 			res.Outcome, res.Error = rewriteInvalid, editorOf(tr)+": "+rewriteInvalid+": "+reason
 		}
-		res.Verdict = plugins.RewriteVerdict(out)
+		res.Verdict = plugins.RewriteVerdict(in, out)
 		changed := res.Verdict == plugins.RewriteChanged
 		res.Changed, res.Body, res.Reject = &changed, out.Body, out.Reject
 		res.SetHdrs, res.RmHdrs, res.Upstream = out.SetHeaders, out.RemoveHeaders, out.Upstream
