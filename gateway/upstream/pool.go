@@ -695,6 +695,13 @@ func (p *Pool) probe(ctx context.Context, u *Upstream, timeout time.Duration) ([
 		return nil, nil, StateDown, "probe: reading body: " + err.Error()
 	}
 	switch {
+	case (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) && u.cfg.APIKey == "":
+		// Without its own api_key the upstream gets each client's credential
+		// (README: `sluice serve --upstream https://api.openai.com/v1` is a
+		// zero-config drop-in, and OpenAI's model list needs a key). A probe
+		// has none to send: the refusal says the upstream answers, not that
+		// a credential failed. Its models are unknown.
+		return nil, nil, StateHealthy, ""
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
 		return nil, nil, StateFailed, fmt.Sprintf("probe: HTTP %d", resp.StatusCode)
 	case resp.StatusCode/100 != 2:
