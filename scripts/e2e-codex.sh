@@ -58,7 +58,9 @@ TOML
   # Which client transport reached the gateway (the upstream speaks SSE, so a
   # WebSocket client is bridged WebSocket → SSE).
   local wsreqs
-  wsreqs=$(curl -s "$base/metrics" | awk '/^sluice_requests_total\{code="101",surface="websocket"\}/ {print $2}')
+  # Each response.create frame counts with its answer's status (README
+  # "Observability"): the turns and warm-ups Codex sent over the socket.
+  wsreqs=$(curl -s "$base/metrics" | awk '/^sluice_requests_total\{code="200",surface="websocket"\}/ {print $2}')
   if [ "$ws" = true ] && [ -z "$wsreqs" ]; then echo "  Codex did not use the WebSocket mode"; ok=0; fi
   if [ "$ws" = false ] && [ -n "$wsreqs" ]; then echo "  Codex used WebSockets though they were off"; ok=0; fi
   [ -n "$wsreqs" ] && echo "  client WebSocket requests: $wsreqs"
