@@ -695,6 +695,9 @@ func (cs *clientStream) commitLocked() {
 // Responses event meterSkipsResponsesEvent names, or a Chat chunk without a
 // "usage" member.
 func (cs *clientStream) eventLocked(name string, data []byte, plain bool) error {
+	if cs.splice != nil {
+		cs.splice.wrote = true
+	}
 	if cs.gone {
 		if cs.detached {
 			// Nobody reads it, but the upstream bills it: the usage meter

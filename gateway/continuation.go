@@ -662,7 +662,11 @@ func (cs *clientStream) arm() {
 type splicer struct {
 	kind      string
 	prevUsage []byte // the failed attempts' usage, summed: added to this one's
-	fed       bool   // the attempt sent something beyond its lifecycle events
+	// wrote: the client was sent an event of this attempt (eventLocked).
+	// What a restart suppresses while it reproduces, or a new message item
+	// held until it carries text, was not sent: an attempt that fails
+	// before anything was has added nothing (README "Continuation").
+	wrote bool
 
 	// Responses.
 	n          int                    // the client's items when the attempt began
@@ -702,6 +706,9 @@ type splicedItem struct {
 	parts   map[int64]*splicedPart
 	args    reproducer
 	counted bool // restart: counted in splice.reproduced
+	// held: a new message item's events while it has shown no text
+	// (holdNewLocked); its index is given once they go out.
+	held []heldEvent
 }
 
 // countUnclosed counts as reproduced the restart's items that reproduced
@@ -856,12 +863,12 @@ func (cs *clientStream) beginSplice(kind string, prevUsage []byte) {
 	cs.splice = sp
 }
 
-// splicedAny reports whether the continuation attempt sent anything beyond
-// its lifecycle events.
+// splicedAny reports whether the client was sent anything of the
+// continuation attempt.
 func (cs *clientStream) splicedAny() bool {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	return cs.splice != nil && cs.splice.fed
+	return cs.splice != nil && cs.splice.wrote
 }
 
 // divergeLocked ends the stream: the restart contradicted what was sent.
@@ -897,7 +904,6 @@ func (cs *clientStream) spliceLocked(name string, data []byte, f *eventFields) e
 	if isTerminalType(typ) {
 		return cs.splicedTerminalLocked(typ, f.Response)
 	}
-	sp.fed = true
 	if f.OutputIndex.Type != gjson.Number {
 		return cs.writeLocked(name, data, f) // not about an item
 	}
@@ -910,6 +916,9 @@ func (cs *clientStream) spliceLocked(name string, data []byte, f *eventFields) e
 	case m == nil:
 		return nil // an item the attempt never added
 	case m.newItem:
+		if m.held != nil {
+			return cs.holdNewLocked(name, data, f, m)
+		}
 		if m.index == k {
 			return cs.writeLocked(name, data, f)
 		}
@@ -1074,13 +1083,78 @@ func (cs *clientStream) spliceAddedLocked(name string, data []byte, f *eventFiel
 			return cs.divergeLocked("started a new item before reproducing those already sent")
 		}
 	}
-	m := &splicedItem{newItem: true, index: sp.next}
-	sp.next++
+	m := &splicedItem{newItem: true}
 	sp.items[k] = m
-	if m.index == k {
+	if typ == "message" && !carriesText(data, f) {
+		m.held = []heldEvent{{name: logName(name), data: bytes.Clone(data)}}
+		return nil
+	}
+	return cs.openNewLocked(name, data, f, m)
+}
+
+// openNewLocked gives the attempt's new item m the client's next
+// output_index and writes data, its first event to go out.
+func (cs *clientStream) openNewLocked(name string, data []byte, f *eventFields, m *splicedItem) error {
+	sp := cs.splice
+	m.index = sp.next
+	sp.next++
+	if m.index == f.OutputIndex.Int() {
 		return cs.writeLocked(name, data, f)
 	}
 	return cs.rewriteLocked(name, data, intField("output_index", m.index))
+}
+
+// holdNewLocked takes an event of a continuation's new message item that
+// has shown no text yet: its events wait, as a stream's lifecycle events
+// wait for content, and go out in order with the first that carries text;
+// an item that ends without any is dropped, so that a target with nothing
+// to add (a prefill of a whole answer) leaves no empty message: the client's
+// output holds only what it was sent (docs/ARCHITECTURE.md §3).
+func (cs *clientStream) holdNewLocked(name string, data []byte, f *eventFields, m *splicedItem) error {
+	if !carriesText(data, f) {
+		if f.Type.Str == "response.output_item.done" {
+			m.held, m.newItem, m.drop = nil, false, true
+			return nil
+		}
+		m.held = append(m.held, heldEvent{name: logName(name), data: bytes.Clone(data)})
+		return nil
+	}
+	held := m.held
+	m.held = nil
+	for i, h := range held {
+		hf, _ := scanEvent(h.data)
+		var err error
+		if i == 0 {
+			err = cs.openNewLocked(h.name, h.data, &hf, m)
+		} else {
+			err = cs.rewriteLocked(h.name, h.data, intField("output_index", m.index))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return cs.rewriteLocked(name, data, intField("output_index", m.index))
+}
+
+// carriesText reports whether an event of a message item shows text: a
+// delta, or a part or item (added or done) or a done event with text (an
+// upstream need not stream a text before its done forms).
+func carriesText(data []byte, f *eventFields) bool {
+	hasText := func(part gjson.Result) bool { return part.Get("text").Str != "" || part.Get("refusal").Str != "" }
+	switch {
+	case f.Delta.Type == gjson.String:
+		return f.Delta.Str != ""
+	case f.Part.IsObject():
+		return hasText(f.Part)
+	case f.Item.IsObject():
+		found := false
+		f.Item.Get("content").ForEach(func(_, p gjson.Result) bool {
+			found = hasText(p)
+			return !found
+		})
+		return found
+	}
+	return hasText(gjson.ParseBytes(data))
 }
 
 // splicePartLocked maps a content part of an item the attempt continues
@@ -1383,7 +1457,6 @@ func (cs *clientStream) spliceChatLocked(data []byte, finish bool, usage gjson.R
 	if id := root.Get("id"); cs.chatID != "" && id.Type == gjson.String && id.Str != cs.chatID {
 		out, _ = sjson.SetBytes(out, "id", cs.chatID)
 	}
-	sp.fed = true
 	if err := cs.eventLocked("", out, false); err != nil {
 		return err
 	}
