@@ -295,11 +295,29 @@ func (ws *wsSession) run() {
 			_ = ws.conn.Close(websocket.StatusNormalClosure, "idle timeout")
 			return
 		case <-ws.s.drainCh:
-			// Requests in flight were answered above; nothing new starts.
+			// The request in flight was answered above (handleFrame returns
+			// once its stream ends); nothing new starts. Each frame already
+			// read gets its answer first, as handleFrame gives it while
+			// draining, so that every response.create is answered once
+			// whichever case the select picked (README "Running it"). Only
+			// the frames queued now are answered: a client that keeps
+			// sending cannot hold the drain open.
+			for n := inbox.len(); n > 0 && ctx.Err() == nil; n-- {
+				if data, ok := inbox.pop(); ok {
+					ws.handleFrame(ctx, data)
+				}
+			}
 			_ = ws.conn.Close(websocket.StatusNormalClosure, "the gateway is shutting down")
 			return
 		}
 	}
+}
+
+// errShuttingDown is the refusal of a request that arrives once the drain
+// began, the one an HTTP request gets then (proxy.go): a 503 the client may
+// retry on another instance.
+func errShuttingDown() *apierr.Error {
+	return apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the gateway is shutting down; retry on another instance")
 }
 
 func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
@@ -331,6 +349,16 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 		}
 		s.traceRefusal(ws.header, meta.key, responsesEndpoint, hostabi.SurfaceWebSocket, start, e, meta.model)
 		out.fail(req, e, failInvalid) // the frame itself was refused: no stream began
+	}
+	if s.draining.Load() {
+		// No frame starts work once the drain began, whether it was read
+		// before or after (README "Running it"): a request is refused as
+		// over HTTP, and a streaming-input chunk, not a request of its own,
+		// is dropped with the session.
+		if !streaminput.IsInputChunk(data) {
+			fail(errShuttingDown())
+		}
+		return
 	}
 	key := ws.key
 	if key != nil {

@@ -30,7 +30,7 @@ import (
 const responsesWebSocketBeta = "responses_websockets=2026-02-06"
 
 // wsUpstreams keeps WebSocket connections to upstreams, one per (upstream,
-// credential headers, session scope): the upstream bills a socket's
+// credential headers, client, session scope): the upstream bills a socket's
 // requests to the credentials it was opened with, so a socket serves only
 // requests that would open it with the same ones (socketPool); and the
 // upstream's previous_response_id state is local to its socket, so a
@@ -403,7 +403,7 @@ func (w *wsUpstreams) send(upCtx context.Context, firstByte func() (context.Cont
 		return nil, fmt.Errorf("building response.create: %w", err)
 	}
 	header := wsDialHeader(req, u)
-	pool := socketPool(u, header)
+	pool := socketPool(u, header, req.clientKeyHash)
 	var sock *upstreamSocket
 	pending := 0
 	if needsScopeSocket(req, frame) {
@@ -521,8 +521,13 @@ func wsDialHeader(req *clientRequest, u *upstream.Upstream) http.Header {
 // credentials it was opened with and keeps its previous_response_id state
 // per socket, so a request never goes over a socket opened with other ones
 // (SECURITY.md: a client's credentials reach the upstream its request goes
-// to). The hash keeps no credential in memory, as clientkey.Hash.
-func socketPool(u *upstream.Upstream, header http.Header) string {
+// to). It names the client too (clientKeyHash, the hash of its own
+// credential, as clientkey.Hash): on an upstream with api_key every client
+// dials with that key, and one client must not wait behind another's
+// request, nor ride the socket and per-socket upstream state of another,
+// when both send the same session or turn state (SECURITY.md). The hash
+// keeps no credential in memory, as clientkey.Hash.
+func socketPool(u *upstream.Upstream, header http.Header, clientKeyHash string) string {
 	forwarded := u.Config().ForwardHeaders
 	names := make([]string, 0, len(header))
 	for k := range header {
@@ -538,6 +543,9 @@ func socketPool(u *upstream.Upstream, header http.Header) string {
 			fmt.Fprintf(sum, "%d:%s%d:%s", len(k), k, len(v), v)
 		}
 	}
+	// After the length-prefixed headers, under a tag no header entry
+	// starts with (they start with a digit).
+	fmt.Fprintf(sum, "client:%s", clientKeyHash)
 	return u.Name() + "\x00" + hex.EncodeToString(sum.Sum(nil)[:16])
 }
 

@@ -147,13 +147,16 @@ func (a *Accumulator) Reset() {
 
 // Apply merges the chunks held into a response.create frame (flat, as
 // Codex sends it, or with the request under "response") and resets the
-// Accumulator. With no chunks held it returns body unchanged. A gap in the
-// sequence ids fails with 409 sequence_gap and keeps the chunks, so the
-// client can send the missing ones and retry.
+// Accumulator. With no chunks held it returns body unchanged. It resets the
+// Accumulator when it fails too (a gap in the sequence ids fails with 409
+// sequence_gap): the refused response.create was answered, and the next
+// one starts clean, its sequence ids again from 0 (README "WebSocket"), so
+// one bad batch does not refuse every later request on the socket.
 func (a *Accumulator) Apply(body []byte) ([]byte, error) {
 	if len(a.chunks) == 0 {
 		return body, nil
 	}
+	defer a.Reset()
 	if a.next <= a.maxSeq {
 		var gaps []uint64
 		for q := a.next; q <= a.maxSeq && len(gaps) < 10; q++ {
@@ -200,6 +203,5 @@ func (a *Accumulator) Apply(body []byte) ([]byte, error) {
 		}
 		out = merged
 	}
-	a.Reset()
 	return out, nil
 }

@@ -256,8 +256,9 @@ func TestTemplateInputShapes(t *testing.T) {
 }
 
 // TestAccumulatorGaps: Apply refuses chunks with holes, naming the first
-// ten missing sequence ids and no more, and applies them once the holes
-// are filled, whatever order they came in.
+// ten missing sequence ids and no more, and drops them with the refused
+// response.create: the next one starts clean, its ids again from 0; the
+// whole batch resent applies, whatever order it came in.
 func TestAccumulatorGaps(t *testing.T) {
 	add := func(a *Accumulator, seqs ...int) {
 		t.Helper()
@@ -283,10 +284,13 @@ func TestAccumulatorGaps(t *testing.T) {
 	if got := gapsOf(err); got != "1" {
 		t.Fatalf("missing %q, want 1", got)
 	}
-	add(a, 1)
+	if out, err := a.Apply(create); err != nil || string(out) != string(create) {
+		t.Fatalf("the next response.create after a refused one: %s %v, want it unchanged", out, err)
+	}
+	add(a, 2, 1, 0)
 	out, err := a.Apply(create)
 	if err != nil || gjson.GetBytes(out, "input").Str != "0 1 2 " {
-		t.Fatalf("after filling the gap: %s %v", out, err)
+		t.Fatalf("the whole batch resent: %s %v", out, err)
 	}
 
 	a = NewAccumulator(AccumulatorOptions{ReorderWindow: 32})
