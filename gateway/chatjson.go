@@ -69,17 +69,22 @@ func chatCompletionChunks(body []byte) (evs []sse.Event, ok bool) {
 			index = i.Raw
 		}
 		position++
-		// choice is the chunk's choices member: this choice with delta and
-		// the other members given.
-		choice := func(delta []byte, members []byte) []byte {
+		// choice is the chunk's choices member: this choice with delta,
+		// logprobs and finish_reason (raw JSON; "" is null). Every chunk
+		// carries both, null until they have a value, as OpenAI's chunks
+		// (and so a relayed stream's) do: the schema's choice requires
+		// finish_reason.
+		choice := func(delta []byte, logprobs, finish string) []byte {
 			c := appendMember(appendMember(nil, `"index"`, index), `"delta"`, string(object(delta)))
-			return appendMember(nil, `"choices"`, "["+string(object(joinMembers(c, members)))+"]")
+			c = appendMember(c, `"logprobs"`, orNull(logprobs))
+			c = appendMember(c, `"finish_reason"`, orNull(finish))
+			return appendMember(nil, `"choices"`, "["+string(object(c))+"]")
 		}
 		role := msg.Get("role")
 		if role.Type != gjson.String {
 			role = gjson.Parse(`"assistant"`)
 		}
-		chunk(choice(appendMember(nil, `"role"`, role.Raw), nil))
+		chunk(choice(appendMember(nil, `"role"`, role.Raw), "", ""))
 		var delta []byte // content, refusal, reasoning and the rest of the message
 		msg.ForEach(func(k, v gjson.Result) bool {
 			if k.Str != "role" && k.Str != "tool_calls" && v.Type != gjson.Null {
@@ -87,12 +92,12 @@ func chatCompletionChunks(body []byte) (evs []sse.Event, ok bool) {
 			}
 			return true
 		})
-		var logprobs []byte
-		if lp := ch.Get("logprobs"); lp.Exists() && lp.Type != gjson.Null {
-			logprobs = appendMember(nil, `"logprobs"`, lp.Raw)
+		logprobs := ch.Get("logprobs")
+		if logprobs.Type == gjson.Null {
+			logprobs.Raw = ""
 		}
-		if delta != nil || logprobs != nil {
-			chunk(choice(delta, logprobs))
+		if delta != nil || logprobs.Raw != "" {
+			chunk(choice(delta, logprobs.Raw, ""))
 		}
 		calls := 0
 		msg.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
@@ -109,14 +114,10 @@ func chatCompletionChunks(body []byte) (evs []sse.Event, ok bool) {
 				return true
 			})
 			calls++
-			chunk(choice(appendMember(nil, `"tool_calls"`, "["+string(object(call))+"]"), nil))
+			chunk(choice(appendMember(nil, `"tool_calls"`, "["+string(object(call))+"]"), "", ""))
 			return true
 		})
-		finish := ch.Get("finish_reason").Raw
-		if finish == "" {
-			finish = "null"
-		}
-		chunk(choice(nil, appendMember(nil, `"finish_reason"`, finish)))
+		chunk(choice(nil, "", ch.Get("finish_reason").Raw))
 		return true
 	})
 	if !ok {
@@ -147,6 +148,14 @@ func joinMembers(a, b []byte) []byte {
 		out = append(out, ',')
 	}
 	return append(out, b...)
+}
+
+// orNull is raw, a JSON value, or null when it is empty.
+func orNull(raw string) string {
+	if raw == "" {
+		return "null"
+	}
+	return raw
 }
 
 // object is the JSON object of members (appendMember's).

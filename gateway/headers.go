@@ -225,7 +225,9 @@ func ParseTrustedProxies(list []string) ([]netip.Prefix, error) {
 }
 
 // copyResponseHeaders copies an upstream's response headers to the client,
-// minus hop-by-hop and framing headers the gateway sets itself. A family of
+// minus hop-by-hop and framing headers the gateway sets itself, and minus
+// Server: the answer is the gateway's, and the upstream's software (a
+// llama.cpp or Python server behind it) is no client's business. A family of
 // x-ratelimit-* headers the upstream sends any of replaces the gateway's
 // whole (README "Limits": unless the upstream sends its own), so no limit
 // is described half by each.
@@ -240,7 +242,7 @@ func copyResponseHeaders(dst, src http.Header) {
 	for k, v := range src {
 		switch http.CanonicalHeaderKey(k) {
 		case "Content-Length", "Content-Encoding", "Set-Cookie", "Connection", "Keep-Alive",
-			"Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Alt-Svc":
+			"Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Alt-Svc", "Server":
 			continue
 		}
 		dst[k] = v

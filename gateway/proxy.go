@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -1201,8 +1202,38 @@ func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRe
 		out.fail(req, e, failAsTerminal)
 		return attemptResult{next: nextDone}
 	}
-	out.relay(req, status, ans.header, ans.body)
+	out.relay(req, status, ans.header, openAIShapedBody(status, ans.body))
 	return attemptResult{next: nextDone}
+}
+
+// openAIShapedBody is an upstream's error body as the client gets it
+// (README "Endpoints": errors are OpenAI-shaped everywhere): one in OpenAI's
+// shape (message and type strings, code and param each a string or null)
+// unchanged, byte for byte; an error envelope in another shape, as
+// llama.cpp's integer code without a param, re-rendered in OpenAI's as an
+// in-stream error chunk is (pump.chatError), its message, type and param
+// kept and its code as clientCode gives it; a body with no error envelope,
+// or that is no valid JSON, unchanged.
+func openAIShapedBody(status int, body []byte) []byte {
+	if !gjson.ValidBytes(body) { // cut short, or no JSON at all: relayed as it came
+		return body
+	}
+	inner := gjson.GetBytes(body, "error")
+	if !inner.IsObject() {
+		return body
+	}
+	stringOrNull := func(r gjson.Result) bool { return r.Type == gjson.String || (r.Type == gjson.Null && r.Exists()) }
+	if inner.Get("message").Type == gjson.String && inner.Get("type").Type == gjson.String &&
+		stringOrNull(inner.Get("code")) && stringOrNull(inner.Get("param")) {
+		return body
+	}
+	e := relayedError(status, body)
+	e.Code = clientCode(e.Code, status)
+	b, err := json.Marshal(&e)
+	if err != nil {
+		return body
+	}
+	return b
 }
 
 // onRecovered clears the stale anchor of a request whose previous response
@@ -1369,10 +1400,26 @@ func errorShaped(ev sse.Event, chat bool) (code string, status int, ok bool) {
 	if status == 0 {
 		status = errorStatusOf(e)
 	}
-	if code == "" && status == http.StatusTooManyRequests {
-		code = "rate_limit_exceeded"
+	if status == http.StatusTooManyRequests { // the code a capacity answer carries (capacityErr)
+		code = clientCode(code, status)
 	}
 	return code, status, true
+}
+
+// clientCode is an upstream error's code as the client gets it beside
+// status: a code that only repeats the status (llama.cpp's numeric
+// "code": 429, codeBesideStatus) says nothing a client acts on, so a 429
+// gets the code OpenAI's rate limits carry, rate_limit_exceeded (what a
+// client that retries on rate limits looks for, from a Responses stream's
+// response.failed too), and any other status none.
+func clientCode(code string, status int) string {
+	if code != "" && codeBesideStatus(code, status) != "" {
+		return code
+	}
+	if status == http.StatusTooManyRequests {
+		return "rate_limit_exceeded"
+	}
+	return ""
 }
 
 // isCapacity reports whether an error means the upstream is out of capacity.

@@ -262,6 +262,10 @@ func (p *pump) firstEvent() (sse.Event, error) {
 	return ev, err
 }
 
+// llamaContextOverflowType is the error type llama.cpp's server gives a
+// prompt longer than its context (its code is the bare status, 400).
+const llamaContextOverflowType = "exceed_context_size_error"
+
 // unseen reports whether a failure now is still invisible to the client.
 func (p *pump) unseen() bool { return p.replayable && !p.cs.visible() }
 
@@ -621,6 +625,28 @@ func (p *pump) upstreamError(payload []byte, eventType string) string {
 	if perr.Type == "" {
 		perr.Type = apierr.TypeServer
 	}
+	status := recoverIn.HTTPStatus
+	if status == 0 { // the status its error stands for, as the attempt judged it (errorShaped)
+		_, status, _ = errorShaped(sse.Event{Data: payload}, false)
+	}
+	if isClientErrorStatus(status) {
+		// A client error's code that only repeats its status (clientCode)
+		// gives way to one of the spec's codes a client does not retry:
+		// llama.cpp's 400 for a prompt over the context is
+		// context_length_exceeded (Codex stops on it), another is
+		// invalid_prompt, never the server_error a missing code would
+		// travel as (README "Endpoints"). A type other than the generic
+		// ones leads the message, as an unknown code does.
+		if perr.Code = clientCode(perr.Code, status); perr.Code == "" {
+			perr.Code = "invalid_prompt"
+			if perr.Type == llamaContextOverflowType {
+				perr.Code = "context_length_exceeded"
+			}
+			if perr.Type != apierr.TypeInvalidRequest && perr.Type != apierr.TypeServer {
+				perr.Message = perr.Type + ": " + perr.Message
+			}
+		}
+	}
 	if perr.Code == "" {
 		perr.Code = apierr.CodeUpstreamError
 	} else if perr.Message == "" { // a code alone tells a reader little
@@ -778,6 +804,25 @@ func (p *pump) chatError(payload []byte) string {
 	}
 	if perr.Message == "" && perr.Code == "" {
 		perr = apierr.Error{Type: apierr.TypeServer, Code: apierr.CodeUpstreamError, Message: strings.TrimSpace(string(payload))}
+	} else {
+		e := gjson.ParseBytes(payload)
+		if inner := e.Get("error"); inner.IsObject() {
+			e = inner
+		}
+		perr.Status = errorStatusOf(e)
+		perr.Code = clientCode(perr.Code, perr.Status)
+	}
+	if !p.cs.visible() {
+		// Nothing went out yet: the error is the HTTP status and JSON
+		// error an answer of the upstream's would be (README "Failover and
+		// replay": only a Chat stream whose headers already went out gets
+		// an error chunk), so the SDKs raise the error class its status
+		// stands for (BadRequestError for a 400), not a generic one.
+		if perr.Status == 0 {
+			perr.Status = http.StatusBadGateway // as answerAsError: an error that names no status is the upstream's fault
+		}
+		p.cs.fail(p.req, &perr, failBeforeStream)
+		return reasonUpstreamError
 	}
 	p.terminate(reasonUpstreamError, &perr)
 	return reasonUpstreamError

@@ -1,6 +1,8 @@
 package gateway_test
 
 import (
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -203,14 +205,25 @@ func TestErrorStatusCodeIsJudgedAlike(t *testing.T) {
 				if ep != "/v1/responses" {
 					body = `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`
 				}
-				_, evs := h.streamEvents(ep, body)
-				var got []string
-				for _, ev := range evs {
-					got = append(got, string(ev.Data))
-				}
-				// response.created and response.failed; an error chunk and [DONE].
-				if len(evs) != 2 || !strings.Contains(got[0]+got[1], "bad request") {
-					t.Fatalf("the client did not get P's error: %q", got)
+				if ep == "/v1/responses" {
+					_, evs := h.streamEvents(ep, body)
+					var got []string
+					for _, ev := range evs {
+						got = append(got, string(ev.Data))
+					}
+					// response.created and response.failed.
+					if len(evs) != 2 || !strings.Contains(got[0]+got[1], "bad request") {
+						t.Fatalf("the client did not get P's error: %q", got)
+					}
+				} else {
+					// Nothing went out: a Chat stream gets the status and
+					// JSON error (README "Failover and replay").
+					resp := h.post(ep, body)
+					got, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(got), "bad request") {
+						t.Fatalf("the client did not get P's error as a 400: %d %s", resp.StatusCode, got)
+					}
 				}
 				if in := askedOnce(t, pol); in.FailureClass != hostabi.FailureClientError || in.HTTPStatus != 400 {
 					t.Fatalf("replay policy asked %+v; want a client_error of status 400", in)

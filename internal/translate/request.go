@@ -149,6 +149,7 @@ type reqFields struct {
 	user, promptCacheKey, safetyIdentifier, serviceTier              gjson.Result
 	previousResponseID, store, metadata, truncation                  gjson.Result
 	background, conversation, prompt                                 gjson.Result
+	include, topLogprobs                                             gjson.Result
 }
 
 // forwardedFields lists every top-level Responses field that reaches the Chat
@@ -235,6 +236,12 @@ func (f *reqFields) set(key string, v gjson.Result) bool {
 	case "prompt":
 		f.prompt = v
 		return false
+	case "include": // the logprobs one is rejected; the others ask for what a Chat upstream never has
+		f.include = v
+		return false
+	case "top_logprobs":
+		f.topLogprobs = v
+		return false
 	default:
 		return false
 	}
@@ -280,6 +287,14 @@ func ToChat(body []byte, history []json.RawMessage, opts RequestOptions) (chat [
 	}
 	if present(f.prompt) {
 		return nil, info, apierr.Invalid("prompt", codeUnsupportedParameter, "Prompt templates are not supported by this upstream.")
+	}
+	// Logprobs asked for and dropped would come back as empty arrays, read
+	// as "none" rather than "not supported".
+	if i := includedLogprobs(f.include); i >= 0 {
+		return nil, info, apierr.Invalid(fmt.Sprintf("include[%d]", i), codeUnsupportedParameter, "Logprobs (message.output_text.logprobs) are not supported by this upstream.")
+	}
+	if f.topLogprobs.Type == gjson.Number && f.topLogprobs.Num != 0 {
+		return nil, info, apierr.Invalid("top_logprobs", codeUnsupportedParameter, "top_logprobs is not supported by this upstream.")
 	}
 
 	// Scalars first: they are cheap and their errors are the easiest to read.
@@ -1363,4 +1378,19 @@ func appendNormalised(out []byte, it gjson.Result, f itemFields) []byte {
 		out = append(out, f.content.Raw...)
 	}
 	return append(out, '}')
+}
+
+// includedLogprobs is the index of message.output_text.logprobs in a
+// request's include, or -1.
+func includedLogprobs(include gjson.Result) int {
+	at := -1
+	if include.IsArray() {
+		for i, v := range include.Array() {
+			if v.Str == "message.output_text.logprobs" {
+				at = i
+				break
+			}
+		}
+	}
+	return at
 }

@@ -270,6 +270,8 @@ func TestToChatRejects(t *testing.T) {
 		{"background", `{"model":"m","input":"q","background":true}`, "background", "unsupported_parameter", "Background", nil},
 		{"conversation", `{"model":"m","input":"q","conversation":"conv_1"}`, "conversation", "unsupported_parameter", "", nil},
 		{"prompt", `{"model":"m","input":"q","prompt":{"id":"pmpt_1"}}`, "prompt", "unsupported_parameter", "", nil},
+		{"logprobs included", `{"model":"m","input":"q","include":["reasoning.encrypted_content","message.output_text.logprobs"]}`, "include[1]", "unsupported_parameter", "Logprobs", nil},
+		{"top_logprobs", `{"model":"m","input":"q","top_logprobs":3}`, "top_logprobs", "unsupported_parameter", "", nil},
 		{"reasoning effort wrong type", `{"model":"m","input":"q","reasoning":{"effort":3}}`, "reasoning.effort", "invalid_type", "", nil},
 		{"reasoning wrong type", `{"model":"m","input":"q","reasoning":"high"}`, "reasoning", "invalid_type", "", nil},
 		{"text format unknown", `{"model":"m","input":"q","text":{"format":{"type":"yaml"}}}`, "text.format.type", "invalid_value", "yaml", nil},
