@@ -69,7 +69,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, ep endpoint) {
 		s.traceRefusal(r.Header, keyOf(r), ep, surface, start, aerr, model) // tracing.go: its own span; nothing without tracing
 	}
 	if s.draining.Load() {
-		refuse(apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the gateway is shutting down; retry on another instance"), "")
+		refuse(errShuttingDown(), "")
 		return
 	}
 	if aerr := scopeOf(r.Header, "").overlong(); aerr != nil {

@@ -314,8 +314,8 @@ func (ws *wsSession) run() {
 }
 
 // errShuttingDown is the refusal of a request that arrives once the drain
-// began, the one an HTTP request gets then (proxy.go): a 503 the client may
-// retry on another instance.
+// began, an HTTP request (proxy.go) or a WebSocket frame alike: a 503 the
+// client may retry on another instance.
 func errShuttingDown() *apierr.Error {
 	return apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the gateway is shutting down; retry on another instance")
 }
