@@ -19,6 +19,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
+	"github.com/tidwall/gjson"
 
 	"github.com/sluice-gw/sluice/gateway"
 	"github.com/sluice-gw/sluice/internal/upstreamtest"
@@ -195,6 +196,7 @@ func TestLimitRequestsPerMinute(t *testing.T) {
 	}
 	resp, b := send(t, h, http.MethodPost, "/v1/responses", teamAKey, simple)
 	limit(t, resp, b, "rate_limit_exceeded")
+	limitType(t, b, "requests")
 	if resp.Header.Get("X-Ratelimit-Remaining-Requests") != "0" || resp.Header.Get("X-Ratelimit-Reset-Requests") == "" {
 		t.Fatalf("headers: %v", resp.Header)
 	}
@@ -246,6 +248,16 @@ func TestLimitTokensPerMinuteSettlesFromRealUsage(t *testing.T) {
 	limit(t, resp, b, "rate_limit_exceeded")
 	if resp.Header.Get("X-Ratelimit-Remaining-Tokens") == "" || resp.Header.Get("X-Ratelimit-Reset-Tokens") == "" {
 		t.Fatalf("headers: %v", resp.Header)
+	}
+	limitType(t, b, "tokens")
+}
+
+// limitType checks a 429's error type: OpenAI's "tokens" for a
+// tokens-per-minute limit, "requests" for a requests-per-minute one.
+func limitType(t *testing.T, b []byte, want string) {
+	t.Helper()
+	if got := gjson.GetBytes(b, "error.type").Str; got != want {
+		t.Fatalf("error type %q, want %q: %s", got, want, b)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -155,31 +156,56 @@ func TestFollowUpResolvesFromStoreAfterRestart(t *testing.T) {
 	}
 }
 
+// TestOwnerCoolingDownFailsClosed: a follow-up whose owner cools down,
+// whether the whole upstream (a failed connection) or its target (after
+// the owner's 429), fails closed without calling any upstream, with the
+// 503 upstream_unavailable that carries the owner's remaining cooldown
+// (Retry-After, and in the message) as README "Failover and replay" says.
 func TestOwnerCoolingDownFailsClosed(t *testing.T) {
-	st := openStore(t, t.TempDir())
-	h := continuityHarness(t, st, gateway.Options{})
-	_, id := h.turn("", nil)
-	own := owner(id)
-	h.pool.Cooldown(h.pool.Get(own), time.Minute, "test")
-	before := h.ups["A"].RequestCount() + h.ups["B"].RequestCount()
+	for _, tc := range []struct {
+		name string
+		cool func(h *harness, own, id string)
+	}{
+		{"upstream cooling down", func(h *harness, own, _ string) {
+			h.pool.Cooldown(h.pool.Get(own), time.Minute, "connect failure")
+		}},
+		{"target cooling down after its 429", func(h *harness, own, id string) {
+			h.ups[own].Enqueue(upstreamtest.Status429(time.Minute))
+			resp := h.post("/v1/responses", `{"model":"gpt-fake-1","input":"x","previous_response_id":"`+id+`"}`)
+			_ = resp.Body.Close()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := openStore(t, t.TempDir())
+			h := continuityHarness(t, st, gateway.Options{})
+			_, id := h.turn("", nil)
+			own := owner(id)
+			tc.cool(h, own, id)
+			before := h.ups["A"].RequestCount() + h.ups["B"].RequestCount()
 
-	evs, _ := h.turn(id, nil)
-	last := assertOneTerminal(t, evs)
-	if last.typ != "response.failed" || last.code != "upstream_unavailable" {
-		t.Fatalf("stream: %s %s", last.typ, last.code)
-	}
-	resp := h.post("/v1/responses", `{"model":"gpt-fake-1","input":"x","previous_response_id":"`+id+`"}`)
-	if resp.StatusCode != http.StatusBadGateway {
-		t.Fatalf("JSON status %d", resp.StatusCode)
-	}
-	if e := readError(t, resp); deref(e.Error.Code) != "upstream_unavailable" || e.Error.Type != "server_error" {
-		t.Fatalf("JSON error %+v", e)
-	}
-	if after := h.ups["A"].RequestCount() + h.ups["B"].RequestCount(); after != before {
-		t.Fatalf("%d upstream calls while failing closed", after-before)
-	}
-	if !strings.Contains(h.metrics(), `continuity_fail_closed_total{reason="owner_unavailable",surface="responses_stream"} 1`) {
-		t.Fatalf("fail-closed not counted:\n%s", grep(h.metrics(), "fail_closed"))
+			evs, _ := h.turn(id, nil)
+			last := assertOneTerminal(t, evs)
+			if last.typ != "response.failed" || last.code != "upstream_unavailable" || !strings.Contains(string(last.data), "please try again in") {
+				t.Fatalf("stream: %s %s %s", last.typ, last.code, last.data)
+			}
+			resp := h.post("/v1/responses", `{"model":"gpt-fake-1","input":"x","previous_response_id":"`+id+`"}`)
+			if resp.StatusCode != http.StatusServiceUnavailable {
+				t.Fatalf("JSON status %d, want 503", resp.StatusCode)
+			}
+			if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || ra < 1 || ra > 60 {
+				t.Fatalf("Retry-After %q, want the owner's remaining cooldown (1..60 s)", resp.Header.Get("Retry-After"))
+			}
+			e := readError(t, resp)
+			if deref(e.Error.Code) != "upstream_unavailable" || e.Error.Type != "server_error" || !strings.Contains(e.Error.Message, "please try again in") {
+				t.Fatalf("JSON error %+v", e)
+			}
+			if after := h.ups["A"].RequestCount() + h.ups["B"].RequestCount(); after != before {
+				t.Fatalf("%d upstream calls while failing closed", after-before)
+			}
+			if !strings.Contains(h.metrics(), `continuity_fail_closed_total{reason="owner_unavailable",surface="responses_stream"} 1`) {
+				t.Fatalf("fail-closed not counted:\n%s", grep(h.metrics(), "fail_closed"))
+			}
+		})
 	}
 }
 

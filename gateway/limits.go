@@ -49,13 +49,18 @@ type LimitError struct {
 	Message    string
 	RetryAfter time.Duration
 	State      LimitState
+	// PerMinuteTokens: the refusal is the tpm limit's.
+	PerMinuteTokens bool
 }
 
 // apiError is the 429 the client gets.
 func (e *LimitError) apiError() *apierr.Error {
 	typ := "requests"
-	if e.Code == CodeInsufficientQuota {
+	switch {
+	case e.Code == CodeInsufficientQuota:
 		typ = CodeInsufficientQuota
+	case e.PerMinuteTokens:
+		typ = "tokens" // as OpenAI types its tokens-per-minute refusals ("requests" is its rpm's)
 	}
 	return &apierr.Error{Status: http.StatusTooManyRequests, Type: typ, Code: e.Code, Message: e.Message, RetryAfter: e.RetryAfter}
 }
@@ -167,8 +172,10 @@ func (b *bucket) untilFull() time.Duration {
 type LocalLimiter struct {
 	// Seed returns the tokens a key already used in [from, to] (UTC days,
 	// YYYY-MM-DD), read once per key and period, when a budget first
-	// needs it; nil: 0.
-	Seed func(ctx context.Context, key, from, to string) int64
+	// needs it; nil: 0. A read that fails is tried again at the key's next
+	// admission (a store that is down must not make a spent budget whole
+	// for the rest of the period).
+	Seed func(ctx context.Context, key, from, to string) (int64, error)
 	// Now is the clock; nil: time.Now.
 	Now func() time.Time
 
@@ -184,8 +191,9 @@ type keyLimits struct {
 	dayUsed    int64
 	monthUsed  int64
 	// daySeeded and monthSeeded: the totals of day and month were read
-	// from the usage store, which happens once a budget needs them (a key
-	// may get its budget mid-period).
+	// from the usage store (or learnt from the shared limiter, observe),
+	// which happens once a budget needs them (a key may get its budget
+	// mid-period).
 	daySeeded, monthSeeded bool
 	// reserved is the estimates of the requests in flight admitted under a
 	// budget; they end in today's totals, whichever day they began.
@@ -255,19 +263,41 @@ func (l *LocalLimiter) seed(ctx context.Context, key string, lim store.KeyLimits
 		return
 	}
 	var dayUsed, monthUsed int64
+	var dayErr, monthErr error
 	if needDay {
-		dayUsed = l.Seed(ctx, key, day, day)
+		dayUsed, dayErr = l.Seed(ctx, key, day, day)
 	}
 	if needMonth {
-		monthUsed = l.Seed(ctx, key, month+"-01", day)
+		monthUsed, monthErr = l.Seed(ctx, key, month+"-01", day)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	k = l.entry(key, lim, now)
-	if needDay && k.day == day && !k.daySeeded {
+	if needDay && dayErr == nil && k.day == day && !k.daySeeded {
 		k.dayUsed, k.daySeeded = max(k.dayUsed, dayUsed), true
 	}
-	if needMonth && k.month == month && !k.monthSeeded {
+	if needMonth && monthErr == nil && k.month == month && !k.monthSeeded {
+		k.monthUsed, k.monthSeeded = max(k.monthUsed, monthUsed), true
+	}
+}
+
+// observe raises key's day and month totals to what the shared limiter
+// last saw of them (-1: not seen), and counts them as seeded: they are
+// the budgets' totals across the replicas, so this process, used as the
+// fallback while the shared limiter is unavailable, starts from them
+// rather than from a usage store that is down with it (README "Limits
+// across replicas").
+func (l *LocalLimiter) observe(key string, lim store.KeyLimits, now time.Time, dayUsed, monthUsed int64) {
+	if dayUsed < 0 && monthUsed < 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := l.entry(key, lim, now)
+	if dayUsed >= 0 {
+		k.dayUsed, k.daySeeded = max(k.dayUsed, dayUsed), true
+	}
+	if monthUsed >= 0 {
 		k.monthUsed, k.monthSeeded = max(k.monthUsed, monthUsed), true
 	}
 }
@@ -314,7 +344,9 @@ func (l *LocalLimiter) Admit(ctx context.Context, key string, lim store.KeyLimit
 	}
 	if k.tpm != nil {
 		if ok, wait := k.tpm.take(float64(estimate), now); !ok {
-			return nil, refuse(CodeRateLimitExceeded, wait, "the key %q reached its limit of %d tokens per minute", key, lim.TPM)
+			lerr := refuse(CodeRateLimitExceeded, wait, tpmMessage, key, lim.TPM)
+			lerr.PerMinuteTokens = true
+			return nil, lerr
 		}
 	}
 	if k.rpm != nil {
@@ -328,6 +360,9 @@ func (l *LocalLimiter) Admit(ctx context.Context, key string, lim store.KeyLimit
 	}
 	return &localAdmission{l: l, k: k, estimate: float64(min(estimate, max(lim.TPM, 0))), reserved: reserved, state: k.state()}, nil
 }
+
+// tpmMessage is the refusal of the tpm limit: key, limit.
+const tpmMessage = "the key %q reached its limit of %d tokens per minute"
 
 // budgetInFlightMessage is the refusal of a budget that only the requests
 // in flight fill: key, budget, period.

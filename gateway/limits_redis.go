@@ -39,15 +39,18 @@ type ScriptRunner interface {
 //
 // The clock is Redis's (TIME), so replicas' clocks need not agree. While
 // Redis is unavailable it fails open to Fallback (each replica's own
-// limits), logs it, and counts it in Fallbacks.
+// limits), logs it, and counts it in Fallbacks. The default fallback
+// starts each key's budgets from the totals this replica last saw in
+// Redis, so an outage does not hand a spent budget out again.
 type RedisLimiter struct {
 	Store ScriptRunner
 	// Fallback is used while Redis is unavailable; nil: a LocalLimiter.
 	Fallback Limiter
 	// Seed returns the tokens a key already used in [from, to] (UTC days),
 	// read when a budget's counter does not exist yet; nil: 0. (With
-	// AccountsOptions.Usage set, the gateway fills it in.)
-	Seed func(ctx context.Context, key, from, to string) int64
+	// AccountsOptions.Usage set, the gateway fills it in.) While it fails,
+	// the counter is not created and admissions go to Fallback.
+	Seed func(ctx context.Context, key, from, to string) (int64, error)
 	// LeaseTTL bounds how long a concurrency slot is held without Done
 	// (a request longer than that stops counting); default 15m.
 	LeaseTTL time.Duration
@@ -94,9 +97,10 @@ func (l *RedisLimiter) degraded(what, key string, err error) {
 // lease id, lease ttl ms, day end ms, month end ms, reservation ("<lease
 // id>:<estimate>", "": none), day seed, month seed (-1: unknown). Reply
 // {code, retry ms, rpm remaining, rpm reset ms, tpm remaining, tpm reset
-// ms}; code 0 admitted, 1 day budget, 2 month budget, 3 concurrent, 4 rpm,
-// 5 tpm, 6 a budget's counter needs its seed (nothing was taken), 7 day
-// budget and 8 month budget reached only with the requests in flight.
+// ms, day used, month used (-1: not read)}; code 0 admitted, 1 day budget,
+// 2 month budget, 3 concurrent, 4 rpm, 5 tpm, 6 a budget's counter needs
+// its seed (nothing was taken), 7 day budget and 8 month budget reached
+// only with the requests in flight.
 var admitScript = store.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -127,8 +131,9 @@ if tpm > 0 then
   trem = math.floor(tokens)
   treset = math.ceil((tpm - tokens) / rate)
 end
+local dayUsed, monthUsed
 local function reply(code, retry)
-  return {code, math.ceil(retry), rrem, math.ceil(rreset), trem, treset}
+  return {code, math.ceil(retry), rrem, math.ceil(rreset), trem, treset, dayUsed or -1, monthUsed or -1}
 end
 
 local function used(k, limit, seed, ends)
@@ -139,7 +144,6 @@ local function used(k, limit, seed, ends)
   return seed
 end
 local unseeded = false
-local dayUsed, monthUsed
 if tpd > 0 then
   dayUsed = used(KEYS[4], tpd, daySeed, dayEnd)
   if dayUsed == nil then unseeded = true elseif dayUsed >= tpd then return reply(1, dayEnd - now) end
@@ -198,7 +202,7 @@ return reply(0, 0)
 // tpm, refund (the estimate minus what was used), lease id, used, day end
 // ms, month end ms, reservation ("": none). The reservation is dropped in
 // the step that counts the tokens used, so no admission sees a request
-// between the two.
+// between the two. Reply {day used, month used} (-1: no counter).
 var settleScript = store.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -219,7 +223,7 @@ if used > 0 then
   if redis.call('EXISTS', KEYS[3]) == 1 then redis.call('INCRBY', KEYS[3], used) end
   if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('INCRBY', KEYS[4], used) end
 end
-return 1
+return {tonumber(redis.call('GET', KEYS[3]) or -1), tonumber(redis.call('GET', KEYS[4]) or -1)}
 `)
 
 type redisKeys struct{ rpm, tpm, conc, day, month, budget string }
@@ -266,7 +270,7 @@ func (l *RedisLimiter) Admit(ctx context.Context, key string, lim store.KeyLimit
 			l.LeaseTTL.Milliseconds(), dayEnd.UnixMilli(), monthEnd.UnixMilli(), reservation, daySeed, monthSeed)
 		if err == nil {
 			var ok bool
-			if reply, ok = v.([]any); !ok || len(reply) != 6 {
+			if reply, ok = v.([]any); !ok || len(reply) < 6 {
 				err = fmt.Errorf("rate-limit script: unexpected reply %v", v)
 			}
 		}
@@ -281,20 +285,16 @@ func (l *RedisLimiter) Admit(ctx context.Context, key string, lim store.KeyLimit
 			break
 		}
 		// A budget's counter does not exist yet (a new day or month): seed it from the usage totals.
-		daySeed, monthSeed = 0, 0
-		if l.Seed != nil {
-			utc := now.UTC()
-			day := utc.Format(time.DateOnly)
-			if lim.TokensPerDay > 0 {
-				daySeed = l.Seed(ctx, key, day, day)
-			}
-			if lim.TokensPerMonth > 0 {
-				monthSeed = l.Seed(ctx, key, utc.Format("2006-01")+"-01", day)
-			}
+		if daySeed, monthSeed, err = l.seeds(ctx, key, lim, now); err != nil {
+			l.degraded("seed", key, err)
+			return l.Fallback.Admit(ctx, key, lim, estimate)
 		}
 	}
 	n := func(i int) int64 { v, _ := reply[i].(int64); return v }
 	ms := func(i int) time.Duration { return time.Duration(n(i)) * time.Millisecond }
+	if len(reply) >= 8 {
+		l.observed(key, lim, now, n(6), n(7))
+	}
 	var st LimitState
 	if lim.RPM > 0 {
 		st.LimitRequests, st.RemainingRequests, st.ResetRequests = lim.RPM, n(2), ms(3)
@@ -322,7 +322,9 @@ func (l *RedisLimiter) Admit(ctx context.Context, key string, lim store.KeyLimit
 	case 4:
 		return nil, refuse(CodeRateLimitExceeded, "the key %q reached its limit of %d requests per minute", key, lim.RPM)
 	case 5:
-		return nil, refuse(CodeRateLimitExceeded, "the key %q reached its limit of %d tokens per minute", key, lim.TPM)
+		lerr := refuse(CodeRateLimitExceeded, tpmMessage, key, lim.TPM)
+		lerr.PerMinuteTokens = true
+		return nil, lerr
 	case 7:
 		return nil, refuse(CodeInsufficientQuota, budgetInFlightMessage, key, lim.TokensPerDay, "today")
 	case 8:
@@ -330,6 +332,36 @@ func (l *RedisLimiter) Admit(ctx context.Context, key string, lim store.KeyLimit
 	}
 	l.degraded("admit", key, fmt.Errorf("rate-limit script: unexpected code %d", n(0)))
 	return l.Fallback.Admit(ctx, key, lim, estimate)
+}
+
+// seeds reads the usage totals of key's budgets' periods (0 for a period
+// without a budget, or without Seed).
+func (l *RedisLimiter) seeds(ctx context.Context, key string, lim store.KeyLimits, now time.Time) (day, month int64, err error) {
+	if l.Seed == nil {
+		return 0, 0, nil
+	}
+	utc := now.UTC()
+	today := utc.Format(time.DateOnly)
+	if lim.TokensPerDay > 0 {
+		if day, err = l.Seed(ctx, key, today, today); err != nil {
+			return 0, 0, fmt.Errorf("reading the usage of today for the budget: %w", err)
+		}
+	}
+	if lim.TokensPerMonth > 0 {
+		if month, err = l.Seed(ctx, key, utc.Format("2006-01")+"-01", today); err != nil {
+			return 0, 0, fmt.Errorf("reading the usage of this month for the budget: %w", err)
+		}
+	}
+	return day, month, nil
+}
+
+// observed hands the budgets' totals that Redis answered with (-1: none)
+// to the default fallback, which starts from them while Redis is
+// unavailable (a Fallback of the caller's keeps its own counts).
+func (l *RedisLimiter) observed(key string, lim store.KeyLimits, now time.Time, dayUsed, monthUsed int64) {
+	if local, ok := l.Fallback.(*LocalLimiter); ok {
+		local.observe(key, lim, now, dayUsed, monthUsed)
+	}
 }
 
 type redisAdmission struct {
@@ -353,10 +385,18 @@ func (a *redisAdmission) Done(used int64) {
 	a.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		ks, dayEnd, monthEnd := a.l.keysOf(a.key, a.l.now())
-		if _, err := a.l.Store.RunScript(ctx, settleScript, []string{ks.tpm, ks.conc, ks.day, ks.month, ks.budget},
-			a.lim.TPM, a.estimate-used, a.lease, max(used, 0), dayEnd.UnixMilli(), monthEnd.UnixMilli(), a.reservation); err != nil {
+		now := a.l.now()
+		ks, dayEnd, monthEnd := a.l.keysOf(a.key, now)
+		v, err := a.l.Store.RunScript(ctx, settleScript, []string{ks.tpm, ks.conc, ks.day, ks.month, ks.budget},
+			a.lim.TPM, a.estimate-used, a.lease, max(used, 0), dayEnd.UnixMilli(), monthEnd.UnixMilli(), a.reservation)
+		if err != nil {
 			a.l.degraded("settle", a.key, err)
+			return
+		}
+		if totals, ok := v.([]any); ok && len(totals) == 2 {
+			day, _ := totals[0].(int64)
+			month, _ := totals[1].(int64)
+			a.l.observed(a.key, a.lim, now, day, month)
 		}
 	})
 }

@@ -118,6 +118,7 @@ func TestSharedLimitTokensPerMinuteSettlesAcrossReplicas(t *testing.T) {
 	for i, h := range []*harness{r1, r2} {
 		resp, b := send(t, h, http.MethodPost, "/v1/responses", teamAKey, big)
 		limit(t, resp, b, "rate_limit_exceeded")
+		limitType(t, b, "tokens")
 		if resp.Header.Get("X-Ratelimit-Remaining-Tokens") == "" || resp.Header.Get("X-Ratelimit-Reset-Tokens") == "" {
 			t.Fatalf("replica %d headers: %v", i+1, resp.Header)
 		}
@@ -157,6 +158,36 @@ func TestSharedLimitFailsOpenWhileRedisIsDown(t *testing.T) {
 	}
 	if !strings.Contains(r1.logs.String(), "shared rate limits unavailable") {
 		t.Fatal("the fallback was not logged")
+	}
+}
+
+// TestSharedBudgetStaysSpentWhileRedisIsDown: a key that spent its daily
+// budget through Redis stays refused on every replica once Redis stops
+// answering: each replica's fallback starts from the totals it last saw
+// in Redis, not from the usage store that is down with it.
+func TestSharedBudgetStaysSpentWhileRedisIsDown(t *testing.T) {
+	srv := redistest.Start(t)
+	r1, r2, _, lims := sharedLimitReplicasOn(t, srv, keyRec("team-a", teamAKey, nil, store.KeyLimits{TokensPerDay: 5}))
+	if resp, b := send(t, r1, http.MethodPost, "/v1/responses", teamAKey, simple); resp.StatusCode != 200 {
+		t.Fatalf("first: %d %s", resp.StatusCode, b)
+	}
+	for i, h := range []*harness{r1, r2} {
+		resp, b := send(t, h, http.MethodPost, "/v1/responses", teamAKey, simple)
+		if resp.StatusCode != http.StatusTooManyRequests || codeOf(b) != "insufficient_quota" {
+			t.Fatalf("replica %d with Redis up: %d %s, want 429 insufficient_quota", i+1, resp.StatusCode, b)
+		}
+	}
+	srv.Kill()
+	for round := range 2 {
+		for i, h := range []*harness{r1, r2} {
+			resp, b := send(t, h, http.MethodPost, "/v1/responses", teamAKey, simple)
+			if resp.StatusCode != http.StatusTooManyRequests || codeOf(b) != "insufficient_quota" {
+				t.Fatalf("replica %d with Redis down (request %d): %d %s, want 429 insufficient_quota", i+1, round+1, resp.StatusCode, b)
+			}
+			if lims[i].Fallbacks() == 0 {
+				t.Fatalf("replica %d: no fallback counted", i+1)
+			}
+		}
 	}
 }
 
@@ -219,7 +250,7 @@ func TestRedisLimiterLimitChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rs.Close() })
-	lim := &gateway.RedisLimiter{Store: rs, Seed: func(context.Context, string, string, string) int64 { return 500 }}
+	lim := &gateway.RedisLimiter{Store: rs, Seed: func(context.Context, string, string, string) (int64, error) { return 500, nil }}
 	rpm := gateway.CodeRateLimitExceeded
 	for _, tc := range []struct {
 		name   string

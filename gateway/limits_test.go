@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -191,9 +192,9 @@ func TestLocalLimiterSeedsABudgetWhenItIsSet(t *testing.T) {
 			now := time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC)
 			var asked []string
 			lim := &gateway.LocalLimiter{Now: func() time.Time { return now },
-				Seed: func(_ context.Context, key, from, to string) int64 {
+				Seed: func(_ context.Context, key, from, to string) (int64, error) {
 					asked = append(asked, from+".."+to)
-					return tc.stored
+					return tc.stored, nil
 				}}
 			adm, lerr := lim.Admit(context.Background(), "k", store.KeyLimits{}, 1)
 			if lerr != nil {
@@ -579,12 +580,12 @@ func TestRateLimitHeadersComeAsWholeFamilies(t *testing.T) {
 func TestLocalLimiterSeedsOutsideItsLock(t *testing.T) {
 	release := make(chan struct{})
 	reading := make(chan struct{})
-	l := &gateway.LocalLimiter{Seed: func(ctx context.Context, key, from, to string) int64 {
+	l := &gateway.LocalLimiter{Seed: func(ctx context.Context, key, from, to string) (int64, error) {
 		if key == "slow" {
 			close(reading)
 			<-release
 		}
-		return 0
+		return 0, nil
 	}}
 	slowDone := make(chan struct{})
 	go func() {
@@ -613,4 +614,36 @@ func TestLocalLimiterSeedsOutsideItsLock(t *testing.T) {
 	}
 	close(release)
 	<-slowDone
+}
+
+// TestLocalLimiterRetriesAFailedSeed: a read of the usage store that fails
+// does not count as the period's total; the next admission reads again,
+// and a budget the store shows spent is refused from then on.
+func TestLocalLimiterRetriesAFailedSeed(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		budget store.KeyLimits
+	}{
+		{"day", store.KeyLimits{TokensPerDay: 300}},
+		{"month", store.KeyLimits{TokensPerMonth: 300}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			storeDown := true
+			lim := &gateway.LocalLimiter{Seed: func(context.Context, string, string, string) (int64, error) {
+				if storeDown {
+					return 0, errors.New("store unavailable")
+				}
+				return 500, nil
+			}}
+			adm, lerr := lim.Admit(context.Background(), "k", tc.budget, 1)
+			if lerr != nil {
+				t.Fatalf("with the store down: %+v, want admitted (fail open)", lerr)
+			}
+			adm.Done(1)
+			storeDown = false
+			if _, lerr := lim.Admit(context.Background(), "k", tc.budget, 1); lerr == nil || lerr.Code != gateway.CodeInsufficientQuota {
+				t.Fatalf("with the store back: %+v, want %s", lerr, gateway.CodeInsufficientQuota)
+			}
+		})
+	}
 }

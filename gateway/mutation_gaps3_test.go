@@ -91,11 +91,11 @@ func TestSharedBudgetSeededFromUsage(t *testing.T) {
 	var asked []string
 	var mu sync.Mutex
 	lim := &gateway.RedisLimiter{Store: rs, Now: func() time.Time { return now },
-		Seed: func(_ context.Context, key, from, to string) int64 {
+		Seed: func(_ context.Context, key, from, to string) (int64, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			asked = append(asked, key+" "+from+".."+to)
-			return 100
+			return 100, nil
 		}}
 	for _, tt := range []struct {
 		key       string

@@ -330,7 +330,8 @@ func (s *Server) pin(ctx context.Context, out responder, req *clientRequest) boo
 		if s.rehydrate(ctx, req, res.owner, u, why) { // portable.go
 			return true
 		}
-		s.failClosed(out, req, failOwnerUnavailable, http.StatusBadGateway, fmt.Sprintf("upstream %q that owns previous_response_id is unavailable (%s); retry later", res.owner, why))
+		un, _ := s.pool.TargetUnavailable(upstream.Target{Upstream: u, Model: req.model}) // the upstream's own wait comes first
+		s.failOwnerOut(out, req, fmt.Sprintf("upstream %q that owns previous_response_id is unavailable (%s)", res.owner, why), un.RetryIn)
 		return false
 	}
 	req.pinned = u
@@ -341,9 +342,30 @@ func (s *Server) pin(ctx context.Context, out responder, req *clientRequest) boo
 // failClosed answers a continuity failure with the retryable
 // upstream_unavailable error, without calling any (further) upstream.
 func (s *Server) failClosed(out responder, req *clientRequest, reason string, status int, message string) {
+	s.failClosedWith(out, req, reason, apierr.UpstreamUnavailable(status, "%s", message))
+}
+
+// failOwnerOut answers a pinned follow-up whose owner cannot take it now
+// (down, cooling down, circuit open) with the 503 upstream_unavailable of
+// README "Failover and replay", whatever keeps the owner out; wait, the
+// owner's remaining cooldown when known, is its Retry-After and is said in
+// its message, as a request that finds no target usable is told.
+func (s *Server) failOwnerOut(out responder, req *clientRequest, message string, wait time.Duration) {
+	if wait > 0 {
+		message = withRetryIn(message, wait)
+	} else {
+		message += "; retry later"
+	}
+	e := apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "%s", message)
+	e.RetryAfter = max(wait, 0)
+	s.failClosedWith(out, req, failOwnerUnavailable, e)
+}
+
+// failClosedWith is failClosed answering e.
+func (s *Server) failClosedWith(out responder, req *clientRequest, reason string, e *apierr.Error) {
 	s.metrics.failClosed.WithLabelValues(req.surface(), reason).Inc()
 	s.log.Warn("continuity fail closed", "surface", req.surface(), "reason", reason, "previous_response_id", LogID(req.previousResponseID))
-	out.fail(req, apierr.UpstreamUnavailable(status, "%s", message), failBeforeStream)
+	out.fail(req, e, failBeforeStream)
 }
 
 // next says what forward does after an attempt.
@@ -492,8 +514,11 @@ attempts:
 		if len(failures) > 0 {
 			why = failures[len(failures)-1]
 		}
-		s.failClosed(out, req, failOwnerUnavailable, http.StatusServiceUnavailable,
-			fmt.Sprintf("the upstream that owns previous_response_id failed (%s); retry later", why))
+		wait, _, _ := c.soonestBack()
+		if wait == 0 && !hintless {
+			wait = waitHint
+		}
+		s.failOwnerOut(out, req, fmt.Sprintf("the upstream that owns previous_response_id failed (%s)", why), wait)
 		return
 	}
 	var e *apierr.Error
@@ -533,8 +558,24 @@ attempts:
 // capacity, the answer is the 429 with the upstream's code that started the
 // cooldown (README: a 429 or quota code cools the target down), not a 503.
 func (c *candidates) noTargetError(msg string) *apierr.Error {
-	var retryIn, codeIn time.Duration
-	var code, typ string
+	retryIn, code, typ := c.soonestBack()
+	if retryIn > 0 {
+		msg = withRetryIn(msg, retryIn)
+	}
+	if code != "" {
+		return apierr.CapacityExhausted(code, typ, retryIn, "%s", msg)
+	}
+	e := apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "%s", msg)
+	e.RetryAfter = retryIn
+	return e
+}
+
+// soonestBack is the shortest wait among the eligible targets' cooldowns
+// and open circuits (0: none says), and, when every eligible target cools
+// down for its capacity, the upstream's code and type of the first target
+// back ("" otherwise).
+func (c *candidates) soonestBack() (retryIn time.Duration, code, typ string) {
+	var codeIn time.Duration
 	targets, capacity := 0, 0
 	c.each(func(t upstream.Target) {
 		targets++
@@ -552,15 +593,10 @@ func (c *candidates) noTargetError(msg string) *apierr.Error {
 			}
 		}
 	})
-	if retryIn > 0 {
-		msg = withRetryIn(msg, retryIn)
+	if targets == 0 || capacity < targets {
+		code, typ = "", ""
 	}
-	if targets > 0 && capacity == targets {
-		return apierr.CapacityExhausted(code, typ, retryIn, "%s", msg)
-	}
-	e := apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "%s", msg)
-	e.RetryAfter = retryIn
-	return e
+	return retryIn, code, typ
 }
 
 // withRetryIn is msg saying the wait d too, in the words OpenAI's

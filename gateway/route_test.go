@@ -252,8 +252,10 @@ type adminTarget struct {
 	Circuit     string
 	Failures    int    `json:"consecutive_failures"`
 	CoolingFor  string `json:"cooling_for"`
+	OpenFor     string `json:"open_for"`
 	LastFailure string `json:"last_failure"`
 	Configured  bool
+	Shared      bool // the skip shown was learnt from another replica
 }
 
 func (h *harness) target(upstreamName, model string) (adminTarget, bool) {

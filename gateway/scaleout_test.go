@@ -140,12 +140,13 @@ func TestScaleOutNeverAStaleOwner(t *testing.T) {
 	}
 }
 
-// TestScaleOutSharedCooldown: a target one replica saw answer 429 with
-// Retry-After is skipped by the other replica too.
-func TestScaleOutSharedCooldown(t *testing.T) {
+// sharedHealthReplicas are two replicas sharing one redis-server (and its
+// target health) in front of A then B.
+func sharedHealthReplicas(t *testing.T) (r1, r2 *harness, upA, upB *upstreamtest.Server) {
+	t.Helper()
 	srv := redistest.Start(t)
-	upA := upstreamtest.NewServer(upstreamtest.Options{Name: "A"})
-	upB := upstreamtest.NewServer(upstreamtest.Options{Name: "B"})
+	upA = upstreamtest.NewServer(upstreamtest.Options{Name: "A"})
+	upB = upstreamtest.NewServer(upstreamtest.Options{Name: "B"})
 	t.Cleanup(upA.Close)
 	t.Cleanup(upB.Close)
 	route := []gateway.Route{{Models: []string{"gpt-fake-1"}, Targets: []gateway.RouteTarget{{Upstream: "A"}, {Upstream: "B"}}}}
@@ -162,7 +163,44 @@ func TestScaleOutSharedCooldown(t *testing.T) {
 		return newHarness(t, harnessConfig{servers: map[string]*upstreamtest.Server{"A": upA, "B": upB},
 			opts: gateway.Options{Store: rs, Routes: route}, pool: upstream.Options{Shared: rs, SharedTimeout: 5 * time.Second}})
 	}
-	r1, r2 := replica(), replica()
+	return replica(), replica(), upA, upB
+}
+
+// TestScaleOutSharedOpenCircuitShown: a target whose circuit opened on one
+// replica is shown open, as shared, in the other replica's /admin/upstreams
+// and sluice_target_circuit_state, which skips it.
+func TestScaleOutSharedOpenCircuitShown(t *testing.T) {
+	r1, r2, upA, _ := sharedHealthReplicas(t)
+	for range 10 {
+		upA.Enqueue(upstreamtest.Status5xx(500))
+	}
+	for i := 0; ; i++ {
+		if tgt, _ := r1.target("A", "gpt-fake-1"); tgt.Circuit == "open" {
+			break
+		}
+		if i == 5 {
+			t.Fatal("A's circuit did not open on replica 1")
+		}
+		if _, id := r1.turn("", nil); !strings.HasPrefix(id, "resp_B_") {
+			t.Fatalf("replica 1 with A failing: %s, want B", id)
+		}
+	}
+	nA := len(upA.Requests())
+	if _, id := r2.turn("", nil); !strings.HasPrefix(id, "resp_B_") || len(upA.Requests()) != nA {
+		t.Fatalf("replica 2 with A's circuit open on replica 1: %s, A called %d more times", id, len(upA.Requests())-nA)
+	}
+	if tgt, ok := r2.target("A", "gpt-fake-1"); !ok || tgt.Circuit != "open" || tgt.OpenFor == "" || !tgt.Shared {
+		t.Errorf("replica 2's /admin/upstreams: %+v (listed: %v), want A open, shared", tgt, ok)
+	}
+	if v := metricValue(r2.metrics(), `sluice_target_circuit_state{model="gpt-fake-1",upstream="A"}`); v != 1 {
+		t.Errorf("replica 2's sluice_target_circuit_state for A: %v, want 1 (open)", v)
+	}
+}
+
+// TestScaleOutSharedCooldown: a target one replica saw answer 429 with
+// Retry-After is skipped by the other replica too.
+func TestScaleOutSharedCooldown(t *testing.T) {
+	r1, r2, upA, _ := sharedHealthReplicas(t)
 	upA.Enqueue(upstreamtest.Status429(30 * time.Second))
 	if _, id := r1.turn("", nil); !strings.HasPrefix(id, "resp_B_") {
 		t.Fatalf("replica 1 after A's 429: %s, want B", id)
@@ -175,6 +213,10 @@ func TestScaleOutSharedCooldown(t *testing.T) {
 	}
 	if len(upA.Requests()) != nA {
 		t.Fatal("replica 2 sent a request to the target replica 1 cooled down")
+	}
+	// Replica 2 shows the cooldown it skips A for, as learnt from replica 1.
+	if tgt, ok := r2.target("A", "gpt-fake-1"); !ok || tgt.CoolingFor == "" || !tgt.Shared {
+		t.Errorf("replica 2's /admin/upstreams does not show A's shared cooldown: %+v (listed: %v)", tgt, ok)
 	}
 	var tgt adminTarget
 	deadline := time.Now().Add(5 * time.Second)

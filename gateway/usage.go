@@ -89,21 +89,22 @@ func newAccounts(s *Server, o AccountsOptions, reg prometheus.Registerer) (*acco
 		s.log.Warn("reading the stored keys failed; only the config's keys are known until the store answers", "error", err)
 	}
 	a := &accounts{s: s, opts: o, keys: kr, limiter: o.Limiter}
-	var seed func(ctx context.Context, key, from, to string) int64
+	var seed func(ctx context.Context, key, from, to string) (int64, error)
 	if o.Usage != nil {
 		a.usage = newUsageBatch(o.Usage, s.log.Named("usage"), o.UsageFlushInterval)
-		seed = func(ctx context.Context, key, from, to string) int64 {
+		seed = func(ctx context.Context, key, from, to string) (int64, error) {
 			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
 			recs, err := o.Usage.Usage(ctx, key, from, to)
 			if err != nil {
-				s.log.Warn("reading a key's usage for its budget failed; counting from 0", "key", key, "error", err)
+				s.log.Warn("reading a key's usage for its budget failed; the budget counts from what this replica knows until a read succeeds", "key", key, "error", err)
+				return 0, err
 			}
 			var n int64
 			for _, r := range recs {
 				n += r.Tokens()
 			}
-			return n
+			return n, nil
 		}
 	}
 	if o.Usage == nil {

@@ -101,6 +101,11 @@ type Upstream struct {
 	credRetry      time.Duration
 	credProbeLifts bool
 	credLiftedAt   time.Time
+
+	// shared is the pool's shared-health cache (nil without
+	// Options.Shared): Status shows the skips it learnt from the other
+	// replicas.
+	shared *sharedCache
 }
 
 // Name is the upstream's configured name.
@@ -180,11 +185,14 @@ func (u *Upstream) markDownLocked(state State, now time.Time) {
 
 // Status is a point-in-time view of an upstream for admin endpoints and tests.
 type Status struct {
-	Name        string    `json:"name"`
-	State       State     `json:"state"`
-	Reason      string    `json:"reason,omitempty"`
-	CoolingFor  string    `json:"cooling_for,omitempty"`
-	CoolReason  string    `json:"cool_reason,omitempty"`
+	Name       string `json:"name"`
+	State      State  `json:"state"`
+	Reason     string `json:"reason,omitempty"`
+	CoolingFor string `json:"cooling_for,omitempty"`
+	CoolReason string `json:"cool_reason,omitempty"`
+	// Shared: the cooldown is one another replica reported through the
+	// shared health (this replica skips the upstream for it too).
+	Shared      bool      `json:"shared,omitempty"`
 	Inflight    int64     `json:"inflight"`
 	Models      []string  `json:"models,omitempty"`
 	LastProbeAt time.Time `json:"last_probe_at,omitzero"`
@@ -194,15 +202,21 @@ type Status struct {
 	Targets []TargetStatus `json:"targets,omitempty"`
 }
 
-// Status returns the upstream's current status.
+// Status returns the upstream's current status, with the cooldowns and
+// open circuits this replica learnt from the shared health (marked Shared)
+// where they outlast its own.
 func (u *Upstream) Status(now time.Time) Status {
+	shared := u.shared.skipsOf(u.cfg.Name, now) // before u.mu: the cache has its own lock
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	s := Status{Name: u.cfg.Name, State: u.state, Reason: u.reason, Inflight: u.inflight.Load(),
-		Models: append([]string(nil), u.models...), LastProbeAt: u.lastProbe, Targets: u.targetStatuses(now)}
+		Models: append([]string(nil), u.models...), LastProbeAt: u.lastProbe, Targets: u.targetStatuses(now, shared)}
 	if now.Before(u.coolUntil) {
 		s.CoolingFor = u.coolUntil.Sub(now).Round(time.Millisecond).String()
 		s.CoolReason = u.coolReason
+	}
+	if e, ok := shared[""]; ok && e.until.After(u.coolUntil) {
+		s.CoolingFor, s.CoolReason, s.Shared = e.until.Sub(now).Round(time.Millisecond).String(), e.reason, true
 	}
 	return s
 }
@@ -344,7 +358,7 @@ func NewPool(cfgs []Config, opts Options) (*Pool, error) {
 		if c.Transport == "" {
 			c.Transport = TransportHTTP
 		}
-		up := &Upstream{cfg: c, state: StateUnknown}
+		up := &Upstream{cfg: c, state: StateUnknown, shared: p.shared}
 		p.ups = append(p.ups, up)
 		p.byName[c.Name] = up
 	}

@@ -133,6 +133,35 @@ func (c *sharedCache) skipFor(k sharedKey, now time.Time) (time.Duration, string
 	return 0, ""
 }
 
+// sharedSkip is a skip this replica knows of from the shared health.
+type sharedSkip struct {
+	until  time.Time
+	reason string
+}
+
+// skipsOf is what this replica last read (or wrote) of upstream's shared
+// skips that last past now, by model ("" the whole upstream), without
+// reading the store: an admin view or a metrics scrape must not wait on
+// it. Nil without a shared cache.
+func (c *sharedCache) skipsOf(upstream string, now time.Time) map[string]sharedSkip {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out map[string]sharedSkip
+	for k, e := range c.m {
+		if k.upstream != upstream || !now.Before(e.until) {
+			continue
+		}
+		if out == nil {
+			out = map[string]sharedSkip{}
+		}
+		out[k.model] = sharedSkip{until: e.until, reason: e.reason}
+	}
+	return out
+}
+
 // publish records a skip of d for every replica.
 func (c *sharedCache) publish(k sharedKey, now time.Time, d time.Duration, reason string) {
 	if d <= 0 {

@@ -179,3 +179,22 @@ func TestSharedStoreDown(t *testing.T) {
 		t.Fatal("the local cooldown no longer applies with the shared store down")
 	}
 }
+
+// TestSharedUpstreamCooldownShownInStatus: an upstream another replica
+// cooled down (a failed connection) is shown cooling down, as shared, in
+// the Status of a replica that skips it for that.
+func TestSharedUpstreamCooldownShownInStatus(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	a, b, _, tb := twoReplicas(t, c, newMemHealth(c))
+	a.Cooldown(a.Get("up"), 20*time.Second, "connect failure")
+	if ok, _ := b.TargetUsable(tb); ok {
+		t.Fatal("B uses the upstream A cooled down")
+	}
+	st := b.Get("up").Status(c.t)
+	if !st.Shared || st.CoolingFor != "20s" || st.CoolReason != "connect failure" {
+		t.Fatalf("B's status: %+v, want cooling down 20s, shared", st)
+	}
+	if own := a.Get("up").Status(c.t); own.Shared || own.CoolingFor != "20s" {
+		t.Fatalf("A's status: %+v, want its own cooldown, not shared", own)
+	}
+}

@@ -306,7 +306,7 @@ func (p *Pool) TargetFailed(t Target, f Failure) (cooldown time.Duration, opened
 	failures, openFor := ts.failures, ts.openUntil.Sub(now)
 	skip, skipReason := cooldown, f.Class+": "+f.Reason
 	if ts.circuit == CircuitOpen && openFor > skip {
-		skip, skipReason = openFor, fmt.Sprintf("circuit open after %d consecutive failures (last: %s: %s)", failures, f.Class, f.Reason)
+		skip, skipReason = openFor, fmt.Sprintf(sharedCircuitOpenPrefix+" after %d consecutive failures (last: %s: %s)", failures, f.Class, f.Reason)
 	}
 	u.mu.Unlock()
 	if p.shared != nil && skip > 0 {
@@ -351,37 +351,79 @@ type TargetStatus struct {
 	LastFailure   string    `json:"last_failure,omitempty"`
 	LastFailureAt time.Time `json:"last_failure_at,omitzero"`
 	Configured    bool      `json:"configured"` // named by a route
+	// Shared: the cooldown or open circuit shown is one another replica
+	// reported through the shared health (README "Scale-out"): this
+	// replica skips the target for it although its own state is clean.
+	Shared bool `json:"shared,omitempty"`
 
 	State Circuit `json:"-"` // Circuit as a number, for the gauge
 }
 
-// targetStatuses lists u's targets, sorted by model. Called with u.mu held.
-func (u *Upstream) targetStatuses(now time.Time) []TargetStatus {
+// sharedCircuitOpenPrefix starts the reason a replica shares for a target
+// whose circuit opened (TargetFailed), so the others show it as open.
+const sharedCircuitOpenPrefix = "circuit open"
+
+// targetStatuses lists u's targets, sorted by model, with the skips of
+// shared (by model; skipsOf) that outlast a target's own. Called with u.mu
+// held.
+func (u *Upstream) targetStatuses(now time.Time, shared map[string]sharedSkip) []TargetStatus {
 	out := make([]TargetStatus, 0, len(u.targets))
 	for m, ts := range u.targets {
 		c := ts.circuitAt(now)
 		st := TargetStatus{Upstream: u.cfg.Name, Model: m, Circuit: c.String(), State: c, Failures: ts.failures,
 			LastFailure: ts.lastFailure, LastFailureAt: ts.lastFailureAt, Configured: ts.configured}
+		localUntil := ts.coolUntil
 		if c == CircuitOpen {
 			st.OpenFor = ts.openUntil.Sub(now).Round(time.Millisecond).String()
+			localUntil = later(localUntil, ts.openUntil)
 		}
 		if now.Before(ts.coolUntil) {
 			st.CoolingFor = ts.coolUntil.Sub(now).Round(time.Millisecond).String()
 			st.CoolReason = ts.coolReason
 		}
+		if skip, ok := shared[m]; ok && skip.until.After(localUntil) {
+			st.withSharedSkip(skip, now)
+		}
+		out = append(out, st)
+	}
+	for m, skip := range shared {
+		if _, known := u.targets[m]; known || m == "" { // "": the upstream's own (Status)
+			continue
+		}
+		st := TargetStatus{Upstream: u.cfg.Name, Model: m, Circuit: CircuitClosed.String()}
+		st.withSharedSkip(skip, now)
 		out = append(out, st)
 	}
 	slices.SortFunc(out, func(a, b TargetStatus) int { return strings.Compare(a.Model, b.Model) })
 	return out
 }
 
-// TargetStatuses lists every known target, upstreams in configuration order.
+// withSharedSkip shows skip, learnt from the shared health, as st's
+// cooldown, and as its open circuit too when the other replica's opened.
+func (st *TargetStatus) withSharedSkip(skip sharedSkip, now time.Time) {
+	left := skip.until.Sub(now).Round(time.Millisecond).String()
+	st.Shared, st.CoolingFor, st.CoolReason = true, left, skip.reason
+	if strings.HasPrefix(skip.reason, sharedCircuitOpenPrefix) {
+		st.Circuit, st.State, st.OpenFor = CircuitOpen.String(), CircuitOpen, left
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// TargetStatuses lists every known target, upstreams in configuration
+// order, with the skips learnt from the shared health (Upstream.Status).
 func (p *Pool) TargetStatuses() []TargetStatus {
 	now := p.opts.Now()
 	var out []TargetStatus
 	for _, u := range p.ups {
+		shared := p.shared.skipsOf(u.cfg.Name, now)
 		u.mu.Lock()
-		out = append(out, u.targetStatuses(now)...)
+		out = append(out, u.targetStatuses(now, shared)...)
 		u.mu.Unlock()
 	}
 	return out
