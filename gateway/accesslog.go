@@ -7,7 +7,7 @@ import (
 	"github.com/sluice-gw/sluice/gateway/streaminput"
 )
 
-// accessLog writes the request's one INFO line (logger "access"): method,
+// accessLog writes the request's one INFO line (logger "access"): request id, method,
 // endpoint, surface, key name, route, targets tried, status, time to first
 // event, duration, how it ended and its tokens. No secret and no raw id is
 // in it: keys by name, credentials never. The logger's format is the
@@ -25,6 +25,7 @@ func (s *Server) accessLog(m *reqMeta) {
 		targets[i] = label(t)
 	}
 	args := []any{
+		"request_id", m.requestID, // the x-request-id the gateway minted, never an upstream's (it may embed a raw response id)
 		"method", label(m.method),
 		"endpoint", label(m.endpoint), // the client's path: bounded, one line
 		"surface", m.surface,

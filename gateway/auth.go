@@ -565,6 +565,10 @@ func (s *Server) gate(next http.Handler) http.Handler {
 			return
 		}
 		m := newReqMeta(r)
+		// Every answer carries an x-request-id; a relayed upstream answer
+		// replaces it with the upstream's own (copyResponseHeaders).
+		m.requestID = newRequestID()
+		w.Header().Set("X-Request-Id", m.requestID)
 		k, aerr := a.authenticate(r.Header)
 		if aerr != nil {
 			if r.Close { // net/http drains an unread body only for a connection it keeps

@@ -176,7 +176,7 @@ func (s *Server) sendChat(upCtx context.Context, idle *idleTimer, req *clientReq
 	// The upstream's own model name, when its chunks carry one, wins over
 	// model in what the client sees (translate.StreamOptions.Model).
 	opts := translate.StreamOptions{ResponseID: "resp_" + strings.ReplaceAll(uuid.NewString(), "-", ""), Model: model,
-		CreatedAt: time.Now().Unix(), Request: conv.info.Echo}
+		CreatedAt: time.Now().Unix(), Request: conv.info.Echo, Background: req.background}
 	if gjson.GetBytes(req.body, "generate").Type == gjson.False {
 		return s.warmUp(upCtx, req, opts), nil
 	}

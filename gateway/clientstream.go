@@ -747,7 +747,7 @@ func (cs *clientStream) writeLocked(name string, data []byte, f *eventFields) er
 	if cs.resumable {
 		// With streams.durable, a terminal event is in the store when this
 		// returns (streamLog.seal): the client gets it only then.
-		cs.logLocked(name, data, terminal)
+		data = cs.logLocked(name, data, terminal)
 	}
 	if err := cs.eventLocked(name, data, meterSkipsResponsesEvent(f.Type.Str, terminal)); err != nil {
 		if cs.rlog != nil { // logged: what the log's terminal shows must agree with it
@@ -815,7 +815,7 @@ func (cs *clientStream) abortLocked(e *apierr.Error) {
 	}
 	ev := cs.terminalEvent("response.failed", "failed", e)
 	if cs.resumable {
-		cs.logLocked("response.failed", ev, true)
+		ev = cs.logLocked("response.failed", ev, true)
 	}
 	if cs.eventLocked("response.failed", ev, false) == nil {
 		cs.seq++
@@ -842,7 +842,7 @@ func (cs *clientStream) openLocked(from gjson.Result) error {
 	r.From = from
 	b := cs.sent.AppendEvent(make([]byte, 0, 1024), "response.created", cs.seq, &r)
 	if cs.resumable {
-		cs.logLocked("response.created", b, false)
+		b = cs.logLocked("response.created", b, false)
 	}
 	if err := cs.eventLocked("response.created", b, false); err != nil {
 		return err

@@ -1342,7 +1342,7 @@ func (cs *clientStream) splicedTerminalLocked(typ string, resp gjson.Result) err
 	r.FromUpstream(typ, resp)
 	b := cs.sent.AppendEvent(make([]byte, 0, 1024), typ, cs.seq, &r)
 	if cs.resumable {
-		cs.logLocked(typ, b, true)
+		b = cs.logLocked(typ, b, true)
 	}
 	if err := cs.eventLocked(typ, b, false); err != nil {
 		return err

@@ -72,8 +72,8 @@ func TestModelsListedForTheKey(t *testing.T) {
 
 // TestModelsKeepTheUpstreamsEntries: /v1/models shows each model's entry
 // as the first upstream that lists it listed it (created, owned_by and its
-// own fields, such as vLLM's max_model_len), a route's plain name in
-// Sluice's own entry, and GET /v1/models/{model} answers that entry, so
+// own fields, such as vLLM's max_model_len), also when a route serves that
+// name, a route's plain name no upstream lists in Sluice's own entry, and GET /v1/models/{model} answers that entry, so
 // the OpenAI SDK's models.retrieve works through Sluice; an unknown model
 // is OpenAI's 404 model_not_found.
 func TestModelsKeepTheUpstreamsEntries(t *testing.T) {
@@ -98,7 +98,8 @@ func TestModelsKeepTheUpstreamsEntries(t *testing.T) {
 	}
 	pool.ProbeAll(context.Background())
 	gw, err := gateway.New(gateway.Options{Pool: pool, Logger: hclog.NewNullLogger(),
-		Routes: []gateway.Route{{Models: []string{"routed"}, Targets: []gateway.RouteTarget{{Upstream: "B", Model: "only-b"}}}}})
+		Routes: []gateway.Route{{Models: []string{"routed"}, Targets: []gateway.RouteTarget{{Upstream: "B", Model: "only-b"}}},
+			{Models: []string{"shared"}, Targets: []gateway.RouteTarget{{Upstream: "vllm"}}}}}) // pins a listed name: its entry stays the upstream's
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -514,7 +514,7 @@ attempts:
 		if len(failures) > 0 {
 			why = failures[len(failures)-1]
 		}
-		wait, _, _ := c.soonestBack()
+		wait, _, _, _ := c.soonestBack()
 		if wait == 0 && !hintless {
 			wait = waitHint
 		}
@@ -525,6 +525,9 @@ attempts:
 	switch {
 	case lastErr != nil && (lastErr.Status == http.StatusTooManyRequests || upstream.IsQuotaCode(lastErr.Code)):
 		e = lastErr // every target is out of capacity: say what the last one said
+		if c.opened {
+			e = c.capacityWait(lastErr)
+		}
 	case replayPending:
 		e = apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "no upstream left to replay the request on: %s", strings.Join(failures, "; "))
 	case len(failures) == 0 && req.upstreamName != "":
@@ -558,7 +561,7 @@ attempts:
 // capacity, the answer is the 429 with the upstream's code that started the
 // cooldown (README: a 429 or quota code cools the target down), not a 503.
 func (c *candidates) noTargetError(msg string) *apierr.Error {
-	retryIn, code, typ := c.soonestBack()
+	retryIn, code, typ, _ := c.soonestBack()
 	if retryIn > 0 {
 		msg = withRetryIn(msg, retryIn)
 	}
@@ -573,14 +576,15 @@ func (c *candidates) noTargetError(msg string) *apierr.Error {
 // soonestBack is the shortest wait among the eligible targets' cooldowns
 // and open circuits (0: none says), and, when every eligible target cools
 // down for its capacity, the upstream's code and type of the first target
-// back ("" otherwise).
-func (c *candidates) soonestBack() (retryIn time.Duration, code, typ string) {
+// back ("" otherwise); usable says a target could take a request now.
+func (c *candidates) soonestBack() (retryIn time.Duration, code, typ string, usable bool) {
 	var codeIn time.Duration
 	targets, capacity := 0, 0
 	c.each(func(t upstream.Target) {
 		targets++
 		un, out := c.s.pool.TargetUnavailable(t)
 		if !out {
+			usable = true
 			return
 		}
 		if un.RetryIn > 0 && (retryIn == 0 || un.RetryIn < retryIn) {
@@ -596,7 +600,26 @@ func (c *candidates) soonestBack() (retryIn time.Duration, code, typ string) {
 	if targets == 0 || capacity < targets {
 		code, typ = "", ""
 	}
-	return retryIn, code, typ
+	return retryIn, code, typ, usable
+}
+
+// capacityWait is e, the relayed capacity failure (429) of the last target
+// tried, when a failure of the request opened a target's circuit, with the
+// wait the client will actually face: when no target of the request can
+// serve sooner, the longer of the upstream's hint and the time until the
+// first of them is back. The circuit keeps its target out for its open time
+// (30s), not the upstream's short hint, and a retry sooner than that would
+// only get the 429 noTargetError answers.
+func (c *candidates) capacityWait(e *apierr.Error) *apierr.Error {
+	all := *c
+	all.tried = nil // the client's retry may take any of the request's targets, those tried too
+	back, _, _, usable := all.soonestBack()
+	if usable || back <= e.RetryAfter {
+		return e
+	}
+	waited := *e
+	waited.RetryAfter = back
+	return &waited
 }
 
 // withRetryIn is msg saying the wait d too, in the words OpenAI's

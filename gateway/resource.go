@@ -37,8 +37,14 @@ import (
 
 // logLocked adds an event the client is sent (or would be, detached) to
 // the stream's log, opening the log at the first event that names the
-// response.
-func (cs *clientStream) logLocked(name string, data []byte, terminal bool) {
+// response, and returns the event as logged, which is what the client is
+// sent too: a background response's Response objects say background: true
+// there, as its create and retrieve answers do (withBackground), though the
+// upstream never saw background (process takes it out).
+func (cs *clientStream) logLocked(name string, data []byte, terminal bool) []byte {
+	if cs.background {
+		data = withBackgroundEvent(data)
+	}
 	if cs.rlog == nil {
 		id := cs.responseID
 		if id == "" {
@@ -46,7 +52,7 @@ func (cs *clientStream) logLocked(name string, data []byte, terminal bool) {
 		}
 		if id == "" {
 			cs.resumable = false // no id to resume by
-			return
+			return data
 		}
 		cs.rlog = cs.s.logs.open(strings.Clone(id), cs.req.clientKeyHash, cs.background, cs.req.storeFalse && !cs.background, inputItems(cs.req.body))
 		cs.rlog.mu.Lock()
@@ -57,6 +63,21 @@ func (cs *clientStream) logLocked(name string, data []byte, terminal bool) {
 		}
 	}
 	cs.rlog.append(cs.seq, logName(name), data, terminal)
+	return data
+}
+
+// withBackgroundEvent returns event with its Response (a lifecycle or
+// terminal event's "response") saying background: true; any other event
+// comes back as it is.
+func withBackgroundEvent(event []byte) []byte {
+	resp := gjson.GetBytes(event, "response")
+	if !resp.IsObject() || resp.Get("background").Type == gjson.True {
+		return event
+	}
+	if out, err := sjson.SetRawBytes(event, "response", withBackground([]byte(resp.Raw), true)); err == nil {
+		return out
+	}
+	return event
 }
 
 // logName is name as a log may keep it: without an SSE event line, the
@@ -148,8 +169,7 @@ func (cs *clientStream) endLogLocked() {
 		status, e = "cancelled", nil
 	}
 	cs.seq = max(cs.seq, cs.rlog.next()) // an event logged but not delivered keeps its number
-	ev := cs.terminalEvent("response.failed", status, e)
-	cs.rlog.append(cs.seq, "response.failed", ev, true)
+	ev := cs.logLocked("response.failed", cs.terminalEvent("response.failed", status, e), true)
 	if cancelled && !cs.gone {
 		_ = cs.eventLocked("response.failed", ev, false) // a failed write marks the client gone
 	}

@@ -589,17 +589,18 @@ func (s *Server) listModels(key *keyEntry) []listedModel {
 	listed := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		// Two upstream ids that differ only in a redacted key read the
-		// same to the client: listed once. A name a route serves is listed
-		// once, as the route's.
+		// same to the client: listed once. A name a route serves that an
+		// upstream lists keeps that upstream's own entry (README
+		// "Endpoints": created, owned_by and fields such as max_model_len).
 		shown := s.scrub.String(id)
-		if listed[shown] || routed[shown] || modelAllowed(key, shown) != nil {
+		if listed[shown] || modelAllowed(key, shown) != nil {
 			continue
 		}
 		listed[shown] = true
 		data = append(data, listedModel{id: shown, entry: modelEntry(s.scrub.Bytes(entries[id].Entry), entries[id].Upstream)})
 	}
-	for id := range routed {
-		if modelAllowed(key, id) == nil {
+	for id := range routed { // a route name no usable upstream lists: an entry of the gateway's
+		if !listed[id] && modelAllowed(key, id) == nil {
 			entry, _ := json.Marshal(sluiceModel{ID: id, Object: "model", OwnedBy: "sluice"})
 			data = append(data, listedModel{id: id, entry: entry})
 		}

@@ -64,6 +64,7 @@ type candidates struct {
 	skipModel map[string]bool // models that exceeded their context: never again
 	why       string          // why the last usable-looking target was skipped
 	probed    bool            // the down upstreams were probed on demand (once per request)
+	opened    bool            // a failure of this request opened a target's circuit (settle)
 }
 
 func (s *Server) candidatesFor(ctx context.Context, req *clientRequest) *candidates {
@@ -273,7 +274,9 @@ func (s *Server) settle(t upstream.Target, try *tryState) {
 	switch {
 	case try.fail != nil: // also a connect failure the replay policy gave a penalty
 		s.targetM.failed(t, try.fail.Class)
-		s.pool.TargetFailed(t, *try.fail)
+		if _, opened := s.pool.TargetFailed(t, *try.fail); opened && try.cands != nil {
+			try.cands.opened = true // the client's wait may be the circuit's (capacityWait)
+		}
 	case try.answered && !try.connect:
 		s.pool.TargetSucceeded(t)
 	default:

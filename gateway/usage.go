@@ -3,6 +3,8 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"net/http"
 	"sort"
 	"strings"
@@ -672,6 +674,7 @@ type metaCtxKey struct{}
 type reqMeta struct {
 	mu          sync.Mutex
 	start       time.Time
+	requestID   string // the x-request-id the gateway minted (newRequestID); "" on a WebSocket frame
 	method      string
 	endpoint    string
 	surface     string
@@ -723,6 +726,15 @@ type reqMeta struct {
 	deltasAccounted int64
 	cutAttempts     usage
 	replaced        usage
+}
+
+// newRequestID mints the x-request-id of an answer the gateway writes
+// itself: "req_" and 32 hex digits, as OpenAI's answers carry one and the
+// SDKs expose it (requestID, _request_id) for support and log correlation.
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return "req_" + hex.EncodeToString(b[:])
 }
 
 func newReqMeta(r *http.Request) *reqMeta {

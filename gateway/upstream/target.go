@@ -78,7 +78,8 @@ type Unavailability struct {
 	// half-open circuit for the probe in flight.
 	RetryIn time.Duration
 	// Code is the upstream's capacity code (Failure.Code) while the target
-	// cools down for its capacity; "" for any other reason.
+	// cools down for its capacity, or is behind a circuit that a capacity
+	// failure opened; "" for any other reason.
 	Code string
 	Type string // the upstream's error type with Code
 }
@@ -101,6 +102,10 @@ type targetState struct {
 
 	lastFailure   string
 	lastFailureAt time.Time
+	// openCode and openType are the Failure.Code and Type of the failure
+	// that opened the circuit: a circuit a run of rate limits opened keeps
+	// its target out for its capacity, as a cooldown does (Unavailability).
+	openCode, openType string
 }
 
 // clean reports whether the state says nothing (evictable).
@@ -135,6 +140,9 @@ func (ts *targetState) unavailable(now time.Time) (un Unavailability, out bool) 
 	}
 	switch ts.circuitAt(now) {
 	case CircuitOpen:
+		if un.Code == "" {
+			un.Code, un.Type = ts.openCode, ts.openType
+		}
 		un.Why = fmt.Sprintf("circuit open for %s after %d consecutive failures (last: %s)",
 			ts.openUntil.Sub(now).Round(time.Millisecond), ts.failures, ts.lastFailure)
 		un.RetryIn = max(ts.openUntil.Sub(now), ts.coolUntil.Sub(now))
@@ -302,6 +310,7 @@ func (p *Pool) TargetFailed(t Target, f Failure) (cooldown time.Duration, opened
 	if probe || (ts.circuit == CircuitClosed && ts.failures >= p.opts.CircuitFailures) {
 		ts.circuit, ts.probing, opened = CircuitOpen, false, true
 		ts.openUntil = now.Add(max(p.opts.CircuitOpenFor, cooldown))
+		ts.openCode, ts.openType = f.Code, f.Type
 	}
 	failures, openFor := ts.failures, ts.openUntil.Sub(now)
 	skip, skipReason := cooldown, f.Class+": "+f.Reason

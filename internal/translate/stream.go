@@ -42,6 +42,10 @@ type StreamOptions struct {
 	// Request holds the request fields echoed in the response object
 	// (RequestInfo.Echo from ToChat).
 	Request RequestEcho
+	// Background is the response's background flag, which every Response
+	// object the Stream writes reports: a Chat upstream knows nothing of
+	// it, the gateway runs a background response itself.
+	Background bool
 }
 
 type itemKind uint8
@@ -104,11 +108,12 @@ type heldText struct {
 // response.failed) once Finish, Fail or an error chunk is reached, and
 // nothing after it.
 type Stream struct {
-	respID    string
-	model     string
-	createdAt int64
-	newID     func(string) string
-	echo      []byte // the request-derived tail of the response object
+	respID     string
+	model      string
+	createdAt  int64
+	background bool // StreamOptions.Background
+	newID      func(string) string
+	echo       []byte // the request-derived tail of the response object
 
 	seq     int64
 	started bool
@@ -151,11 +156,12 @@ type Stream struct {
 // NewStream returns a Stream for one response.
 func NewStream(opts StreamOptions) *Stream {
 	s := &Stream{
-		model:     opts.Model,
-		createdAt: opts.CreatedAt,
-		newID:     opts.NewID,
-		calls:     make(map[int64]*outItem),
-		status:    statusInProgress,
+		model:      opts.Model,
+		createdAt:  opts.CreatedAt,
+		background: opts.Background,
+		newID:      opts.NewID,
+		calls:      make(map[int64]*outItem),
+		status:     statusInProgress,
 	}
 	if s.newID == nil {
 		s.newID = randomID
@@ -1149,7 +1155,9 @@ func (s *Stream) appendResponse(b []byte, status string, final bool) []byte {
 	b = appendInt(b, s.createdAt)
 	b = append(b, `,"status":"`...)
 	b = append(b, status...)
-	b = append(b, `","background":false,"error":`...)
+	b = append(b, `","background":`...)
+	b = strconv.AppendBool(b, s.background)
+	b = append(b, `,"error":`...)
 	if final && len(s.errObj) > 0 {
 		b = append(b, s.errObj...)
 	} else {
