@@ -185,8 +185,11 @@ func (s *Server) sendChat(upCtx context.Context, idle *idleTimer, req *clientReq
 		return ans, err
 	}
 	if isSSE(req, resp) {
-		ir := &idleReader{r: resp.Body, idle: idle}
-		ans.src = &chatSource{s: s, ctx: upCtx, req: req, in: sse.NewReader(ir, s.opts.MaxEventBytes), tr: translate.NewStream(opts)}
+		// timeouts.idle counts the upstream's Chat events, not its bytes
+		// (idleEvents), as for a Responses upstream's stream.
+		ir := &idleReader{r: resp.Body}
+		in := idleEvents{src: sse.NewReader(ir, s.opts.MaxEventBytes), idle: idle}
+		ans.src = &chatSource{s: s, ctx: upCtx, req: req, in: in, tr: translate.NewStream(opts)}
 		ans.beforeRead = &ir.before
 		return ans, nil
 	}
@@ -267,7 +270,7 @@ type chatSource struct {
 	s     *Server
 	ctx   context.Context
 	req   *clientRequest
-	in    *sse.Reader // nil: the events are all in queue (a chat.completion)
+	in    eventSource // the upstream's Chat events; nil: the events are all in queue (a chat.completion)
 	tr    *translate.Stream
 	queue []translate.Event
 	ended bool

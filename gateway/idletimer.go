@@ -3,12 +3,15 @@ package gateway
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-gw/sluice/gateway/sse"
 )
 
 // idleTimer calls fn once the upstream has been silent for d. Reads only
-// record the time (touch, or resume and pause around a read that waits, as
-// idleReader does, so that the pump's writes to a slow client between reads
-// do not count): re-arming a runtime timer on every upstream read
+// record the time (touch, or resume and pause around a wait: idleEvents
+// around the wait for a stream's next event, idleReader around a read of
+// a non-streaming body, so that the pump's writes to a slow client in
+// between do not count): re-arming a runtime timer on every upstream read
 // took a lock and a heap update per event, a visible share of a stream's CPU
 // at 1,000 streams (docs/ARCHITECTURE.md §11). Instead the timer, when it
 // fires, re-arms itself for what is left of d since the last touch, so fn
@@ -86,4 +89,24 @@ func (t *idleTimer) fire() {
 	if !t.stopped.Load() {
 		t.fn()
 	}
+}
+
+// idleEvents bounds an event stream's silence by timeouts.idle counted from
+// its last complete event, not its last byte: the count runs only while
+// Next waits for the upstream, so keepalive comments and a partial event
+// trickling in do not restart it (README "Failover and replay": headers
+// and then no event within timeouts.idle is a silent upstream), and time
+// the pump spends between events, writing to a slow client, is not the
+// upstream's silence. Per event it stores a time and a flag (resume,
+// pause), never touching the runtime timer (docs/ARCHITECTURE.md §11).
+type idleEvents struct {
+	src  eventSource
+	idle *idleTimer
+}
+
+func (e idleEvents) Next() (sse.Event, error) {
+	e.idle.resume()
+	ev, err := e.src.Next()
+	e.idle.pause()
+	return ev, err
 }

@@ -696,7 +696,7 @@ func (s *Server) send(upCtx context.Context, firstByte func() (context.Context, 
 // post sends body to u's path with the request's headers. A non-2xx answer
 // comes back with its (bounded) body read. Once the headers are in, the
 // attempt's idle timer is armed: it bounds the silence while any body is
-// read, as between stream events (through idleReader).
+// read (idleReader), and between a stream's events (idleEvents).
 func (s *Server) post(upCtx context.Context, idle *idleTimer, req *clientRequest, u *upstream.Upstream, path string, body []byte) (*http.Response, *upstreamAnswer, error) {
 	upReq, err := http.NewRequestWithContext(upCtx, http.MethodPost, u.URL(path), bytes.NewReader(body))
 	if err != nil {
@@ -782,8 +782,8 @@ func (s *Server) sendHTTP(upCtx context.Context, idle *idleTimer, req *clientReq
 		return ans, err
 	}
 	if isSSE(req, resp) {
-		ir := &idleReader{r: resp.Body, idle: idle}
-		ans.src, ans.beforeRead = sse.NewReader(ir, s.opts.MaxEventBytes), &ir.before
+		ir := &idleReader{r: resp.Body} // timeouts.idle counts events, not bytes (idleEvents)
+		ans.src, ans.beforeRead = idleEvents{src: sse.NewReader(ir, s.opts.MaxEventBytes), idle: idle}, &ir.before
 		return ans, nil
 	}
 	if req.stream && !req.ep.chat {
@@ -1510,10 +1510,13 @@ func errorField(ev sse.Event, name string) string {
 }
 
 // idleReader runs before (the client flush) ahead of each read that may
-// block, and counts the idle timeout only while a read waits for the
-// upstream: any bytes, keepalives too, end the wait, and time the pump
-// spends writing to a slow client between reads is not the upstream's
-// silence (the client has timeouts.client_write for that).
+// block. With idle set, it counts the idle timeout only while a read waits
+// for the upstream: any bytes end the wait, which is what bounds a
+// non-streaming answer or an error body (SECURITY.md), and time spent
+// between reads is not the upstream's silence. An event stream's body is
+// read with idle nil: its silence is counted per complete event
+// (idleEvents), so that keepalive comments and a trickled partial event do
+// not keep a silent upstream alive (README "Failover and replay").
 type idleReader struct {
 	r      io.Reader
 	idle   *idleTimer
@@ -1523,6 +1526,9 @@ type idleReader struct {
 func (ir *idleReader) Read(p []byte) (int, error) {
 	if ir.before != nil {
 		ir.before()
+	}
+	if ir.idle == nil {
+		return ir.r.Read(p)
 	}
 	ir.idle.resume()
 	n, err := ir.r.Read(p)
