@@ -120,3 +120,25 @@ func TestKeepalivesAfterContentAreAStall(t *testing.T) {
 		t.Fatalf("B got %d requests, want the continuation", n)
 	}
 }
+
+// A WebSocket upstream's blank text frames are no events either: they do
+// not restart timeouts.idle, and the route's next target answers.
+func TestBlankFramesFromAWebSocketUpstreamAreSilence(t *testing.T) {
+	opts := gateway.Options{IdleTimeout: idleTestTimeout,
+		Routes: []gateway.Route{{Models: []string{"cm"}, Targets: []gateway.RouteTarget{{Upstream: "A"}, {Upstream: "B"}}}}}
+	h := newHarness(t, harnessConfig{upstreams: []upstreamtest.Options{{Name: "A"}, {Name: "B"}},
+		transport: map[string]string{"A": "websocket"}, opts: opts})
+	blank := make([]upstreamtest.Frame, 30)
+	for i := range blank {
+		blank[i] = upstreamtest.Frame{Raw: []byte(": keepalive\n\n"), WS: []byte(" ")}
+	}
+	late := upstreamtest.ResponsesStream(upstreamtest.PlaceholderID, upstreamtest.PlaceholderModel, "Hello from late A", 3)
+	h.ups["A"].Enqueue(upstreamtest.Script{Frames: append(blank, late...), Gap: idleTestGap})
+	_, evs := h.responsesStream(`{"model":"cm","input":"hi","stream":true}`)
+	if last := assertOneTerminal(t, evs); last.typ != "response.completed" {
+		t.Fatalf("terminal %s %s, want B's response.completed", last.typ, last.code)
+	}
+	if text := deltaText(evs); text == "Hello from late A" {
+		t.Fatalf("the client got A's late answer: blank frames kept A alive past timeouts.idle")
+	}
+}

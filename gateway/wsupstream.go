@@ -718,8 +718,11 @@ func (src *wsSource) read() (websocket.MessageType, []byte, error) {
 }
 
 func (src *wsSource) Next() (sse.Event, error) {
+	// timeouts.idle counts from the last event, as on an SSE stream
+	// (idleEvents): an empty or binary frame is no event and does not
+	// restart it; a replacement socket does.
+	src.idle.touch()
 	for {
-		src.idle.touch()
 		typ, data, err := src.read()
 		if err != nil {
 			err = src.readError(err)
@@ -729,6 +732,7 @@ func (src *wsSource) Next() (sse.Event, error) {
 			if err := src.reopen(); err != nil {
 				return sse.Event{}, err
 			}
+			src.idle.touch()
 			continue
 		}
 		if typ != websocket.MessageText || len(bytes.TrimSpace(data)) == 0 {
@@ -743,6 +747,7 @@ func (src *wsSource) Next() (sse.Event, error) {
 			if err := src.reopen(); err != nil {
 				return sse.Event{}, err
 			}
+			src.idle.touch()
 			continue
 		}
 		src.started = true
