@@ -126,6 +126,11 @@ type heldEvent struct {
 
 var errClientGone = errors.New("the client is gone")
 
+// errNoSuchOutput is sendFrom's refusal of an event that names output the
+// client was never sent (sent.Output.Refers): the pump skips it as an
+// unparseable event.
+var errNoSuchOutput = errors.New("the event names an output item or part the client was not sent")
+
 // defaultLifecycleHold is how long response.created and response.in_progress
 // wait for the first content event (Options.LifecycleHold).
 const defaultLifecycleHold = 250 * time.Millisecond
@@ -457,7 +462,10 @@ func (cs *clientStream) sendFrom(upstream, name string, data []byte, f *eventFie
 	if cs.splice != nil {
 		return cs.spliceLocked(name, data, f)
 	}
-	if typ := f.Type.Str; typ == "response.failed" || typ == "response.incomplete" {
+	if !cs.sent.Refers(&f.Fields) {
+		return errNoSuchOutput
+	}
+	if typ := f.Type.Str; typ == "response.failed" || typ == "response.incomplete" || isTerminalType(typ) && !f.Response.IsObject() {
 		data, f = cs.withSentOutputLocked(data, f)
 	}
 	return cs.writeLocked(name, data, f)
@@ -474,17 +482,25 @@ func (cs *clientStream) sendFrom(upstream, name string, data []byte, f *eventFie
 // continued stream's terminal event), and keeps everything else the
 // upstream's Response had (id, status, error, usage, …), as do the event's
 // other members. A stream that showed no item keeps the upstream's event:
-// there is nothing it would contradict.
+// there is nothing it would contradict. A terminal event of any type
+// without a Response gets the one the gateway builds of what was sent, its
+// status the event's: a terminal event carries its Response (README, the
+// terminal-event rule), which clients read and GET /v1/responses/{id}
+// answers.
 func (cs *clientStream) withSentOutputLocked(data []byte, f *eventFields) ([]byte, *eventFields) {
-	if len(cs.sent.Items) == 0 || !f.Response.IsObject() {
+	if f.Response.IsObject() && len(cs.sent.Items) == 0 {
 		return data, f
 	}
 	r := cs.response("")
 	if id := f.Response.Get("id"); cs.responseID == "" && id.Type == gjson.String && id.Str != "" {
 		r.ID = id.Str // the client was shown no id: the upstream's is the one
 	}
-	r.FromUpstream(f.Type.Str, f.Response)
-	if u := f.Response.Get("usage"); u.IsObject() {
+	upstreamResp := f.Response
+	if !upstreamResp.IsObject() {
+		upstreamResp = gjson.Result{} // a Response of null or a string: nothing of it is kept
+	}
+	r.FromUpstream(f.Type.Str, upstreamResp)
+	if u := upstreamResp.Get("usage"); u.IsObject() {
 		cs.sent.Usage = append(cs.sent.Usage[:0], u.Raw...) // as track records it once the event is out
 	}
 	resp := cs.sent.AppendResponse(make([]byte, 0, 1024), &r)

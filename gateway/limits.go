@@ -389,8 +389,8 @@ func (a *localAdmission) Done(used int64) {
 			k.tpm.adjust(a.estimate-float64(used), a.l.now())
 		}
 		k.reserved -= a.reserved
-		k.dayUsed += used
-		k.monthUsed += used
+		k.dayUsed = addTokens(k.dayUsed, used) // held, not wrapped: a wrapped total would reopen the budget
+		k.monthUsed = addTokens(k.monthUsed, used)
 	})
 }
 

@@ -30,11 +30,12 @@ import (
 	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
-// TestNegativeContentIndexIsPassedOn: an upstream delta that names a
-// negative content_index (no part the client was shown) is passed on as
-// it came and the stream completes with the text of the real part; the
-// gateway does not look a part up by that index.
-func TestNegativeContentIndexIsPassedOn(t *testing.T) {
+// TestNegativeContentIndexIsSkipped: an upstream delta that names a
+// negative content_index or summary_index (no part the client was shown)
+// is skipped as an unparseable event (README, the terminal-event rule), and
+// the stream completes with the text of the real part, which the client's
+// text agrees with.
+func TestNegativeContentIndexIsSkipped(t *testing.T) {
 	h := newHarness(t, harnessConfig{})
 	at := `"item_id":"msg_a","output_index":0`
 	evs := []string{`{"type":"response.created","response":` + g6Resp("resp_a", "in_progress", "[]") + `}`}
@@ -55,8 +56,13 @@ func TestNegativeContentIndexIsPassedOn(t *testing.T) {
 	if s.terminal.typ != "response.completed" {
 		t.Fatalf("terminal %s %s: %s", s.terminal.typ, s.code, s.terminal.data)
 	}
-	if s.text != "Hello stray world" {
-		t.Fatalf("client got deltas %q, want every delta passed on", s.text)
+	if s.text != "Hello world" {
+		t.Fatalf("client got deltas %q, want the stray ones skipped", s.text)
+	}
+	for _, ev := range s.evs {
+		if strings.Contains(string(ev.data), " odd") {
+			t.Fatalf("relayed %s", ev.data)
+		}
 	}
 }
 

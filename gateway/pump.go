@@ -396,6 +396,7 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 	} else if !object {
 		return p.malformedEvent("an event that is not a JSON object")
 	}
+	skippedBefore := p.malformed // an event the client stream refuses (errNoSuchOutput) is one more in a row
 	p.malformed = 0
 	typ := f.Type.Str
 	if typ == "" && f.errObj.IsObject() {
@@ -458,9 +459,12 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 			p.responseID = strings.Clone(id.Str)
 		}
 	}
-	name := ev.Name
+	// The client gets the data's type as the event name whatever name the
+	// upstream gave it: a client that dispatches on the SSE event name
+	// (EventSource listeners) must see what the gateway acted on.
+	name := typ
 	if name == "" {
-		name = typ
+		name = ev.Name
 	}
 	var err error
 	switch typ {
@@ -471,6 +475,10 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 			p.gotContent()
 		}
 		err = p.cs.sendFrom(p.u.Name(), name, ev.Data, &f)
+		if errors.Is(err, errNoSuchOutput) {
+			p.malformed = skippedBefore
+			return p.malformedEvent("an event naming output the client was not sent")
+		}
 		p.sentContent = true
 	}
 	if errors.Is(err, errDiverged) {

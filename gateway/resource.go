@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -400,7 +401,7 @@ func (s *Server) handleGetResponse(w http.ResponseWriter, r *http.Request, ps ht
 				return
 			}
 			resp, _ := l.response()
-			writeRaw(w, http.StatusOK, withBackground(resp, l.background))
+			writeResponse(w, id, resp, l.background)
 			return
 		}
 		if rec, ok := s.storedLog(r.Context(), id, owner); ok {
@@ -433,7 +434,7 @@ func (s *Server) getStored(w http.ResponseWriter, r *http.Request, rec store.Str
 	if s.logs.abandoned(rec, time.Time{}, s.opts.IdleTimeout) {
 		resp = abandonedResponse(resp)
 	}
-	writeRaw(w, http.StatusOK, withBackground(resp, rec.Background))
+	writeResponse(w, rec.ResponseID, resp, rec.Background)
 }
 
 // resumeSSE answers a resume as an SSE stream. Its 200 is sent with the
@@ -495,6 +496,19 @@ func withBackground(resp []byte, background bool) []byte {
 		return out
 	}
 	return resp
+}
+
+// writeResponse answers a retrieve or cancel with the Response a stream's
+// log holds. A log without one (a stream whose terminal event carried
+// none, recorded before the gateway filled it in) gets an OpenAI error,
+// never a 200 with an empty body a client cannot decode.
+func writeResponse(w http.ResponseWriter, id string, resp []byte, background bool) {
+	if len(bytes.TrimSpace(resp)) == 0 {
+		(&apierr.Error{Status: http.StatusBadGateway, Type: apierr.TypeServer, Code: apierr.CodeUpstreamError,
+			Message: fmt.Sprintf("response '%s' has no Response: its upstream ended it without one", id)}).Write(w)
+		return
+	}
+	writeRaw(w, http.StatusOK, withBackground(resp, background))
 }
 
 func writeRaw(w http.ResponseWriter, status int, body []byte) {
@@ -824,7 +838,7 @@ func (s *Server) handleCancelResponse(w http.ResponseWriter, r *http.Request, ps
 				}
 			}
 			resp, _ := l.response()
-			writeRaw(w, http.StatusOK, withBackground(resp, true))
+			writeResponse(w, id, resp, true)
 			return
 		}
 		if rec, ok := s.storedLog(r.Context(), id, owner); ok {

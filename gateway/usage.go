@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"math"
 	"net/http"
 	"sort"
 	"strings"
@@ -37,6 +38,10 @@ type accounts struct {
 	estimated *prometheus.CounterVec
 	usage     *usageBatch // nil without a usage store
 	models    modelLabels // the usage metrics' model label values
+	// badUsageLog spaces the warnings of usage an upstream reported that
+	// is not a token count (parseUsage): a broken upstream reports it on
+	// every answer.
+	badUsageLog logtext.Every
 }
 
 // maxModelLabels bounds how many model names the usage metrics label
@@ -90,7 +95,7 @@ func newAccounts(s *Server, o AccountsOptions, reg prometheus.Registerer) (*acco
 		// at most once a second while reads fail).
 		s.log.Warn("reading the stored keys failed; only the config's keys are known until the store answers", "error", err)
 	}
-	a := &accounts{s: s, opts: o, keys: kr, limiter: o.Limiter}
+	a := &accounts{s: s, opts: o, keys: kr, limiter: o.Limiter, badUsageLog: logtext.Every{Interval: 10 * time.Second}}
 	var seed func(ctx context.Context, key, from, to string) (int64, error)
 	if o.Usage != nil {
 		a.usage = newUsageBatch(o.Usage, s.log.Named("usage"), o.UsageFlushInterval)
@@ -155,12 +160,13 @@ type usage struct {
 	estimated bool
 }
 
-func (u usage) total() int64 { return u.input + u.output }
+func (u usage) total() int64 { return addTokens(u.input, u.output) }
 
 // plus is u and o summed: a continued stream's attempts (README "Keys,
 // limits and usage": every attempt's usage summed).
 func (u usage) plus(o usage) usage {
-	return usage{input: u.input + o.input, output: u.output + o.output, cached: u.cached + o.cached, reasoning: u.reasoning + o.reasoning,
+	return usage{input: addTokens(u.input, o.input), output: addTokens(u.output, o.output),
+		cached: addTokens(u.cached, o.cached), reasoning: addTokens(u.reasoning, o.reasoning),
 		known: u.known || o.known, estimated: u.estimated || o.estimated}
 }
 
@@ -169,23 +175,63 @@ func (u usage) sameCounts(o usage) bool {
 	return u.input == o.input && u.output == o.output && u.cached == o.cached && u.reasoning == o.reasoning
 }
 
-// parseUsage reads a Responses or Chat usage object.
-func parseUsage(o gjson.Result) (usage, bool) {
+// maxUsageTokens bounds one response's token count: no model reads or
+// writes 10^12 tokens in one answer. A count over it is an upstream's bug
+// (or a number gjson saturated to MaxInt64), not usage to bill.
+const maxUsageTokens = 1_000_000_000_000
+
+// parseUsage reads a Responses or Chat usage object. ok is false when o is
+// not one, or when a count in it is negative, not an integer or over
+// maxUsageTokens (bad then says which): such usage is no usage, and the
+// request is charged its estimate as one that reported none is
+// (estimateUsage). Upstream answers are untrusted (SECURITY.md): summed,
+// such counts would make the usage totals negative and the usage counters
+// go backwards.
+func parseUsage(o gjson.Result) (u usage, ok bool, bad string) {
 	if !o.IsObject() {
-		return usage{}, false
+		return usage{}, false, ""
 	}
-	var u usage
-	if o.Get("input_tokens").Exists() || o.Get("output_tokens").Exists() { // Responses
-		u.input, u.output = o.Get("input_tokens").Int(), o.Get("output_tokens").Int()
-		u.cached = o.Get("input_tokens_details.cached_tokens").Int()
-		u.reasoning = o.Get("output_tokens_details.reasoning_tokens").Int()
-	} else { // Chat
-		u.input, u.output = o.Get("prompt_tokens").Int(), o.Get("completion_tokens").Int()
-		u.cached = o.Get("prompt_tokens_details.cached_tokens").Int()
-		u.reasoning = o.Get("completion_tokens_details.reasoning_tokens").Int()
+	paths := [4]string{"input_tokens", "output_tokens", "input_tokens_details.cached_tokens", "output_tokens_details.reasoning_tokens"} // Responses
+	if !o.Get("input_tokens").Exists() && !o.Get("output_tokens").Exists() {
+		paths = [4]string{"prompt_tokens", "completion_tokens", "prompt_tokens_details.cached_tokens", "completion_tokens_details.reasoning_tokens"} // Chat
+	}
+	counts := [4]*int64{&u.input, &u.output, &u.cached, &u.reasoning}
+	for i, path := range paths {
+		n, valid := usageCount(o.Get(path))
+		if !valid {
+			return usage{}, false, path
+		}
+		*counts[i] = n
 	}
 	u.known = true
-	return u, true
+	return u, true, ""
+}
+
+// usageCount reads one token count of a usage object: absent or null is 0;
+// anything but an integer in [0, maxUsageTokens] is not valid.
+func usageCount(v gjson.Result) (n int64, valid bool) {
+	switch v.Type {
+	case gjson.Null:
+		return 0, true
+	case gjson.Number:
+		if v.Num < 0 || v.Num > maxUsageTokens || v.Num != math.Trunc(v.Num) {
+			return 0, false
+		}
+		return int64(v.Num), true
+	}
+	return 0, false
+}
+
+// addTokens is a+b, held at math.MaxInt64 rather than wrapping: a total of
+// token counts must never turn negative.
+func addTokens(a, b int64) int64 {
+	if b > 0 && a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	if b < 0 && a < math.MinInt64-b {
+		return math.MinInt64
+	}
+	return a + b
 }
 
 // cost prices u for model (per 1M tokens; cached input at its own price,
@@ -265,11 +311,17 @@ func (a *accounts) settle(req *clientRequest) {
 			m.usage = m.usage.plus(m.cutAttempts)
 		}
 	}
-	u, adm, settled, status := m.usage, m.admission, m.settled, m.status
+	u, adm, settled, status, badUsage := m.usage, m.admission, m.settled, m.status, m.badUsage
 	m.settled = true
 	m.mu.Unlock()
 	if settled {
 		return
+	}
+	if badUsage != "" {
+		if n, ok := a.badUsageLog.Allow(time.Now()); ok {
+			a.s.log.Warn("an upstream reported usage that is not a token count (negative, not an integer, or over 10^12); the request is charged its estimate",
+				"field", badUsage, "target", label(m.lastTarget()), "model", label(m.model), "occurrences", n)
+		}
 	}
 	if adm != nil {
 		adm.Done(u.total())
@@ -363,9 +415,7 @@ func (o *meterResponder) relay(req *clientRequest, status int, header http.Heade
 	o.m.status = status
 	o.m.firstEvent()
 	if status/100 == 2 {
-		if u, ok := parseUsage(gjson.GetBytes(body, "usage")); ok {
-			o.m.usage = u
-		}
+		o.m.noteUsage(gjson.GetBytes(body, "usage"))
 		if mod := gjson.GetBytes(body, "model"); mod.Type == gjson.String {
 			o.m.servedModel = mod.Str
 		}
@@ -440,6 +490,20 @@ func (m *reqMeta) countDelta(name string, data []byte, o observation) {
 	}
 }
 
+// noteUsage takes the usage an upstream reported (o) as the request's. One
+// that is not valid (parseUsage) is not: the request keeps what it had (an
+// earlier running count, else nothing, and settle charges the estimate),
+// and settle warns of it once. Called under m.mu.
+func (m *reqMeta) noteUsage(o gjson.Result) {
+	u, ok, bad := parseUsage(o)
+	switch {
+	case ok:
+		m.usage = u
+	case bad != "":
+		m.badUsage = bad
+	}
+}
+
 // observation is what observe learned of an event.
 type observation struct {
 	hide bool // a Chat usage chunk the client did not ask for: counted, not written
@@ -460,15 +524,13 @@ func (m *reqMeta) observe(name string, data []byte) (o observation) {
 		if typ := gjson.GetBytes(data, "type").Str; strings.HasPrefix(typ, "response.") {
 			if isTerminalType(typ) {
 				m.terminal = strings.TrimPrefix(typ, "response.")
-				if u, ok := parseUsage(gjson.GetBytes(data, "response.usage")); ok {
-					m.usage = u
-				}
+				m.noteUsage(gjson.GetBytes(data, "response.usage"))
 				if mod := gjson.GetBytes(data, "response.model"); mod.Type == gjson.String {
 					m.servedModel = mod.Str
 				}
 			}
-		} else if u, ok := parseUsage(gjson.GetBytes(data, "usage")); ok { // a Chat chunk
-			m.usage = u
+		} else if u := gjson.GetBytes(data, "usage"); u.IsObject() { // a Chat chunk
+			m.noteUsage(u)
 			if mod := gjson.GetBytes(data, "model"); mod.Type == gjson.String {
 				m.servedModel = mod.Str
 			}
@@ -579,7 +641,7 @@ func (m *reqMeta) attemptEnded(reported bool, summed []byte) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.replaced, _ = parseUsage(gjson.ParseBytes(summed))
+	m.replaced, _, _ = parseUsage(gjson.ParseBytes(summed))
 	sent := m.outputDeltas.Load()
 	deltas := sent - m.deltasAccounted
 	m.deltasAccounted = sent
@@ -654,13 +716,13 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request, _ httproute
 			*t.CostUSD += c
 		}
 		rows = append(rows, rw)
-		t.Requests += rec.Requests
-		t.InputTokens += rec.InputTokens
-		t.OutputTokens += rec.OutputTokens
-		t.CachedTokens += rec.CachedTokens
-		t.ReasoningTokens += rec.ReasoningTokens
+		t.Requests = addTokens(t.Requests, rec.Requests)
+		t.InputTokens = addTokens(t.InputTokens, rec.InputTokens)
+		t.OutputTokens = addTokens(t.OutputTokens, rec.OutputTokens)
+		t.CachedTokens = addTokens(t.CachedTokens, rec.CachedTokens)
+		t.ReasoningTokens = addTokens(t.ReasoningTokens, rec.ReasoningTokens)
 	}
-	t.TotalTokens = t.InputTokens + t.OutputTokens
+	t.TotalTokens = addTokens(t.InputTokens, t.OutputTokens)
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Day < rows[j].Day })
 	writeJSON(w, http.StatusOK, map[string]any{"object": "usage", "key": q.Get("key"), "from": from, "to": to, "data": rows, "total": t})
 }
@@ -726,6 +788,9 @@ type reqMeta struct {
 	deltasAccounted int64
 	cutAttempts     usage
 	replaced        usage
+	// badUsage names the count of the upstream's usage that was not valid
+	// (noteUsage), for settle's warning; "" when none was.
+	badUsage string
 }
 
 // newRequestID mints the x-request-id of an answer the gateway writes

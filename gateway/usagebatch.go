@@ -74,7 +74,13 @@ func (b *usageBatch) mergeLocked(rec store.UsageRecord) {
 	k := usageKey{rec.Day, rec.Key, rec.Route, rec.Target, rec.Model}
 	cur := b.pending[k]
 	cur.Day, cur.Key, cur.Route, cur.Target, cur.Model = rec.Day, rec.Key, rec.Route, rec.Target, rec.Model
-	cur.AddCounts(rec)
+	// Held at MaxInt64 rather than wrapping (addTokens): a total that
+	// overflowed would turn negative in /admin/usage.
+	cur.Requests = addTokens(cur.Requests, rec.Requests)
+	cur.InputTokens = addTokens(cur.InputTokens, rec.InputTokens)
+	cur.OutputTokens = addTokens(cur.OutputTokens, rec.OutputTokens)
+	cur.CachedTokens = addTokens(cur.CachedTokens, rec.CachedTokens)
+	cur.ReasoningTokens = addTokens(cur.ReasoningTokens, rec.ReasoningTokens)
 	b.pending[k] = cur
 }
 

@@ -31,6 +31,12 @@ import (
 type Fields struct {
 	Type, OutputIndex, ContentIndex, SummaryIndex, ItemID gjson.Result
 	Delta, Item, Part, Response                           gjson.Result
+
+	// located: Refers looked up the item (item) and part (part) the event
+	// is about, which Track then uses rather than looking again.
+	located bool
+	item    *Item
+	part    *Part
 }
 
 // Read fills f from the top-level members of ev, a parsed JSON object (for
@@ -99,6 +105,81 @@ type Part struct {
 // they got its text's done event or its part's. No more text may go into it.
 func (p *Part) Complete() bool { return p.Done != nil || p.TextDone }
 
+// Refers reports whether an event names only output the readers were sent:
+// its output_index, content_index and summary_index, where it has them,
+// are not negative, and its item (by item_id, else output_index) and part
+// (for an event about a part's content) are ones the readers got added. An
+// event that names another is not about this response's output: relayed,
+// a reader's text would contradict the terminal Response (and a reader
+// indexing its output by output_index fails). Lifecycle and terminal
+// events, output_item.added and the part added events name new output and
+// always refer. What it looks up is kept in f for Track, so an event's
+// item is looked up once (docs/ARCHITECTURE.md §11).
+func (o *Output) Refers(f *Fields) bool {
+	switch typ := f.Type.Str; typ {
+	case "response.created", "response.in_progress", "response.queued", "response.completed", "response.incomplete",
+		"response.failed", "response.output_item.added", "error":
+		return true
+	default:
+		for _, idx := range [...]gjson.Result{f.OutputIndex, f.ContentIndex, f.SummaryIndex} {
+			if idx.Exists() && (idx.Type != gjson.Number || idx.Num < 0) {
+				return false
+			}
+		}
+		if !f.OutputIndex.Exists() && !f.ItemID.Exists() && !f.Item.IsObject() {
+			return true // about no item
+		}
+		f.located = true
+		if f.item = o.ItemOf(f); f.item == nil {
+			return false
+		}
+		// The part, looked up as Track looks it up. An event without the
+		// index, or about an item that was shown no part at all (a lax
+		// upstream that never announces its parts), keeps being relayed as
+		// it was: an index outside the parts an item was shown is the
+		// contradiction.
+		switch typ {
+		case "response.content_part.added", "response.reasoning_summary_part.added":
+			return true // a new part
+		case "response.reasoning_summary_part.done", "response.reasoning_summary_text.delta", "response.reasoning_summary_text.done":
+			f.part = o.PartOf(false, f)
+			return f.part != nil || !f.SummaryIndex.Exists() || len(f.item.Summary) == 0
+		}
+		if f.ContentIndex.Exists() || tracksContentPart(typ) {
+			f.part = o.PartOf(true, f)
+			return f.part != nil || !f.ContentIndex.Exists() || len(f.item.Parts) == 0
+		}
+		return true
+	}
+}
+
+// tracksContentPart reports whether Track files an event of type typ
+// under a content part (PartOf(true, …)).
+func tracksContentPart(typ string) bool {
+	switch typ {
+	case "response.content_part.done", "response.output_text.done", "response.refusal.done", "response.reasoning_text.done",
+		"response.output_text.delta", "response.refusal.delta", "response.reasoning_text.delta":
+		return true
+	}
+	return false
+}
+
+// itemOf is ItemOf, as Refers found it when it looked.
+func (o *Output) itemOf(f *Fields) *Item {
+	if f.located {
+		return f.item
+	}
+	return o.ItemOf(f)
+}
+
+// partOf is PartOf, as Refers found it when it looked.
+func (o *Output) partOf(content bool, f *Fields) *Part {
+	if f.located {
+		return f.part
+	}
+	return o.PartOf(content, f)
+}
+
 // Track records what an event the readers got said about the output.
 // lifecycle reports a lifecycle event whose Response became the base.
 func (o *Output) Track(f *Fields) (lifecycle bool) {
@@ -114,11 +195,11 @@ func (o *Output) Track(f *Fields) (lifecycle bool) {
 				ID: strings.Clone(f.Item.Get("id").String()), Type: strings.Clone(f.Item.Get("type").String())})
 		}
 	case "response.output_item.done":
-		if it := o.ItemOf(f); it != nil && f.Item.IsObject() {
+		if it := o.itemOf(f); it != nil && f.Item.IsObject() {
 			it.Done = []byte(f.Item.Raw)
 		}
 	case "response.content_part.added", "response.reasoning_summary_part.added":
-		if it := o.ItemOf(f); it != nil && f.Part.IsObject() {
+		if it := o.itemOf(f); it != nil && f.Part.IsObject() {
 			p := &Part{Added: []byte(f.Part.Raw)}
 			if typ == "response.content_part.added" {
 				p.Index = f.ContentIndex.Int()
@@ -129,27 +210,27 @@ func (o *Output) Track(f *Fields) (lifecycle bool) {
 			}
 		}
 	case "response.content_part.done", "response.reasoning_summary_part.done":
-		if p := o.PartOf(typ == "response.content_part.done", f); p != nil && f.Part.IsObject() {
+		if p := o.partOf(typ == "response.content_part.done", f); p != nil && f.Part.IsObject() {
 			p.Done = []byte(f.Part.Raw)
 		}
 	case "response.output_text.done", "response.refusal.done", "response.reasoning_text.done":
-		if p := o.PartOf(true, f); p != nil {
+		if p := o.partOf(true, f); p != nil {
 			p.TextDone = true
 		}
 	case "response.reasoning_summary_text.done":
-		if p := o.PartOf(false, f); p != nil {
+		if p := o.partOf(false, f); p != nil {
 			p.TextDone = true
 		}
 	case "response.output_text.delta", "response.refusal.delta", "response.reasoning_text.delta":
-		if p := o.PartOf(true, f); p != nil && f.Delta.Type == gjson.String {
+		if p := o.partOf(true, f); p != nil && f.Delta.Type == gjson.String {
 			p.Text = append(p.Text, f.Delta.Raw[1:len(f.Delta.Raw)-1]...)
 		}
 	case "response.reasoning_summary_text.delta":
-		if p := o.PartOf(false, f); p != nil && f.Delta.Type == gjson.String {
+		if p := o.partOf(false, f); p != nil && f.Delta.Type == gjson.String {
 			p.Text = append(p.Text, f.Delta.Raw[1:len(f.Delta.Raw)-1]...)
 		}
 	case "response.function_call_arguments.delta", "response.custom_tool_call_input.delta":
-		if it := o.ItemOf(f); it != nil && f.Delta.Type == gjson.String {
+		if it := o.itemOf(f); it != nil && f.Delta.Type == gjson.String {
 			it.Args = append(it.Args, f.Delta.Raw[1:len(f.Delta.Raw)-1]...)
 		}
 	case "response.completed", "response.incomplete", "response.failed":

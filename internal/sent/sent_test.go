@@ -128,3 +128,48 @@ func TestFromUpstreamCompletesTheResponse(t *testing.T) {
 		}
 	}
 }
+
+// TestRefers: an event naming output the readers were never sent (an item
+// not added, a part not added, a negative index) does not refer; lifecycle
+// events, new items and parts, and events about no item do.
+func TestRefers(t *testing.T) {
+	var o sent.Output
+	for _, ev := range []string{
+		`{"type":"response.output_item.added","output_index":0,"item":{"id":"msg_1","type":"message"}}`,
+		`{"type":"response.content_part.added","item_id":"msg_1","output_index":0,"content_index":0,"part":{"type":"output_text","text":""}}`,
+	} {
+		var f sent.Fields
+		f.Read(gjson.Parse(ev))
+		o.Track(&f)
+	}
+	cases := []struct {
+		event string
+		want  bool
+	}{
+		{`{"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":0,"delta":"x"}`, true},
+		{`{"type":"response.output_text.delta","item_id":"msg_zzz","output_index":0,"content_index":0,"delta":"x"}`, true}, // by index
+		{`{"type":"response.output_text.delta","output_index":0,"delta":"x"}`, true},                                       // no content_index: as before
+		{`{"type":"response.output_text.delta","item_id":"msg_zzz","output_index":5,"content_index":0,"delta":"x"}`, false},
+		{`{"type":"response.output_text.delta","item_id":"msg_1","output_index":-1,"content_index":0,"delta":"x"}`, false},
+		{`{"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":-3,"delta":"x"}`, false},
+		{`{"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":1,"delta":"x"}`, false},
+		{`{"type":"response.output_text.delta","item_id":"msg_1","output_index":"0","content_index":0,"delta":"x"}`, false},
+		{`{"type":"response.output_text.delta","output_index":99999999999999999999,"content_index":0,"delta":"x"}`, false},
+		{`{"type":"response.reasoning_summary_text.delta","item_id":"msg_1","output_index":0,"summary_index":0,"delta":"x"}`, true}, // shown no summary part: lax
+		{`{"type":"response.reasoning_summary_text.delta","item_id":"msg_1","output_index":0,"summary_index":-1,"delta":"x"}`, false},
+		{`{"type":"response.content_part.added","item_id":"msg_1","output_index":0,"content_index":1,"part":{"type":"output_text"}}`, true},
+		{`{"type":"response.content_part.added","item_id":"msg_2","output_index":1,"content_index":0,"part":{"type":"output_text"}}`, false},
+		{`{"type":"response.output_item.done","output_index":0,"item":{"id":"msg_1","type":"message"}}`, true},
+		{`{"type":"response.output_item.done","output_index":3,"item":{"id":"msg_9","type":"message"}}`, false},
+		{`{"type":"response.output_item.added","output_index":1,"item":{"id":"msg_2","type":"message"}}`, true},
+		{`{"type":"response.completed","response":{}}`, true},
+		{`{"type":"keepalive"}`, true},
+	}
+	for _, c := range cases {
+		var f sent.Fields
+		f.Read(gjson.Parse(c.event))
+		if got := o.Refers(&f); got != c.want {
+			t.Errorf("Refers(%s) = %v, want %v", c.event, got, c.want)
+		}
+	}
+}
