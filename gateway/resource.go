@@ -1034,8 +1034,11 @@ func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id, hash strin
 		}
 		relayOwner(w, resp, b)
 	case call.stream && eventStream:
+		// As on a stream the gateway forwards, timeouts.idle counts from the
+		// owner's last event: keepalive comments do not hold it open.
+		events := idleEvents{src: sse.NewReader(&idleReader{r: resp.Body}, s.opts.MaxEventBytes), idle: idle}
 		s.resumeSSE(w, func(out resumeSink) error {
-			return s.followOwner(r.Context(), ctx, u, sse.NewReader(body, s.opts.MaxEventBytes), call.after, out)
+			return s.followOwner(r.Context(), ctx, u, events, call.after, out)
 		})
 	case resp.StatusCode == http.StatusNoContent && !call.stream:
 		copyResponseHeaders(w.Header(), resp.Header) // nothing to check
@@ -1103,7 +1106,7 @@ func ownerFault(owner, format string, args ...any) *apierr.Error {
 // While the owner is quiet the client gets keepalives (the owner's own SSE
 // comments are not passed on). clientCtx is the client's, upCtx the owner
 // call's (its cause says why it stopped).
-func (s *Server) followOwner(clientCtx, upCtx context.Context, u *upstream.Upstream, src *sse.Reader, after int64, out resumeSink) error {
+func (s *Server) followOwner(clientCtx, upCtx context.Context, u *upstream.Upstream, src eventSource, after int64, out resumeSink) error {
 	var mu sync.Mutex // out is written by this goroutine and the keepalive timer
 	active, stopped := false, false
 	var ka *time.Timer

@@ -209,7 +209,8 @@ func TestOwnerAnswersAreScrubbedBoundedAndShaped(t *testing.T) {
 // TestOwnerStreamEndsWithOneTerminalEvent: a resume asked of the owner ends
 // with exactly one terminal event whatever the owner's stream does: its
 // own terminal event is passed on (scrubbed), a cut, a stall (past
-// timeouts.idle) or a garbage event ends it with the resume's error event,
+// timeouts.idle, keepalive comments or not) or a garbage event ends it with
+// the resume's error event,
 // numbered after the last event the client got.
 func TestOwnerStreamEndsWithOneTerminalEvent(t *testing.T) {
 	up, _ := ownerFront(t, func(w http.ResponseWriter, r *http.Request) {
@@ -231,11 +232,21 @@ func TestOwnerStreamEndsWithOneTerminalEvent(t *testing.T) {
 			writeOwnerEvent(w, "response.completed", 8, `,"response":{"id":"resp_x","status":"completed"}`)
 		case "stall":
 			<-r.Context().Done()
+		case "keepalives": // bytes, but no event: a stall too
+			for {
+				select {
+				case <-r.Context().Done():
+					return
+				case <-time.After(50 * time.Millisecond):
+					_, _ = io.WriteString(w, ": keepalive\n\n")
+					w.(http.Flusher).Flush()
+				}
+			}
 		}
 	})
 	h := ownerHarness(t, up, gateway.Options{IdleTimeout: 500 * time.Millisecond})
 	id := h.createResponse(`{"model":"gpt-fake-1","input":"hi"}`)
-	for _, mode := range []string{"completed", "cut", "garbage", "stall"} {
+	for _, mode := range []string{"completed", "cut", "garbage", "stall", "keepalives"} {
 		evs := streamFrom(t, h, "/v1/responses/"+id+"?stream=true&starting_after=4&mode="+mode)
 		var all strings.Builder
 		for _, ev := range evs {
