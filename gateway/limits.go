@@ -172,9 +172,10 @@ func (b *bucket) untilFull() time.Duration {
 type LocalLimiter struct {
 	// Seed returns the tokens a key already used in [from, to] (UTC days,
 	// YYYY-MM-DD), read once per key and period, when a budget first
-	// needs it; nil: 0. A read that fails is tried again at the key's next
-	// admission (a store that is down must not make a spent budget whole
-	// for the rest of the period).
+	// needs it; nil: 0. A read that fails is tried again at the key's
+	// first admission seedRetryEvery later (a store that is down must not
+	// make a spent budget whole for the rest of the period, nor cost every
+	// admission a read that waits for its timeout).
 	Seed func(ctx context.Context, key, from, to string) (int64, error)
 	// Now is the clock; nil: time.Now.
 	Now func() time.Time
@@ -195,6 +196,8 @@ type keyLimits struct {
 	// which happens once a budget needs them (a key may get its budget
 	// mid-period).
 	daySeeded, monthSeeded bool
+	// seedRetryAt: a seed read failed; none is tried before then.
+	seedRetryAt time.Time
 	// reserved is the estimates of the requests in flight admitted under a
 	// budget; they end in today's totals, whichever day they began.
 	reserved int64
@@ -258,8 +261,9 @@ func (l *LocalLimiter) seed(ctx context.Context, key string, lim store.KeyLimits
 	l.mu.Lock()
 	k := l.entry(key, lim, now)
 	needDay, needMonth := lim.TokensPerDay > 0 && !k.daySeeded, lim.TokensPerMonth > 0 && !k.monthSeeded
+	retryAt := k.seedRetryAt
 	l.mu.Unlock()
-	if !needDay && !needMonth {
+	if !needDay && !needMonth || now.Before(retryAt) {
 		return
 	}
 	var dayUsed, monthUsed int64
@@ -279,7 +283,13 @@ func (l *LocalLimiter) seed(ctx context.Context, key string, lim store.KeyLimits
 	if needMonth && monthErr == nil && k.month == month && !k.monthSeeded {
 		k.monthUsed, k.monthSeeded = max(k.monthUsed, monthUsed), true
 	}
+	if dayErr != nil || monthErr != nil {
+		k.seedRetryAt = now.Add(seedRetryEvery)
+	}
 }
+
+// seedRetryEvery spaces a key's budget seed reads while they fail.
+const seedRetryEvery = 10 * time.Second
 
 // observe raises key's day and month totals to what the shared limiter
 // last saw of them (-1: not seen), and counts them as seeded: they are

@@ -628,8 +628,10 @@ func TestLocalLimiterRetriesAFailedSeed(t *testing.T) {
 		{"month", store.KeyLimits{TokensPerMonth: 300}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			storeDown := true
-			lim := &gateway.LocalLimiter{Seed: func(context.Context, string, string, string) (int64, error) {
+			storeDown, reads := true, 0
+			now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+			lim := &gateway.LocalLimiter{Now: func() time.Time { return now }, Seed: func(context.Context, string, string, string) (int64, error) {
+				reads++
 				if storeDown {
 					return 0, errors.New("store unavailable")
 				}
@@ -640,7 +642,14 @@ func TestLocalLimiterRetriesAFailedSeed(t *testing.T) {
 				t.Fatalf("with the store down: %+v, want admitted (fail open)", lerr)
 			}
 			adm.Done(1)
+			// While reads fail, the next admissions do not each wait for one.
+			adm, lerr = lim.Admit(context.Background(), "k", tc.budget, 1)
+			if lerr != nil || reads != 1 {
+				t.Fatalf("right after a failed read: %+v, %d reads, want admitted without another read", lerr, reads)
+			}
+			adm.Done(1)
 			storeDown = false
+			now = now.Add(10 * time.Second)
 			if _, lerr := lim.Admit(context.Background(), "k", tc.budget, 1); lerr == nil || lerr.Code != gateway.CodeInsufficientQuota {
 				t.Fatalf("with the store back: %+v, want %s", lerr, gateway.CodeInsufficientQuota)
 			}
