@@ -670,12 +670,7 @@ func (p *Pool) clearsCredentialPark(ctx context.Context, u *Upstream, timeout ti
 func (p *Pool) listsModelsToAnyone(ctx context.Context, u *Upstream, timeout time.Duration) bool {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.URL("/models"), nil)
-	if err != nil {
-		return false
-	}
-	req.Header.Set("Accept-Encoding", "identity")
-	resp, err := p.opts.Client.Do(req)
+	resp, err := p.getModels(ctx, u, false)
 	if err != nil {
 		return false
 	}
@@ -684,22 +679,28 @@ func (p *Pool) listsModelsToAnyone(ctx context.Context, u *Upstream, timeout tim
 	return resp.StatusCode/100 == 2
 }
 
-// probe asks u for its models: their ids, in the upstream's order, and
-// their entries by id (copied, so the body is not kept).
-func (p *Pool) probe(ctx context.Context, u *Upstream, timeout time.Duration) ([]string, map[string]json.RawMessage, State, string) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+// getModels sends GET {base_url}/models to u, with its api_key when
+// withKey (probe) or without any credential (listsModelsToAnyone).
+func (p *Pool) getModels(ctx context.Context, u *Upstream, withKey bool) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.URL("/models"), nil)
 	if err != nil {
-		return nil, nil, StateDown, err.Error()
+		return nil, err
 	}
-	if u.cfg.APIKey != "" {
+	if withKey && u.cfg.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+u.cfg.APIKey)
 	}
 	// The gateway's transport decodes nothing, and a request without
 	// Accept-Encoding accepts any coding (RFC 9110 §12.5.3).
 	req.Header.Set("Accept-Encoding", "identity")
-	resp, err := p.opts.Client.Do(req)
+	return p.opts.Client.Do(req)
+}
+
+// probe asks u for its models: their ids, in the upstream's order, and
+// their entries by id (copied, so the body is not kept).
+func (p *Pool) probe(ctx context.Context, u *Upstream, timeout time.Duration) ([]string, map[string]json.RawMessage, State, string) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	resp, err := p.getModels(ctx, u, true)
 	if err != nil {
 		return nil, nil, StateDown, "probe: " + RedactError(err)
 	}
