@@ -1582,7 +1582,7 @@ func appendSum(dst []byte, a, b gjson.Result) []byte {
 		switch {
 		case ok && av.Type == gjson.Number && v.Type == gjson.Number:
 			if isInteger(av.Raw) && isInteger(v.Raw) {
-				dst = strconv.AppendInt(dst, av.Int()+v.Int(), 10)
+				dst = appendCountSum(dst, av, v)
 			} else {
 				dst = strconv.AppendFloat(dst, av.Num+v.Num, 'f', -1, 64)
 			}
@@ -1604,6 +1604,22 @@ func appendSum(dst []byte, a, b gjson.Result) []byte {
 }
 
 func isInteger(raw string) bool { return !strings.ContainsAny(raw, ".eE") }
+
+// appendCountSum appends the sum of two integer usage fields. A count that
+// is not a token count (negative, or beyond what any model reports,
+// usageCount) is no count: the other one stands alone, so a continued
+// stream's usage never turns negative or wraps.
+func appendCountSum(dst []byte, a, b gjson.Result) []byte {
+	x, aValid := usageCount(a)
+	y, bValid := usageCount(b)
+	switch {
+	case aValid && bValid:
+		return strconv.AppendInt(dst, x+y, 10)
+	case aValid:
+		return append(dst, a.Raw...)
+	}
+	return append(dst, b.Raw...)
+}
 
 // ---- keepalive ----
 

@@ -22,6 +22,10 @@ func TestSumUsage(t *testing.T) {
 			`{"input_tokens":3,"input_tokens_details":{"cached_tokens":1},"output_tokens":4}`,
 			`{"input_tokens":11,"input_tokens_details":{"cached_tokens":3},"output_tokens":4,"x":"a"}`},
 		{`{"cost":0.5}`, `{"cost":0.25}`, `{"cost":0.75}`},
+		// A count that is not a token count is no count: the other stands.
+		{`{"output_tokens":-50}`, `{"output_tokens":7}`, `{"output_tokens":7}`},
+		{`{"output_tokens":9}`, `{"output_tokens":-3}`, `{"output_tokens":9}`},
+		{`{"output_tokens":9223372036854775807}`, `{"output_tokens":9223372036854775807}`, `{"output_tokens":9223372036854775807}`},
 	} {
 		if got := string(sumUsage([]byte(tc.a), []byte(tc.b))); got != tc.want {
 			t.Errorf("%s + %s = %s, want %s", tc.a, tc.b, got, tc.want)
