@@ -93,3 +93,22 @@ func TestEveryAnswerCarriesARequestID(t *testing.T) {
 		t.Errorf("the upstream's x-request-id %s is in the access log (it may carry a raw response id):\n%s", relayedID, lines)
 	}
 }
+
+// TestWebSocketFramesLogTheirSocketsRequestID: a WebSocket frame carries no
+// headers, so each frame's access line names the x-request-id of the
+// upgrade's 101, the one id its client was given.
+func TestWebSocketFramesLogTheirSocketsRequestID(t *testing.T) {
+	h := newHarness(t, harnessConfig{})
+	ws := h.dialWS(nil)
+	id := ws.header.Get("X-Request-Id")
+	if !regexp.MustCompile(`^req_[0-9a-f]{32}$`).MatchString(id) {
+		t.Fatalf("the upgrade's x-request-id %q", id)
+	}
+	ws.turn(createFrame(""))
+	ws.turn(createFrame(""))
+	waitAccessLines(t, h, 2)
+	lines := grepLines(h.logs.String(), "method=WS")
+	if n := strings.Count(lines, "request_id="+id+" "); n != 2 {
+		t.Fatalf("%d frame access lines name the socket's request_id %s, want 2:\n%s", n, id, lines)
+	}
+}

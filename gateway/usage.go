@@ -736,7 +736,7 @@ type metaCtxKey struct{}
 type reqMeta struct {
 	mu          sync.Mutex
 	start       time.Time
-	requestID   string // the x-request-id the gateway minted (newRequestID); "" on a WebSocket frame
+	requestID   string // the x-request-id the gateway minted (newRequestID); a WebSocket frame's is its socket's
 	method      string
 	endpoint    string
 	surface     string

@@ -74,7 +74,7 @@ func (s *Server) handleWebSocket(w http.ResponseWriter, r *http.Request, _ httpr
 		header.Del(k)
 	}
 	metaOf(r).ws = true // each frame logs its own access line
-	sess := &wsSession{s: s, conn: conn, header: header, fwd: forwardingOf(r, s.opts.TrustedProxies), keyHash: clientkey.Hash(header), key: keyOf(r), memory: newSessionMemory(),
+	sess := &wsSession{s: s, conn: conn, header: header, fwd: forwardingOf(r, s.opts.TrustedProxies), keyHash: clientkey.Hash(header), key: keyOf(r), requestID: metaOf(r).requestID, memory: newSessionMemory(),
 		input: streaminput.NewAccumulator(streaminput.AccumulatorOptions{MaxBytes: s.opts.MaxWSFrameBytes, MaxJSONDepth: s.opts.MaxJSONDepth})}
 	sess.run()
 }
@@ -155,9 +155,13 @@ type wsSession struct {
 	header  http.Header
 	fwd     forwarding // the upgrade request's hop
 	keyHash string
-	key     *keyEntry      // the Sluice key of the upgrade (auth.go); resolved again for every frame
-	memory  *sessionMemory // store:false conversation turns, gone with the socket
-	input   *streaminput.Accumulator
+	key     *keyEntry // the Sluice key of the upgrade (auth.go); resolved again for every frame
+	// requestID is the x-request-id the upgrade's 101 carried: each frame's
+	// access line shows it, so a socket's frames are found by the id its
+	// client was given (frames carry no headers of their own).
+	requestID string
+	memory    *sessionMemory // store:false conversation turns, gone with the socket
+	input     *streaminput.Accumulator
 }
 
 // wsQueueFrames is how many frames of limits.max_ws_frame_bytes a session
@@ -324,7 +328,7 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 	start := time.Now()
 	s := ws.s
 	out := &wsResponder{ws: ws, ctx: ctx}
-	meta := &reqMeta{start: start, method: "WS", endpoint: "/v1/responses", surface: hostabi.SurfaceWebSocket, key: ws.key}
+	meta := &reqMeta{start: start, method: "WS", endpoint: "/v1/responses", surface: hostabi.SurfaceWebSocket, key: ws.key, requestID: ws.requestID}
 	// A frame that is answered (refused, or a response.create taken up) is
 	// counted once it ends, with the status its access line writes: the
 	// metric and the line describe the same request (README
