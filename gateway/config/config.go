@@ -15,6 +15,7 @@ import (
 	"os"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -109,11 +110,44 @@ type Target struct {
 	Model    string `yaml:"model"`
 }
 
-// RouteTimeouts bound a route's waits for a target; zero is no bound.
+// RouteTimeouts bound a route's waits for a target; zero (the timeout not
+// written) is no bound.
 type RouteTimeouts struct {
 	FirstByte  Duration `yaml:"first_byte"`  // response headers
 	FirstToken Duration `yaml:"first_token"` // the first event after them
 	Stall      Duration `yaml:"stall"`       // between events once content was sent
+
+	written routeTimeoutsWritten // which of them the file wrote (null: not written)
+}
+
+type routeTimeoutsWritten struct{ firstByte, firstToken, stall bool }
+
+// UnmarshalYAML decodes the timeouts and notes which were written: an
+// omitted one is no bound, but a written 0s is refused like any timeout's
+// (README "Running it"), and only the file tells them apart.
+func (t *RouteTimeouts) UnmarshalYAML(n *yaml.Node) error {
+	var w struct {
+		FirstByte  *Duration `yaml:"first_byte"`
+		FirstToken *Duration `yaml:"first_token"`
+		Stall      *Duration `yaml:"stall"`
+	}
+	if err := n.Decode(&w); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		from    *Duration
+		to      *Duration
+		written *bool
+	}{
+		{w.FirstByte, &t.FirstByte, &t.written.firstByte},
+		{w.FirstToken, &t.FirstToken, &t.written.firstToken},
+		{w.Stall, &t.Stall, &t.written.stall},
+	} {
+		if f.from != nil {
+			*f.to, *f.written = *f.from, true
+		}
+	}
+	return nil
 }
 
 // Retry configures waiting on the same target.
@@ -205,16 +239,25 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	if err := n.Decode(&s); err != nil {
 		return err
 	}
-	v, err := time.ParseDuration(strings.TrimSpace(s))
-	if err != nil {
+	text := strings.TrimSpace(s)
+	v, err := time.ParseDuration(text)
+	switch {
+	case err != nil && !durationSyntax.MatchString(text):
 		return fmt.Errorf("%q is not a duration (like 30s or 5m)", s)
-	}
-	if v < 0 {
+	case err != nil && !strings.HasPrefix(text, "-"):
+		// Written right, but past time.Duration's 292 years: say what
+		// Validate says of one past maxDuration, not "not a duration".
+		return fmt.Errorf("%q is too large: %s", s, durationBound())
+	case err != nil || v < 0:
 		return fmt.Errorf("%q is negative", s)
 	}
 	*d = Duration(v)
 	return nil
 }
+
+// durationSyntax is what time.ParseDuration reads: numbers, each with a
+// unit. A value written so that ParseDuration still refuses is out of range.
+var durationSyntax = regexp.MustCompile(`^[-+]?((\d+(\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h))+$`)
 
 // D returns the duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
@@ -532,7 +575,7 @@ func (c *Config) Validate() error {
 		case d < 0 || (d == 0 && !zeroOK):
 			bad(key, "must be positive")
 		case d.D() > maxDuration:
-			bad(key, "must be at most %s (100 years)", maxDuration)
+			bad(key, "%s", durationBound())
 		}
 	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
@@ -617,6 +660,9 @@ func (c *Config) Validate() error {
 	} {
 		duration(t.key, t.d, false)
 	}
+	if p := c.Timeouts.ProbeInterval.D(); p > 0 && p < minProbeInterval {
+		bad("timeouts.probe_interval", "must be at least %s (every upstream is probed this often)", minProbeInterval)
+	}
 	names := map[string]bool{}
 	for i, u := range c.Upstreams {
 		key := fmt.Sprintf("upstreams[%d]", i)
@@ -693,6 +739,18 @@ func (c *Config) Validate() error {
 		default:
 			bad(key+".continuation", "%q is not one of auto, restart, off", r.Continuation)
 		}
+		for _, t := range []struct {
+			name    string
+			d       Duration
+			written bool
+		}{
+			{"first_byte", r.Timeouts.FirstByte, r.Timeouts.written.firstByte},
+			{"first_token", r.Timeouts.FirstToken, r.Timeouts.written.firstToken},
+			{"stall", r.Timeouts.Stall, r.Timeouts.written.stall},
+		} {
+			duration(key+".timeouts."+t.name, t.d, !t.written) // not written: no bound
+		}
+		c.refuseShadowedRoute(i, bad)
 	}
 	duration("continuity.anchor_ttl", c.Continuity.AnchorTTL, false)
 	duration("continuity.rehydrate_after", c.Continuity.RehydrateAfter, false)
@@ -703,6 +761,33 @@ func (c *Config) Validate() error {
 	c.validateTracing(bad)
 	c.validatePolicies(bad)
 	return errors.Join(errs...)
+}
+
+// refuseShadowedRoute reports route i when every model pattern it names is
+// named, as written, by an earlier route: the first match wins (README
+// "Routes and fallbacks"), so route i could never be used. Patterns that
+// differ are not compared (whether one glob covers another is not decided).
+func (c *Config) refuseShadowedRoute(i int, bad func(key, format string, args ...any)) {
+	var by []int // the earlier routes that take its models
+	for _, m := range c.Routes[i].Models {
+		first := slices.IndexFunc(c.Routes[:i], func(r Route) bool { return slices.Contains(r.Models, m) })
+		if first < 0 {
+			return // a model only this route names
+		}
+		if !slices.Contains(by, first) {
+			by = append(by, first)
+		}
+	}
+	if len(by) == 0 {
+		return // no models: reported as required
+	}
+	slices.Sort(by)
+	names := make([]string, len(by))
+	for k, j := range by {
+		names[k] = fmt.Sprintf("routes[%d]", j)
+	}
+	bad(fmt.Sprintf("routes[%d].models", i), "every model is matched first by %s, so this route is never used",
+		strings.Join(names, ", "))
 }
 
 // maxBytes bounds the byte limits. The gateway adds to them and multiplies
@@ -716,6 +801,15 @@ const maxBytes = 1 << 40
 // as nanoseconds since 1970, which end in 2262): 100 years is far beyond any
 // real timeout and keeps the sums in range.
 const maxDuration = 100 * 365 * 24 * time.Hour
+
+// durationBound is the problem with a duration past maxDuration.
+func durationBound() string { return fmt.Sprintf("must be at most %s (100 years)", maxDuration) }
+
+// minProbeInterval bounds timeouts.probe_interval from below: a typo such
+// as 15ms for 15s would otherwise probe every upstream dozens of times a
+// second, and the on-demand probes are held to one per upstream per second
+// too (README "What it promises").
+const minProbeInterval = time.Second
 
 // maxRetryWait bounds retry.max_wait: no upstream hint is honoured longer
 // (upstream.MaxCooldown).

@@ -64,6 +64,26 @@ func TestConfigErrorMessages(t *testing.T) {
 		{"list for a duration", "timeouts:\n  idle: [5s]\n", `timeouts.idle: expected a duration (like 30s or 5m), not a list`},
 		{"route duration", up + "routes:\n  - models: [x]\n    targets: [{upstream: a}]\n    timeouts: {stall: later}\n",
 			`routes[0].timeouts.stall: "later" is not a duration (like 30s or 5m)`},
+		{"duration past time.Duration", "timeouts:\n  idle: 9999999h\n", `timeouts.idle: "9999999h" is too large: must be at most 876000h0m0s (100 years)`},
+		{"route duration past time.Duration", up + "routes:\n  - models: [x]\n    targets: [{upstream: a}]\n    timeouts: {first_token: 9999999h}\n",
+			`routes[0].timeouts.first_token: "9999999h" is too large: must be at most 876000h0m0s (100 years)`},
+		{"negative duration past time.Duration", "timeouts:\n  idle: -9999999h\n", `timeouts.idle: "-9999999h" is negative`},
+		{"two dots in a duration", "timeouts:\n  idle: 1.5.5s\n", `timeouts.idle: "1.5.5s" is not a duration (like 30s or 5m)`},
+
+		// Empty list items: decoding would drop them without a word.
+		{"dangling upstream", up + "  -\n", `upstreams[1]: is empty`},
+		{"null upstream first", "upstreams: [~, {name: a, base_url: \"http://127.0.0.1:1/v1\"}]\n", `upstreams[0]: is empty`},
+		{"dangling route", up + "routes:\n  -\n", `routes[0]: is empty`},
+		{"null target", up + "routes:\n  - models: [x]\n    targets: [~, {upstream: a}]\n", `routes[0].targets[0]: is empty`},
+		{"null model", up + "routes:\n  - models: [x, null]\n    targets: [{upstream: a}]\n", `routes[0].models[1]: is empty`},
+		{"alias of a null", "trusted_proxies: [10.0.0.1, &none ~, *none]\n", "trusted_proxies[1]: is empty\ntrusted_proxies[2]: is empty"},
+
+		// A route that can never match.
+		{"route shadowed", up + "routes:\n  - models: [x, y]\n    targets: [{upstream: a}]\n  - models: [x]\n    targets: [{upstream: a, model: z}]\n",
+			`routes[1].models: every model is matched first by routes[0], so this route is never used`},
+		{"route shadowed by two", up + "routes:\n  - models: [x]\n    targets: [{upstream: a}]\n  - models: [\"y*\"]\n    targets: [{upstream: a}]\n" +
+			"  - models: [\"y*\", x, x]\n    targets: [{upstream: a, model: z}]\n",
+			`routes[2].models: every model is matched first by routes[0], routes[1], so this route is never used`},
 
 		// Several at once, in file order.
 		{"several at once", "listn: x\ntimeouts:\n  idle: soon\n  conect: 1s\nlimits:\n  max_body_bytes: abc\nupstreams:\n  - name: a\n    base_ur: http://x/v1\n",

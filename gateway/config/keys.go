@@ -158,12 +158,14 @@ func (c *checker) check(n *yaml.Node, t reflect.Type, path string) {
 		return
 	}
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-		return // an empty value: the default, then Validate has its say
+		return // an empty value: the default, then Validate has its say (a list item that is one is refused below)
 	}
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if reflect.PointerTo(t).Implements(unmarshalerType) {
+	// A struct with its own UnmarshalYAML (RouteTimeouts) still has its
+	// keys checked here; a scalar type with one (Duration) reports itself.
+	if t.Kind() != reflect.Struct && reflect.PointerTo(t).Implements(unmarshalerType) {
 		c.custom(n, t, path)
 		return
 	}
@@ -192,6 +194,10 @@ func (c *checker) check(n *yaml.Node, t reflect.Type, path string) {
 			return
 		}
 		for i, item := range n.Content {
+			if isNull(item) { // a dangling "-" or a ~: decoding would drop it without a word
+				c.bad(fmt.Sprintf("%s[%d]", path, i), "is empty")
+				continue
+			}
 			c.check(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i))
 		}
 	case reflect.Interface:
@@ -203,6 +209,15 @@ func (c *checker) check(n *yaml.Node, t reflect.Type, path string) {
 		}
 		c.scalar(n, t, path)
 	}
+}
+
+// isNull reports whether n is, or is an alias of, a null (~, null, or
+// nothing at all).
+func isNull(n *yaml.Node) bool {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias // an anchor is never on an alias, so one step resolves it
+	}
+	return n.Kind == yaml.ScalarNode && n.Tag == "!!null"
 }
 
 // mapping checks a mapping node against a struct's yaml tags.

@@ -130,6 +130,21 @@ func TestValidateBounds(t *testing.T) {
 		{"resume_window past the bound", "streams: {resume_window: 876001h}\n", "streams.resume_window: must be at most 876000h0m0s (100 years)"},
 		{"detach_grace past the bound", "streams: {detach_grace: 876001h}\n", "streams.detach_grace: must be at most 876000h0m0s (100 years)"},
 		{"resume_window 0 still turns resume off", "streams: {resume_window: 0s}\n", ""},
+
+		{"route timeouts 0", routeWith("timeouts: {first_byte: 0s, first_token: 0, stall: 0s}"),
+			"routes[0].timeouts.first_byte: must be positive\nroutes[0].timeouts.first_token: must be positive\nroutes[0].timeouts.stall: must be positive"},
+		{"route timeout 0 through a merge key", routeWith("timeouts: {<<: {first_byte: 0s}, stall: 1s}"), "routes[0].timeouts.first_byte: must be positive"},
+		{"route timeouts past the bound", routeWith("timeouts: {first_byte: 2000000h, stall: 876001h}"),
+			"routes[0].timeouts.first_byte: must be at most 876000h0m0s (100 years)\nroutes[0].timeouts.stall: must be at most 876000h0m0s (100 years)"},
+		{"route timeouts at the bound", routeWith("timeouts: {first_byte: 876000h, first_token: 1ns, stall: 876000h}"), ""},
+		{"route timeouts omitted: no bound", routeWith("timeouts: {first_byte: ~}"), ""},
+		{"probe_interval below 1s", "timeouts: {probe_interval: 999ms}\n", "timeouts.probe_interval: must be at least 1s (every upstream is probed this often)"},
+		{"probe_interval 1ns", "timeouts: {probe_interval: 1ns}\n", "timeouts.probe_interval: must be at least 1s (every upstream is probed this often)"},
+		{"probe_interval 1s", "timeouts: {probe_interval: 1s}\n", ""},
+
+		{"a later route with a model of its own", routeWith("") + "  - models: [x, y]\n    targets: [{upstream: a}]\n", ""},
+		{"glob containment is not decided", "upstreams: [{name: a, base_url: \"http://127.0.0.1:1/v1\"}]\n" +
+			"routes: [{models: [\"*\"], targets: [{upstream: a}]}, {models: [x], targets: [{upstream: a}]}]\n", ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c, err := Parse([]byte(tt.yaml), env(nil))
@@ -141,6 +156,9 @@ func TestValidateBounds(t *testing.T) {
 			}
 			if tt.name == "drain_grace null keeps the default" && c.Timeouts.DrainGrace != Defaults().Timeouts.DrainGrace {
 				t.Fatalf("drain_grace %s, want the default", c.Timeouts.DrainGrace.D())
+			}
+			if tt.name == "route timeouts omitted: no bound" && c.Routes[0].Timeouts != (RouteTimeouts{}) {
+				t.Fatalf("route timeouts %+v, want none", c.Routes[0].Timeouts)
 			}
 		})
 	}
@@ -250,4 +268,10 @@ func TestUpstreamNameAndKeyControlCharacters(t *testing.T) {
 	if err == nil || strings.Contains(err.Error(), "sk-secret") || !strings.Contains(err.Error(), "is not an http(s) URL") {
 		t.Errorf("a base_url that is no URL: %v", err)
 	}
+}
+
+// routeWith is a config with one upstream, a, and one route for model x
+// with the given extra line.
+func routeWith(line string) string {
+	return "upstreams: [{name: a, base_url: \"http://127.0.0.1:1/v1\"}]\nroutes:\n  - models: [x]\n    targets: [{upstream: a}]\n    " + line + "\n"
 }
