@@ -473,7 +473,6 @@ func TestAdminKeysPatchMergesLimitsAndRefusesAmbiguousBodies(t *testing.T) {
 		{`{"limits":{"tpm":9000}}`, store.KeyLimits{RPM: 100, TPM: 9000}},
 		{`{"limits":{"concurrent":2}}`, store.KeyLimits{RPM: 100, TPM: 9000, Concurrent: 2}},
 		{`{"limits":{"rpm":0}}`, store.KeyLimits{TPM: 9000, Concurrent: 2}},
-		{`{"limits":null}`, store.KeyLimits{TPM: 9000, Concurrent: 2}},
 		{`{"models":["gpt-*"]}`, store.KeyLimits{TPM: 9000, Concurrent: 2}},
 	} {
 		code, b := admin(http.MethodPatch, "/admin/keys/ci", step.body)

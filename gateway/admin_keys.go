@@ -149,6 +149,14 @@ func readKeyPatch(w http.ResponseWriter, r *http.Request, p *keyPatch) bool {
 		}
 		return false
 	}
+	// encoding/json takes null as "leave it": a PATCH would answer 200 and
+	// change nothing where the client may have meant "lift it", and
+	// {"models":[null]} would be judged as the pattern "". Refused instead,
+	// saying what lifts the limit or the model list (README).
+	if param, msg := nullField(root); param != "" {
+		apierr.Invalid(param, apierr.CodeInvalidType, "%s", msg).Write(w)
+		return false
+	}
 	if p.Models != nil {
 		for i, m := range *p.Models {
 			if _, err := path.Match(m, ""); err != nil || strings.TrimSpace(m) == "" {
@@ -165,6 +173,42 @@ func readKeyPatch(w http.ResponseWriter, r *http.Request, p *keyPatch) bool {
 		}
 	}
 	return true
+}
+
+// nullField is the first field of a POST or PATCH body (already decoded:
+// every field known) that is JSON null, with the message refusing it; ""
+// when none is.
+func nullField(root gjson.Result) (param, msg string) {
+	root.ForEach(func(k, v gjson.Result) bool {
+		switch {
+		case v.Type == gjson.Null && k.Str == "models":
+			param, msg = "models", "models must be an array of model patterns, got a JSON null; [] allows every model"
+		case v.Type == gjson.Null && k.Str == "limits":
+			param, msg = "limits", `limits must be an object, got a JSON null; a limit is lifted by setting it to 0 ({"limits":{"rpm":0}})`
+		case v.Type == gjson.Null && k.Str == "name":
+			param, msg = "name", "name must be a string, got a JSON null"
+		case v.Type == gjson.Null:
+			param, msg = k.Str, k.Str+" must not be null"
+		case k.Str == "models" && v.IsArray():
+			for i, m := range v.Array() {
+				if m.Type == gjson.Null {
+					param = fmt.Sprintf("models[%d]", i)
+					msg = param + " must be a string, got a JSON null"
+					break
+				}
+			}
+		case k.Str == "limits" && v.IsObject():
+			v.ForEach(func(limit, lv gjson.Result) bool {
+				if lv.Type == gjson.Null {
+					param = "limits." + limit.Str
+					msg = param + " must be an integer, got a JSON null; 0 lifts the limit"
+				}
+				return param == ""
+			})
+		}
+		return param == ""
+	})
+	return param, msg
 }
 
 // maxAdminBody bounds an admin API body.

@@ -17,10 +17,10 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/sluice-gw/sluice/gateway/config"
 	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/sluice-gw/sluice/store"
@@ -426,7 +426,8 @@ func (kr *keyring) list() []*keyEntry {
 }
 
 // presentedKeys yields every credential a request presents, with the
-// header carrying it: each word (split at commas and white space) of every
+// header carrying it: each word (split where config.IsCredentialSeparator
+// says: at commas and white space, quotes and semicolons) of every
 // value of every credential header (hostabi.CredentialHeader), so that a
 // Sluice key is found in a repeated Authorization or Api-Key, in a
 // comma-joined value or in X-Api-Key as well as in the first value. The
@@ -442,7 +443,7 @@ func presentedKeys(h http.Header) iter.Seq2[string, string] {
 			}
 			for _, v := range values {
 				basic := false
-				for _, word := range strings.FieldsFunc(v, isCredentialSeparator) {
+				for _, word := range strings.FieldsFunc(v, config.IsCredentialSeparator) {
 					if !yield(name, word) {
 						return
 					}
@@ -484,13 +485,6 @@ func basicParts(token string) []string {
 // maxPresentedCredentials bounds the words of a request's credential
 // headers that authenticate looks up ("Bearer" and the token are two).
 const maxPresentedCredentials = 16
-
-// isCredentialSeparator splits a credential header's value into words:
-// at commas and white space, and at the quotes and semicolons a client may
-// wrap a key in (`Bearer "sk-…"`, `sk-…;`).
-func isCredentialSeparator(r rune) bool {
-	return r == ',' || r == '"' || r == '\'' || r == ';' || unicode.IsSpace(r)
-}
 
 // carriedBy reports whether secret, one credential a request presents
 // (presentedKeys), is k's.

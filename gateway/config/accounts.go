@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode"
 )
 
 // Auth configures Sluice keys (auth:).
@@ -46,6 +47,15 @@ func (k Key) secretSum() ([32]byte, bool) {
 	}
 	copy(sum[:], b)
 	return sum, true
+}
+
+// IsCredentialSeparator splits a credential header's value into words (the
+// gateway looks each word up as a key): at commas and white space, and at
+// the quotes and semicolons a client may wrap a key in (`Bearer "sk-…"`,
+// `sk-…;`). A secret containing one could never be presented whole, so the
+// config refuses it (validateAccounts).
+func IsCredentialSeparator(r rune) bool {
+	return r == ',' || r == '"' || r == '\'' || r == ';' || unicode.IsSpace(r)
 }
 
 // KeyLimits are one key's limits; 0 is unlimited.
@@ -125,6 +135,11 @@ func (c *Config) validateAccounts(bad func(key, format string, args ...any)) {
 			}
 		case len(k.Key) < 16:
 			bad(key+".key", "is shorter than 16 characters") // never echo the secret
+		case strings.ContainsFunc(k.Key, IsCredentialSeparator):
+			// The gateway splits a credential header into words at these
+			// (IsCredentialSeparator), so no request could present this
+			// secret: every one would be a 401. Never echo the secret.
+			bad(key+".key", "contains white space, a comma, a quote or a semicolon, which split a credential header: no request could present it")
 		}
 		if sum, ok := k.secretSum(); ok {
 			// A secret identifies one key: with two, the later key would take
