@@ -234,10 +234,16 @@ func addTokens(a, b int64) int64 {
 	return a + b
 }
 
-// cost prices u for model (per 1M tokens; cached input at its own price,
-// else at the input price).
+// priceOf prices u for model (per 1M tokens; cached input at its own
+// price, else at the input price): model's own price, else, for a dated
+// snapshot's name, the price of the model it is a snapshot of
+// (snapshotBase): OpenAI answers a request for gpt-5 with
+// gpt-5-2025-08-07, and the usage totals keep the served name.
 func (a *accounts) priceOf(model string, u usage) (float64, bool) {
 	p, ok := a.opts.Pricing[model]
+	if base, dated := snapshotBase(model); !ok && dated {
+		p, ok = a.opts.Pricing[base]
+	}
 	if !ok {
 		return 0, false
 	}
@@ -246,6 +252,34 @@ func (a *accounts) priceOf(model string, u usage) (float64, bool) {
 		cachedPrice = p.Input
 	}
 	return (float64(u.input-u.cached)*p.Input + float64(u.cached)*cachedPrice + float64(u.output)*p.Output) / 1e6, true
+}
+
+// roundUSD rounds a cost to 10^-12 USD, for GET /admin/usage: a sum of
+// float64 costs carries binary noise (0.0016059999999999994 for 0.001606),
+// and a row and the total are rounded alike.
+func roundUSD(c float64) float64 { return math.Round(c*1e12) / 1e12 }
+
+// snapshotBase is the model a dated snapshot's name names: the name less
+// its date suffix, -YYYY-MM-DD (gpt-5-2025-08-07) or -YYYYMMDD
+// (claude-sonnet-4-20250514); dated is false for any other name.
+func snapshotBase(model string) (base string, dated bool) {
+	digits := func(s string) bool {
+		for _, c := range []byte(s) {
+			if c < '0' || c > '9' {
+				return false
+			}
+		}
+		return true
+	}
+	n := len(model)
+	switch {
+	case n > 11 && model[n-11] == '-' && model[n-6] == '-' && model[n-3] == '-' &&
+		digits(model[n-10:n-6]) && digits(model[n-5:n-3]) && digits(model[n-2:]):
+		return model[:n-11], true
+	case n > 9 && model[n-9] == '-' && digits(model[n-8:]):
+		return model[:n-9], true
+	}
+	return "", false
 }
 
 // admit runs before a request goes upstream: the key's model check (403)
@@ -416,6 +450,9 @@ func (o *meterResponder) relay(req *clientRequest, status int, header http.Heade
 	o.m.firstEvent()
 	if status/100 == 2 {
 		o.m.noteUsage(gjson.GetBytes(body, "usage"))
+		if !o.m.usage.known {
+			o.m.answerOutput = estimateTokens(answerOutputText(body)) // charged if no usage comes (estimateUsage)
+		}
 		if mod := gjson.GetBytes(body, "model"); mod.Type == gjson.String {
 			o.m.servedModel = mod.Str
 		}
@@ -593,23 +630,64 @@ func (m *reqMeta) observeUnsent(name string, data []byte, plain bool) {
 	m.countDelta(name, data, m.observe(name, data))
 }
 
+// isAnswerText reports whether a member named name of a JSON answer's
+// output carries what the model generated, the text a stream would have
+// sent as deltas (isDeltaType): Responses output text, refusals, function
+// call arguments, custom tool input and reasoning text; Chat message
+// content, refusals, reasoning and tool call arguments.
+func isAnswerText(name string) bool {
+	switch name {
+	case "text", "refusal", "arguments", "input", "content", "reasoning_content", "reasoning":
+		return true
+	}
+	return false
+}
+
+// answerOutputText is the text a JSON answer generated (isAnswerText), from
+// its output (Responses) or choices (Chat), concatenated: what
+// estimateUsage estimates the output of a JSON answer from.
+func answerOutputText(body []byte) []byte {
+	var text []byte
+	var walk func(v gjson.Result)
+	walk = func(v gjson.Result) {
+		v.ForEach(func(k, e gjson.Result) bool {
+			switch {
+			case e.Type == gjson.String && k.Type == gjson.String && isAnswerText(k.Str):
+				text = append(text, e.Str...)
+			case e.IsObject() || e.IsArray():
+				walk(e)
+			}
+			return true
+		})
+	}
+	for _, member := range [...]string{"output", "choices"} {
+		if v := gjson.GetBytes(body, member); v.IsArray() {
+			walk(v)
+		}
+	}
+	return text
+}
+
 // isDeltaType reports whether a Responses event of type typ streams a piece
 // of output (text, arguments, reasoning, …): the events estimateUsage
 // counts. A Chat chunk has no name.
 func isDeltaType(typ string) bool { return strings.HasSuffix(typ, ".delta") }
 
 // estimateUsage is the usage a request is charged when it ends without the
-// upstream's (the client left, a cut that was not continued, a drain) after
-// the upstream sent output: the admission's input estimate (body bytes /
-// 4, as the limits reserve) and one output token per delta the upstream
-// sent through the stream (countDelta), whether the client got it or had
-// left, since OpenAI-compatible upstreams stream about a token per delta.
-// Charging nothing would let a client that always leaves before the usage
-// chunk take answers past its key's token limits. A request that sent no
-// output (no upstream answered, a cut before the first delta) is not
-// estimated. Called under m.mu.
+// upstream's (the client left, a cut that was not continued, a drain, a
+// JSON answer without usage) after the upstream sent output: the
+// admission's input estimate (body bytes / 4, as the limits reserve) and
+// one output token per delta the upstream sent through the stream
+// (countDelta), whether the client got it or had left, since
+// OpenAI-compatible upstreams stream about a token per delta; a JSON
+// answer, which has no deltas, its output text's bytes / 4
+// (answerOutput), as the input is estimated. Charging nothing would let a
+// client that always leaves before the usage chunk, or an upstream that
+// leaves usage out, take answers past its key's token limits. A request
+// that sent no output (no upstream answered, a cut before the first delta)
+// is not estimated. Called under m.mu.
 func (m *reqMeta) estimateUsage() (usage, bool) {
-	out := m.outputDeltas.Load() - m.deltasAccounted // an earlier attempt's are its own (attemptEnded)
+	out := m.outputDeltas.Load() - m.deltasAccounted + m.answerOutput // an earlier attempt's deltas are its own (attemptEnded)
 	if out <= 0 {
 		return usage{}, false
 	}
@@ -691,9 +769,11 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request, _ httproute
 		apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the usage totals could not be read; see the gateway log").Write(w)
 		return
 	}
+	// Every row and the total carry cost_usd, null when no price applies
+	// to any of it: the answer's shape does not depend on the data.
 	type row struct {
 		store.UsageRecord
-		CostUSD *float64 `json:"cost_usd,omitempty"`
+		CostUSD *float64 `json:"cost_usd"`
 	}
 	type totals struct {
 		Requests        int64    `json:"requests"`
@@ -702,13 +782,14 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request, _ httproute
 		CachedTokens    int64    `json:"cached_tokens"`
 		ReasoningTokens int64    `json:"reasoning_tokens"`
 		TotalTokens     int64    `json:"total_tokens"`
-		CostUSD         *float64 `json:"cost_usd,omitempty"`
+		CostUSD         *float64 `json:"cost_usd"`
 	}
 	rows := make([]row, 0, len(recs))
 	var t totals
 	for _, rec := range recs {
 		rw := row{UsageRecord: rec}
 		if c, ok := a.priceOf(rec.Model, usage{input: rec.InputTokens, output: rec.OutputTokens, cached: rec.CachedTokens}); ok {
+			c = roundUSD(c)
 			rw.CostUSD = &c
 			if t.CostUSD == nil {
 				t.CostUSD = new(float64)
@@ -723,6 +804,9 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request, _ httproute
 		t.ReasoningTokens = addTokens(t.ReasoningTokens, rec.ReasoningTokens)
 	}
 	t.TotalTokens = addTokens(t.InputTokens, t.OutputTokens)
+	if t.CostUSD != nil {
+		*t.CostUSD = roundUSD(*t.CostUSD)
+	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Day < rows[j].Day })
 	writeJSON(w, http.StatusOK, map[string]any{"object": "usage", "key": q.Get("key"), "from": from, "to": to, "data": rows, "total": t})
 }
@@ -777,9 +861,13 @@ type reqMeta struct {
 	// (estimateUsage).
 	inputEstimate int64
 	outputDeltas  atomic.Int64
-	traced        bool     // the request is traced: finish reasons are noted (tracing.go)
-	continuity    string   // "rehydrated" when the conversation was rehydrated on another upstream (portable.go)
-	finish        []string // the finish reasons the client was sent (traced only)
+	// answerOutput is a JSON answer without usage's output estimate: its
+	// output text's bytes / 4 (answerOutputText), in place of the deltas
+	// it has none of (estimateUsage).
+	answerOutput int64
+	traced       bool     // the request is traced: finish reasons are noted (tracing.go)
+	continuity   string   // "rehydrated" when the conversation was rehydrated on another upstream (portable.go)
+	finish       []string // the finish reasons the client was sent (traced only)
 
 	// deltasAccounted is how many of outputDeltas the attempts a
 	// continuation replaced sent, cutAttempts the estimate charged for

@@ -163,5 +163,12 @@ func (c *Config) validateAccounts(bad func(key, format string, args ...any)) {
 		if p := c.Pricing[m]; p.Input < 0 || p.Output < 0 || p.CachedInput < 0 {
 			bad("pricing."+m, "prices must not be negative")
 		}
+		// A price names one model exactly: a pattern would never match a
+		// served name, and silently price nothing. A dated name an upstream
+		// answers with is priced by the model it was asked for (README
+		// "Keys, limits and usage").
+		if strings.ContainsAny(m, "*?[") {
+			bad("pricing."+m, "%q is a pattern; a price names one model exactly (a dated name an upstream answers with is priced as the model it was sent)", m)
+		}
 	}
 }

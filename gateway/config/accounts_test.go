@@ -39,3 +39,25 @@ func TestKeysWithTheSameSecretAreRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestPricingNamesModelsExactly: a pricing key with a glob character is
+// refused naming it, since prices are looked up by exact model name and a
+// pattern would silently price nothing; plain names, dated or not, pass.
+func TestPricingNamesModelsExactly(t *testing.T) {
+	for _, tt := range []struct{ name, pricing, want string }{ // want "": accepted
+		{"a star", `{"gpt-5*": {input: 1}}`, `pricing.gpt-5*: "gpt-5*" is a pattern`},
+		{"a question mark", `{"gpt-?": {input: 1}}`, `pricing.gpt-?: "gpt-?" is a pattern`},
+		{"a class", `{"gpt-[45]": {input: 1}}`, `pricing.gpt-[45]: "gpt-[45]" is a pattern`},
+		{"plain names", `{gpt-5: {input: 1.25, output: 10}, gpt-5-2025-08-07: {input: 1}}`, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte("pricing: "+tt.pricing+"\n"), env(nil))
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tt.want != "" && (err == nil || !strings.HasPrefix(err.Error(), tt.want)):
+				t.Fatalf("error %v\nwant %q…", err, tt.want)
+			}
+		})
+	}
+}
