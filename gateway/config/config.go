@@ -697,6 +697,8 @@ func (c *Config) Validate() error {
 		}
 		if u.Weight < 0 {
 			bad(key+".weight", "must not be negative")
+		} else if u.Weight > maxWeight {
+			bad(key+".weight", "must be at most %d", maxWeight)
 		}
 	}
 	c.validateStore(bad)
@@ -810,6 +812,10 @@ func durationBound() string { return fmt.Sprintf("must be at most %s (100 years)
 // second, and the on-demand probes are held to one per upstream per second
 // too (README "What it promises").
 const minProbeInterval = time.Second
+
+// maxWeight bounds an upstream's weight: a share, not a count, and the
+// pool's round-robin credits sum weights per pick (upstream.Pool.Pick).
+const maxWeight = 1_000_000
 
 // maxRetryWait bounds retry.max_wait: no upstream hint is honoured longer
 // (upstream.MaxCooldown).

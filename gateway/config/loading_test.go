@@ -141,6 +141,9 @@ func TestValidateBounds(t *testing.T) {
 		{"probe_interval below 1s", "timeouts: {probe_interval: 999ms}\n", "timeouts.probe_interval: must be at least 1s (every upstream is probed this often)"},
 		{"probe_interval 1ns", "timeouts: {probe_interval: 1ns}\n", "timeouts.probe_interval: must be at least 1s (every upstream is probed this often)"},
 		{"probe_interval 1s", "timeouts: {probe_interval: 1s}\n", ""},
+		{"weight at the bound", "upstreams: [{name: a, base_url: \"http://127.0.0.1:1/v1\", weight: 1000000}]\n", ""},
+		{"weight past the bound", "upstreams: [{name: a, base_url: \"http://127.0.0.1:1/v1\", weight: 4611686018427387904}]\n",
+			"upstreams[0].weight: must be at most 1000000"},
 
 		{"a later route with a model of its own", routeWith("") + "  - models: [x, y]\n    targets: [{upstream: a}]\n", ""},
 		{"glob containment is not decided", "upstreams: [{name: a, base_url: \"http://127.0.0.1:1/v1\"}]\n" +

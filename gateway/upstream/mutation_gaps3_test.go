@@ -31,8 +31,8 @@ import (
 
 // TestPickAsksSkipOncePerUpstream: one Pick consults the caller's skip
 // about each upstream exactly once (the gateway's skip reads target health,
-// possibly from the shared store), whichever upstream the rotation starts
-// at.
+// possibly from the shared store), whichever upstream the weighted
+// round-robin is due to pick.
 func TestPickAsksSkipOncePerUpstream(t *testing.T) {
 	for _, n := range []int{1, 2, 3} {
 		var cfgs []upstream.Config
@@ -43,7 +43,7 @@ func TestPickAsksSkipOncePerUpstream(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for pick := range n + 1 { // every rotation of the start
+		for pick := range n + 1 { // each upstream's turn, and around again
 			asked := map[string]int{}
 			if _, err := p.Pick(func(u *upstream.Upstream) bool { asked[u.Name()]++; return false }); err != nil {
 				t.Fatal(err)

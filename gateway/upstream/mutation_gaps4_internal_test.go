@@ -114,7 +114,7 @@ func TestPickDividesLoadByWeight(t *testing.T) {
 	p.Get("heavy").Acquire()
 	p.Get("heavy").Acquire()
 	p.Get("light").Acquire()
-	for range 4 { // every rotation of the tie-break start
+	for range 4 { // the weighted round-robin among equals never overrides a lower load
 		if u, err := p.Pick(nil); err != nil || u.Name() != "heavy" {
 			t.Fatalf("picked %v (%v), want heavy (2/3 < 1/1)", u, err)
 		}

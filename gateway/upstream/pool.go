@@ -40,7 +40,7 @@ type Config struct {
 	Name      string
 	BaseURL   string // e.g. https://api.openai.com/v1, no trailing slash
 	APIKey    string
-	Weight    int // relative share of load; <=0 means 1
+	Weight    int // relative share of the pool's requests (see Pool.Pick); <=0 means 1
 	Protocol  string
 	Transport string
 	// ForwardHeaders names client headers that still reach this upstream
@@ -290,8 +290,13 @@ type Pool struct {
 	ups    []*Upstream
 	byName map[string]*Upstream
 	opts   Options
-	next   atomic.Uint64 // rotates tie-breaks so equal upstreams share load
-	shared *sharedCache  // nil without Options.Shared
+	shared *sharedCache // nil without Options.Shared
+
+	// pickMu guards credit: each upstream's smooth weighted round-robin
+	// credit (by index in ups), which shares the picks among equally loaded
+	// upstreams in proportion to their weights (see Pick).
+	pickMu sync.Mutex
+	credit []int64
 }
 
 // ErrNoUpstream is returned by Pick when no upstream is usable.
@@ -336,7 +341,7 @@ func NewPool(cfgs []Config, opts Options) (*Pool, error) {
 	if opts.Jitter == nil {
 		opts.Jitter = rand.Float64
 	}
-	p := &Pool{byName: make(map[string]*Upstream), opts: opts}
+	p := &Pool{byName: make(map[string]*Upstream), opts: opts, credit: make([]int64, len(cfgs))}
 	p.shared = newSharedCache(p)
 	for i, c := range cfgs {
 		if c.Name == "" {
@@ -371,31 +376,65 @@ func (p *Pool) Upstreams() []*Upstream { return p.ups }
 // Get returns the upstream with that name, or nil.
 func (p *Pool) Get(name string) *Upstream { return p.byName[name] }
 
-// Pick chooses the usable upstream with the least load per unit of weight,
-// skipping any for which skip returns true. Ties rotate.
+// Pick chooses the usable upstream with the least load per unit of weight
+// (requests in flight / weight), skipping any for which skip returns true.
+// Among those equally loaded, which at low concurrency is all of them (none
+// has a request in flight), a smooth weighted round-robin decides, so
+// sequential traffic too is shared in proportion to the weights (README:
+// `weight`): 3:1 picks A, A, B, A and again, equal weights alternate. skip
+// is asked once about each upstream, in configuration order.
 func (p *Pool) Pick(skip func(*Upstream) bool) (*Upstream, error) {
 	now := p.opts.Now()
-	n := len(p.ups)
-	start := int(p.next.Add(1) % uint64(n))
-	var best *Upstream
-	var bestScore float64
-	for i := 0; i < n; i++ {
-		u := p.ups[(start+i)%n]
+	var buf [16]int
+	least := buf[:0] // indexes in p.ups of the usable upstreams with the lowest score
+	var leastScore float64
+	for i, u := range p.ups {
 		if skip != nil && skip(u) {
 			continue
 		}
 		if ok, _ := u.Usable(now); !ok {
 			continue
 		}
+		// Equal ratios of small integers divide to the same float64 (the
+		// division is correctly rounded), so equal loads do tie.
 		score := float64(u.inflight.Load()) / float64(u.cfg.Weight)
-		if best == nil || score < bestScore {
-			best, bestScore = u, score
+		switch {
+		case len(least) == 0 || score < leastScore:
+			least, leastScore = append(least[:0], i), score
+		case score == leastScore:
+			least = append(least, i)
 		}
 	}
-	if best == nil {
+	if len(least) == 0 {
 		return nil, ErrNoUpstream
 	}
-	return best, nil
+	return p.ups[p.roundRobin(least)], nil
+}
+
+// roundRobin is one step of nginx's smooth weighted round-robin among the
+// upstreams at indexes in p.ups: each gains its weight in credit, the one
+// with the most (the first on a tie) is chosen and pays the sum of their
+// weights. Over any run of picks among the same upstreams each is chosen in
+// proportion to its weight, interleaved rather than in bursts. An upstream
+// left out of a step (down, cooling, busier, skipped) keeps its credit.
+func (p *Pool) roundRobin(among []int) int {
+	if len(among) == 1 {
+		return among[0] // nothing to share: the credits stay as they are
+	}
+	p.pickMu.Lock()
+	defer p.pickMu.Unlock()
+	best := -1
+	var total int64
+	for _, i := range among {
+		w := int64(p.ups[i].cfg.Weight)
+		total += w
+		p.credit[i] += w
+		if best < 0 || p.credit[i] > p.credit[best] {
+			best = i
+		}
+	}
+	p.credit[best] -= total
+	return best
 }
 
 // Healthy reports whether at least one upstream is usable now.
