@@ -46,7 +46,8 @@ func readAll(t *testing.T, h *harness, path, body string) (*http.Response, []byt
 // status as the code (llama.cpp), is the 429 it stands for from either
 // client protocol (README "Chat-Completions-only upstreams": judged alike):
 // a Responses stream's response.failed carries rate_limit_exceeded, the
-// code a client that retries on rate limits looks for, never server_error;
+// code a client that retries on rate limits looks for, never server_error,
+// with the cooldown it started as the wait in its message;
 // a Chat stream gets the 429 with that code, not the bare number that only
 // repeats the status.
 func TestChatUpstreamRateLimitEventIsRateLimitExceeded(t *testing.T) {
@@ -58,8 +59,9 @@ func TestChatUpstreamRateLimitEventIsRateLimitExceeded(t *testing.T) {
 	}
 	last := evs[len(evs)-1].Data
 	if gjson.GetBytes(last, "type").Str != "response.failed" || gjson.GetBytes(last, "response.error.code").Str != "rate_limit_exceeded" ||
-		gjson.GetBytes(last, "response.error.message").Str != "busy" {
-		t.Fatalf("Responses stream ended with %s, want response.failed rate_limit_exceeded with the upstream's message", last)
+		!strings.HasPrefix(gjson.GetBytes(last, "response.error.message").Str, "busy; please try again in ") {
+		// The wait is the cooldown the rate limit started (README "Failover and replay").
+		t.Fatalf("Responses stream ended with %s, want response.failed rate_limit_exceeded with the upstream's message and the wait", last)
 	}
 
 	resp, b := readAll(t, singleChatUpstream(t, "chat", limited), "/v1/chat/completions", chatStreamBody)

@@ -411,7 +411,8 @@ func (s *Server) forward(ctx context.Context, out responder, req *clientRequest,
 	var lastErr *apierr.Error
 	// waitHint is the shortest wait the failed attempts' upstreams asked
 	// for (Retry-After, retry-after-ms, "try again in"); hintless: one
-	// failed without asking, so the client is told no wait.
+	// failed without asking, so no upstream tried says when it is back
+	// (the targets skipped for a cooldown or open circuit may still say).
 	var waitHint time.Duration
 	hintless := false
 	replays := 0
@@ -514,7 +515,7 @@ attempts:
 		if len(failures) > 0 {
 			why = failures[len(failures)-1]
 		}
-		wait, _, _, _ := c.soonestBack()
+		wait, _, _, _ := c.anyTarget().soonestBack() // the owner's own failure may just have started its cooldown
 		if wait == 0 && !hintless {
 			wait = waitHint
 		}
@@ -525,7 +526,11 @@ attempts:
 	switch {
 	case lastErr != nil && (lastErr.Status == http.StatusTooManyRequests || upstream.IsQuotaCode(lastErr.Code)):
 		e = lastErr // every target is out of capacity: say what the last one said
-		if c.opened {
+		if c.opened || e.RetryAfter <= 0 {
+			// The wait the client faces: an opened circuit's, or, when the
+			// upstream asked for none, the cooldown its failure just started
+			// (README "Failover and replay": the request whose rate limit
+			// found no other target is told what the next one would be).
 			e = c.capacityWait(lastErr)
 		}
 	case replayPending:
@@ -545,10 +550,25 @@ attempts:
 		}
 		e = c.noTargetError(msg)
 	default:
-		e = apierr.UpstreamUnavailable(http.StatusBadGateway, "no upstream could serve the request: %s", strings.Join(failures, "; "))
-		if !hintless { // every upstream tried asked for a wait (an overloaded 503's Retry-After): so is the client
-			e.RetryAfter = waitHint
+		// Some targets failed, the others were skipped: the answer names
+		// both, each with why, and carries the soonest wait among them, as
+		// when no target was usable at all (README "Failover and replay").
+		msg := "no upstream could serve the request: " + strings.Join(failures, "; ")
+		if skipped := c.unavailable(); skipped != "" {
+			msg += "; not tried: " + skipped
 		}
+		// Every target's cooldown or open circuit, the tried ones' too
+		// (their failures may just have started one); a capacity code is
+		// not the answer, as some failed otherwise.
+		wait, _, _, _ := c.anyTarget().soonestBack()
+		if !hintless && (wait == 0 || waitHint < wait) { // every upstream tried asked for a wait (an overloaded 503's Retry-After)
+			wait = waitHint
+		}
+		if wait > 0 {
+			msg = withRetryIn(msg, wait)
+		}
+		e = apierr.UpstreamUnavailable(http.StatusBadGateway, "%s", msg)
+		e.RetryAfter = wait
 	}
 	out.fail(req, e, failBeforeStream)
 }
@@ -604,22 +624,31 @@ func (c *candidates) soonestBack() (retryIn time.Duration, code, typ string, usa
 }
 
 // capacityWait is e, the relayed capacity failure (429) of the last target
-// tried, when a failure of the request opened a target's circuit, with the
-// wait the client will actually face: when no target of the request can
-// serve sooner, the longer of the upstream's hint and the time until the
-// first of them is back. The circuit keeps its target out for its open time
-// (30s), not the upstream's short hint, and a retry sooner than that would
-// only get the 429 noTargetError answers.
+// tried, when a failure of the request opened a target's circuit or the
+// upstream asked for no wait, with the wait the client will actually face:
+// when no target of the request can serve sooner, the longer of the
+// upstream's hint and the time until the first of them is back. The circuit
+// keeps its target out for its open time (30s), not the upstream's short
+// hint; a 429 without a hint cools its target down for the default backoff
+// all the same. A retry sooner than that would only get the 429
+// noTargetError answers, which names the same wait.
 func (c *candidates) capacityWait(e *apierr.Error) *apierr.Error {
-	all := *c
-	all.tried = nil // the client's retry may take any of the request's targets, those tried too
-	back, _, _, usable := all.soonestBack()
+	back, _, _, usable := c.anyTarget().soonestBack()
 	if usable || back <= e.RetryAfter {
 		return e
 	}
 	waited := *e
 	waited.RetryAfter = back
 	return &waited
+}
+
+// anyTarget is c with every target of the request eligible again, those
+// tried included: the client's retry may take any of them, and the cooldown
+// or circuit a tried target's failure just started says when it is back.
+func (c *candidates) anyTarget() *candidates {
+	all := *c
+	all.tried = nil
+	return &all
 }
 
 // withRetryIn is msg saying the wait d too, in the words OpenAI's
