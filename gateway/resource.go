@@ -55,7 +55,7 @@ func (cs *clientStream) logLocked(name string, data []byte, terminal bool) []byt
 			cs.resumable = false // no id to resume by
 			return data
 		}
-		cs.rlog = cs.s.logs.open(strings.Clone(id), cs.req.clientKeyHash, cs.background, cs.req.storeFalse && !cs.background, inputItems(cs.req.body))
+		cs.rlog = cs.s.logs.open(strings.Clone(id), cs.req.clientKeyHash, cs.background, cs.req.storeFalse, inputItems(cs.req.body))
 		cs.rlog.mu.Lock()
 		cs.rlog.cancel, cs.rlog.snapshot = cs.abandon, cs.snapshot
 		cs.rlog.mu.Unlock()
@@ -241,9 +241,7 @@ func (s *Server) runBackground(ctx context.Context, w http.ResponseWriter, req *
 		// which may take long enough for a fast upstream to finish it, and
 		// a background create answers queued or in progress.
 		resp, _ := l.response()
-		if s.logs.opts.Store != nil {
-			l.save()
-		}
+		l.save()
 		if out, err := sjson.SetBytes(resp, "background", true); err == nil {
 			resp = out
 		}

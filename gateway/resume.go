@@ -142,24 +142,33 @@ type streamLog struct {
 	id         string
 	owner      string // the creating key's hash: only it may read the log
 	background bool
-	// ephemeral: the client sent store:false (and no background). Its log
-	// serves a resume only while the stream runs: it is forgotten at its
-	// end and never written to the store (README "Privacy").
-	ephemeral bool
-	input     []byte // the request's input items, a JSON array
-	created   time.Time
+	// memoryOnly: the client sent store:false. Nothing of the log (events,
+	// record, input items) is written to the store or shared with other
+	// replicas, so a restart forgets it (README "Privacy").
+	memoryOnly bool
+	// forgetAtEnd: store:false without background. The log serves a resume
+	// only while the stream runs and is forgotten at its end. A background
+	// store:false log is kept in memory for Window after its end like any
+	// other, for its client to poll, as OpenAI keeps such a response briefly.
+	forgetAtEnd bool
+	input       []byte // the request's input items, a JSON array
+	created     time.Time
 
-	mu        sync.Mutex
-	events    []store.StreamEvent // events[i].Seq == i
-	bytes     int64
-	dropped   bool // outgrew MaxBytes or the memory budget: no longer resumable
-	ended     bool
-	lastAt    time.Time
-	final     []byte        // the Response object, once ended (or answered as JSON)
-	wake      chan struct{} // closed and replaced at the next event once a follower waits on it
-	waiting   bool          // a follower holds wake
-	done      chan struct{} // closed when the log ends
-	followers int
+	mu      sync.Mutex
+	events  []store.StreamEvent // events[i].Seq == i
+	bytes   int64
+	dropped bool // outgrew MaxBytes or the memory budget: no longer resumable
+	// droppedEnd is, once dropped, the sequence number after the last event
+	// logged: a resume at or past the end is answered as for a log that
+	// kept its events (unstreamableLocked), not with the dropped error.
+	droppedEnd int64
+	ended      bool
+	lastAt     time.Time
+	final      []byte        // the Response object, once ended (or answered as JSON)
+	wake       chan struct{} // closed and replaced at the next event once a follower waits on it
+	waiting    bool          // a follower holds wake
+	done       chan struct{} // closed when the log ends
+	followers  int
 	// sealing: the terminal event came, and the log ends once the store has
 	// it (seal); sealed is that event meanwhile (nil when the log does not
 	// keep it), kept out of events so that no resumer sees it before then.
@@ -194,9 +203,11 @@ type streamLog struct {
 // open starts the log of a response (replacing an older one with the same
 // id, e.g. a WebSocket client that re-sent a request). The input items are
 // kept when the memory budget has room for them (charged to the log).
-func (h *streamLogs) open(id, owner string, background, ephemeral bool, input []byte) *streamLog {
+// memoryOnly (store:false) keeps the log out of the store (streamLog).
+func (h *streamLogs) open(id, owner string, background, memoryOnly bool, input []byte) *streamLog {
 	now := h.now()
-	l := &streamLog{hub: h, id: id, owner: owner, background: background, ephemeral: ephemeral, created: now, lastAt: now,
+	l := &streamLog{hub: h, id: id, owner: owner, background: background, memoryOnly: memoryOnly,
+		forgetAtEnd: memoryOnly && !background, created: now, lastAt: now,
 		wake: make(chan struct{}), done: make(chan struct{})}
 	if n := int64(len(input)); n <= h.opts.MaxBytes && h.charge(nil, n) {
 		l.input, l.bytes = input, n
@@ -211,16 +222,20 @@ func (h *streamLogs) open(id, owner string, background, ephemeral bool, input []
 		h.sweepLocked(now)
 	}
 	h.mu.Unlock()
-	if h.opts.Store != nil {
-		if background && store.IsShared(h.opts.Store) {
-			h.writes.Add(1)
-			go func() {
-				defer h.writes.Done()
-				h.watchCancel(l)
-			}()
-		}
+	if l.durable() && background && store.IsShared(h.opts.Store) {
+		h.writes.Add(1)
+		go func() {
+			defer h.writes.Done()
+			h.watchCancel(l)
+		}()
 	}
 	return l
+}
+
+// durable reports whether the log is written to the store: there is one
+// (streams.durable) and the client did not send store:false.
+func (l *streamLog) durable() bool {
+	return l.hub.opts.Store != nil && !l.memoryOnly
 }
 
 // cancelCheckEvery is how often a background response run on this replica
@@ -275,7 +290,7 @@ func (h *streamLogs) shared() store.SharedStreamLogStore {
 // followedThroughStore reports whether a resumer on another replica
 // follows l through the store (its FollowStreamLog mark still holds).
 func (h *streamLogs) followedThroughStore(l *streamLog) bool {
-	if h.shared() == nil || l.ephemeral {
+	if h.shared() == nil || l.memoryOnly {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), storeCheckTimeout)
@@ -397,7 +412,7 @@ func (h *streamLogs) get(id, owner string) *streamLog {
 // ended log, nil too: the call goes on as on any replica.
 func (h *streamLogs) current(ctx context.Context, id, owner string) *streamLog {
 	l := h.get(id, owner)
-	if l == nil || l.ephemeral || h.shared() == nil {
+	if l == nil || l.memoryOnly || h.shared() == nil {
 		return l
 	}
 	l.mu.Lock()
@@ -437,8 +452,8 @@ func (h *streamLogs) remove(ctx context.Context, id string) {
 		l.deleted = true
 		l.mu.Unlock()
 	}
-	if h.opts.Store == nil {
-		return
+	if h.opts.Store == nil || l != nil && l.memoryOnly {
+		return // a memory-only log has nothing in the store to delete
 	}
 	if l != nil {
 		// A write under way lands before the delete, and none after it.
@@ -518,9 +533,12 @@ func (l *streamLog) append(seq int64, name string, data []byte, terminal bool) {
 	// A durable log's terminal event is in the store before the log ends,
 	// and before the client stream, which logs each event before it writes
 	// it, sends it (README "Durable").
-	seal := terminal && l.hub.opts.Store != nil && !l.ephemeral && !l.deleted
+	seal := terminal && l.durable() && !l.deleted
 	switch {
 	case l.dropped || seq != int64(len(l.events)):
+		if l.dropped {
+			l.droppedEnd = max(l.droppedEnd, seq+1)
+		}
 		if counted {
 			l.hub.bytes.Add(-n)
 		}
@@ -545,6 +563,7 @@ func (l *streamLog) append(seq int64, name string, data []byte, terminal bool) {
 			l.hub.bytes.Add(-n)
 		}
 		l.dropLocked()
+		l.droppedEnd = seq + 1
 	}
 	if terminal {
 		l.lastAt = l.hub.now() // the window counts from the end
@@ -566,12 +585,11 @@ func (l *streamLog) append(seq int64, name string, data []byte, terminal bool) {
 	ended := l.ended
 	l.mu.Unlock()
 	switch {
-	case l.ephemeral && ended:
+	case l.forgetAtEnd && ended:
 		l.hub.forget(l) // its followers keep reading what they hold
-	case l.ephemeral:
 	case seal:
 		l.seal()
-	case l.hub.opts.Store != nil && !ended:
+	case l.durable() && !ended:
 		l.scheduleFlush()
 	}
 }
@@ -723,7 +741,7 @@ func (l *streamLog) endLocked(final string) {
 	}
 	l.ended = true
 	close(l.done)
-	if !l.ephemeral { // an ephemeral log is forgotten at once (append), not swept after the window
+	if !l.forgetAtEnd { // forgotten at once (append), not swept after the window
 		h := l.hub
 		h.qmu.Lock()
 		h.endedQ = append(h.endedQ, l)
@@ -951,9 +969,11 @@ func (l *streamLog) write(saveRecord bool) error {
 }
 
 // save writes the record now (a background response, before its id is
-// answered: any replica can then find it).
+// answered: any replica can then find it); a memory-only log is not.
 func (l *streamLog) save() {
-	l.flush(true)
+	if l.durable() {
+		l.flush(true)
+	}
 }
 
 // ---- followers ----
@@ -991,11 +1011,16 @@ func (l *streamLog) follow(ctx context.Context, after int64, out resumeSink, eve
 		if next < int64(len(l.events)) {
 			batch = l.events[next:]
 		}
-		ended, dropped, wake := l.ended, l.dropped, l.wake
+		ended, wake := l.ended, l.wake
 		var nothing *apierr.Error // the log ended with nothing after next-1 to send, ever
 		if ended && len(batch) == 0 {
 			nothing = l.unstreamableLocked(next - 1)
 		}
+		// lost: the next event is one the log gave up (it outgrew
+		// MaxBytes). A resumer at or past the end of a dropped log is not:
+		// it gets what any resumer there gets (nothing, or the 400), since
+		// it misses no event.
+		lost := nothing == nil && l.dropped && next < l.droppedEnd
 		l.waiting = true
 		l.mu.Unlock()
 		for _, ev := range batch {
@@ -1004,7 +1029,7 @@ func (l *streamLog) follow(ctx context.Context, after int64, out resumeSink, eve
 			}
 			next, sent = ev.Seq+1, true
 		}
-		if dropped {
+		if lost {
 			if err := out.Event("error", resumeErrorEvent(next, "the stream outgrew the gateway's resume log (streams.resume_max_bytes); it cannot be resumed further")); err != nil {
 				return err
 			}
@@ -1073,12 +1098,16 @@ func (l *streamLog) unstreamable(after int64) *apierr.Error {
 }
 
 func (l *streamLog) unstreamableLocked(after int64) *apierr.Error {
+	end := int64(len(l.events)) // the sequence number after the last event
+	if l.dropped {
+		end = l.droppedEnd
+	}
 	switch {
-	case !l.ended || l.dropped: // a dropped log has its own error event
+	case !l.ended:
 		return nil
-	case len(l.events) == 0:
+	case end == 0:
 		return notStreamed(l.id)
-	case after >= int64(len(l.events)):
+	case after >= end:
 		return apierr.PastLastEvent(l.id, after)
 	}
 	return nil
