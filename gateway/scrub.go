@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/sluice-gw/sluice/gateway/sse"
 	"github.com/sluice-gw/sluice/gateway/upstream"
 )
@@ -36,17 +38,21 @@ var (
 //
 // Besides the plain key it looks for the key's JSON-escaped forms when they
 // differ (keys with quotes, backslashes, control characters, <, >, & or /,
-// which JSON encoders may escape; non-ASCII keys escaped as \uXXXX by ASCII-only
-// encoders are not covered). Matching is per payload: a key split across two
-// events (two output_text deltas) is not seen, which only matters if a model
-// could echo the key, and it never sees it.
+// which JSON encoders may escape). An upstream may escape any character
+// (\u0073\u006b… or a\/b), so a JSON string with a \u or \/ escape is also
+// checked decoded (decodedStrings): a client's JSON parser, the gateway's own
+// error handling, a policy and a recording all read the decoded text, and
+// SECURITY.md promises none of them sees a key. Matching is per payload: a
+// key split across two events (two output_text deltas) is not seen, which
+// only matters if a model could echo the key, and it never sees it.
 type scrubber struct {
 	needles []needle // longest first, so a key inside a longer key is not half-redacted
 }
 
 type needle struct {
-	b []byte
-	s string
+	b     []byte
+	s     string
+	lower string // s in lower case, for header names (Header)
 }
 
 // scrubberFor collects the api_key of every upstream in the pool.
@@ -64,7 +70,7 @@ func newScrubber(keys []string) *scrubber {
 	add := func(n string) {
 		if len(n) >= minScrubKeyLen && !seen[n] {
 			seen[n] = true
-			needles = append(needles, needle{b: []byte(n), s: n})
+			needles = append(needles, needle{b: []byte(n), s: n, lower: strings.ToLower(n)})
 		}
 	}
 	for _, k := range keys {
@@ -111,7 +117,9 @@ func jsonForms(k string) []string {
 
 // Bytes returns b with every key replaced, or b itself when none occurs.
 // b is never modified. A valid JSON document stays valid: a match that
-// starts or ends inside an escape sequence is widened to cover it.
+// starts or ends inside an escape sequence is widened to cover it, and a
+// JSON string that holds a key only once decoded is replaced by its decoded,
+// scrubbed text re-encoded (decodedStrings).
 func (s *scrubber) Bytes(b []byte) []byte {
 	if s == nil {
 		return b
@@ -121,13 +129,20 @@ func (s *scrubber) Bytes(b []byte) []byte {
 			b = replaceAll(b, s.needles[i].b, j)
 		}
 	}
+	if hasRareEscape(b) {
+		b = s.decodedStrings(b)
+	}
 	return b
 }
 
-// String is Bytes for a string (a header value, a log field).
+// String is Bytes for a string (a header value, a log field, a message
+// decoded from an upstream's JSON).
 func (s *scrubber) String(v string) string {
 	if s == nil {
 		return v
+	}
+	if strings.Contains(v, unicodeEscape) || strings.Contains(v, slashEscape) {
+		return string(s.Bytes([]byte(v)))
 	}
 	for i := range s.needles {
 		if strings.Contains(v, s.needles[i].s) {
@@ -137,14 +152,93 @@ func (s *scrubber) String(v string) string {
 	return v
 }
 
+// The escapes no JSON encoder needs for a key's characters (jsonForms
+// covers the ones they use), so only an upstream hiding a key writes them
+// around one; Python's ensure_ascii writes \u for any non-ASCII text.
+const (
+	unicodeEscape = `\u`
+	slashEscape   = `\/`
+)
+
+// hasRareEscape reports whether b may hold a JSON string that decodedStrings
+// must look at: the hot path (events without \u or \/) does no more.
+func hasRareEscape(b []byte) bool {
+	return bytes.Contains(b, []byte(unicodeEscape)) || bytes.Contains(b, []byte(slashEscape))
+}
+
+// decodedStrings replaces each JSON string literal in b that has a \u or \/
+// escape and holds a key once decoded with the scrubbed decoded text,
+// re-encoded. b is JSON, or text whose quoted parts are treated alike. A
+// string that decodes to JSON with escapes of its own (a function call's
+// arguments) is scrubbed the same way through String, one level per call,
+// each on shorter text.
+func (s *scrubber) decodedStrings(b []byte) []byte {
+	var out []byte // nil until a string changes
+	done := 0      // b[:done] is in out
+	for i := 0; i < len(b); i++ {
+		if b[i] != '"' {
+			continue
+		}
+		end := stringLiteralEnd(b, i)
+		if end < 0 {
+			break // an unterminated string: the plain scrub above is all there is
+		}
+		lit := b[i:end]
+		if hasRareEscape(lit) {
+			var text string
+			if json.Unmarshal(lit, &text) != nil {
+				// A bad escape beside them: gjson, which the gateway reads
+				// error fields with, still decodes the rest.
+				text = gjson.ParseBytes(lit).Str
+			}
+			if clean := s.String(text); clean != text {
+				out = append(out, b[done:i]...)
+				out = appendJSONString(out, clean)
+				done = end
+			}
+		}
+		i = end - 1
+	}
+	if out == nil {
+		return b
+	}
+	return append(out, b[done:]...)
+}
+
+// stringLiteralEnd is the index just past the closing quote of the string
+// literal opening at b[i] == '"', or -1 when it does not close.
+func stringLiteralEnd(b []byte, i int) int {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			j++ // the escaped character, a quote or backslash included
+		case '"':
+			return j + 1
+		}
+	}
+	return -1
+}
+
+// appendJSONString appends v as a JSON string literal, leaving <, > and &
+// as they are.
+func appendJSONString(dst []byte, v string) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v) // a string always encodes
+	return append(dst, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
+}
+
 // Header scrubs h's values in place (h is an upstream's response header,
-// owned by the gateway); a header whose name holds a key is dropped.
+// owned by the gateway); a header whose name holds a key, in any letter case,
+// is dropped: Go's transport has canonicalised the name already
+// (X-Sk-Abc… for x-sk-ABC…).
 func (s *scrubber) Header(h http.Header) {
 	if s == nil {
 		return
 	}
 	for k, vs := range h {
-		if s.String(k) != k {
+		if s.nameHoldsKey(k) {
 			delete(h, k)
 			continue
 		}
@@ -152,6 +246,17 @@ func (s *scrubber) Header(h http.Header) {
 			vs[i] = s.String(v)
 		}
 	}
+}
+
+// nameHoldsKey reports whether a header name holds a key, ignoring case.
+func (s *scrubber) nameHoldsKey(name string) bool {
+	name = strings.ToLower(name)
+	for i := range s.needles {
+		if strings.Contains(name, s.needles[i].lower) {
+			return true
+		}
+	}
+	return false
 }
 
 // answer scrubs what an upstream said before any of it reaches the client:

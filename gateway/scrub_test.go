@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -29,6 +30,14 @@ func TestScrubber(t *testing.T) {
 		{"a key inside a longer key", []string{"sk-abcdefgh", "sk-abcdefgh-longer"}, "sk-abcdefgh-longer / sk-abcdefgh", "[redacted] / [redacted]"},
 		{"two keys", []string{key, "another-key-42"}, "Bearer another-key-42 and " + key, "[redacted] and [redacted]"},
 		{"JSON-escaped form", []string{"sk-a<b>&c/d"}, `{"m":"sk-a\u003cb\u003e\u0026c/d and sk-a<b>&c\/d"}`, `{"m":"[redacted] and [redacted]"}`},
+		{"every character \\u-escaped", []string{key}, `{"m":"saw ` + escapeEach(key) + ` here","n":1}`, `{"m":"saw [redacted] here","n":1}`},
+		{"partly \\u-escaped, after Bearer", []string{key}, `{"m":"Bearer sk-proj-\u0030123456789abcdef"}`, `{"m":"[redacted]"}`},
+		{"one of several slashes escaped", []string{"sk-a/b/c-123456"}, `{"m":"sk-a\/b/c-123456"}`, `{"m":"[redacted]"}`},
+		{"\\u-escaped inside a JSON string's JSON", []string{key}, `{"arguments":"{\"k\":\"` + strings.ReplaceAll(escapeEach(key), `\`, `\\`) + `\"}"}`,
+			`{"arguments":"{\"k\":\"[redacted]\"}"}`},
+		{"the other strings keep their escapes", []string{key}, `{"a":"caf\u00e9 <\/b>","m":"` + escapeEach(key) + `&"}`, `{"a":"caf\u00e9 <\/b>","m":"[redacted]&"}`},
+		{"a bad escape beside them", []string{key}, `{"m":"` + escapeEach(key) + `\x"}`, `{"m":"[redacted]"}`},
+		{"escapes without a key", []string{key}, `{"m":"caf\u00e9 \/ \\u0073k-proj"}`, `{"m":"caf\u00e9 \/ \\u0073k-proj"}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -41,6 +50,15 @@ func TestScrubber(t *testing.T) {
 			}
 		})
 	}
+}
+
+// escapeEach writes every character of s as a \uXXXX JSON escape.
+func escapeEach(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		fmt.Fprintf(&b, `\u%04x`, r)
+	}
+	return b.String()
 }
 
 // TestScrubberKeepsJSONValid: replacing a key inside a JSON string keeps
@@ -80,12 +98,16 @@ func TestScrubberAllocatesNothingWithoutAMatch(t *testing.T) {
 	if out := s.Bytes(ev); &out[0] != &ev[0] {
 		t.Error("a clean event was copied")
 	}
+	escaped := []byte(`{"type":"response.output_text.delta","delta":"caf\u00e9 \/"}`)
+	if out := s.Bytes(escaped); &out[0] != &escaped[0] {
+		t.Error("a clean event with escapes was copied")
+	}
 }
 
 func TestScrubberHeadersAndEvents(t *testing.T) {
 	const key = "sk-proj-0123456789abcdef"
 	s := newScrubber([]string{key})
-	h := http.Header{"X-Echo-Auth": {"Bearer " + key}, "X-Request-Id": {"req_1"}, "X-" + key: {"v"}}
+	h := http.Header{"X-Echo-Auth": {"Bearer " + key}, "X-Request-Id": {"req_1"}, "X-" + key: {"v"}, http.CanonicalHeaderKey("X-" + key): {"v"}}
 	s.Header(h)
 	if h.Get("X-Echo-Auth") != "[redacted]" || h.Get("X-Request-Id") != "req_1" || len(h) != 2 {
 		t.Errorf("headers: %v", h)
