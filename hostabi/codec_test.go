@@ -3,7 +3,9 @@ package hostabi
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestCodecMatchesJSONTags(t *testing.T) {
@@ -73,7 +75,11 @@ func TestDecodeLenient(t *testing.T) {
 }
 
 // FuzzDecodeInputs: guests decode host inputs with these; the host decodes
-// guest outputs. Nothing may panic, and what decodes re-encodes to the same.
+// guest outputs. Nothing may panic, and whatever decodes round-trips: its
+// encoding is valid JSON that decodes back to the same value, with its
+// strings' invalid UTF-8 bytes each replaced by U+FFFD, which is what the
+// encoder writes for them (jsonx.AppendQuote); a reject error decodes with
+// its defaults applied.
 func FuzzDecodeInputs(f *testing.F) {
 	f.Add([]byte(`{"surface":"responses_stream","upstream":"u","code":"previous_response_not_found"}`))
 	f.Add([]byte(`{"verdict":1,"penalty_ms":30000,"code":"c"}`))
@@ -81,27 +87,101 @@ func FuzzDecodeInputs(f *testing.F) {
 	f.Add([]byte(`{"status":403,"message":"m"}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if in, err := DecodeRecoverInput(b); err == nil {
-			if back, err := DecodeRecoverInput(AppendRecoverInput(nil, in)); err != nil || back != in {
-				// Strings with invalid UTF-8 are normalised to U+FFFD.
-				if !json.Valid(AppendRecoverInput(nil, in)) {
-					t.Fatalf("re-encoding %+v gave invalid JSON", in)
-				}
+			checkRoundTrip(t, "recover input", in, AppendRecoverInput, DecodeRecoverInput)
+		}
+		if in, err := DecodeReplayInput(b); err == nil {
+			checkRoundTrip(t, "replay input", in, AppendReplayInput, DecodeReplayInput)
+		}
+		if c, err := DecodeRewriteContext(b); err == nil {
+			checkRoundTrip(t, "rewrite context", c, AppendRewriteContext, DecodeRewriteContext)
+		}
+		if out, err := DecodeRecoverOutput(b); err == nil {
+			checkRoundTrip(t, "recover output", out, AppendRecoverOutput, DecodeRecoverOutput)
+		}
+		if out, err := DecodeReplayOutput(b); err == nil {
+			checkRoundTrip(t, "replay output", out, AppendReplayOutput, DecodeReplayOutput)
+		}
+		if e, err := DecodeRejectError(b); err == nil {
+			if e.Status < 400 || e.Status > 599 || e.Type == "" || e.Code == "" {
+				t.Fatalf("reject error %+v: the defaults were not applied", e)
 			}
+			checkRoundTrip(t, "reject error", e, AppendRejectError, DecodeRejectError)
 		}
-		if in, err := DecodeReplayInput(b); err == nil && !json.Valid(AppendReplayInput(nil, in)) {
-			t.Fatalf("replay %+v", in)
-		}
-		if c, err := DecodeRewriteContext(b); err == nil && !json.Valid(AppendRewriteContext(nil, c)) {
-			t.Fatalf("ctx %+v", c)
-		}
-		if out, err := DecodeRecoverOutput(b); err == nil && !ValidRecoverVerdict(uint32(out.Verdict)) {
-			t.Fatalf("verdict %d", out.Verdict)
-		}
-		if out, err := DecodeReplayOutput(b); err == nil && (!ValidReplayVerdict(uint32(out.Verdict)) || out.PenaltyMillis < 0) {
-			t.Fatalf("replay out %+v", out)
-		}
-		_, _ = DecodeRejectError(b)
 	})
+}
+
+// checkRoundTrip checks that in, a decoded value, encodes to valid JSON
+// that decodes to in with its strings made valid UTF-8, and that this
+// value's encoding decodes to it again.
+func checkRoundTrip[T any](t *testing.T, what string, in T, encode func([]byte, T) []byte, decode func([]byte) (T, error)) {
+	t.Helper()
+	enc := encode(nil, in)
+	if !json.Valid(enc) {
+		t.Fatalf("%s %+v encodes to invalid JSON %q", what, in, enc)
+	}
+	back, err := decode(enc)
+	if err != nil {
+		t.Fatalf("%s %+v: its encoding %q does not decode: %v", what, in, enc, err)
+	}
+	want, exact := withValidUTF8(in)
+	if exact && !reflect.DeepEqual(back, want) {
+		t.Fatalf("%s %+v: its encoding %q decodes to %+v", what, in, enc, back)
+	}
+	// back's strings are valid UTF-8, so from here the encoding is a fixed
+	// point (an invalid byte is written "\ufffd", the rune itself as is).
+	enc2 := encode(nil, back)
+	if back2, err := decode(enc2); err != nil || !reflect.DeepEqual(back2, back) || string(encode(nil, back2)) != string(enc2) {
+		t.Fatalf("%s %+v encodes to %q, which decodes to %+v (%v)", what, back, enc2, back2, err)
+	}
+}
+
+// withValidUTF8 is v (a struct) with each string, header names and values
+// included, made valid UTF-8 as jsonx.AppendQuote writes it: every invalid
+// byte becomes U+FFFD. An empty header map becomes nil, as its encoding
+// leaves it out. exact is false when two header names become one: the
+// encoding then holds the name twice and the decoder keeps the last, so the
+// round trip is not defined (a Go HTTP server never passes such names on).
+func withValidUTF8[T any](v T) (out T, exact bool) {
+	exact = true
+	rv := reflect.ValueOf(&v).Elem()
+	for i := range rv.NumField() {
+		f := rv.Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString(perByteValidUTF8(f.String()))
+		case reflect.Map:
+			h, ok := f.Interface().(map[string]string)
+			if !ok {
+				panic("withValidUTF8: a map that is not map[string]string in " + rv.Type().String())
+			}
+			var norm map[string]string
+			for k, val := range h {
+				if norm == nil {
+					norm = map[string]string{}
+				}
+				k = perByteValidUTF8(k)
+				if _, dup := norm[k]; dup {
+					exact = false
+				}
+				norm[k] = perByteValidUTF8(val)
+			}
+			f.Set(reflect.ValueOf(norm))
+		}
+	}
+	return v, exact
+}
+
+// perByteValidUTF8 replaces each byte of s that is not part of valid UTF-8
+// with U+FFFD.
+func perByteValidUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		b.WriteRune(r) // ranging yields utf8.RuneError for each invalid byte
+	}
+	return b.String()
 }
 
 // fullReplayInput sets every member, the ABI-2 ones included.

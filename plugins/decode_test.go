@@ -1,9 +1,12 @@
 package plugins
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/sluice-gw/sluice/hostabi"
 )
@@ -92,21 +95,37 @@ func TestDecodeResults(t *testing.T) {
 	}
 }
 
-// FuzzDecodeRecoverResult: a guest may return any i64 with any memory; the
-// host never panics and rejects what is out of range.
+// FuzzDecodeRecoverResult: a guest may return any i64 with any memory, to
+// a host of any ABI version; the host never panics, and its answer is the
+// one ABI.md §4 gives that result (checkHookResult). An output it accepts
+// that is JSON holds the members encoding/json reads in it, and re-encodes
+// to an output that decodes to the same value.
 func FuzzDecodeRecoverResult(f *testing.F) {
 	f.Add(uint64(1), []byte{})
 	f.Add(hostabi.PackPtrLen(4, 13), []byte("....{\"verdict\":1}"))
 	f.Add(hostabi.PackPtrLen(0, 2), []byte("{}"))
 	f.Add(uint64(0xFFFFFFFF00000010), []byte("x"))
 	f.Fuzz(func(t *testing.T, r uint64, m []byte) {
-		out, kind, err := decodeRecoverResult(r, byteMem(m), hostabi.ABIVersion)
-		_, ptr, n := hostabi.UnpackResult(r)
-		if err == nil && kind == resDecided && ptr != 0 && uint64(ptr)+uint64(n) > uint64(len(m)) {
-			t.Fatalf("accepted an output outside memory: %#x", r)
-		}
-		if err == nil && !hostabi.ValidRecoverVerdict(uint32(out.Verdict)) {
-			t.Fatalf("accepted verdict %d", out.Verdict)
+		for abi := int32(1); abi <= hostabi.ABIVersion; abi++ {
+			out, kind, err := decodeRecoverResult(r, byteMem(m), abi)
+			maxVerdict := uint32(2) // ABI.md §3: pass, recover, fail_closed; version 3 adds rehydrate
+			if abi >= 3 {
+				maxVerdict = 3
+			}
+			members := checkHookResult(t, abi, r, m, maxVerdict, kind, err, uint32(out.Verdict), out == hostabi.RecoverOutput{Verdict: out.Verdict})
+			if members != nil && (stdNumber(t, members, "verdict") != float64(out.Verdict) ||
+				stdString(t, members, "code") != validUTF8(out.Code) || stdString(t, members, "message") != validUTF8(out.Message)) {
+				t.Fatalf("ABI %d: decoded %+v, encoding/json reads %q", abi, out, members)
+			}
+			if err != nil || kind != resDecided || r>>32 == 0 {
+				continue
+			}
+			enc := hostabi.AppendRecoverOutput(nil, out)
+			back, kind, err := decodeRecoverResult(hostabi.PackPtrLen(1, uint32(len(enc))), byteMem(append([]byte{' '}, enc...)), abi)
+			want := hostabi.RecoverOutput{Verdict: out.Verdict, Code: validUTF8(out.Code), Message: validUTF8(out.Message)}
+			if err != nil || kind != resDecided || back != want {
+				t.Fatalf("ABI %d: %+v re-encodes to %q, which decodes to %+v (%v)", abi, out, enc, back, err)
+			}
 		}
 	})
 }
@@ -118,15 +137,121 @@ func FuzzDecodeReplayResult(f *testing.F) {
 	f.Fuzz(func(t *testing.T, r uint64, m []byte) {
 		for abi := int32(1); abi <= hostabi.ABIVersion; abi++ {
 			out, kind, err := decodeReplayResult(r, byteMem(m), abi)
-			_, ptr, n := hostabi.UnpackResult(r)
-			if err == nil && kind == resDecided && ptr != 0 && uint64(ptr)+uint64(n) > uint64(len(m)) {
-				t.Fatalf("accepted an output outside memory: %#x", r)
+			maxVerdict := uint32(2) // ABI.md §3: no, other upstream, same upstream; version 2 adds the continue verdicts
+			if abi >= 2 {
+				maxVerdict = 4
 			}
-			if err == nil && (!hostabi.ValidReplayVerdictVersion(uint32(out.Verdict), abi) || out.PenaltyMillis < 0) {
+			members := checkHookResult(t, abi, r, m, maxVerdict, kind, err, uint32(out.Verdict), out.PenaltyMillis == 0)
+			if members != nil && (stdNumber(t, members, "verdict") != float64(out.Verdict) ||
+				stdNumber(t, members, "penalty_ms") != float64(out.PenaltyMillis)) {
+				t.Fatalf("ABI %d: decoded %+v, encoding/json reads %q", abi, out, members)
+			}
+			if err == nil && out.PenaltyMillis < 0 {
 				t.Fatalf("ABI %d accepted %+v", abi, out)
+			}
+			if err != nil || kind != resDecided || r>>32 == 0 {
+				continue
+			}
+			enc := hostabi.AppendReplayOutput(nil, out)
+			back, kind, err := decodeReplayResult(hostabi.PackPtrLen(1, uint32(len(enc))), byteMem(append([]byte{' '}, enc...)), abi)
+			if err != nil || kind != resDecided || back != out {
+				t.Fatalf("ABI %d: %+v re-encodes to %q, which decodes to %+v (%v)", abi, out, enc, back, err)
 			}
 		}
 	})
+}
+
+// checkHookResult holds a recover or replay decoder's answer to the result
+// r, with guest memory m, to ABI.md §4, written out here rather than taken
+// from hostabi: -1 defers and -2 is the guest's error, neither a fault; a
+// result whose high 32 bits are zero is a bare verdict, taken when it is at
+// most maxVerdict (bare: nothing else set) and a fault otherwise; anything
+// else locates an output in memory, a fault unless it lies inside memory,
+// within hostabi.MaxOutputBytes, and is an object. Every fault wraps
+// errInvalidOutput. For an accepted output that is JSON, it returns its
+// members as encoding/json reads them, for the caller to compare.
+func checkHookResult(t *testing.T, abi int32, r uint64, m []byte, maxVerdict uint32, kind resultKind, err error, verdict uint32,
+	bare bool) (members map[string]json.RawMessage) {
+	t.Helper()
+	if err != nil && !errors.Is(err, errInvalidOutput) {
+		t.Fatalf("ABI %d, result %#x: a fault that is not errInvalidOutput: %v", abi, r, err)
+	}
+	switch ptr, n := r>>32, uint32(r); {
+	case r == 0xFFFF_FFFF_FFFF_FFFF:
+		if kind != resDefer || err != nil {
+			t.Fatalf("ABI %d: defer (-1) decoded as kind %d, %v", abi, kind, err)
+		}
+	case r == 0xFFFF_FFFF_FFFF_FFFE:
+		if kind != resError || err != nil {
+			t.Fatalf("ABI %d: error (-2) decoded as kind %d, %v", abi, kind, err)
+		}
+	case kind != resDecided:
+		t.Fatalf("ABI %d, result %#x: kind %d", abi, r, kind)
+	case ptr == 0: // a bare verdict, even where it would be an address in memory
+		if (err == nil) != (n <= maxVerdict) || (err == nil && (verdict != n || !bare)) {
+			t.Fatalf("ABI %d, bare verdict %d (at most %d defined): got verdict %d (bare %v), %v", abi, n, maxVerdict, verdict, bare, err)
+		}
+	case err == nil:
+		if ptr+uint64(n) > uint64(len(m)) || n > hostabi.MaxOutputBytes {
+			t.Fatalf("ABI %d: accepted an output outside memory or too long: [%d,+%d) of %d bytes", abi, ptr, n, len(m))
+		}
+		out := bytes.TrimLeft(m[ptr:ptr+uint64(n)], " \t\r\n")
+		if len(out) == 0 || out[0] != '{' {
+			t.Fatalf("ABI %d: accepted the output %q, which is not an object", abi, m[ptr:ptr+uint64(n)])
+		}
+		if verdict > maxVerdict {
+			t.Fatalf("ABI %d: accepted verdict %d from an output (at most %d defined)", abi, verdict, maxVerdict)
+		}
+		// The decoders skip unknown members' values checking only nesting
+		// and strings (jsonx.skipValue), so an output that is not JSON
+		// there (a raw control character in a key, a number "00") is
+		// accepted; only outputs that are JSON are compared further.
+		if json.Valid(out) {
+			if err := json.Unmarshal(out, &members); err != nil {
+				t.Fatalf("ABI %d: accepted the output %q, which is not an object: %v", abi, out, err)
+			}
+		}
+	}
+	return members
+}
+
+// stdNumber is a JSON member's number as encoding/json reads it (0 when
+// absent or null).
+func stdNumber(t *testing.T, members map[string]json.RawMessage, key string) float64 {
+	t.Helper()
+	var f float64
+	if raw, ok := members[key]; ok {
+		if err := json.Unmarshal(raw, &f); err != nil {
+			t.Fatalf("member %q: encoding/json cannot read %s as a number: %v", key, raw, err)
+		}
+	}
+	return f
+}
+
+// stdString is a JSON member's string as encoding/json reads it ("" when
+// absent or null).
+func stdString(t *testing.T, members map[string]json.RawMessage, key string) string {
+	t.Helper()
+	var s string
+	if raw, ok := members[key]; ok {
+		if err := json.Unmarshal(raw, &s); err != nil {
+			t.Fatalf("member %q: encoding/json cannot read %s as a string: %v", key, raw, err)
+		}
+	}
+	return s
+}
+
+// validUTF8 is s with each invalid UTF-8 byte replaced by U+FFFD, as a
+// re-encoded output carries it (jsonx.AppendQuote).
+func validUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		b.WriteRune(r) // ranging yields utf8.RuneError for each invalid byte
+	}
+	return b.String()
 }
 
 // TestNonObjectOutputIsNamed: a hook output that is well-formed JSON but

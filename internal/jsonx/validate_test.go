@@ -1,11 +1,13 @@
 package jsonx
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 )
@@ -87,6 +89,11 @@ func TestScanTopAllocs(t *testing.T) {
 
 // FuzzScanTop holds ScanTop to what it replaced on the stream path:
 // CheckDepth followed by gjson's validator, then gjson's member iteration.
+// A key with a \uD800-\uDFFF escape is the exception: gjson's unescape
+// takes whatever \u escape follows a high surrogate as its pair, and when
+// the pair is not one (`"\ud800\u0041"`) it yields U+FFFD and loses the
+// second escape; Unescape, like encoding/json, keeps it (U+FFFD then "A").
+// Such keys are compared with encoding/json's decoding instead.
 func FuzzScanTop(f *testing.F) {
 	seeds, _ := filepath.Glob(filepath.Join("testdata", "scantop", "*.json"))
 	for _, p := range seeds {
@@ -104,6 +111,9 @@ func FuzzScanTop(f *testing.F) {
 			if !ok {
 				t.Fatalf("member key %q is not a valid JSON string body", key)
 			}
+			if hasSurrogateEscape(string(key)) {
+				k = perByteValidUTF8(k) // as encoding/json, the reference for such keys, gives it
+			}
 			got = append(got, fmt.Sprintf("%q@%d=%s", k, vs, b[vs:ve]))
 		})
 		want := CheckDepth(b, depth) == nil && gjson.ValidBytes(b)
@@ -119,7 +129,11 @@ func FuzzScanTop(f *testing.F) {
 		}
 		var ref []string
 		root.ForEach(func(k, v gjson.Result) bool {
-			ref = append(ref, fmt.Sprintf("%q@%d=%s", k.Str, v.Index, v.Raw))
+			key := k.Str
+			if hasSurrogateEscape(k.Raw) {
+				key = stdUnquote(t, k.Raw)
+			}
+			ref = append(ref, fmt.Sprintf("%q@%d=%s", key, v.Index, v.Raw))
 			return true
 		})
 		if !object {
@@ -129,4 +143,42 @@ func FuzzScanTop(f *testing.F) {
 			t.Fatalf("members of %q:\n ScanTop %v\n   gjson %v", b, got, ref)
 		}
 	})
+}
+
+// hasSurrogateEscape reports whether a JSON string (its body, or quoted)
+// holds a \u escape of a UTF-16 surrogate (U+D800 to U+DFFF).
+func hasSurrogateEscape(raw string) bool {
+	for i := 0; i+1 < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		if raw[i+1] == 'u' && i+3 < len(raw) && (raw[i+2] == 'd' || raw[i+2] == 'D') && strings.ContainsRune("89abcdefABCDEF", rune(raw[i+3])) {
+			return true
+		}
+		i++ // the escaped character: "\\ud800" is a backslash, then text
+	}
+	return false
+}
+
+// stdUnquote decodes a quoted JSON string as encoding/json does.
+func stdUnquote(t *testing.T, raw string) string {
+	t.Helper()
+	var s string
+	if err := json.Unmarshal([]byte(raw), &s); err != nil {
+		t.Fatalf("encoding/json rejects the key %s that gjson's validator accepts: %v", raw, err)
+	}
+	return s
+}
+
+// perByteValidUTF8 replaces each byte of s that is not part of valid UTF-8
+// with U+FFFD, as encoding/json does when it decodes a string.
+func perByteValidUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		b.WriteRune(r) // an invalid byte ranges as utf8.RuneError, one byte at a time
+	}
+	return b.String()
 }
