@@ -46,6 +46,13 @@ func readOutput(mem memView, ptr, n uint32) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: output [%d,+%d) outside guest memory", errInvalidOutput, ptr, n)
 	}
+	// The decoders read the members they know and skip the others' values
+	// without checking them; ABI.md §4 decodes output strictly, so the whole
+	// output is checked first (a raw control character in an unknown key, a
+	// number written 00, are faults).
+	if valid, _ := jsonx.ScanTop(b, 0, func([]byte, int, int) {}); !valid {
+		return nil, fmt.Errorf("%w: output is malformed JSON", errInvalidOutput)
+	}
 	return b, nil
 }
 

@@ -202,14 +202,13 @@ func checkHookResult(t *testing.T, abi int32, r uint64, m []byte, maxVerdict uin
 		if verdict > maxVerdict {
 			t.Fatalf("ABI %d: accepted verdict %d from an output (at most %d defined)", abi, verdict, maxVerdict)
 		}
-		// The decoders skip unknown members' values checking only nesting
-		// and strings (jsonx.skipValue), so an output that is not JSON
-		// there (a raw control character in a key, a number "00") is
-		// accepted; only outputs that are JSON are compared further.
-		if json.Valid(out) {
-			if err := json.Unmarshal(out, &members); err != nil {
-				t.Fatalf("ABI %d: accepted the output %q, which is not an object: %v", abi, out, err)
-			}
+		// Output is decoded strictly (ABI.md §4): an accepted output is
+		// JSON throughout, unknown members included.
+		if !json.Valid(out) {
+			t.Fatalf("ABI %d: accepted the output %q, which is not JSON", abi, out)
+		}
+		if err := json.Unmarshal(out, &members); err != nil {
+			t.Fatalf("ABI %d: accepted the output %q, which is not an object: %v", abi, out, err)
 		}
 	}
 	return members
@@ -274,6 +273,10 @@ func TestNonObjectOutputIsNamed(t *testing.T) {
 		{`true`, "output must be a JSON object, got a boolean"},
 		{`[1`, "malformed JSON"},
 		{`{"verdict":1}x`, "malformed JSON"},
+		// Unknown members are ignored, but must be JSON too (ABI.md §4).
+		{"{\"verdict\":0,\"0\x11\":\"x\"}", "malformed JSON"},
+		{`{"verdict":1,"penalty:":00}`, "malformed JSON"},
+		{`{"verdict":1,"note":[1,}`, "malformed JSON"},
 	} {
 		for hook, decode := range decoders {
 			err := decode(hostabi.PackPtrLen(1024, uint32(len(tc.output))), mem(tc.output))
