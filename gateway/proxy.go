@@ -1213,7 +1213,7 @@ func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRe
 		// follows none).
 		why := fmt.Sprintf("HTTP %d %s instead of an answer", ans.status, http.StatusText(ans.status))
 		if ans.status/100 == 3 {
-			why += " (the gateway follows no redirects: check the upstream's base_url)"
+			why += " " + upstream.NoRedirectsHint
 		}
 		return s.unusableAnswer(ctx, req, u, ans.status, why)
 	}

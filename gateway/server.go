@@ -270,7 +270,7 @@ func New(opts Options) (*Server, error) {
 		log:     opts.Logger,
 		reg:     opts.Registry,
 		metrics: newMetrics(opts.Registry),
-		client:  &http.Client{Transport: opts.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
+		client:  upstream.FollowNoRedirects(&http.Client{Transport: opts.Transport}),
 		drainCh: make(chan struct{}),
 		bodies:  &bodyBudget{limit: opts.BodyMemoryBytes},
 	}
@@ -315,9 +315,17 @@ func setDefault[T int | int64 | time.Duration](v *T, def T) {
 	}
 }
 
+// MaxUpstreamHeaderBytes bounds an upstream answer's header block (status
+// line and headers; on HTTP/2 the header list). The gateway relays an
+// answer's headers, and a client's HTTP stack refuses big blocks (Node's
+// 16 KiB): a larger block is a failed attempt before anything reaches the
+// client, not Go's default of 10 MB relayed (SECURITY.md, Limits). OpenAI's
+// answers carry a few KiB.
+const MaxUpstreamHeaderBytes = 64 << 10
+
 // NewTransport is the upstream transport: pooled keep-alive connections,
-// bounded connect and header waits, and no transparent compression (the
-// gateway parses streams as they arrive).
+// bounded connect and header waits, a bounded header block, and no
+// transparent compression (the gateway parses streams as they arrive).
 func NewTransport(connect, header time.Duration) *http.Transport {
 	return &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
@@ -332,8 +340,9 @@ func NewTransport(connect, header time.Duration) *http.Transport {
 		ExpectContinueTimeout: time.Second,
 		// Events are small and large bodies bypass these buffers, so smaller
 		// ones cost nothing per event and save memory per held stream.
-		ReadBufferSize:  2 << 10,
-		WriteBufferSize: 2 << 10,
+		ReadBufferSize:         2 << 10,
+		WriteBufferSize:        2 << 10,
+		MaxResponseHeaderBytes: MaxUpstreamHeaderBytes,
 	}
 }
 

@@ -223,7 +223,7 @@ func (u *Upstream) Status(now time.Time) Status {
 
 // Options tune the pool.
 type Options struct {
-	Client        *http.Client  // used for probes
+	Client        *http.Client  // used for probes; NewPool makes it follow no redirects (FollowNoRedirects)
 	ProbeInterval time.Duration // default DefaultProbeInterval
 	ProbeTimeout  time.Duration // default DefaultProbeTimeout
 	// OnDemandProbeTimeout bounds a probe a request triggers when every
@@ -307,9 +307,7 @@ func NewPool(cfgs []Config, opts Options) (*Pool, error) {
 	if len(cfgs) == 0 {
 		return nil, errors.New("upstream: at least one upstream is required")
 	}
-	if opts.Client == nil {
-		opts.Client = &http.Client{}
-	}
+	opts.Client = FollowNoRedirects(opts.Client) // the probe carries the api_key
 	if opts.ProbeInterval <= 0 {
 		opts.ProbeInterval = DefaultProbeInterval
 	}
@@ -718,6 +716,21 @@ func (p *Pool) listsModelsToAnyone(ctx context.Context, u *Upstream, timeout tim
 	return resp.StatusCode/100 == 2
 }
 
+// FollowNoRedirects returns a copy of c (a new client when nil) that
+// follows no redirect: a 3xx is the answer. Every client that carries an
+// upstream's api_key goes through it: on a redirect to the same host on
+// another port (or to a subdomain) Go's client would send the Authorization
+// header along, and an upstream's answer is untrusted (SECURITY.md: upstream
+// keys are sent only to their own upstream).
+func FollowNoRedirects(c *http.Client) *http.Client {
+	var out http.Client
+	if c != nil {
+		out = *c
+	}
+	out.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &out
+}
+
 // getModels sends GET {base_url}/models to u, with its api_key when
 // withKey (probe) or without any credential (listsModelsToAnyone).
 func (p *Pool) getModels(ctx context.Context, u *Upstream, withKey bool) (*http.Response, error) {
@@ -758,6 +771,8 @@ func (p *Pool) probe(ctx context.Context, u *Upstream, timeout time.Duration) ([
 		return nil, nil, StateHealthy, ""
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
 		return nil, nil, StateFailed, fmt.Sprintf("probe: HTTP %d", resp.StatusCode)
+	case resp.StatusCode/100 == 3:
+		return nil, nil, StateDown, "probe: " + redirectReason(resp, u.cfg.APIKey)
 	case resp.StatusCode/100 != 2:
 		return nil, nil, StateDown, fmt.Sprintf("probe: HTTP %d", resp.StatusCode)
 	}
@@ -787,6 +802,38 @@ func (p *Pool) probe(ctx context.Context, u *Upstream, timeout time.Duration) ([
 	}
 	return models, entries, StateHealthy, ""
 }
+
+// maxReasonLocation bounds the Location a redirect's reason repeats: the
+// header is the upstream's choice, up to the transport's header bound.
+const maxReasonLocation = 200
+
+// redirectReason says that u's probe was redirected, and where to: without
+// the Location's userinfo, query and fragment (where a key would be), and
+// not at all when it holds apiKey (an upstream may echo what it received).
+func redirectReason(resp *http.Response, apiKey string) string {
+	why := fmt.Sprintf("HTTP %d redirect", resp.StatusCode)
+	switch loc, err := resp.Location(); {
+	case errors.Is(err, http.ErrNoLocation):
+	case err != nil:
+		why += " to a Location that does not parse"
+	case apiKey != "" && strings.Contains(resp.Header.Get("Location")+loc.Path, apiKey):
+		why += " to a Location that holds the api_key (not shown)"
+	default:
+		shown := (&url.URL{Scheme: loc.Scheme, Host: loc.Host, Path: loc.Path, RawPath: loc.RawPath}).String()
+		if loc.RawQuery != "" {
+			shown += "?…"
+		}
+		if len(shown) > maxReasonLocation {
+			shown = strings.ToValidUTF8(shown[:maxReasonLocation], "") + "…"
+		}
+		why += " to " + shown
+	}
+	return why + " " + NoRedirectsHint
+}
+
+// NoRedirectsHint ends the reason of an upstream answer that was a
+// redirect, a probe's or a request's (FollowNoRedirects).
+const NoRedirectsHint = "(the gateway follows no redirects: check the upstream's base_url)"
 
 // RedactError renders a client error without its URL: the URL may carry
 // credentials in userinfo, and the upstream name already says where.
