@@ -572,6 +572,9 @@ func (s *Server) gate(next http.Handler) http.Handler {
 			s.countRequest(r, aerr.Status)
 			m.status, m.code = aerr.Status, aerr.Code
 			s.accessLog(m)
+			// Its span (README "Tracing": every request is one) names no
+			// key: the credential it presented is not one.
+			s.traceAnswered(r, nil, m.start, aerr.Status, aerr.Code)
 			return
 		}
 		m.key = k

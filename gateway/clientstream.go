@@ -813,6 +813,9 @@ func (cs *clientStream) abortLocked(e *apierr.Error) {
 	if cs.ended || cs.gone && !cs.detached {
 		return
 	}
+	if cs.req != nil {
+		cs.req.meta.noteAbort(e.Code) // the access line's code and the span's error.type: the code the client gets
+	}
 	e = waitInMessage(e) // a stream's client reads no Retry-After header
 	if cs.chat {
 		if cs.eventLocked("", chatErrorChunk(e), false) == nil {

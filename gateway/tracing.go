@@ -19,6 +19,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluice-gw/sluice/gateway/streaminput"
 	"github.com/sluice-gw/sluice/gateway/upstream"
 	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/sluice-gw/sluice/internal/apierr"
@@ -203,20 +204,26 @@ func (s *Server) traceRequest(req *clientRequest) (end func()) {
 // traceparent in header, if any, is its parent), for a client request of
 // model on surface.
 func (t *tracing) startRequest(header http.Header, ep endpoint, viaWebSocket bool, model, surface string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
-	parent := t.prop.Extract(context.Background(), propagation.HeaderCarrier(header))
 	name, method, path := "POST /v1"+ep.path, http.MethodPost, "/v1"+ep.path
 	if viaWebSocket {
 		name, method = "WS /v1/responses", "GET"
 	}
-	opts = append(opts, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
-		attribute.String("gen_ai.operation.name", "chat"),
+	return t.startServer(header, name, method, path, surface, opts, attribute.String("gen_ai.operation.name", "chat"),
 		attribute.String("gen_ai.system", "openai"),
 		attribute.String("gen_ai.provider.name", "openai"),
-		attribute.String("gen_ai.request.model", model),
+		attribute.String("gen_ai.request.model", model))
+}
+
+// startServer starts a server span named name, for a request of method on
+// path (url.path) counted under surface; the traceparent in header, if
+// any, is its parent.
+func (t *tracing) startServer(header http.Header, name, method, path, surface string, opts []trace.SpanStartOption, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	parent := t.prop.Extract(context.Background(), propagation.HeaderCarrier(header))
+	attrs = append(attrs,
 		attribute.String("http.request.method", method),
 		attribute.String("url.path", path),
-		attribute.String("sluice.surface", surface),
-	))
+		attribute.String("sluice.surface", surface))
+	opts = append(opts, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
 	return t.tracer.Start(parent, name, opts...)
 }
 
@@ -233,18 +240,81 @@ func (s *Server) traceRefusal(header http.Header, key *keyEntry, ep endpoint, su
 	}
 	viaWebSocket := surface == hostabi.SurfaceWebSocket
 	_, span := s.tracing.startRequest(header, ep, viaWebSocket, model, surface, trace.WithTimestamp(start))
-	attrs := []attribute.KeyValue{attribute.Int("sluice.attempts", 0), attribute.Int("http.response.status_code", aerr.Status)}
-	if aerr.Code != "" {
-		attrs = append(attrs, attribute.String("error.type", aerr.Code))
+	endAnswered(span, key, aerr.Status, aerr.Code)
+}
+
+// traceAnswered is the span of a /v1/ request answered outside the request
+// pipeline: refused by the key gate (gate: 401 invalid_api_key before its
+// body is read), or a streaming-input call (TraceStreamingInput). Its name
+// is the method and the route (httpRoute), so that ids do not make every
+// name unique; url.path shows ids as the access log does (logEndpoint).
+// The credential the request presented is never read here: only key, the
+// Sluice key the gate found (by name), if any.
+func (s *Server) traceAnswered(r *http.Request, key *keyEntry, start time.Time, status int, code string) {
+	if s.tracing == nil {
+		return
+	}
+	name, method := strings.TrimSpace(r.Method+" "+httpRoute(r.URL.Path)), r.Method
+	if isUpgrade(r) {
+		name = "WS " + httpRoute(r.URL.Path)
+	}
+	_, span := s.tracing.startServer(r.Header, name, method, label(logEndpoint(r.URL.Path)), requestSurface(r),
+		[]trace.SpanStartOption{trace.WithTimestamp(start)})
+	endAnswered(span, key, status, code)
+}
+
+// endAnswered ends the span of a request answered without an attempt, with
+// its status and error code (error.type: the code the client got).
+func endAnswered(span trace.Span, key *keyEntry, status int, code string) {
+	attrs := []attribute.KeyValue{attribute.Int("sluice.attempts", 0), attribute.Int("http.response.status_code", status)}
+	if code != "" {
+		attrs = append(attrs, attribute.String("error.type", code))
 	}
 	if key != nil {
 		attrs = append(attrs, attribute.String("sluice.key", key.name))
 	}
 	span.SetAttributes(attrs...)
-	if aerr.Status >= 500 { // as a request span's: a client's error is not the server's
-		span.SetStatus(codes.Error, aerr.Code)
+	if status >= 500 { // as a request span's: a client's error is not the server's
+		span.SetStatus(codes.Error, code)
 	}
 	span.End()
+}
+
+// httpRoute is path's route, ids replaced by their parameter's name (as
+// OpenTelemetry's http.route), for a span's name; "" for a path outside the
+// API's routes, whose span is named by its method alone.
+func httpRoute(path string) string {
+	switch {
+	case path == "/v1/responses" || path == "/v1/chat/completions" || path == "/v1/models" || path == streaminput.PathPrefix:
+		return path
+	case strings.HasPrefix(path, "/v1/models/"):
+		return "/v1/models/{model}"
+	}
+	for _, p := range [...]struct{ prefix, param string }{{responsesResourcePrefix, "{response_id}"}, {streaminput.PathPrefix + "/", "{session_id}"}} {
+		prefix, param := p.prefix, p.param
+		rest, ok := strings.CutPrefix(path, prefix)
+		if !ok || rest == "" {
+			continue
+		}
+		_, tail, more := strings.Cut(rest, "/")
+		switch {
+		case !more:
+			return prefix + param
+		case tail == "input_items" || tail == "cancel" || tail == "chunks" || tail == "finish" || tail == "result":
+			return prefix + param + "/" + tail
+		}
+	}
+	return ""
+}
+
+// TraceStreamingInput is the tracing hook for streaming input
+// (streaminput.Options.Trace): the span of a REST session call, or of a
+// Mode A request refused before the session dispatched it, answered with
+// status and the error code (if any) of its answer. A Mode A request that
+// was dispatched is traced as any request (its own span). It does nothing
+// without tracing.
+func (s *Server) TraceStreamingInput(r *http.Request, start time.Time, status int, code string) {
+	s.traceAnswered(r, keyOf(r), start, status, code)
 }
 
 // end records what the request did (read from its meta: usage, served
@@ -461,6 +531,14 @@ func (m *reqMeta) noteFinish(name string, data []byte) {
 		return // a Responses event that ends nothing
 	}
 	obj := gjson.GetBytes(data, "object").Str
+	if name == "" && obj == "" {
+		// A Chat stream's error chunk ({"error":{…}}), the gateway's own
+		// or an upstream's: its code is the one the client got.
+		if code := gjson.GetBytes(data, "error.code"); code.Type == gjson.String {
+			m.noteTerminalCode(code.Str)
+		}
+		return
+	}
 	if obj == "chat.completion.chunk" || obj == "chat.completion" {
 		if !bytes.Contains(data, finishField) {
 			return
@@ -493,6 +571,31 @@ func (m *reqMeta) noteFinish(name string, data []byte) {
 		m.finish = append(m.finish[:0], firstNonEmpty(r, "incomplete"))
 	case "failed":
 		m.finish = append(m.finish[:0], "error")
+		m.noteTerminalCode(resp.Get("error.code").Str) // an upstream's; the gateway's own was noted first (abortLocked)
+	}
+}
+
+// noteAbort records code, the error code of the terminal event the
+// gateway ends a stream with (clientStream.abortLocked), unless one was
+// noted before (noteTerminalCode).
+func (m *reqMeta) noteAbort(code string) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.noteTerminalCode(code)
+}
+
+// noteTerminalCode records code, the error code of the terminal event that
+// ended a stream the client was already reading (a cut, idle, stall,
+// oversize or garbled stream, a drain: the gateway's stream_incomplete; or
+// an upstream's failure), as the request's error.type (README "Tracing":
+// the error code the client got). A code noted before the stream began (a
+// refusal, an error the gateway answered first) stays (m.mu held).
+func (m *reqMeta) noteTerminalCode(code string) {
+	if m.code == "" && code != "" {
+		m.code = strings.Clone(code)
 	}
 }
 

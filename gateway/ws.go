@@ -334,7 +334,7 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 	// metric and the line describe the same request (README
 	// "Observability"). A streaming-input chunk or a resume that was
 	// accepted is not a request of its own.
-	answered := false
+	answered, chunkTaken := false, false
 	defer func() {
 		if answered {
 			meta.mu.Lock()
@@ -342,7 +342,9 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 			meta.mu.Unlock()
 			s.metrics.requests.WithLabelValues(hostabi.SurfaceWebSocket, statusLabel(status)).Inc()
 		}
-		s.accessLog(meta)
+		if !chunkTaken { // an accepted chunk has no answer, so no line (README "Access log": one per request)
+			s.accessLog(meta)
+		}
 	}()
 	req := &clientRequest{ep: responsesEndpoint, stream: true}
 	fail := func(e *apierr.Error) {
@@ -393,7 +395,9 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 		// only a rejected chunk is answered.
 		if err := ws.input.Add(data); err != nil {
 			fail(asAPIError(err))
+			return
 		}
+		chunkTaken = true
 		return
 	}
 	if gjson.GetBytes(data, "type").String() == "response.resume" {

@@ -439,6 +439,7 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger, admin
 		ReadTimeout:     cfg.Timeouts.ReadBody.D(),
 		MaxSessions:     cfg.Limits.InputSessions,
 		MaxTotalBytes:   cfg.Limits.InputSessionBytes,
+		Trace:           gw.TraceStreamingInput, // its calls' spans; nothing without tracing
 	})
 	if err != nil {
 		return nil, cleanup, fmt.Errorf("streaming input: %w", err)

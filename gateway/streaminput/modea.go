@@ -70,8 +70,11 @@ func isModeA(r *http.Request) bool {
 }
 
 func (m *Manager) serveModeA(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	start := time.Now()
 	if m.isDraining() {
-		errShutdown().Write(w)
+		aerr := errShutdown()
+		aerr.Write(w)
+		m.traceRefusal(r, start, aerr)
 		return
 	}
 	rc := http.NewResponseController(w)
@@ -99,6 +102,7 @@ func (m *Manager) serveModeA(w http.ResponseWriter, r *http.Request, next http.H
 	fail := func(aerr *apierr.Error) {
 		closeIfUnfinished(true) // the rest of the body is not read
 		writeError(w, aerr)
+		m.traceRefusal(r, start, aerr)
 	}
 	enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding")))
 	switch enc {

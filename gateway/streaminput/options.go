@@ -83,6 +83,13 @@ type Options struct {
 	// Now is the clock for timestamps and expiry times; nil means
 	// time.Now. It must agree with the store's clock.
 	Now func() time.Time
+	// Trace, if set, hears each request the package answers itself once
+	// it is answered: every REST call, and a Mode A request refused before
+	// its session dispatched it (one dispatched is Dispatch's request),
+	// with the time it arrived, its status and its error code ("" for a
+	// success). In Sluice it is the gateway's TraceStreamingInput: each
+	// becomes a server span (README "Tracing").
+	Trace func(r *http.Request, start time.Time, status int, code string)
 }
 
 func (o *Options) setDefaults() {

@@ -59,6 +59,8 @@ func (m *Manager) Handler() http.Handler { return http.HandlerFunc(m.serveREST) 
 
 func (m *Manager) serveREST(w http.ResponseWriter, r *http.Request) {
 	m.Start()
+	w, traced := m.tracedREST(w, r)
+	defer traced()
 	rest, ok := strings.CutPrefix(r.URL.Path, PathPrefix)
 	if !ok || (rest != "" && rest[0] != '/') {
 		notFound(w, r)
