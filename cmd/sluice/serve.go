@@ -435,6 +435,8 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger, admin
 	sim, err := streaminput.New(ctx, streaminput.Options{
 		Store: inputs, Dispatch: gw.Handler(), Logger: logger.Named("streaminput"), Registerer: reg,
 		MaxSessionBytes: cfg.Limits.MaxBodyBytes / 4 * 3, // byte chunks travel base64 in the assembled body
+		MaxRequestBytes: cfg.Limits.MaxBodyBytes,         // the assembled body, template and all, must pass the gateway's limit
+		ModelAllowed:    gw.ModelAllowed,
 		MaxJSONDepth:    cfg.Limits.MaxJSONDepth,
 		ReadTimeout:     cfg.Timeouts.ReadBody.D(),
 		MaxSessions:     cfg.Limits.InputSessions,

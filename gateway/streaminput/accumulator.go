@@ -5,6 +5,7 @@ import (
 	"context"
 	"slices"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
@@ -23,6 +24,11 @@ type AccumulatorOptions struct {
 	// MaxJSONDepth caps the nesting of the frames Add and Apply take: a
 	// deeper one is refused (400 nesting_too_deep) before it is parsed.
 	MaxJSONDepth int
+	// Registerer, when set, counts the chunks Add takes in the chunk
+	// series the Manager registers there too
+	// (sluice_streaming_input_chunks_total{outcome},
+	// sluice_streaming_input_bytes_total), with the same outcomes.
+	Registerer prometheus.Registerer
 }
 
 // Accumulator collects the input_chunk frames of a Responses WebSocket and
@@ -42,6 +48,7 @@ type AccumulatorOptions struct {
 // is the HTTP status a REST request would have had).
 type Accumulator struct {
 	opts   AccumulatorOptions
+	met    *chunkCounters // nil: not counted
 	chunks map[uint64]chunk
 	next   uint64 // next expected in order
 	auto   uint64 // the id a chunk without sequence_id takes
@@ -62,7 +69,25 @@ func NewAccumulator(opts AccumulatorOptions) *Accumulator {
 	if opts.MaxJSONDepth <= 0 {
 		opts.MaxJSONDepth = jsonx.DefaultMaxDepth
 	}
-	return &Accumulator{opts: opts, chunks: map[uint64]chunk{}}
+	a := &Accumulator{opts: opts, chunks: map[uint64]chunk{}}
+	if opts.Registerer != nil {
+		met := newChunkCounters()
+		if met.register(opts.Registerer) == nil {
+			a.met = &met
+		}
+	}
+	return a
+}
+
+// count records a chunk's outcome (accepted, duplicate, rejected).
+func (a *Accumulator) count(outcome string, payload int) {
+	if a.met == nil {
+		return
+	}
+	a.met.chunks.WithLabelValues(outcome).Inc()
+	if outcome == "accepted" {
+		a.met.bytes.Add(float64(payload))
+	}
 }
 
 // IsInputChunk reports whether a WebSocket text frame is an input_chunk
@@ -100,10 +125,35 @@ func (a *Accumulator) AddContext(ctx context.Context, frame []byte) error {
 	if old, ok := a.chunks[c.seq]; ok {
 		if old.meta == c.meta && bytes.Equal(old.payload, c.payload) {
 			a.auto = c.seq + 1
+			a.count("duplicate", 0)
 			return nil
 		}
+		a.count("rejected", 0)
 		return errConflict(CodeSequenceConflict, "sequence_id", "sequence_id %d was already received with a different payload", c.seq)
 	}
+	if err := a.check(c); err != nil {
+		a.count("rejected", 0)
+		return err
+	}
+	a.chunks[c.seq] = c
+	a.bytes += int64(len(c.payload))
+	if len(a.chunks) == 1 || c.seq > a.maxSeq {
+		a.maxSeq = c.seq
+	}
+	if c.meta.end {
+		a.end, a.endSeq = true, c.seq
+	}
+	for _, ok := a.chunks[a.next]; ok; _, ok = a.chunks[a.next] {
+		a.next++
+	}
+	a.auto = c.seq + 1
+	a.count("accepted", len(c.payload))
+	return nil
+}
+
+// check applies the ordering rules and the byte cap to a chunk not held
+// before; the byte cap's refusal drops every chunk held.
+func (a *Accumulator) check(c chunk) error {
 	switch {
 	case a.end && c.seq > a.endSeq:
 		return errConflict(CodeSessionFinished, "sequence_id", "sequence_id %d is after the end of input (sequence_id %d)", c.seq, a.endSeq)
@@ -119,18 +169,6 @@ func (a *Accumulator) AddContext(ctx context.Context, frame []byte) error {
 		a.Reset()
 		return e
 	}
-	a.chunks[c.seq] = c
-	a.bytes += int64(len(c.payload))
-	if len(a.chunks) == 1 || c.seq > a.maxSeq {
-		a.maxSeq = c.seq
-	}
-	if c.meta.end {
-		a.end, a.endSeq = true, c.seq
-	}
-	for _, ok := a.chunks[a.next]; ok; _, ok = a.chunks[a.next] {
-		a.next++
-	}
-	a.auto = c.seq + 1
 	return nil
 }
 
@@ -142,7 +180,7 @@ func (a *Accumulator) Bytes() int64 { return a.bytes }
 
 // Reset drops every chunk held.
 func (a *Accumulator) Reset() {
-	*a = Accumulator{opts: a.opts, chunks: map[uint64]chunk{}}
+	*a = Accumulator{opts: a.opts, met: a.met, chunks: map[uint64]chunk{}}
 }
 
 // Apply merges the chunks held into a response.create frame (flat, as
@@ -159,12 +197,14 @@ func (a *Accumulator) Apply(body []byte) ([]byte, error) {
 	defer a.Reset()
 	if a.next <= a.maxSeq {
 		var gaps []uint64
-		for q := a.next; q <= a.maxSeq && len(gaps) < 10; q++ {
+		for q := a.next; q <= a.maxSeq && len(gaps) < maxListedGaps; q++ {
 			if _, ok := a.chunks[q]; !ok {
 				gaps = append(gaps, q)
 			}
 		}
-		return nil, errConflict(CodeSequenceGap, "sequence_id", "the input chunks have gaps: sequence ids %s are missing", formatSeqs(gaps))
+		// The chunks held are every id below next and the buffered ones.
+		missing := a.maxSeq + 1 - uint64(len(a.chunks))
+		return nil, errConflict(CodeSequenceGap, "sequence_id", "the input chunks have gaps: %s", describeMissing(gaps, missing))
 	}
 	if aerr := checkJSON(context.Background(), body, a.opts.MaxJSONDepth, "the response.create frame"); aerr != nil {
 		return nil, aerr

@@ -328,6 +328,7 @@ func (m *Manager) create(ctx context.Context, p sessionParams) (*session, *apier
 		m: m, id: newID(), keyHash: kh, durable: durable, modeA: p.modeA,
 		tpl: p.tpl, policy: p.policy, headers: keep, dispatch: m.opts.Dispatch, onClose: p.onClose, created: now,
 		cred: cred, peer: p.peer, infos: map[uint64]chunkInfo{}, active: true, changed: make(chan struct{}), held: size,
+		reqBase: requestBase(ctx, p.tpl, m.opts.MaxJSONDepth),
 	}
 	if !s.durable {
 		s.mem = map[uint64]chunk{}
@@ -410,6 +411,7 @@ func (m *Manager) restoreOne(ctx context.Context, rec store.InputSession) (*sess
 		m: m, id: rec.ID, keyHash: rec.ClientKeyHash, durable: true, tpl: tpl, policy: policy, headers: headers,
 		envelope: rec.Template, dispatch: m.opts.Dispatch, created: rec.CreatedAt, infos: map[uint64]chunkInfo{},
 		changed: make(chan struct{}), lastActivity: rec.LastActivity, expiresAt: rec.ExpiresAt,
+		reqBase: requestBase(ctx, tpl, m.opts.MaxJSONDepth),
 	}
 	if err := s.applyStored(rec, stored); err != nil {
 		return nil, err
@@ -446,7 +448,7 @@ func (s *session) applyStored(rec store.InputSession, stored []store.Chunk) erro
 			return fmt.Errorf("chunk %d: %w", sc.Seq, err)
 		}
 		c := chunk{seq: sc.Seq, meta: meta, payload: sc.Payload}
-		s.infos[sc.Seq] = chunkInfo{d: c.digest(), size: int64(len(sc.Payload)), end: meta.end}
+		s.infos[sc.Seq] = chunkInfo{d: c.digest(), size: int64(len(sc.Payload)), end: meta.end, meta: meta, enc: encodedSize(c)}
 		s.received += int64(len(sc.Payload))
 		s.maxSeq = max(s.maxSeq, sc.Seq)
 		if meta.end {
@@ -456,6 +458,16 @@ func (s *session) applyStored(rec store.InputSession, stored []store.Chunk) erro
 	for info, ok := s.infos[s.next]; ok; info, ok = s.infos[s.next] {
 		s.contig += info.size
 		s.next++
+	}
+	s.reqChunks = 0
+	for q, info := range s.infos {
+		prev, ok := s.infos[q-1]
+		info.startsPart = q == 0 || !ok || !joinsPart(prev.meta, info.meta)
+		s.reqChunks += info.enc
+		if info.startsPart {
+			s.reqChunks += partBound(info.meta)
+		}
+		s.infos[q] = info
 	}
 	input, suffix, _ := strings.Cut(rec.State, "+")
 	s.finished = input == stateFinished || s.hasEnd && s.next > s.endSeq

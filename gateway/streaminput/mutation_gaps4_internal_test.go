@@ -273,15 +273,15 @@ func TestAccumulatorGaps(t *testing.T) {
 		if !errors.As(err, &ae) || ae.Code != CodeSequenceGap {
 			t.Fatalf("error %v, want %s", err, CodeSequenceGap)
 		}
-		_, after, _ := strings.Cut(ae.Message, "sequence ids ")
-		return strings.TrimSuffix(after, " are missing")
+		_, after, _ := strings.Cut(ae.Message, "the input chunks have gaps: ")
+		return after
 	}
 	create := []byte(`{"type":"response.create","model":"m","input":""}`)
 
 	a := NewAccumulator(AccumulatorOptions{ReorderWindow: 32})
 	add(a, 2, 0)
 	_, err := a.Apply(create)
-	if got := gapsOf(err); got != "1" {
+	if got := gapsOf(err); got != "sequence id 1 is missing" {
 		t.Fatalf("missing %q, want 1", got)
 	}
 	if out, err := a.Apply(create); err != nil || string(out) != string(create) {
@@ -296,7 +296,7 @@ func TestAccumulatorGaps(t *testing.T) {
 	a = NewAccumulator(AccumulatorOptions{ReorderWindow: 32})
 	add(a, 0, 13, 5) // eleven missing
 	_, err = a.Apply(create)
-	if got := gapsOf(err); got != "1, 2, 3, 4, 6, 7, 8, 9, 10, 11" {
+	if got := gapsOf(err); got != "11 sequence ids are missing: 1, 2, 3, 4, 6, 7, 8, 9, 10, 11 and 1 more" {
 		t.Fatalf("missing %q, want the first ten", got)
 	}
 
@@ -304,7 +304,7 @@ func TestAccumulatorGaps(t *testing.T) {
 	a = NewAccumulator(AccumulatorOptions{ReorderWindow: 32})
 	add(a, 3, 1)
 	_, err = a.Apply(create)
-	if got := gapsOf(err); got != "0, 2" {
+	if got := gapsOf(err); got != "sequence ids 0, 2 are missing" {
 		t.Fatalf("missing %q, want 0, 2", got)
 	}
 }
@@ -398,5 +398,26 @@ func TestMirrorCoalescesUpToTheLimit(t *testing.T) {
 	}
 	if len(mi.q) != 4 || sizes[0] != maxMirrorPart || sizes[1] != 1 || mi.q[2].Kind != store.ResultHead || sizes[3] != 1 {
 		t.Fatalf("parts of %v bytes", sizes)
+	}
+}
+
+// TestDescribeMissing: a sequence_gap message names the missing ids, says
+// how many there are in all when it lists only the first ten, and reads
+// right for one.
+func TestDescribeMissing(t *testing.T) {
+	for _, tt := range []struct {
+		first   []uint64
+		missing uint64
+		want    string
+	}{
+		{[]uint64{1}, 1, "sequence id 1 is missing"},
+		{[]uint64{0, 2}, 2, "sequence ids 0, 2 are missing"},
+		{[]uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 10, "sequence ids 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 are missing"},
+		{[]uint64{1, 3, 4, 5, 6, 7, 8, 9, 10, 11}, 11, "11 sequence ids are missing: 1, 3, 4, 5, 6, 7, 8, 9, 10, 11 and 1 more"},
+		{[]uint64{1, 3, 4, 5, 6, 7, 8, 9, 10, 11}, 52, "52 sequence ids are missing: 1, 3, 4, 5, 6, 7, 8, 9, 10, 11 and 42 more"},
+	} {
+		if got := describeMissing(tt.first, tt.missing); got != tt.want {
+			t.Errorf("describeMissing(%v, %d) = %q, want %q", tt.first, tt.missing, got, tt.want)
+		}
 	}
 }

@@ -156,16 +156,17 @@ func TestFinishGapsAndEmptyFinish(t *testing.T) {
 		chunks []string
 		gaps   string
 	}{
-		{"below the highest", []string{textChunk(0, "a", false), textChunk(3, "d", false)}, "1, 2"},
-		{"below the end", []string{textChunk(0, "a", false), textChunk(4, "e", true)}, "1, 2, 3"},
-		{"at most ten", []string{textChunk(0, "a", false), textChunk(13, "n", false)}, "1, 2, 3, 4, 5, 6, 7, 8, 9, 10"},
+		{"below the highest", []string{textChunk(0, "a", false), textChunk(3, "d", false)}, "ids 1, 2 are missing"},
+		{"below the end", []string{textChunk(0, "a", false), textChunk(4, "e", true)}, "ids 1, 2, 3 are missing"},
+		{"one", []string{textChunk(0, "a", false), textChunk(2, "c", false)}, "id 1 is missing"},
+		{"at most ten, and a count", []string{textChunk(0, "a", false), textChunk(13, "n", false)}, "12 sequence ids are missing: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 and 2 more"},
 	} {
 		id := e.create(sessionBody(streaminput.EndpointResponses, "on_end_only", respTemplate))
 		for _, c := range tt.chunks {
 			e.mustChunk(id, c)
 		}
 		code, ae := finish(id)
-		if code != http.StatusConflict || ae.code() != streaminput.CodeSequenceGap || !strings.Contains(ae.Error.Message, "ids "+tt.gaps+" are missing") {
+		if code != http.StatusConflict || ae.code() != streaminput.CodeSequenceGap || !strings.Contains(ae.Error.Message, tt.gaps) {
 			t.Fatalf("%s: finish %d %+v, want the gaps %s", tt.name, code, ae, tt.gaps)
 		}
 	}

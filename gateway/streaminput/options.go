@@ -1,12 +1,14 @@
 package streaminput
 
 import (
+	"math"
 	"net/http"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/sluice-gw/sluice/internal/jsonx"
 	"github.com/sluice-gw/sluice/store"
 )
@@ -35,6 +37,11 @@ type Options struct {
 	// client deleted the session, its cause matches ErrSessionDeleted
 	// (errors.Is), and the response should be cancelled, not kept running.
 	Dispatch http.Handler
+	// ModelAllowed, when set, is the key's models rule of Dispatch: the
+	// error a request r would get for model (403 model_not_allowed), or
+	// nil. A session is refused at its creation with it, rather than after
+	// its whole input was sent. In Sluice it is the gateway's own check.
+	ModelAllowed func(r *http.Request, model string) *apierr.Error
 	// Logger receives the package's log lines; nil discards them. Session
 	// ids are logged redacted.
 	Logger hclog.Logger
@@ -49,6 +56,14 @@ type Options struct {
 	// chunk that crosses it gets 413 payload_too_large and closes the
 	// session. Default 32 MiB.
 	MaxSessionBytes int64
+	// MaxRequestBytes is the largest request Dispatch takes (Sluice:
+	// limits.max_body_bytes). A chunk that would make the session's
+	// assembled request larger (the template, text JSON-escaped, bytes
+	// base64-encoded, the JSON around each part; bounded from above, not
+	// assembled) gets 413 payload_too_large and closes the session, so an
+	// accepted input can always be sent. Zero: no bound but
+	// MaxSessionBytes.
+	MaxRequestBytes int64
 	// MaxSessionsPerKey caps the sessions one client key (the SHA-256 of
 	// its Authorization or Api-Key header) may have open or running at
 	// once; the next create gets 429. Default 16.
@@ -104,6 +119,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxSessionBytes <= 0 {
 		o.MaxSessionBytes = DefaultMaxSessionBytes
+	}
+	if o.MaxRequestBytes <= 0 {
+		o.MaxRequestBytes = math.MaxInt64
 	}
 	if o.MaxSessionsPerKey <= 0 {
 		o.MaxSessionsPerKey = DefaultMaxSessionsPerKey

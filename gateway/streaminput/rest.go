@@ -234,6 +234,14 @@ func (m *Manager) handleCreate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
+	if m.opts.ModelAllowed != nil {
+		if aerr := m.opts.ModelAllowed(r, tpl.model); aerr != nil {
+			refused := *aerr
+			refused.Param = "template.model"
+			writeError(w, &refused)
+			return
+		}
+	}
 	if sp.Exists() && sp.Type != gjson.String && sp.Type != gjson.Null {
 		writeError(w, apierr.Invalid("start_policy", apierr.CodeInvalidType, "start_policy must be a string"))
 		return

@@ -30,6 +30,12 @@ type chunkInfo struct {
 	d    digest
 	size int64
 	end  bool
+	// meta, enc and startsPart bound the chunk's share of the assembled
+	// request (reqsize.go): startsPart is false once the chunk before it
+	// is known to extend the same content part.
+	meta       chunkMeta
+	enc        int64
+	startsPart bool
 }
 
 // upstreamSaw records what the upstream request was assembled from.
@@ -102,6 +108,11 @@ type session struct {
 	following  bool // a copy of the answer another replica runs is being fed from the store
 	waiters    int  // result readers waiting for the answer to start (waitResult)
 	polling    bool // pollShared runs for them
+
+	// reqBase and reqChunks bound the assembled request's size
+	// (reqsize.go): the template's share, and the chunks' (payloads
+	// encoded, and the parts they start).
+	reqBase, reqChunks int64
 }
 
 // ack is the outcome of an accepted chunk.
@@ -210,6 +221,14 @@ func (s *session) acceptLocked(ctx context.Context, c chunk) (ack, *apierr.Error
 		s.closeLocked(e, "too_large")
 		return ack{}, e
 	}
+	info := chunkInfo{d: d, size: size, end: c.meta.end, meta: c.meta, enc: encodedSize(c)}
+	cost, joined := s.requestCostLocked(c.seq, &info)
+	if s.reqBase+s.reqChunks+cost > s.m.opts.MaxRequestBytes {
+		s.m.met.chunks.WithLabelValues("rejected").Inc()
+		e := errRequestTooLarge(s.m.opts.MaxRequestBytes)
+		s.closeLocked(e, "too_large")
+		return ack{}, e
+	}
 	// The global byte cap refuses the chunk but keeps the session: the
 	// client may send it again once other sessions have let go.
 	if !s.m.chargeBytes(size) {
@@ -220,7 +239,7 @@ func (s *session) acceptLocked(ctx context.Context, c chunk) (ack, *apierr.Error
 
 	// The state after this chunk, written with it in one synced batch.
 	prev := *s.snapshot()
-	s.infos[c.seq] = chunkInfo{d: d, size: size, end: c.meta.end}
+	s.infos[c.seq] = info
 	if len(s.infos) == 1 || c.seq > s.maxSeq {
 		s.maxSeq = c.seq
 	}
@@ -266,6 +285,11 @@ func (s *session) acceptLocked(ctx context.Context, c chunk) (ack, *apierr.Error
 	} else {
 		s.mem[c.seq] = c
 	}
+	s.reqChunks += cost
+	if joined != nil {
+		joined.startsPart = false
+		s.infos[c.seq+1] = *joined
+	}
 	if s.firstAt.IsZero() {
 		s.firstAt = now
 	}
@@ -276,6 +300,25 @@ func (s *session) acceptLocked(ctx context.Context, c chunk) (ack, *apierr.Error
 		s.startLocked()
 	}
 	return ack{started: startNow}, nil
+}
+
+// requestCostLocked is what a chunk not received before adds to the bound
+// of the assembled request (reqsize.go), and sets info.startsPart. When the
+// chunk after it was counted as starting a part that this chunk now
+// extends, joined is that chunk's info (to be updated once this one is
+// stored) and its part's share is taken off the cost.
+func (s *session) requestCostLocked(seq uint64, info *chunkInfo) (cost int64, joined *chunkInfo) {
+	prev, ok := s.infos[seq-1]
+	info.startsPart = seq == 0 || !ok || !joinsPart(prev.meta, info.meta)
+	cost = info.enc
+	if info.startsPart {
+		cost += partBound(info.meta)
+	}
+	if next, ok := s.infos[seq+1]; ok && next.startsPart && joinsPart(info.meta, next.meta) {
+		cost -= partBound(next.meta)
+		joined = &next
+	}
+	return cost, joined
 }
 
 // checkLocked applies the ordering rules to a chunk not received before.
@@ -359,8 +402,8 @@ func (s *session) finishLocked(ctx context.Context) *apierr.Error {
 	if s.m.isDraining() {
 		return errShutdown()
 	}
-	if gaps := s.gapsLocked(); len(gaps) > 0 {
-		return errConflict(CodeSequenceGap, "sequence_id", "the input cannot finish: sequence ids %s are missing", formatSeqs(gaps))
+	if gaps, missing := s.gapsLocked(); missing > 0 {
+		return errConflict(CodeSequenceGap, "sequence_id", "the input cannot finish: %s", describeMissing(gaps, missing))
 	}
 	prev := *s.snapshot()
 	s.finished = true
@@ -391,9 +434,10 @@ func (s *session) finishLocked(ctx context.Context) *apierr.Error {
 	return nil
 }
 
-// gapsLocked lists the missing sequence ids below the highest received one
-// (or below the end of input), at most 10.
-func (s *session) gapsLocked() []uint64 {
+// gapsLocked lists the first missing sequence ids below the highest
+// received one (or below the end of input), at most maxListedGaps, and
+// counts them all.
+func (s *session) gapsLocked() (first []uint64, missing uint64) {
 	top := s.next
 	if len(s.infos) > 0 && s.maxSeq+1 > top {
 		top = s.maxSeq + 1
@@ -402,20 +446,35 @@ func (s *session) gapsLocked() []uint64 {
 		top = s.endSeq + 1
 	}
 	var gaps []uint64
-	for q := s.next; q < top && len(gaps) < 10; q++ {
+	for q := s.next; q < top && len(gaps) < maxListedGaps; q++ {
 		if _, ok := s.infos[q]; !ok {
 			gaps = append(gaps, q)
 		}
 	}
-	return gaps
+	// infos holds every id below next and the buffered ones, all below top.
+	return gaps, top - uint64(len(s.infos))
 }
 
-func formatSeqs(seqs []uint64) string {
-	parts := make([]string, len(seqs))
-	for i, q := range seqs {
+// maxListedGaps is how many missing sequence ids a sequence_gap message
+// lists; it says how many more there are.
+const maxListedGaps = 10
+
+// describeMissing says which sequence ids are missing: first lists the
+// lowest of them (at most maxListedGaps), missing counts them all. A
+// client that resends only the listed ids must learn that more are
+// missing, and how many.
+func describeMissing(first []uint64, missing uint64) string {
+	parts := make([]string, len(first))
+	for i, q := range first {
 		parts[i] = fmt.Sprint(q)
 	}
-	return strings.Join(parts, ", ")
+	switch {
+	case missing == 1 && len(first) == 1:
+		return "sequence id " + parts[0] + " is missing"
+	case missing <= uint64(len(first)):
+		return "sequence ids " + strings.Join(parts, ", ") + " are missing"
+	}
+	return fmt.Sprintf("%d sequence ids are missing: %s and %d more", missing, strings.Join(parts, ", "), missing-uint64(len(first)))
 }
 
 // startLocked sends the in-order prefix that s.saw describes upstream
