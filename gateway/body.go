@@ -247,7 +247,7 @@ func decodeAnswer(resp *http.Response) (coding string, ok bool) {
 	resp.Header.Del("Content-Length")
 	resp.ContentLength = -1
 	resp.Uncompressed = true
-	resp.Body = &gzipBody{raw: resp.Body}
+	resp.Body = &gzipBody{raw: rawReader{ReadCloser: resp.Body}}
 	return coding, true
 }
 
@@ -256,7 +256,7 @@ func decodeAnswer(resp *http.Response) (coding string, ok bool) {
 // (the reader's idle bound starts with the first Read). Close closes the
 // upstream body only, so a timer may call it while a Read is blocked.
 type gzipBody struct {
-	raw io.ReadCloser
+	raw rawReader
 	zr  *gzip.Reader
 	err error // the decoder could not be made
 }
@@ -266,18 +266,63 @@ func (g *gzipBody) Read(p []byte) (int, error) {
 		if g.err != nil {
 			return 0, g.err
 		}
-		zr, err := gzip.NewReader(g.raw)
+		zr, err := gzip.NewReader(&g.raw)
 		switch {
 		case errors.Is(err, io.EOF):
 			g.err = io.EOF // an empty body
 			return 0, g.err
 		case err != nil:
-			g.err = fmt.Errorf("the upstream's gzip body is corrupt: %w", err)
+			g.err = g.decodeError(err)
 			return 0, g.err
 		}
 		g.zr = zr
 	}
-	return g.zr.Read(p)
+	n, err := g.zr.Read(p)
+	if err != nil && err != io.EOF {
+		err = g.decodeError(err)
+	}
+	return n, err
 }
+
+// decodeError is err from the decoder as the reader's error: the upstream
+// body's own read error as it came (a connection cut in transit is the
+// transport's fault), anything else an answerDecodeError.
+func (g *gzipBody) decodeError(err error) error {
+	if g.raw.err != nil && g.raw.err != io.EOF && errors.Is(err, g.raw.err) {
+		return err
+	}
+	return &answerDecodeError{coding: "gzip", err: err}
+}
+
+// rawReader is an upstream body that remembers the last error it returned,
+// so that a decoder's error can be told from the transport's.
+type rawReader struct {
+	io.ReadCloser
+	err error
+}
+
+func (r *rawReader) Read(p []byte) (int, error) {
+	n, err := r.ReadCloser.Read(p)
+	if err != nil {
+		r.err = err
+	}
+	return n, err
+}
+
+// answerDecodeError is an upstream body that arrived whole but that its
+// Content-Encoding's decoder refuses (not gzip at all, a bad checksum, a
+// stream that ends early): the upstream's answer is unusable, not cut in
+// transit, and is judged as any other unusable 2xx answer (SECURITY.md,
+// Upstreams: 502 upstream_unavailable naming why).
+type answerDecodeError struct {
+	coding string
+	err    error
+}
+
+func (e *answerDecodeError) Error() string {
+	return fmt.Sprintf("the answer's body could not be decoded (Content-Encoding %s): %v", e.coding, e.err)
+}
+
+func (e *answerDecodeError) Unwrap() error { return e.err }
 
 func (g *gzipBody) Close() error { return g.raw.Close() }

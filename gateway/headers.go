@@ -30,14 +30,10 @@ func upstreamHeaders(req *clientRequest, u upstream.Config, stream bool) http.He
 	for k, v := range client {
 		h[k] = v
 	}
-	for _, k := range hopHeaders {
-		h.Del(k)
-	}
-	for _, c := range client.Values("Connection") { // every Connection line, not just the first
-		for _, f := range strings.Split(c, ",") {
-			if f = strings.TrimSpace(f); f != "" {
-				h.Del(f)
-			}
+	named := connectionNamed(client)
+	for k := range h {
+		if isHopByHop(k, named) {
+			delete(h, k)
 		}
 	}
 	// The body is sent decoded (the gateway reads and may rewrite it), and
@@ -224,37 +220,116 @@ func ParseTrustedProxies(list []string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// copyResponseHeaders copies an upstream's response headers to the client,
-// minus hop-by-hop and framing headers the gateway sets itself, and minus
-// Server: the answer is the gateway's, and the upstream's software (a
-// llama.cpp or Python server behind it) is no client's business. A family of
-// x-ratelimit-* headers the upstream sends any of replaces the gateway's
-// whole (README "Limits": unless the upstream sends its own), so no limit
-// is described half by each.
+// hopHeaderSet is hopHeaders by canonical name.
+var hopHeaderSet = canonicalSet(hopHeaders...)
+
+// connectionNamed is the set of header names, canonical, that h's
+// Connection lines list (every line, not just the first): connection-scoped
+// in that message, which a proxy removes (RFC 9110 §7.6.1); nil when there
+// are none, as in most messages.
+func connectionNamed(h http.Header) map[string]bool {
+	var set map[string]bool
+	for _, c := range h.Values("Connection") {
+		for _, f := range strings.Split(c, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				if set == nil {
+					set = map[string]bool{}
+				}
+				set[http.CanonicalHeaderKey(f)] = true
+			}
+		}
+	}
+	return set
+}
+
+// isHopByHop reports whether the header named k is connection-scoped in a
+// message whose Connection lines list named (connectionNamed): the one rule
+// for both directions (upstreamHeaders, copyResponseHeaders). Header maps
+// from Go's server and transport have canonical keys, which
+// http.CanonicalHeaderKey returns without allocating.
+func isHopByHop(k string, named map[string]bool) bool {
+	k = http.CanonicalHeaderKey(k)
+	return hopHeaderSet[k] || named[k]
+}
+
+// canonicalSet is the set of names, canonical.
+func canonicalSet(names ...string) map[string]bool {
+	set := make(map[string]bool, len(names))
+	for _, n := range names {
+		set[http.CanonicalHeaderKey(n)] = true
+	}
+	return set
+}
+
+// gatewayOwnedHeaders are response headers that speak for the gateway's
+// origin or its connection, not for the upstream's API, so an upstream's
+// never reaches a client (SECURITY.md, "Upstream response headers"): the
+// framing the gateway sets itself (the body is relayed decoded), cookies,
+// the origin's browser security policy, redirection, alternative services,
+// directives to a proxy in front of the gateway (nginx's X-Accel-Redirect
+// would have it serve an internal location), and the upstream's software (a
+// llama.cpp or Python server behind it is no client's business).
+// gatewayOwnedPrefixes are the families of such headers, canonical.
+var (
+	gatewayOwnedHeaders = canonicalSet(
+		"content-length", "content-encoding",
+		"set-cookie", "set-cookie2",
+		"strict-transport-security", "content-security-policy", "content-security-policy-report-only",
+		"x-frame-options", "x-content-type-options", "x-xss-protection", "referrer-policy",
+		"permissions-policy", "feature-policy", "clear-site-data", "origin-agent-cluster",
+		"public-key-pins", "public-key-pins-report-only", "expect-ct", "nel",
+		"report-to", "reporting-endpoints", "service-worker-allowed", "timing-allow-origin",
+		"x-dns-prefetch-control", "x-permitted-cross-domain-policies",
+		"location", "content-location", "refresh", "link",
+		"alt-svc", "x-sendfile", "x-lighttpd-send-file",
+		"server", "x-powered-by",
+	)
+	gatewayOwnedPrefixes = []string{"Access-Control-", "Cross-Origin-", "Proxy-", "Sec-", "X-Accel-"}
+)
+
+// relaysResponseHeader reports whether an upstream's response header named
+// k reaches the client; named is the upstream's connectionNamed.
+func relaysResponseHeader(k string, named map[string]bool) bool {
+	k = http.CanonicalHeaderKey(k)
+	if hopHeaderSet[k] || named[k] || gatewayOwnedHeaders[k] {
+		return false
+	}
+	for _, p := range gatewayOwnedPrefixes {
+		if strings.HasPrefix(k, p) {
+			return false
+		}
+	}
+	return true
+}
+
+// copyResponseHeaders copies an upstream's response headers to the client:
+// its API's own (content type, request id, rate limits, retry hints,
+// openai-*, x-codex-* and the like), never a connection-scoped one or one the
+// gateway owns (relaysResponseHeader). A family of x-ratelimit-* headers the
+// upstream relays any of replaces the gateway's whole (README "Limits":
+// unless the upstream sends its own), so no limit is described half by each.
 func copyResponseHeaders(dst, src http.Header) {
+	named := connectionNamed(src)
 	for _, family := range rateLimitHeaders {
-		if sendsAnyOf(src, family[:]) {
+		if relaysAnyOf(src, family[:], named) {
 			for _, k := range family {
 				dst.Del(k)
 			}
 		}
 	}
 	for k, v := range src {
-		switch http.CanonicalHeaderKey(k) {
-		case "Content-Length", "Content-Encoding", "Set-Cookie", "Connection", "Keep-Alive",
-			"Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Alt-Svc", "Server":
-			continue
+		if relaysResponseHeader(k, named) {
+			dst[k] = v
 		}
-		dst[k] = v
 	}
 }
 
-// sendsAnyOf reports whether h has any of the canonical names, spelt in
-// any case (a header map built by hand need not be canonical).
-func sendsAnyOf(h http.Header, names []string) bool {
-	for k := range h {
+// relaysAnyOf reports whether src has a header of names that
+// copyResponseHeaders relays.
+func relaysAnyOf(src http.Header, names []string, named map[string]bool) bool {
+	for k := range src {
 		for _, n := range names {
-			if strings.EqualFold(k, n) {
+			if strings.EqualFold(k, n) && relaysResponseHeader(k, named) {
 				return true
 			}
 		}

@@ -209,3 +209,39 @@ func TestPolicyHeadersHideWhatThePolicyHostHides(t *testing.T) {
 		}
 	}
 }
+
+// TestCopyResponseHeaders: an upstream's API headers reach the client; its
+// connection-scoped ones (hopHeaders and every name any Connection line
+// lists, RFC 9110 §7.6.1) and those the gateway owns never do, and a
+// Connection line never removes one of the gateway's own.
+func TestCopyResponseHeaders(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		src  http.Header
+		want map[string]string // header → value at the client ("" = absent)
+	}{
+		{"API headers pass", http.Header{"X-Request-Id": {"req_u"}, "Openai-Version": {"2020-10-01"}, "Retry-After-Ms": {"5"},
+			"X-Codex-Turn-State": {"ts"}, "Content-Type": {"application/json"}, "Www-Authenticate": {"Bearer"}},
+			map[string]string{"X-Request-Id": "req_u", "Openai-Version": "2020-10-01", "Retry-After-Ms": "5",
+				"X-Codex-Turn-State": "ts", "Content-Type": "application/json", "Www-Authenticate": "Bearer"}},
+		{"hop-by-hop, every Connection line, any case", http.Header{"Connection": {"x-one, X-TWO", "x-three"},
+			"X-One": {"1"}, "X-Two": {"2"}, "X-Three": {"3"}, "Proxy-Authenticate": {"Basic"}, "Keep-Alive": {"timeout=5"}, "X-Four": {"4"}},
+			map[string]string{"Connection": "", "X-One": "", "X-Two": "", "X-Three": "", "Proxy-Authenticate": "", "Keep-Alive": "", "X-Four": "4"}},
+		{"the gateway's own", http.Header{"Access-Control-Allow-Origin": {"*"}, "Location": {"http://evil.example/"}, "Set-Cookie": {"a=1"},
+			"Strict-Transport-Security": {"max-age=0"}, "X-Accel-Redirect": {"/x"}, "Server": {"llama.cpp"}, "Content-Length": {"9"}},
+			map[string]string{"Access-Control-Allow-Origin": "", "Location": "", "Set-Cookie": "", "Strict-Transport-Security": "",
+				"X-Accel-Redirect": "", "Server": "", "Content-Length": ""}},
+		{"a Connection line names a header the gateway set", http.Header{"Connection": {"X-Gateway"}},
+			map[string]string{"X-Gateway": "gw"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dst := http.Header{"X-Gateway": {"gw"}}
+			copyResponseHeaders(dst, tc.src)
+			for k, want := range tc.want {
+				if got := dst.Get(k); got != want {
+					t.Errorf("%s = %q, want %q", k, got, want)
+				}
+			}
+		})
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/julienschmidt/httprouter"
 	"github.com/tidwall/gjson"
@@ -681,6 +682,7 @@ type upstreamAnswer struct {
 	status  int
 	header  http.Header
 	body    []byte      // a complete non-stream or error body
+	bodyCut string      // why body is only the error body's beginning (over maxUpstreamErrorBody, cut short); "" when whole
 	readErr error       // reading a 2xx non-stream body failed
 	src     eventSource // an event stream (2xx SSE or WebSocket)
 	pending int         // other requests pending on the same upstream connection
@@ -753,7 +755,14 @@ func (s *Server) post(upCtx context.Context, idle *idleTimer, req *clientRequest
 		return resp, ans, nil
 	}
 	if resp.StatusCode/100 != 2 {
-		ans.body, _ = io.ReadAll(io.LimitReader(&idleReader{r: resp.Body, idle: idle}, maxUpstreamErrorBody))
+		var err error
+		ans.body, err = io.ReadAll(io.LimitReader(&idleReader{r: resp.Body, idle: idle}, maxUpstreamErrorBody+1))
+		switch {
+		case len(ans.body) > maxUpstreamErrorBody:
+			ans.body, ans.bodyCut = ans.body[:maxUpstreamErrorBody], fmt.Sprintf("over %d bytes", maxUpstreamErrorBody)
+		case err != nil: // the upstream went silent (timeouts.idle) or the connection broke
+			ans.bodyCut = "that was cut short"
+		}
 	}
 	return resp, ans, nil
 }
@@ -953,6 +962,13 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 			if res, silent := s.silentTarget(ctx, upCtx, req, u, end.err); silent {
 				cs.discard()
 				return res
+			}
+			if decodeErr := (*answerDecodeError)(nil); errors.As(end.err, &decodeErr) {
+				// A stream whose body cannot be decoded, before its first
+				// event: an unusable answer, as a non-streaming one is
+				// (relayJSON).
+				cs.discard()
+				return s.unusableAnswer(ctx, req, u, ans.status, fmt.Sprintf("HTTP %d: %s", ans.status, s.scrub.String(decodeErr.Error())))
 			}
 			reason, e := p.readFailure(end.err)
 			switch reason {
@@ -1290,38 +1306,126 @@ func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRe
 		out.fail(req, e, failAsTerminal)
 		return attemptResult{next: nextDone}
 	}
-	out.relay(req, status, ans.header, openAIShapedBody(status, ans.body))
+	// Whatever the upstream said its body was, the client gets it as JSON.
+	header := ans.header.Clone()
+	if header == nil {
+		header = http.Header{}
+	}
+	header.Set("Content-Type", "application/json")
+	out.relay(req, status, header, openAIShapedBody(status, ans.body, ans.bodyCut))
 	return attemptResult{next: nextDone}
 }
 
 // openAIShapedBody is an upstream's error body as the client gets it
-// (README "Endpoints": errors are OpenAI-shaped everywhere): one in OpenAI's
-// shape (message and type strings, code and param each a string or null)
-// unchanged, byte for byte; an error envelope in another shape, as
-// llama.cpp's integer code without a param, re-rendered in OpenAI's as an
-// in-stream error chunk is (pump.chatError), its message, type and param
-// kept and its code as clientCode gives it; a body with no error envelope,
-// or that is no valid JSON, unchanged.
-func openAIShapedBody(status int, body []byte) []byte {
-	if !gjson.ValidBytes(body) { // cut short, or no JSON at all: relayed as it came
+// (README "Endpoints": errors are OpenAI-shaped everywhere), with the status
+// it came with. One in OpenAI's shape (message and type strings, code and
+// param each a string or null) is relayed unchanged, byte for byte. An error
+// in another shape is re-rendered in OpenAI's, as an in-stream error chunk is
+// (pump.chatError): llama.cpp's integer code without a param, vLLM's bare
+// error object, Ollama's {"error":"…"}, its message, type and param kept and
+// its code as clientCode gives it. Anything else (an HTML page, a proxy's
+// text, JSON with no error in it, a body cut at maxUpstreamErrorBody or
+// short of its end) is
+// never relayed as it came: the client would get no error it can parse, or a
+// cut one (SECURITY.md, Upstreams). It becomes an upstream_error whose message
+// quotes the body's beginning (errorBodyExcerpt). body is scrubbed already.
+func openAIShapedBody(status int, body []byte, cut string) []byte {
+	var e apierr.Error
+	switch inner := gjson.GetBytes(body, "error"); {
+	case cut != "" || !gjson.ValidBytes(body):
+		e = relayedError(status, nil)
+		e.Code, e.Message = apierr.CodeUpstreamError, errorBodyExcerpt(status, body, cut)
+	case inner.IsObject() && isOpenAIError(inner):
 		return body
+	case inner.Type == gjson.String && strings.TrimSpace(inner.Str) != "":
+		e = relayedError(status, nil)
+		e.Message = inner.Str
+	default:
+		if _, ok := apierr.Parse(body); !ok {
+			e = relayedError(status, nil)
+			e.Code, e.Message = apierr.CodeUpstreamError, errorBodyExcerpt(status, body, "")
+			break
+		}
+		e = relayedError(status, body)
+		e.Code = clientCode(e.Code, status)
 	}
-	inner := gjson.GetBytes(body, "error")
-	if !inner.IsObject() {
-		return body
-	}
-	stringOrNull := func(r gjson.Result) bool { return r.Type == gjson.String || (r.Type == gjson.Null && r.Exists()) }
-	if inner.Get("message").Type == gjson.String && inner.Get("type").Type == gjson.String &&
-		stringOrNull(inner.Get("code")) && stringOrNull(inner.Get("param")) {
-		return body
-	}
-	e := relayedError(status, body)
-	e.Code = clientCode(e.Code, status)
 	b, err := json.Marshal(&e)
-	if err != nil {
+	if err != nil { // cannot happen: e is strings
 		return body
 	}
 	return b
+}
+
+// isOpenAIError reports whether an error object has OpenAI's shape: message
+// and type strings, code and param each a string or null.
+func isOpenAIError(inner gjson.Result) bool {
+	stringOrNull := func(r gjson.Result) bool { return r.Type == gjson.String || (r.Type == gjson.Null && r.Exists()) }
+	return inner.Get("message").Type == gjson.String && inner.Get("type").Type == gjson.String &&
+		stringOrNull(inner.Get("code")) && stringOrNull(inner.Get("param"))
+}
+
+// errorExcerptBytes bounds the part of an upstream's error body that an
+// error message quotes.
+const errorExcerptBytes = 200
+
+// errorBodyExcerpt is the message for an upstream error body that holds no
+// error the gateway can read: its beginning, or what it is when that is not
+// text; cut says why body is only the beginning ("" when it is whole).
+func errorBodyExcerpt(status int, body []byte, cut string) string {
+	what := fmt.Sprintf("the upstream answered HTTP %d %s", status, http.StatusText(status))
+	size := fmt.Sprintf("%d bytes", len(body))
+	if cut != "" {
+		size = cut
+	}
+	text, more := bodyExcerpt(body)
+	text = strings.Join(strings.Fields(text), " ")
+	switch {
+	case len(bytes.TrimSpace(body)) == 0 && cut == "":
+		return what + " without an error message"
+	case !isText(text):
+		return fmt.Sprintf("%s with an error body that is not text (%s)", what, size)
+	case cut != "":
+		return fmt.Sprintf("%s with an error body %s, not relayed: %s …", what, size, text)
+	case more:
+		return what + ": " + text + " …"
+	}
+	return what + ": " + text
+}
+
+// bodyExcerpt is body's beginning, at most errorExcerptBytes, and whether
+// there is more. The excerpt never ends inside a UTF-8 character, nor inside
+// a run of the characters keys are made of: the key scrubber saw whole keys
+// only, and a key the bound cut would otherwise show its beginning.
+func bodyExcerpt(body []byte) (excerpt string, more bool) {
+	body = bytes.TrimSpace(body)
+	if len(body) <= errorExcerptBytes {
+		return string(body), false
+	}
+	i := errorExcerptBytes
+	for i > 0 && (!utf8.RuneStart(body[i]) || keyByte(body[i-1]) && keyByte(body[i])) {
+		i--
+	}
+	return string(bytes.TrimSpace(body[:i])), true
+}
+
+// keyByte reports whether b is a byte keys and tokens are commonly made of
+// (letters, digits, and - _ . ~ + / =).
+func keyByte(b byte) bool {
+	return 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || strings.IndexByte("-_.~+/=", b) >= 0
+}
+
+// isText reports whether s is UTF-8 text without control characters other
+// than whitespace.
+func isText(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 && r != '\t' && r != '\n' && r != '\r' || r == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // onRecovered clears the stale anchor of a request whose previous response
@@ -1377,6 +1481,7 @@ func recoveredMessage(in hostabi.RecoverInput) string {
 
 // relayJSON relays a complete (non-stream) 2xx upstream answer.
 func (s *Server) relayJSON(ctx, upCtx context.Context, out responder, req *clientRequest, u *upstream.Upstream, replays int, ans *upstreamAnswer) attemptResult {
+	var decodeErr *answerDecodeError
 	switch err := ans.readErr; {
 	case err != nil && ctx.Err() != nil:
 		return attemptResult{next: nextDone}
@@ -1392,6 +1497,10 @@ func (s *Server) relayJSON(ctx, upCtx context.Context, out responder, req *clien
 		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), reasonOversize).Inc()
 		out.fail(req, apierr.StreamIncomplete("%s", err), failAsTerminal)
 		return attemptResult{next: nextDone}
+	case errors.As(err, &decodeErr):
+		// The whole body came, garbled: the upstream's unusable answer, not
+		// a cut in transit to replay.
+		return s.unusableAnswer(ctx, req, u, ans.status, fmt.Sprintf("HTTP %d: %s", ans.status, s.scrub.String(decodeErr.Error())))
 	case err != nil:
 		// A body cut after its headers is a transport fault before
 		// content, judged as a stream cut before its first event is.
@@ -1614,16 +1723,13 @@ func statusLabel(code int) string {
 }
 
 // upstreamErrorOf reads an upstream's error body: its OpenAI error, or for a
-// body that is none, its first 200 bytes as the message. The body must be
+// body that is none, its beginning as the message (bodyExcerpt). The body must be
 // scrubbed already.
 func upstreamErrorOf(status int, body []byte) apierr.Error {
 	perr, _ := apierr.Parse(body)
 	perr.Status = status
 	if perr.Message == "" {
-		perr.Message = strings.TrimSpace(string(body))
-		if len(perr.Message) > 200 {
-			perr.Message = perr.Message[:200]
-		}
+		perr.Message, _ = bodyExcerpt(body)
 	}
 	return perr
 }

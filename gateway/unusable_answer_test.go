@@ -61,6 +61,10 @@ func unusableJSONAnswers() []unusableCase {
 		{"204", upstreamtest.Script{Status: http.StatusNoContent}, "HTTP 204 with an empty body"},
 		{"deeper than max_json_depth", upstreamtest.Script{Body: []byte(deep)}, "nests deeper than 128 levels"},
 		{"brotli", upstreamtest.Script{Header: http.Header{"Content-Encoding": {"br"}}, Body: []byte("\x1b\x03\x00")}, `Content-Encoding "br", which the gateway does not decode`},
+		// A whole body its decoder refuses is garbled, not cut in transit:
+		// not replayed as a transport fault.
+		{"corrupt gzip", upstreamtest.Script{Header: http.Header{"Content-Encoding": {"gzip"}}, Body: []byte("not gzip at all")},
+			"HTTP 200: the answer's body could not be decoded (Content-Encoding gzip): gzip: invalid header"},
 		{"302", upstreamtest.Script{Status: http.StatusFound, Header: http.Header{"Location": {"http://127.0.0.1:1/elsewhere"}}, Body: []byte{}},
 			"HTTP 302 Found instead of an answer"},
 	}
@@ -124,6 +128,10 @@ func unusableStreamAnswers() []unusableCase {
 			Frames:     []upstreamtest.Frame{upstreamtest.RawFrame([]byte("<html>hello</html>"))},
 			ChatFrames: []upstreamtest.Frame{upstreamtest.RawFrame([]byte("<html>hello</html>"))}},
 			`Content-Type "text/html" instead of an event stream`},
+		{"event stream in corrupt gzip", upstreamtest.Script{Header: http.Header{"Content-Encoding": {"gzip"}},
+			Frames:     []upstreamtest.Frame{upstreamtest.RawFrame([]byte("not gzip at all"))},
+			ChatFrames: []upstreamtest.Frame{upstreamtest.RawFrame([]byte("not gzip at all"))}},
+			"HTTP 200: the answer's body could not be decoded (Content-Encoding gzip): gzip: invalid header"},
 		{"204", upstreamtest.Script{Status: http.StatusNoContent}, ""},
 		{"302", upstreamtest.Script{Status: http.StatusFound, Header: http.Header{"Location": {"http://127.0.0.1:1/elsewhere"}}, Body: []byte{}},
 			"HTTP 302 Found instead of an answer"},
@@ -266,9 +274,12 @@ func TestStalledErrorBodyEndsAtTheIdleTimeout(t *testing.T) {
 	stalled.BodyPrefix, stalled.End = 12, upstreamtest.EndHang
 	h.ups["A"].Enqueue(stalled)
 	resp, body := postWithin(t, h, 10*time.Second, "/v1/responses", respJSONBody)
-	// The 4xx passes through as far as it came.
-	if resp.StatusCode != http.StatusBadRequest || string(body) != `{"error":{"m` {
-		t.Fatalf("%d %q, want the 400 with the part of its body that arrived", resp.StatusCode, body)
+	// The 4xx passes through with what came of its body, never as a cut
+	// JSON document: an OpenAI error quoting it.
+	var e apiError
+	if err := json.Unmarshal(body, &e); err != nil || resp.StatusCode != http.StatusBadRequest || deref(e.Error.Code) != "upstream_error" ||
+		e.Error.Message != `the upstream answered HTTP 400 Bad Request with an error body that was cut short, not relayed: {"error":{"m …` {
+		t.Fatalf("%d %q, want the 400 as an OpenAI error quoting the part of its body that arrived", resp.StatusCode, body)
 	}
 }
 
