@@ -21,6 +21,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/sluice-gw/sluice/gateway/config"
+	"github.com/sluice-gw/sluice/gateway/streaminput"
 	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/sluice-gw/sluice/store"
@@ -546,7 +547,11 @@ type keyCtxKey struct{}
 // gate authenticates every /v1/ request before it is routed (the HTTP API,
 // the WebSocket upgrade, streaming-input sessions, /v1/models): with auth
 // required, a request without a known key gets 401 before its body is read.
-// The key rides in the request's context; requests outside /v1/ pass.
+// The key rides in the request's context; requests outside /v1/ pass. The
+// request assembled from a Mode A request is that client request sent on
+// (streaminput.ModeAClient): it takes over the client request's key and
+// record, so that one client request is counted and logged once (README
+// "Observability"), with the x-request-id its client got.
 func (s *Server) gate(next http.Handler) http.Handler {
 	a := s.acct
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -556,6 +561,11 @@ func (s *Server) gate(next http.Handler) http.Handler {
 		}
 		if _, seen := r.Context().Value(keyCtxKey{}).(*keyEntry); seen {
 			next.ServeHTTP(w, r) // re-dispatched (streaming input): checked already
+			return
+		}
+		if m := modeAClientMeta(r); m != nil && m.takeOver() {
+			w.Header().Set("X-Request-Id", m.requestID)
+			s.serveGated(next, w, r, m, true)
 			return
 		}
 		m := newReqMeta(r)
@@ -578,26 +588,71 @@ func (s *Server) gate(next http.Handler) http.Handler {
 			return
 		}
 		m.key = k
-		ctx := context.WithValue(r.Context(), keyCtxKey{}, k)
-		ctx = context.WithValue(ctx, metaCtxKey{}, m)
-		sw := w
-		var rec *statusWriter
-		if !isUpgrade(r) {
-			rec = &statusWriter{ResponseWriter: w}
-			sw = rec
-		}
-		next.ServeHTTP(sw, r.WithContext(ctx))
-		if rec != nil && !m.ws && !m.counted { // e.g. a 426, /v1/models, a streaming-input session
-			s.countRequest(r, rec.status)
-		}
-		if m.ws || m.logged {
-			return // WebSocket frames and API requests log their own lines
-		}
-		if rec != nil {
-			m.status = rec.status
-		}
-		s.accessLog(m)
+		s.serveGated(next, w, r, m, false)
 	})
+}
+
+// serveGated serves r with the key and record m, then counts and logs it
+// unless a handler did (or, for a Mode A client request whose assembled
+// request took m over, that request's gate does: dispatched is true there).
+func (s *Server) serveGated(next http.Handler, w http.ResponseWriter, r *http.Request, m *reqMeta, dispatched bool) {
+	ctx := context.WithValue(r.Context(), keyCtxKey{}, m.key)
+	ctx = context.WithValue(ctx, metaCtxKey{}, m)
+	sw := w
+	var rec *statusWriter
+	if !isUpgrade(r) {
+		rec = &statusWriter{ResponseWriter: w}
+		sw = rec
+	}
+	next.ServeHTTP(sw, r.WithContext(ctx))
+	if !dispatched && !m.letGo() {
+		return // taken over: its assembled request may still be running
+	}
+	if rec != nil && !m.ws && !m.counted { // e.g. a 426, /v1/models, a streaming-input session
+		s.countRequest(r, rec.status)
+	}
+	if m.ws || m.logged {
+		return // WebSocket frames and API requests log their own lines
+	}
+	if rec != nil {
+		m.status = rec.status
+	}
+	s.accessLog(m)
+}
+
+// modeAClientMeta is the record of the Mode A client request r was
+// assembled from (streaminput.ModeAClient), nil when r is not such a
+// request or its client request has none (no gate in front of Mode A).
+func modeAClientMeta(r *http.Request) *reqMeta {
+	c := streaminput.ModeAClient(r.Context())
+	if c == nil {
+		return nil
+	}
+	m, _ := c.Value(metaCtxKey{}).(*reqMeta)
+	return m
+}
+
+// takeOver hands the record to the request assembled from its Mode A
+// client request, reporting whether it could (the client request's gate
+// has not let go of it).
+func (m *reqMeta) takeOver() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.takenOver || m.letGone {
+		return false
+	}
+	m.takenOver = true
+	return true
+}
+
+// letGo is the client request's gate done with the record: it reports
+// whether the gate is to count and log it (no assembled request took it
+// over, and none can from now on).
+func (m *reqMeta) letGo() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.letGone = true
+	return !m.takenOver
 }
 
 func isUpgrade(r *http.Request) bool { return strings.EqualFold(r.Header.Get("Upgrade"), "websocket") }

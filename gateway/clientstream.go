@@ -206,6 +206,10 @@ func (cs *clientStream) fail(req *clientRequest, e *apierr.Error, kind failKind)
 
 func (cs *clientStream) relay(req *clientRequest, status int, header http.Header, body []byte) {
 	cs.mu.Lock()
+	if cs.ended {
+		cs.mu.Unlock()
+		return // answered already (failInput raced the upstream's answer)
+	}
 	if cs.sink != nil {
 		// Committed before its first event (clientEOF): the upstream's error
 		// (a stream request is relayed nothing else: a 2xx that is no event
@@ -659,6 +663,32 @@ func (cs *clientStream) done() string {
 		return reasonClientGone
 	}
 	return reasonDone
+}
+
+// failInput fails the request with e, the error its streaming-input
+// session closed with because of its own input (streaminput.ErrInputFailed:
+// a bad Mode A line, a chunk over the session's limit). Unlike a client that
+// went away (goneLocked), its client still reads and nobody will resume
+// the answer: the client gets e now (fail: as the stream's terminal event
+// once it has begun), the request is recorded as failed with e's code, and
+// its work is cancelled with cause, the upstream charged for what it sent.
+// A client already gone is left as goneLocked left it.
+func (cs *clientStream) failInput(e *apierr.Error, cause error) {
+	cs.mu.Lock()
+	gone := cs.gone
+	cs.mu.Unlock()
+	if gone {
+		return
+	}
+	if m := cs.req.meta; m != nil {
+		m.mu.Lock()
+		m.code = e.Code // error.type, and the access line's code: the stream's terminal event reports it
+		m.mu.Unlock()
+	}
+	cs.fail(cs.req, e, failBeforeStream)
+	if cs.abandon != nil {
+		cs.abandon(cause)
+	}
 }
 
 // abort ends the stream with the gateway's terminal event for e:

@@ -152,11 +152,20 @@ func (s *Server) process(ctx context.Context, out responder, req *clientRequest,
 	cs := s.newClientStream(ctx, out, req, start)
 	cs.abandon = abandon
 	stop := context.AfterFunc(clientCtx, func() {
-		if errors.Is(context.Cause(clientCtx), streaminput.ErrSessionDeleted) {
+		cause := context.Cause(clientCtx)
+		if errors.Is(cause, streaminput.ErrSessionDeleted) {
 			// The streaming-input session that sent the request was deleted
 			// (gateway/streaminput/README.md): the response is cancelled
 			// as DELETE /v1/responses/{id} cancels it, for every reader.
 			abandon(errCancelled)
+			return
+		}
+		var inputErr *apierr.Error
+		if errors.Is(cause, streaminput.ErrInputFailed) && errors.As(cause, &inputErr) {
+			// The session's input failed the request (a bad Mode A line:
+			// gateway/streaminput/README.md): its client is still there,
+			// so nothing detaches; the request fails now.
+			cs.failInput(inputErr, cause)
 			return
 		}
 		cs.mu.Lock()

@@ -879,6 +879,12 @@ type reqMeta struct {
 	// badUsage names the count of the upstream's usage that was not valid
 	// (noteUsage), for settle's warning; "" when none was.
 	badUsage string
+
+	// A Mode A client request's record is taken over by the request
+	// assembled from it (gate), unless the client request's gate let go of
+	// it first (its handler returned before any dispatch): one of the two
+	// counts and logs the request.
+	takenOver, letGone bool
 }
 
 // newRequestID mints the x-request-id of an answer the gateway writes

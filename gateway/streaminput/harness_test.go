@@ -57,6 +57,10 @@ type envConfig struct {
 	opts     streaminput.Options   // Store, Dispatch, Logger and Registerer are filled in
 	dispatch http.Handler          // replaces the gateway as the Manager's Dispatch
 	resume   gateway.ResumeOptions // the gateway's resumable streams (streams.*)
+	// gated mounts Mode A inside the gateway's key gate, metrics and access
+	// log, exactly as cmd/sluice does (gateway.Server.Wrap), rather than
+	// around the gateway's handler.
+	gated bool
 }
 
 type syncBuffer struct {
@@ -140,6 +144,10 @@ func newEnv(t testing.TB, cfg envConfig) *env {
 	}
 	e.mgr.Start()
 	modeA := e.mgr.ModeA(e.gw.Handler())
+	if cfg.gated {
+		e.gw.Wrap(e.mgr.ModeA)
+		modeA = e.gw.Handler()
+	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Streaming-Input") != "" {
 			e.mu.Lock()

@@ -281,6 +281,9 @@ type sessionParams struct {
 	modeA   bool
 	onClose func()
 	peer    string // the client's address (r.RemoteAddr)
+	// client is a Mode A request's own context: its dispatch carries it
+	// (ModeAClient). Nil for a REST session.
+	client context.Context
 }
 
 // create opens a session, counting it against its client key's cap and
@@ -327,7 +330,7 @@ func (m *Manager) create(ctx context.Context, p sessionParams) (*session, *apier
 	s := &session{
 		m: m, id: newID(), keyHash: kh, durable: durable, modeA: p.modeA,
 		tpl: p.tpl, policy: p.policy, headers: keep, dispatch: m.opts.Dispatch, onClose: p.onClose, created: now,
-		cred: cred, peer: p.peer, infos: map[uint64]chunkInfo{}, active: true, changed: make(chan struct{}), held: size,
+		cred: cred, peer: p.peer, client: p.client, infos: map[uint64]chunkInfo{}, active: true, changed: make(chan struct{}), held: size,
 		reqBase: requestBase(ctx, p.tpl, m.opts.MaxJSONDepth),
 	}
 	if !s.durable {

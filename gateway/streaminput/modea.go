@@ -43,9 +43,12 @@ const HeaderStreamingInput = "X-Streaming-Input"
 // not next: the assembled request runs on the session's context, which
 // holds nothing the client request's middleware put in its context (the
 // key gate found), so it must pass the gate again, as a REST session's
-// does, for its key's models, limits and usage to apply. A bad line fails
-// the request: with a JSON error before the answer began, with a terminal
-// event after. Mode A sessions are held in memory only.
+// does, for its key's models, limits and usage to apply; its context
+// carries the client request's (ModeAClient), so that middleware can tell
+// it is that same client request. A bad line fails the request: with a
+// JSON error before the answer began, with a terminal event after (the
+// dispatch is cancelled with ErrInputFailed). Mode A sessions are held in
+// memory only.
 func (m *Manager) ModeA(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m.Start()
@@ -55,6 +58,24 @@ func (m *Manager) ModeA(next http.Handler) http.Handler {
 		}
 		m.serveModeA(w, r, next)
 	})
+}
+
+// reasonClientGone is the close reason of a Mode A session whose client
+// went away.
+const reasonClientGone = "client_gone"
+
+type modeAClientKey struct{}
+
+// ModeAClient is, in the context of a request Options.Dispatch serves, the
+// context of the Mode A client request it was assembled from; nil for any
+// other request (a REST session's). The assembled request is that client
+// request sent on: middleware around ModeA finds there what it put in the
+// client request's context, and can account for the two as one request
+// (Sluice counts and logs it once, README "Observability"). Only its values
+// are meant to be read: it ends with the client request.
+func ModeAClient(ctx context.Context) context.Context {
+	c, _ := ctx.Value(modeAClientKey{}).(context.Context)
+	return c
 }
 
 func isModeA(r *http.Request) bool {
@@ -154,12 +175,13 @@ func (m *Manager) serveModeA(w http.ResponseWriter, r *http.Request, next http.H
 		return
 	}
 	lr.max = m.opts.maxChunkRequest()
-	s, aerr := m.create(r.Context(), sessionParams{tpl: tpl, policy: policy, header: r.Header, modeA: true, onClose: bc.cut, peer: r.RemoteAddr})
+	s, aerr := m.create(r.Context(), sessionParams{tpl: tpl, policy: policy, header: r.Header, modeA: true, onClose: bc.cut, peer: r.RemoteAddr,
+		client: r.Context()})
 	if aerr != nil {
 		fail(aerr)
 		return
 	}
-	stop := context.AfterFunc(r.Context(), func() { s.close(errClientGone(), "client_gone") })
+	stop := context.AfterFunc(r.Context(), func() { s.close(errClientGone(), reasonClientGone) })
 	defer stop()
 	bodyDone := make(chan struct{})
 	go func() {
@@ -241,7 +263,7 @@ func (s *session) readModeA(ctx context.Context, lr *lineReader) {
 		}
 		if len(line) > 0 && (err == nil || errors.Is(err, io.EOF)) {
 			if aerr := checkJSON(ctx, line, s.m.opts.MaxJSONDepth, "line "+strconv.Itoa(n)+" of the body"); aerr != nil {
-				s.close(aerr, "rejected")
+				s.close(aerr, reasonRejected)
 				return
 			}
 			c, aerr := parseChunk(ctx, gjson.ParseBytes(line), &auto)
@@ -254,7 +276,7 @@ func (s *session) readModeA(ctx context.Context, lr *lineReader) {
 				// and being written to the client by serveModeA).
 				e := *aerr
 				e.Message = "line " + strconv.Itoa(n) + ": " + e.Message
-				s.close(&e, "rejected")
+				s.close(&e, reasonRejected)
 				return
 			}
 		}
@@ -275,13 +297,18 @@ func (s *session) endModeA(ctx context.Context, err error) {
 		started := s.started
 		s.mu.Unlock()
 		if aerr != nil && !started {
-			s.close(aerr, "rejected")
+			s.close(aerr, reasonRejected)
 		}
 	default:
 		aerr := s.m.bodyError(ctx, err, "the body")
-		reason := "rejected"
-		if aerr.Status == http.StatusRequestEntityTooLarge {
-			reason = "too_large"
+		reason := reasonRejected
+		switch {
+		case aerr.Status == http.StatusRequestEntityTooLarge:
+			reason = reasonTooLarge
+		case aerr.Code == apierr.CodeClientClosedRequest:
+			// The client left: not an input that failed its request
+			// (ErrInputFailed), whose answer would be cut short.
+			reason = reasonClientGone
 		}
 		s.close(aerr, reason)
 	}

@@ -35,7 +35,11 @@ type Options struct {
 	// POST /v1/chat/completions. In Sluice it is the gateway's handler.
 	// A request's context is cancelled when its session closes; when the
 	// client deleted the session, its cause matches ErrSessionDeleted
-	// (errors.Is), and the response should be cancelled, not kept running.
+	// (errors.Is), and the response should be cancelled, not kept running;
+	// when the session's input failed the request, it matches
+	// ErrInputFailed, and the request should fail at once with the
+	// session's error. A Mode A request's context carries its client
+	// request's (ModeAClient).
 	Dispatch http.Handler
 	// ModelAllowed, when set, is the key's models rule of Dispatch: the
 	// error a request r would get for model (403 model_not_allowed), or

@@ -274,7 +274,7 @@ func (m *Manager) handleCreate(w http.ResponseWriter, r *http.Request) {
 	m.log.Debug("streaming-input session created", "policy", policy.String(), "endpoint", endpoint)
 	if first != nil {
 		if _, aerr := s.accept(r.Context(), *first); aerr != nil {
-			s.close(aerr, "rejected")
+			s.close(aerr, reasonRejected)
 			writeError(w, aerr)
 			return
 		}
@@ -287,7 +287,7 @@ func (m *Manager) handleChunk(w http.ResponseWriter, r *http.Request, s *session
 	if aerr != nil {
 		if aerr.Status == http.StatusRequestEntityTooLarge {
 			aerr = errTooLarge(m.opts.MaxSessionBytes)
-			s.close(aerr, "too_large")
+			s.close(aerr, reasonTooLarge)
 		}
 		writeError(w, aerr)
 		return

@@ -64,6 +64,9 @@ type session struct {
 	// onClose runs (under mu) when the session closes; Mode A uses it to
 	// stop reading the request body.
 	onClose func()
+	// client is the Mode A request's own context, which its dispatch
+	// carries (ModeAClient); nil for a REST session.
+	client context.Context
 
 	mu   sync.Mutex
 	cred http.Header // credentials: memory only
@@ -218,7 +221,7 @@ func (s *session) acceptLocked(ctx context.Context, c chunk) (ack, *apierr.Error
 	if s.received+size > s.m.opts.MaxSessionBytes {
 		s.m.met.chunks.WithLabelValues("rejected").Inc()
 		e := errTooLarge(s.m.opts.MaxSessionBytes)
-		s.closeLocked(e, "too_large")
+		s.closeLocked(e, reasonTooLarge)
 		return ack{}, e
 	}
 	info := chunkInfo{d: d, size: size, end: c.meta.end, meta: c.meta, enc: encodedSize(c)}
@@ -370,7 +373,7 @@ func (s *session) storeFailureLocked(op, what string, err error) *apierr.Error {
 		return errNotFound()
 	case errors.Is(err, store.ErrTooLarge):
 		e := errTooLarge(s.m.opts.MaxSessionBytes)
-		s.closeLocked(e, "too_large")
+		s.closeLocked(e, reasonTooLarge)
 		return e
 	}
 	s.m.log.Error("streaming-input store write failed", "op", op, "session", store.RedactID(s.id), "error", err)
@@ -487,6 +490,9 @@ func (s *session) startLocked() {
 	}
 	ctx, cancel := context.WithCancelCause(s.m.base)
 	s.cancel = cancel
+	if s.client != nil {
+		ctx = context.WithValue(ctx, modeAClientKey{}, s.client)
+	}
 	s.res = newResult(s.tpl, s.m.opts.ResultBuffer, s.m.opts.MaxJSONDepth)
 	if s.durable && s.m.shared != nil {
 		s.mirrorLocked(s.res) // the other replicas' readers follow the answer through the store
@@ -656,16 +662,37 @@ func (s *session) onIdle() {
 // DELETE of the response would.
 var ErrSessionDeleted = errors.New("the streaming-input session was deleted")
 
+// ErrInputFailed is in the cause (context.Cause, errors.Is) with which a
+// session's upstream request is cancelled when the session's own input
+// failed it: a bad Mode A line (README "Mode A": "a bad line fails the
+// request"), a chunk over the session's byte limit. The request has failed,
+// and its client is still there: a dispatcher that keeps a stream running
+// after its client went away should instead end it at once, with the
+// session's error as its answer (the cause holds it: errors.As to
+// *apierr.Error), and stop the upstream.
+var ErrInputFailed = errors.New("the streaming-input session's input failed the request")
+
 // reasonDeleted is the close reason of a session its client deleted (here
 // or, with a shared store, through another replica).
 const reasonDeleted = "deleted"
 
-// deletedCause cancels a deleted session's dispatch: its readers' error,
-// marked with ErrSessionDeleted for the dispatcher.
-type deletedCause struct{ e *apierr.Error }
+// Close reasons of a session whose input failed its request
+// (ErrInputFailed): a line or chunk refused, a session over its byte limit.
+const (
+	reasonRejected = "rejected"
+	reasonTooLarge = "too_large"
+)
 
-func (c deletedCause) Error() string   { return c.e.Error() }
-func (c deletedCause) Unwrap() []error { return []error{c.e, ErrSessionDeleted} }
+// markedCause cancels a session's dispatch with its readers' error, marked
+// for the dispatcher with why the session closed (ErrSessionDeleted,
+// ErrInputFailed).
+type markedCause struct {
+	e    *apierr.Error
+	mark error
+}
+
+func (c markedCause) Error() string   { return c.e.Error() }
+func (c markedCause) Unwrap() []error { return []error{c.e, c.mark} }
 
 // close closes the session (see closeLocked).
 func (s *session) close(e *apierr.Error, reason string) {
@@ -679,7 +706,9 @@ func (s *session) close(e *apierr.Error, reason string) {
 // releases the session's data in memory and in the store, and forgets it.
 // A session closed for reasonDeleted cancels its answer with a cause that
 // also says so (ErrSessionDeleted): the dispatcher cancels the response
-// rather than keep it running for its readers.
+// rather than keep it running for its readers. One whose input failed
+// (reasonRejected, reasonTooLarge) says so too (ErrInputFailed): the
+// dispatcher fails the request at once.
 func (s *session) closeLocked(e *apierr.Error, reason string) {
 	if s.closed {
 		return
@@ -690,8 +719,11 @@ func (s *session) closeLocked(e *apierr.Error, reason string) {
 	s.closed, s.closeErr = true, e
 	if s.cancel != nil {
 		var cause error = e
-		if reason == reasonDeleted {
-			cause = deletedCause{e}
+		switch reason {
+		case reasonDeleted:
+			cause = markedCause{e, ErrSessionDeleted}
+		case reasonRejected, reasonTooLarge:
+			cause = markedCause{e, ErrInputFailed}
 		}
 		s.cancel(cause)
 	}
