@@ -1256,6 +1256,12 @@ func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRe
 		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), f.Class).Inc()
 		try.fail = &f
 		ce := perr
+		if _, readable := apierr.Parse(ans.body); !readable || ans.bodyCut != "" {
+			// No error the gateway can read (an HTML page, a body over the
+			// read bound): described as openAIShapedBody describes it, never
+			// quoted raw or cut mid-string.
+			ce.Code, ce.Message = clientCode("", status), errorBodyExcerpt(status, ans.body, ans.bodyCut)
+		}
 		if ce.Type == "" {
 			ce.Type = apierr.TypeServer
 		}

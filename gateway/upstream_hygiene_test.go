@@ -159,3 +159,36 @@ func TestUpstreamErrorBodyThatIsNoOpenAIErrorIsReRendered(t *testing.T) {
 		}
 	}
 }
+
+// TestUpstream429BodyThatIsNoErrorIsDescribed: a 429 whose body holds no
+// error the gateway can read (an HTML page, JSON over the read bound) is
+// relayed as the 429 rate_limit_exceeded it is, its body described as any
+// other unreadable error body is, never quoted raw or cut mid-string.
+func TestUpstream429BodyThatIsNoErrorIsDescribed(t *testing.T) {
+	html := http.Header{"Content-Type": {"text/html"}}
+	huge := `{"error":{"message":"` + strings.Repeat("m", 2<<20) + `"}}`
+	for _, tc := range []struct {
+		name string
+		body []byte
+		hdr  http.Header
+		want string
+	}{
+		{"HTML", []byte("<html><body>slow down</body></html>"), html, "HTTP 429 Too Many Requests: <html><body>slow down</body></html>"},
+		{"JSON over the bound", []byte(huge), nil, "over 1048576 bytes, not relayed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, harnessConfig{})
+			h.ups["A"].Enqueue(upstreamtest.Script{Status: http.StatusTooManyRequests, Header: tc.hdr, Body: tc.body})
+			resp := h.post("/v1/responses", respJSONBody)
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var e apiError
+			if err := json.Unmarshal(raw, &e); err != nil || resp.StatusCode != http.StatusTooManyRequests {
+				t.Fatalf("%d, not JSON (%v): %.300s", resp.StatusCode, err, raw)
+			}
+			if deref(e.Error.Code) != "rate_limit_exceeded" || !strings.Contains(e.Error.Message, tc.want) || len(e.Error.Message) > 512 {
+				t.Fatalf("error %+v (message %.300q), want rate_limit_exceeded saying %q", e.Error, e.Error.Message, tc.want)
+			}
+		})
+	}
+}
