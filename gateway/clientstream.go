@@ -373,6 +373,23 @@ func (cs *clientStream) probeLocked() bool {
 	return true
 }
 
+// keepWaiting commits an SSE stream early and writes it a keepalive
+// comment, for a request that has waited timeouts.keepalive for the
+// gateway's own resource (its session's upstream WebSocket, busy with the
+// request ahead): the client and the proxies between see bytes, and the
+// stream's keepalive timer runs from then on (README "Upstream
+// WebSockets"). A failure after that reaches the client as the stream's
+// terminal event, not as a status (probeLocked). A WebSocket client's
+// session keeps itself alive.
+func (cs *clientStream) keepWaiting() {
+	if cs.req == nil || cs.req.viaWebSocket {
+		return
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.probeLocked()
+}
+
 // relayedError is an upstream's error answer as a stream's terminal event:
 // its error object (upstreamErrorOf), with a type and a message when it had
 // none.

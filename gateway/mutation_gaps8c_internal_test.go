@@ -14,7 +14,7 @@ func TestSocketWaiterCountsTheHolder(t *testing.T) {
 	w := newWSUpstreams(nil, 4, time.Hour)
 	defer w.close()
 	ctx := context.Background()
-	first, pending, err := w.acquire(ctx, "A\x00key\x00k1")
+	first, pending, err := w.acquire(ctx, "A\x00key\x00k1", nil)
 	if err != nil || pending != 0 {
 		t.Fatalf("first acquire: pending %d, err %v; want 0 and no error", pending, err)
 	}
@@ -25,7 +25,7 @@ func TestSocketWaiterCountsTheHolder(t *testing.T) {
 	}
 	second := make(chan got, 1)
 	go func() {
-		s, p, err := w.acquire(ctx, "A\x00key\x00k1")
+		s, p, err := w.acquire(ctx, "A\x00key\x00k1", nil)
 		second <- got{s, p, err}
 	}()
 	for {

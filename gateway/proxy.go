@@ -716,11 +716,12 @@ type eventSource interface {
 // send delivers req to u over u's transport. firstByte starts the
 // attempt's first_byte clock (firstByteTimer) as the request goes to the
 // upstream: a WebSocket upstream's request may first wait for the
-// gateway's own socket, which is not the upstream's silence.
-func (s *Server) send(upCtx context.Context, firstByte func() (context.Context, func()), idle *idleTimer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
+// gateway's own socket, which is not the upstream's silence; waited runs
+// when that wait passes timeouts.keepalive (wsUpstreams.acquire).
+func (s *Server) send(upCtx context.Context, firstByte func() (context.Context, func()), waited func(), idle *idleTimer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
 	chat := req.chat != nil && !req.ep.chat && u.Config().Protocol == upstream.ProtocolChat
 	if !chat && req.stream && !req.ep.chat && s.wsUp != nil && s.wsUp.useWebSocket(u) {
-		ans, err := s.wsUp.send(upCtx, firstByte, idle, req, u)
+		ans, err := s.wsUp.send(upCtx, firstByte, waited, idle, req, u)
 		if !errors.Is(err, errWebSocketUnsupported) {
 			return ans, err
 		}
@@ -898,7 +899,12 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 	defer idle.stop()
 
 	firstByte := func() (context.Context, func()) { return s.firstByteTimer(upCtx, cancel, req) }
-	ans, err := s.send(upCtx, firstByte, idle, req, u)
+	waited := func() {
+		if cs, ok := out.(*clientStream); ok {
+			cs.keepWaiting()
+		}
+	}
+	ans, err := s.send(upCtx, firstByte, waited, idle, req, u)
 	s.traceAnswer(req, ans)
 	var notSent *notSentError
 	if errors.As(err, &notSent) {
@@ -1191,8 +1197,19 @@ func (s *Server) transportFailure(ctx, upCtx context.Context, out responder, req
 		out.fail(req, apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the gateway is shutting down; retry the request"), failBeforeStream)
 		return attemptResult{next: nextDone}
 	}
+	if errors.Is(err, errDraining) {
+		// Queued for its session's upstream WebSocket when the drain began,
+		// it started nothing: refused as a request arriving then is, with a
+		// status over HTTP, an error frame over a WebSocket (README "Running
+		// it").
+		out.fail(req, errShuttingDown(), failInvalid)
+		return attemptResult{next: nextDone}
+	}
 	if errors.Is(err, errUpstreamSocketsFull) { // the gateway's limit: nothing reached the upstream
 		return s.upstreamSocketsFull(out, req, u, err)
+	}
+	if refused := (*wsUpgradeRefusedError)(nil); errors.As(err, &refused) {
+		return s.webSocketRefused(out, req, u, refused)
 	}
 	why := s.scrub.String(upstream.RedactError(err))
 	try := tryOf(req)

@@ -55,7 +55,11 @@ type wsUpstreams struct {
 	mu       sync.Mutex
 	sockets  map[string]*upstreamSocket
 	httpOnly map[string]bool // auto upstreams that answered the upgrade with 426/404
-	freeSeq  uint64          // names free sockets apart (acquireFree)
+	// noMode: transport: websocket upstreams that answered the upgrade
+	// with 426/404, and until when they are not asked again
+	// (wsUpgradeRefusedError).
+	noMode  map[string]*wsUpgradeRefusedError
+	freeSeq uint64 // names free sockets apart (acquireFree)
 	// idleFree holds, per upstream and credential headers (socketPool),
 	// the free sockets nobody uses, the one released last at the end (its
 	// connection the likeliest still open); a socket reaped or evicted
@@ -63,6 +67,9 @@ type wsUpstreams struct {
 	idleFree map[string][]*upstreamSocket
 	stop     chan struct{}
 	stopped  bool
+
+	drain     <-chan struct{} // closed when the gateway's drain begins (nil: never)
+	keepAlive time.Duration   // timeouts.keepalive
 }
 
 type upstreamSocket struct {
@@ -120,8 +127,42 @@ var errUpstreamSocketsFull = errors.New("upstream WebSockets are all in use")
 // request asked for; the socket is out of step and closed.
 var errForeignFrame = errors.New("the upstream WebSocket sent an event of another response")
 
+// wsUpgradeRefusedError: a transport: websocket upstream answered the
+// upgrade with 426 or 404 (refusesWebSocketMode), which says it does not
+// offer the Responses WebSocket mode. That is no connect failure: the
+// upstream answered, and its non-streaming requests, sent as HTTP POST,
+// work. So it cools down only the upstream's WebSocket transport, for
+// upstream.ConnectFailureCooldown: its streaming requests fail over at
+// once without asking again (webSocketRefused), and nothing is charged
+// to the upstream or its targets.
+type wsUpgradeRefusedError struct {
+	status int
+	until  time.Time
+}
+
+func (e *wsUpgradeRefusedError) Error() string {
+	return fmt.Sprintf("the upstream refused the WebSocket upgrade with HTTP %d: it does not offer the Responses WebSocket mode that transport: websocket asks for", e.status)
+}
+
+// refusedMode is u's refusal of the WebSocket mode while it is remembered
+// (wsUpgradeRefusedError), else nil.
+func (w *wsUpstreams) refusedMode(u *upstream.Upstream) *wsUpgradeRefusedError {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e := w.noMode[u.Name()]
+	if e != nil && !time.Now().Before(e.until) {
+		delete(w.noMode, u.Name())
+		return nil
+	}
+	return e
+}
+
 func newWSUpstreams(s *Server, max int, idleTTL time.Duration) *wsUpstreams {
-	return &wsUpstreams{s: s, max: max, idleTTL: idleTTL, sockets: map[string]*upstreamSocket{}, httpOnly: map[string]bool{}, idleFree: map[string][]*upstreamSocket{}, stop: make(chan struct{})}
+	w := &wsUpstreams{s: s, max: max, idleTTL: idleTTL, sockets: map[string]*upstreamSocket{}, httpOnly: map[string]bool{}, noMode: map[string]*wsUpgradeRefusedError{}, idleFree: map[string][]*upstreamSocket{}, stop: make(chan struct{})}
+	if s != nil {
+		w.drain, w.keepAlive = s.drainCh, s.opts.KeepAlive
+	}
+	return w
 }
 
 // useWebSocket reports whether requests to u go over a WebSocket.
@@ -138,7 +179,11 @@ func (w *wsUpstreams) useWebSocket(u *upstream.Upstream) bool {
 }
 
 // acquire takes the socket slot of (u, scope), waiting for a request ahead.
-func (w *wsUpstreams) acquire(ctx context.Context, key string) (*upstreamSocket, int, error) {
+// That wait is the gateway's and may last as long as the request ahead
+// runs: once it passes timeouts.keepalive, waited runs (it commits the
+// client's stream, which keeps itself alive from then on; README "Upstream
+// WebSockets"). A wait the drain finds fails with errDraining.
+func (w *wsUpstreams) acquire(ctx context.Context, key string, waited func()) (*upstreamSocket, int, error) {
 	w.mu.Lock()
 	if w.stopped {
 		w.mu.Unlock()
@@ -166,12 +211,39 @@ func (w *wsUpstreams) acquire(ctx context.Context, key string) (*upstreamSocket,
 		w.mu.Unlock()
 	}()
 	select {
-	case sock.slot <- struct{}{}:
+	case sock.slot <- struct{}{}: // free: a request that arrived before the drain goes on
 		return sock, pending, nil
-	case <-ctx.Done():
-		return nil, 0, context.Cause(ctx)
-	case <-w.stop:
-		return nil, 0, errDraining
+	default:
+	}
+	// A request queued behind another has started nothing: once the drain
+	// begins it is refused as a request arriving then is, rather than
+	// started upstream when the socket frees (README "Running it").
+	var keepAlive <-chan time.Time
+	if d := w.keepAlive; d > 0 && waited != nil {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		keepAlive = t.C
+	}
+	for {
+		select {
+		case sock.slot <- struct{}{}:
+			select {
+			case <-w.drain: // the drain and the slot came together
+				<-sock.slot
+				return nil, 0, errDraining
+			default:
+			}
+			return sock, pending, nil
+		case <-keepAlive:
+			waited() // once: the stream it commits keeps itself alive from then on
+			keepAlive = nil
+		case <-ctx.Done():
+			return nil, 0, context.Cause(ctx)
+		case <-w.drain:
+			return nil, 0, errDraining
+		case <-w.stop:
+			return nil, 0, errDraining
+		}
 	}
 }
 
@@ -394,7 +466,10 @@ func (w *wsUpstreams) close() {
 // one (needsScopeSocket). Waiting for the socket is the gateway's time, not
 // the upstream's: firstByte starts the attempt's first_byte clock when the
 // request has the socket and goes to the upstream.
-func (w *wsUpstreams) send(upCtx context.Context, firstByte func() (context.Context, func()), idle *idleTimer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
+func (w *wsUpstreams) send(upCtx context.Context, firstByte func() (context.Context, func()), waited func(), idle *idleTimer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
+	if e := w.refusedMode(u); e != nil {
+		return nil, e
+	}
 	frame, err := sjson.SetBytes(req.body, "type", "response.create")
 	if err == nil {
 		frame, err = sjson.DeleteBytes(frame, "stream")
@@ -408,7 +483,7 @@ func (w *wsUpstreams) send(upCtx context.Context, firstByte func() (context.Cont
 	pending := 0
 	if needsScopeSocket(req, frame) {
 		kind, scopeID := req.scope.tightest()
-		sock, pending, err = w.acquire(upCtx, pool+"\x00"+kind.String()+"\x00"+scopeID)
+		sock, pending, err = w.acquire(upCtx, pool+"\x00"+kind.String()+"\x00"+scopeID, waited)
 	} else {
 		sock, err = w.acquireFree(pool)
 	}
@@ -443,7 +518,29 @@ func (w *wsUpstreams) send(upCtx context.Context, firstByte func() (context.Cont
 // left for one), the client gets a 503 it may retry.
 func (s *Server) upstreamSocketsFull(out responder, req *clientRequest, u *upstream.Upstream, err error) attemptResult {
 	s.log.Warn("no upstream WebSocket available", "upstream", u.Name(), "error", err)
-	e := apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "%s; retry the request", err)
+	return s.notTriedOverWebSocket(out, req, err, apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "%s; retry the request", err))
+}
+
+// webSocketRefused fails an attempt whose upstream refused the WebSocket
+// mode (wsUpgradeRefusedError): not retried on the same target (the
+// refusal is the upstream's configuration, not chance), nor charged to it
+// (its HTTP transport works); its WebSocket transport alone cools down.
+// Like upstreamSocketsFull, the request moves on to the route's next
+// target, or the client gets a 503 naming the refusal and the wait.
+func (s *Server) webSocketRefused(out responder, req *clientRequest, u *upstream.Upstream, err *wsUpgradeRefusedError) attemptResult {
+	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "websocket_refused").Inc()
+	wait := max(time.Until(err.until), time.Millisecond)
+	s.log.Warn("upstream WebSocket transport cooling down", "upstream", u.Name(), "for", wait.Round(time.Millisecond).String(), "reason", err.Error())
+	e := apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "%s/%s: %s", u.Name(), tryOf(req).target.Model, err)
+	e.RetryAfter = wait
+	return s.notTriedOverWebSocket(out, req, err, e)
+}
+
+// notTriedOverWebSocket moves a request that its target's WebSocket
+// transport could not take on to the route's next target, with e for the
+// client should none take it; with none left (or no attempt left for
+// one), the client gets e now.
+func (s *Server) notTriedOverWebSocket(out responder, req *clientRequest, err error, e *apierr.Error) attemptResult {
 	if try := tryOf(req); try.cands != nil && try.attempt+1 < try.limit && try.cands.remaining(try.target) > 0 {
 		return attemptResult{next: nextFailover, why: err.Error(), clientErr: e}
 	}
@@ -553,8 +650,8 @@ func socketPool(u *upstream.Upstream, header http.Header, clientKeyHash string) 
 // upgrade with an HTTP answer comes back as an upstreamAnswer. An upstream
 // that does not offer the mode (refusesWebSocketMode) is no answer for the
 // client: an auto upstream is remembered as HTTP-only and reported as
-// errWebSocketUnsupported; a transport: websocket one fails the attempt as
-// a connection it refused would, so the route's next target is tried.
+// errWebSocketUnsupported; a transport: websocket one fails the attempt
+// with a wsUpgradeRefusedError, so the route's next target is tried.
 func (w *wsUpstreams) dial(ctx context.Context, req *clientRequest, u *upstream.Upstream, header http.Header) (*websocket.Conn, *upstreamAnswer, error) {
 	url := u.URL("/responses")
 	switch {
@@ -587,7 +684,11 @@ func (w *wsUpstreams) dial(ctx context.Context, req *clientRequest, u *upstream.
 			// The gateway's transport does not match the upstream's: a
 			// client that never asked for a WebSocket must not be told to
 			// upgrade, and the route's other targets may serve it.
-			return nil, nil, fmt.Errorf("the upstream refused the WebSocket upgrade with HTTP %d: it does not offer the Responses WebSocket mode that transport: websocket asks for", resp.StatusCode)
+			e := &wsUpgradeRefusedError{status: resp.StatusCode, until: time.Now().Add(upstream.ConnectFailureCooldown)}
+			w.mu.Lock()
+			w.noMode[u.Name()] = e
+			w.mu.Unlock()
+			return nil, nil, e
 		}
 		w.mu.Lock()
 		w.httpOnly[u.Name()] = true
