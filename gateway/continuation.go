@@ -179,6 +179,44 @@ type failureWait struct {
 	message string
 }
 
+// afterFailureWait is where a failure after content says how long to wait:
+// its message and, from a WebSocket upstream, its error frame's headers
+// (wsFrameHeader), honoured as before content (README "Upstream
+// WebSockets").
+func afterFailureWait(ans *upstreamAnswer, af *afterFailure) failureWait {
+	wait := failureWait{message: af.cause.Message}
+	if ans.statusFrames && af.err == nil {
+		wait.header = wsFrameHeader(af.ev)
+	}
+	return wait
+}
+
+// eventWithWait is the error-shaped event ev with the wait d in its error's
+// message (withRetryIn), unless the message already says a wait or there is
+// none: the pump passes the event on as the stream's terminal event, whose
+// client reads no Retry-After header. The message is the one errorField
+// reads: an error event's, a response.failed's, or a bare error object's.
+func eventWithWait(ev sse.Event, d time.Duration) sse.Event {
+	payload := &ev.Data
+	if ev.Error != nil {
+		payload = &ev.Error
+	}
+	for _, path := range []string{"error.message", "response.error.message", "message"} {
+		m := gjson.GetBytes(*payload, path)
+		if !m.Exists() {
+			continue
+		}
+		if _, told := upstream.RetryAfter(nil, m.String(), time.Now()); m.String() == "" || told {
+			return ev
+		}
+		if b, err := sjson.SetBytes(*payload, path, withRetryIn(m.String(), d)); err == nil {
+			*payload = b
+		}
+		return ev
+	}
+	return ev
+}
+
 // chargeFor is what a failure class costs the target that failed. The
 // wait it asked for cools it down as the same failure of a first attempt
 // does (statusFailure; README "Routes and fallbacks": the hint, else the
@@ -280,11 +318,11 @@ func (s *Server) askContinuation(ctx context.Context, req *clientRequest, u *ups
 func (s *Server) continueAfter(ctx context.Context, cs *clientStream, req *clientRequest, u *upstream.Upstream, ans *upstreamAnswer,
 	p *pump, af *afterFailure, replays int) (attemptResult, bool) {
 	try := tryOf(req)
+	wait := afterFailureWait(ans, af)
 	if try.cont != nil && !cs.splicedAny() {
 		// The continuation target failed before it added anything: its
 		// failure, not the stream's (a refused prefill is restarted).
-		return s.continuationFailed(ctx, cs, req, u, af.class, af.code, af.status, af.reason+": "+af.cause.Message,
-			failureWait{message: af.cause.Message}), true
+		return s.continuationFailed(ctx, cs, req, u, af.class, af.code, af.status, af.reason+": "+af.cause.Message, wait), true
 	}
 	facts := cs.facts()
 	r := req.rescue
@@ -293,6 +331,17 @@ func (s *Server) continueAfter(ctx context.Context, cs *clientStream, req *clien
 		count = r.count
 	}
 	kind, next, v := s.askContinuation(ctx, req, u, facts, af.class, af.code, af.status, replays+count, ans.pending)
+	// Continued or not, the target that failed is charged (README
+	// "Continuation"): a single-target route's next request must not go
+	// straight back to a target that asked to be left alone.
+	try.fail = chargeFor(af.class, af.code, af.status, af.reason, wait)
+	if try.fail != nil && try.fail.Hint > 0 {
+		// The stream's terminal event has no header: its message says the
+		// wait (README "Failover and replay"), whether the failure that
+		// started a rescue ends it (giveUp) or the pump passes it on.
+		af.cause.RetryAfter = try.fail.Hint
+		af.ev = eventWithWait(af.ev, try.fail.Hint)
+	}
 	if kind == "" {
 		s.log.Info("stream failed after content; not continued", "surface", req.surface(), "upstream", u.Name(), "class", af.class,
 			"code", af.code, "verdict", v.String(), "response_id", LogID(facts.responseID))
@@ -333,7 +382,6 @@ func (s *Server) continueAfter(ctx context.Context, cs *clientStream, req *clien
 	if try.cont != nil {
 		s.rescueOutcome(req, try.cont.kind, "continued")
 	}
-	try.fail = chargeFor(af.class, af.code, af.status, af.reason, failureWait{message: af.cause.Message})
 	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "after_content_"+af.class).Inc()
 	s.log.Info("stream failed after content; continuing on the next target", "surface", req.surface(), "upstream", u.Name(),
 		"class", af.class, "code", af.code, "kind", kind, "next", next.String(), "bytes_sent", facts.bytes, "items_sent", facts.items,

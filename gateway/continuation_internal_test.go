@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/sluice-gw/sluice/gateway/sse"
 	"github.com/sluice-gw/sluice/gateway/upstream"
 	"github.com/sluice-gw/sluice/internal/apierr"
@@ -121,4 +123,34 @@ func BenchmarkPumpContinuationArmed(b *testing.B) {
 	b.ReportMetric(float64(tArmed.Nanoseconds())/n, "armed-ns/event")
 	b.ReportMetric(float64(tOff.Nanoseconds())/n, "off-ns/event")
 	b.ReportMetric(float64(tArmed-tOff)/n, "overhead-ns/event")
+}
+
+// eventWithWait puts the wait in the message the pump reads from each
+// error-shaped event (errorField's order), once, and leaves alone a message
+// that already says a wait or an event without a message.
+func TestEventWithWait(t *testing.T) {
+	for _, c := range []struct {
+		name, data, path, want string
+	}{
+		{"error frame", `{"type":"error","status":429,"error":{"code":"rate_limit_exceeded","message":"slow down"}}`,
+			"error.message", "slow down; please try again in 2s"},
+		{"bare error event", `{"type":"error","code":"rate_limit_exceeded","message":"slow down"}`,
+			"message", "slow down; please try again in 2s"},
+		{"response.failed", `{"type":"response.failed","response":{"error":{"code":"rate_limit_exceeded","message":"slow down"}}}`,
+			"response.error.message", "slow down; please try again in 2s"},
+		{"a wait already said", `{"type":"error","error":{"message":"Please try again in 7s."}}`,
+			"error.message", "Please try again in 7s."},
+		{"no message", `{"type":"error","error":{"code":"rate_limit_exceeded"}}`, "error.message", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := eventWithWait(sse.Event{Data: []byte(c.data)}, 2*time.Second)
+			if m := gjson.GetBytes(got.Data, c.path).String(); m != c.want {
+				t.Fatalf("%s = %q, want %q (event %s)", c.path, m, c.want, got.Data)
+			}
+		})
+	}
+	got := eventWithWait(sse.Event{Error: []byte(`{"message":"slow down"}`)}, 2*time.Second)
+	if m := gjson.GetBytes(got.Error, "message").String(); m != "slow down; please try again in 2s" {
+		t.Fatalf("an error: field's message %q", m)
+	}
 }

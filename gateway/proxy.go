@@ -994,6 +994,9 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 				s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "cut_before_first_event").Inc()
 				if !errors.As(end.err, new(foreignTerminalError)) { // that one says what ended it
 					e = apierr.StreamIncomplete("the upstream closed the stream before its first event")
+					if p.responseID != "" { // it named its response (response.created, held back): not before its first event
+						e = apierr.StreamIncomplete("the upstream closed the stream before its first content event")
+					}
 				}
 			case reasonGarbage:
 				// Events that cannot be read are a transport fault like a
@@ -1128,6 +1131,7 @@ func (s *Server) replay(ctx context.Context, out responder, req *clientRequest, 
 func (s *Server) transportBeforeContent(ctx context.Context, out responder, req *clientRequest, u *upstream.Upstream, replays int,
 	ans *upstreamAnswer, e *apierr.Error) attemptResult {
 	if res, replay := s.replay(ctx, out, req, u, replays, ans, "transport", 0, "", nil); replay {
+		res.why = e.Message // what happened, for the answer if no target is left (the upstream may have sent response.created)
 		return res
 	}
 	out.fail(req, e, failBeforeStream)
