@@ -1097,12 +1097,12 @@ func (s *Server) replay(ctx context.Context, out responder, req *clientRequest, 
 		f := upstream.CapacityFailure(header, msg, code, status, time.Now(), "stream error "+code)
 		try.fail = &f
 	}
-	why := "failed before response.created: " + code
+	why := "an error before any content: " + code // the upstream may have sent response.created (held back)
 	switch s.askReplay(ctx, req, u, in) {
 	case hostabi.ReplayOtherUpstream:
 		if in.FailureClass == hostabi.FailureContextLength {
 			s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "context_length").Inc()
-			return attemptResult{next: nextOtherModel, why: "context_length_exceeded before response.created: trying another model"}, true
+			return attemptResult{next: nextOtherModel, why: "context_length_exceeded before any content: trying another model"}, true
 		}
 		if req.pinned != nil {
 			s.failClosed(out, req, failOwnerUnavailable, http.StatusServiceUnavailable,
