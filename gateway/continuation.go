@@ -825,7 +825,8 @@ func (m *splicedItem) unreproduced() string {
 
 // splicedPart is where one content part of a mapped item goes.
 type splicedPart struct {
-	index int64 // the client's content_index
+	index int64  // the client's content_index
+	kind  string // the part's type (output_text, refusal, reasoning_text)
 	want  reproducer
 	done  bool // the client saw this part complete (sent.Part.Complete): it may not grow
 	// opening is a prefill's content_part.added for the part that follows
@@ -838,11 +839,13 @@ type splicedPart struct {
 type reproducer struct {
 	want string
 	pos  int
+	fed  int // bytes fed, the client's and beyond
 }
 
 // feed consumes delta: the part beyond what the client has comes back;
 // ok is false on a contradiction.
 func (r *reproducer) feed(delta string) (surplus string, ok bool) {
+	r.fed += len(delta)
 	if r.pos < len(r.want) {
 		n := min(len(delta), len(r.want)-r.pos)
 		if delta[:n] != r.want[r.pos:r.pos+n] {
@@ -856,15 +859,25 @@ func (r *reproducer) feed(delta string) (surplus string, ok bool) {
 
 func (r *reproducer) complete() bool { return r.pos >= len(r.want) }
 
+// unstreamed is what of full, the whole text whose deltas were fed, those
+// deltas did not carry: all of it when none came.
+func (r *reproducer) unstreamed(full string) string {
+	if len(full) <= r.fed {
+		return ""
+	}
+	return full[r.fed:]
+}
+
 // toolSnap is a Chat tool call the client has.
 type toolSnap struct {
-	name string
+	name reproducer
 	args reproducer
 }
 
-// chatTool is a Chat tool call as the client saw it.
+// chatTool is a Chat tool call as the client saw it: its name and
+// arguments, each joined from the pieces that carried it.
 type chatTool struct {
-	name string
+	name []byte
 	args []byte
 }
 
@@ -885,7 +898,7 @@ func (cs *clientStream) beginSplice(kind string, prevUsage []byte) {
 		if kind == kindRestart {
 			sp.chatWant = reproducer{want: string(cs.chatText)}
 			for _, t := range cs.chatTools {
-				sp.chatTools = append(sp.chatTools, toolSnap{name: t.name, args: reproducer{want: string(t.args)}})
+				sp.chatTools = append(sp.chatTools, toolSnap{name: reproducer{want: string(t.name)}, args: reproducer{want: string(t.args)}})
 			}
 		}
 		cs.splice = sp
@@ -1039,16 +1052,32 @@ func (cs *clientStream) spliceLocked(name string, data []byte, f *eventFields) e
 		}
 		return cs.rewriteLocked(name, data, at...)
 	case "response.content_part.done", "response.output_text.done", "response.refusal.done", "response.reasoning_text.done":
-		if p := m.parts[f.ContentIndex.Int()]; p != nil && sp.kind == kindRestart && !p.want.complete() {
+		j := f.ContentIndex.Int()
+		if sp.kind == kindRestart {
+			if err := cs.catchUpPartLocked(m, k, j, doneText(typ, data, f)); err != nil {
+				return err
+			}
+		}
+		if p := m.parts[j]; p != nil && sp.kind == kindRestart && !p.want.complete() {
 			return cs.divergeLocked("ended a part before reproducing the text already sent")
 		}
 		return nil // the client's form goes out with the item's done
 	case "response.function_call_arguments.done", "response.custom_tool_call_input.done":
-		if sp.kind == kindRestart && !m.args.complete() {
-			return cs.divergeLocked("ended a tool call before reproducing the arguments already sent")
+		if sp.kind == kindRestart {
+			if err := cs.catchUpArgsLocked(m, k, typ, doneText(typ, data, f)); err != nil {
+				return err
+			}
+			if !m.args.complete() {
+				return cs.divergeLocked("ended a tool call before reproducing the arguments already sent")
+			}
 		}
 		return nil
 	case "response.output_item.done":
+		if sp.kind == kindRestart && !m.counted {
+			if err := cs.catchUpItemLocked(m, k, f.Item); err != nil {
+				return err
+			}
+		}
 		if sp.kind == kindRestart && !m.counted {
 			if why := m.unreproduced(); why != "" {
 				return cs.divergeLocked(why)
@@ -1074,6 +1103,118 @@ func (cs *clientStream) spliceLocked(name string, data []byte, f *eventFields) e
 	return cs.rewriteLocked(name, data, at...)
 }
 
+// A restart's text or arguments may come whole in their done forms only
+// (the text's or arguments' done event, the part's, the item's) with no
+// delta, or with fewer deltas than the done form holds: an upstream other
+// than OpenAI need not stream them. What the deltas did not carry is taken
+// as one more delta, compared and, beyond what the client has, streamed.
+
+// doneText is the whole text or arguments a done event of typ carries.
+func doneText(typ string, data []byte, f *eventFields) gjson.Result {
+	switch typ {
+	case "response.content_part.done":
+		if t := f.Part.Get("text"); t.Exists() {
+			return t
+		}
+		return f.Part.Get("refusal")
+	case "response.refusal.done":
+		return gjson.GetBytes(data, "refusal")
+	case "response.function_call_arguments.done":
+		return gjson.GetBytes(data, "arguments")
+	case "response.custom_tool_call_input.done":
+		return gjson.GetBytes(data, "input")
+	}
+	return gjson.GetBytes(data, "text")
+}
+
+// catchUpPartLocked splices what of full, the whole text of the attempt's
+// part j of its item k, no delta carried, as that part's delta.
+func (cs *clientStream) catchUpPartLocked(m *splicedItem, k, j int64, full gjson.Result) error {
+	p := m.parts[j]
+	if p == nil || full.Type != gjson.String {
+		return nil
+	}
+	rest := p.want.unstreamed(full.Str)
+	if rest == "" {
+		return nil
+	}
+	typ := "response.output_text.delta"
+	switch p.kind {
+	case "refusal":
+		typ = "response.refusal.delta"
+	case "reasoning_text":
+		typ = "response.reasoning_text.delta"
+	}
+	b := append([]byte(`{"type":`), jsonx.AppendQuote(nil, typ)...)
+	b = append(b, `,"sequence_number":0,"item_id":"","output_index":`...)
+	b = strconv.AppendInt(b, k, 10)
+	b = append(b, `,"content_index":`...)
+	b = strconv.AppendInt(b, j, 10)
+	b = append(append(b, `,"delta":`...), jsonx.AppendQuote(nil, rest)...)
+	if typ == "response.output_text.delta" {
+		b = append(b, `,"logprobs":[]`...)
+	}
+	return cs.spliceCaughtUpLocked(typ, append(b, '}'))
+}
+
+// catchUpArgsLocked splices what of full, the whole arguments (or input)
+// of the attempt's tool call k, no delta carried, as its delta; doneType is
+// the type of the done event or item that carried full.
+func (cs *clientStream) catchUpArgsLocked(m *splicedItem, k int64, doneType string, full gjson.Result) error {
+	if full.Type != gjson.String {
+		return nil
+	}
+	rest := m.args.unstreamed(full.Str)
+	if rest == "" {
+		return nil
+	}
+	typ := "response.function_call_arguments.delta"
+	if doneType == "response.custom_tool_call_input.done" || doneType == "custom_tool_call" {
+		typ = "response.custom_tool_call_input.delta"
+	}
+	b := append([]byte(`{"type":`), jsonx.AppendQuote(nil, typ)...)
+	b = append(b, `,"sequence_number":0,"item_id":"","output_index":`...)
+	b = strconv.AppendInt(b, k, 10)
+	b = append(append(b, `,"delta":`...), jsonx.AppendQuote(nil, rest)...)
+	return cs.spliceCaughtUpLocked(typ, append(b, '}'))
+}
+
+// catchUpItemLocked splices what the attempt's item k, ending whole in
+// item, holds that no delta carried: a tool call's arguments, a message's
+// text parts (a part with no content_part.added is taken as the client's
+// part at its index, as splicePartLocked takes one).
+func (cs *clientStream) catchUpItemLocked(m *splicedItem, k int64, item gjson.Result) error {
+	switch typ := item.Get("type").Str; typ {
+	case "function_call":
+		return cs.catchUpArgsLocked(m, k, typ, item.Get("arguments"))
+	case "custom_tool_call":
+		return cs.catchUpArgsLocked(m, k, typ, item.Get("input"))
+	}
+	var err error
+	item.Get("content").ForEach(func(key, part gjson.Result) bool {
+		j := key.Int()
+		if m.parts[j] == nil && m.snap != nil && int(j) < len(m.snap.parts) {
+			ps := m.snap.parts[j]
+			m.parts[j] = &splicedPart{index: m.client.Parts[j].Index, want: reproducer{want: ps.text}, done: ps.done,
+				kind: gjson.GetBytes(m.client.Parts[j].Added, "type").Str}
+		}
+		full := part.Get("text")
+		if !full.Exists() {
+			full = part.Get("refusal")
+		}
+		err = cs.catchUpPartLocked(m, k, j, full)
+		return err == nil && !cs.ended
+	})
+	return err
+}
+
+// spliceCaughtUpLocked splices a delta built by a catch-up as the
+// attempt's own.
+func (cs *clientStream) spliceCaughtUpLocked(typ string, b []byte) error {
+	f, _ := scanEvent(b)
+	return cs.spliceLocked(typ, b, &f)
+}
+
 // spliceAddedLocked maps a continuation attempt's new output item.
 func (cs *clientStream) spliceAddedLocked(name string, data []byte, f *eventFields, k int64) error {
 	sp := cs.splice
@@ -1092,10 +1233,12 @@ func (cs *clientStream) spliceAddedLocked(name string, data []byte, f *eventFiel
 		}
 	}
 	pos := sp.added
-	if sp.kind == kindRestart && pos < sp.n && typ == "reasoning" && sp.snap[pos].typ != "reasoning" {
+	if sp.kind == kindRestart && typ == "reasoning" && ((pos < sp.n && sp.snap[pos].typ != "reasoning") ||
+		(pos == sp.n && pos > 0 && sp.snap[pos-1].typ == "reasoning")) {
 		// Reasoning the restart adds ahead of what the client has (a
-		// reasoning model backing one that is not): neither compared nor
-		// shown (README, "Continuation").
+		// reasoning model backing one that is not), or more reasoning
+		// after the client's last item, reasoning the restart redid: neither
+		// compared nor shown twice (README, "Continuation").
 		sp.items[k] = &splicedItem{drop: true}
 		return nil
 	}
@@ -1212,7 +1355,8 @@ func (cs *clientStream) splicePartLocked(name string, data []byte, f *eventField
 	if m.snap != nil { // restart
 		if int(j) < len(m.snap.parts) {
 			ps := m.snap.parts[j]
-			m.parts[j] = &splicedPart{index: m.client.Parts[j].Index, want: reproducer{want: ps.text}, done: ps.done}
+			m.parts[j] = &splicedPart{index: m.client.Parts[j].Index, want: reproducer{want: ps.text}, done: ps.done,
+				kind: f.Part.Get("type").Str}
 			return nil
 		}
 		if m.snap.done {
@@ -1295,6 +1439,17 @@ func (cs *clientStream) closeItemLocked(it *sent.Item) error {
 	return cs.writeBuiltLocked("response.output_item.done", b)
 }
 
+// closedStatus is the status of an item the splice closes: a reasoning
+// item, which no continuation adds to, was cut before it ended and is
+// incomplete, as when the stream fails (sent.Item.AppendJSON); any other
+// was continued or reproduced to its end.
+func closedStatus(it *sent.Item) []byte {
+	if it.Type == "reasoning" {
+		return []byte(`"incomplete"`)
+	}
+	return []byte(`"completed"`)
+}
+
 // closePartLocked writes the done events of one content (or summary) part
 // of it that the client has not seen done, from what the client has: its
 // text's done, unless the client got it (an upstream cut between the two),
@@ -1356,11 +1511,11 @@ func (cs *clientStream) writeBuiltLocked(typ string, b []byte) error {
 	return cs.writeLocked(typ, b, &f)
 }
 
-// appendClosed renders an item closed as completed with what was streamed
-// into it (its parts' done forms).
+// appendClosed renders an item closed by the splice (closedStatus) with
+// what was streamed into it (its parts' done forms).
 func appendClosed(b []byte, it *sent.Item) []byte {
 	raw := append([]byte(nil), it.AppendJSON(nil)...)
-	if out, err := sjson.SetRawBytes(raw, "status", []byte(`"completed"`)); err == nil {
+	if out, err := sjson.SetRawBytes(raw, "status", closedStatus(it)); err == nil {
 		raw = out
 	}
 	return append(b, raw...)
@@ -1479,7 +1634,7 @@ func (cs *clientStream) spliceChatLocked(data []byte, finish bool, usage gjson.R
 				return cs.divergeLocked("finished before reproducing the text already sent")
 			}
 			for _, t := range sp.chatTools {
-				if !t.args.complete() {
+				if !t.name.complete() || !t.args.complete() {
 					return cs.divergeLocked("finished before reproducing the tool call already sent")
 				}
 			}
@@ -1523,11 +1678,16 @@ func (cs *clientStream) spliceToolCallsLocked(v gjson.Result) (calls []byte, cha
 	v.ForEach(func(_, tc gjson.Result) bool {
 		i := int(tc.Get("index").Int())
 		fn := tc.Get("function")
-		args := fn.Get("arguments").Str
+		name, args := fn.Get("name").Str, fn.Get("arguments").Str
 		raw := []byte(tc.Raw)
 		if sp.kind == kindRestart && i < len(sp.chatTools) {
 			t := &sp.chatTools[i]
-			if n := fn.Get("name").Str; n != "" && n != t.name {
+			// A name may come in pieces, as arguments do (appended, as the
+			// client joins them): the restart's pieces must spell the name
+			// the client has, which is whole once the client had arguments;
+			// arguments end the name.
+			moreName, ok := t.name.feed(name)
+			if !ok || (moreName != "" && t.args.want != "") || (args != "" && !t.name.complete()) {
 				err = cs.divergeLocked("called another tool than the one already sent")
 				return false
 			}
@@ -1537,15 +1697,24 @@ func (cs *clientStream) spliceToolCallsLocked(v gjson.Result) (calls []byte, cha
 				return false
 			}
 			changed = true
-			if surplus == "" {
+			if surplus == "" && moreName == "" {
 				return true
 			}
 			raw = append([]byte(`{"index":`), strconv.AppendInt(nil, int64(i), 10)...)
-			raw = append(append(raw, `,"function":{"arguments":`...), jsonx.AppendQuote(nil, surplus)...)
+			raw = append(raw, `,"function":{`...)
+			if moreName != "" {
+				raw = append(append(raw, `"name":`...), jsonx.AppendQuote(nil, moreName)...)
+				if surplus != "" {
+					raw = append(raw, ',')
+				}
+			}
+			if surplus != "" {
+				raw = append(append(raw, `"arguments":`...), jsonx.AppendQuote(nil, surplus)...)
+			}
 			raw = append(raw, "}}"...)
-			args = surplus
+			name, args = moreName, surplus
 		}
-		cs.trackToolLocked(i, fn.Get("name").Str, args)
+		cs.trackToolLocked(i, name, args)
 		if len(out) > 1 {
 			out = append(out, ',')
 		}
@@ -1586,9 +1755,8 @@ func (cs *clientStream) trackToolLocked(i int, name, args string) {
 		cs.chatTools = append(cs.chatTools, chatTool{})
 	}
 	t := &cs.chatTools[i]
-	if t.name == "" {
-		t.name = strings.Clone(name) // name aliases the event's buffer (parseJSON), which the reader reuses
-	}
+	// A name in pieces is joined, as the client joins it (and arguments).
+	t.name = append(t.name, name...) // copied: name aliases the event's buffer (parseJSON), which the reader reuses
 	t.args = append(t.args, args...)
 }
 
