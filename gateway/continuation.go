@@ -752,6 +752,9 @@ type splicedItem struct {
 	drop    bool       // swallowed: reasoning before a continued message, or reasoning a restart redoes or adds ahead of what the client has
 	snap    *itemSnap  // restart: what it must reproduce
 	parts   map[int64]*splicedPart
+	// added: the attempt's content indices in the order it added the
+	// parts, the order its done item lists them (doneIndex).
+	added   []int64
 	args    reproducer
 	counted bool // restart: counted in splice.reproduced
 	// held: a new message item's events while it has shown no text
@@ -1181,8 +1184,9 @@ func (cs *clientStream) catchUpArgsLocked(m *splicedItem, k int64, doneType stri
 
 // catchUpItemLocked splices what the attempt's item k, ending whole in
 // item, holds that no delta carried: a tool call's arguments, a message's
-// text parts (a part with no content_part.added is taken as the client's
-// part at its index, as splicePartLocked takes one).
+// text parts, each compared with the part its events named (doneIndex; a
+// part with no content_part.added is taken as the client's part at its
+// index, as splicePartLocked takes one).
 func (cs *clientStream) catchUpItemLocked(m *splicedItem, k int64, item gjson.Result) error {
 	switch typ := item.Get("type").Str; typ {
 	case "function_call":
@@ -1192,11 +1196,11 @@ func (cs *clientStream) catchUpItemLocked(m *splicedItem, k int64, item gjson.Re
 	}
 	var err error
 	item.Get("content").ForEach(func(key, part gjson.Result) bool {
-		j := key.Int()
+		// The part its deltas named, not its position: an upstream's
+		// content_index need not be its part's position.
+		j := m.doneIndex(int(key.Int()))
 		if m.parts[j] == nil && m.snap != nil && int(j) < len(m.snap.parts) {
-			ps := m.snap.parts[j]
-			m.parts[j] = &splicedPart{index: m.client.Parts[j].Index, want: reproducer{want: ps.text}, done: ps.done,
-				kind: gjson.GetBytes(m.client.Parts[j].Added, "type").Str}
+			m.parts[j] = m.reproducedPart(j, gjson.GetBytes(m.client.Parts[j].Added, "type").Str)
 		}
 		full := part.Get("text")
 		if !full.Exists() {
@@ -1206,6 +1210,28 @@ func (cs *clientStream) catchUpItemLocked(m *splicedItem, k int64, item gjson.Re
 		return err == nil && !cs.ended
 	})
 	return err
+}
+
+// doneIndex is the attempt's content_index of the part at position i of
+// its done item's content, which lists the parts in the order the attempt
+// added them, whatever their indices; a part it never added follows them,
+// at its position when it added none.
+func (m *splicedItem) doneIndex(i int) int64 {
+	if i < len(m.added) {
+		return m.added[i]
+	}
+	highest := int64(-1)
+	for _, j := range m.added {
+		highest = max(highest, j)
+	}
+	return highest + 1 + int64(i-len(m.added))
+}
+
+// reproducedPart is a restart's part j of m, kind, where the client's part
+// at position j goes: the text the client has of it is to be reproduced.
+func (m *splicedItem) reproducedPart(j int64, kind string) *splicedPart {
+	ps := m.snap.parts[j]
+	return &splicedPart{index: m.client.Parts[j].Index, want: reproducer{want: ps.text}, done: ps.done, kind: kind}
 }
 
 // spliceCaughtUpLocked splices a delta built by a catch-up as the
@@ -1352,11 +1378,12 @@ func carriesText(data []byte, f *eventFields) bool {
 // or reproduces.
 func (cs *clientStream) splicePartLocked(name string, data []byte, f *eventFields, m *splicedItem, at []field) error {
 	j := f.ContentIndex.Int()
+	if m.parts[j] == nil {
+		m.added = append(m.added, j)
+	}
 	if m.snap != nil { // restart
 		if int(j) < len(m.snap.parts) {
-			ps := m.snap.parts[j]
-			m.parts[j] = &splicedPart{index: m.client.Parts[j].Index, want: reproducer{want: ps.text}, done: ps.done,
-				kind: f.Part.Get("type").Str}
+			m.parts[j] = m.reproducedPart(j, f.Part.Get("type").Str)
 			return nil
 		}
 		if m.snap.done {
