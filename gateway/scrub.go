@@ -161,9 +161,22 @@ const (
 )
 
 // hasRareEscape reports whether b may hold a JSON string that decodedStrings
-// must look at: the hot path (events without \u or \/) does no more.
+// must look at: one scan of b's backslashes, and the hot path (events
+// without \u or \/) does no more.
 func hasRareEscape(b []byte) bool {
-	return bytes.Contains(b, []byte(unicodeEscape)) || bytes.Contains(b, []byte(slashEscape))
+	for i := bytes.IndexByte(b, '\\'); i >= 0 && i+1 < len(b); {
+		if c := b[i+1]; c == 'u' || c == '/' {
+			return true
+		}
+		// The next backslash, the escaped one included: "\\u" inside a
+		// string that holds JSON is that JSON's \u once decoded.
+		j := bytes.IndexByte(b[i+1:], '\\')
+		if j < 0 {
+			return false
+		}
+		i += 1 + j
+	}
+	return false
 }
 
 // decodedStrings replaces each JSON string literal in b that has a \u or \/
