@@ -117,10 +117,24 @@ func stallTimeout(req *clientRequest) time.Duration {
 
 // nextFor is the target a continuation after cur goes to: the route's first
 // eligible, usable target other than cur (what candidates.next will begin).
+// When there is none, the down upstreams among the others are probed at
+// once and the selection is made again, as before content (candidates.next;
+// README "A down upstream is not an outage until the next probe"): not only
+// once per request, since a stream may run long after the first selection,
+// but each continuation at most once, and the pool bounds and shares the
+// probes.
 func (c *candidates) nextFor(cur upstream.Target) (upstream.Target, bool) {
 	if c == nil || c.route == nil {
 		return upstream.Target{}, false
 	}
+	if t, ok := c.usableAfter(cur); ok || !c.probeDown(cur) {
+		return t, ok
+	}
+	return c.usableAfter(cur)
+}
+
+// usableAfter is nextFor without the on-demand probe.
+func (c *candidates) usableAfter(cur upstream.Target) (upstream.Target, bool) {
 	for _, t := range c.list {
 		if t == cur || !c.eligible(t) {
 			continue
@@ -130,6 +144,23 @@ func (c *candidates) nextFor(cur upstream.Target) (upstream.Target, bool) {
 		}
 	}
 	return upstream.Target{}, false
+}
+
+// notContinuedReason says why a failure after content was not continued,
+// for the operator's log: no target left (next is zero), naming the
+// targets nextFor skipped and why (a down upstream's last probe error, a
+// cooldown, an open circuit), or else the replay policy's verdict.
+func notContinuedReason(try *tryState, next upstream.Target) string {
+	if next.Upstream != nil {
+		return "the replay policy's verdict"
+	}
+	if try.cands == nil {
+		return "no target left"
+	}
+	if skipped := try.cands.unavailableBut(try.target); skipped != "" {
+		return "no target left (" + skipped + ")"
+	}
+	return "no target left"
 }
 
 // afterContentClass is the failure class of an error that arrived after
@@ -344,7 +375,7 @@ func (s *Server) continueAfter(ctx context.Context, cs *clientStream, req *clien
 	}
 	if kind == "" {
 		s.log.Info("stream failed after content; not continued", "surface", req.surface(), "upstream", u.Name(), "class", af.class,
-			"code", af.code, "verdict", v.String(), "response_id", LogID(facts.responseID))
+			"code", af.code, "verdict", v.String(), "reason", notContinuedReason(try, next), "response_id", LogID(facts.responseID))
 		return attemptResult{}, false
 	}
 	if r == nil {

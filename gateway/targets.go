@@ -135,19 +135,29 @@ func (c *candidates) next() (upstream.Target, bool) {
 	if t, ok := c.pick(); ok || c.probed {
 		return t, ok
 	}
-	c.probed = true
-	if !c.s.pool.ProbeDown(c.ctx, c.upstreams()) {
+	if !c.probeDown(upstream.Target{}) {
 		return upstream.Target{}, false
 	}
 	return c.pick()
 }
 
-// upstreams are the distinct upstreams of the eligible targets.
-func (c *candidates) upstreams() []*upstream.Upstream {
+// probeDown probes, at once, the down upstreams of the eligible targets
+// other than except, within the request's context (the pool bounds each
+// probe in time and shares it: upstream.Pool.ProbeDown), and reports
+// whether it waited for any: the caller then selects again (README "A
+// down upstream is not an outage until the next probe").
+func (c *candidates) probeDown(except upstream.Target) bool {
+	c.probed = true
+	return c.s.pool.ProbeDown(c.ctx, c.upstreams(except))
+}
+
+// upstreams are the distinct upstreams of the eligible targets other than
+// except.
+func (c *candidates) upstreams(except upstream.Target) []*upstream.Upstream {
 	var out []*upstream.Upstream
 	seen := map[*upstream.Upstream]bool{}
 	c.each(func(t upstream.Target) {
-		if !seen[t.Upstream] {
+		if t != except && !seen[t.Upstream] {
 			seen[t.Upstream] = true
 			out = append(out, t.Upstream)
 		}
@@ -176,9 +186,16 @@ func (c *candidates) each(f func(upstream.Target)) {
 // unavailable names every eligible target (without a route: upstream) that
 // is not usable and why (a down upstream's last probe error, a cooldown, an
 // open circuit), scrubbed of upstream credentials, for the 503.
-func (c *candidates) unavailable() string {
+func (c *candidates) unavailable() string { return c.unavailableBut(upstream.Target{}) }
+
+// unavailableBut is unavailable without the target except: the targets a
+// continuation after except skipped (nextFor).
+func (c *candidates) unavailableBut(except upstream.Target) string {
 	var parts []string
 	c.each(func(t upstream.Target) {
+		if t == except {
+			return
+		}
 		if ok, why := c.s.pool.TargetUsable(t); !ok {
 			name := t.String()
 			if c.list == nil {
