@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,8 +29,9 @@ import (
 // into the same client stream:
 //
 //   - prefill: the original request plus the text already sent as a
-//     trailing assistant message; what the target adds is appended to the
-//     client's open message (one item per message);
+//     trailing assistant message (appended to the one the request ends
+//     with, if the client sent a prefill of its own); what the target adds
+//     is appended to the client's open message (one item per message);
 //   - restart: the original request again; its output is compared with what
 //     the client has and suppressed until it reproduced it exactly, then
 //     streamed; a contradiction ends the stream (stream_incomplete) before
@@ -517,8 +519,13 @@ func chatPrefill(req *clientRequest) (string, bool) {
 }
 
 // withResponsesPrefill appends the text sent as an assistant message to a
-// Responses body's input (a string input becomes a user message first).
+// Responses body's input (a string input becomes a user message first), or
+// to the assistant message the input already ends with
+// (extendTrailingAssistant).
 func withResponsesPrefill(body []byte, text string) []byte {
+	if out, ok := extendTrailingAssistant(body, "input", text, "output_text", "input_text", "text"); ok {
+		return out
+	}
 	item := append([]byte(`{"type":"message","role":"assistant","content":[{"type":"output_text","text":`), jsonx.AppendQuote(nil, text)...)
 	item = append(item, "}]}"...)
 	in := gjson.GetBytes(body, "input")
@@ -538,14 +545,78 @@ func withResponsesPrefill(body []byte, text string) []byte {
 }
 
 // withChatPrefill appends the text sent as a trailing assistant message to
-// a Chat body's messages.
+// a Chat body's messages, or to the assistant message they already end with
+// (extendTrailingAssistant).
 func withChatPrefill(body []byte, text string) []byte {
+	if out, ok := extendTrailingAssistant(body, "messages", text, "text"); ok {
+		return out
+	}
 	msg := append([]byte(`{"role":"assistant","content":`), jsonx.AppendQuote(nil, text)...)
 	out, err := sjson.SetRawBytes(body, "messages.-1", append(msg, '}'))
 	if err != nil {
 		return body
 	}
 	return out
+}
+
+// extendTrailingAssistant appends text to the assistant message the list
+// at path (Chat "messages", Responses "input") ends with, when the client
+// sent one (its own prefill): what the client was streamed continues that
+// message, since the upstream answered it with the continuation only. A
+// second assistant message instead would be a finished turn in the chat
+// template (the continuation would lose the prefill's context), and
+// templates that require alternating roles refuse it (README,
+// "Continuation"). Its text is its string content or its last part's, when
+// every part's type is one of textTypes (a part of its own would be joined
+// to the one before with a separator by some servers). ok is false, body
+// unchanged, when the list ends with anything else: another role or item
+// type, a message carrying tool calls or a refusal, other parts.
+func extendTrailingAssistant(body []byte, path, text string, textTypes ...string) ([]byte, bool) {
+	list := gjson.GetBytes(body, path)
+	if !list.IsArray() {
+		return body, false
+	}
+	items := list.Array()
+	if len(items) == 0 {
+		return body, false
+	}
+	last := items[len(items)-1]
+	if last.Get("role").Str != "assistant" {
+		return body, false
+	}
+	if typ := last.Get("type"); typ.Exists() && typ.Str != "message" {
+		return body, false
+	}
+	for _, k := range []string{"tool_calls", "function_call", "refusal"} {
+		if v := last.Get(k); v.Exists() && v.Type != gjson.Null && v.Raw != `""` && v.Raw != "[]" {
+			return body, false
+		}
+	}
+	at := path + "." + strconv.Itoa(len(items)-1) + ".content"
+	content := last.Get("content")
+	prior := content
+	switch {
+	case content.Type == gjson.String:
+	case content.IsArray():
+		parts := content.Array()
+		if len(parts) == 0 {
+			return body, false
+		}
+		for _, p := range parts {
+			if !slices.Contains(textTypes, p.Get("type").Str) || p.Get("text").Type != gjson.String {
+				return body, false
+			}
+		}
+		at += "." + strconv.Itoa(len(parts)-1) + ".text"
+		prior = parts[len(parts)-1].Get("text")
+	default:
+		return body, false
+	}
+	out, err := sjson.SetRawBytes(body, at, jsonx.AppendQuote(nil, prior.Str+text))
+	if err != nil {
+		return body, false
+	}
+	return out, true
 }
 
 // aliasPrevious makes a follow-up naming a continued response's
