@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"strconv"
+
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -57,21 +59,72 @@ func usageOnlyChunk(data []byte) bool {
 	return !ch.Exists() || ch.Type == gjson.Null || (ch.IsArray() && len(ch.Array()) == 0)
 }
 
-// withNullUsage is a Chat chunk with choices whose usage is a running
-// count (observe: not a finish chunk, the client did not ask
-// continuous_usage_stats) as the client gets it: with usage null. OpenAI's
-// include_usage sends usage on the usage-only chunk alone (every other
-// chunk's is null), and a stream continued on another target would
-// otherwise show the cut attempt's running counts, which the final usage
-// chunk supersedes. A finish chunk keeps its usage: some upstreams send the
-// final count there instead of in a usage-only chunk. The meter has already
-// counted it.
+// withNullUsage is a Chat chunk with choices as a client that did not ask
+// continuous_usage_stats gets it: with usage null. OpenAI sends a non-null
+// usage only in the usage-only chunk, the last before [DONE], and only with
+// include_usage; a client gets usage once (openai-go's
+// ChatCompletionAccumulator adds every non-null usage it reads). A running
+// count on other chunks, as a stream continued on another target would
+// otherwise show the cut attempt's, is superseded by the final usage; the
+// final count some upstreams send on the finish chunk as well as (vLLM,
+// llama.cpp) or instead of (older llama.cpp builds) the usage-only chunk
+// reaches a client that asked in that chunk (meterSink.Done). The meter
+// has already counted it.
 func withNullUsage(chunk []byte) []byte {
 	out, err := sjson.SetRawBytes(chunk, "usage", []byte("null"))
 	if err != nil {
 		return chunk
 	}
 	return out
+}
+
+// noteChatUsage keeps, for Done, the usage-only chunk a Chat client that
+// asked for usage is owed when its upstream sent the final usage on a
+// finish chunk (o.finalUsage): data as the client's other chunks are (id,
+// object, created, model), with no choice and that usage. A usage-only
+// chunk from the stream (shown or hidden) makes it moot, and an error
+// chunk ends the stream without one, as OpenAI's failed streams do. It is
+// called with every chunk meterSink.Event writes, before its usage is
+// nulled; plainEvent's chunks carry no usage and are not errors.
+func (k *meterSink) noteChatUsage(name string, data []byte, o observation) {
+	switch {
+	case name != "":
+	case o.usageOnly:
+		k.usageChunkSent, k.finalUsage = true, nil
+	case o.finalUsage:
+		if !k.usageChunkSent {
+			k.finalUsage = usageOnlyChunkOf(data)
+		}
+	case k.finalUsage != nil && gjson.GetBytes(data, "error").Exists():
+		k.finalUsage = nil
+	}
+}
+
+// Done writes the usage-only chunk noteChatUsage kept, if any, then [DONE].
+// The meter read its usage on the finish chunk it came from.
+func (k *meterSink) Done() error {
+	if chunk := k.finalUsage; chunk != nil {
+		k.finalUsage = nil
+		if err := k.eventSink.Event("", chunk); err != nil {
+			return err
+		}
+	}
+	return k.eventSink.Done()
+}
+
+// usageOnlyChunkOf is the usage-only chunk that goes with a Chat chunk
+// carrying usage: its id, object, created, model, system_fingerprint and
+// service_tier, no choice, and its usage.
+func usageOnlyChunkOf(chunk []byte) []byte {
+	root := gjson.ParseBytes(chunk)
+	var members []byte
+	for _, key := range []string{"id", "object", "created", "model", "system_fingerprint", "service_tier"} {
+		if v := root.Get(key); v.Exists() {
+			members = appendMember(members, strconv.Quote(key), v.Raw)
+		}
+	}
+	members = appendMember(appendMember(members, `"choices"`, `[]`), `"usage"`, root.Get("usage").Raw)
+	return object(members)
 }
 
 // finishesAChoice reports whether a Chat chunk carries a finish_reason.

@@ -489,6 +489,12 @@ func (o *meterResponder) commit(header http.Header) eventSink {
 type meterSink struct {
 	eventSink
 	m *reqMeta
+	// finalUsage is the usage-only chunk Done writes before [DONE] when
+	// the upstream sent its final usage on a finish chunk and no usage-only
+	// chunk followed; nil when there is none to write (chatusage.go).
+	// usageChunkSent: a usage-only chunk came, so Done writes none.
+	finalUsage     []byte
+	usageChunkSent bool
 	// plain: the first event was noted and the request is not traced, so
 	// plainEvent has nothing to note. The sink is written to under the
 	// client stream's lock, one event at a time.
@@ -500,10 +506,11 @@ var usageField = []byte(`"usage"`)
 func (k *meterSink) Event(name string, data []byte) error {
 	o := k.m.observe(name, data)
 	k.plain = !k.m.traced
+	k.noteChatUsage(name, data, o) // chatusage.go: before the usage is nulled
 	if o.hide {
 		return nil // counted; the client did not ask for it
 	}
-	if o.runningUsage {
+	if o.nullUsage {
 		data = withNullUsage(data)
 	}
 	k.m.countDelta(name, data, o)
@@ -545,9 +552,10 @@ func (m *reqMeta) noteUsage(o gjson.Result) {
 type observation struct {
 	hide bool // a Chat usage chunk the client did not ask for: counted, not written
 	// usageRead: a Chat chunk whose usage observe read; usageOnly then says
-	// it has no choice, and runningUsage that its usage is a running count
-	// the client gets as null (withNullUsage).
-	usageRead, usageOnly, runningUsage bool
+	// it has no choice, nullUsage that the client gets its usage as null
+	// (withNullUsage), and finalUsage that it is a finish chunk's, which a
+	// client that asked gets in the usage-only chunk (meterSink.Done).
+	usageRead, usageOnly, nullUsage, finalUsage bool
 }
 
 // observe notes one event the client stream sends (or, detached, would
@@ -573,7 +581,8 @@ func (m *reqMeta) observe(name string, data []byte) (o observation) {
 			}
 			o.usageRead, o.usageOnly = true, usageOnlyChunk(data)
 			o.hide = m.hideChatUsage && o.usageOnly
-			o.runningUsage = !o.usageOnly && !m.showRunningUsage && !finishesAChoice(data)
+			o.nullUsage = !o.usageOnly && !m.showRunningUsage
+			o.finalUsage = !o.usageOnly && !m.hideChatUsage && finishesAChoice(data)
 		}
 	} else if name != "" && isTerminalType(name) {
 		m.terminal = strings.TrimPrefix(name, "response.")
@@ -850,8 +859,7 @@ type reqMeta struct {
 	hideChatUsage bool
 	// showRunningUsage: the Chat client asked for usage on every chunk
 	// (stream_options.continuous_usage_stats); others get the usage of a
-	// chunk that is neither a usage chunk nor a finish chunk as null
-	// (chatusage.go).
+	// chunk that is not the usage-only chunk as null (chatusage.go).
 	showRunningUsage bool
 	// inputEstimate is the admission's token estimate of the request
 	// (body bytes / 4), and outputDeltas counts the output deltas the
