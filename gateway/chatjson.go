@@ -6,15 +6,17 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/sluice-gw/sluice/gateway/sse"
+	"github.com/sluice-gw/sluice/internal/jsonx"
+	"github.com/sluice-gw/sluice/internal/translate"
 )
 
 // chatCompletionStream makes a whole chat.completion, the answer of an
 // upstream that ignored a Chat client's stream:true, the answer's event
 // stream (ans.src): per choice a role chunk, a chunk with the message's
-// content (and its other members: refusal, reasoning, …), one chunk per
-// tool call, a finish chunk; then the usage chunk when the completion has
-// usage (the meter hides it from a client that did not ask, as it hides an
-// upstream's, chatusage.go) and [DONE]. The pump then reads them as any
+// content (a string: text parts joined) and its other members (refusal,
+// reasoning, …), one chunk per tool call, a finish chunk; then the usage
+// chunk when the completion has usage (the meter hides it from a client
+// that did not ask, as it hides an upstream's, chatusage.go) and [DONE]. The pump then reads them as any
 // upstream's chunks. It reports false, leaving ans as it was, for a body
 // that is not a chat.completion within the checks every complete answer
 // passes (answerProblem: SECURITY.md's depth and shape limits).
@@ -87,9 +89,17 @@ func chatCompletionChunks(body []byte) (evs []sse.Event, ok bool) {
 		chunk(choice(appendMember(nil, `"role"`, role.Raw), "", ""))
 		var delta []byte // content, refusal, reasoning and the rest of the message
 		msg.ForEach(func(k, v gjson.Result) bool {
-			if k.Str != "role" && k.Str != "tool_calls" && v.Type != gjson.Null {
-				delta = appendMember(delta, k.Raw, v.Raw)
+			if k.Str == "role" || k.Str == "tool_calls" || v.Type == gjson.Null {
+				return true
 			}
+			if text, parts := translate.JoinTextParts(v); parts && k.Str == "content" {
+				// Content some servers send as text parts is a string in
+				// a chunk's delta (clients append it as one), joined as
+				// the Responses translation joins it.
+				delta = appendMember(delta, k.Raw, string(jsonx.AppendQuote(nil, text)))
+				return true
+			}
+			delta = appendMember(delta, k.Raw, v.Raw)
 			return true
 		})
 		logprobs := ch.Get("logprobs")

@@ -34,10 +34,14 @@
 //   - Tools. Function tools are kept (strict is forwarded only when sent);
 //     every other tool type is dropped and reported in RequestInfo.DroppedTools.
 //     A tool_choice that needs a dropped or unknown tool is a 400.
-//   - Fields. See forwardedFields in request.go for the fields that reach the
-//     upstream; the rest are dropped (RequestInfo.DroppedFields), except
-//     background, conversation and prompt, which are rejected because dropping
-//     them would silently change the answer.
+//   - Fields. See forwardedFields in request.go for the fields translated
+//     into the Chat body and passthroughFields for those forwarded unchanged
+//     (Chat Completions' and llama.cpp's and vLLM's sampling fields); the rest
+//     are dropped (RequestInfo.DroppedFields), except background,
+//     conversation, prompt and logprobs, which are rejected because dropping
+//     them would silently change the answer. max_tool_calls is dropped: it
+//     bounds calls to OpenAI's built-in tools, which a Chat upstream never
+//     makes.
 //   - Stream. delta.reasoning_content (or delta.reasoning) becomes a reasoning
 //     item with one reasoning_text part; content a message item with an
 //     output_text part (refusal a refusal part); tool calls function_call items.
@@ -51,6 +55,12 @@
 //     new id, else by a name other than the last call's (or the same name
 //     once the last call's arguments are complete), else they continue the
 //     last call; a non-streamed message's calls are matched by position.
+//     A legacy function_call is one more tool call (its call id generated).
+//     A tool call that ends without a name fails the response as the
+//     upstream's server error (a whole chat.completion with one is not a
+//     usable answer): it could be neither run nor sent back in history.
+//     Content sent as an array of text parts is the parts' text, in order
+//     (JoinTextParts gives it as one string).
 //     Text deltas are forwarded as the upstream's JSON literals, except that
 //     a UTF-16 surrogate pair split across two deltas is joined in the
 //     second, so the deltas and the done text agree for every client.

@@ -150,14 +150,21 @@ type reqFields struct {
 	previousResponseID, store, metadata, truncation                  gjson.Result
 	background, conversation, prompt                                 gjson.Result
 	include, topLogprobs                                             gjson.Result
+	// passthrough holds the members named in passthroughFields, in request
+	// order.
+	passthrough []passthroughMember
 }
 
-// forwardedFields lists every top-level Responses field that reaches the Chat
-// body, with the Chat field it becomes. Every other field is dropped and
-// reported in RequestInfo.DroppedFields; of those, previous_response_id,
-// store, metadata and truncation are read for the gateway (RequestInfo,
-// RequestEcho) and
-// background, conversation and prompt are rejected when set (see set).
+// passthroughMember is a top-level member forwarded unchanged: its key and
+// its value's raw JSON.
+type passthroughMember struct{ key, raw string }
+
+// forwardedFields lists every top-level Responses field that is translated
+// into the Chat body, with the Chat field it becomes; passthroughFields lists
+// those forwarded unchanged. Every other field is dropped and reported in
+// RequestInfo.DroppedFields; of those, previous_response_id, store, metadata
+// and truncation are read for the gateway (RequestInfo, RequestEcho) and
+// background, conversation and prompt are rejected when set (see set). README "Chat-Completions-only upstreams" lists all three kinds.
 var forwardedFields = map[string]string{
 	"model":               "model",
 	"input":               "messages",
@@ -175,6 +182,29 @@ var forwardedFields = map[string]string{
 	"prompt_cache_key":    "prompt_cache_key",
 	"safety_identifier":   "safety_identifier",
 	"service_tier":        "service_tier",
+}
+
+// passthroughFields are the top-level fields forwarded to a Chat upstream
+// as they were sent: Chat Completions request fields that the Responses API
+// lacks but a client may still send, and the sampling extensions of
+// llama.cpp's server and vLLM (their OpenAI-compatible servers read them
+// from the Chat body). They only shape sampling, not the answer's form, so
+// the stream translation reads the answer the same with or without them;
+// the upstream validates their values. Fields that would change the answer's
+// form (n, logprobs, response_format, …) are not here: they are dropped or
+// translated from their Responses counterparts.
+var passthroughFields = map[string]bool{
+	// Chat Completions.
+	"seed": true, "stop": true, "frequency_penalty": true, "presence_penalty": true, "logit_bias": true,
+	// llama.cpp and vLLM sampling.
+	"top_k": true, "min_p": true, "typical_p": true, "top_n_sigma": true,
+	"repetition_penalty": true, "repeat_penalty": true, "repeat_last_n": true,
+	"min_tokens": true, "stop_token_ids": true, "ignore_eos": true,
+	"mirostat": true, "mirostat_tau": true, "mirostat_eta": true,
+	"dynatemp_range": true, "dynatemp_exponent": true,
+	"xtc_probability": true, "xtc_threshold": true,
+	"dry_multiplier": true, "dry_base": true, "dry_allowed_length": true, "dry_penalty_last_n": true,
+	"dry_sequence_breakers": true, "samplers": true,
 }
 
 // set records a top-level field. It reports whether the field is forwarded
@@ -243,7 +273,12 @@ func (f *reqFields) set(key string, v gjson.Result) bool {
 		f.topLogprobs = v
 		return false
 	default:
-		return false
+		if !passthroughFields[key] {
+			return false
+		}
+		if present(v) { // a null means the upstream's default, as leaving it out does
+			f.passthrough = append(f.passthrough, passthroughMember{key, v.Raw})
+		}
 	}
 	return true
 }
@@ -490,6 +525,10 @@ func ToChat(body []byte, history []json.RawMessage, opts RequestOptions) (chat [
 	if verbosity != "" {
 		out = appendKey(out, "verbosity")
 		out = append(out, verbosity...)
+	}
+	for _, m := range f.passthrough {
+		out = appendKey(out, m.key)
+		out = append(out, m.raw...)
 	}
 	if info.Stream {
 		out = append(out, `,"stream":true,"stream_options":{"include_usage":true}`...)

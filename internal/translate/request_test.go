@@ -203,17 +203,27 @@ func TestToChatFullBody(t *testing.T) {
 	}
 }
 
-// TestForwardedFields keeps the documented list and the code in step: every
-// listed field is forwarded, and a sample of others is not.
+// TestForwardedFields keeps the documented lists and the code in step: every
+// listed field is forwarded, translated or as is, and a sample of others is
+// not; no field is on both lists.
 func TestForwardedFields(t *testing.T) {
 	var f reqFields
 	for k := range forwardedFields {
 		if !f.set(k, gjson.Result{}) {
 			t.Errorf("%s is listed as forwarded but set drops it", k)
 		}
+		if passthroughFields[k] {
+			t.Errorf("%s is listed as both translated and passed through", k)
+		}
 	}
-	for _, k := range []string{"previous_response_id", "store", "metadata", "include", "truncation", "background", "conversation", "prompt", "stream_options", "max_tool_calls", "top_logprobs", "x"} {
-		if f.set(k, gjson.Result{}) || forwardedFields[k] != "" {
+	for k := range passthroughFields {
+		if !f.set(k, gjson.Parse("1")) {
+			t.Errorf("%s is listed as passed through but set drops it", k)
+		}
+	}
+	for _, k := range []string{"previous_response_id", "store", "metadata", "include", "truncation", "background", "conversation", "prompt", "stream_options",
+		"max_tool_calls", "top_logprobs", "n", "logprobs", "response_format", "max_tokens", "messages", "x"} {
+		if f.set(k, gjson.Result{}) || forwardedFields[k] != "" || passthroughFields[k] {
 			t.Errorf("%s should not be forwarded", k)
 		}
 	}
@@ -236,6 +246,15 @@ func TestToChatParams(t *testing.T) {
 			"tool_choice":{"type":"allowed_tools","mode":"required","tools":[{"type":"function","name":"b"},{"type":"web_search"}]}}`,
 			map[string]string{"tools": `[{"type":"function","function":{"name":"b"}}]`, "tool_choice": `"required"`}},
 		{"default model", `{"input":"q"}`, map[string]string{"model": `"fallback"`}},
+		{"Chat sampling fields forwarded unchanged", `{"model":"m","input":"q","seed":5,"stop":["x","y"],"frequency_penalty":0.5,"presence_penalty":-0.25,"logit_bias":{"50256":-100}}`,
+			map[string]string{"seed": "5", "stop": `["x","y"]`, "frequency_penalty": "0.5", "presence_penalty": "-0.25", "logit_bias": `{"50256":-100}`}},
+		{"llama.cpp and vLLM sampling fields forwarded unchanged", `{"model":"m","input":"q","top_k":40,"min_p":0.1,"repetition_penalty":1.1,"repeat_penalty":1.2,"typical_p":0.9,
+			"min_tokens":3,"stop_token_ids":[2],"ignore_eos":false,"mirostat":2,"dry_sequence_breakers":["\n"],"samplers":["top_k","min_p"]}`,
+			map[string]string{"top_k": "40", "min_p": "0.1", "repetition_penalty": "1.1", "repeat_penalty": "1.2", "typical_p": "0.9",
+				"min_tokens": "3", "stop_token_ids": "[2]", "ignore_eos": "false", "mirostat": "2", "dry_sequence_breakers": `["\n"]`, "samplers": `["top_k","min_p"]`}},
+		{"a null sampling field is left out", `{"model":"m","input":"q","seed":null,"stop":"x"}`, map[string]string{"seed": "", "stop": `"x"`}},
+		{"fields that change the answer's form are not forwarded", `{"model":"m","input":"q","n":2,"logprobs":true,"response_format":{"type":"json_object"},"max_tokens":9,"frobnicate":1}`,
+			map[string]string{"n": "", "logprobs": "", "response_format": "", "max_tokens": "", "frobnicate": ""}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -134,6 +134,7 @@ type Stream struct {
 	lastCall     int64
 	nextCall     int64 // Chat index for a tool call that names none
 	lateNames    int   // name fragments that came after their call was announced (LateNameFragments)
+	nameless     bool  // a tool call ended without a name (failNameless)
 
 	// Whitespace-only text that would open a new item waits here: a message
 	// made only of the "\n\n" some servers send before a tool call is noise.
@@ -322,6 +323,7 @@ func (s *Stream) Chunk(data []byte) ([]Event, error) {
 	if usage.IsObject() {
 		s.usage = appendUsage(s.usage[:0], usage)
 	}
+	s.failNameless()
 	return s.flush(), nil
 }
 
@@ -394,7 +396,9 @@ func (s *Stream) ErrorBeforeOutput() *apierr.Error {
 
 // UpstreamError returns the upstream's error when an error chunk (or an
 // error envelope given to Completion) ended the stream, before or after
-// output, and nil otherwise; see ErrorBeforeOutput. A caller judges the
+// output — or a server error of the gateway's when the stream's answer was
+// unusable (a tool call without a name: failNameless) — and nil otherwise;
+// see ErrorBeforeOutput. A caller judges the
 // failure by it (is it the client's error?) rather than by the
 // response.failed's error.code, which the spec's enum may have turned into
 // server_error.
@@ -413,6 +417,30 @@ func (s *Stream) failUpstream(e *apierr.Error) []Event {
 }
 
 func (s *Stream) fail(e *apierr.Error) []Event {
+	s.failed(e)
+	return s.flush()
+}
+
+// failNameless fails the stream, once a tool call ended without a function
+// name, as the upstream's server error (UpstreamError): such a call cannot
+// be run, nor sent back in a later request's history, so the answer is
+// unusable — not a function_call item named "" (README
+// "Chat-Completions-only upstreams").
+func (s *Stream) failNameless() {
+	if !s.nameless || s.done {
+		return
+	}
+	s.upstreamErr = &apierr.Error{Status: http.StatusBadGateway, Type: apierr.TypeServer, Code: apierr.CodeUpstreamError,
+		Message: namelessCallMessage}
+	s.failed(s.upstreamErr)
+}
+
+// namelessCallMessage is the error message of an answer with a tool call
+// that never got a function name.
+const namelessCallMessage = "the upstream sent a tool call without a function name"
+
+// failed emits the response.failed of fail without flushing the events.
+func (s *Stream) failed(e *apierr.Error) {
 	code := e.Code
 	if code == "" || (code[0] >= '0' && code[0] <= '9') {
 		code = e.Type // e.g. llama.cpp sends the HTTP status as code
@@ -425,7 +453,6 @@ func (s *Stream) fail(e *apierr.Error) []Event {
 	s.pendingWS = s.pendingWS[:0]
 	s.held = nil // never sent: the failed response's output is what the client got
 	s.terminal("response.failed", "failed")
-	return s.flush()
 }
 
 // upstreamError reads an error object (or string) from a Chat error chunk.
@@ -479,6 +506,9 @@ func (s *Stream) complete() {
 		typ, status, itemStatus, s.incomplete = "response.incomplete", statusIncomplete, statusIncomplete, "content_filter"
 	}
 	s.closeAll(itemStatus)
+	if s.failNameless(); s.done {
+		return
+	}
 	s.terminal(typ, status)
 }
 
@@ -613,7 +643,7 @@ func (s *Stream) applyDelta(d gjson.Result, positional bool) {
 	if !d.IsObject() {
 		return
 	}
-	var content, reasoningContent, reasoning, refusal, toolCalls gjson.Result
+	var content, reasoningContent, reasoning, refusal, toolCalls, functionCall gjson.Result
 	d.ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "content":
@@ -626,6 +656,8 @@ func (s *Stream) applyDelta(d gjson.Result, positional bool) {
 			refusal = v
 		case "tool_calls":
 			toolCalls = v
+		case "function_call":
+			functionCall = v
 		}
 		return true
 	})
@@ -639,13 +671,8 @@ func (s *Stream) applyDelta(d gjson.Result, positional bool) {
 	switch {
 	case nonEmptyString(content):
 		s.textDelta(kindMessage, partText, content.Str, content.Raw)
-	case content.IsArray(): // some servers send text parts
-		content.ForEach(func(_, p gjson.Result) bool {
-			if t := p.Get("text"); nonEmptyString(t) {
-				s.textDelta(kindMessage, partText, t.Str, t.Raw)
-			}
-			return true
-		})
+	case content.IsArray():
+		eachTextPart(content, func(t gjson.Result) { s.textDelta(kindMessage, partText, t.Str, t.Raw) })
 	}
 	if nonEmptyString(refusal) {
 		s.textDelta(kindMessage, partRefusal, refusal.Str, refusal.Raw)
@@ -660,6 +687,42 @@ func (s *Stream) applyDelta(d gjson.Result, positional bool) {
 			return true
 		})
 	}
+	if functionCall.IsObject() {
+		// The legacy form of a tool call (OpenAI's deprecated functions):
+		// one call per message, no id, no index. It is a call all the same
+		// (a function_call item, its call id generated), not text to drop.
+		s.callDelta(legacyCallIndex, gjson.Result{}, functionCall.Get("name"), functionCall.Get("arguments"))
+	}
+}
+
+// legacyCallIndex is the Chat index a legacy function_call is kept under:
+// below every tool_calls index, so it never continues one of them.
+const legacyCallIndex = -1
+
+// eachTextPart calls fn with the text of every part that has some, in
+// order, of content sent as an array of text parts rather than a string
+// (some servers do so). The Responses translation and the chunks a whole
+// chat.completion becomes (JoinTextParts) read such content by this one
+// rule.
+func eachTextPart(content gjson.Result, fn func(text gjson.Result)) {
+	content.ForEach(func(_, p gjson.Result) bool {
+		if t := p.Get("text"); nonEmptyString(t) {
+			fn(t)
+		}
+		return true
+	})
+}
+
+// JoinTextParts returns content, an array of text parts, as the one string
+// the Responses translation makes of it (eachTextPart), for a client that
+// expects content to be a string; ok is false when content is not an array.
+func JoinTextParts(content gjson.Result) (text string, ok bool) {
+	if !content.IsArray() {
+		return "", false
+	}
+	var b strings.Builder
+	eachTextPart(content, func(t gjson.Result) { b.WriteString(t.Str) })
+	return b.String(), true
 }
 
 func nonEmptyString(r gjson.Result) bool { return r.Type == gjson.String && len(r.Raw) > 2 }
@@ -779,6 +842,13 @@ func (s *Stream) toolDelta(tc gjson.Result, pos int64, positional bool) {
 	default:
 		idx = s.lastCall
 	}
+	s.callDelta(idx, id, name, args)
+}
+
+// callDelta applies a piece of the tool call kept under Chat index idx:
+// its id, a piece of its name, a piece of its arguments (each may be
+// absent).
+func (s *Stream) callDelta(idx int64, id, name, args gjson.Result) {
 	call := s.calls[idx]
 	if call == nil {
 		s.pendingWS = s.pendingWS[:0]
@@ -1024,6 +1094,13 @@ func (s *Stream) closePart(it *outItem, ci int) {
 // closeItem emits the done events of an item.
 func (s *Stream) closeItem(it *outItem, status string) {
 	if it.closed {
+		return
+	}
+	if it.kind == kindCall && !it.added && it.name == "" {
+		// Never announced (advanceCalls waits for a name): the client saw
+		// nothing of it, and the stream fails (failNameless).
+		it.closed = true
+		s.nameless = true
 		return
 	}
 	if it.kind == kindCall {
@@ -1365,7 +1442,8 @@ func appendEcho(b []byte, r RequestEcho) []byte {
 // Response object, and returns its output items for storing. The upstream's
 // error envelope comes back as err (upstream true), with the HTTP status it
 // stands for (0 when it names none: see ErrorStatus); a body that is not a
-// chat.completion is a stream_incomplete error.
+// chat.completion, or one with a tool call without a function name, is a
+// stream_incomplete error.
 func FromChatResponse(body []byte, opts StreamOptions) (response []byte, output []json.RawMessage, err *apierr.Error, upstream bool) {
 	s := NewStream(opts)
 	if aerr, up := s.completion(body); aerr != nil {
@@ -1408,7 +1486,8 @@ func envelopeError(root gjson.Result) *apierr.Error {
 // would have carried, through the terminal event. Its tool calls are told
 // apart by their position in the message, as FromChatResponse does (a
 // message's calls carry no index, and need no id). An error envelope fails
-// the stream as an error chunk does. A body that is not a chat.completion
+// the stream as an error chunk does. A body that is not a chat.completion,
+// or one with a tool call without a function name (unusable: failNameless),
 // returns an error and no events; the caller then fails the stream (Fail).
 // After the terminal event Completion returns nil, nil.
 func (s *Stream) Completion(body []byte) ([]Event, error) {
@@ -1454,6 +1533,9 @@ func (s *Stream) completion(body []byte) (aerr *apierr.Error, upstream bool) {
 	if !found {
 		return apierr.StreamIncomplete("the upstream returned a chat completion without choices"), false
 	}
+	if message.IsObject() && hasNamelessCall(message) { // unusable, checked before anything is emitted
+		return apierr.StreamIncomplete("%s", namelessCallMessage), false
+	}
 	if m := root.Get("model"); m.Type == gjson.String && m.Str != "" && (!s.started || s.model == "") {
 		s.model = m.Str
 	}
@@ -1469,4 +1551,19 @@ func (s *Stream) completion(body []byte) (aerr *apierr.Error, upstream bool) {
 	}
 	s.complete()
 	return nil, false
+}
+
+// hasNamelessCall reports whether a chat.completion's message holds a tool
+// call (or a legacy function_call) without a function name, which the
+// stream would fail (failNameless).
+func hasNamelessCall(message gjson.Result) bool {
+	nameless := false
+	message.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
+		nameless = tc.IsObject() && !nonEmptyString(tc.Get("function.name"))
+		return !nameless
+	})
+	if fc := message.Get("function_call"); fc.IsObject() && !nonEmptyString(fc.Get("name")) {
+		nameless = true
+	}
+	return nameless
 }
