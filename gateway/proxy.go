@@ -399,6 +399,9 @@ type attemptResult struct {
 	why       string        // for the failure summary
 	clientErr *apierr.Error // what the client gets if nothing later succeeds
 	retryIn   time.Duration // nextRetrySame: the wait before the retry
+	// clientHeader: the headers of the upstream answer clientErr is, when it
+	// is one (statusFailure), relayed with it (forward).
+	clientHeader http.Header
 }
 
 // forward sends req to its targets until one answers: the matching route's
@@ -419,6 +422,7 @@ func (s *Server) forward(ctx context.Context, out responder, req *clientRequest,
 	bodies := map[string][]byte{}
 	var failures []string
 	var lastErr *apierr.Error
+	var lastErrHeader http.Header // the headers of the answer lastErr is (attemptResult.clientHeader)
 	// waitHint is the shortest wait the failed attempts' upstreams asked
 	// for (Retry-After, retry-after-ms, "try again in"); hintless: one
 	// failed without asking, so no upstream tried says when it is back
@@ -468,7 +472,7 @@ attempts:
 			waitHint = try.fail.Hint
 		}
 		if res.clientErr != nil {
-			lastErr = res.clientErr
+			lastErr, lastErrHeader = res.clientErr, res.clientHeader
 		}
 		if res.next == nextRetrySame && try.retry {
 			retried[t] = true
@@ -543,6 +547,14 @@ attempts:
 			// found no other target is told what the next one would be).
 			e = c.capacityWait(lastErr)
 		}
+		if lastErrHeader != nil && failsWithStatus(req, failBeforeStream) {
+			// The upstream's own answer reaches the client: with its
+			// headers, as any relayed error (README "Access log": its
+			// x-request-id; its x-ratelimit-*, x-should-retry), and the
+			// gateway's wait.
+			relayCapacityError(out, req, e, lastErrHeader)
+			return
+		}
 	case replayPending:
 		e = apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "no upstream left to replay the request on: %s", strings.Join(failures, "; "))
 	case len(failures) == 0 && req.upstreamName != "":
@@ -581,6 +593,21 @@ attempts:
 		e.RetryAfter = wait
 	}
 	out.fail(req, e, failBeforeStream)
+}
+
+// relayCapacityError answers req with e, the capacity failure (429) an
+// upstream answered, carrying the headers that answer came with (header),
+// filtered as any relayed answer's are (copyResponseHeaders), except its wait:
+// the client is told e's (Retry-After, Retry-After-Ms), which capacityWait
+// may have made longer, and none when e has none.
+func relayCapacityError(out responder, req *clientRequest, e *apierr.Error, header http.Header) {
+	h := header.Clone()
+	h.Del("Retry-After")
+	h.Del("Retry-After-Ms")
+	e.SetRetryHeaders(h)
+	h.Set("Content-Type", "application/json")
+	body, _ := e.MarshalJSON() // cannot fail: e is strings
+	out.relay(req, e.Status, h, body)
 }
 
 // noTargetError is the error for a request none of whose targets was
@@ -834,29 +861,22 @@ func (s *Server) sendHTTP(upCtx context.Context, idle *idleTimer, req *clientReq
 		ans.src, ans.beforeRead = idleEvents{src: sse.NewReader(ir, s.opts.MaxEventBytes), idle: idle}, &ir.before
 		return ans, nil
 	}
-	if req.stream && !req.ep.chat {
-		// The client asked for an event stream: whatever else came is not
-		// read, let alone relayed.
-		ans.unusable = fmt.Sprintf("HTTP %d with %s instead of an event stream", ans.status, s.contentTypeOf(resp.Header))
-		return ans, nil
-	}
 	body, err := s.readAnswer(&idleReader{r: resp.Body, idle: idle})
-	if req.ep.chat && err == nil {
-		// A Chat upstream's 200 whose body is an error envelope is its
-		// error, judged as its status, streamed or not, as behind a
-		// Responses client (sendChat; README, "Chat-Completions-only
-		// upstreams").
-		if e := translate.ErrorEnvelope(body); e != nil {
-			answerAsError(ans, e)
-			return ans, nil
-		}
+	if e := errorEnvelopeAnswer(body, err); e != nil {
+		// An upstream's 200 whose body is an error envelope is its error,
+		// judged as its status, streamed or not, from a Responses upstream
+		// as from a Chat one (sendChat; README, "Chat-Completions-only
+		// upstreams"): an SDK would take it for an answer with no output,
+		// and a stream request would charge the target a client's error.
+		answerAsError(ans, e)
+		return ans, nil
 	}
 	if req.stream {
 		// A Chat upstream that ignored stream:true: its chat.completion
 		// becomes the chunks a stream of it would have carried, as it
 		// becomes Responses events for a Responses client (sendChat).
 		// Anything else is not relayed.
-		if err == nil && s.chatCompletionStream(ans, body) {
+		if req.ep.chat && err == nil && s.chatCompletionStream(ans, body) {
 			return ans, nil
 		}
 		ans.unusable = fmt.Sprintf("HTTP %d with %s instead of an event stream", ans.status, s.contentTypeOf(resp.Header))
@@ -864,6 +884,17 @@ func (s *Server) sendHTTP(upCtx context.Context, idle *idleTimer, req *clientReq
 	}
 	ans.body, ans.readErr = body, err
 	return ans, nil
+}
+
+// errorEnvelopeAnswer is the error a complete 2xx answer body stands for
+// (translate.ErrorEnvelope), nil when it is none or was not read whole
+// (readErr). A Response carries an error member of its own, null or a
+// failed response's: it is an answer, not an envelope.
+func errorEnvelopeAnswer(body []byte, readErr error) *apierr.Error {
+	if readErr != nil || gjson.GetBytes(body, "object").Str == "response" {
+		return nil
+	}
+	return translate.ErrorEnvelope(body)
 }
 
 // contentTypeOf names an upstream answer's Content-Type for an error
@@ -1322,6 +1353,9 @@ func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRe
 		in.FailureClass = hostabi.FailureClientError
 	}
 	res := s.rescue(ctx, req, u, in, why, clientErr)
+	if clientErr != nil {
+		res.clientHeader = ans.header
+	}
 	own := in.FailureClass == hostabi.FailureClientError || in.FailureClass == hostabi.FailureContextLength
 	switch {
 	case res.next == nextOtherModel:
