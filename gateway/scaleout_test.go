@@ -2,9 +2,12 @@ package gateway_test
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tidwall/gjson"
 
 	"github.com/sluice-gw/sluice/gateway"
 	"github.com/sluice-gw/sluice/gateway/upstream"
@@ -229,5 +232,44 @@ func TestScaleOutSharedCooldown(t *testing.T) {
 	}
 	if tgt.CoolingFor == "" {
 		t.Errorf("replica 1 does not show A cooling down: %+v", tgt)
+	}
+}
+
+// TestScaleOutSharedRateLimitAnswers429: while every target cools down for
+// an upstream's 429, the replica that learnt the cooldowns from the other
+// one answers as that one does (README "Failover and replay", "Scale-out
+// with Redis": the same semantics): 429 rate_limit_exceeded with the
+// upstream's error type and the wait, in a Responses stream's
+// response.failed too, never 503 upstream_unavailable, and without calling
+// the upstreams.
+func TestScaleOutSharedRateLimitAnswers429(t *testing.T) {
+	r1, r2, upA, upB := sharedHealthReplicas(t)
+	upA.Enqueue(upstreamtest.Status429(30 * time.Second))
+	upB.Enqueue(upstreamtest.Status429(30 * time.Second))
+	const body = `{"model":"gpt-fake-1","input":"hi"}`
+	first := postForRetry(t, r1, "/v1/responses", body)
+	if first.status != http.StatusTooManyRequests || first.code != "rate_limit_exceeded" {
+		t.Fatalf("replica 1 with A and B answering 429: got %d %s", first.status, first.body)
+	}
+	nA, nB := upA.RequestCount(), upB.RequestCount()
+
+	a := postForRetry(t, r2, "/v1/responses", body)
+	if a.status != http.StatusTooManyRequests || a.code != "rate_limit_exceeded" || gjson.Get(a.body, "error.type").Str != "requests" {
+		t.Fatalf("replica 2 while A and B cool down on replica 1's word: got %d %s, want 429 rate_limit_exceeded of type requests", a.status, a.body)
+	}
+	checkRetryAfter(t, "replica 2 while A and B cool down", a, 1, 30)
+
+	s := postForRetry(t, r2, "/v1/responses", `{"model":"gpt-fake-1","input":"hi","stream":true}`)
+	failed := ""
+	for _, line := range strings.Split(s.body, "\n") {
+		if data, ok := strings.CutPrefix(line, "data: "); ok && gjson.Get(data, "type").Str == "response.failed" {
+			failed = data
+		}
+	}
+	if s.status != http.StatusOK || gjson.Get(failed, "response.error.code").Str != "rate_limit_exceeded" {
+		t.Fatalf("replica 2's stream while A and B cool down: got %d %s, want response.failed with rate_limit_exceeded", s.status, s.body)
+	}
+	if upA.RequestCount() != nA || upB.RequestCount() != nB {
+		t.Fatalf("replica 2 called the upstreams replica 1 cooled down (A %d, B %d more)", upA.RequestCount()-nA, upB.RequestCount()-nB)
 	}
 }

@@ -340,7 +340,7 @@ func TestSharedWriteFailuresLogged(t *testing.T) {
 			t.Fatal(err)
 		}
 		k := sharedKey{"a", "m"}
-		p.shared.publish(k, c.now(), time.Second, "test")
+		p.shared.publish(k, c.now(), time.Second, sharedRecord{reason: "test"})
 		p.shared.clear(k, c.now())
 		for _, what := range []string{"sharing a target's cooldown", "clearing a target's shared cooldown"} {
 			if logged := strings.Contains(buf.String(), what); logged != failing {
@@ -360,7 +360,7 @@ func TestSharedClearEndsTheLocalSkip(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := sharedKey{"a", "m"}
-	p.shared.publish(k, c.now(), time.Minute, "test")
+	p.shared.publish(k, c.now(), time.Minute, sharedRecord{reason: "test"})
 	if skip, _ := p.shared.skip(k, c.now()); !skip {
 		t.Fatal("a published cooldown is not skipped")
 	}

@@ -460,7 +460,7 @@ func (p *Pool) Cooldown(u *Upstream, d time.Duration, reason string) {
 	u.mu.Unlock()
 	p.opts.Logger.Warn("upstream cooling down", "upstream", u.cfg.Name, "for", d.String(), "reason", reason)
 	if p.shared != nil {
-		p.shared.publish(sharedKey{u.cfg.Name, ""}, p.opts.Now(), d, reason)
+		p.shared.publish(sharedKey{u.cfg.Name, ""}, p.opts.Now(), d, sharedRecord{reason: reason})
 	}
 }
 

@@ -3,6 +3,7 @@ package upstream
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 )
@@ -10,13 +11,15 @@ import (
 // SharedHealth shares what one gateway replica learned about a target's
 // health with the others (store.RedisStore implements it, with one key per
 // target that expires when the skip ends). The model "" stands for the
-// whole upstream (a connect-failure cooldown).
+// whole upstream (a connect-failure cooldown). The reason it keeps is
+// opaque to it: the pool's encoding of why and of the upstream's capacity
+// code (sharedRecord).
 type SharedHealth interface {
 	// PutTargetHealth records that the target is to be skipped for d
 	// (a longer skip already recorded is kept).
 	PutTargetHealth(ctx context.Context, upstream, model string, d time.Duration, reason string) error
 	// GetTargetHealth returns how long the target is still to be skipped
-	// (0: not at all) and why.
+	// (0: not at all) and the reason recorded with it.
 	GetTargetHealth(ctx context.Context, upstream, model string) (time.Duration, string, error)
 	// ClearTargetHealth forgets the target's skip.
 	ClearTargetHealth(ctx context.Context, upstream, model string) error
@@ -39,13 +42,53 @@ const (
 // sharedKey names a target (model "" the whole upstream).
 type sharedKey struct{ upstream, model string }
 
+// sharedRecord is what one replica tells the others about a target's skip:
+// why, and, when a capacity failure (a 429, a quota code) started it, the
+// upstream's code and error type (Failure.Code, Failure.Type). With them
+// every replica answers a request that finds no target usable with that
+// 429, as the replica that saw the failure does (README "Failover and
+// replay", "Scale-out with Redis": the same semantics), not with 503
+// upstream_unavailable.
+type sharedRecord struct {
+	reason    string
+	code, typ string
+}
+
+// sharedRecordSep separates the reason, the code and the type in the
+// stored value: the ASCII unit separator, which no reason, code or type
+// carries (encode drops it from them).
+const sharedRecordSep = "\x1f"
+
+// encode is the value stored for r. A record without a code is its bare
+// reason, the value replicas of earlier versions wrote and read (which show
+// a record with a code as its reason followed by the separated code and
+// type; a "circuit open" reason still starts the value).
+func (r sharedRecord) encode() string {
+	clean := func(s string) string { return strings.ReplaceAll(s, sharedRecordSep, " ") }
+	if r.code == "" {
+		return clean(r.reason)
+	}
+	return clean(r.reason) + sharedRecordSep + clean(r.code) + sharedRecordSep + clean(r.typ)
+}
+
+// decodeSharedRecord reads a stored value (encode); a value without the
+// separator, as earlier versions wrote it, is a reason without a code.
+func decodeSharedRecord(v string) sharedRecord {
+	reason, rest, ok := strings.Cut(v, sharedRecordSep)
+	if !ok {
+		return sharedRecord{reason: v}
+	}
+	code, typ, _ := strings.Cut(rest, sharedRecordSep)
+	return sharedRecord{reason: reason, code: code, typ: typ}
+}
+
 // sharedEntry is what a replica last read (or wrote) of a target's shared
 // health.
 type sharedEntry struct {
 	fetched  time.Time
 	fetching bool
 	until    time.Time
-	reason   string
+	rec      sharedRecord
 }
 
 // sharedCache reads the shared health of a target on selection, at most
@@ -82,13 +125,13 @@ func newSharedCache(p *Pool) *sharedCache {
 // skip reports whether another replica (or this one) recorded that the
 // target must be skipped at now.
 func (c *sharedCache) skip(k sharedKey, now time.Time) (bool, string) {
-	d, why := c.skipFor(k, now)
-	return d > 0, why
+	un, out := c.skipFor(k, now)
+	return out, un.Why
 }
 
-// skipFor is skip with how much longer the target is to be skipped (zero:
-// it need not be).
-func (c *sharedCache) skipFor(k sharedKey, now time.Time) (time.Duration, string) {
+// skipFor is skip with how much longer the target is to be skipped and the
+// capacity code the skip is for; out is false when it need not be.
+func (c *sharedCache) skipFor(k sharedKey, now time.Time) (un Unavailability, out bool) {
 	c.mu.Lock()
 	e := c.m[k]
 	if e == nil {
@@ -110,9 +153,9 @@ func (c *sharedCache) skipFor(k sharedKey, now time.Time) (time.Duration, string
 		c.mu.Lock()
 		e.fetching, e.fetched = false, now
 		if err == nil {
-			e.until, e.reason = time.Time{}, ""
+			e.until, e.rec = time.Time{}, sharedRecord{}
 			if d > 0 {
-				e.until, e.reason = now.Add(d), reason
+				e.until, e.rec = now.Add(d), decodeSharedRecord(reason)
 			}
 		} else {
 			// Keep what was known: the local state still applies, and a
@@ -128,9 +171,11 @@ func (c *sharedCache) skipFor(k sharedKey, now time.Time) (time.Duration, string
 		if k.model == "" {
 			what = "upstream"
 		}
-		return e.until.Sub(now), fmt.Sprintf("cooling down for %s (%s state shared by the replicas): %s", e.until.Sub(now).Round(time.Millisecond), what, e.reason)
+		left := e.until.Sub(now)
+		return Unavailability{Why: fmt.Sprintf("cooling down for %s (%s state shared by the replicas): %s", left.Round(time.Millisecond), what, e.rec.reason),
+			RetryIn: left, Code: e.rec.code, Type: e.rec.typ}, true
 	}
-	return 0, ""
+	return Unavailability{}, false
 }
 
 // sharedSkip is a skip this replica knows of from the shared health.
@@ -157,18 +202,18 @@ func (c *sharedCache) skipsOf(upstream string, now time.Time) map[string]sharedS
 		if out == nil {
 			out = map[string]sharedSkip{}
 		}
-		out[k.model] = sharedSkip{until: e.until, reason: e.reason}
+		out[k.model] = sharedSkip{until: e.until, reason: e.rec.reason}
 	}
 	return out
 }
 
 // publish records a skip of d for every replica.
-func (c *sharedCache) publish(k sharedKey, now time.Time, d time.Duration, reason string) {
+func (c *sharedCache) publish(k sharedKey, now time.Time, d time.Duration, rec sharedRecord) {
 	if d <= 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	err := c.h.PutTargetHealth(ctx, k.upstream, k.model, d, reason)
+	err := c.h.PutTargetHealth(ctx, k.upstream, k.model, d, rec.encode())
 	cancel()
 	if err != nil {
 		c.p.opts.Logger.Warn("sharing a target's cooldown with the other replicas failed", "upstream", k.upstream, "model", k.model, "error", err)
@@ -181,7 +226,7 @@ func (c *sharedCache) publish(k sharedKey, now time.Time, d time.Duration, reaso
 		c.m[k] = e
 	}
 	if until := now.Add(d); until.After(e.until) {
-		e.until, e.reason = until, reason
+		e.until, e.rec = until, rec
 	}
 	e.fetched = now
 }
@@ -197,7 +242,7 @@ func (c *sharedCache) clear(k sharedKey, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.m[k]; e != nil {
-		e.until, e.reason, e.fetched = time.Time{}, "", now
+		e.until, e.rec, e.fetched = time.Time{}, sharedRecord{}, now
 	}
 }
 
@@ -207,14 +252,15 @@ func (p *Pool) sharedUsable(t Target, now time.Time) (bool, string) {
 	return !out, un.Why
 }
 
-// sharedUnavailable is sharedUsable with how long the skip lasts.
+// sharedUnavailable is sharedUsable with how long the skip lasts and the
+// upstream's capacity code it is for.
 func (p *Pool) sharedUnavailable(t Target, now time.Time) (Unavailability, bool) {
 	if p.shared == nil {
 		return Unavailability{}, false
 	}
 	for _, k := range []sharedKey{{t.Upstream.cfg.Name, ""}, {t.Upstream.cfg.Name, t.Model}} {
-		if d, why := p.shared.skipFor(k, now); d > 0 {
-			return Unavailability{Why: why, RetryIn: d}, true
+		if un, out := p.shared.skipFor(k, now); out {
+			return un, true
 		}
 	}
 	return Unavailability{}, false

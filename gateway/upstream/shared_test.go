@@ -198,3 +198,93 @@ func TestSharedUpstreamCooldownShownInStatus(t *testing.T) {
 		t.Fatalf("A's status: %+v, want its own cooldown, not shared", own)
 	}
 }
+
+func TestSharedRecordEncoding(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		rec    sharedRecord
+		stored string // the value in the store
+		read   sharedRecord
+	}{
+		{"no code: the bare reason, as earlier versions wrote it", sharedRecord{reason: "server_error: HTTP 500"},
+			"server_error: HTTP 500", sharedRecord{reason: "server_error: HTTP 500"}},
+		{"capacity code and type", sharedRecord{reason: "rate_limited: HTTP 429 rate_limit_exceeded", code: "rate_limit_exceeded", typ: "requests"},
+			"rate_limited: HTTP 429 rate_limit_exceeded\x1frate_limit_exceeded\x1frequests",
+			sharedRecord{reason: "rate_limited: HTTP 429 rate_limit_exceeded", code: "rate_limit_exceeded", typ: "requests"}},
+		{"code without a type", sharedRecord{reason: "quota: HTTP 429", code: "insufficient_quota"},
+			"quota: HTTP 429\x1finsufficient_quota\x1f", sharedRecord{reason: "quota: HTTP 429", code: "insufficient_quota"}},
+		{"an open circuit's reason still starts the value", sharedRecord{reason: sharedCircuitOpenPrefix + " after 3 consecutive failures", code: "rate_limit_exceeded", typ: "requests"},
+			sharedCircuitOpenPrefix + " after 3 consecutive failures\x1frate_limit_exceeded\x1frequests",
+			sharedRecord{reason: sharedCircuitOpenPrefix + " after 3 consecutive failures", code: "rate_limit_exceeded", typ: "requests"}},
+		{"the separator in a part is dropped", sharedRecord{reason: "a\x1fb", code: "c\x1fd", typ: "e\x1ff"},
+			"a b\x1fc d\x1fe f", sharedRecord{reason: "a b", code: "c d", typ: "e f"}},
+		{"empty", sharedRecord{}, "", sharedRecord{}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := c.rec.encode(); got != c.stored {
+				t.Fatalf("encode: %q, want %q", got, c.stored)
+			}
+			if got := decodeSharedRecord(c.stored); got != c.read {
+				t.Fatalf("decode %q: %+v, want %+v", c.stored, got, c.read)
+			}
+		})
+	}
+}
+
+// TestSharedCapacityCodeReachesTheOtherReplica: a target another replica
+// cooled down (or opened the circuit of) for the upstream's capacity is
+// out here for that capacity too, with the upstream's code and type, as it
+// is on the replica that saw the failure; a record without them, as
+// earlier versions wrote it, still keeps the target out, without a code.
+func TestSharedCapacityCodeReachesTheOtherReplica(t *testing.T) {
+	rateLimited := Failure{Class: "rate_limited", Reason: "HTTP 429 rate_limit_exceeded", Code: "rate_limit_exceeded", Type: "requests"}
+	for _, c := range []struct {
+		name     string
+		failures []Failure
+		code     string
+		typ      string
+	}{
+		{"429 with Retry-After", []Failure{{Class: rateLimited.Class, Reason: rateLimited.Reason, Code: rateLimited.Code, Type: rateLimited.Type, Hint: 30 * time.Second}},
+			"rate_limit_exceeded", "requests"},
+		{"quota", []Failure{{Class: "quota", Reason: "HTTP 429 insufficient_quota", Code: "insufficient_quota", Type: "insufficient_quota", Backoff: QuotaBackoff}},
+			"insufficient_quota", "insufficient_quota"},
+		{"a run of 429s opens the circuit", []Failure{rateLimited, rateLimited, rateLimited}, "rate_limit_exceeded", "requests"},
+		{"a run of 5xx opens the circuit", []Failure{{Class: "server_error", Reason: "HTTP 500"}, {Class: "server_error", Reason: "HTTP 500"}, {Class: "server_error", Reason: "HTTP 500"}},
+			"", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clk := &clock{t: time.Unix(1000, 0)}
+			a, b, ta, tb := twoReplicas(t, clk, newMemHealth(clk))
+			for _, f := range c.failures {
+				a.BeginTarget(ta)
+				a.TargetFailed(ta, f)
+			}
+			here, out := a.TargetUnavailable(ta)
+			if !out || here.Code != c.code || here.Type != c.typ {
+				t.Fatalf("A, which saw the failures: out=%v %+v, want code %q type %q", out, here, c.code, c.typ)
+			}
+			there, out := b.TargetUnavailable(tb)
+			if !out || there.Code != c.code || there.Type != c.typ || there.RetryIn != here.RetryIn {
+				t.Fatalf("B, from the shared health: out=%v %+v, want code %q type %q and A's wait %s", out, there, c.code, c.typ, here.RetryIn)
+			}
+			if strings.Contains(there.Why, sharedRecordSep) {
+				t.Fatalf("B's reason shows the stored encoding: %q", there.Why)
+			}
+			for _, st := range b.TargetStatuses() {
+				if strings.Contains(st.CoolReason, sharedRecordSep) {
+					t.Fatalf("B's status shows the stored encoding: %+v", st)
+				}
+			}
+		})
+	}
+	t.Run("a record of an earlier version", func(t *testing.T) {
+		clk := &clock{t: time.Unix(1000, 0)}
+		h := newMemHealth(clk)
+		_, b, _, tb := twoReplicas(t, clk, h)
+		h.m[sharedKey{"up", "m1"}] = memSkip{until: clk.t.Add(20 * time.Second), reason: "rate_limited: HTTP 429 rate_limit_exceeded"}
+		un, out := b.TargetUnavailable(tb)
+		if !out || un.Code != "" || un.RetryIn != 20*time.Second || !strings.HasSuffix(un.Why, ": rate_limited: HTTP 429 rate_limit_exceeded") {
+			t.Fatalf("B with an earlier version's record: out=%v %+v, want out for 20s without a code", out, un)
+		}
+	})
+}

@@ -313,13 +313,17 @@ func (p *Pool) TargetFailed(t Target, f Failure) (cooldown time.Duration, opened
 		ts.openCode, ts.openType = f.Code, f.Type
 	}
 	failures, openFor := ts.failures, ts.openUntil.Sub(now)
-	skip, skipReason := cooldown, f.Class+": "+f.Reason
+	// What the other replicas skip t for, with the capacity code this
+	// replica answers with while t is out for it (unavailable).
+	skip, skipRec := cooldown, sharedRecord{reason: f.Class + ": " + f.Reason, code: f.Code, typ: f.Type}
 	if ts.circuit == CircuitOpen && openFor > skip {
-		skip, skipReason = openFor, fmt.Sprintf(sharedCircuitOpenPrefix+" after %d consecutive failures (last: %s: %s)", failures, f.Class, f.Reason)
+		here, _ := ts.unavailable(now)
+		skip, skipRec = openFor, sharedRecord{reason: fmt.Sprintf(sharedCircuitOpenPrefix+" after %d consecutive failures (last: %s: %s)", failures, f.Class, f.Reason),
+			code: here.Code, typ: here.Type}
 	}
 	u.mu.Unlock()
 	if p.shared != nil && skip > 0 {
-		p.shared.publish(sharedKey{u.cfg.Name, t.Model}, now, skip, skipReason)
+		p.shared.publish(sharedKey{u.cfg.Name, t.Model}, now, skip, skipRec)
 	}
 	if opened {
 		p.opts.Logger.Warn("target circuit open", "upstream", u.cfg.Name, "model", t.Model, "failures", failures,
