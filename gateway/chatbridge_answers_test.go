@@ -83,7 +83,9 @@ func TestChatUpstreamErrorBeforeContent(t *testing.T) {
 			msg := gjson.GetBytes(last.data, "response.error.message").Str
 			switch {
 			case tt.message == "":
-				if last.typ != "response.failed" || last.code != "server_error" || !strings.Contains(msg, "Internal server error") {
+				// Its code, the status 500, is none (README "Chat-Completions-only
+				// upstreams"): the gateway's upstream_error, a server_error on the wire.
+				if last.typ != "response.failed" || last.code != "upstream_error" || !strings.Contains(msg, "Internal server error") {
 					t.Fatalf("server error: %s", last.data)
 				}
 			case last.typ != "response.failed" || !strings.Contains(msg, tt.message) || strings.Contains(msg, "upstream_unavailable") ||

@@ -94,10 +94,10 @@ func TestUpstreamClientErrorEventBeforeAnythingIsTheStatus(t *testing.T) {
 	}
 	// A Responses stream's code is one of the spec's a client does not
 	// retry: invalid_prompt, or context_length_exceeded for llama.cpp's own
-	// context-overflow type (which then leads the message).
+	// context-overflow type (OpenAI's code, which says it all).
 	for _, tt := range []struct{ typ, code, message string }{
 		{"invalid_request_error", "invalid_prompt", msg},
-		{"exceed_context_size_error", "context_length_exceeded", "exceed_context_size_error: " + msg},
+		{"exceed_context_size_error", "context_length_exceeded", msg},
 	} {
 		t.Run("responses client/"+tt.typ, func(t *testing.T) {
 			up := llamaStreamError(http.StatusBadRequest, tt.typ, msg)

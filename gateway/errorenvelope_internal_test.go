@@ -16,8 +16,8 @@ func TestErrorEnvelopeAnswer(t *testing.T) {
 	}{
 		{"OpenAI envelope, client error", `{"error":{"message":"too long","type":"invalid_request_error","param":"input","code":"context_length_exceeded"}}`, nil, 400, "context_length_exceeded"},
 		{"OpenAI envelope, server error", `{"error":{"message":"boom","type":"server_error","param":null,"code":null}}`, nil, 502, ""},
-		{"status as the code", `{"error":{"message":"slow down","code":429}}`, nil, 429, "429"},
-		{"vLLM bare error object", `{"object":"error","message":"bad","type":"BadRequestError","code":400}`, nil, 400, "400"},
+		{"status as the code", `{"error":{"message":"slow down","code":429}}`, nil, 429, "rate_limit_exceeded"}, // apierr.FromUpstream: a status sent as the code is no code
+		{"vLLM bare error object", `{"object":"error","message":"bad","type":"BadRequestError","code":400}`, nil, 400, ""},
 		{"a Response, error null", `{"id":"resp_1","object":"response","status":"completed","error":null,"output":[]}`, nil, 0, ""},
 		{"a failed Response", `{"id":"resp_1","object":"response","status":"failed","error":{"code":"server_error","message":"x"},"output":[]}`, nil, 0, ""},
 		{"a chat.completion", `{"id":"chatcmpl-1","object":"chat.completion","choices":[]}`, nil, 0, ""},

@@ -24,6 +24,15 @@ func TestOpenAIShapedBody(t *testing.T) {
 			`{"error":{"message":"m","type":"invalid_request_error","param":null,"code":null}}`},
 		{"llama.cpp integer code, no param", 400, `{"error": {"code": 400, "message": "m", "type": "invalid_request_error"}}`, "",
 			`{"error":{"code":null,"message":"m","param":null,"type":"invalid_request_error"}}`},
+		// A status sent as the code is none, a 429's rate_limit_exceeded,
+		// in OpenAI's shape too; llama.cpp's context overflow is OpenAI's
+		// context_length_exceeded (README "Chat-Completions-only upstreams").
+		{"status as a string code, 429", 429, `{"error":{"message":"m","type":"rate_limit_error","param":null,"code":"429"}}`, "",
+			`{"error":{"code":"rate_limit_exceeded","message":"m","param":null,"type":"rate_limit_error"}}`},
+		{"llama.cpp integer code, 429", 429, `{"error":{"code":429,"message":"m","type":"rate_limit_error"}}`, "",
+			`{"error":{"code":"rate_limit_exceeded","message":"m","param":null,"type":"rate_limit_error"}}`},
+		{"llama.cpp context overflow", 400, `{"error":{"code":400,"message":"m","type":"exceed_context_size_error","n_prompt_tokens":5000,"n_ctx":4096}}`, "",
+			`{"error":{"code":"context_length_exceeded","message":"m","param":null,"type":"invalid_request_error"}}`},
 		{"integer code beside another status", 404, `{"error":{"code":400,"message":"m","type":"not_found_error"}}`, "",
 			`{"error":{"code":"400","message":"m","param":null,"type":"not_found_error"}}`},
 		{"no type", http.StatusNotFound, `{"error":{"message":"no such model","code":"model_not_found"}}`, "",
@@ -56,27 +65,5 @@ func TestOpenAIShapedBody(t *testing.T) {
 				t.Fatalf("got  %s\nwant %s", got, tc.want)
 			}
 		})
-	}
-}
-
-// TestClientCode: a code that only repeats the status gives way to
-// rate_limit_exceeded for a 429 and to none otherwise.
-func TestClientCode(t *testing.T) {
-	for _, tc := range []struct {
-		code   string
-		status int
-		want   string
-	}{
-		{"429", 429, "rate_limit_exceeded"},
-		{"", 429, "rate_limit_exceeded"},
-		{"insufficient_quota", 429, "insufficient_quota"},
-		{"400", 400, ""},
-		{"invalid_value", 400, "invalid_value"},
-		{"400", 404, "400"},
-		{"", 0, ""},
-	} {
-		if got := clientCode(tc.code, tc.status); got != tc.want {
-			t.Errorf("clientCode(%q, %d) = %q, want %q", tc.code, tc.status, got, tc.want)
-		}
 	}
 }

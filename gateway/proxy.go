@@ -1264,17 +1264,6 @@ func (s *Server) transportFailure(ctx, upCtx context.Context, out responder, req
 	return s.rescue(ctx, req, u, in, why, nil)
 }
 
-// codeBesideStatus is an upstream error's code as a failure reason shows
-// it next to the status: "" when the code only repeats the status, as
-// llama.cpp's numeric "code": 401 does, so the reason reads "HTTP 401",
-// not "HTTP 401 401".
-func codeBesideStatus(code string, status int) string {
-	if code == strconv.Itoa(status) {
-		return ""
-	}
-	return code
-}
-
 // statusFailure handles a non-2xx upstream answer. It classifies the
 // failure, charges the target (cooldowns and circuits stay in the upstream
 // package) and asks the replay policy (Phase before_headers). When the
@@ -1297,7 +1286,7 @@ func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRe
 	perr := upstreamErrorOf(ans.status, ans.body)
 	status := ans.status
 	try := tryOf(req)
-	code := codeBesideStatus(perr.Code, status)
+	code := apierr.CodeBesideStatus(perr.Code, status)
 	why := strings.TrimSpace(fmt.Sprintf("HTTP %d %s", status, firstNonEmpty(code, perr.Message)))
 	coded := strings.TrimSpace(fmt.Sprintf("HTTP %d %s", status, code)) // no dangling space without a code
 	in := hostabi.ReplayInput{Phase: hostabi.PhaseBeforeHeaders, Code: perr.Code, HTTPStatus: status}
@@ -1307,12 +1296,12 @@ func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRe
 		f := upstream.CapacityFailure(ans.header, perr.Message, perr.Code, status, time.Now(), coded)
 		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), f.Class).Inc()
 		try.fail = &f
-		ce := perr
+		ce := apierr.FromUpstream(perr, status) // llama.cpp's "429" is rate_limit_exceeded to a client
 		if _, readable := apierr.Parse(ans.body); !readable || ans.bodyCut != "" {
 			// No error the gateway can read (an HTML page, a body over the
 			// read bound): described as openAIShapedBody describes it, never
 			// quoted raw or cut mid-string.
-			ce.Code, ce.Message = clientCode("", status), errorBodyExcerpt(status, ans.body, ans.bodyCut)
+			ce.Code, ce.Message = apierr.ClientCode("", status), errorBodyExcerpt(status, ans.body, ans.bodyCut)
 		}
 		if ce.Type == "" {
 			ce.Type = apierr.TypeServer
@@ -1347,7 +1336,10 @@ func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRe
 		}
 		try.fail = &f
 		in.FailureClass, in.RetryAfterMillis = hostabi.FailureServerError, f.Hint.Milliseconds()
-	case perr.Code == "context_length_exceeded":
+	case apierr.FromUpstream(perr, status).Code == apierr.CodeContextLengthExceeded:
+		// llama.cpp's exceed_context_size_error included: the client gets
+		// it as context_length_exceeded (openAIShapedBody), and a larger
+		// context may serve it as for any upstream that says so.
 		in.FailureClass = hostabi.FailureContextLength
 	default:
 		in.FailureClass = hostabi.FailureClientError
@@ -1389,11 +1381,14 @@ func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRe
 // openAIShapedBody is an upstream's error body as the client gets it
 // (README "Endpoints": errors are OpenAI-shaped everywhere), with the status
 // it came with. One in OpenAI's shape (message and type strings, code and
-// param each a string or null) is relayed unchanged, byte for byte. An error
-// in another shape is re-rendered in OpenAI's, as an in-stream error chunk is
+// param each a string or null) is relayed unchanged, byte for byte, unless
+// apierr.FromUpstream says otherwise of its code or type. An error in
+// another shape is re-rendered in OpenAI's, as an in-stream error chunk is
 // (pump.chatError): llama.cpp's integer code without a param, vLLM's bare
-// error object, Ollama's {"error":"…"}, its message, type and param kept and
-// its code as clientCode gives it. Anything else (an HTML page, a proxy's
+// error object, Ollama's {"error":"…"}, its message and param kept and its
+// code and type as apierr.FromUpstream gives them (a status sent as the
+// code is none, llama.cpp's context overflow is context_length_exceeded).
+// Anything else (an HTML page, a proxy's
 // text, JSON with no error in it, a body cut at maxUpstreamErrorBody or
 // short of its end) is
 // never relayed as it came: the client would get no error it can parse, or a
@@ -1406,7 +1401,11 @@ func openAIShapedBody(status int, body []byte, cut string) []byte {
 		e = relayedError(status, nil)
 		e.Code, e.Message = apierr.CodeUpstreamError, errorBodyExcerpt(status, body, cut)
 	case inner.IsObject() && isOpenAIError(inner):
-		return body
+		up, _ := apierr.Parse(body)
+		if client := apierr.FromUpstream(up, status); client.Code == up.Code && client.Type == up.Type {
+			return body
+		}
+		e = apierr.FromUpstream(relayedError(status, body), status)
 	case inner.Type == gjson.String && strings.TrimSpace(inner.Str) != "":
 		e = relayedError(status, nil)
 		e.Message = inner.Str
@@ -1416,8 +1415,7 @@ func openAIShapedBody(status int, body []byte, cut string) []byte {
 			e.Code, e.Message = apierr.CodeUpstreamError, errorBodyExcerpt(status, body, "")
 			break
 		}
-		e = relayedError(status, body)
-		e.Code = clientCode(e.Code, status)
+		e = apierr.FromUpstream(relayedError(status, body), status)
 	}
 	b, err := json.Marshal(&e)
 	if err != nil { // cannot happen: e is strings
@@ -1668,25 +1666,9 @@ func errorShaped(ev sse.Event, chat bool) (code string, status int, ok bool) {
 		status = errorStatusOf(e)
 	}
 	if status == http.StatusTooManyRequests { // the code a capacity answer carries (capacityErr)
-		code = clientCode(code, status)
+		code = apierr.ClientCode(code, status)
 	}
 	return code, status, true
-}
-
-// clientCode is an upstream error's code as the client gets it beside
-// status: a code that only repeats the status (llama.cpp's numeric
-// "code": 429, codeBesideStatus) says nothing a client acts on, so a 429
-// gets the code OpenAI's rate limits carry, rate_limit_exceeded (what a
-// client that retries on rate limits looks for, from a Responses stream's
-// response.failed too), and any other status none.
-func clientCode(code string, status int) string {
-	if code != "" && codeBesideStatus(code, status) != "" {
-		return code
-	}
-	if status == http.StatusTooManyRequests {
-		return "rate_limit_exceeded"
-	}
-	return ""
 }
 
 // isCapacity reports whether an error means the upstream is out of capacity.

@@ -262,10 +262,6 @@ func (p *pump) firstEvent() (sse.Event, error) {
 	return ev, err
 }
 
-// llamaContextOverflowType is the error type llama.cpp's server gives a
-// prompt longer than its context (its code is the bare status, 400).
-const llamaContextOverflowType = "exceed_context_size_error"
-
 // unseen reports whether a failure now is still invisible to the client.
 func (p *pump) unseen() bool { return p.replayable && !p.cs.visible() }
 
@@ -637,22 +633,19 @@ func (p *pump) upstreamError(payload []byte, eventType string) string {
 	if status == 0 { // the status its error stands for, as the attempt judged it (errorShaped)
 		_, status, _ = errorShaped(sse.Event{Data: payload}, false)
 	}
-	if isClientErrorStatus(status) {
-		// A client error's code that only repeats its status (clientCode)
-		// gives way to one of the spec's codes a client does not retry:
-		// llama.cpp's 400 for a prompt over the context is
-		// context_length_exceeded (Codex stops on it), another is
-		// invalid_prompt, never the server_error a missing code would
-		// travel as (README "Endpoints"). A type other than the generic
-		// ones leads the message, as an unknown code does.
-		if perr.Code = clientCode(perr.Code, status); perr.Code == "" {
-			perr.Code = "invalid_prompt"
-			if perr.Type == llamaContextOverflowType {
-				perr.Code = "context_length_exceeded"
-			}
-			if perr.Type != apierr.TypeInvalidRequest && perr.Type != apierr.TypeServer {
-				perr.Message = perr.Type + ": " + perr.Message
-			}
+	// A code that only repeats the status is none, and llama.cpp's 400 for
+	// a prompt over the context is context_length_exceeded (Codex compacts
+	// on it), as on every path an upstream's error takes to a client
+	// (apierr.FromUpstream).
+	perr = apierr.FromUpstream(perr, status)
+	if isClientErrorStatus(status) && perr.Code == "" {
+		// A client error without a code gets one of the spec's codes a
+		// client does not retry, invalid_prompt, never the server_error a
+		// missing code would travel as (README "Endpoints"). A type other
+		// than the generic ones leads the message, as an unknown code does.
+		perr.Code = "invalid_prompt"
+		if perr.Type != apierr.TypeInvalidRequest && perr.Type != apierr.TypeServer {
+			perr.Message = perr.Type + ": " + perr.Message
 		}
 	}
 	if perr.Code == "" {
@@ -818,7 +811,7 @@ func (p *pump) chatError(payload []byte) string {
 			e = inner
 		}
 		perr.Status = errorStatusOf(e)
-		perr.Code = clientCode(perr.Code, perr.Status)
+		perr = apierr.FromUpstream(perr, perr.Status)
 	}
 	if !p.cs.visible() {
 		// Nothing went out yet: the error is the HTTP status and JSON

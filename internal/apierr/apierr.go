@@ -47,7 +47,7 @@ const (
 	CodeClientClosedRequest      = "client_closed_request"        // 499: the client went away
 	CodeUpstreamError            = "upstream_error"               // an upstream error without a code of its own
 	CodeWebSocketRefused         = "websocket_refused"            // the upstream refused the WebSocket upgrade
-	CodeContextLengthExceeded    = "context_length_exceeded"      // the chat bridge's history is longer than it keeps
+	CodeContextLengthExceeded    = "context_length_exceeded"      // the chat bridge's history is longer than it keeps; llama.cpp's context overflow (FromUpstream)
 	CodePreviousResponseNotFound = "previous_response_not_found"  // the chat bridge does not know previous_response_id
 
 	// Sluice keys and limits (gateway/auth.go).
@@ -183,10 +183,12 @@ func StreamIncomplete(format string, args ...any) *Error {
 // CapacityExhausted is the 429 for a request whose every target cools down
 // for its capacity: code and typ are the upstream's (rate_limit_exceeded
 // and requests, insufficient_quota, …), as a client that acts on them got
-// them from the request that started the cooldown; without a type, the
-// code stands for it (as OpenAI's insufficient_quota does), never
-// server_error for a 429.
+// them from the request that started the cooldown, the code as ClientCode
+// gives it beside the 429 (llama.cpp's "429" is rate_limit_exceeded, README
+// "Failover and replay"); without a type, the code stands for it (as
+// OpenAI's insufficient_quota does), never server_error for a 429.
 func CapacityExhausted(code, typ string, retryAfter time.Duration, format string, args ...any) *Error {
+	code = ClientCode(code, http.StatusTooManyRequests)
 	if typ == "" || typ == TypeServer {
 		typ = code
 	}

@@ -455,8 +455,12 @@ func (s *Stream) failed(e *apierr.Error) {
 	s.terminal("response.failed", "failed")
 }
 
-// upstreamError reads an error object (or string) from a Chat error chunk.
-// Its Status is the HTTP status the error stands for (errorStatus).
+// upstreamError reads an error object (or string) from a Chat error chunk
+// or error envelope. Its Status is the HTTP status the error stands for
+// (ErrorStatus); its code and type are as the client gets them
+// (apierr.FromUpstream: llama.cpp's status sent as the code is none, or
+// rate_limit_exceeded for a 429, and its context overflow is
+// context_length_exceeded), whichever path renders it.
 func upstreamError(v gjson.Result) *apierr.Error {
 	if v.Type == gjson.String {
 		return &apierr.Error{Status: http.StatusBadGateway, Type: apierr.TypeServer, Message: v.Str}
@@ -465,7 +469,8 @@ func upstreamError(v gjson.Result) *apierr.Error {
 	if !ok {
 		e = apierr.Error{Type: apierr.TypeServer, Message: "The upstream reported an error."}
 	}
-	e.Status = ErrorStatus(e)
+	e.Status = ErrorStatus(e) // before FromUpstream: a status sent as the code names it
+	e = apierr.FromUpstream(e, e.Status)
 	if e.Message == "" {
 		e.Message = "The upstream reported an error."
 	}
