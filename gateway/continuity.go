@@ -190,6 +190,26 @@ func (c *continuity) decide(surface, source, responseID string, a store.Anchor, 
 	return resolution{owner: a.Upstream, source: source, upstreamID: a.UpstreamID, keyHash: a.ClientKeyHash}
 }
 
+// storeRetryAfter is the Retry-After of an answer failed closed because the
+// store could not be read: the longest wait between the Redis store's
+// health pings while it does not answer (README "Scale-out with Redis":
+// every 100 ms, doubling to 2 s), so a retry after it finds a Redis that
+// is back already serving. (A Pebble store that stopped on a write error
+// rechecks its directory less often, but needs an operator anyway.)
+const storeRetryAfter = 2 * time.Second
+
+// ownerLookupFailed is the answer to a request that names a response
+// (what: "previous_response_id", "the response") whose owner the store
+// could not be read for: failed closed, since no upstream but the owner may
+// take it. The store is the gateway's own and unavailable only for the
+// moment, so it is a 503 with a Retry-After, as for an owner that is out
+// (failOwnerOut), rather than the 502 of an upstream that answered badly.
+func ownerLookupFailed(what string) *apierr.Error {
+	e := apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "owner lookup failed: the gateway could not read which upstream owns %s; retry the request", what)
+	e.RetryAfter = storeRetryAfter
+	return e
+}
+
 // refuseUnknownPrevious answers a request whose previous_response_id is
 // unknown to its Sluice key (resolution.unknownTo) without calling any
 // upstream: the 400 previous_response_not_found OpenAI's API gives an

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/sluice-gw/sluice/internal/logtext"
 	"github.com/sluice-gw/sluice/store"
 )
 
@@ -62,7 +63,31 @@ type RedisLimiter struct {
 	fallbacks atomic.Int64
 	once      sync.Once
 	lastWarn  atomic.Int64
+
+	// Settlements that could not reach Redis (a stall, an outage) are
+	// settled again later (settleLater): unsettled holds each one by lease
+	// id until Redis takes it or its lease would have expired anyway, and
+	// one timer at a time (retryTimer, armed while unsettled is not empty)
+	// retries them.
+	settleMu   sync.Mutex
+	unsettled  map[string]settlement
+	retryTimer *time.Timer
+	retryDelay time.Duration
+	notRetried logtext.Every
 }
+
+const (
+	// settleRetryFirst and settleRetryMax bound the backoff between the
+	// attempts to settle what Redis did not take: at most the Redis store's
+	// longest wait between health pings, so that a slot frees within
+	// seconds of Redis answering again.
+	settleRetryFirst = 250 * time.Millisecond
+	settleRetryMax   = 2 * time.Second
+	// maxUnsettled bounds the settlements waiting to be retried (a few
+	// hundred bytes each): past it, during a long outage, a new one is not
+	// retried, and its lease expires after LeaseTTL as before.
+	maxUnsettled = 100_000
+)
 
 // Fallbacks is how many admissions and settlements went to the fallback
 // (or were dropped) because Redis was unavailable
@@ -80,6 +105,7 @@ func (l *RedisLimiter) init() {
 		if l.Logger == nil {
 			l.Logger = hclog.NewNullLogger()
 		}
+		l.notRetried.Interval = 10 * time.Second
 	})
 }
 
@@ -200,13 +226,22 @@ return reply(0, 0)
 
 // settleScript: KEYS tpm, concurrent, day, month, budget reservations. ARGV
 // tpm, refund (the estimate minus what was used), lease id, used, day end
-// ms, month end ms, reservation ("": none). The reservation is dropped in
-// the step that counts the tokens used, so no admission sees a request
-// between the two. Reply {day used, month used} (-1: no counter).
+// ms, month end ms, reservation ("": none), retry ("1": a settlement tried
+// before, whose reply may have been lost after it ran). The reservation is
+// dropped in the step that counts the tokens used, so no admission sees a
+// request between the two. A retry whose lease and reservation are both
+// gone already ran (or its lease expired): it refunds and counts nothing
+// again. Reply {day used, month used} (-1: no counter).
 var settleScript = store.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local tpm, refund, used = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[4])
+local released = 0
+if ARGV[3] ~= '' then released = released + redis.call('ZREM', KEYS[2], ARGV[3]) end
+if ARGV[7] ~= '' then released = released + redis.call('ZREM', KEYS[5], ARGV[7]) end
+if ARGV[8] == '1' and released == 0 then
+  return {tonumber(redis.call('GET', KEYS[3]) or -1), tonumber(redis.call('GET', KEYS[4]) or -1)}
+end
 if tpm > 0 and refund ~= 0 then
   local rate = tpm / 60000
   local h = redis.call('HMGET', KEYS[1], 't', 'ts')
@@ -217,8 +252,6 @@ if tpm > 0 and refund ~= 0 then
   redis.call('HSET', KEYS[1], 't', string.format('%.3f', tokens), 'ts', now)
   redis.call('PEXPIRE', KEYS[1], math.ceil((tpm - tokens) / rate) + 1000)
 end
-if ARGV[3] ~= '' then redis.call('ZREM', KEYS[2], ARGV[3]) end
-if ARGV[7] ~= '' then redis.call('ZREM', KEYS[5], ARGV[7]) end
 if used > 0 then
   if redis.call('EXISTS', KEYS[3]) == 1 then redis.call('INCRBY', KEYS[3], used) end
   if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('INCRBY', KEYS[4], used) end
@@ -312,7 +345,7 @@ func (l *RedisLimiter) Admit(ctx context.Context, key string, lim store.KeyLimit
 	switch n(0) {
 	case 0:
 		return &redisAdmission{l: l, key: key, lim: lim, lease: lease, reservation: reservation,
-			estimate: min(max(estimate, 0), max(lim.TPM, 0)), state: st}, nil
+			estimate: min(max(estimate, 0), max(lim.TPM, 0)), state: st, leaseEnds: time.Now().Add(l.LeaseTTL)}, nil
 	case 1:
 		return nil, refuse(CodeInsufficientQuota, "the key %q used its budget of %d tokens for today (UTC)", key, lim.TokensPerDay)
 	case 2:
@@ -372,31 +405,153 @@ type redisAdmission struct {
 	reservation string // the member of rl:<key>:b, "" when none
 	estimate    int64  // taken from the tpm bucket
 	state       LimitState
+	leaseEnds   time.Time // when Redis drops the lease and the reservation by itself (this process's clock)
 	once        sync.Once
 }
 
 func (a *redisAdmission) State() LimitState { return a.state }
 
-// Done settles in Redis; when Redis is unavailable the settlement is lost:
-// the lease and the budget reservation expire after LeaseTTL, the bucket
-// refills by itself, and the tokens used are not counted against the
-// budgets (the usage totals still hold them).
+// Done settles in Redis. When Redis does not take the settlement (down, or
+// slower than the store's timeout), one that releases a concurrency lease
+// or a budget reservation is retried in the background (settleLater): a
+// stall at the end of a request would otherwise keep its slot taken on
+// every replica for LeaseTTL. One that releases neither (tpm alone) is
+// dropped: the bucket refills by itself. The tokens used are counted
+// against the budgets when the settlement lands (the usage totals hold
+// them either way).
 func (a *redisAdmission) Done(used int64) {
 	a.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
 		now := a.l.now()
 		ks, dayEnd, monthEnd := a.l.keysOf(a.key, now)
-		v, err := a.l.Store.RunScript(ctx, settleScript, []string{ks.tpm, ks.conc, ks.day, ks.month, ks.budget},
-			a.lim.TPM, a.estimate-used, a.lease, max(used, 0), dayEnd.UnixMilli(), monthEnd.UnixMilli(), a.reservation)
-		if err != nil {
+		st := settlement{key: a.key, lim: a.lim, keys: ks, dayEnd: dayEnd, monthEnd: monthEnd, refund: a.estimate - used,
+			lease: a.lease, used: max(used, 0), reservation: a.reservation, leaseEnds: a.leaseEnds, periodsAt: now}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := a.l.settle(ctx, st, false); err != nil {
 			a.l.degraded("settle", a.key, err)
-			return
-		}
-		if totals, ok := v.([]any); ok && len(totals) == 2 {
-			day, _ := totals[0].(int64)
-			month, _ := totals[1].(int64)
-			a.l.observed(a.key, a.lim, now, day, month)
+			if st.releases() && !errors.Is(err, store.ErrClosed) {
+				a.l.settleLater(st)
+			}
 		}
 	})
+}
+
+// settlement is one request's settleScript call, kept to be retried.
+type settlement struct {
+	key              string
+	lim              store.KeyLimits
+	keys             redisKeys // of the periods the request ended in
+	dayEnd, monthEnd time.Time
+	refund           int64
+	lease            string
+	used             int64
+	reservation      string
+	leaseEnds        time.Time // past it, Redis has dropped what it releases
+	periodsAt        time.Time // the time the periods were named at
+}
+
+// releases reports whether the settlement frees something other requests
+// wait for: a concurrency slot or a budget reservation.
+func (st settlement) releases() bool {
+	return (st.lim.Concurrent > 0 && st.lease != "") || st.reservation != ""
+}
+
+// settle runs st in Redis (retry: st was tried before and may have run)
+// and hands the budgets' totals it answers to the fallback.
+func (l *RedisLimiter) settle(ctx context.Context, st settlement, retry bool) error {
+	again := ""
+	if retry {
+		again = "1"
+	}
+	v, err := l.Store.RunScript(ctx, settleScript, []string{st.keys.tpm, st.keys.conc, st.keys.day, st.keys.month, st.keys.budget},
+		st.lim.TPM, st.refund, st.lease, st.used, st.dayEnd.UnixMilli(), st.monthEnd.UnixMilli(), st.reservation, again)
+	if err != nil {
+		return fmt.Errorf("settling the request of key %q: %w", st.key, err)
+	}
+	if totals, ok := v.([]any); ok && len(totals) == 2 {
+		day, _ := totals[0].(int64)
+		month, _ := totals[1].(int64)
+		l.observed(st.key, st.lim, st.periodsAt, day, month)
+	}
+	return nil
+}
+
+// settleLater keeps st to be settled once Redis takes it, retrying with
+// backoff (settleRetryFirst doubling to settleRetryMax) until it lands or
+// its lease ends. One timer retries every waiting settlement, and at most
+// maxUnsettled wait: an outage costs memory in proportion to that bound,
+// not to its length, and no goroutine per failure.
+func (l *RedisLimiter) settleLater(st settlement) {
+	l.settleMu.Lock()
+	defer l.settleMu.Unlock()
+	if l.unsettled == nil {
+		l.unsettled = map[string]settlement{}
+	}
+	if len(l.unsettled) >= maxUnsettled {
+		if n, ok := l.notRetried.Allow(time.Now()); ok {
+			l.Logger.Error("a settlement that did not reach Redis is not retried: too many are waiting; its slot frees when its lease expires",
+				"key", st.key, "waiting", maxUnsettled, "not_retried", n)
+		}
+		return
+	}
+	l.unsettled[st.lease] = st
+	if l.retryTimer == nil {
+		l.retryDelay = settleRetryFirst
+		l.retryTimer = time.AfterFunc(l.retryDelay, l.retrySettlements)
+	}
+}
+
+// retrySettlements tries each waiting settlement once, stopping at the
+// first Redis refuses (the rest wait for the next round), drops those
+// whose lease has ended, and arms the next round while any is left.
+func (l *RedisLimiter) retrySettlements() {
+	l.settleMu.Lock()
+	batch := make([]settlement, 0, len(l.unsettled))
+	for _, st := range l.unsettled {
+		batch = append(batch, st)
+	}
+	l.settleMu.Unlock()
+	settled, refused := 0, false
+	for _, st := range batch {
+		if !time.Now().Before(st.leaseEnds) {
+			l.forgetSettlement(st) // Redis has dropped the lease by itself
+			continue
+		}
+		if refused {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := l.settle(ctx, st, true)
+		cancel()
+		switch {
+		case err == nil:
+			l.forgetSettlement(st)
+			settled++
+		case errors.Is(err, store.ErrClosed): // the gateway is shutting down
+			l.forgetSettlement(st)
+		default:
+			refused = true
+		}
+	}
+	if settled > 0 {
+		l.Logger.Info("shared rate limits: requests whose end did not reach Redis are settled after all", "settled", settled)
+	}
+	l.settleMu.Lock()
+	defer l.settleMu.Unlock()
+	if len(l.unsettled) == 0 {
+		l.retryTimer = nil
+		return
+	}
+	if refused {
+		l.retryDelay = min(2*l.retryDelay, settleRetryMax)
+	} else {
+		l.retryDelay = settleRetryFirst
+	}
+	l.retryTimer = time.AfterFunc(l.retryDelay, l.retrySettlements)
+}
+
+func (l *RedisLimiter) forgetSettlement(st settlement) {
+	l.settleMu.Lock()
+	delete(l.unsettled, st.lease)
+	l.settleMu.Unlock()
 }

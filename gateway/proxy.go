@@ -314,7 +314,7 @@ func (s *Server) pin(ctx context.Context, out responder, req *clientRequest) boo
 	}
 	res := s.cont.resolve(ctx, req.surface(), req.previousResponseID, req.scope)
 	if res.err != nil {
-		s.failClosed(out, req, failOwnerLookupFailed, http.StatusBadGateway, "owner lookup failed: the gateway could not read which upstream owns previous_response_id; retry the request")
+		s.failClosedWith(out, req, failOwnerLookupFailed, ownerLookupFailed("previous_response_id"))
 		return false
 	}
 	if res.unknownTo(req.key != nil, req.clientKeyHash) { // continuity.go: a Sluice key uses only its own anchors

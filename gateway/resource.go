@@ -969,7 +969,7 @@ func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id, hash strin
 	}
 	res := s.cont.resolve(r.Context(), hostabi.SurfaceResponsesJSON, id, scopeOf(r.Header, hash))
 	if res.err != nil {
-		apierr.UpstreamUnavailable(http.StatusBadGateway, "owner lookup failed: the gateway could not read which upstream owns the response; retry the request").Write(w)
+		ownerLookupFailed("the response").Write(w)
 		return
 	}
 	if res.owner != "" && !res.unknownTo(keyOf(r) != nil, hash) && call.stored != nil {

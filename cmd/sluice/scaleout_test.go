@@ -232,8 +232,8 @@ func TestScaleOutRedisOutage(t *testing.T) {
 	before := e.ups["A"].RequestCount() + e.ups["B"].RequestCount()
 	for _, r := range []*replica{r1, r2} {
 		code, _, ecode := respond(t, r.base, acked[0])
-		if code != http.StatusBadGateway || ecode != "upstream_unavailable" {
-			t.Fatalf("follow-up with Redis down through %s: %d %q, want 502 upstream_unavailable", r.base, code, ecode)
+		if code != http.StatusServiceUnavailable || ecode != "upstream_unavailable" {
+			t.Fatalf("follow-up with Redis down through %s: %d %q, want 503 upstream_unavailable", r.base, code, ecode)
 		}
 	}
 	if after := e.ups["A"].RequestCount() + e.ups["B"].RequestCount(); after != before {
