@@ -193,6 +193,14 @@ func TestPolicyConfigProblemsAtStart(t *testing.T) {
 		!strings.Contains(stderr.String(), "model_aliases must map strings to strings") {
 		t.Fatalf("a rejected policy config: exit %d\n%s", code, stderr.String())
 	}
+	// A misspelt key in the built-in rewrite's config would leave the alias
+	// silently off: the start is refused, naming it.
+	stdout.Reset()
+	stderr.Reset()
+	code = run(context.Background(), []string{"serve", "--config", write("policies:\n  rewrite: {model_alias: {fast: gpt-fake-1}}\n"), "--data-dir", t.TempDir()}, &stdout, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), `unknown key "model_alias"`) {
+		t.Fatalf("a misspelt rewrite key: exit %d\n%s", code, stderr.String())
+	}
 
 	base, stop := startWithEnv(t, nil, "serve", "--config", write("policies:\n  rewrit: {model_aliases: {fast: gpt-fake-1}}\n"), "--data-dir", t.TempDir())
 	if got := streamTurn(t, base); got == "" {

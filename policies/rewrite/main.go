@@ -14,6 +14,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/sluice-gw/sluice/sdk"
 )
@@ -90,8 +91,19 @@ func selfTest() error {
 	if cfg == "" {
 		return nil
 	}
-	if !sdk.EachMember(cfg, func(string, string) bool { return true }) {
+	// A misspelt key would leave the edit it meant silently off: refused,
+	// as the gateway refuses an unknown key in its own config.
+	unknown := ""
+	if !sdk.EachMember(cfg, func(k, _ string) bool {
+		if k != "model_aliases" && k != "strip_tool_types" && unknown == "" {
+			unknown = k
+		}
+		return true
+	}) {
 		return errors.New("config is not a JSON object")
+	}
+	if unknown != "" {
+		return fmt.Errorf("unknown key %q: the keys are model_aliases and strip_tool_types", unknown)
 	}
 	if m, ok := sdk.Lookup(cfg, "model_aliases"); ok {
 		bad := false

@@ -48,7 +48,8 @@ func TestRewriteNoConfigIsNoop(t *testing.T) {
 }
 
 func TestSelfTestRejectsBadConfig(t *testing.T) {
-	for _, cfg := range []string{`[1]`, `{"model_aliases":{"a":1}}`, `{"strip_tool_types":"web_search"}`} {
+	for _, cfg := range []string{`[1]`, `{"model_aliases":{"a":1}}`, `{"strip_tool_types":"web_search"}`,
+		`{"model_alias":{"fast":"gpt-a"}}`, `{"model_aliases":{},"strip_tool_type":["web_search"]}`} {
 		if err := (&sdk.Harness{Config: cfg}).SelfTest(); err == nil {
 			t.Errorf("config %s accepted", cfg)
 		}
