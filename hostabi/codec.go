@@ -141,6 +141,21 @@ func (d *decoder) object(set func(key []byte, vs, ve int) error) error {
 	return nil
 }
 
+// typeError is the fault for a member whose well-formed value raw is not
+// of the kind the ABI gives it (want): what it must be and what it is, so
+// that an author is not sent looking for a syntax error (ABI.md §4).
+func typeError(want string, raw []byte) error {
+	got := jsonx.Kind(raw)
+	if got == "a number" && len(raw) <= maxQuotedNumber {
+		got = string(raw) // 1.5, 1e30: as written
+	}
+	return fmt.Errorf("must be %s, got %s", want, got)
+}
+
+// maxQuotedNumber is the longest number typeError quotes; a longer one is
+// only called a number.
+const maxQuotedNumber = 32
+
 func (d *decoder) str(p *string, vs, ve int) error {
 	raw := d.b[vs:ve]
 	if string(raw) == "null" {
@@ -148,7 +163,7 @@ func (d *decoder) str(p *string, vs, ve int) error {
 		return nil
 	}
 	if len(raw) < 2 || raw[0] != '"' {
-		return jsonx.ErrSyntax
+		return typeError("a string", raw)
 	}
 	inner := raw[1 : len(raw)-1]
 	if jsonx.HasBackslash(inner) {
@@ -169,20 +184,28 @@ func (d *decoder) str(p *string, vs, ve int) error {
 func (d *decoder) int(p *int, vs, ve int) error {
 	n, err := jsonx.ParseInt(d.b[vs:ve])
 	if err != nil || int64(int(n)) != n {
-		return jsonx.ErrSyntax
+		return typeError("an integer", d.b[vs:ve])
 	}
 	*p = int(n)
 	return nil
 }
 
-func (d *decoder) int64(p *int64, vs, ve int) (err error) {
-	*p, err = jsonx.ParseInt(d.b[vs:ve])
-	return err
+func (d *decoder) int64(p *int64, vs, ve int) error {
+	n, err := jsonx.ParseInt(d.b[vs:ve])
+	if err != nil {
+		return typeError("an integer", d.b[vs:ve])
+	}
+	*p = n
+	return nil
 }
 
-func (d *decoder) bool(p *bool, vs, ve int) (err error) {
-	*p, err = jsonx.ParseBool(d.b[vs:ve])
-	return err
+func (d *decoder) bool(p *bool, vs, ve int) error {
+	v, err := jsonx.ParseBool(d.b[vs:ve])
+	if err != nil {
+		return typeError("a boolean", d.b[vs:ve])
+	}
+	*p = v
+	return nil
 }
 
 // DecodeRecoverInput decodes a recover hook input.
@@ -465,7 +488,7 @@ var ErrBadVerdict = errors.New("hostabi: unknown verdict")
 func verdictField(raw []byte, max int64) (int64, error) {
 	n, err := jsonx.ParseInt(raw)
 	if err != nil {
-		return 0, err
+		return 0, typeError("an integer", raw)
 	}
 	if n < 0 || n > max {
 		return 0, ErrBadVerdict
@@ -542,11 +565,8 @@ func DecodeReplayOutputVersion(b []byte, v int32) (ReplayOutput, error) {
 			out.Verdict = ReplayVerdict(n)
 		case "penalty_ms":
 			n, err := jsonx.ParseInt(d.b[vs:ve])
-			if err != nil {
-				return err
-			}
-			if n < 0 {
-				return errors.New("negative penalty")
+			if err != nil || n < 0 {
+				return typeError("a non-negative integer (at most 2^62 ms)", d.b[vs:ve])
 			}
 			out.PenaltyMillis = n
 		}

@@ -62,26 +62,9 @@ func readOutput(mem memView, ptr, n uint32) ([]byte, error) {
 // ABI.md §4 asks for instead.
 func outputError(b []byte, err error) error {
 	if valid, object := jsonx.ScanTop(b, 0, func([]byte, int, int) {}); valid && !object {
-		return fmt.Errorf("%w: output must be a JSON object, got %s", errInvalidOutput, jsonKindOf(b))
+		return fmt.Errorf("%w: output must be a JSON object, got %s", errInvalidOutput, jsonx.Kind(b))
 	}
 	return fmt.Errorf("%w: %v", errInvalidOutput, err)
-}
-
-// jsonKindOf names the kind of the well-formed JSON value b.
-func jsonKindOf(b []byte) string {
-	switch b[jsonx.SkipSpace(b, 0)] {
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
-	case '"':
-		return "a string"
-	case 't', 'f':
-		return "a boolean"
-	case 'n':
-		return "null"
-	}
-	return "a number"
 }
 
 // decodeRecoverResult decodes a recover hook's i64 result from a module of

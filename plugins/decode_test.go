@@ -286,3 +286,62 @@ func TestNonObjectOutputIsNamed(t *testing.T) {
 		}
 	}
 }
+
+// TestOutputTypeFaultNamesTheMember: well-formed output whose member has
+// the wrong type or range is a fault that says which member and what ABI.md
+// §4 (§3.5 for stream_event) asks of it, not "malformed JSON"; values the
+// ABI accepts still decode.
+func TestOutputTypeFaultNamesTheMember(t *testing.T) {
+	decoders := map[string]func(r uint64, m memView) error{
+		"recover": func(r uint64, m memView) error { _, _, err := decodeRecoverResult(r, m, 3); return err },
+		"replay":  func(r uint64, m memView) error { _, _, err := decodeReplayResult(r, m, 3); return err },
+		"stream_event": func(r uint64, m memView) error {
+			_, _, err := decodeStreamEventResult(r, m)
+			return err
+		},
+	}
+	all := []string{"recover", "replay", "stream_event"}
+	for _, tc := range []struct {
+		hooks        []string
+		output, want string // want "" means the output decodes
+	}{
+		{all, `{"verdict":"1"}`, `"verdict": must be an integer, got a string`},
+		{all, `{"verdict":1.5}`, `"verdict": must be an integer, got 1.5`},
+		{all, `{"verdict":true}`, `"verdict": must be an integer, got a boolean`},
+		{all, `{"verdict":[1]}`, `"verdict": must be an integer, got an array`},
+		{all, `{"verdict":{"n":1}}`, `"verdict": must be an integer, got an object`},
+		{all, `{"verdict":1e30}`, `"verdict": must be an integer, got 1e30`},
+		{all, `{"verdict":"1","verdict":1}`, `"verdict": must be an integer, got a string`},
+		{all, `{"verd\u0069ct":"1"}`, `"verdict": must be an integer, got a string`},
+		{all, `{"verdict":1` + strings.Repeat("0", 40) + `}`, `"verdict": must be an integer, got a number`},
+		{[]string{"replay"}, `{"verdict":1,"penalty_ms":1.5}`, `"penalty_ms": must be a non-negative integer (at most 2^62 ms), got 1.5`},
+		{[]string{"replay"}, `{"verdict":1,"penalty_ms":1e30}`, `"penalty_ms": must be a non-negative integer (at most 2^62 ms), got 1e30`},
+		{[]string{"replay"}, `{"verdict":1,"penalty_ms":-5}`, `"penalty_ms": must be a non-negative integer (at most 2^62 ms), got -5`},
+		{[]string{"replay"}, `{"verdict":1,"penalty_ms":"30"}`, `"penalty_ms": must be a non-negative integer (at most 2^62 ms), got a string`},
+		{[]string{"recover"}, `{"verdict":2,"code":5}`, `"code": must be a string, got 5`},
+		{[]string{"recover"}, `{"verdict":2,"message":{}}`, `"message": must be a string, got an object`},
+		{[]string{"stream_event"}, `{"verdict":2,"delta":false}`, `"delta": must be a string, got a boolean`},
+		{[]string{"stream_event"}, `{"verdict":2,"text":1}`, `"text": must be a string, got 1`},
+		// Faults that are not about a type keep their words.
+		{all, `{"verdict":9}`, `unknown verdict`},
+		{[]string{"recover", "replay"}, `{"note":"x"}`, `no verdict`},
+		{all, `{"verdict":"1"`, `malformed JSON`},
+		// What the ABI accepts: integral numbers in any spelling, null as zero,
+		// unknown members of any type.
+		{all, `{"verdict":1.0,"code":null,"extra":"x"}`, ``},
+		{[]string{"recover", "replay"}, `{"verdict":1e0,"penalty_ms":1e3,"text":5}`, ``},
+		{[]string{"recover", "replay"}, `{"verdict":null}`, ``},
+	} {
+		for _, hook := range tc.hooks {
+			err := decoders[hook](hostabi.PackPtrLen(1024, uint32(len(tc.output))), mem(tc.output))
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("%s output %s: %v; want it decoded", hook, tc.output, err)
+			case tc.want != "" && (!errors.Is(err, errInvalidOutput) || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("%s output %s: %v; want %q", hook, tc.output, err, tc.want)
+			case tc.want != "malformed JSON" && err != nil && strings.Contains(err.Error(), "malformed"):
+				t.Errorf("%s output %s: %v; it is well-formed JSON", hook, tc.output, err)
+			}
+		}
+	}
+}

@@ -400,6 +400,24 @@ func ParseInt(raw []byte) (int64, error) {
 	return int64(f), nil
 }
 
+// Kind names the kind of the well-formed JSON value b for a message: "an
+// object", "an array", "a string", "a boolean", "null" or "a number".
+func Kind(b []byte) string {
+	switch b[SkipSpace(b, 0)] {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
+}
+
 // ParseBool parses the JSON boolean raw (null is false).
 func ParseBool(raw []byte) (bool, error) {
 	switch string(raw) {
