@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/sluice-gw/sluice/hostabi"
@@ -21,6 +23,8 @@ type callState struct {
 	v    *version
 	hook string
 	rw   *rewriteCall // nil outside rewrite_request
+
+	logged int // lines this call has written to the gateway's log (logLinesPerCall)
 
 	lastPath string // doc_get retry cache
 	lastVal  []byte
@@ -148,7 +152,8 @@ func (r *Runtime) hostLog(ctx context.Context, mod api.Module, stack []uint64) {
 		return
 	}
 	name, hook := "?", "?"
-	if st := stateOf(ctx); st != nil {
+	st := stateOf(ctx)
+	if st != nil {
 		name, hook = st.v.name, st.hook
 	}
 	var l hclog.Level
@@ -164,11 +169,88 @@ func (r *Runtime) hostLog(ctx context.Context, mod api.Module, stack []uint64) {
 	default:
 		l = hclog.Info
 	}
-	text := logText(msg)
 	if ll := loadLogOf(ctx); ll != nil {
-		ll.add(text)
+		// Kept whatever the log budget: a rejection gives the policy's
+		// last words, and the load log is bounded on its own.
+		ll.add(logText(msg))
 	}
-	r.log.Log(l, "policy: "+text, "policy", name, "hook", hook)
+	if l < r.log.GetLevel() {
+		return // not written, so not charged to the budget
+	}
+	if !r.allowLogLine(st, name, hook) {
+		return
+	}
+	r.log.Log(l, "policy: "+logText(msg), "policy", name, "hook", hook)
+}
+
+// The budget of what a policy may write to the gateway's log (ABI.md §5):
+// without it a policy that logs in a loop, a bug or a hostile module,
+// writes a line of up to 4 KiB per iteration until its deadline, on every
+// call (a megabyte of log per request), and one that logs a thousand lines
+// and returns normally is never even tripped. A call may write
+// logLinesPerCall lines; all calls of a policy share a bucket of
+// logLinesBurst lines refilled at logLinesPerSecond. That leaves a
+// debugging policy a dozen lines per call at tens of calls per second, and
+// bounds a runaway one to about 200 KiB/s. Lines past either limit are
+// dropped and counted.
+const (
+	logLinesPerCall   = 16
+	logLinesPerSecond = 50
+	logLinesBurst     = 200
+)
+
+// logBudget is one policy's share of the gateway's log: a token bucket of
+// lines, shared by its versions (a swap does not refill it), and the count
+// and warning of what it dropped.
+type logBudget struct {
+	mu     sync.Mutex
+	tokens float64
+	at     time.Time
+
+	dropped prometheus.Counter // sluice_policy_log_dropped_total{policy}
+	warn    logtext.Every      // spaces the "lines dropped" warnings
+}
+
+func newLogBudget(dropped prometheus.Counter, now time.Time) *logBudget {
+	return &logBudget{tokens: logLinesBurst, at: now, dropped: dropped, warn: logtext.Every{Interval: 10 * time.Second}}
+}
+
+// take takes one line from the bucket at now; false means none is left.
+func (b *logBudget) take(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if dt := now.Sub(b.at).Seconds(); dt > 0 {
+		b.tokens = math.Min(logLinesBurst, b.tokens+dt*logLinesPerSecond)
+		b.at = now
+	}
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// allowLogLine charges one line of the call st (nil: none known) to its
+// policy's budget. A dropped line is counted and, at most once per 10 s per
+// policy, warned about with the number dropped since the last warning.
+func (r *Runtime) allowLogLine(st *callState, name, hook string) bool {
+	now := time.Now()
+	b := r.m.logBudget(name, now)
+	if (st == nil || st.logged < logLinesPerCall) && b.take(now) {
+		if st != nil {
+			st.logged++
+		}
+		return true
+	}
+	b.dropped.Inc()
+	if n, ok := b.warn.Allow(now); ok {
+		// dropped: since the last such warning, this line included; the
+		// metric has them all.
+		r.log.Warn("policy log lines dropped: over the policy's log budget (sluice_policy_log_dropped_total)",
+			"policy", name, "hook", hook, "dropped", n,
+			"per_call", logLinesPerCall, "per_second", logLinesPerSecond, "burst", logLinesBurst)
+	}
+	return false
 }
 
 // logText makes a guest's log message safe for a text log line (a policy,

@@ -1,6 +1,10 @@
 package plugins
 
 import (
+	"fmt"
+	"sync"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-gw/sluice/hostabi"
@@ -16,6 +20,12 @@ type metrics struct {
 	rollbacks  *prometheus.CounterVec   // policy
 	duration   *prometheus.HistogramVec // policy, hook
 	active     *prometheus.GaugeVec     // policy, sha256, source, state
+	logDropped *prometheus.CounterVec   // policy
+
+	// logBudgets is, by policy name, the *logBudget its log lines are
+	// charged to (host.go): kept here, with the counter it feeds, as the
+	// Runtime's per-policy state that outlives a version.
+	logBudgets sync.Map
 }
 
 func newMetrics() *metrics {
@@ -53,11 +63,16 @@ func newMetrics() *metrics {
 			Name: "sluice_policy_active",
 			Help: "1 for each loaded policy version, labelled with its sha256, source and state.",
 		}, []string{"policy", "sha256", "source", "state"}),
+		logDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_policy_log_dropped_total",
+			Help: fmt.Sprintf("Lines a policy logged that the gateway dropped: past %d in one call or the policy's %d lines/s (burst %d) budget.",
+				logLinesPerCall, logLinesPerSecond, logLinesBurst),
+		}, []string{"policy"}),
 	}
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.calls, m.faults, m.fallbacks, m.swaps, m.rejections, m.rollbacks, m.duration, m.active}
+	return []prometheus.Collector{m.calls, m.faults, m.fallbacks, m.swaps, m.rejections, m.rollbacks, m.duration, m.active, m.logDropped}
 }
 
 // hookMetrics are the per-version, per-hook children, resolved once at
@@ -83,13 +98,14 @@ func (m *metrics) forHook(policy, hook string) *hookMetrics {
 
 // forget deletes the per-hook series (calls, durations, faults) of policy
 // for the hooks in gone; with all, every one of them, its "init" faults
-// included: the policy is no longer served.
+// included, and its log budget (host.go): the policy is no longer served.
 func (m *metrics) forget(policy string, gone hostabi.Hook, all bool) {
 	if all {
 		match := prometheus.Labels{"policy": policy}
 		m.calls.DeletePartialMatch(match)
 		m.duration.DeletePartialMatch(match)
 		m.faults.DeletePartialMatch(match)
+		m.logBudgets.Delete(policy)
 		return
 	}
 	for h := range hookNames {
@@ -100,6 +116,15 @@ func (m *metrics) forget(policy string, gone hostabi.Hook, all bool) {
 			m.faults.DeletePartialMatch(match)
 		}
 	}
+}
+
+// logBudget returns policy's log budget, made full at now if it has none.
+func (m *metrics) logBudget(policy string, now time.Time) *logBudget {
+	if b, ok := m.logBudgets.Load(policy); ok {
+		return b.(*logBudget)
+	}
+	b, _ := m.logBudgets.LoadOrStore(policy, newLogBudget(m.logDropped.WithLabelValues(policy), now))
+	return b.(*logBudget)
 }
 
 // hookMetrics is v's children for hook h. They exist from load for every
