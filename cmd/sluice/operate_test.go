@@ -289,16 +289,19 @@ routes:
 	}
 }
 
-// TestConfigErrorsThroughTheCLI: every bad key of a file at once, each on
-// its line, exit 1, before anything starts.
+// TestConfigErrorsThroughTheCLI: every problem of a file at once, the bad
+// keys and the bad values that parsed alike, each on its own line of the
+// report with the file's line, exit 1, before anything starts.
 func TestConfigErrorsThroughTheCLI(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "sluice.yaml")
-	os.WriteFile(cfg, []byte("listn: 127.0.0.1:0\nlimits:\n  max_body_bytes: abc\nupstreams:\n  - name: a\n    base_ur: http://127.0.0.1:1/v1\n"), 0o600)
+	os.WriteFile(cfg, []byte("listn: 127.0.0.1:0\nlimits:\n  max_body_bytes: abc\nupstreams:\n  - name: a\n    base_ur: http://127.0.0.1:1/v1\n"+
+		"timeouts: {drain_grace: 0s}\n"), 0o600)
 	code, stdout, stderr := runCLI("serve", "--config", cfg)
-	want := "sluice: config " + cfg + ": 3 problems:\n" +
-		"  unknown key \"listn\" (did you mean \"listen\"?)\n" +
-		"  limits.max_body_bytes: \"abc\" is not a number\n" +
-		"  upstreams[0]: unknown key \"base_ur\" (did you mean \"base_url\"?)\n"
+	want := "sluice: config " + cfg + ": 4 problems:\n" +
+		"  line 1: unknown key \"listn\" (did you mean \"listen\"?)\n" +
+		"  line 3: limits.max_body_bytes: \"abc\" is not a number\n" +
+		"  line 6: upstreams[0]: unknown key \"base_ur\" (did you mean \"base_url\"?)\n" +
+		"  line 7: timeouts.drain_grace: must be positive\n"
 	if code != 1 || stdout != "" || stderr != want {
 		t.Fatalf("exit %d, stdout %q, stderr:\n%s\nwant:\n%s", code, stdout, stderr, want)
 	}

@@ -335,7 +335,9 @@ func Indent(err error) string {
 // YAML is one document: a second one is an error, not silently dropped.
 // Unknown keys are errors, so a typo never silently falls back to a default:
 // all of them are reported at once, each with its path and the key it most
-// likely meant, and so are values of the wrong shape.
+// likely meant, and so are values of the wrong shape and, in the same run,
+// Validate's problems with what did parse. Each problem starts with the
+// line its key is written on ("line 7: upstreams[0].weight: …").
 func Parse(raw []byte, lookup func(string) (string, bool)) (Config, error) {
 	cfg := Defaults()
 	docs := yaml.NewDecoder(bytes.NewReader(raw))
@@ -349,22 +351,40 @@ func Parse(raw []byte, lookup func(string) (string, bool)) (Config, error) {
 	if emptyDocument(&root) { // an empty file (or a bare ---): all defaults
 		return cfg, cfg.Validate()
 	}
-	if err := expandNode(&root, "", lookup); err != nil {
-		return logOnly(cfg, &root), err
+	// Every problem is reported in one run: what cannot be expanded or read
+	// is left out (the default stays) and Validate judges the rest, skipping
+	// the checks whose input was left out (README "Running it").
+	exp := &expansion{failed: map[*yaml.Node]bool{}}
+	expandNode(&root, "", lookup, exp)
+	chk, err := checkTree(&root, exp.failed)
+	if err != nil {
+		var problems []error
+		for _, p := range exp.problems {
+			problems = append(problems, errors.New(p.text()))
+		}
+		return logOnly(cfg, &root), errors.Join(append(problems, err)...)
 	}
-	if err := checkTree(&root); err != nil { // every bad key, each with its path
-		return logOnly(cfg, &root), err
+	problems := append(exp.problems, chk.problems...)
+	if chk.unread.refused[""] { // not a mapping at the top: nothing to decode
+		return logOnly(cfg, &root), chk.render(problems)
 	}
+	chk.prune(&root)
 	expanded, err := yaml.Marshal(&root)
 	if err != nil {
 		return cfg, fmt.Errorf("re-encoding expanded YAML: %w", err)
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(expanded))
-	dec.KnownFields(true)
+	dec.KnownFields(len(problems) == 0) // unknown keys found are reported, and left in for the anchors they may hold
 	if err := dec.Decode(&cfg); err != nil {
+		if len(problems) > 0 {
+			// What is left still does not decode (an alias of a pruned
+			// anchor, say): the problems found so far are the report.
+			return logOnly(Defaults(), &root), chk.render(problems)
+		}
 		return logOnly(Defaults(), &root), fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "yaml: "))
 	}
-	return cfg, cfg.Validate()
+	problems = append(problems, cfg.validate(&chk.unread)...)
+	return cfg, chk.render(problems)
 }
 
 // logOnly is cfg with the file's log: section, read leniently, for a file
@@ -491,36 +511,32 @@ var flowKey = regexp.MustCompile(`([A-Za-z0-9_.-]+):\s*$`)
 
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
 
+// expansion is what expandNode could not expand: each problem, and the
+// values concerned (the checker refuses them without a second word).
+type expansion struct {
+	problems []problem
+	failed   map[*yaml.Node]bool
+}
+
 // expandNode replaces ${VAR} references in scalar values, tracking the key
 // path so that an unset variable is reported against its key.
-func expandNode(n *yaml.Node, path string, lookup func(string) (string, bool)) error {
+func expandNode(n *yaml.Node, path string, lookup func(string) (string, bool), exp *expansion) {
 	switch n.Kind {
 	case yaml.DocumentNode:
-		var errs []error
 		for _, c := range n.Content {
-			errs = append(errs, expandNode(c, path, lookup))
+			expandNode(c, path, lookup, exp)
 		}
-		return errors.Join(errs...)
-	case yaml.MappingNode:
-		var errs []error // every unset variable, not just the first
+	case yaml.MappingNode: // every unset variable, not just the first
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			key := n.Content[i].Value
-			p := key
-			if path != "" {
-				p = path + "." + key
-			}
-			errs = append(errs, expandNode(n.Content[i+1], p, lookup))
+			expandNode(n.Content[i+1], join(path, n.Content[i].Value), lookup, exp)
 		}
-		return errors.Join(errs...)
 	case yaml.SequenceNode:
-		var errs []error
 		for i, c := range n.Content {
-			errs = append(errs, expandNode(c, fmt.Sprintf("%s[%d]", path, i), lookup))
+			expandNode(c, fmt.Sprintf("%s[%d]", path, i), lookup, exp)
 		}
-		return errors.Join(errs...)
 	case yaml.ScalarNode:
 		if !strings.Contains(n.Value, "${") {
-			return nil
+			return
 		}
 		var missing, notUTF8, nested string
 		n.Value = envRef.ReplaceAllStringFunc(n.Value, func(ref string) string {
@@ -544,14 +560,20 @@ func expandNode(n *yaml.Node, path string, lookup func(string) (string, bool)) e
 			}
 			return ""
 		})
-		if nested != "" {
-			return fmt.Errorf("%s: the default of ${%s:-…} holds a ${…}; defaults cannot nest", path, nested)
+		failed := func(format string, args ...any) {
+			exp.problems = append(exp.problems, problem{key: path, msg: fmt.Sprintf(format, args...)})
+			exp.failed[n] = true
 		}
-		if missing != "" {
-			return fmt.Errorf("%s: environment variable %s is empty or not set", path, missing)
-		}
-		if notUTF8 != "" { // YAML text is UTF-8: the expanded tree could not be re-encoded
-			return fmt.Errorf("%s: environment variable %s is not valid UTF-8 text", path, notUTF8)
+		switch {
+		case nested != "":
+			failed("the default of ${%s:-…} holds a ${…}; defaults cannot nest", nested)
+			return
+		case missing != "":
+			failed("environment variable %s is empty or not set", missing)
+			return
+		case notUTF8 != "": // YAML text is UTF-8: the expanded tree could not be re-encoded
+			failed("environment variable %s is not valid UTF-8 text", notUTF8)
+			return
 		}
 		// An expanded value is data, never YAML structure or a tag.
 		n.Tag = "!!str"
@@ -559,14 +581,25 @@ func expandNode(n *yaml.Node, path string, lookup func(string) (string, bool)) e
 			n.Style = yaml.DoubleQuotedStyle
 		}
 	}
-	return nil
 }
 
-// Validate checks every value and names the key of the first problem.
+// Validate checks every value and names the key of each problem.
 func (c *Config) Validate() error {
 	var errs []error
+	for _, p := range c.validate(&unreadable{}) {
+		errs = append(errs, errors.New(p.text()))
+	}
+	return errors.Join(errs...)
+}
+
+// validate lists the problems of the values, skipping a check whose input
+// could not be read from the file (unread).
+func (c *Config) validate(unread *unreadable) []problem {
+	var problems []problem
 	bad := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+		if !unread.covers(key) {
+			problems = append(problems, problem{key: key, msg: fmt.Sprintf(format, args...)})
+		}
 	}
 	// duration checks one duration: positive unless zeroOK, and at most
 	// maxDuration.
@@ -664,6 +697,12 @@ func (c *Config) Validate() error {
 		bad("timeouts.probe_interval", "must be at least %s (every upstream is probed this often)", minProbeInterval)
 	}
 	names := map[string]bool{}
+	namesRead := true // false when an upstream's name could not be read: a target may name it
+	for i, u := range c.Upstreams {
+		if key := fmt.Sprintf("upstreams[%d]", i); u.Name == "" && unread.covers(key+".name") && !unread.empty[key] {
+			namesRead = false
+		}
+	}
 	for i, u := range c.Upstreams {
 		key := fmt.Sprintf("upstreams[%d]", i)
 		if u.Name == "" {
@@ -727,7 +766,7 @@ func (c *Config) Validate() error {
 			switch {
 			case t.Upstream == "":
 				bad(tk+".upstream", "is required")
-			case len(c.Upstreams) > 0 && !names[t.Upstream]: // none yet: --upstream flags may add them
+			case len(c.Upstreams) > 0 && namesRead && !names[t.Upstream]: // none yet: --upstream flags may add them
 				bad(tk+".upstream", "%q is not a configured upstream", t.Upstream)
 			}
 			if k, dup := seen[t]; dup {
@@ -762,7 +801,7 @@ func (c *Config) Validate() error {
 	c.validateAccounts(bad)
 	c.validateTracing(bad)
 	c.validatePolicies(bad)
-	return errors.Join(errs...)
+	return problems
 }
 
 // refuseShadowedRoute reports route i when every model pattern it names is

@@ -189,7 +189,7 @@ retry: {max_wait: 2s}
 				}
 				return
 			}
-			if err.Error() != tt.want {
+			if withoutLines(err) != tt.want {
 				t.Fatalf("error\n got %q\nwant %q", err, tt.want)
 			}
 		})

@@ -15,18 +15,30 @@ import (
 // unknown key and every value of the wrong shape, each with its key path and
 // in words an operator knows (never a Go type name). It also retags scalars
 // that ${VAR} expansion made strings when the key wants a number or a bool,
-// so "max_body_bytes: ${MAX}" works.
-func checkTree(root *yaml.Node) error {
+// so "max_body_bytes: ${MAX}" works. unexpanded holds the values whose ${VAR}
+// could not be expanded (already reported): they are refused silently.
+//
+// What it refuses is pruned from the tree afterwards (prune), so that the rest
+// decodes and Validate can judge it in the same run; the returned checker
+// says what could not be read, for Validate to skip.
+func checkTree(root *yaml.Node, unexpanded map[*yaml.Node]bool) (*checker, error) {
 	if err := checkAliasGrowth(root); err != nil {
-		return err // walking such a tree (or decoding it) would take minutes
+		return nil, err // walking such a tree (or decoding it) would take minutes
 	}
-	c := &checker{}
+	c := &checker{
+		unexpanded: unexpanded,
+		lines:      map[string]int{},
+		drop:       map[*yaml.Node]bool{},
+		stand:      map[*yaml.Node]*yaml.Node{},
+		unread: unreadable{refused: map[string]bool{}, empty: map[string]bool{}, written: map[string]map[string]bool{},
+			unknownKeys: map[string]bool{}},
+	}
 	n := root
 	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
 		n = n.Content[0]
 	}
 	c.check(n, reflect.TypeFor[Config](), "")
-	return errors.Join(c.errs...)
+	return c, nil
 }
 
 // maxAliasGrowth bounds how many nodes aliases (*name, and <<: *name merge
@@ -131,34 +143,231 @@ func (g *aliasGrowth) expandedSize(n *yaml.Node) int {
 	return size
 }
 
-type checker struct {
-	errs  []error
-	depth int
+// problem is one thing wrong with a config: the key path it is about ("" for
+// the top), the line it is written on (0: found from the key's path when the
+// problems are rendered) and what is wrong.
+type problem struct {
+	key  string
+	line int
+	msg  string
 }
 
-func (c *checker) bad(path, format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	if path != "" {
-		msg = path + ": " + msg
+// text is "key: msg", or msg alone at the top.
+func (p problem) text() string {
+	if p.key == "" {
+		return p.msg
 	}
-	c.errs = append(c.errs, errors.New(msg))
+	return p.key + ": " + p.msg
+}
+
+type checker struct {
+	problems   []problem
+	depth      int
+	unexpanded map[*yaml.Node]bool // values whose ${VAR} could not be expanded
+	// lines maps a key path to the line its key (or list item) is written
+	// on; a key written explicitly wins over one from a merge (<<:), as in
+	// YAML.
+	lines   map[string]int
+	merging int                 // >0 while checking a merged mapping
+	drop    map[*yaml.Node]bool // refused keys and values in mappings, pruned before decoding
+	// stand maps a refused or empty list item to the zero value that
+	// stands in for it: yaml.v3 would drop a null item, and the items after
+	// it would take its index, which the problems name.
+	stand  map[*yaml.Node]*yaml.Node
+	unread unreadable
+}
+
+// bad reports a problem with path; its line is found from the path.
+func (c *checker) bad(path, format string, args ...any) {
+	c.badAt(0, path, format, args...)
+}
+
+// badAt reports a problem written on line (a key that is not path's own).
+func (c *checker) badAt(line int, path, format string, args ...any) {
+	c.problems = append(c.problems, problem{key: path, line: line, msg: fmt.Sprintf(format, args...)})
+}
+
+// refuse reports the value at path as unreadable: it is left out of the
+// decoded config, and Validate does not judge it.
+func (c *checker) refuse(path, format string, args ...any) bool {
+	c.bad(path, format, args...)
+	c.unread.refused[path] = true
+	return false
+}
+
+// recordLine notes where path is written.
+func (c *checker) recordLine(path string, line int) {
+	if _, ok := c.lines[path]; ok && c.merging > 0 {
+		return
+	}
+	c.lines[path] = line
+}
+
+// lineOf is the line path, or else its nearest written ancestor, is
+// written on (0: none is). A problem about a key the file leaves out
+// (routes[0].targets: is required) points at the section that lacks it.
+func (c *checker) lineOf(path string) int {
+	for {
+		if line, ok := c.lines[path]; ok {
+			return line
+		}
+		if path == "" {
+			return 0
+		}
+		path = parentPath(path)
+	}
+}
+
+// parentPath is the path one step up: a.b[2] → a.b → a → "".
+func parentPath(path string) string {
+	if strings.HasSuffix(path, "]") {
+		if i := strings.LastIndex(path, "["); i > 0 {
+			return path[:i]
+		}
+	}
+	if i := strings.LastIndex(path, "."); i >= 0 {
+		return path[:i]
+	}
+	return ""
+}
+
+// render joins problems, each as "line N: key: problem" when its line is
+// known; nil when there are none.
+func (c *checker) render(problems []problem) error {
+	errs := make([]error, 0, len(problems))
+	for _, p := range problems {
+		line := p.line
+		if line == 0 {
+			line = c.lineOf(p.key)
+		}
+		if line > 0 {
+			errs = append(errs, fmt.Errorf("line %d: %s", line, p.text()))
+		} else {
+			errs = append(errs, errors.New(p.text()))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// unreadable is what of a file could not be read. Validate skips a check
+// whose input is in it, so that no problem is reported twice or as a
+// consequence of another (a misspelt base_url is not also a missing one).
+// The zero value (nil maps) is a file read whole.
+type unreadable struct {
+	refused map[string]bool // values refused, and a key written twice
+	empty   map[string]bool // empty list items (decoded as zero, so later items keep their index)
+	// written lists the keys each mapping wrote; unknownKeys the mappings
+	// with an unknown key, which may be any key they did not write,
+	// misspelt.
+	written     map[string]map[string]bool
+	unknownKeys map[string]bool
+}
+
+// covers reports whether a check of key would judge something unread: key
+// is, or is under, or holds what was refused or left empty; it holds a
+// mapping with an unknown key; or it is a key such a mapping did not write.
+func (u *unreadable) covers(key string) bool {
+	for _, set := range []map[string]bool{u.refused, u.empty} {
+		for p := range set {
+			if under(key, p) || under(p, key) {
+				return true
+			}
+		}
+	}
+	for m := range u.unknownKeys {
+		if key != "" && under(m, key) {
+			return true
+		}
+		if m == key || !under(key, m) {
+			continue
+		}
+		rest := key
+		if m != "" {
+			rest = key[len(m)+1:]
+		}
+		if i := strings.IndexAny(rest, ".["); i >= 0 {
+			rest = rest[:i]
+		}
+		if !u.written[m][rest] {
+			return true
+		}
+	}
+	return false
+}
+
+// under reports whether path is prefix or below it (a.b[1].c is under a.b).
+func under(path, prefix string) bool {
+	if prefix == "" || path == prefix {
+		return true
+	}
+	return strings.HasPrefix(path, prefix) && (path[len(prefix)] == '.' || path[len(prefix)] == '[')
+}
+
+// prune removes what the checker refused from the tree under n: a refused
+// value (or a second or odd key) takes its mapping entry with it (the
+// default stays), and a refused or empty list item is replaced by its zero
+// value (c.stand). Aliases are not followed: what they name is pruned where
+// it is written.
+func (c *checker) prune(n *yaml.Node) {
+	switch n.Kind {
+	case yaml.MappingNode:
+		kept := n.Content[:0]
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if !c.drop[n.Content[i]] && !c.drop[n.Content[i+1]] {
+				kept = append(kept, n.Content[i], n.Content[i+1])
+			}
+		}
+		n.Content = kept
+	case yaml.SequenceNode:
+		for i, item := range n.Content {
+			if zero := c.stand[item]; zero != nil {
+				n.Content[i] = zero
+			}
+		}
+	}
+	for _, child := range n.Content {
+		c.prune(child)
+	}
+}
+
+// zeroNode is a node that decodes to t's zero value.
+func zeroNode(t reflect.Type) *yaml.Node {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct, reflect.Map:
+		return &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+	case reflect.Slice:
+		return &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+	case reflect.Bool:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: "false"}
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: "0"}
+	}
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: ""}
 }
 
 var unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
 
-func (c *checker) check(n *yaml.Node, t reflect.Type, path string) {
+// check checks n against t and reports whether it was read; the caller
+// drops a value that was not (c.drop).
+func (c *checker) check(n *yaml.Node, t reflect.Type, path string) bool {
 	if n.Kind == yaml.AliasNode {
 		if c.depth > 64 || n.Alias == nil { // an alias cycle: yaml.v3 refuses it too
-			c.bad(path, "the alias *%s cannot be resolved", n.Value)
-			return
+			return c.refuse(path, "the alias *%s cannot be resolved", n.Value)
 		}
 		c.depth++
 		defer func() { c.depth-- }()
-		c.check(n.Alias, t, path)
-		return
+		return c.check(n.Alias, t, path)
+	}
+	if c.unexpanded[n] { // reported by expandNode
+		c.unread.refused[path] = true
+		return false
 	}
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-		return // an empty value: the default, then Validate has its say (a list item that is one is refused below)
+		return true // an empty value: the default, then Validate has its say (a list item that is one is refused below)
 	}
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
@@ -166,49 +375,54 @@ func (c *checker) check(n *yaml.Node, t reflect.Type, path string) {
 	// A struct with its own UnmarshalYAML (RouteTimeouts) still has its
 	// keys checked here; a scalar type with one (Duration) reports itself.
 	if t.Kind() != reflect.Struct && reflect.PointerTo(t).Implements(unmarshalerType) {
-		c.custom(n, t, path)
-		return
+		return c.custom(n, t, path)
 	}
 	switch t.Kind() {
 	case reflect.Struct:
 		if n.Kind != yaml.MappingNode && path == "" {
-			c.bad(path, "expected keys like \"listen: 127.0.0.1:8080\" at the top, not %s", describe(n))
-			return
+			return c.refuse(path, "expected keys like \"listen: 127.0.0.1:8080\" at the top, not %s", describe(n))
 		}
 		if n.Kind != yaml.MappingNode {
-			c.bad(path, "expected keys (a mapping), not %s", describe(n))
-			return
+			return c.refuse(path, "expected keys (a mapping), not %s", describe(n))
 		}
 		c.mapping(n, t, path)
 	case reflect.Map:
 		if n.Kind != yaml.MappingNode {
-			c.bad(path, "expected a mapping, not %s", describe(n))
-			return
+			return c.refuse(path, "expected a mapping, not %s", describe(n))
 		}
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			c.check(n.Content[i+1], t.Elem(), join(path, n.Content[i].Value))
+			p := join(path, n.Content[i].Value)
+			c.recordLine(p, n.Content[i].Line)
+			if !c.check(n.Content[i+1], t.Elem(), p) {
+				c.drop[n.Content[i+1]] = true
+			}
 		}
 	case reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
-			c.bad(path, "expected a list, not %s", describe(n))
-			return
+			return c.refuse(path, "expected a list, not %s", describe(n))
 		}
 		for i, item := range n.Content {
+			p := fmt.Sprintf("%s[%d]", path, i)
+			c.recordLine(p, item.Line)
 			if isNull(item) { // a dangling "-" or a ~: decoding would drop it without a word
-				c.bad(fmt.Sprintf("%s[%d]", path, i), "is empty")
+				c.bad(p, "is empty")
+				c.unread.empty[p] = true
+				c.stand[item] = zeroNode(t.Elem())
 				continue
 			}
-			c.check(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i))
+			if !c.check(item, t.Elem(), p) {
+				c.stand[item] = zeroNode(t.Elem())
+			}
 		}
 	case reflect.Interface:
 		// Anything goes (policies: config is the policy's business).
 	default:
 		if n.Kind != yaml.ScalarNode {
-			c.bad(path, "expected %s, not %s", expected(t), describe(n))
-			return
+			return c.refuse(path, "expected %s, not %s", expected(t), describe(n))
 		}
-		c.scalar(n, t, path)
+		return c.scalar(n, t, path)
 	}
+	return true
 }
 
 // isNull reports whether n is, or is an alias of, a null (~, null, or
@@ -224,6 +438,11 @@ func isNull(n *yaml.Node) bool {
 func (c *checker) mapping(n *yaml.Node, t reflect.Type, path string) {
 	fields, names := yamlFields(t)
 	seen := map[string]bool{}
+	written := c.unread.written[path] // a merged mapping adds to its mapping's keys
+	if written == nil {
+		written = map[string]bool{}
+		c.unread.written[path] = written
+	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		if k.Kind == yaml.ScalarNode && k.Value == "<<" && k.Tag == "!!merge" { // <<: *defaults
@@ -231,62 +450,75 @@ func (c *checker) mapping(n *yaml.Node, t reflect.Type, path string) {
 			if v.Kind == yaml.SequenceNode {
 				merged = v.Content
 			}
+			c.merging++
 			for _, m := range merged {
-				c.check(m, t, path)
+				if !c.check(m, t, path) {
+					c.drop[v] = true // a merge of something else than a mapping does not decode
+				}
 			}
+			c.merging--
 			continue
 		}
 		if k.Kind != yaml.ScalarNode {
-			c.bad(path, "a key must be a plain name, not %s", describe(k))
+			c.badAt(k.Line, path, "a key must be a plain name, not %s", describe(k))
+			c.drop[k], c.unread.unknownKeys[path] = true, true
 			continue
 		}
 		f, ok := fields[k.Value]
 		if !ok {
-			c.bad(path, "unknown key %q%s", k.Value, hint(k.Value, names))
+			// Not pruned: what it holds may be an anchor that a known key
+			// aliases. The file is then decoded without KnownFields.
+			c.badAt(k.Line, path, "unknown key %q%s", k.Value, hint(k.Value, names))
+			c.unread.unknownKeys[path] = true
 			continue
 		}
+		p := join(path, k.Value)
 		if seen[k.Value] {
-			c.bad(path, "key %q appears twice", k.Value)
+			c.badAt(k.Line, path, "key %q appears twice", k.Value)
+			c.drop[k], c.unread.refused[p] = true, true // which of the two was meant is not known
 			continue
 		}
-		seen[k.Value] = true
-		c.check(v, f.Type, join(path, k.Value))
+		seen[k.Value], written[k.Value] = true, true
+		c.recordLine(p, k.Line)
+		if !c.check(v, f.Type, p) {
+			c.drop[v] = true
+		}
 	}
 }
 
 // custom checks a value of a type with its own UnmarshalYAML (Duration):
 // its errors are already written for people.
-func (c *checker) custom(n *yaml.Node, t reflect.Type, path string) {
+func (c *checker) custom(n *yaml.Node, t reflect.Type, path string) bool {
 	if t == reflect.TypeFor[Duration]() && n.Kind != yaml.ScalarNode {
-		c.bad(path, "expected a duration (like 30s or 5m), not %s", describe(n))
-		return
+		return c.refuse(path, "expected a duration (like 30s or 5m), not %s", describe(n))
 	}
 	if err := n.Decode(reflect.New(t).Interface()); err != nil {
 		msg := strings.TrimPrefix(err.Error(), "yaml: ")
 		if strings.HasPrefix(msg, "line ") { // yaml.v3's own "line N: cannot unmarshal …"
 			msg = "expected " + expected(t) + ", not " + describe(n)
 		}
-		c.bad(path, "%s", msg)
+		return c.refuse(path, "%s", msg)
 	}
+	return true
 }
 
 // scalar checks a scalar against a string, number or bool field.
-func (c *checker) scalar(n *yaml.Node, t reflect.Type, path string) {
+func (c *checker) scalar(n *yaml.Node, t reflect.Type, path string) bool {
 	v := strings.TrimSpace(n.Value)
 	switch t.Kind() {
 	case reflect.String:
-		return // yaml.v3 gives a string field any scalar's text
+		return true // yaml.v3 gives a string field any scalar's text
 	case reflect.Bool:
 		if n.Tag == "!!str" { // quoted, or from ${VAR}
 			if b, err := strconv.ParseBool(v); err == nil {
 				n.Tag, n.Style, n.Value = "!!bool", 0, strconv.FormatBool(b)
-				return
+				return true
 			}
 		}
 		if n.Decode(new(bool)) != nil {
-			c.bad(path, "%q is not true or false", n.Value)
+			return c.refuse(path, "%q is not true or false", n.Value)
 		}
-		return
+		return true
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		if n.Tag == "!!str" { // quoted, or from ${VAR}
@@ -296,20 +528,20 @@ func (c *checker) scalar(n *yaml.Node, t reflect.Type, path string) {
 		}
 		if n.Decode(reflect.New(t).Interface()) == nil {
 			if f, err := strconv.ParseFloat(strings.ReplaceAll(v, "_", ""), 64); n.ShortTag() != "!!float" || err != nil || f == math.Trunc(f) {
-				return
+				return true
 			} // yaml.v3 truncates 1.5 to 1: refuse it below
 		}
 		if f, err := strconv.ParseFloat(strings.ReplaceAll(v, "_", ""), 64); err == nil && !math.IsNaN(f) && !math.IsInf(f, 0) {
-			if f != math.Trunc(f) {
-				c.bad(path, "%q is not a whole number", n.Value)
-			} else if f < 0 && t.Kind() >= reflect.Uint {
-				c.bad(path, "%q must not be negative", n.Value)
-			} else {
-				c.bad(path, "%q is too large", n.Value)
+			switch {
+			case f != math.Trunc(f):
+				return c.refuse(path, "%q is not a whole number", n.Value)
+			case f < 0 && t.Kind() >= reflect.Uint:
+				return c.refuse(path, "%q must not be negative", n.Value)
+			default:
+				return c.refuse(path, "%q is too large", n.Value)
 			}
-			return
 		}
-		c.bad(path, "%q is not a number", n.Value)
+		return c.refuse(path, "%q is not a number", n.Value)
 	case reflect.Float32, reflect.Float64:
 		if n.Tag == "!!str" {
 			if _, err := strconv.ParseFloat(v, 64); err == nil {
@@ -317,12 +549,14 @@ func (c *checker) scalar(n *yaml.Node, t reflect.Type, path string) {
 			}
 		}
 		if n.Decode(reflect.New(t).Interface()) != nil {
-			c.bad(path, "%q is not a number", n.Value)
+			return c.refuse(path, "%q is not a number", n.Value)
 		}
+		return true
 	default:
 		if n.Decode(reflect.New(t).Interface()) != nil {
-			c.bad(path, "%q is not %s", n.Value, expected(t))
+			return c.refuse(path, "%q is not %s", n.Value, expected(t))
 		}
+		return true
 	}
 }
 

@@ -27,8 +27,8 @@ func noEnv(string) (string, bool) { return "", false }
 func TestGaps3BodyMemoryZeroIsOneProblem(t *testing.T) {
 	for _, v := range []string{"0", "-1"} {
 		_, err := config.Parse([]byte("limits: {body_memory_bytes: "+v+"}\n"), noEnv)
-		if err == nil || err.Error() != "limits.body_memory_bytes: must be positive" {
-			t.Errorf("body_memory_bytes %s: error %v, want only %q", v, err, "limits.body_memory_bytes: must be positive")
+		if want := "line 1: limits.body_memory_bytes: must be positive"; err == nil || err.Error() != want {
+			t.Errorf("body_memory_bytes %s: error %v, want only %q", v, err, want)
 		}
 	}
 }
@@ -45,10 +45,10 @@ func TestGaps3NumberOutOfRangeBelow(t *testing.T) {
 		return "", false
 	}
 	for _, tt := range []struct{ yaml, want string }{
-		{"limits: {max_body_bytes: \"-99999999999999999999\"}\n", `limits.max_body_bytes: "-99999999999999999999" is too large`},
-		{"limits:\n  upstream_sockets: ${HUGE_NEGATIVE}\n", `limits.upstream_sockets: "-99999999999999999999" is too large`},
+		{"limits: {max_body_bytes: \"-99999999999999999999\"}\n", `line 1: limits.max_body_bytes: "-99999999999999999999" is too large`},
+		{"limits:\n  upstream_sockets: ${HUGE_NEGATIVE}\n", `line 2: limits.upstream_sockets: "-99999999999999999999" is too large`},
 		{"keys: [{name: k, key: 0123456789abcdef, limits: {rpm: \"-99999999999999999999\"}}]\n",
-			`keys[0].limits.rpm: "-99999999999999999999" is too large`},
+			`line 1: keys[0].limits.rpm: "-99999999999999999999" is too large`},
 	} {
 		_, err := config.Parse([]byte(tt.yaml), lookup)
 		if err == nil || err.Error() != tt.want {
@@ -110,7 +110,7 @@ func TestGaps3MergeAliasesAccepted(t *testing.T) {
 // error naming the key and the alias, not endless recursion.
 func TestGaps3MergeAliasCycleRefused(t *testing.T) {
 	_, err := config.Parse([]byte("timeouts: &t {<<: *t}\n"), noEnv)
-	if want := "timeouts: the alias *t cannot be resolved"; err == nil || err.Error() != want {
+	if want := "line 1: timeouts: the alias *t cannot be resolved"; err == nil || err.Error() != want {
 		t.Fatalf("error %v, want %q", err, want)
 	}
 }
