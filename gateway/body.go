@@ -101,7 +101,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (_ []byte, aer
 
 	raw := io.Reader(http.MaxBytesReader(w, r.Body, limit))
 	var body io.Reader = raw
-	enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding")))
+	enc := strings.ToLower(contentCoding(r.Header))
 	switch enc {
 	case "", "identity":
 	case "gzip", "x-gzip", "zstd":
@@ -190,6 +190,23 @@ func discardBody(rc *http.ResponseController, r *http.Request, bodyDeadline time
 	_ = r.Body.Close()
 }
 
+// contentCoding is h's Content-Encoding as one list, every header line's
+// codings joined by ", ": repeated lines are one comma-separated list (RFC
+// 9110 §5.3), so "gzip" and "br" on two lines are "gzip, br", as on one
+// line, and neither is taken for gzip alone. Empty elements do not count
+// (RFC 9110 §5.6.1).
+func contentCoding(h http.Header) string {
+	var codings []string
+	for _, line := range h.Values("Content-Encoding") {
+		for _, c := range strings.Split(line, ",") {
+			if c = strings.TrimSpace(c); c != "" {
+				codings = append(codings, c)
+			}
+		}
+	}
+	return strings.Join(codings, ", ")
+}
+
 func newDecoder(enc string, r io.Reader, limit int64) (io.Reader, error) {
 	if enc == "gzip" {
 		return gzip.NewReader(r)
@@ -232,11 +249,12 @@ func (s *Server) bodyError(err error, what string) *apierr.Error {
 // decodeAnswer makes resp's body read decoded. A gzip Content-Encoding is
 // taken off resp's headers (with Content-Length, which counted the encoded
 // bytes) and the body is decoded as it is read. ok is false when the
-// coding, returned as it came, is not one the gateway decodes: resp is
-// then left as it is.
+// coding, returned as one list of every Content-Encoding line
+// (contentCoding), is not one the gateway decodes: resp is then left as it
+// is.
 func decodeAnswer(resp *http.Response) (coding string, ok bool) {
-	coding = resp.Header.Get("Content-Encoding")
-	switch strings.ToLower(strings.TrimSpace(coding)) {
+	coding = contentCoding(resp.Header)
+	switch strings.ToLower(coding) {
 	case "", "identity":
 		return coding, true
 	case "gzip", "x-gzip":

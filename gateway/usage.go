@@ -916,6 +916,20 @@ func metaOf(r *http.Request) *reqMeta {
 	return newReqMeta(r)
 }
 
+// noteAnswerError records the code of the OpenAI error in body, the
+// answer the client got (noteErrorCodes), as the request's code on its
+// access line, unless the request noted one before (noteTerminalCode).
+func (m *reqMeta) noteAnswerError(body []byte) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.code != "" {
+		return
+	}
+	if e, ok := apierr.Parse(body); ok {
+		m.noteTerminalCode(e.Code)
+	}
+}
+
 func (m *reqMeta) firstEvent() {
 	if !m.sawEvent {
 		m.sawEvent = true
