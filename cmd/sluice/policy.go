@@ -5,12 +5,23 @@ import (
 	"io"
 
 	"github.com/sluice-gw/sluice/gateway"
+	"github.com/sluice-gw/sluice/gateway/config"
 	"github.com/sluice-gw/sluice/plugins/policycli"
 )
 
 // runPolicy is `sluice policy …`: scaffold, build, check and test policies.
 // test gets the gateway's own check of a rewritten body, so that it
-// reports as invalid what the gateway discards.
+// reports as invalid what the gateway discards, and check and test the
+// gateway's default policy_limits, so that their -memory-mib and
+// -call-timeout default to what a gateway without policy_limits uses.
 func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return policycli.Run(ctx, policycli.Options{CheckRewrite: gateway.CheckRewrittenBody}, args, stdout, stderr)
+	return policycli.Run(ctx, policycli.Options{
+		CheckRewrite: gateway.CheckRewrittenBody,
+		Limits:       policyLimits(config.Defaults().PolicyLimits),
+	}, args, stdout, stderr)
+}
+
+// policyLimits is the part of policy_limits that `sluice policy` takes.
+func policyLimits(l config.PolicyLimits) policycli.Limits {
+	return policycli.Limits{CallTimeout: l.CallTimeout.D(), MemoryMiB: l.MemoryMiB}
 }

@@ -18,7 +18,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/sluice-gw/sluice/plugins"
@@ -41,15 +44,15 @@ commands:
         GOOS=wasip1 GOARCH=wasm -buildmode=c-shared -trimpath (running go mod
         tidy first when go.mod needs it), then check it; a DIR with an
         asconfig.json (AssemblyScript) is compiled with asc instead
-  check FILE [-config JSON|@FILE] [-wasm-cache-dir DIR]
+  check FILE [-config JSON|@FILE] [-memory-mib N] [-wasm-cache-dir DIR]
         load FILE as the gateway would, run its self-test, print its hooks
   test FILE -recording DIR [-expect EXPECT.jsonl] [-config JSON|@FILE]
-       [-max-body-bytes N]
+       [-max-body-bytes N] [-memory-mib N] [-call-timeout D]
         replay every hook input recorded in DIR (record_dir) through FILE,
         print {"hook","request","recorded_verdict","verdict","changed"} per
         input and a summary; exit 1 when EXPECT disagrees
   test FILE -events EVENTS.jsonl [-config JSON|@FILE] [-max-body-bytes N]
-       [-wasm-cache-dir DIR]
+       [-memory-mib N] [-call-timeout D] [-wasm-cache-dir DIR]
         run each event through FILE (then the built-in defaults) and print one
         JSON result per line; an event is {"hook":"recover","input":{…}},
         {"hook":"replay","input":{…}}, {"hook":"stream_event","input":{…}} or
@@ -60,6 +63,8 @@ commands:
         sends changes: its body, a header or the upstream choice; an input
         FILE faults or errs on is a failure, as is a rewrite the gateway
         would discard as an invalid request
+  check and test write what FILE logs (its log calls) to stderr, one
+  "policy log: [LEVEL] HOOK: MESSAGE" line each
   help [COMMAND]
         print this, or a command's flags, environment and examples (also
         sluice policy COMMAND -h)
@@ -146,15 +151,20 @@ examples:
   sluice policy build ../mypolicy
   sluice policy build ./mypolicy -o policies.d/10-mypolicy.wasm
 `,
-	"check": `usage: sluice policy check FILE [-config JSON|@FILE] [-wasm-cache-dir DIR]
+	"check": `usage: sluice policy check FILE [-config JSON|@FILE] [-memory-mib N] [-wasm-cache-dir DIR]
 
-Load FILE as the gateway would (ABI version, imports, exports), run its
-self-test and print its sha256, size, ABI version and hooks. Exits 1 when
-the gateway would reject it.
+Load FILE as the gateway would (ABI version, imports, exports, memory
+limit), run its self-test and print its sha256, size, ABI version and
+hooks. Exits 1 when the gateway would reject it. What FILE logs while it
+loads (_initialize, the self-test) goes to stderr, one
+"policy log: [LEVEL] HOOK: MESSAGE" line each.
 
 flags:
   -config JSON|@FILE
         the policy's config (what policies.NAME is in the gateway's config)
+  -memory-mib N
+        the gateway's policy_limits.memory_mib: a module whose initial
+        memory is larger is rejected (default {{memory_mib}}, the gateway's)
   -wasm-cache-dir DIR
         compilation cache (default: the user cache dir's sluice/wasm, else
         in memory)
@@ -166,9 +176,11 @@ environment:
 examples:
   sluice policy check policies.d/10-mypolicy.wasm
   sluice policy check rewrite.wasm -config '{"model_aliases":{"fast":"gpt-4.1-mini"}}'
+  sluice policy check mypolicy.wasm -memory-mib 16   # as under policy_limits: {memory_mib: 16}
 `,
 	"test": `usage: sluice policy test FILE (-events EVENTS.jsonl | -recording DIR [-expect EXPECT.jsonl])
-           [-config JSON|@FILE] [-max-body-bytes N] [-wasm-cache-dir DIR]
+           [-config JSON|@FILE] [-max-body-bytes N] [-memory-mib N] [-call-timeout D]
+           [-wasm-cache-dir DIR]
 
 Run each event of EVENTS.jsonl through FILE (then the built-in defaults)
 and print one JSON result per line. An event is {"hook":"recover",
@@ -199,6 +211,10 @@ stream_event also "output" and "recorded_output", the replacement, and
 changed is true when either the verdict or the replacement differs), then
 {"summary":{…}}.
 
+What FILE logs (its log calls, while it loads and on each input) goes to
+stderr, one "policy log: [LEVEL] HOOK: MESSAGE" line each; stdout keeps
+only the JSON lines.
+
 flags:
   -events EVENTS.jsonl
         the events, one JSON object a line ('-' for stdin)
@@ -212,6 +228,13 @@ flags:
   -max-body-bytes N
         the gateway's limits.max_body_bytes, which a rewritten body must
         fit (default 0: the gateway's default)
+  -memory-mib N
+        the gateway's policy_limits.memory_mib: FILE's memory cap; a module
+        whose initial memory is larger is rejected, one that grows past it
+        sees memory.grow fail (default {{memory_mib}}, the gateway's)
+  -call-timeout D
+        the gateway's policy_limits.call_timeout: a hook call past it is a
+        fault and gets the built-in default (default {{call_timeout}}, the gateway's)
   -wasm-cache-dir DIR
         compilation cache (default: the user cache dir's sluice/wasm, else
         in memory)
@@ -224,6 +247,7 @@ examples:
   sluice policy test mypolicy.wasm -recording /var/lib/sluice/record -expect expect.jsonl
   sluice policy test mypolicy.wasm -events recorded.jsonl
   grep '"replay"' recorded.jsonl | sluice policy test mypolicy.wasm -events -
+  sluice policy test mypolicy.wasm -events recorded.jsonl -call-timeout 20ms -memory-mib 16
 `,
 }
 
@@ -241,39 +265,141 @@ type Options struct {
 	// the rule would drift. nil checks nothing: test then reports the
 	// module's edits as they are.
 	CheckRewrite RewriteCheck
+	// Limits are the gateway's default policy_limits (cmd/sluice passes
+	// gateway/config's defaults, where they are defined): the defaults of
+	// -memory-mib and -call-timeout. A zero field takes the plugins
+	// runtime's default.
+	Limits Limits
+}
+
+// Limits are the gateway's policy_limits a module is loaded and called
+// under (README.md, "Policies").
+type Limits struct {
+	CallTimeout time.Duration // policy_limits.call_timeout
+	MemoryMiB   int           // policy_limits.memory_mib
+}
+
+// withDefaults fills the zero fields with the plugins runtime's defaults.
+func (l Limits) withDefaults() Limits {
+	if l.CallTimeout <= 0 {
+		l.CallTimeout = plugins.DefaultCallTimeout
+	}
+	if l.MemoryMiB <= 0 {
+		l.MemoryMiB = plugins.DefaultMemoryLimitPages / pagesPerMiB
+	}
+	return l
+}
+
+// pagesPerMiB is how many 64 KiB Wasm pages make a MiB.
+const pagesPerMiB = 16
+
+// maxMemoryMiB is all a 32-bit Wasm memory can address (4 GiB).
+const maxMemoryMiB = 4096
+
+// flags adds -memory-mib (and, with callTimeout, -call-timeout) to fs,
+// defaulting to l; the returned function checks and reads them after
+// parsing.
+func (l Limits) flags(fs *flag.FlagSet, callTimeout bool) func() (Limits, error) {
+	mem := fs.Int("memory-mib", l.MemoryMiB, "the gateway's policy_limits.memory_mib")
+	timeout := &l.CallTimeout
+	if callTimeout {
+		timeout = fs.Duration("call-timeout", l.CallTimeout, "the gateway's policy_limits.call_timeout")
+	}
+	return func() (Limits, error) {
+		if *mem < 1 || *mem > maxMemoryMiB {
+			return Limits{}, usageError{fmt.Errorf("-memory-mib %d: want 1 to %d", *mem, maxMemoryMiB)}
+		}
+		if *timeout <= 0 {
+			return Limits{}, usageError{fmt.Errorf("-call-timeout %v: want a positive duration", *timeout)}
+		}
+		return Limits{CallTimeout: *timeout, MemoryMiB: *mem}, nil
+	}
+}
+
+// help is cmd's -h text (usage when cmd is ""), with the defaults of opts.
+func help(opts Options, cmd string) string {
+	text := usage
+	if cmd != "" {
+		text = commandHelp[cmd]
+	}
+	l := opts.Limits.withDefaults()
+	return strings.NewReplacer("{{memory_mib}}", fmt.Sprint(l.MemoryMiB), "{{call_timeout}}", l.CallTimeout.String()).Replace(text)
+}
+
+// syncWriter serializes writes to w: a module's log lines may come from
+// an instance created in the background while the command writes.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// guestLogger is the runtime's logger for check and test: it writes what
+// the module logs through the log host function (hostabi/ABI.md §5; the
+// runtime logs each as "policy: MESSAGE" with the hook) to w, one
+// "policy log: [LEVEL] HOOK: MESSAGE" line each, so that it stands apart
+// from the command's own output. The runtime's other messages (loaded,
+// rejected, faults) are dropped: the commands report those themselves.
+func guestLogger(w io.Writer) hclog.Logger {
+	// Every level: the runtime writes (and charges to the policy's log
+	// budget) only the lines its logger's level lets through.
+	l := hclog.NewInterceptLogger(&hclog.LoggerOptions{Output: io.Discard, Level: hclog.Trace})
+	l.RegisterSink(guestLogSink{w: w})
+	return l
+}
+
+type guestLogSink struct{ w io.Writer }
+
+func (s guestLogSink) Accept(_ string, level hclog.Level, msg string, args ...any) {
+	text, ok := strings.CutPrefix(msg, "policy: ")
+	if !ok {
+		return
+	}
+	for i := 0; i+1 < len(args); i += 2 {
+		if args[i] == "hook" {
+			fmt.Fprintf(s.w, "policy log: [%s] %v: %s\n", strings.ToUpper(level.String()), args[i+1], text)
+			return
+		}
+	}
 }
 
 // Run runs `sluice policy` with args (the words after "policy") and returns
 // the process exit code: 0 success, 1 failure, 2 usage error.
 func Run(ctx context.Context, opts Options, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, help(opts, ""))
 		return 2
 	}
+	stderr = &syncWriter{w: stderr}
 	cmd, rest := args[0], args[1:]
 	var err error
 	switch cmd {
 	case "new":
 		err = runNew(rest, stdout, stderr)
 	case "build":
-		err = runBuild(ctx, rest, stdout, stderr)
+		err = runBuild(ctx, opts, rest, stdout, stderr)
 	case "check":
-		err = runCheck(ctx, rest, stdout, stderr)
+		err = runCheck(ctx, opts, rest, stdout, stderr)
 	case "test":
 		err = runTest(ctx, opts, rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		if len(rest) == 0 {
-			fmt.Fprint(stdout, usage)
+			fmt.Fprint(stdout, help(opts, ""))
 			return 0
 		}
-		if h, ok := commandHelp[rest[0]]; ok && len(rest) == 1 {
-			fmt.Fprint(stdout, h)
+		if _, ok := commandHelp[rest[0]]; ok && len(rest) == 1 {
+			fmt.Fprint(stdout, help(opts, rest[0]))
 			return 0
 		}
-		fmt.Fprintf(stderr, "sluice policy help: unknown command %q\n\n%s", strings.Join(rest, " "), usage)
+		fmt.Fprintf(stderr, "sluice policy help: unknown command %q\n\n%s", strings.Join(rest, " "), help(opts, ""))
 		return 2
 	default:
-		fmt.Fprintf(stderr, "sluice policy: unknown command %q\n\n%s", cmd, usage)
+		fmt.Fprintf(stderr, "sluice policy: unknown command %q\n\n%s", cmd, help(opts, ""))
 		return 2
 	}
 	var ue usageError
@@ -281,7 +407,7 @@ func Run(ctx context.Context, opts Options, args []string, stdout, stderr io.Wri
 	case err == nil:
 		return 0
 	case errors.Is(err, flag.ErrHelp): // -h, -help, --help
-		fmt.Fprint(stdout, commandHelp[cmd])
+		fmt.Fprint(stdout, help(opts, cmd))
 		return 0
 	case errors.As(err, &ue):
 		line, _, _ := strings.Cut(commandHelp[cmd], "\n")
@@ -538,7 +664,7 @@ func TestRewrite(t *testing.T) {
 }
 `)
 
-func runBuild(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runBuild(ctx context.Context, opts Options, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("build", flag.ContinueOnError)
 	out := fs.String("o", "", "output file (default DIR.wasm)")
 	updateSDK := fs.Bool("update-sdk", false, "rewrite DIR/"+SDKDir+" from this binary first")
@@ -570,7 +696,7 @@ func runBuild(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if isASProject(dir) && !fileExists(filepath.Join(dir, "go.mod")) {
-		return buildASPolicy(ctx, dir, target, *updateSDK, stdout, stderr)
+		return buildASPolicy(ctx, dir, target, *updateSDK, opts.Limits.withDefaults(), stdout, stderr)
 	}
 	if err := ensureSDK(dir, *updateSDK, stdout, stderr); err != nil {
 		return err
@@ -610,12 +736,12 @@ func runBuild(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// Compiled, not built: target is written only once the module passed
 	// its checks (checkAndPlace says "built" then).
 	fmt.Fprintf(stdout, "compiled %s in %v\n", dir, time.Since(start).Round(time.Millisecond))
-	return checkAndPlace(ctx, tmp, target, stdout, stderr)
+	return checkAndPlace(ctx, tmp, target, opts.Limits.withDefaults(), stdout, stderr)
 }
 
 // buildASPolicy builds the AssemblyScript policy in dir to target, checked
 // and placed like a Go one.
-func buildASPolicy(ctx context.Context, dir, target string, updateSDK bool, stdout, stderr io.Writer) error {
+func buildASPolicy(ctx context.Context, dir, target string, updateSDK bool, limits Limits, stdout, stderr io.Writer) error {
 	if err := ensureASSDK(dir, updateSDK, stdout, stderr); err != nil {
 		return err
 	}
@@ -626,7 +752,7 @@ func buildASPolicy(ctx context.Context, dir, target string, updateSDK bool, stdo
 		return err
 	}
 	fmt.Fprintf(stdout, "compiled %s in %v (AssemblyScript)\n", dir, time.Since(start).Round(time.Millisecond))
-	return checkAndPlace(ctx, tmp, target, stdout, stderr)
+	return checkAndPlace(ctx, tmp, target, limits, stdout, stderr)
 }
 
 // checkOutput refuses, before anything is built, an output path the module
@@ -655,8 +781,9 @@ func checkOutput(target, outFlag, policy string) error {
 // checkAndPlace checks the module built at tmp as the gateway would and
 // renames it to target, which it replaces: a running gateway watching
 // target's directory sees the old module or the new one, never a part.
-func checkAndPlace(ctx context.Context, tmp, target string, stdout, stderr io.Writer) error {
-	if err := checkAs(ctx, tmp, target, nil, "", stdout, stderr); err != nil {
+// limits are the gateway's defaults.
+func checkAndPlace(ctx context.Context, tmp, target string, limits Limits, stdout, stderr io.Writer) error {
+	if err := checkAs(ctx, tmp, target, loadSpec{limits: limits, logs: stderr}, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "%s not written\n", target)
 		return err
 	}
@@ -708,12 +835,20 @@ func loadConfig(v string) (json.RawMessage, error) {
 	return b, nil
 }
 
-// open loads one module file in a runtime of its own, named after the file.
-func open(ctx context.Context, file string, cfg json.RawMessage, cacheDir string, stderr io.Writer) (*plugins.Runtime, string, error) {
-	return openAs(ctx, file, file, cfg, cacheDir, stderr)
+// loadSpec is what check and test load a module with, besides the file.
+type loadSpec struct {
+	config   json.RawMessage // the policy's config (-config), nil for none
+	cacheDir string          // -wasm-cache-dir
+	limits   Limits          // the gateway's policy_limits
+	logs     io.Writer       // receives what the module logs (guestLogger)
 }
 
-func openAs(ctx context.Context, file, label string, cfg json.RawMessage, cacheDir string, stderr io.Writer) (*plugins.Runtime, string, error) {
+// open loads one module file in a runtime of its own, named after the file.
+func open(ctx context.Context, file string, spec loadSpec) (*plugins.Runtime, string, error) {
+	return openAs(ctx, file, file, spec)
+}
+
+func openAs(ctx context.Context, file, label string, spec loadSpec) (*plugins.Runtime, string, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, "", err
@@ -725,9 +860,15 @@ func openAs(ctx context.Context, file, label string, cfg json.RawMessage, cacheD
 	name := strings.TrimSuffix(base, ".wasm")
 	opts := plugins.Options{
 		Embedded: map[string][]byte{base: data},
-		CacheDir: cacheDir,
+		CacheDir: spec.cacheDir,
 		PoolSize: 1,
 		Prewarm:  1,
+		Logger:   guestLogger(spec.logs),
+		// The gateway's limits (cmd/sluice maps policy_limits the same
+		// way), so that a module it would refuse or fault is refused or
+		// faulted here too.
+		CallTimeout:      spec.limits.CallTimeout,
+		MemoryLimitPages: uint32(spec.limits.MemoryMiB) * pagesPerMiB,
 		// A test reports the module's own answer for every input, so it
 		// never rolls the module back or trips it (which the gateway does
 		// after FaultsBeforeRollback faults in a row, asynchronously, so
@@ -735,8 +876,8 @@ func openAs(ctx context.Context, file, label string, cfg json.RawMessage, cacheD
 		// reported on its own input.
 		FaultsBeforeRollback: -1,
 	}
-	if cfg != nil {
-		opts.Config = map[string]json.RawMessage{name: cfg}
+	if spec.config != nil {
+		opts.Config = map[string]json.RawMessage{name: spec.config}
 	}
 	rt, err := plugins.New(ctx, opts)
 	if err != nil {
@@ -745,10 +886,14 @@ func openAs(ctx context.Context, file, label string, cfg json.RawMessage, cacheD
 	return rt, name, nil
 }
 
-func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runCheck(ctx context.Context, opts Options, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	cfgFlag := fs.String("config", "", "policy config: JSON or @FILE")
 	cacheDir := fs.String("wasm-cache-dir", "", "compilation cache directory")
+	// No -call-timeout: check runs only load-time code (_initialize, the
+	// self-test), which the gateway bounds by its 10 s instantiation limit,
+	// not by call_timeout (hostabi/ABI.md §7).
+	limits := opts.Limits.withDefaults().flags(fs, false)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -756,22 +901,21 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(pos) != 1 {
 		return usageError{errors.New("want one FILE")}
 	}
-	cfg, err := loadConfig(*cfgFlag)
-	if err != nil {
+	spec := loadSpec{cacheDir: *cacheDir, logs: stderr}
+	if spec.limits, err = limits(); err != nil {
 		return err
 	}
-	return check(ctx, pos[0], cfg, *cacheDir, stdout, stderr)
-}
-
-func check(ctx context.Context, file string, cfg json.RawMessage, cacheDir string, stdout, stderr io.Writer) error {
-	return checkAs(ctx, file, file, cfg, cacheDir, stdout, stderr)
+	if spec.config, err = loadConfig(*cfgFlag); err != nil {
+		return err
+	}
+	return checkAs(ctx, pos[0], pos[0], spec, stdout, stderr)
 }
 
 // checkAs checks file, naming it label in what it prints (and loading it
 // under label's name).
-func checkAs(ctx context.Context, file, label string, cfg json.RawMessage, cacheDir string, stdout, stderr io.Writer) error {
+func checkAs(ctx context.Context, file, label string, spec loadSpec, stdout, stderr io.Writer) error {
 	start := time.Now()
-	rt, name, err := openAs(ctx, file, label, cfg, cacheDir, stderr)
+	rt, name, err := openAs(ctx, file, label, spec)
 	if err != nil {
 		return err
 	}
@@ -835,12 +979,17 @@ func runTest(ctx context.Context, opts Options, args []string, stdout, stderr io
 	cfgFlag := fs.String("config", "", "policy config: JSON or @FILE")
 	cacheDir := fs.String("wasm-cache-dir", "", "compilation cache directory")
 	maxBody := fs.Int64("max-body-bytes", 0, "the gateway's limits.max_body_bytes a rewritten body must fit (0: its default)")
+	limits := opts.Limits.withDefaults().flags(fs, true)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if *maxBody < 0 {
 		return usageError{errors.New("-max-body-bytes must not be negative")}
+	}
+	spec := loadSpec{cacheDir: *cacheDir, logs: stderr}
+	if spec.limits, err = limits(); err != nil {
+		return err
 	}
 	var check bodyCheck
 	if opts.CheckRewrite != nil {
@@ -854,12 +1003,11 @@ func runTest(ctx context.Context, opts Options, args []string, stdout, stderr io
 	if *expect != "" && *recording == "" {
 		return usageError{errors.New("-expect needs -recording")}
 	}
-	cfg, err := loadConfig(*cfgFlag)
-	if err != nil {
+	if spec.config, err = loadConfig(*cfgFlag); err != nil {
 		return err
 	}
 	if *recording != "" {
-		return runRecording(ctx, pos[0], *recording, *expect, cfg, *cacheDir, check, stdout, stderr)
+		return runRecording(ctx, pos[0], *recording, *expect, spec, check, stdout, stderr)
 	}
 	var in io.Reader = os.Stdin
 	if *events != "-" {
@@ -870,7 +1018,7 @@ func runTest(ctx context.Context, opts Options, args []string, stdout, stderr io
 		defer f.Close()
 		in = f
 	}
-	rt, name, err := open(ctx, pos[0], cfg, *cacheDir, stderr)
+	rt, name, err := open(ctx, pos[0], spec)
 	if err != nil {
 		return err
 	}

@@ -89,7 +89,7 @@ func readExpect(file string) (map[string]string, error) {
 	return want, nil
 }
 
-func runRecording(ctx context.Context, file, dir, expectFile string, cfg json.RawMessage, cacheDir string, check bodyCheck, stdout, stderr io.Writer) error {
+func runRecording(ctx context.Context, file, dir, expectFile string, spec loadSpec, check bodyCheck, stdout, stderr io.Writer) error {
 	files, err := recordingFiles(dir)
 	if err != nil {
 		return err
@@ -100,7 +100,7 @@ func runRecording(ctx context.Context, file, dir, expectFile string, cfg json.Ra
 			return err
 		}
 	}
-	rt, name, err := open(ctx, file, cfg, cacheDir, stderr)
+	rt, name, err := open(ctx, file, spec)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,11 @@
+;; Test fixture for policy_limits.memory_mib: a recover policy (it defers)
+;; whose initial memory is 1025 pages, one over the default 64 MiB.
+;; Build: wat2wasm memory_1025_pages.wat -o memory_1025_pages.wasm
+(module
+  (memory (export "memory") 1025)
+  (func (export "sluice_abi_version") (result i32) (i32.const 2))
+  (func (export "sluice_alloc") (param $n i32) (result i32)
+    (if (i32.gt_u (local.get $n) (i32.const 61440)) (then (unreachable)))
+    (i32.const 4096))
+  (func (export "sluice_recover") (param $p i32) (param $n i32) (result i64) (i64.const -1))
+)
