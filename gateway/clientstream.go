@@ -303,7 +303,7 @@ func (cs *clientStream) discard() {
 		cs.dropHeldLocked()
 		cs.responseID, cs.sent.Base = "", nil
 		if cs.sink == nil {
-			cs.header = nil // an early commit (probeLocked) must not send them
+			cs.header = nil // an early commit (writeProbeLocked) must not send them
 		}
 	}
 }
@@ -345,28 +345,41 @@ const clientEOFRecheck = time.Second
 func (cs *clientStream) clientEOF() {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	if cs.probeLocked() {
+	if cs.writeProbeLocked() {
 		time.AfterFunc(clientEOFRecheck, func() {
 			cs.mu.Lock()
 			defer cs.mu.Unlock()
-			cs.probeLocked()
+			cs.writeProbeLocked()
 		})
 	}
 }
 
-// probeLocked writes a keepalive comment to the client, committing the
-// stream first: a stream that is not committed yet is then committed early
-// (with the headers of the attempt feeding it, if one does). A client that
-// listens gets its headers early, and a failure before the first event
+// writeProbeLocked writes a keepalive comment to the client, committing
+// the stream first: a stream that is not committed yet is then committed
+// early (with the headers of the attempt feeding it, if one does). A client
+// that listens gets its headers early, and a failure before the first event
 // reaches it as a stream (fail, relay), never as a status. It reports
 // whether the stream goes on: not ended, and the client not found gone.
-func (cs *clientStream) probeLocked() bool {
+// clientEOF's probes are written so, uncounted: they test whether the
+// client is still there, whatever the upstream does.
+func (cs *clientStream) writeProbeLocked() bool {
 	if cs.ended || cs.gone {
 		return false
 	}
 	cs.commitLocked()
 	if err := cs.sink.KeepAlive(cs.s.opts.KeepAlive); err != nil {
 		cs.goneLocked()
+		return false
+	}
+	return true
+}
+
+// probeLocked is writeProbeLocked for a stream that has had nothing to send
+// for timeouts.keepalive (keepAlive, keepWaiting): the keepalive is counted
+// in sluice_keepalives_total, which counts those written while the stream
+// waited (README, timeouts.keepalive: "while the upstream is silent").
+func (cs *clientStream) probeLocked() bool {
+	if !cs.writeProbeLocked() {
 		return false
 	}
 	cs.s.metrics.keepalives.WithLabelValues(cs.surface).Inc()
@@ -379,7 +392,7 @@ func (cs *clientStream) probeLocked() bool {
 // request ahead): the client and the proxies between see bytes, and the
 // stream's keepalive timer runs from then on (README "Upstream
 // WebSockets"). A failure after that reaches the client as the stream's
-// terminal event, not as a status (probeLocked). A WebSocket client's
+// terminal event, not as a status (writeProbeLocked). A WebSocket client's
 // session keeps itself alive.
 func (cs *clientStream) keepWaiting() {
 	if cs.req == nil || cs.req.viaWebSocket {
@@ -729,6 +742,7 @@ func (cs *clientStream) goneLocked() {
 		return
 	}
 	cs.gone = true
+	closeGoneClientConn(cs.ctx, cs.out) // detach_conn.go: no max_connections slot is held while the work runs on
 	if cs.rlog != nil && (cs.background || cs.detach > 0) {
 		cs.detachLocked()
 		return

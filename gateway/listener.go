@@ -73,6 +73,9 @@ type trackedConn struct {
 	release   func()
 	closeOnce sync.Once
 	readEOF   atomic.Bool
+	// abandoned: the gateway closed the connection itself because a write
+	// to its client failed (abandon), while the request's work goes on.
+	abandoned atomic.Bool
 }
 
 func (c *trackedConn) Read(p []byte) (int, error) {
@@ -87,6 +90,16 @@ func (c *trackedConn) Close() error {
 	err := c.Conn.Close()
 	c.closeOnce.Do(c.release)
 	return err
+}
+
+// abandon closes a connection whose client is gone while its request's
+// handler still runs (a detached stream, README "The stream goes on
+// without its client"): its limits.max_connections slot and its file
+// descriptor are given back now, not when the handler returns. The Close
+// net/http makes afterwards releases nothing again (closeOnce).
+func (c *trackedConn) abandon() {
+	c.abandoned.Store(true) // before Close: the read it fails must not cancel the work (requestContext)
+	_ = c.Close()
 }
 
 type connKey struct{}
@@ -107,7 +120,10 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 // (onClientEOF): a client that really left is noticed when a write to it
 // fails (every stream write has a deadline; see timeouts.client_write), and
 // a stream probes its client with one (clientStream.clientEOF).
-// Any other cancellation (a reset, the handler returning) passes through.
+// Any other cancellation (a reset, the handler returning) passes through,
+// except the one that follows the gateway closing a connection whose
+// client is gone (closeClientConn): the client stream has already decided
+// what its work does.
 // The returned cancel must be called when the handler returns.
 func requestContext(r *http.Request) (context.Context, context.CancelFunc) {
 	tc, ok := r.Context().Value(connKey{}).(*trackedConn)
@@ -116,24 +132,52 @@ func requestContext(r *http.Request) (context.Context, context.CancelFunc) {
 	}
 	// Never cancelled otherwise: a watcher stops watching when its request ends.
 	eof, sawEOF := context.WithCancel(context.Background())
-	ctx, cancel := context.WithCancel(context.WithValue(context.WithoutCancel(r.Context()), clientEOFKey{}, eof))
+	ctx := context.WithValue(context.WithoutCancel(r.Context()), clientEOFKey{}, eof)
+	if r.ProtoMajor == 1 {
+		// An HTTP/1.x connection carries this one request until it ends,
+		// so a client gone from the request is gone from the connection.
+		// (An HTTP/2 connection would carry other streams: not given.)
+		ctx = context.WithValue(ctx, clientConnKey{}, tc)
+	}
+	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(r.Context(), func() {
-		if tc.readEOF.Load() {
+		switch {
+		case tc.readEOF.Load():
 			sawEOF()
-		} else {
+		case tc.abandoned.Load():
+			// Closed by the gateway after its client left (abandon): the
+			// work goes on as the client stream decided (detached or not).
+		default:
 			cancel()
 		}
 	})
 	return ctx, func() { stop(); cancel() }
 }
 
+type clientConnKey struct{}
+
+// closeClientConn closes the HTTP/1.x connection of the request whose
+// context is ctx (requestContext), once a write to its client failed
+// (closeGoneClientConn). It does nothing for a request served on no
+// connection of its own: a WebSocket frame, a streaming-input dispatch, a
+// background run (withoutClientEOF).
+func closeClientConn(ctx context.Context) {
+	if ctx == nil {
+		return
+	}
+	if tc, ok := ctx.Value(clientConnKey{}).(*trackedConn); ok {
+		tc.abandon()
+	}
+}
+
 type clientEOFKey struct{}
 
-// withoutClientEOF is ctx with no client EOF to watch: for work that goes on
-// whatever its client does (a background response, whose client reads one
-// JSON answer).
+// withoutClientEOF is ctx with no client EOF to watch and no client
+// connection to close (closeClientConn): for work that goes on whatever its
+// client does (a background response, whose client reads one JSON answer,
+// and whose connection then serves the client's next request).
 func withoutClientEOF(ctx context.Context) context.Context {
-	return context.WithValue(ctx, clientEOFKey{}, nil)
+	return context.WithValue(context.WithValue(ctx, clientEOFKey{}, nil), clientConnKey{}, nil)
 }
 
 // onClientEOF calls f in its own goroutine once the client of the request

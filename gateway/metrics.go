@@ -16,7 +16,7 @@ type metrics struct {
 	requests         *prometheus.CounterVec   // surface, code
 	upstreamAttempts *prometheus.CounterVec   // upstream, outcome
 	streamTerminal   *prometheus.CounterVec   // surface, reason
-	activeStreams    prometheus.Gauge         // streams open to clients now
+	activeStreams    prometheus.Gauge         // streams being served now, detached ones included: they still read and meter their upstream
 	firstEvent       *prometheus.HistogramVec // surface: request start → first event to client
 	ownerResolution  *prometheus.CounterVec   // surface, source, outcome
 	failClosed       *prometheus.CounterVec   // surface, reason
@@ -45,7 +45,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sluice_stream_terminal_total", Help: "Client streams ended, by surface and the reason they ended.",
 		}, []string{"surface", "reason"}),
 		activeStreams: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sluice_active_streams", Help: "Streams open to clients now.",
+			Name: "sluice_active_streams", Help: "Streams being served now, detached ones (whose client left; README \"The stream goes on without its client\") included.",
 		}),
 		firstEvent: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "sluice_time_to_first_event_seconds", Help: "From request arrival to the first event written to the client.",
