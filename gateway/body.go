@@ -15,6 +15,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/sluice-gw/sluice/internal/apierr"
+	"github.com/sluice-gw/sluice/internal/httpx"
 )
 
 // Request bodies are the one thing a client can make the gateway hold in
@@ -101,7 +102,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (_ []byte, aer
 
 	raw := io.Reader(http.MaxBytesReader(w, r.Body, limit))
 	var body io.Reader = raw
-	enc := strings.ToLower(contentCoding(r.Header))
+	enc := httpx.ContentCoding(r.Header)
 	switch enc {
 	case "", "identity":
 	case "gzip", "x-gzip", "zstd":
@@ -190,23 +191,6 @@ func discardBody(rc *http.ResponseController, r *http.Request, bodyDeadline time
 	_ = r.Body.Close()
 }
 
-// contentCoding is h's Content-Encoding as one list, every header line's
-// codings joined by ", ": repeated lines are one comma-separated list (RFC
-// 9110 §5.3), so "gzip" and "br" on two lines are "gzip, br", as on one
-// line, and neither is taken for gzip alone. Empty elements do not count
-// (RFC 9110 §5.6.1).
-func contentCoding(h http.Header) string {
-	var codings []string
-	for _, line := range h.Values("Content-Encoding") {
-		for _, c := range strings.Split(line, ",") {
-			if c = strings.TrimSpace(c); c != "" {
-				codings = append(codings, c)
-			}
-		}
-	}
-	return strings.Join(codings, ", ")
-}
-
 func newDecoder(enc string, r io.Reader, limit int64) (io.Reader, error) {
 	if enc == "gzip" {
 		return gzip.NewReader(r)
@@ -250,10 +234,10 @@ func (s *Server) bodyError(err error, what string) *apierr.Error {
 // taken off resp's headers (with Content-Length, which counted the encoded
 // bytes) and the body is decoded as it is read. ok is false when the
 // coding, returned as one list of every Content-Encoding line
-// (contentCoding), is not one the gateway decodes: resp is then left as it
+// (httpx.ContentCoding), is not one the gateway decodes: resp is then left as it
 // is.
 func decodeAnswer(resp *http.Response) (coding string, ok bool) {
-	coding = contentCoding(resp.Header)
+	coding = httpx.ContentCoding(resp.Header)
 	switch strings.ToLower(coding) {
 	case "", "identity":
 		return coding, true

@@ -137,8 +137,8 @@ func (s *Server) countRequest(r *http.Request, status int) {
 	s.metrics.requests.WithLabelValues(requestSurface(r), statusLabel(status)).Inc()
 }
 
-// countUnrouted counts a 404 or 405 as surface "other", wherever its path,
-// and its access line says so.
+// countUnrouted counts a 404 or 405, or an OPTIONS answered with its Allow,
+// as surface "other", wherever its path, and its access line says so.
 func (s *Server) countUnrouted(r *http.Request, status int) {
 	s.metrics.requests.WithLabelValues(surfaceOther, statusLabel(status)).Inc()
 	if m, ok := r.Context().Value(metaCtxKey{}).(*reqMeta); ok {

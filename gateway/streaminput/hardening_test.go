@@ -431,6 +431,25 @@ func TestModeAContentEncoding(t *testing.T) {
 	// An encoding Sluice does not decode: 415.
 	code, _, b := e.postRaw(streaminput.EndpointResponses, strings.NewReader(ndjson), modeAHeaders("Content-Encoding", "br"))
 	wantError(t, "br body", code, b, http.StatusUnsupportedMediaType, streaminput.CodeUnsupportedEncoding)
+	// gzip and br on two Content-Encoding lines are one list (RFC 9110
+	// §5.3), as "gzip, br" on one line: 415, not a body read as gzip alone.
+	req, err := http.NewRequest(http.MethodPost, e.url+streaminput.EndpointResponses, bytes.NewReader(gz(ndjson)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range modeAHeaders() {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("Authorization", clientKey)
+	req.Header.Add("Content-Encoding", "gzip")
+	req.Header.Add("Content-Encoding", "br")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	wantError(t, "gzip and br on two lines", resp.StatusCode, b, http.StatusUnsupportedMediaType, streaminput.CodeUnsupportedEncoding)
 	// A corrupt gzip body: 400.
 	code, _, b = e.postRaw(streaminput.EndpointResponses, strings.NewReader(ndjson), modeAHeaders("Content-Encoding", "gzip"))
 	wantError(t, "corrupt gzip body", code, b, http.StatusBadRequest, "invalid_body")

@@ -18,6 +18,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/sluice-gw/sluice/internal/apierr"
+	"github.com/sluice-gw/sluice/internal/httpx"
 )
 
 // HeaderStreamingInput marks a Mode A request.
@@ -125,7 +126,7 @@ func (m *Manager) serveModeA(w http.ResponseWriter, r *http.Request, next http.H
 		writeError(w, aerr)
 		m.traceRefusal(r, start, aerr)
 	}
-	enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding")))
+	enc := httpx.ContentCoding(r.Header) // every Content-Encoding line, as the gateway reads a body
 	switch enc {
 	case "", "identity", "gzip", "x-gzip", "zstd":
 	default:
