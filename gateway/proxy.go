@@ -184,7 +184,8 @@ func (s *Server) process(ctx context.Context, out responder, req *clientRequest,
 // usable request loses all its edits, as if it had returned its error
 // result, and the chain goes on from the edits before it (ABI.md §3.3).
 type checkedRewriter interface {
-	RewriteChecked(ctx context.Context, in hostabi.RewriteInput, check func(body []byte) error) hostabi.RewriteOutput
+	RewriteChecked(ctx context.Context, in hostabi.RewriteInput, check func(body []byte) error,
+		knownUpstream func(name string) bool) hostabi.RewriteOutput
 }
 
 // rewrite runs the rewrite policy and applies its result to req. A body
@@ -206,7 +207,7 @@ func (s *Server) rewrite(ctx context.Context, req *clientRequest) *apierr.Error 
 			}
 			checked = next
 			return nil
-		})
+		}, s.upstreamConfigured)
 	} else {
 		out = s.policy.Rewrite(ctx, in)
 	}
@@ -235,9 +236,21 @@ func (s *Server) rewrite(ctx context.Context, req *clientRequest) *apierr.Error 
 		}
 		return &apierr.Error{Status: status, Type: typ, Code: rej.Code, Param: rej.Param, Message: rej.Message}
 	}
+	if out.Upstream != "" && !s.upstreamConfigured(out.Upstream) {
+		// A name no upstream has is a policy bug, not an outage: retrying
+		// cannot help, so it is not the 503 of a known upstream that is
+		// down (ABI.md §3.3). The policy runtime has logged and counted it
+		// against the module that chose it (checkedRewriter).
+		return &apierr.Error{Status: http.StatusInternalServerError, Type: apierr.TypeServer, Code: apierr.CodeInternalError,
+			Message: fmt.Sprintf("the rewrite policy chose upstream %q, which is not configured", out.Upstream)}
+	}
 	req.setHeaders, req.removeHeaders, req.upstreamName = out.SetHeaders, out.RemoveHeaders, out.Upstream
 	return nil
 }
+
+// upstreamConfigured reports whether name is an upstream of the config, the
+// only names a rewrite policy's use_upstream may choose.
+func (s *Server) upstreamConfigured(name string) bool { return s.pool.Get(name) != nil }
 
 // rewrittenRequest is req with a rewrite policy's body, checked by
 // checkRewritten against this gateway's limits.
@@ -1117,6 +1130,11 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 func (s *Server) replay(ctx context.Context, out responder, req *clientRequest, u *upstream.Upstream, replays int,
 	ans *upstreamAnswer, code string, status int, msg string, header http.Header) (attemptResult, bool) {
 	try := tryOf(req)
+	// response_created_seen and response_id_assigned stay false: they say
+	// what the client was sent (ABI.md §3.2), and the upstream's
+	// response.created and its id are held back before content, so a
+	// version-1 policy's "never once a response.created went out" still
+	// replays this failure invisibly (README "Failover and replay").
 	in := hostabi.ReplayInput{Phase: hostabi.PhaseBeforeContent, FailureClass: eventClass(code, status), Code: code, HTTPStatus: status,
 		ReplayCount: replays, PendingRequests: ans.pending}
 	hint, _ := upstream.RetryAfter(header, msg, time.Now())

@@ -100,8 +100,8 @@ type ReplayInput struct {
 	Code                  string `json:"code"`                  // the failure code; "transport" for a connect/send/close fault
 	HTTPStatus            int    `json:"http_status,omitempty"` // upstream status when there was one
 	ReplayCount           int    `json:"replay_count"`          // replays already made for this request
-	ResponseCreatedSeen   bool   `json:"response_created_seen"` // a response.created reached the gateway
-	ResponseIDAssigned    bool   `json:"response_id_assigned"`  // the upstream assigned a response id
+	ResponseCreatedSeen   bool   `json:"response_created_seen"` // the client was sent the response's start (ABI.md §3.2: never before content)
+	ResponseIDAssigned    bool   `json:"response_id_assigned"`  // the client was sent a response id (ABI.md §3.2: never before content)
 	PendingRequests       int    `json:"pending_requests"`      // other requests pending on the same upstream connection
 	HasPreviousResponseID bool   `json:"has_previous_response_id"`
 	PinnedOwner           string `json:"pinned_owner,omitempty"` // the owner upstream of previous_response_id, if known

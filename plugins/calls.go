@@ -19,12 +19,14 @@ import (
 // and tests).
 type Trace struct {
 	// Policy is the module whose answer was used (recover, replay), or that
-	// rejected the request (rewrite); "" when the built-in default decided.
+	// rejected the request or chose an upstream the caller does not know
+	// (rewrite); "" when the built-in default decided.
 	Policy string `json:"policy,omitempty"`
 	// Outcome: "decided" (a module answered), "default" (no module answered:
 	// none exports the hook or all deferred), "fault", "error", "tripped",
 	// "canceled", "busy" (the built-in default was used because of that), and
-	// for rewrite "done" or "rejected".
+	// for rewrite "done", "rejected" or "error" (Policy chose an upstream
+	// the caller does not know: RewriteChecked).
 	Outcome string `json:"outcome"`
 	// Steps lists every module asked, in order.
 	Steps []TraceStep `json:"steps,omitempty"`
@@ -486,7 +488,7 @@ func (r *Runtime) decide(ctx context.Context, h int, input func(v *version) []by
 // sees the previous edits and a reject stops the chain. A policy that faults
 // or errs has its own edits dropped. Body is nil when nothing changed.
 func (r *Runtime) Rewrite(ctx context.Context, in hostabi.RewriteInput) hostabi.RewriteOutput {
-	return r.RewriteChecked(ctx, in, nil)
+	return r.RewriteChecked(ctx, in, nil, nil)
 }
 
 // RewriteChecked is Rewrite that has check judge the body each module
@@ -494,8 +496,15 @@ func (r *Runtime) Rewrite(ctx context.Context, in hostabi.RewriteInput) hostabi.
 // check refuses counts as the module's error result, so all of its edits
 // are dropped, and the chain goes on from the edits before it. check gets
 // a body that is not modified afterwards; nil checks nothing.
-func (r *Runtime) RewriteChecked(ctx context.Context, in hostabi.RewriteInput, check func(body []byte) error) hostabi.RewriteOutput {
-	out, tr := r.rewriteTrace(ctx, in, check)
+//
+// knownUpstream judges each module's use_upstream choice when it returns:
+// a name it does not know is a misconfiguration no later edit should hide
+// (ABI.md §3.3), so it counts as the module's error, is logged naming the
+// module, and stops the chain with that name as the output's Upstream, for
+// the caller to fail the request. nil checks nothing.
+func (r *Runtime) RewriteChecked(ctx context.Context, in hostabi.RewriteInput, check func(body []byte) error,
+	knownUpstream func(name string) bool) hostabi.RewriteOutput {
+	out, tr := r.rewriteTrace(ctx, in, check, knownUpstream)
 	if r.recording.Load() {
 		r.recordRewrite(in, out, tr)
 	}
@@ -510,10 +519,11 @@ func (r *Runtime) RewriteActive() bool {
 
 // RewriteTrace is Rewrite that also tells what each policy did.
 func (r *Runtime) RewriteTrace(ctx context.Context, in hostabi.RewriteInput) (hostabi.RewriteOutput, Trace) {
-	return r.rewriteTrace(ctx, in, nil)
+	return r.rewriteTrace(ctx, in, nil, nil)
 }
 
-func (r *Runtime) rewriteTrace(ctx context.Context, in hostabi.RewriteInput, check func(body []byte) error) (hostabi.RewriteOutput, Trace) {
+func (r *Runtime) rewriteTrace(ctx context.Context, in hostabi.RewriteInput, check func(body []byte) error,
+	knownUpstream func(name string) bool) (hostabi.RewriteOutput, Trace) {
 	var out hostabi.RewriteOutput
 	tr := Trace{Outcome: "done"}
 	set := r.active.Load()
@@ -544,13 +554,18 @@ func (r *Runtime) rewriteTrace(ctx context.Context, in hostabi.RewriteInput, che
 		before := doc.Bytes() // kept as it is: the next edit copies (Checkpoint)
 		buf = hostabi.AppendRewriteContext(buf[:0], rewriteContext(in, doc, headers))
 		rw := &rewriteCall{doc: doc}
-		var invalid error // check refused the module's body
+		var invalid error        // check refused the module's body
+		var unknownUpstream bool // knownUpstream refused the module's use_upstream
 		step := v.invoke(ctx, hRewrite, buf, rw, func(res uint64, _ memView) (resultKind, error) {
 			kind, err := decodeRewriteResult(res)
 			if err == nil && kind != resError && check != nil && !bytes.Equal(doc.Bytes(), before) {
 				if invalid = check(doc.Bytes()); invalid != nil {
 					return resError, nil // counted as the module's error (invoke)
 				}
+			}
+			if err == nil && kind != resError && knownUpstream != nil && rw.upstream != "" && !knownUpstream(rw.upstream) {
+				unknownUpstream = true
+				return resError, nil // counted as the module's error (invoke)
 			}
 			return kind, err
 		})
@@ -559,6 +574,16 @@ func (r *Runtime) rewriteTrace(ctx context.Context, in hostabi.RewriteInput, che
 			step.Error = "its edited body is not a valid request: " + invalid.Error()
 			v.st.setErr(hookNames[hRewrite] + ": " + step.Error)
 			r.log.Error("rewrite policy produced an invalid request; its edits are discarded", "policy", v.name, "error", invalid.Error())
+		}
+		if unknownUpstream {
+			step.Error = fmt.Sprintf("use_upstream named %q, which is not a configured upstream", rw.upstream)
+			v.st.setErr(hookNames[hRewrite] + ": " + step.Error)
+			r.log.Warn("rewrite policy chose an upstream that is not configured; the request fails", "policy", v.name,
+				"version", v.gen, "upstream", rw.upstream)
+			tr.Steps = append(tr.Steps, step)
+			out.Upstream = rw.upstream
+			tr.Policy, tr.Outcome = v.name, outError.String()
+			break
 		}
 		tr.Steps = append(tr.Steps, step)
 		if step.Outcome != "ok" && step.Outcome != "defer" {
