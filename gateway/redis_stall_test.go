@@ -76,9 +76,11 @@ func TestSharedLimitSlotFreedAfterARedisStallAtRequestEnd(t *testing.T) {
 		n, err := raw.ZCard(ctx, store.DefaultRedisKeyPrefix+"rl:team-a:b").Result()
 		return err == nil && n == 0
 	})
-	if !strings.Contains(r1.logs.String(), "settled after all") {
-		t.Fatalf("the late settlement was not logged:\n%s", r1.logs.String())
-	}
+	// The settlement Redis ran after its client gave up may have freed the
+	// slot before the retry came round; the retry is logged when it does.
+	eventually(t, "the late settlement logged", func() bool {
+		return strings.Contains(r1.logs.String(), "settled after all")
+	})
 }
 
 // TestFollowUpWhileRedisIsDownIsARetryable503: a follow-up (or a resume)
