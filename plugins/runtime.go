@@ -98,6 +98,10 @@ type Options struct {
 	// module) and no first failure waits for a compile. Without a stand-in,
 	// or with Prewarm, modules stay compiled from load.
 	StandIns map[string]StandIn
+
+	// initTimeout bounds the load-time calls and an instantiation;
+	// 0 = initTimeout. Only tests change it.
+	initTimeout time.Duration
 }
 
 // StandIn is the native twin of an embedded policy module (Options.StandIns).
@@ -153,12 +157,19 @@ type Runtime struct {
 	cache wazero.CompilationCache
 	m     *metrics
 
-	mu      sync.Mutex // serializes loads, swaps and rollbacks
+	// mu serializes swaps, rollbacks and the planning of reloads; files
+	// are compiled, instantiated and self-tested without it (Reload).
+	mu      sync.Mutex
 	entries map[string]*entry
 	// answered is, by policy name, the hooks its published version answers
 	// (as of the last publish, under mu): the hooks it has per-hook series
 	// for.
 	answered map[string]hostabi.Hook
+
+	// compileSlots and loadSlots bound the files being compiled, and
+	// instantiated and self-tested, at once (build).
+	compileSlots chan struct{}
+	loadSlots    chan struct{}
 
 	cmu      sync.Mutex
 	compiled map[string]*compiled
@@ -216,8 +227,16 @@ type entry struct {
 	state       string
 	lastError   string
 	rejectedSHA string
-	gen         uint64
-	st          *stats
+	// rejectedSource is where the refused file came from ("dir", or
+	// "embedded"): what /admin/policies shows as source when no version
+	// serves.
+	rejectedSource string
+	gen            uint64
+	st             *stats
+	// planned numbers the plans made for this name (Reload); cancelBuild
+	// stops the build of the latest one, nil once it is applied.
+	planned     uint64
+	cancelBuild context.CancelFunc
 }
 
 // artifact is a module's bytes and where they came from.
@@ -332,6 +351,9 @@ func (o Options) withDefaults() Options {
 	if o.Debounce <= 0 {
 		o.Debounce = DefaultDebounce
 	}
+	if o.initTimeout <= 0 {
+		o.initTimeout = initTimeout
+	}
 	return o
 }
 
@@ -346,6 +368,13 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		m:        newMetrics(),
 		entries:  map[string]*entry{},
 		compiled: map[string]*compiled{},
+		// Compiling is CPU work: one file per core. A load-time call is
+		// normally a few ms, but one stuck in a loop holds its slot for
+		// initTimeout while using one core: more slots than cores keep a
+		// few such files from holding up the others (and the start's
+		// readiness) while still bounding the instances held at once.
+		compileSlots: make(chan struct{}, max(1, runtime.GOMAXPROCS(0))),
+		loadSlots:    make(chan struct{}, max(8, 4*runtime.GOMAXPROCS(0))),
 	}
 	r.life, r.endLife = context.WithCancel(context.Background())
 	if opts.RecordDir != "" {
@@ -492,8 +521,20 @@ func (r *Runtime) scanDir(warn bool) (map[string][]byte, error) {
 type plan struct {
 	e   *entry
 	art *artifact // nil: unload
-	v   *version
-	err error
+	// seq is e.planned when this plan was made: a later plan of the same
+	// name supersedes it, and its result is then dropped (the newer file
+	// wins, however long the older one took to load).
+	seq uint64
+	// ctx bounds the build; it is canceled when a later plan supersedes
+	// this one, so a superseded file stuck in _initialize stops early.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// serving: the version serving e already has art's bytes (nothing to
+	// build). fallback: nothing served the name when this plan was made
+	// and it has an embedded default (see embedded).
+	serving, fallback bool
+	v                 *version
+	err               error
 	// embedded is the embedded default built because art, a policy_dir
 	// file, was rejected while nothing served the name (at start, or after
 	// the embedded one was rejected too): ABI.md §10 has the previous
@@ -503,21 +544,61 @@ type plan struct {
 	embeddedErr error
 }
 
+// needsBuild reports whether p has a module to compile and check.
+func (p *plan) needsBuild() bool { return p.art != nil && !p.serving }
+
 // Reload rescans PolicyDir now and swaps in what changed. The watcher calls
 // it after debouncing; tests call it directly. Files whose content did not
-// change are skipped.
+// change are skipped. Each changed file is compiled, instantiated and
+// self-tested outside r.mu, concurrently (loadSlots), and swapped in under
+// r.mu as soon as it is ready: a file whose _initialize or self-test runs
+// until initTimeout delays only itself, not the other files of this reload,
+// of a reload started meanwhile, or a rollback. Reload returns once every
+// file it found changed is swapped in or rejected.
 func (r *Runtime) Reload(ctx context.Context) error {
 	if r.closed.Load() {
 		return ErrClosed
 	}
+	plans, err := r.planReload(ctx)
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	for _, p := range plans {
+		if !p.needsBuild() {
+			r.apply(ctx, p)
+			continue
+		}
+		wg.Add(1)
+		go func(p *plan) {
+			defer wg.Done()
+			r.buildPlan(p)
+			r.apply(ctx, p)
+		}(p)
+	}
+	wg.Wait()
+	r.releasePending()
+	if err := ctx.Err(); err != nil && !r.ready.Load() {
+		// Stopped while starting (New closes the runtime): the builds
+		// that failed for it were not the files' fault, and nothing is
+		// published or logged as rejected (apply).
+		return fmt.Errorf("plugins: loading stopped: %w", context.Cause(ctx))
+	}
+	return nil
+}
+
+// planReload scans PolicyDir and, under r.mu, records what changed: one
+// plan per name whose file appeared, changed or went away. A plan
+// supersedes any plan of the same name still being built.
+func (r *Runtime) planReload(ctx context.Context) ([]*plan, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed.Load() {
-		return ErrClosed
+		return nil, ErrClosed
 	}
 	files, err := r.scanDir(true)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	names := map[string]bool{}
 	for n := range files {
@@ -530,6 +611,7 @@ func (r *Runtime) Reload(ctx context.Context) error {
 	for _, name := range sortedKeys(names) {
 		e := r.entry(name)
 		data, inDir := files[name]
+		var p *plan
 		switch {
 		case inDir:
 			a := newArtifact(SourceDir, data)
@@ -537,110 +619,139 @@ func (r *Runtime) Reload(ctx context.Context) error {
 				continue
 			}
 			e.fileSHA = a.sha
-			plans = append(plans, &plan{e: e, art: a})
+			p = &plan{e: e, art: a}
 		case e.fileSHA != "":
 			e.fileSHA = ""
-			if e.embedded != nil {
-				plans = append(plans, &plan{e: e, art: e.embedded})
-			} else {
-				plans = append(plans, &plan{e: e})
-			}
+			p = &plan{e: e, art: e.embedded} // nil without one: unload
 		case e.cur == nil && e.embedded != nil && !e.triedEmbed:
-			plans = append(plans, &plan{e: e, art: e.embedded})
+			p = &plan{e: e, art: e.embedded}
 		}
 		if e.embedded != nil {
 			e.triedEmbed = true
 		}
-	}
-	if len(plans) == 0 {
-		return nil
-	}
-	// Compile, check and self-test in parallel, off the request path.
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
-	for _, p := range plans {
-		if p.art == nil || (p.e.cur != nil && p.e.cur.comp.sha == p.art.sha && p.e.cur.source == p.art.source) {
+		if p == nil {
 			continue
 		}
-		wg.Add(1)
-		go func(p *plan) {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			p.v, p.err = r.build(ctx, p.e, p.art)
-			if p.err != nil && p.e.cur == nil && p.e.embedded != nil && p.art != p.e.embedded {
-				p.embedded, p.embeddedErr = r.build(ctx, p.e, p.e.embedded)
-			}
-		}(p)
+		if e.cancelBuild != nil {
+			e.cancelBuild() // superseded: its result will be dropped
+		}
+		e.planned++
+		p.seq = e.planned
+		p.ctx, p.cancel = context.WithCancel(ctx)
+		e.cancelBuild = p.cancel
+		p.serving = p.art != nil && e.cur != nil && e.cur.comp.sha == p.art.sha && e.cur.source == p.art.source
+		p.fallback = p.art != nil && e.cur == nil && e.embedded != nil && p.art != e.embedded
+		plans = append(plans, p)
 	}
-	wg.Wait()
-	if err := ctx.Err(); err != nil && !r.ready.Load() {
-		// Stopped while starting (New closes the runtime): the builds
-		// that failed for it were not the files' fault, and nothing is
-		// published or logged as rejected.
-		return fmt.Errorf("plugins: loading stopped: %w", context.Cause(ctx))
+	return plans, nil
+}
+
+// buildPlan compiles, checks and self-tests p's module (and the embedded
+// default when p's file is rejected with nothing serving), off the
+// request path and without r.mu.
+func (r *Runtime) buildPlan(p *plan) {
+	p.v, p.err = r.build(p.ctx, p.e, p.art)
+	if p.err != nil && p.fallback && p.ctx.Err() == nil {
+		p.embedded, p.embeddedErr = r.build(p.ctx, p.e, p.e.embedded)
 	}
-	var retired []*version
-	for _, p := range plans {
-		e := p.e
-		switch {
-		case p.art == nil: // unload
-			if e.cur != nil {
-				retired = append(retired, e.cur)
-				r.m.swaps.WithLabelValues(e.name, "unloaded").Inc()
-				r.log.Info("policy unloaded", "policy", e.name, "sha256", short(e.cur.comp.sha))
+}
+
+// apply swaps in (or records the rejection of) one plan's result under
+// r.mu and publishes it. The result of a plan superseded meanwhile, of a
+// runtime closed meanwhile, or of a start that was stopped is dropped.
+func (r *Runtime) apply(ctx context.Context, p *plan) {
+	defer p.cancel()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := p.e
+	drop := func() {
+		for _, v := range []*version{p.v, p.embedded} {
+			if v != nil {
+				v.retire() // never published: closes at once
 			}
-			delete(r.entries, e.name)
-		case p.v == nil && p.err == nil: // already serving these bytes
-			e.state, e.lastError, e.rejectedSHA = StateActive, "", ""
-			e.st.clearErr()
-		case p.err != nil:
-			e.lastError, e.rejectedSHA = p.err.Error(), p.art.sha
-			e.st.setErr(p.err.Error())
-			r.m.rejections.WithLabelValues(e.name).Inc()
-			fields := []any{"policy", e.name, "source", p.art.source, "sha256", short(p.art.sha), "error", p.err}
-			if e.cur != nil && p.embedded == nil {
-				fields = append(fields, "still_serving", short(e.cur.comp.sha))
-			}
-			if halfWritten(p.err) {
-				// A copy slower than the debounce is read half-written; the
-				// write that completes it triggers another load.
-				fields = append(fields, "hint", "the file may still be being written: write it under a name starting with . and rename it into place")
-			}
-			r.log.Error("policy rejected", fields...)
-			switch {
-			case p.embedded != nil:
-				// The embedded default serves; rejected_sha256 and
-				// last_error say the operator's file is not what serves.
-				e.cur = p.embedded
-				r.m.swaps.WithLabelValues(e.name, "loaded").Inc()
-				r.log.Warn("policy file rejected: the embedded default serves instead", "policy", e.name,
-					"source", SourceEmbedded, "sha256", short(p.embedded.comp.sha), "rejected_sha256", short(p.art.sha),
-					"hooks", strings.Join(p.embedded.hooks.Names(), ","), "parked", p.embedded.parked())
-			case p.embeddedErr != nil:
-				r.log.Error("policy rejected, and its embedded default cannot serve either", "policy", e.name,
-					"source", SourceEmbedded, "sha256", short(e.embedded.sha), "error", p.embeddedErr)
-			}
-			e.state = stateAfterRejection(e)
-		default:
-			if e.cur != nil {
-				retired = append(retired, e.cur)
-				e.prev = &artifact{source: e.cur.source, data: e.cur.data, sha: e.cur.comp.sha}
-			}
-			e.cur = p.v
-			e.state, e.lastError, e.rejectedSHA = StateActive, "", ""
-			e.st.clearErr() // what went wrong before this version is no longer news
-			r.m.swaps.WithLabelValues(e.name, "loaded").Inc()
-			r.log.Info("policy loaded", "policy", e.name, "source", p.art.source, "sha256", short(p.art.sha),
-				"hooks", strings.Join(p.v.hooks.Names(), ","), "parked", p.v.parked())
 		}
 	}
-	r.publish()
-	for _, v := range retired {
-		v.retire()
+	switch {
+	case r.closed.Load(), ctx.Err() != nil && !r.ready.Load():
+		drop()
+		return
+	case p.seq != e.planned || r.entries[e.name] != e:
+		// A newer file of this name (or its removal) came while this one
+		// was being loaded: swaps of one name happen in the order of the
+		// files, so the newer plan decides.
+		if p.v != nil || p.err != nil {
+			r.log.Debug("policy file superseded while loading", "policy", e.name, "sha256", short(p.art.sha))
+		}
+		drop()
+		return
 	}
-	r.releasePending()
-	return nil
+	e.cancelBuild = nil
+	var retired *version
+	switch {
+	case p.art == nil: // unload
+		if e.cur != nil {
+			retired = e.cur
+			r.m.swaps.WithLabelValues(e.name, "unloaded").Inc()
+			r.log.Info("policy unloaded", "policy", e.name, "sha256", short(e.cur.comp.sha))
+		}
+		delete(r.entries, e.name)
+	case p.serving: // already serving these bytes
+		e.state, e.lastError, e.rejectedSHA, e.rejectedSource = StateActive, "", "", ""
+		e.st.clearErr()
+	case p.err != nil:
+		e.lastError, e.rejectedSHA, e.rejectedSource = p.err.Error(), p.art.sha, p.art.source
+		e.st.setErr(p.err.Error())
+		r.m.rejections.WithLabelValues(e.name).Inc()
+		fields := []any{"policy", e.name, "source", p.art.source, "sha256", short(p.art.sha), "error", p.err}
+		if e.cur != nil && p.embedded == nil {
+			fields = append(fields, "still_serving", short(e.cur.comp.sha))
+		}
+		if halfWritten(p.err) {
+			// A copy slower than the debounce is read half-written; the
+			// write that completes it triggers another load.
+			fields = append(fields, "hint", "the file may still be being written: write it under a name starting with . and rename it into place")
+		}
+		r.log.Error("policy rejected", fields...)
+		switch {
+		case p.embedded != nil && e.cur == nil:
+			// The embedded default serves; rejected_sha256 and
+			// last_error say the operator's file is not what serves.
+			e.adopt(p.embedded)
+			r.m.swaps.WithLabelValues(e.name, "loaded").Inc()
+			r.log.Warn("policy file rejected: the embedded default serves instead", "policy", e.name,
+				"source", SourceEmbedded, "sha256", short(p.embedded.comp.sha), "rejected_sha256", short(p.art.sha),
+				"hooks", strings.Join(p.embedded.hooks.Names(), ","), "parked", p.embedded.parked())
+		case p.embedded != nil:
+			p.embedded.retire() // something serves already
+		case p.embeddedErr != nil:
+			r.log.Error("policy rejected, and its embedded default cannot serve either", "policy", e.name,
+				"source", SourceEmbedded, "sha256", short(e.embedded.sha), "error", p.embeddedErr)
+		}
+		e.state = stateAfterRejection(e)
+	default:
+		if e.cur != nil {
+			retired = e.cur
+			e.prev = &artifact{source: e.cur.source, data: e.cur.data, sha: e.cur.comp.sha}
+		}
+		e.adopt(p.v)
+		e.state, e.lastError, e.rejectedSHA, e.rejectedSource = StateActive, "", "", ""
+		e.st.clearErr() // what went wrong before this version is no longer news
+		r.m.swaps.WithLabelValues(e.name, "loaded").Inc()
+		r.log.Info("policy loaded", "policy", e.name, "source", p.art.source, "sha256", short(p.art.sha),
+			"hooks", strings.Join(p.v.hooks.Names(), ","), "parked", p.v.parked())
+	}
+	r.publish()
+	if retired != nil {
+		retired.retire()
+	}
+}
+
+// adopt makes v, built for e, the version serving e, with the next load
+// generation. Callers hold r.mu.
+func (e *entry) adopt(v *version) {
+	e.gen++
+	v.gen = e.gen
+	e.cur = v
 }
 
 // stateAfterRejection is the state of e once a file of its name was
@@ -687,6 +798,9 @@ func (r *Runtime) publish() {
 	answered := make(map[string]hostabi.Hook, len(names))
 	for _, n := range names {
 		e := r.entries[n]
+		if e.cur == nil && e.state == "" {
+			continue // its first file is still being loaded (Reload): nothing to show yet
+		}
 		if v := e.cur; v != nil {
 			answered[n] = v.hooks & hostabi.CallHooks
 			set.all = append(set.all, v)
@@ -772,11 +886,20 @@ func (r *Runtime) build(ctx context.Context, e *entry, a *artifact) (*version, e
 	if len(a.data) < 8 || string(a.data[:4]) != "\x00asm" {
 		return nil, errors.New("not a WebAssembly module (bad magic)")
 	}
+	if err := takeSlot(ctx, r.compileSlots); err != nil {
+		return nil, fmt.Errorf("compile: %w", err)
+	}
 	comp, err := r.getCompiled(ctx, a)
+	<-r.compileSlots
 	if err != nil {
 		return nil, fmt.Errorf("compile: %w", err)
 	}
+	if err := takeSlot(ctx, r.loadSlots); err != nil {
+		r.releaseCompiled(comp)
+		return nil, fmt.Errorf("init: %w", err)
+	}
 	v, err := r.buildFrom(ctx, e, a, comp)
+	<-r.loadSlots
 	if err != nil {
 		r.releaseCompiled(comp)
 		return nil, err
@@ -812,12 +935,31 @@ func (r *Runtime) buildFrom(ctx context.Context, e *entry, a *artifact, comp *co
 		v.tokens <- struct{}{}
 	}
 	<-v.tokens
-	lctx, cancel := context.WithTimeout(ctx, initTimeout)
+	lctx, cancel := context.WithTimeout(ctx, r.opts.initTimeout)
 	defer cancel()
 	logged := &loadLog{}
 	lctx = withLoadLog(lctx, logged)
+	// pastLimit names the limit when it, not the caller, stopped the guest:
+	// wazero says only "module closed with context deadline exceeded".
+	// _initialize and the load checks after it share the limit (ABI.md §8).
+	pastLimit := func(export string, err error) error {
+		if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		shared := ""
+		if export != hostabi.ExportInitialize {
+			shared = " it shares with _initialize"
+		}
+		return fmt.Errorf("%s ran past the %s limit%s", export, r.opts.initTimeout, shared)
+	}
 	inst, err := v.newInstance(lctx)
 	if err != nil {
+		var ie *instantiateError
+		if errors.As(err, &ie) {
+			if lim := pastLimit(hostabi.ExportInitialize, ie.err); lim != ie.err {
+				err = &instantiateError{err: lim, stderr: ie.stderr}
+			}
+		}
 		return nil, logged.explain(fmt.Errorf("init: %w", err))
 	}
 	fail := func(err error) (*version, error) {
@@ -830,7 +972,7 @@ func (r *Runtime) buildFrom(ctx context.Context, e *entry, a *artifact, comp *co
 	sctx := withState(lctx, &callState{v: v, hook: "load"})
 	abi, err := callI32(sctx, inst.mod, hostabi.ExportABIVersion)
 	if err != nil {
-		return fail(fmt.Errorf("sluice_abi_version: %w", err))
+		return fail(fmt.Errorf("sluice_abi_version: %w", pastLimit(hostabi.ExportABIVersion, err)))
 	}
 	if !hostabi.SupportedABI(abi) {
 		return fail(fmt.Errorf("ABI version %d, this host supports %d to %d", abi, hostabi.MinABIVersion, hostabi.ABIVersion))
@@ -847,7 +989,7 @@ func (r *Runtime) buildFrom(ctx context.Context, e *entry, a *artifact, comp *co
 		// it is then loaded but never asked (a call saved per request).
 		mask, err := callI32(sctx, inst.mod, hostabi.ExportHooks)
 		if err != nil {
-			return fail(fmt.Errorf("sluice_hooks: %w", err))
+			return fail(fmt.Errorf("sluice_hooks: %w", pastLimit(hostabi.ExportHooks, err)))
 		}
 		v.hooks &= hostabi.Hook(mask)
 	}
@@ -855,7 +997,7 @@ func (r *Runtime) buildFrom(ctx context.Context, e *entry, a *artifact, comp *co
 		tctx := withState(lctx, &callState{v: v, hook: "self_test"})
 		res, err := callI32(tctx, inst.mod, hostabi.ExportSelfTest)
 		if err != nil {
-			return fail(fmt.Errorf("self_test: %w", err))
+			return fail(fmt.Errorf("self_test: %w", pastLimit(hostabi.ExportSelfTest, err)))
 		}
 		if res != 0 {
 			return fail(fmt.Errorf("self_test failed (returned %d)", res))
@@ -901,9 +1043,17 @@ func (r *Runtime) buildFrom(ctx context.Context, e *entry, a *artifact, comp *co
 		inst.close()
 		v.tokens <- struct{}{}
 	}
-	e.gen++
-	v.gen = e.gen
 	return v, nil
+}
+
+// takeSlot waits for room in slots, or for ctx to end.
+func takeSlot(ctx context.Context, slots chan struct{}) error {
+	select {
+	case slots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func callI32(ctx context.Context, mod api.Module, name string) (int32, error) {
@@ -1047,7 +1197,8 @@ func (r *Runtime) rollback(v *version, reason string) {
 		nv, err := r.build(ctx, e, prev)
 		cancel()
 		if err == nil {
-			e.cur, e.prev = nv, nil
+			e.adopt(nv)
+			e.prev = nil
 			e.state, e.lastError = StateRolledBack, "rolled back to "+short(prev.sha)+" after "+msg
 			e.st.setErr(e.lastError)
 			r.m.swaps.WithLabelValues(v.name, "rolled_back").Inc()

@@ -16,13 +16,13 @@ type PolicyStatus struct {
 	SHA256     string    `json:"sha256"`                    // of the serving version ("" when none serves)
 	ABIVersion int       `json:"abi_version"`               // of the serving version
 	Version    uint64    `json:"version"`                   // load generation of this name: 1, 2, …
-	Hooks      []string  `json:"hooks"`                     // hooks the serving version implements
-	LoadedAt   time.Time `json:"loaded_at"`                 // when the serving version was loaded
+	Hooks      []string  `json:"hooks"`                     // hooks the serving version implements ([] when none serves)
+	LoadedAt   time.Time `json:"loaded_at,omitzero"`        // when the serving version was loaded (left out when none serves)
 	Calls      int64     `json:"calls"`                     // hook calls into the policy (all versions)
 	Faults     int64     `json:"faults"`                    // calls that faulted (trap, timeout, memory, bad output)
 	Errors     int64     `json:"errors"`                    // calls that ended in the guest's error result, a cancellation or a busy pool
 	LastError  string    `json:"last_error"`                // the latest load error, fault or error (see above)
-	Source     string    `json:"source"`                    // "embedded" or "dir" (of the serving version)
+	Source     string    `json:"source"`                    // "embedded" or "dir": of the serving version, else of the refused file
 	State      string    `json:"state"`                     // "active", "rolled_back", "tripped", or "rejected" when nothing serves
 	Rejected   string    `json:"rejected_sha256,omitempty"` // sha256 of the latest file refused while the version shown (if any) serves
 	Size       int       `json:"size"`                      // bytes of the serving module
@@ -47,6 +47,8 @@ func (r *Runtime) statusOf(e *entry) statusBase {
 		s.SHA256, s.ABIVersion, s.Version = v.comp.sha, int(v.abi), v.gen
 		s.Hooks = v.hooks.Names()
 		s.LoadedAt, s.Source, s.Size = v.loadedAt, v.source, len(v.data)
+	} else {
+		s.Source = e.rejectedSource // where the file no version of the name serves came from
 	}
 	if s.State == "" {
 		s.State = StateActive
@@ -64,7 +66,7 @@ func (r *Runtime) Status() []PolicyStatus {
 	out := make([]PolicyStatus, len(*p))
 	for i, b := range *p {
 		out[i] = b.PolicyStatus
-		out[i].Hooks = append([]string(nil), b.Hooks...)
+		out[i].Hooks = append([]string{}, b.Hooks...) // [] (not null) when none serves
 		out[i].Calls = b.st.calls.Load()
 		out[i].Faults = b.st.faults.Load()
 		out[i].Errors = b.st.errors.Load()

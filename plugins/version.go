@@ -306,7 +306,9 @@ func (v *version) warm(n int) {
 	}()
 }
 
-// initTimeout bounds _initialize and the other load-time calls.
+// initTimeout bounds _initialize, and at load _initialize and the load-time
+// calls after it together (sluice_abi_version, sluice_hooks,
+// sluice_self_test: ABI.md §8).
 const initTimeout = 10 * time.Second
 
 // initFault is an instantiation that failed after the load: booked as a
@@ -321,7 +323,7 @@ func (f *initFault) Error() string { return f.msg }
 // _initialize trapped, exited or ran past initTimeout (it may depend on the
 // clock, or fail only sometimes).
 func (v *version) instantiate() (*instance, error) {
-	ctx, cancel := context.WithTimeout(v.rt.life, initTimeout)
+	ctx, cancel := context.WithTimeout(v.rt.life, v.rt.opts.initTimeout)
 	defer cancel()
 	i, err := v.newInstance(ctx)
 	var ie *instantiateError
@@ -366,7 +368,7 @@ func (v *version) newInstance(ctx context.Context) (*instance, error) {
 	ictx := withState(ctx, &callState{v: v, hook: "init"})
 	if _, ok := ictx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ictx, cancel = context.WithTimeout(ictx, initTimeout)
+		ictx, cancel = context.WithTimeout(ictx, v.rt.opts.initTimeout)
 		defer cancel()
 	}
 	comp := v.live.Load()

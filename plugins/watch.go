@@ -100,11 +100,16 @@ func (r *Runtime) watchLoop(w *fsnotify.Watcher) {
 			rescan.Reset(r.opts.Debounce)
 			r.precompileSoon()
 		case <-rescan.C:
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			if err := r.Reload(ctx); err != nil && err != ErrClosed {
-				r.log.Error("policy reload failed", "error", err)
-			}
-			cancel()
+			// In the background: a file whose load runs until its limit
+			// must not keep the loop from seeing, and loading, the files
+			// renamed into place meanwhile (Reload).
+			r.background(func() {
+				ctx, cancel := context.WithTimeout(r.life, 5*time.Minute)
+				defer cancel()
+				if err := r.Reload(ctx); err != nil && !errors.Is(err, ErrClosed) && r.life.Err() == nil {
+					r.log.Error("policy reload failed", "error", err)
+				}
+			})
 			// A watch can also vanish without an event for the directory
 			// itself (its file system unmounted, say).
 			if _, err := os.Stat(dir); watching && errors.Is(err, os.ErrNotExist) {
