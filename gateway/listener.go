@@ -37,7 +37,17 @@ func newLimitListener(ln net.Listener, s *Server, max int) *limitListener {
 		limitLog: logtext.Every{Interval: 10 * time.Second}}
 }
 
+// Accept takes a connection, then a slot for it: a connection that finds
+// every slot taken waits, accepted but not served, until one frees (the
+// next clients wait in the kernel's backlog meanwhile, as before any
+// accept). Taking the slot after the connection counts a wait only when a
+// client really waits (sluice_connection_limit_waits_total), not whenever
+// the limit is reached with nobody behind it.
 func (l *limitListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
 	select {
 	case l.slots <- struct{}{}:
 	default:
@@ -48,13 +58,9 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		select {
 		case l.slots <- struct{}{}:
 		case <-l.done:
+			_ = c.Close()
 			return nil, net.ErrClosed
 		}
-	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.slots
-		return nil, err
 	}
 	l.s.metrics.openConns.Inc()
 	return &trackedConn{Conn: c, release: func() { <-l.slots; l.s.metrics.openConns.Dec() }}, nil

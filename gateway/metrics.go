@@ -67,7 +67,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sluice_body_budget_refusals_total", Help: "Requests refused with 503 because limits.body_memory_bytes was spent.",
 		}),
 		connLimitWaits: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_connection_limit_waits_total", Help: "Accepts that waited because limits.max_connections were open.",
+			Name: "sluice_connection_limit_waits_total", Help: "Client connections that waited for a slot because limits.max_connections were open.",
 		}),
 		openConns: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_client_connections", Help: "Client connections open now.",

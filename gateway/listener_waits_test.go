@@ -1,0 +1,74 @@
+package gateway_test
+
+import (
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-gw/sluice/gateway"
+)
+
+// sluice_connection_limit_waits_total counts clients that waited for a
+// connection slot: reaching limits.max_connections with nobody behind is no
+// wait, and a client that finds every slot taken is one, served once a
+// connection closes.
+func TestConnectionLimitWaitsCountClientsThatWaited(t *testing.T) {
+	h := newHarness(t, harnessConfig{opts: gateway.Options{MaxConnections: 2, DrainGrace: 100 * time.Millisecond}})
+	idle := func() net.Conn { // a keep-alive client between requests: it holds its slot
+		t.Helper()
+		c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		if _, err := c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: sluice\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 512)
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if n, err := c.Read(buf); err != nil || !strings.HasPrefix(string(buf[:n]), "HTTP/1.1 200") {
+			t.Fatalf("GET /healthz: %q %v", buf[:n], err)
+		}
+		return c
+	}
+	waits := func() float64 {
+		t.Helper()
+		_, page := freshGet(t, h, "/metrics", 10*time.Second)
+		return gaugeValue(page, "sluice_connection_limit_waits_total")
+	}
+
+	a := idle()
+	// One slot held, the scrapes take the other in turn: the limit is
+	// reached each time, with nobody waiting.
+	waits()
+	if got := waits(); got != 0 {
+		t.Fatalf("%v waits counted with no client waiting", got)
+	}
+
+	idle() // both slots held now
+	served := make(chan int, 1)
+	go func() {
+		c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := c.Get(h.url + "/healthz")
+		if err != nil {
+			served <- 0
+			return
+		}
+		resp.Body.Close()
+		served <- resp.StatusCode
+	}()
+	select {
+	case code := <-served:
+		t.Fatalf("a third client was served (%d) while both slots were held", code)
+	case <-time.After(300 * time.Millisecond):
+	}
+	_ = a.Close()
+	if code := <-served; code != http.StatusOK {
+		t.Fatalf("the waiting client: %d", code)
+	}
+	if got := waits(); got != 1 {
+		t.Fatalf("%v waits counted, want the one client that waited", got)
+	}
+}
