@@ -190,14 +190,6 @@ func (c *continuity) decide(surface, source, responseID string, a store.Anchor, 
 	return resolution{owner: a.Upstream, source: source, upstreamID: a.UpstreamID, keyHash: a.ClientKeyHash}
 }
 
-// storeRetryAfter is the Retry-After of an answer failed closed because the
-// store could not be read: the longest wait between the Redis store's
-// health pings while it does not answer (README "Scale-out with Redis":
-// every 100 ms, doubling to 2 s), so a retry after it finds a Redis that
-// is back already serving. (A Pebble store that stopped on a write error
-// rechecks its directory less often, but needs an operator anyway.)
-const storeRetryAfter = 2 * time.Second
-
 // ownerLookupFailed is the answer to a request that names a response
 // (what: "previous_response_id", "the response") whose owner the store
 // could not be read for: failed closed, since no upstream but the owner may
@@ -206,7 +198,7 @@ const storeRetryAfter = 2 * time.Second
 // (failOwnerOut), rather than the 502 of an upstream that answered badly.
 func ownerLookupFailed(what string) *apierr.Error {
 	e := apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "owner lookup failed: the gateway could not read which upstream owns %s; retry the request", what)
-	e.RetryAfter = storeRetryAfter
+	e.RetryAfter = store.UnavailableRetryAfter // README "Scale-out with Redis"
 	return e
 }
 

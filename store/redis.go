@@ -33,6 +33,14 @@ const (
 	redisMinBackoff = 100 * time.Millisecond
 	redisMaxBackoff = 2 * time.Second
 	redisPoolSize   = 64
+
+	// UnavailableRetryAfter is the wait a client is told (Retry-After) when
+	// a request fails because the store does not answer: the longest wait
+	// between the Redis store's health pings while it is down, so a retry
+	// after it finds a Redis that is back already serving. (A Pebble store
+	// that stopped on a write error rechecks its directory less often, but
+	// needs an operator anyway.)
+	UnavailableRetryAfter = redisMaxBackoff
 )
 
 // RedisOptions configure OpenRedis. Only URL is required.

@@ -13,6 +13,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/sluice-gw/sluice/internal/apierr"
+	"github.com/sluice-gw/sluice/store"
 )
 
 // Modalities a chunk may carry.
@@ -274,7 +275,7 @@ func errTooLarge(limit int64) *apierr.Error {
 // do ("store the chunk durably", "read the session's chunks").
 func errStore(what string) *apierr.Error {
 	return &apierr.Error{Status: http.StatusServiceUnavailable, Type: apierr.TypeServer, Code: apierr.CodeStoreUnavailable,
-		Message: "the gateway could not " + what + "; retry the request"}
+		Message: "the gateway could not " + what + "; retry the request", RetryAfter: store.UnavailableRetryAfter}
 }
 
 func errShutdown() *apierr.Error {

@@ -61,7 +61,7 @@ const maxResyncs = 16
 
 func errSharedStore() *apierr.Error {
 	return &apierr.Error{Status: http.StatusServiceUnavailable, Type: apierr.TypeServer, Code: apierr.CodeStoreUnavailable,
-		Message: "the streaming-input session store is unavailable; retry the request"}
+		Message: "the streaming-input session store is unavailable; retry the request", RetryAfter: store.UnavailableRetryAfter}
 }
 
 // lookup finds the session a REST request names. With a shared store it
