@@ -199,6 +199,12 @@ func (s *Server) sendChat(upCtx context.Context, idle *idleTimer, req *clientReq
 		return ans, nil
 	}
 	if req.stream {
+		if e := errorEnvelopeAnswer(body, nil); e != nil {
+			// An error envelope is its error, judged as its status, as from
+			// a Responses upstream (sendHTTP), not a stream that fails.
+			answerAsError(ans, e)
+			return ans, nil
+		}
 		// The upstream ignored stream:true: its answer becomes the events a
 		// stream of it would have carried, remembered as a stream's are.
 		tr := translate.NewStream(opts)

@@ -31,13 +31,10 @@ func answering(s judgedSurface, body string) upstreamtest.Script {
 	if !s.stream {
 		return upstreamtest.Script{Body: []byte(body)}
 	}
-	script := upstreamtest.Script{Header: http.Header{"Content-Type": {"application/json"}}}
-	if s.chat {
-		script.ChatFrames = []upstreamtest.Frame{upstreamtest.RawFrame([]byte(body))}
-	} else {
-		script.Frames = []upstreamtest.Frame{upstreamtest.RawFrame([]byte(body))}
-	}
-	return script
+	// Both protocols' frames: a Responses client's request reaches a Chat
+	// upstream at /chat/completions.
+	raw := []upstreamtest.Frame{upstreamtest.RawFrame([]byte(body))}
+	return upstreamtest.Script{Header: http.Header{"Content-Type": {"application/json"}}, Frames: raw, ChatFrames: raw}
 }
 
 // TestUpstreamErrorEnvelopeIn200IsItsError: a Responses upstream's 200
@@ -52,35 +49,44 @@ func TestUpstreamErrorEnvelopeIn200IsItsError(t *testing.T) {
 		clientErr = `{"error":{"message":"context too long","type":"invalid_request_error","param":"input","code":"invalid_value"}}`
 		serverErr = `{"error":{"message":"boom","type":"server_error","param":null,"code":null}}`
 	)
-	for _, s := range judgedSurfaces {
-		t.Run(s.name+"/client error", func(t *testing.T) {
-			h := contHarness(t, gateway.ContinuationAuto, harnessConfig{})
-			h.ups["P"].SetDefault(answering(s, clientErr))
-			for i := range 4 { // more than the circuit's 3 consecutive failures
-				resp := h.post(s.path, s.body)
-				raw, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				e := gjson.GetBytes(raw, "error")
-				if resp.StatusCode != http.StatusBadRequest || e.Get("message").Str != "context too long" ||
-					e.Get("code").Str != "invalid_value" || e.Get("param").Str != "input" {
-					t.Fatalf("request %d: %d %s; want the upstream's 400 invalid_value", i+1, resp.StatusCode, raw)
-				}
-			}
-			if p, b := h.ups["P"].RequestCount(), h.ups["B"].RequestCount(); p != 4 || b != 0 {
-				t.Fatalf("P called %d times, B %d; want P every time (a client's error is not the target's), B never", p, b)
-			}
-		})
-		t.Run(s.name+"/server error", func(t *testing.T) {
-			h := contHarness(t, gateway.ContinuationAuto, harnessConfig{})
-			h.ups["P"].SetDefault(answering(s, serverErr))
+	for _, proto := range []string{"responses", "chat"} {
+		for _, s := range judgedSurfaces {
+			judgeEnvelopes(t, proto, s, clientErr, serverErr)
+		}
+	}
+}
+
+// judgeEnvelopes runs TestUpstreamErrorEnvelopeIn200IsItsError's two cases
+// for one client surface in front of upstreams speaking proto.
+func judgeEnvelopes(t *testing.T, proto string, s judgedSurface, clientErr, serverErr string) {
+	cfg := harnessConfig{protocol: map[string]string{"P": proto, "B": proto}}
+	t.Run(proto+"/"+s.name+"/client error", func(t *testing.T) {
+		h := contHarness(t, gateway.ContinuationAuto, cfg)
+		h.ups["P"].SetDefault(answering(s, clientErr))
+		for i := range 4 { // more than the circuit's 3 consecutive failures
 			resp := h.post(s.path, s.body)
 			raw, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK || strings.Contains(string(raw), `"boom"`) || h.ups["B"].RequestCount() != 1 {
-				t.Fatalf("%d %s, B called %d times; want B's answer", resp.StatusCode, raw, h.ups["B"].RequestCount())
+			e := gjson.GetBytes(raw, "error")
+			if resp.StatusCode != http.StatusBadRequest || e.Get("message").Str != "context too long" ||
+				e.Get("code").Str != "invalid_value" || e.Get("param").Str != "input" {
+				t.Fatalf("request %d: %d %s; want the upstream's 400 invalid_value", i+1, resp.StatusCode, raw)
 			}
-		})
-	}
+		}
+		if p, b := h.ups["P"].RequestCount(), h.ups["B"].RequestCount(); p != 4 || b != 0 {
+			t.Fatalf("P called %d times, B %d; want P every time (a client's error is not the target's), B never", p, b)
+		}
+	})
+	t.Run(proto+"/"+s.name+"/server error", func(t *testing.T) {
+		h := contHarness(t, gateway.ContinuationAuto, cfg)
+		h.ups["P"].SetDefault(answering(s, serverErr))
+		resp := h.post(s.path, s.body)
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || strings.Contains(string(raw), `"boom"`) || h.ups["B"].RequestCount() != 1 {
+			t.Fatalf("%d %s, B called %d times; want B's answer", resp.StatusCode, raw, h.ups["B"].RequestCount())
+		}
+	})
 }
 
 // TestResponsesUpstreamFailedResponseIsAnAnswer: a Response carries an
