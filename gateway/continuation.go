@@ -597,11 +597,12 @@ func extendTrailingAssistant(body []byte, path, text string, textTypes ...string
 	prior := content
 	switch {
 	case content.Type == gjson.String:
+	case !content.Exists() || content.Type == gjson.Null || (content.IsArray() && len(content.Array()) == 0):
+		// An empty assistant turn is the same open prefill as "" (either
+		// protocol takes a string content): it becomes the text.
+		prior = gjson.Result{}
 	case content.IsArray():
 		parts := content.Array()
-		if len(parts) == 0 {
-			return body, false
-		}
 		for _, p := range parts {
 			if !slices.Contains(textTypes, p.Get("type").Str) || p.Get("text").Type != gjson.String {
 				return body, false

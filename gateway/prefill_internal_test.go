@@ -31,10 +31,13 @@ func TestPrefillBody(t *testing.T) {
 			`[{"role":"assistant","content":null,"refusal":"no"},{"role":"assistant","content":" fox \"jumps\""}]`},
 		{"assistant with a refusal part", `[{"role":"assistant","content":[{"type":"text","text":"a"},{"type":"refusal","refusal":"no"}]}]`,
 			`[{"role":"assistant","content":[{"type":"text","text":"a"},{"type":"refusal","refusal":"no"}]},{"role":"assistant","content":" fox \"jumps\""}]`},
+		// An empty assistant turn is the same open prefill as "".
 		{"assistant with no parts", `[{"role":"assistant","content":[]}]`,
-			`[{"role":"assistant","content":[]},{"role":"assistant","content":" fox \"jumps\""}]`},
+			`[{"role":"assistant","content":" fox \"jumps\""}]`},
+		{"assistant with null content", `[{"role":"assistant","content":null}]`,
+			`[{"role":"assistant","content":" fox \"jumps\""}]`},
 		{"assistant without content", `[{"role":"assistant"}]`,
-			`[{"role":"assistant"},{"role":"assistant","content":" fox \"jumps\""}]`},
+			`[{"role":"assistant","content":" fox \"jumps\""}]`},
 	}
 	for _, tc := range chat {
 		t.Run("chat/"+tc.name, func(t *testing.T) {
