@@ -465,12 +465,21 @@ func (s *Server) routes() *httprouter.Router {
 	// status 0. An OPTIONS is no call of the path's API: it counts as
 	// "other" (README "Observability").
 	r.GlobalOPTIONS = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		// Counted on the API's paths; on the operator's endpoints (the
+		// paths with a route outside /v1/: /healthz, /readyz, /metrics,
+		// /admin/…), whose requests are not counted, not either (README
+		// "Observability").
+		api := strings.HasPrefix(req.URL.Path, "/v1/")
 		if s.refuseAdmin(w, req) {
-			s.countUnrouted(req, http.StatusUnauthorized)
+			if api {
+				s.countUnrouted(req, http.StatusUnauthorized)
+			}
 			return
 		}
 		w.WriteHeader(http.StatusOK)
-		s.countUnrouted(req, http.StatusOK)
+		if api {
+			s.countUnrouted(req, http.StatusOK)
+		}
 	})
 	r.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if s.refuseAdmin(w, req) {
