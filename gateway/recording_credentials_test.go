@@ -14,7 +14,8 @@ import (
 // headers a policy reads but none that is or looks like a credential (README
 // "Recorded traffic as tests"): not the hidden ones, and not X-Auth-Token,
 // X-Goog-Api-Key, X-Amz-Security-Token, a billing header or any other name
-// that says it carries a key, token, secret, password or cookie.
+// that says it carries a key, token, secret, password or cookie, nor a
+// header whose value is shaped like one (Bearer …, a JWT).
 func TestRecordingWritesNoCredentialHeaders(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "rec")
 	rt := fixturePolicies(t, plugins.Options{RecordDir: dir}, map[string]string{"20-model": "rewrite_model"})
@@ -29,6 +30,14 @@ func TestRecordingWritesNoCredentialHeaders(t *testing.T) {
 		"X-Session-Cookie":     "cookie-value-6",
 		"X-Myapikey":           "apikey-value-7",
 		"OpenAI-Project":       "proj-secret-value-8",
+		"X-Client-Credential":  "credential-value-9",
+		"X-Private-Key":        "private-value-10",
+		"X-Session-Tok":        "tok-value-11",
+		"X-Signature":          "signature-value-12",
+		"X-Pass":               "pass-value-13",
+		"X-Jwt":                "jwt-value-14",
+		"X-Access":             "Bearer access-value-15", // a credential by its value
+		"X-Forwarded-Id-Token": "eyJhbGciOiJIUzI1NiJ9.e30.value-16",
 		"Api-Key":              "api-key-value-9",
 	}
 	hdr := map[string]string{"X-Custom-Trace": "kept-value"}

@@ -258,14 +258,14 @@ func (r *Runtime) recordRewrite(in hostabi.RewriteInput, out hostabi.RewriteOutp
 }
 
 // recordedHeaders are the headers a rewrite line keeps: those the policy
-// read, less every header that is or looks like a credential
-// (hostabi.LooksLikeCredential). A policy may read X-Auth-Token and the
+// read, less every header that is or looks like a credential by its name
+// (hostabi.LooksLikeCredential) or its value (hostabi.CredentialValue). A policy may read X-Auth-Token and the
 // like, but a recording is a file on disk, and credentials are never
 // written to disk; a replay of the line sees the headers without them.
 func recordedHeaders(h map[string]string) map[string]string {
 	out := visibleHeaders(h)
-	for k := range out {
-		if hostabi.LooksLikeCredential(k) {
+	for k, v := range out {
+		if hostabi.LooksLikeCredential(k) || hostabi.CredentialValue(v) {
 			delete(out, k)
 		}
 	}

@@ -517,6 +517,7 @@ func TestNoCredentialsOnDisk(t *testing.T) {
 		"X-Auth-Token":        "authtoken-SECRET-6",
 		"Proxy-Authorization": "Basic proxy-SECRET-7",
 		"X-Hop-Scoped":        "hop-SECRET-8",
+		"X-Access":            "Bearer access-SECRET-9", // a credential by its value (hostabi.CredentialValue)
 	}
 	req, _ := http.NewRequest(http.MethodPost, e.url+streaminput.PathPrefix,
 		strings.NewReader(`{"start_policy":"on_first_chunk","template":`+respTemplate+`,"chunk":{"payload":"hello"}}`))

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -95,9 +96,10 @@ var droppedHeaders = map[string]bool{
 }
 
 // isCredential reports whether a (canonical) header name is, or looks like,
-// a credential: the known ones, and any name that says it carries a key,
-// token, secret, password or authorization (X-Goog-Api-Key, X-Auth-Token,
-// …). Such headers are dispatched from memory, never persisted.
+// a credential (hostabi.LooksLikeCredential: the known ones, and any name
+// that says it carries one, X-Goog-Api-Key, X-Auth-Token, …); a header
+// whose value has a credential's shape is one too (splitHeaders). Such
+// headers are dispatched from memory, never persisted.
 func isCredential(name string) bool {
 	return hostabi.LooksLikeCredential(strings.ToLower(name)) // one rule with recordings (Cookie never travels: droppedHeaders)
 }
@@ -120,7 +122,7 @@ func splitHeaders(h http.Header) (keep, cred http.Header) {
 		ck := http.CanonicalHeaderKey(k)
 		switch {
 		case droppedHeaders[ck] || hop[ck]:
-		case isCredential(ck):
+		case isCredential(ck) || slices.ContainsFunc(v, hostabi.CredentialValue):
 			cred[ck] = append(cred[ck], v...)
 		default:
 			keep[ck] = append(keep[ck], v...)
