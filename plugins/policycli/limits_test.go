@@ -112,3 +112,30 @@ func TestCallTimeoutFlag(t *testing.T) {
 		t.Fatalf("-call-timeout 10s: exit %d\n%s%s; want the module's recover", code, out, errs)
 	}
 }
+
+// TestPolicyLogDropsAreSaid: a call that logs more lines than the gateway
+// writes (ABI.md §5) shows as many as the gateway would, then says the
+// rest were dropped: an author does not take the lines shown for all.
+func TestPolicyLogDropsAreSaid(t *testing.T) {
+	mod := filepath.Join("..", "testdata", "log_lines.wasm") // logs one line per byte of its config
+	events := filepath.Join(t.TempDir(), "events.jsonl")
+	if err := os.WriteFile(events, []byte(`{"hook":"recover","input":{"code":"x"}}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		config    string
+		lines     int
+		dropsSaid bool
+	}{
+		{`"abc"`, 5, false}, // the config's bytes, quotes included
+		{`"` + strings.Repeat("x", 98) + `"`, 16, true},
+	} {
+		_, _, errs := run(t, "test", mod, "-events", events, "-config", tc.config)
+		if got := strings.Count(errs, "policy log: [ERROR] recover: line\n"); got != tc.lines {
+			t.Errorf("config of %d bytes: %d lines shown, want %d:\n%s", len(tc.config), got, tc.lines, errs)
+		}
+		if said := strings.Contains(errs, "the rest are dropped"); said != tc.dropsSaid {
+			t.Errorf("config of %d bytes: drops said %v, want %v:\n%s", len(tc.config), said, tc.dropsSaid, errs)
+		}
+	}
+}

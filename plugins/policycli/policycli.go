@@ -356,6 +356,17 @@ func guestLogger(w io.Writer) hclog.Logger {
 type guestLogSink struct{ w io.Writer }
 
 func (s guestLogSink) Accept(_ string, level hclog.Level, msg string, args ...any) {
+	if strings.HasPrefix(msg, "policy log lines dropped") {
+		// The runtime's budget (ABI.md §5) applies here as in the gateway:
+		// say so, or an author takes what was shown for all the policy logged.
+		field := map[any]any{}
+		for i := 0; i+1 < len(args); i += 2 {
+			field[args[i]] = args[i+1]
+		}
+		fmt.Fprintf(s.w, "policy log: [WARN] %v: more lines were logged than the gateway writes (%v a call, ABI.md §5); the rest are dropped\n",
+			field["hook"], field["per_call"])
+		return
+	}
 	text, ok := strings.CutPrefix(msg, "policy: ")
 	if !ok {
 		return
