@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -33,21 +34,30 @@ func TestConnectionLimitWaitsCountClientsThatWaited(t *testing.T) {
 		}
 		return c
 	}
+	// The scrapes share one keep-alive connection: a connection of their
+	// own each could find the previous one's slot not yet given back.
+	scraper := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxConnsPerHost: 1}}
+	t.Cleanup(scraper.CloseIdleConnections)
 	waits := func() float64 {
 		t.Helper()
-		_, page := freshGet(t, h, "/metrics", 10*time.Second)
-		return gaugeValue(page, "sluice_connection_limit_waits_total")
+		resp, err := scraper.Get(h.url + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		page, _ := io.ReadAll(resp.Body)
+		return gaugeValue(string(page), "sluice_connection_limit_waits_total")
 	}
 
 	a := idle()
-	// One slot held, the scrapes take the other in turn: the limit is
-	// reached each time, with nobody waiting.
+	// One slot held, the scraper's connection takes the other: the limit
+	// is reached, with nobody waiting.
 	waits()
 	if got := waits(); got != 0 {
 		t.Fatalf("%v waits counted with no client waiting", got)
 	}
 
-	idle() // both slots held now
+	// Both slots held now (the scraper's and a): a third client waits.
 	served := make(chan int, 1)
 	go func() {
 		c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}

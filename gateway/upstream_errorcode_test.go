@@ -104,9 +104,11 @@ func TestStatusSentAsCodeIsNoCodeToClients(t *testing.T) {
 			2, limited, limitedStream},
 		{"429 in a 200 error envelope", errorEnvelopeIn200(llamaError(429, "rate_limit_error", "too many")),
 			2, limited, limitedStream},
-		// A Responses stream's code is one of the spec's: invalid_prompt.
+		// A client error before any stream is its status on a Responses
+		// stream too, as from the HTTP status (README "Chat-Completions-only
+		// upstreams": judged the same way, streamed or not).
 		{"400 in a 200 error envelope", errorEnvelopeIn200(llamaError(400, "invalid_request_error", "bad input")),
-			1, wantedError{http.StatusBadRequest, "", "invalid_request_error"}, wantedError{http.StatusOK, "invalid_prompt", ""}},
+			1, wantedError{http.StatusBadRequest, "", "invalid_request_error"}, wantedError{http.StatusBadRequest, "", "invalid_request_error"}},
 	} {
 		for _, sf := range clientSurfaces {
 			t.Run(tc.name+"/"+sf.name, func(t *testing.T) {
@@ -137,10 +139,10 @@ func TestLlamaContextOverflowIsContextLengthExceeded(t *testing.T) {
 		script       upstreamtest.Script
 		want, stream wantedError
 	}{
-		// Failed before any stream: a Responses stream gets the status too.
+		// Failed before any stream: a Responses stream gets the status too,
+		// whichever way it came.
 		{"HTTP 400", upstreamtest.Script{Status: http.StatusBadRequest, Body: llamaContextOverflow}, overflow, overflow},
-		{"400 in a 200 error envelope", errorEnvelopeIn200(llamaContextOverflow), overflow,
-			wantedError{http.StatusOK, "context_length_exceeded", ""}},
+		{"400 in a 200 error envelope", errorEnvelopeIn200(llamaContextOverflow), overflow, overflow},
 	} {
 		for _, sf := range clientSurfaces {
 			t.Run(tc.name+"/"+sf.name, func(t *testing.T) {
