@@ -282,6 +282,22 @@ type chatSource struct {
 	ended bool
 }
 
+// chatSourceOf is the Chat translation under src, through the wrappers an
+// answer's events may pass (scrubbedSource when an upstream has an api_key,
+// recordedSource for the recover policy), and whether there is one.
+func chatSourceOf(src eventSource) (*chatSource, bool) {
+	for {
+		switch s := src.(type) {
+		case *chatSource:
+			return s, true
+		case interface{ wrapped() eventSource }:
+			src = s.wrapped()
+		default:
+			return nil, false
+		}
+	}
+}
+
 // reportedUsage is the last usage the Chat upstream reported on this
 // attempt, as a Responses usage object (continueAfter sums it when a cut
 // left the attempt without a final count).

@@ -389,7 +389,7 @@ func (s *Server) continueAfter(ctx context.Context, cs *clientStream, req *clien
 	}
 	r.cause, r.reason, r.kind, r.text = af.cause, af.reason, kind, facts.text
 	reported := true
-	switch src, translated := ans.src.(*chatSource); {
+	switch src, translated := chatSourceOf(ans.src); {
 	case len(af.usage) > 0:
 		r.usage = sumUsage(r.usage, af.usage) // the failure's own report is the attempt's final count
 	case req.ep.chat && len(facts.usage) > 0 && !bytes.Equal(facts.usage, r.usage):

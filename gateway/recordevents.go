@@ -45,6 +45,8 @@ type recordedSource struct {
 	r   *eventring.Ring
 }
 
+func (x recordedSource) wrapped() eventSource { return x.src } // chatSourceOf
+
 func (x recordedSource) Next() (sse.Event, error) {
 	ev, err := x.src.Next()
 	if err == nil {

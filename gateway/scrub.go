@@ -292,6 +292,8 @@ type scrubbedSource struct {
 	s   *scrubber
 }
 
+func (x scrubbedSource) wrapped() eventSource { return x.src } // chatSourceOf
+
 func (x scrubbedSource) Next() (sse.Event, error) {
 	ev, err := x.src.Next()
 	ev.Data = x.s.Bytes(ev.Data)

@@ -210,8 +210,17 @@ func TestUsageOfAContinuedChatStreamSumsARunningUsage(t *testing.T) {
 // the running usage the cut attempt reported stays in the translation, and
 // is summed all the same (README "Keys, limits and usage").
 func TestUsageOfAContinuedStreamSumsARunningUsageForResponsesClients(t *testing.T) {
+	t.Run("keyless upstreams", func(t *testing.T) { continuedRunningUsageForResponsesClient(t, nil) })
+	// Upstreams with an api_key: their events pass the key scrubber, which
+	// wraps the translation (chatSourceOf looks through it).
+	t.Run("upstreams with an api_key", func(t *testing.T) {
+		continuedRunningUsageForResponsesClient(t, map[string]string{"P": "sk-upstream-p-secret", "B": "sk-upstream-b-secret"})
+	})
+}
+
+func continuedRunningUsageForResponsesClient(t *testing.T, upstreamKeys map[string]string) {
 	st := openStore(t, t.TempDir())
-	h := contHarness(t, gateway.ContinuationAuto, harnessConfig{protocol: map[string]string{"P": "chat", "B": "chat"},
+	h := contHarness(t, gateway.ContinuationAuto, harnessConfig{protocol: map[string]string{"P": "chat", "B": "chat"}, keys: upstreamKeys,
 		opts: gateway.Options{Accounts: gateway.AccountsOptions{Keys: []store.KeyRecord{keyRec("team-a", teamAKey, nil, store.KeyLimits{})}, Usage: st}}})
 	h.ups["P"].Enqueue(upstreamtest.Script{ChatFrames: runningUsageChunks("The quick", " brown"), End: upstreamtest.EndCut}) // 10 in, 2 out
 	h.ups["B"].Enqueue(upstreamtest.Answer(fullAnswer, 3))                                                                   // 8 in, 3 out
