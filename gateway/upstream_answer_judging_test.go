@@ -171,3 +171,27 @@ func TestRelayedRateLimitKeepsUpstreamHeaders(t *testing.T) {
 		})
 	}
 }
+
+// TestRateLimitEnvelopeIn200IsA429: an upstream's 200 whose envelope says
+// rate_limit_exceeded (OpenAI's own shape, type "requests") is the 429 it
+// stands for: the client's 429 and the cooldown's reason say HTTP 429, not
+// an invented 502.
+func TestRateLimitEnvelopeIn200IsA429(t *testing.T) {
+	const limited = `{"error":{"message":"Rate limit reached for requests. Please try again in 9s.","type":"requests","param":null,"code":"rate_limit_exceeded"}}`
+	s := judgedSurfaces[0] // responses/json
+	h := contHarness(t, gateway.ContinuationAuto, harnessConfig{})
+	h.ups["P"].SetDefault(answering(s, limited))
+	h.ups["B"].SetDefault(answering(s, limited))
+	for i := range 2 { // the second is answered from the cooldowns
+		resp := h.post(s.path, s.body)
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests || gjson.GetBytes(raw, "error.code").Str != "rate_limit_exceeded" ||
+			strings.Contains(string(raw), "502") {
+			t.Fatalf("request %d: %d %s; want a 429 that says no 502", i+1, resp.StatusCode, raw)
+		}
+	}
+	if logs := h.logs.String(); strings.Contains(logs, "HTTP 502") || !strings.Contains(logs, "HTTP 429") {
+		t.Fatalf("the cooldown's reason does not say the 429:\n%s", grepLines(logs, "cooling down"))
+	}
+}

@@ -40,10 +40,16 @@ func (s *Server) handleWebSocket(w http.ResponseWriter, r *http.Request, _ httpr
 		// 426 makes clients such as Codex fall back to HTTP, where they
 		// learn the gateway is draining. (An upgrade request has no status
 		// recorder in gate: counted here.)
-		s.metrics.requests.WithLabelValues(hostabi.SurfaceWebSocket, statusLabel(http.StatusUpgradeRequired)).Inc()
-		metaOf(r).counted = true
-		(&apierr.Error{Status: http.StatusUpgradeRequired, Type: apierr.TypeServer, Code: apierr.CodeUpstreamUnavailable,
-			Message: "the gateway is shutting down; use HTTP or another instance"}).Write(w)
+		// A 426 names the protocol to use (RFC 9110 §15.5.22): the upgrade
+		// this one refuses is no use, so it names HTTP/1.1.
+		aerr := &apierr.Error{Status: http.StatusUpgradeRequired, Type: apierr.TypeServer, Code: apierr.CodeUpstreamUnavailable,
+			Message: "the gateway is shutting down; retry over HTTP or on another instance"}
+		s.metrics.requests.WithLabelValues(hostabi.SurfaceWebSocket, statusLabel(aerr.Status)).Inc()
+		m := metaOf(r)
+		m.counted, m.status, m.code = true, aerr.Status, aerr.Code
+		w.Header().Set("Upgrade", "HTTP/1.1")
+		w.Header().Set("Connection", "Upgrade")
+		aerr.Write(w)
 		return
 	}
 	defer s.wsSessions.Done()

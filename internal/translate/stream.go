@@ -484,12 +484,17 @@ func upstreamError(v gjson.Result) *apierr.Error {
 // names none. A Chat error chunk has no field for it, nor has a Responses
 // error event always: llama.cpp and vLLM send the status as the code (a
 // number); otherwise OpenAI's two error types say whose fault it is
-// (invalid_request_error: 400, server_error: 502). Any other error gets 0,
-// and its code alone classifies it. The gateway reads both protocols' errors
-// by this one rule.
+// (invalid_request_error: 400, server_error: 502), and OpenAI's capacity
+// codes are its 429s (rate_limit_exceeded, insufficient_quota, whatever
+// their type: requests, tokens). Any other error gets 0, and its code alone
+// classifies it. The gateway reads both protocols' errors by this one rule.
 func ErrorStatus(e apierr.Error) int {
 	if n, err := strconv.Atoi(e.Code); err == nil && n >= 400 && n <= 599 {
 		return n
+	}
+	switch e.Code {
+	case apierr.CodeRateLimitExceeded, apierr.CodeInsufficientQuota:
+		return http.StatusTooManyRequests
 	}
 	switch e.Type {
 	case apierr.TypeInvalidRequest:
