@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,5 +50,48 @@ func TestResumePastTheEndOfARunningStream(t *testing.T) {
 	if err != nil || gjson.GetBytes(data, "type").Str != "error" || gjson.GetBytes(data, "status").Int() != 400 ||
 		gjson.GetBytes(data, "error.code").Str != "invalid_value" || gjson.GetBytes(data, "sequence_number").Exists() {
 		t.Fatalf("WebSocket resume past the end of a running stream: %s (%v), want an error frame with status 400", data, err)
+	}
+}
+
+// TestWebSocketResumeFrameIsCountedAndLogged: a response.resume frame
+// answered with its stream is a request like the same resume over HTTP: it
+// is counted in sluice_requests_total and its access line says 200.
+func TestWebSocketResumeFrameIsCountedAndLogged(t *testing.T) {
+	h := newHarness(t, harnessConfig{opts: resumeOpts()})
+	h.ups["A"].Enqueue(slowAnswer())
+	resp := h.post("/v1/responses", `{"model":"gpt-fake-1","input":"hi","background":true}`)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	id := gjson.GetBytes(b, "id").Str
+	if resp.StatusCode != http.StatusOK || id == "" {
+		t.Fatalf("background create: %d %s", resp.StatusCode, b)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := h.dialWS(nil).conn
+	defer c.CloseNow()
+	if err := c.Write(ctx, websocket.MessageText, []byte(`{"type":"response.resume","response_id":"`+id+`","starting_after":2}`)); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, data, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("the resumed stream: %v", err)
+		}
+		if typ := gjson.GetBytes(data, "type").Str; typ == "response.completed" {
+			break
+		} else if typ == "error" || typ == "response.failed" {
+			t.Fatalf("the resumed stream failed: %s", data)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		m := h.metrics()
+		line := grepLines(h.logs.String(), "method=WS")
+		if strings.Contains(m, `sluice_requests_total{code="200",surface="websocket"} 1`) && strings.Contains(line, "status=200") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the resume frame is not counted and logged with its 200:\n%s\n%s", grepLines(m, "sluice_requests_total"), line)
+		}
 	}
 }

@@ -341,8 +341,8 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 	// A frame that is answered (refused, or a response.create taken up) is
 	// counted once it ends, with the status its access line writes: the
 	// metric and the line describe the same request (README
-	// "Observability"). A streaming-input chunk or a resume that was
-	// accepted is not a request of its own.
+	// "Observability"). A streaming-input chunk that was accepted is not
+	// a request of its own; a resume is, answered with its stream.
 	answered, chunkTaken := false, false
 	defer func() {
 		if answered {
@@ -412,7 +412,14 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 	if gjson.GetBytes(data, "type").String() == "response.resume" {
 		if aerr := ws.resume(ctx, out, data); aerr != nil {
 			fail(aerr)
+			return
 		}
+		// Answered with the stream it asked for: counted and logged with
+		// its 200, as the same resume over HTTP is.
+		answered = true
+		meta.mu.Lock()
+		meta.status = http.StatusOK
+		meta.mu.Unlock()
 		return
 	}
 	if gjson.GetBytes(data, "type").String() == "response.create" {
