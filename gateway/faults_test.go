@@ -468,7 +468,10 @@ func TestDrainEndsInFlightStreamsWithTerminalEvent(t *testing.T) {
 	http.DefaultClient.CloseIdleConnections()
 }
 
-func TestReadyzFailsWhileDraining(t *testing.T) {
+// drainingHarness is a harness whose gateway is draining, held open by a
+// stream in flight for up to its DrainGrace of a second.
+func drainingHarness(t *testing.T) *harness {
+	t.Helper()
 	h := newHarness(t, harnessConfig{opts: gateway.Options{DrainGrace: time.Second}})
 	h.ups["A"].Enqueue(upstreamtest.HangAfter(1))
 	go func() { _, _ = h.responsesStream(respBody) }()
@@ -480,6 +483,11 @@ func TestReadyzFailsWhileDraining(t *testing.T) {
 	for !h.gw.Draining() && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
+	return h
+}
+
+func TestReadyzFailsWhileDraining(t *testing.T) {
+	h := drainingHarness(t)
 	rec := newRecorder()
 	h.gw.Handler().ServeHTTP(rec, mustRequest(http.MethodGet, "/readyz"))
 	if rec.code != http.StatusServiceUnavailable {

@@ -1,16 +1,12 @@
 package gateway_test
 
 import (
-	"context"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tidwall/gjson"
-
-	"github.com/sluice-gw/sluice/gateway"
-	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
 // A WebSocket upgrade that reaches the gateway during the drain is refused
@@ -18,17 +14,7 @@ import (
 // HTTP/1.1), so that a client such as Codex falls back to HTTP (README
 // "Running it"); its access line has the status and code the client got.
 func TestWebSocketUpgradeDuringDrainIs426WithUpgrade(t *testing.T) {
-	h := newHarness(t, harnessConfig{opts: gateway.Options{DrainGrace: time.Second}})
-	h.ups["A"].Enqueue(upstreamtest.HangAfter(1))
-	go func() { _, _ = h.responsesStream(respBody) }()
-	if err := h.ups["A"].WaitRequests(context.Background(), 1); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = h.gw.Shutdown(context.Background()) }()
-	deadline := time.Now().Add(15 * time.Second) // only a broken run waits this long
-	for !h.gw.Draining() && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	h := drainingHarness(t)
 	req := mustRequest(http.MethodGet, "/v1/responses")
 	for k, v := range map[string]string{"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
 		"Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Authorization": "Bearer sk-client-secret"} {
