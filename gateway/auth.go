@@ -601,7 +601,7 @@ func (s *Server) serveGated(next http.Handler, w http.ResponseWriter, r *http.Re
 	sw := w
 	var rec *statusWriter
 	if !isUpgrade(r) {
-		rec = &statusWriter{ResponseWriter: w}
+		rec = &statusWriter{ResponseWriter: w, errorCodeOf: m}
 		sw = rec
 	}
 	next.ServeHTTP(sw, r.WithContext(ctx))

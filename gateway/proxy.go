@@ -1758,6 +1758,15 @@ func firstNonEmpty(vals ...string) string {
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	// errorCodeOf, when set (the gate's writer, serveGated), is the request
+	// whose access line gets the code of an OpenAI error it was answered
+	// with, whichever handler wrote it (the router's 404 and 405,
+	// /v1/models/{model}, stored responses, streaming input, the 426: README
+	// "Access log"): read from the first body write after a 4xx or 5xx
+	// status, as apierr.Error.Write writes its whole body at once. A code
+	// the request noted itself stays (noteAnswerError).
+	errorCodeOf *reqMeta
+	codeRead    bool
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -1770,6 +1779,12 @@ func (w *statusWriter) WriteHeader(code int) {
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
+	}
+	if w.errorCodeOf != nil && !w.codeRead {
+		w.codeRead = true
+		if w.status >= http.StatusBadRequest {
+			w.errorCodeOf.noteAnswerError(b)
+		}
 	}
 	return w.ResponseWriter.Write(b)
 }

@@ -347,63 +347,7 @@ func NewTransport(connect, header time.Duration) *http.Transport {
 }
 
 // Handler is the gateway's HTTP handler.
-func (s *Server) Handler() http.Handler { return s.gate(noteErrorCodes(s.handler)) }
-
-// noteErrorCodes gives a request's access line the code of the OpenAI
-// error the gateway answered it with (README "Access log"), whichever
-// handler wrote it: the router's 404 and 405, /v1/models/{model}, the
-// stored-response and streaming-input handlers, the 426 of GET
-// /v1/responses without an upgrade. A code the request noted itself (the
-// API pipeline's refusals, an upstream's error) stays. An upgrade request
-// is not wrapped, as gate does not wrap it: the WebSocket handler takes
-// over its connection and notes its own codes.
-func noteErrorCodes(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		m, ok := r.Context().Value(metaCtxKey{}).(*reqMeta)
-		if !ok || isUpgrade(r) {
-			next.ServeHTTP(w, r)
-			return
-		}
-		next.ServeHTTP(&errorCodeWriter{ResponseWriter: w, meta: m}, r)
-	})
-}
-
-// errorCodeWriter reads the error code from the first write of an answer
-// whose status is 4xx or 5xx: apierr.Error.Write writes its whole body at
-// once.
-type errorCodeWriter struct {
-	http.ResponseWriter
-	meta        *reqMeta
-	wroteHeader bool
-	isError     bool // the status is 4xx or 5xx and the body's first write is still to come
-}
-
-func (w *errorCodeWriter) WriteHeader(status int) {
-	if !w.wroteHeader {
-		w.wroteHeader = true
-		w.isError = status >= http.StatusBadRequest
-	}
-	w.ResponseWriter.WriteHeader(status)
-}
-
-func (w *errorCodeWriter) Write(b []byte) (int, error) {
-	w.wroteHeader = true // an implicit 200 if WriteHeader was not called
-	if w.isError {
-		w.isError = false
-		w.meta.noteAnswerError(b)
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-// FlushError and Unwrap keep http.ResponseController working through the
-// writer (flushes, deadlines), as statusWriter does.
-func (w *errorCodeWriter) FlushError() error {
-	return http.NewResponseController(w.ResponseWriter).Flush()
-}
-
-func (w *errorCodeWriter) Flush() { _ = w.FlushError() }
-
-func (w *errorCodeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (s *Server) Handler() http.Handler { return s.gate(s.handler) }
 
 // Registry is the registry the gateway's metrics are on.
 func (s *Server) Registry() *prometheus.Registry { return s.reg }

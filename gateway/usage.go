@@ -917,7 +917,7 @@ func metaOf(r *http.Request) *reqMeta {
 }
 
 // noteAnswerError records the code of the OpenAI error in body, the
-// answer the client got (noteErrorCodes), as the request's code on its
+// answer the client got (statusWriter.errorCodeOf), as the request's code on its
 // access line, unless the request noted one before (noteTerminalCode).
 func (m *reqMeta) noteAnswerError(body []byte) {
 	m.mu.Lock()

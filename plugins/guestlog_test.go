@@ -68,7 +68,7 @@ func TestGuestLogIsBounded(t *testing.T) {
 			if got := strings.Count(logged, "policy: line"); got != tc.wantWritten {
 				t.Errorf("%d of the policy's lines were written, want %d", got, tc.wantWritten)
 			}
-			if got := logDropped(t, r, "chatty"); got != tc.wantDropped {
+			if got := counterValue(t, r, "sluice_policy_log_dropped_total", map[string]string{"policy": "chatty"}); got != tc.wantDropped {
 				t.Errorf("sluice_policy_log_dropped_total{policy=\"chatty\"} = %v, want %v", got, tc.wantDropped)
 			}
 			warned := strings.Contains(logged, "[WARN]  policies: policy log lines dropped") &&
@@ -78,35 +78,6 @@ func TestGuestLogIsBounded(t *testing.T) {
 			}
 		})
 	}
-}
-
-// logDropped is the value of sluice_policy_log_dropped_total for policy, 0
-// when it has no series.
-func logDropped(t *testing.T, r *Runtime, policy string) float64 {
-	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	for _, c := range r.Collectors() {
-		if err := reg.Register(c); err != nil {
-			t.Fatal(err)
-		}
-	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "sluice_policy_log_dropped_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == "policy" && lp.GetValue() == policy {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
 }
 
 // TestLogBudgetRefills: the per-policy bucket of lines, with explicit times.
