@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +14,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/sluice-gw/sluice/internal/httpx"
 )
 
 // Redis defaults applied by OpenRedis.
@@ -229,7 +230,7 @@ func redisClientOptions(opts RedisOptions) (*redis.Options, error) {
 	}
 	ro, err := redis.ParseURL(opts.URL)
 	if err != nil {
-		return nil, fmt.Errorf("store: redis url %q: %s: %w", RedactURL(opts.URL), strings.ReplaceAll(err.Error(), opts.URL, RedactURL(opts.URL)), ErrInvalid)
+		return nil, fmt.Errorf("store: redis url %q: %s: %w", httpx.RedactURL(opts.URL), strings.ReplaceAll(err.Error(), opts.URL, httpx.RedactURL(opts.URL)), ErrInvalid)
 	}
 	if opts.Username != "" {
 		ro.Username = opts.Username
@@ -241,23 +242,6 @@ func redisClientOptions(opts RedisOptions) (*redis.Options, error) {
 		return nil, err
 	}
 	return ro, nil
-}
-
-// RedactURL hides the password of a redis:// URL.
-func RedactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		if i := strings.LastIndex(raw, "@"); i >= 0 {
-			if j := strings.Index(raw, "://"); j >= 0 && j < i {
-				return raw[:j+3] + "[redacted]" + raw[i:]
-			}
-		}
-		return raw
-	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "redacted")
-	}
-	return u.String()
 }
 
 // redisLog receives go-redis's own log lines (connection-pool chatter);

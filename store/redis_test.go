@@ -327,9 +327,6 @@ func TestOpenRedisErrors(t *testing.T) {
 	if _, err := s.GetAnchor(ctx, "r1"); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("GetAnchor: %v", err)
 	}
-	if got := RedactURL("rediss://default:hunter2@cache:6380/1"); strings.Contains(got, "hunter2") || !strings.Contains(got, "cache:6380") {
-		t.Errorf("RedactURL = %q", got)
-	}
 }
 
 func TestRedisSchemaMismatch(t *testing.T) {

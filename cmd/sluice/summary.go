@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/sluice-gw/sluice/gateway/config"
+	"github.com/sluice-gw/sluice/internal/httpx"
 	"github.com/sluice-gw/sluice/plugins"
 )
 
@@ -63,7 +63,7 @@ func logSummary(logger hclog.Logger, configPath string, cfg config.Config, ln ne
 			// forwarded, so such an upstream gets no Authorization at all.
 			auth = "none (auth.required: client keys are not forwarded)"
 		}
-		logger.Info("upstream", "name", u.Name, "url", safeURL(u.BaseURL), "protocol", or(u.Protocol, "responses"),
+		logger.Info("upstream", "name", u.Name, "url", httpx.RedactURL(u.BaseURL), "protocol", or(u.Protocol, "responses"),
 			"transport", or(u.Transport, "http"), "credentials", auth)
 	}
 	if len(cfg.Routes) == 0 {
@@ -128,20 +128,6 @@ func wasmCacheDir(cfg config.Config) string {
 		return "memory (neither the user cache dir nor data_dir/wasm-cache can be written)"
 	}
 	return absPath(dir)
-}
-
-// safeURL is a URL without its userinfo and query (either may hold a key).
-func safeURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparseable)"
-	}
-	u.User = nil
-	if u.RawQuery != "" {
-		u.RawQuery = "…"
-	}
-	u.Fragment = ""
-	return u.String()
 }
 
 func absPath(p string) string {

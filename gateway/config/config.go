@@ -24,6 +24,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-gw/sluice/gateway/upstream"
+	"github.com/sluice-gw/sluice/internal/httpx"
 )
 
 // Config is the whole gateway configuration.
@@ -718,11 +719,11 @@ func (c *Config) validate(unread *unreadable) []problem {
 			bad(key+".api_key", "has a control character (a line break, a tab…; a mounted secret's trailing newline?)")
 		}
 		if err := upstream.CheckBaseURL(u.BaseURL); err != nil {
-			bad(key+".base_url", "%q %v", redactURL(u.BaseURL), err)
+			bad(key+".base_url", "%q %v", httpx.RedactURL(u.BaseURL), err)
 		} else if strings.Contains(u.BaseURL, "#") { // a fragment is never sent; one here is a mistake
-			bad(key+".base_url", "%q must not have a fragment (#…)", redactURL(u.BaseURL))
+			bad(key+".base_url", "%q must not have a fragment (#…)", httpx.RedactURL(u.BaseURL))
 		} else if base, _, _ := strings.Cut(u.BaseURL, "?"); strings.HasSuffix(base, "/") {
-			bad(key+".base_url", "%q must not end with a slash (the probe is GET {base_url}/models)", redactURL(u.BaseURL))
+			bad(key+".base_url", "%q must not end with a slash (the probe is GET {base_url}/models)", httpx.RedactURL(u.BaseURL))
 		}
 		switch u.Protocol {
 		case "", "responses", "chat":
@@ -868,7 +869,7 @@ const maxRetryWait = 10 * time.Minute
 func UpstreamFromURL(raw string, index int) (Upstream, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return Upstream{}, fmt.Errorf("--upstream %q: not an http(s) URL", redactURL(raw))
+		return Upstream{}, fmt.Errorf("--upstream %q: not an http(s) URL", httpx.RedactURL(raw))
 	}
 	protocol := ""
 	if p, scheme, ok := strings.Cut(u.Scheme, "+"); ok {
@@ -876,11 +877,11 @@ func UpstreamFromURL(raw string, index int) (Upstream, error) {
 		case "chat", "responses":
 			protocol, u.Scheme = p, scheme
 		default:
-			return Upstream{}, fmt.Errorf("--upstream %q: %q is not a protocol (chat+http(s)://… or responses+http(s)://…)", redactURL(raw), p)
+			return Upstream{}, fmt.Errorf("--upstream %q: %q is not a protocol (chat+http(s)://… or responses+http(s)://…)", httpx.RedactURL(raw), p)
 		}
 	}
 	if !upstream.IsHTTPURL(u) {
-		return Upstream{}, fmt.Errorf("--upstream %q: not an http(s) URL (optionally chat+ or responses+ before the scheme)", redactURL(raw))
+		return Upstream{}, fmt.Errorf("--upstream %q: not an http(s) URL (optionally chat+ or responses+ before the scheme)", httpx.RedactURL(raw))
 	}
 	key := ""
 	if u.User != nil {
@@ -892,26 +893,4 @@ func UpstreamFromURL(raw string, index int) (Upstream, error) {
 	}
 	return Upstream{Name: fmt.Sprintf("%s-%d", u.Hostname(), index+1), BaseURL: strings.TrimRight(u.String(), "/"), APIKey: key,
 		Protocol: protocol}, nil
-}
-
-// redactURL hides what may hold a key in a URL that is echoed in an error:
-// its userinfo (https://sk-…@host) and its query or fragment (?key=…), as
-// the startup summary does.
-func redactURL(raw string) string {
-	if i := strings.IndexAny(raw, "?#"); i >= 0 && i+1 < len(raw) {
-		raw = raw[:i+1] + "…"
-	}
-	prefix, rest := "", raw
-	if scheme, after, ok := strings.Cut(raw, "://"); ok {
-		prefix, rest = scheme+"://", after
-	}
-	// Without a scheme (sk-…@host/v1, a forgotten https://) what comes
-	// before an @ is a userinfo all the same, and so it is when a / comes
-	// before it: a password with an unencoded / (base64) makes the URL
-	// unparseable, and that is when it is echoed in an error. Hiding a path
-	// that holds an @ too costs nothing in an error message.
-	if at := strings.LastIndex(rest, "@"); at >= 0 {
-		return prefix + "[redacted]@" + rest[at+1:]
-	}
-	return raw
 }

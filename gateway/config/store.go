@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/sluice-gw/sluice/internal/httpx"
 )
 
 // Store is store:: where continuity, conversations, streaming-input
@@ -69,13 +71,13 @@ func (c *Config) validateStore(bad func(key, format string, args ...any)) {
 		if r.URL == "" {
 			bad("store.redis.url", "is required with backend: redis (redis://host:6379/0, or rediss:// for TLS)")
 		} else if u, err := url.Parse(r.URL); err != nil {
-			bad("store.redis.url", "%q does not parse as a URL (percent-encode a / or %% in the password)", redactURL(r.URL))
+			bad("store.redis.url", "%q does not parse as a URL (percent-encode a / or %% in the password)", httpx.RedactURL(r.URL))
 		} else if (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
-			bad("store.redis.url", "%q is not a redis:// or rediss:// URL", redactURL(r.URL))
+			bad("store.redis.url", "%q is not a redis:// or rediss:// URL", httpx.RedactURL(r.URL))
 		} else if db := strings.TrimPrefix(u.Path, "/"); db != "" && !isDecimal(db) {
-			bad("store.redis.url", "%q: the path is the database number (/0), not %q", redactURL(r.URL), db)
+			bad("store.redis.url", "%q: the path is the database number (/0), not %q", httpx.RedactURL(r.URL), db)
 		} else if p := u.Port(); p != "" && (!isDecimal(p) || len(p) > 5 || atoiPort(p) < 1 || atoiPort(p) > 65535) {
-			bad("store.redis.url", "%q: port %q is not a TCP port (1-65535)", redactURL(r.URL), p)
+			bad("store.redis.url", "%q: port %q is not a TCP port (1-65535)", httpx.RedactURL(r.URL), p)
 		}
 		validateRedisTLS(r, bad)
 		if r.KeyPrefix == "" {
@@ -106,7 +108,7 @@ func validateRedisTLS(r RedisStore, bad func(key, format string, args ...any)) {
 		return
 	}
 	if u, err := url.Parse(r.URL); err == nil && u.Scheme == "redis" {
-		bad("store.redis.tls", "applies to a rediss:// URL; %q is redis:// (plain TCP)", redactURL(r.URL))
+		bad("store.redis.tls", "applies to a rediss:// URL; %q is redis:// (plain TCP)", httpx.RedactURL(r.URL))
 	}
 	for _, f := range []struct{ key, path string }{
 		{"store.redis.tls.ca_file", t.CAFile}, {"store.redis.tls.cert_file", t.CertFile}, {"store.redis.tls.key_file", t.KeyFile},

@@ -4,6 +4,8 @@ import (
 	"math"
 	"net/url"
 	"strings"
+
+	"github.com/sluice-gw/sluice/internal/httpx"
 )
 
 // Tracing configures OpenTelemetry traces (tracing:). Without an
@@ -45,10 +47,10 @@ func (c *Config) validateTracing(bad func(key, format string, args ...any)) {
 	u, err := url.Parse(raw)
 	switch {
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-		bad("tracing.otlp_endpoint", "%q is not an http(s) URL (a collector's base URL, like http://127.0.0.1:4318)", redactURL(raw))
+		bad("tracing.otlp_endpoint", "%q is not an http(s) URL (a collector's base URL, like http://127.0.0.1:4318)", httpx.RedactURL(raw))
 	case u.RawQuery != "" || u.Fragment != "":
-		bad("tracing.otlp_endpoint", "%q must not have a query or fragment (spans go to {otlp_endpoint}/v1/traces)", redactURL(raw))
+		bad("tracing.otlp_endpoint", "%q must not have a query or fragment (spans go to {otlp_endpoint}/v1/traces)", httpx.RedactURL(raw))
 	case strings.HasSuffix(strings.TrimRight(u.Path, "/"), "/v1/traces"):
-		bad("tracing.otlp_endpoint", "%q is the traces path; give the collector's base URL (/v1/traces is added)", redactURL(raw))
+		bad("tracing.otlp_endpoint", "%q is the traces path; give the collector's base URL (/v1/traces is added)", httpx.RedactURL(raw))
 	}
 }

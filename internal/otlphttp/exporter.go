@@ -15,6 +15,8 @@ import (
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/sluice-gw/sluice/internal/httpx"
 )
 
 const (
@@ -41,7 +43,7 @@ var errShutdown = errors.New("otlphttp: exporter is shut down")
 // errors, which the SDK's span processor hands to otel.Handle.
 type Exporter struct {
 	url       string // the traces URL
-	shownURL  string // url without its userinfo password, for errors
+	shownURL  string // url as errors show it (httpx.RedactURL)
 	client    *http.Client
 	ownClient bool // client is ours: Shutdown closes its idle connections
 	header    http.Header
@@ -99,7 +101,7 @@ func New(tracesURL string, opts ...Option) (*Exporter, error) {
 		}
 		return nil, fmt.Errorf("otlphttp: traces URL is not a URL: %w", err)
 	}
-	shown := u.Redacted()
+	shown := httpx.RedactURL(tracesURL)
 	switch {
 	case u.Scheme != "http" && u.Scheme != "https":
 		return nil, fmt.Errorf("otlphttp: traces URL %q: scheme must be http or https", shown)
