@@ -448,7 +448,8 @@ func (s *Server) continuationFailed(ctx context.Context, cs *clientStream, req *
 	try.fail = chargeFor(class, code, status, why, wait)
 	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "continuation_failed").Inc()
 	facts := cs.facts()
-	if kind, next, _ := s.askContinuation(ctx, req, u, facts, class, code, status, r.count, 0); kind != "" {
+	kind, next, v := s.askContinuation(ctx, req, u, facts, class, code, status, r.count, 0)
+	if kind != "" {
 		r.kind, r.text = kind, facts.text
 		r.count++
 		s.log.Info("continuation target failed; continuing on the next target", "surface", req.surface(), "upstream", u.Name(),
@@ -456,7 +457,8 @@ func (s *Server) continuationFailed(ctx context.Context, cs *clientStream, req *
 		return attemptResult{next: nextContinue, why: "continuation failed: " + why}
 	}
 	s.log.Info("continuation target failed; ending the stream with the original failure", "surface", req.surface(),
-		"upstream", u.Name(), "class", class, "why", why, "response_id", LogID(r.clientID))
+		"upstream", u.Name(), "class", class, "why", why, "verdict", v.String(), "reason", notContinuedReason(try, next),
+		"response_id", LogID(r.clientID))
 	s.giveUp(cs, req)
 	return attemptResult{next: nextDone}
 }

@@ -88,3 +88,31 @@ func TestNotContinuedLogSaysNoTargetLeft(t *testing.T) {
 		}
 	}
 }
+
+// TestContinuationTargetFailedLogSaysWhy: the primary is cut after content
+// and the backup, the continuation's only target, answers 500. The stream
+// ends with the original failure, and the operator's log line says why it
+// went no further (no target left), as the "not continued" line does.
+func TestContinuationTargetFailedLogSaysWhy(t *testing.T) {
+	h := contHarness(t, gateway.ContinuationAuto, harnessConfig{})
+	h.ups["P"].Enqueue(upstreamtest.Answer(fullAnswer, 9).CutAfterDeltas(3))
+	h.ups["B"].Enqueue(upstreamtest.Status5xx(http.StatusInternalServerError))
+	_, evs := h.streamEvents("/v1/chat/completions", `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	if len(evs) == 0 || string(evs[len(evs)-1].Data) != "[DONE]" {
+		t.Fatalf("the client's stream did not end with [DONE]: %d events", len(evs))
+	}
+	if n := h.ups["B"].RequestCount(); n != 1 {
+		t.Fatalf("B asked %d times, want once", n)
+	}
+	var line string
+	for _, l := range strings.Split(h.logs.String(), "\n") {
+		if strings.Contains(l, "continuation target failed; ending the stream with the original failure") {
+			line = l
+		}
+	}
+	for _, want := range []string{"upstream=B", "verdict=", `reason="no target left`} {
+		if !strings.Contains(line, want) {
+			t.Errorf("log line lacks %s: %q\n%s", want, line, h.logs.String())
+		}
+	}
+}
