@@ -1683,8 +1683,13 @@ func errorShaped(ev sse.Event, chat bool) (code string, status int, ok bool) {
 	if status == 0 {
 		status = errorStatusOf(e)
 	}
-	if status == http.StatusTooManyRequests { // the code a capacity answer carries (capacityErr)
-		code = apierr.ClientCode(code, status)
+	// Judged by the code the client gets (apierr.FromUpstream): a 429's
+	// code is the one a capacity answer carries (capacityErr), and
+	// llama.cpp's context overflow is context_length_exceeded for routing
+	// as for the client. Any other code that only repeats the status stays
+	// as it came: the status judges it.
+	if n := apierr.FromUpstream(apierr.Error{Code: code, Type: e.Get("type").String()}, status); n.Code != "" {
+		code = n.Code
 	}
 	return code, status, true
 }

@@ -494,3 +494,26 @@ func TestRouteAttemptsAreBounded(t *testing.T) {
 		t.Fatalf("attempts A=%d B=%d C=%d; want 2, 1, 1 (4 in all)", a, b, c)
 	}
 }
+
+// TestRouteLlamaOverflowEventMovesOn: llama.cpp's context overflow (type
+// exceed_context_size_error, its code the bare 400) arriving as a Responses
+// upstream's first event is context_length_exceeded for routing too, as it
+// is for the client: the next target with another model serves, in a stream
+// and in JSON alike.
+func TestRouteLlamaOverflowEventMovesOn(t *testing.T) {
+	overflow := []byte(`{"error":{"code":400,"message":"request (5000 tokens) exceeds the available context size (4096 tokens)",` +
+		`"type":"exceed_context_size_error","n_prompt_tokens":5000,"n_ctx":4096}}`)
+	for _, s := range routeSurfaces {
+		t.Run(s.name, func(t *testing.T) {
+			h := routeHarness(t, upstream.Options{})
+			h.ups["P"].Enqueue(upstreamtest.Failure(upstreamtest.ShapeErrorEvent, 400, overflow))
+			o := s.do(t, h, "fast")
+			if o.status != 0 || o.text != "Hello from B" {
+				t.Fatalf("client saw %+v; want B's answer", o)
+			}
+			if p, b := h.ups["P"].RequestCount(), h.ups["B"].RequestCount(); p != 1 || b != 1 {
+				t.Fatalf("P called %d times, B %d; want once each", p, b)
+			}
+		})
+	}
+}
