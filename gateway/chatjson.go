@@ -1,9 +1,11 @@
 package gateway
 
 import (
+	"bytes"
 	"strconv"
 
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/sluice-gw/sluice/gateway/sse"
 	"github.com/sluice-gw/sluice/internal/jsonx"
@@ -137,6 +139,66 @@ func chatCompletionChunks(body []byte) (evs []sse.Event, ok bool) {
 		chunk(appendMember(appendMember(nil, `"choices"`, `[]`), `"usage"`, usage.Raw))
 	}
 	return append(evs, sse.Event{Data: []byte("[DONE]"), Done: true}), true
+}
+
+// contentKey is the member name mayCarryTextParts looks for.
+var contentKey = []byte(`"content"`)
+
+// mayCarryTextParts reports whether a Chat chunk may have a member
+// "content" whose value is an array: a "content" key followed, past blanks
+// and its colon, by '['. It is withTextPartsJoined's pre-check, so a chunk
+// whose content is a string, as nearly every upstream sends it, is not
+// parsed a second time.
+func mayCarryTextParts(chunk []byte) bool {
+	for rest := chunk; ; {
+		i := bytes.Index(rest, contentKey)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(contentKey):]
+		j := jsonx.SkipSpace(rest, 0)
+		if j < len(rest) && rest[j] == ':' {
+			if j = jsonx.SkipSpace(rest, j+1); j < len(rest) && rest[j] == '[' {
+				return true
+			}
+		}
+	}
+}
+
+// withTextPartsJoined is a Chat chunk, whose choices member (aliasing
+// chunk, as scannedValue reads it) is choices, with every choice's
+// delta.content sent as an array of text parts (as some OpenAI-compatible
+// servers send it) made the string those parts' text joins into, by the
+// rule a whole completion's content is joined with (chatCompletionChunks,
+// translate.JoinTextParts): OpenAI's ChatCompletionChunk has
+// delta.content a string or null, and the SDKs' typed accessors read
+// nothing else. It returns nil when no choice has such content.
+func withTextPartsJoined(chunk []byte, choices gjson.Result) []byte {
+	if !choices.IsArray() || !mayCarryTextParts(chunk[choices.Index:choices.Index+len(choices.Raw)]) {
+		return nil
+	}
+	var joined []byte // the new choices array
+	changed := false
+	choices.ForEach(func(_, ch gjson.Result) bool {
+		raw := []byte(ch.Raw)
+		if text, parts := translate.JoinTextParts(ch.Get("delta.content")); parts {
+			if b, err := sjson.SetBytes(raw, "delta.content", text); err == nil {
+				raw, changed = b, true
+			}
+		}
+		if len(joined) > 0 {
+			joined = append(joined, ',')
+		}
+		joined = append(joined, raw...)
+		return true
+	})
+	if !changed {
+		return nil
+	}
+	out := make([]byte, 0, len(chunk)+len(joined)-len(choices.Raw)+2)
+	out = append(out, chunk[:choices.Index]...)
+	out = append(append(append(out, '['), joined...), ']')
+	return append(out, chunk[choices.Index+len(choices.Raw):]...)
 }
 
 // appendMember appends the member rawKey: rawValue (both raw JSON) to the

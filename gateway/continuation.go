@@ -1032,6 +1032,20 @@ func (cs *clientStream) beginSplice(kind string, prevUsage []byte) {
 	cs.splice = sp
 }
 
+// reportRunningUsage makes u, the last usage the attempt in hand reported
+// before its own terminal event, what a terminal event the gateway writes
+// now reports: on a continued stream summed with the failed attempts'
+// (prevUsage), as the attempt's terminal event would have been.
+func (cs *clientStream) reportRunningUsage(u []byte) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	var prev []byte
+	if cs.splice != nil {
+		prev = cs.splice.prevUsage
+	}
+	cs.sent.Usage = sumUsage(prev, u)
+}
+
 // splicedAny reports whether the client was sent anything of the
 // continuation attempt.
 func (cs *clientStream) splicedAny() bool {

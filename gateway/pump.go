@@ -329,8 +329,28 @@ func (p *pump) terminate(reason string, e *apierr.Error) string {
 		return reasonClientGone
 	}
 	p.s.log.Warn("stream ended by the gateway", "surface", p.surface, "upstream", p.u.Name(), "reason", reason, "response_id", LogID(p.responseID))
+	p.keepChatUsage()
 	p.cs.abort(e)
 	return reason
+}
+
+// keepChatUsage makes the last usage a Chat upstream reported to a
+// Responses client's stream (a running usage on every chunk, as vLLM's
+// continuous_usage_stats sends) what the gateway's terminal event reports:
+// the translation keeps it until its own terminal event, which a cut leaves
+// unsent. The meter reads that event, so the request is charged the
+// upstream's report, as a Chat client of the same cut is (observe reads
+// every chunk's usage), and its estimate only when the upstream reported
+// none (estimateUsage).
+func (p *pump) keepChatUsage() {
+	if p.req.ep.chat {
+		return
+	}
+	if src, ok := chatSourceOf(p.src); ok {
+		if u := src.reportedUsage(); len(u) > 0 {
+			p.cs.reportRunningUsage(u)
+		}
+	}
 }
 
 // garbledStream is why the pump stopped reading a stream whose events it
@@ -685,17 +705,15 @@ func (p *pump) handleChat(ev sse.Event) (pumpEnd, bool) {
 		p.cleanEnd = true // [DONE] after the finish: the upstream ended the stream itself
 		return ended(p.cs.done())
 	}
-	var choices, usage, errField gjson.Result
-	valid, object := scanMembers(ev.Data, p.s.opts.MaxJSONDepth, func(k string, vs, ve int) {
-		switch k {
-		case "choices":
-			choices = scannedValue(ev.Data, vs, ve)
-		case "usage":
-			usage = scannedValue(ev.Data, vs, ve)
-		case "error":
-			errField = scannedValue(ev.Data, vs, ve)
+	choices, usage, errField, valid, object := scanChatChunk(ev.Data, p.s.opts.MaxJSONDepth)
+	if valid && object && !errField.Exists() {
+		if joined := withTextPartsJoined(ev.Data, choices); joined != nil {
+			// Content sent as text parts becomes the string a Chat client
+			// reads (chatjson.go); the chunk is read again.
+			ev.Data = joined
+			choices, usage, errField, valid, object = scanChatChunk(ev.Data, p.s.opts.MaxJSONDepth)
 		}
-	})
+	}
 	if !valid {
 		return p.malformedEvent("an unparseable chunk")
 	}
@@ -752,6 +770,23 @@ func (p *pump) handleChat(ev sse.Event) (pumpEnd, bool) {
 	}
 	p.sentContent = true
 	return pumpEnd{}, false
+}
+
+// scanChatChunk reads the members of a Chat chunk handleChat acts on
+// (scanMembers: valid and object say whether it is a JSON object within
+// maxDepth).
+func scanChatChunk(data []byte, maxDepth int) (choices, usage, errField gjson.Result, valid, object bool) {
+	valid, object = scanMembers(data, maxDepth, func(k string, vs, ve int) {
+		switch k {
+		case "choices":
+			choices = scannedValue(data, vs, ve)
+		case "usage":
+			usage = scannedValue(data, vs, ve)
+		case "error":
+			errField = scannedValue(data, vs, ve)
+		}
+	})
+	return choices, usage, errField, valid, object
 }
 
 // gotContent marks the first content event: the route's first_token
