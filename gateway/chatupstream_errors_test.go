@@ -201,3 +201,26 @@ func TestLogprobsOnChatUpstreamAreRefused(t *testing.T) {
 		t.Fatalf("top_logprobs 0: %d %s", resp.StatusCode, b)
 	}
 }
+
+// An upstream client error whose code is not among the spec's
+// ResponseErrorCode values (invalid_value, sent as a stream's first event)
+// reaches a Responses stream as invalid_prompt, a code a client does not
+// retry, with the upstream's code leading the message; never as the
+// server_error a client retries. From a Responses and a Chat upstream alike.
+func TestUpstreamClientErrorCodeOutsideTheSpecIsInvalidPrompt(t *testing.T) {
+	const msg = "Invalid value for 'temperature': must be at most 2."
+	body := upstreamtest.ErrorBody(msg, "invalid_request_error", "invalid_value", "temperature")
+	for _, protocol := range []string{"responses", "chat"} {
+		t.Run(protocol, func(t *testing.T) {
+			up := upstreamtest.Failure(upstreamtest.ShapeErrorEvent, http.StatusBadRequest, body)
+			resp, evs := postWith(t, singleChatUpstream(t, protocol, up), "/v1/responses", respStreamBody, nil)
+			if resp.StatusCode != http.StatusOK || len(evs) != 2 || eventType(evs[1]) != "response.failed" {
+				t.Fatalf("%d, %d events; want 200 with response.created then response.failed", resp.StatusCode, len(evs))
+			}
+			e := gjson.GetBytes(evs[1].Data, "response.error")
+			if e.Get("code").Str != "invalid_prompt" || e.Get("message").Str != "invalid_value: "+msg {
+				t.Fatalf("stream ended with %s, want invalid_prompt with %q", evs[1].Data, "invalid_value: "+msg)
+			}
+		})
+	}
+}

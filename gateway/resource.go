@@ -924,7 +924,7 @@ func abandonedResponse(resp []byte) []byte {
 	if err != nil {
 		return resp
 	}
-	e := translate.AppendResponseError(nil, apierr.CodeStreamIncomplete, abandonedMessage)
+	e := translate.AppendResponseError(nil, apierr.CodeStreamIncomplete, apierr.TypeServer, abandonedMessage)
 	if out, err = sjson.SetRawBytes(out, "error", e); err != nil {
 		return resp
 	}

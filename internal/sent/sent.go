@@ -506,7 +506,7 @@ func (o *Output) AppendResponse(b []byte, r *Response) []byte {
 	b = append(b, `,"error":`...)
 	switch {
 	case r.Error != nil:
-		b = translate.AppendResponseError(b, r.Error.Code, r.Error.Message)
+		b = translate.AppendResponseError(b, r.Error.Code, r.Error.Type, r.Error.Message)
 	case len(r.ErrorRaw) > 0:
 		b = append(b, r.ErrorRaw...)
 	default:

@@ -449,7 +449,7 @@ func (s *Stream) failed(e *apierr.Error) {
 	if msg == "" {
 		msg = "The upstream reported an error."
 	}
-	s.errObj = AppendResponseError(s.errObj[:0], code, msg)
+	s.errObj = AppendResponseError(s.errObj[:0], code, e.Type, msg)
 	s.pendingWS = s.pendingWS[:0]
 	s.held = nil // never sent: the failed response's output is what the client got
 	s.terminal("response.failed", "failed")
@@ -1324,23 +1324,28 @@ var upstreamActionCodes = map[string]bool{
 
 // ResponseErrorCode maps an error code onto what a Response object's
 // error.code carries: a code of the spec's ResponseErrorCode enum, or one of
-// the upstream codes clients act on, is kept (keep true); anything else —
-// the gateway's own stream_incomplete, upstream_unavailable, an upstream's
-// invalid_value — becomes server_error (keep false), and the caller keeps
-// the original code in the message.
-func ResponseErrorCode(code string) (mapped string, keep bool) {
-	if specErrorCodes[code] || upstreamActionCodes[code] {
+// the upstream codes clients act on, is kept (keep true); anything else is
+// mapped (keep false), and the caller keeps the original code in the
+// message: a client error's (errType invalid_request_error: an upstream's
+// invalid_value) to invalid_prompt, a code a client does not retry, and any
+// other (the gateway's own stream_incomplete, upstream_unavailable) to
+// server_error.
+func ResponseErrorCode(code, errType string) (mapped string, keep bool) {
+	switch {
+	case specErrorCodes[code] || upstreamActionCodes[code]:
 		return code, true
+	case errType == apierr.TypeInvalidRequest:
+		return "invalid_prompt", false
 	}
 	return apierr.TypeServer, false
 }
 
-// AppendResponseError appends a Response object's error object for code and
-// message: {"code":…,"message":…}, with a code outside ResponseErrorCode's
-// enum mapped to server_error and kept as the message's prefix
-// ("stream_incomplete: the upstream …").
-func AppendResponseError(b []byte, code, message string) []byte {
-	mapped, keep := ResponseErrorCode(code)
+// AppendResponseError appends a Response object's error object for code,
+// of the error type errType, and message: {"code":…,"message":…}, with a
+// code outside ResponseErrorCode's enum mapped and kept as the message's
+// prefix ("stream_incomplete: the upstream …").
+func AppendResponseError(b []byte, code, errType, message string) []byte {
+	mapped, keep := ResponseErrorCode(code, errType)
 	if !keep && code != "" && code != mapped {
 		message = code + ": " + message
 	}
