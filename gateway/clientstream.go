@@ -432,6 +432,11 @@ func (cs *clientStream) countLocked(reason string) {
 		return
 	}
 	cs.counted = true
+	if reason == reasonClientGone && errors.Is(context.Cause(cs.ctx), errCancelled) {
+		// Its work was stopped by a cancel or DELETE of the response, not by
+		// a client that left: a background run has no client to leave.
+		reason = reasonCancelled
+	}
 	cs.s.metrics.streamTerminal.WithLabelValues(cs.surface, reason).Inc()
 	if cs.onEnd != nil {
 		cs.onEnd(reason)

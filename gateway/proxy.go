@@ -113,7 +113,9 @@ func (s *Server) process(ctx context.Context, out responder, req *clientRequest,
 	defer s.traceRequest(req)() // tracing.go: the request's span; nothing without tracing
 
 	if req.meta != nil { // keys, limits, usage and the access log (usage.go)
-		req.meta.model, req.meta.surface = req.model, req.surface()
+		req.meta.mu.Lock() // a background create's handler may be logging its answer (runBackground)
+		req.meta.model, req.meta.surface, req.meta.background = req.model, req.surface(), req.background
+		req.meta.mu.Unlock()
 		if rt := s.rtable.match(req.model); rt != nil {
 			req.meta.route = strings.Join(rt.Models, ",")
 		}

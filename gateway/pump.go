@@ -144,6 +144,7 @@ const (
 	reasonGarbage       = "unparseable_event"
 	reasonDrain         = "drain"
 	reasonClientGone    = "client_gone"
+	reasonCancelled     = "cancelled" // POST /v1/responses/{id}/cancel or DELETE stopped it (countLocked)
 	reasonFirstToken    = "first_token_timeout"
 )
 

@@ -234,9 +234,20 @@ func (s *Server) runBackground(ctx context.Context, w http.ResponseWriter, req *
 		defer s.bgRuns.Done()
 		defer s.bgCount.Add(-1)
 		s.process(withoutClientEOF(context.WithoutCancel(ctx)), out, req, start)
+		s.backgroundEnded(req.meta) // its end line (accesslog.go): settled by now
 	}()
+	// detached: the handler answers without the run's outcome, so the run
+	// logs its own end line (README "Access log").
+	detached := func() {
+		if m := req.meta; m != nil {
+			m.mu.Lock()
+			m.bgDetached = true
+			m.mu.Unlock()
+		}
+	}
 	select {
 	case l := <-opened:
+		detached()
 		// The answer is the response as it opened: read before the save,
 		// which may take long enough for a fast upstream to finish it, and
 		// a background create answers queued or in progress.
@@ -251,6 +262,7 @@ func (s *Server) runBackground(ctx context.Context, w http.ResponseWriter, req *
 	case write := <-out.answer:
 		write(w)
 	case <-ctx.Done():
+		detached()
 	}
 }
 

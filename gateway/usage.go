@@ -456,6 +456,7 @@ func (o *meterResponder) relay(req *clientRequest, status int, header http.Heade
 		if mod := gjson.GetBytes(body, "model"); mod.Type == gjson.String {
 			o.m.servedModel = mod.Str
 		}
+		o.m.noteFailure(gjson.ParseBytes(body))
 		if o.m.traced {
 			o.m.noteFinish("", body)
 		}
@@ -569,6 +570,7 @@ func (m *reqMeta) observe(name string, data []byte) (o observation) {
 		if typ := gjson.GetBytes(data, "type").Str; strings.HasPrefix(typ, "response.") {
 			if isTerminalType(typ) {
 				m.terminal = strings.TrimPrefix(typ, "response.")
+				m.noteFailure(gjson.GetBytes(data, "response"))
 				m.noteUsage(gjson.GetBytes(data, "response.usage"))
 				if mod := gjson.GetBytes(data, "response.model"); mod.Type == gjson.String {
 					m.servedModel = mod.Str
@@ -586,6 +588,7 @@ func (m *reqMeta) observe(name string, data []byte) (o observation) {
 		}
 	} else if name != "" && isTerminalType(name) {
 		m.terminal = strings.TrimPrefix(name, "response.")
+		m.noteFailure(gjson.GetBytes(data, "response"))
 	}
 	if m.traced && !o.hide {
 		m.noteFinish(name, data)
@@ -888,6 +891,14 @@ type reqMeta struct {
 	// (noteUsage), for settle's warning; "" when none was.
 	badUsage string
 
+	// background: a background request (its line with the run's outcome
+	// says background=ended). A background create answered before its run
+	// ended (runBackground: bgDetached) logs two lines, its answer's and,
+	// once its run ended at bgEnded, the run's (accesslog.go);
+	// bgAnswerLogged: the first is written.
+	background, bgDetached, bgAnswerLogged bool
+	bgEnded                                time.Time
+
 	// A Mode A client request's record is taken over by the request
 	// assembled from it (gate), unless the client request's gate let go of
 	// it first (its handler returned before any dispatch): one of the two
@@ -927,6 +938,16 @@ func (m *reqMeta) noteAnswerError(body []byte) {
 	}
 	if e, ok := apierr.Parse(body); ok {
 		m.noteTerminalCode(e.Code)
+	}
+}
+
+// noteFailure records the error code of a Response that failed (a terminal
+// event's "response", or a JSON answer), an upstream's unless the gateway
+// noted its own first (abortLocked), traced or not: the access line's code
+// (README "Access log") and the span's error.type (m.mu held).
+func (m *reqMeta) noteFailure(resp gjson.Result) {
+	if resp.Get("status").Str == "failed" {
+		m.noteTerminalCode(resp.Get("error.code").Str)
 	}
 }
 
