@@ -117,11 +117,30 @@ func (s *PebbleStore) settle(r any, errp *error) {
 func (s *PebbleStore) fail(cause error) error {
 	err := fmt.Errorf("store: the database in %q failed and is closed until it can be reopened: %w: %w", s.dir, ErrUnavailable, cause)
 	if s.failure.CompareAndSwap(nil, &err) {
+		s.failedCorrupt.Store(false)
 		s.log.Error("store failed: the database stopped after a write error; continuity fails closed, anchors wait in memory and streaming input answers 503 until it is reopened. Free space on the data dir's disk (or fix its permissions); the store reopens itself once it can write there again",
 			"dir", s.dir, "error", cause)
 		s.startRecovery()
 	}
 	return *s.failure.Load()
+}
+
+// failCorrupt marks the store failed by cause, a file of the database that
+// Pebble found damaged (pebble.IsCorruptionError), like fail, but for good:
+// the damage does not heal, and Pebble retries the background job that met
+// it (a compaction, loading a table's statistics) at once and without end
+// (compaction.go, table_stats.go in Pebble v1.1: no backoff, no option to
+// stop it), spinning a core. So the recovery loop closes the database,
+// which ends those jobs, and does not reopen it: the store stays
+// unavailable until the gateway restarts on a data dir that reads back.
+func (s *PebbleStore) failCorrupt(cause error) {
+	err := fmt.Errorf("store: the database in %q is corrupt and is closed until the gateway restarts: %w: %w", s.dir, ErrUnavailable, cause)
+	if s.failure.CompareAndSwap(nil, &err) {
+		s.failedCorrupt.Store(true)
+		s.log.Error("store failed: a file of the database is damaged on disk; continuity fails closed, anchors wait in memory and streaming input answers 503 until the gateway restarts. Stop the gateway, restore the data dir from a backup (or move it aside to start with an empty store, losing what it held) and start it again",
+			"dir", s.dir, "error", cause)
+		s.startRecovery()
+	}
 }
 
 // Health implements HealthReporter: nil while the database works, else the
@@ -145,7 +164,8 @@ func (s *PebbleStore) startRecovery() {
 }
 
 // recoverLoop reopens the failed database, with backoff, once its directory
-// takes writes again, and returns when it has or when the store closes.
+// takes writes again (a corrupt one it only closes: failCorrupt), and
+// returns when it has or when the store closes.
 func (s *PebbleStore) recoverLoop(ctx context.Context) {
 	defer s.bg.Done()
 	delay := recoverFirstDelay
@@ -175,12 +195,16 @@ func (s *PebbleStore) recoverLoop(ctx context.Context) {
 }
 
 // tryReopen makes one attempt at replacing the failed database by a fresh
-// open of its directory, and reports whether the store works again, or else
-// whether a call inside the database kept it from trying.
+// open of its directory (a corrupt one it only closes), and reports whether
+// it is done, or else whether a call inside the database kept it from
+// trying.
 func (s *PebbleStore) tryReopen() (done, lockBusy bool) {
-	if err := s.probeWritable(); err != nil {
-		s.log.Debug("store still cannot write", "dir", s.dir, "error", err)
-		return false, false
+	corrupt := s.failedCorrupt.Load()
+	if !corrupt {
+		if err := s.probeWritable(); err != nil {
+			s.log.Debug("store still cannot write", "dir", s.dir, "error", err)
+			return false, false
+		}
 	}
 	// Without waiting: a call stuck in the broken database holds s.mu
 	// shared, and a waiting Lock would stop every new call at RLock.
@@ -188,6 +212,11 @@ func (s *PebbleStore) tryReopen() (done, lockBusy bool) {
 		return false, true
 	}
 	defer s.mu.Unlock()
+	if corrupt && s.db == nil {
+		// Pebble found the damage while Open was still opening the
+		// database: wait until Open has published it, to close it.
+		return false, false
+	}
 	if err := s.closeBroken(); err != nil {
 		level := hclog.Error // once per failure; the loop keeps waiting for it
 		if s.closeStuckLogged {
@@ -196,6 +225,10 @@ func (s *PebbleStore) tryReopen() (done, lockBusy bool) {
 		s.closeStuckLogged = true
 		s.log.Log(level, "store: closing the failed database has not finished, and it cannot be reopened before; restart the gateway if this lasts", "dir", s.dir, "error", err)
 		return false, false
+	}
+	if corrupt {
+		s.log.Info("store: the corrupt database is closed; the store stays unavailable until the gateway restarts", "dir", s.dir)
+		return true, false
 	}
 	db, err := s.openDB()
 	if err != nil {

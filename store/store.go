@@ -18,6 +18,8 @@ import (
 
 	"github.com/cockroachdb/pebble"
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/sluice-gw/sluice/internal/logtext"
 )
 
 // Errors returned by the store. Callers test for them with errors.Is; the
@@ -191,6 +193,12 @@ type PebbleStore struct {
 	// failure is the error every call returns while the database is
 	// failed (Pebble's fatal error; failure.go), nil while it works.
 	failure atomic.Pointer[error]
+	// failedCorrupt says that failure is a corrupt file (failCorrupt),
+	// which the recovery loop closes and does not reopen.
+	failedCorrupt atomic.Bool
+	// backgroundErrLog spaces the lines about Pebble's background errors,
+	// which Pebble can repeat without pause (eventListener).
+	backgroundErrLog logtext.Every
 	// closed is set by Close.
 	closed atomic.Bool
 
@@ -260,13 +268,18 @@ func Open(ctx context.Context, opts Options) (*PebbleStore, error) {
 	}
 
 	s := &PebbleStore{opts: opts, log: log, dir: opts.Dir, sweeperDone: make(chan struct{})}
+	s.backgroundErrLog.Interval = backgroundErrorLogEvery
 	s.bgCtx, s.bgCancel = context.WithCancel(context.WithoutCancel(ctx))
 	db, err := s.openDB()
 	if err != nil {
 		s.bgCancel()
 		return nil, err
 	}
+	// Under the lock: Pebble may already have failed the store (a corrupt
+	// table met by a background job), and the recovery loop reads s.db.
+	s.mu.Lock()
 	s.db = db
+	s.mu.Unlock()
 	if opts.SweepInterval > 0 {
 		go s.sweepLoop(s.bgCtx, opts.SweepInterval)
 	} else {
@@ -289,7 +302,7 @@ func (s *PebbleStore) openDB() (_ *pebble.DB, err error) {
 		MemTableStopWritesThreshold: memTableStopWrites,
 		FormatMajorVersion:          pebble.FormatVirtualSSTables,
 		Logger:                      pebbleLogger{l: plog, onFatal: func(err error) { s.fail(err) }},
-		EventListener:               eventListener(plog),
+		EventListener:               s.eventListener(plog),
 	}
 	// A fatal error while opening (the schema write on a full disk) is the
 	// open's error. A database it leaves open is closed (within
@@ -600,11 +613,29 @@ func validID(what, id string) error {
 	return nil
 }
 
-// eventListener logs the Pebble events an operator should see.
-func eventListener(l hclog.Logger) *pebble.EventListener {
+// backgroundErrorLogEvery spaces the lines about Pebble's background errors
+// (README "Continuity": during an outage the log says so once every 10 s,
+// with a count).
+const backgroundErrorLogEvery = 10 * time.Second
+
+// eventListener logs the Pebble events an operator should see. Pebble
+// retries a failed compaction or table-statistics job at once and without
+// end, so a background error can come thousands of times a second: it is
+// logged at most once per backgroundErrorLogEvery, with the count. One
+// that says a file is damaged (a table whose checksum does not match)
+// fails the store (failCorrupt): it does not clear by itself, and reads
+// that reach the file fail too.
+func (s *PebbleStore) eventListener(l hclog.Logger) *pebble.EventListener {
 	return &pebble.EventListener{
 		BackgroundError: func(err error) {
-			l.Error("background error", "error", err)
+			// Pebble may hold its own lock here: failCorrupt only marks
+			// the store and starts the goroutine that closes the database.
+			if pebble.IsCorruptionError(err) {
+				s.failCorrupt(err)
+			}
+			if n, ok := s.backgroundErrLog.Allow(time.Now()); ok {
+				l.Error("background error", "error", err, "errors", n)
+			}
 		},
 		DiskSlow: func(info pebble.DiskSlowInfo) {
 			l.Warn("disk slow", "info", info.String())
