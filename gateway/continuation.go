@@ -419,7 +419,15 @@ func (s *Server) continueAfter(ctx context.Context, cs *clientStream, req *clien
 	s.log.Info("stream failed after content; continuing on the next target", "surface", req.surface(), "upstream", u.Name(),
 		"class", af.class, "code", af.code, "kind", kind, "next", next.String(), "bytes_sent", facts.bytes, "items_sent", facts.items,
 		"response_id", LogID(r.clientID))
-	return attemptResult{next: nextContinue, why: "failed after content (" + af.class + "): continuing"}, true
+	why := "failed after content (" + af.class + ")"
+	if af.reason == reasonFirstToken {
+		// No content came within first_token (README "Routes and
+		// fallbacks": a failure of its own); the client saw only the
+		// lifecycle events or a role chunk. The attempt's span says so
+		// (sluice.failure), as the log's code does.
+		why = "no content within first_token (" + reasonFirstToken + ")"
+	}
+	return attemptResult{next: nextContinue, why: why + ": continuing"}, true
 }
 
 // continuationFailed handles a continuation target that failed before it

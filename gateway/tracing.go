@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -91,20 +92,34 @@ func NewOTLPTracerProvider(ctx context.Context, tracesURL string, ratio float64,
 	if err != nil {
 		return nil, err
 	}
-	var exp sdktrace.SpanExporter = otlp
+	var processor sdktrace.SpanProcessor
 	if o.log != nil {
-		exp = &loggedExporter{SpanExporter: exp, log: o.log, every: exportLogEvery, now: time.Now}
+		exp := &loggedExporter{SpanExporter: otlp, log: o.log, every: exportLogEvery, now: time.Now}
+		processor = &countedProcessor{SpanProcessor: sdktrace.NewBatchSpanProcessor(exp), exp: exp}
+	} else {
+		processor = sdktrace.NewBatchSpanProcessor(otlp)
 	}
 	attrs := []attribute.KeyValue{attribute.String("service.name", "sluice")}
 	if version != "" {
 		attrs = append(attrs, attribute.String("service.version", version))
 	}
+	// A backstop under the attributes' own bounds (the client's strings are
+	// cut as the access log's, label): no value, an upstream's error
+	// message included, makes a span, and the batch it shares with other
+	// requests' spans, too large for the collector.
+	limits := sdktrace.NewSpanLimits()
+	limits.AttributeValueLengthLimit = maxSpanAttributeLen
 	return sdktrace.NewTracerProvider(
-		sdktrace.WithBatcher(exp),
+		sdktrace.WithSpanProcessor(processor),
+		sdktrace.WithRawSpanLimits(limits),
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))),
 		sdktrace.WithResource(resource.NewSchemaless(attrs...)),
 	), nil
 }
+
+// maxSpanAttributeLen bounds a span attribute's string value (in
+// characters; the SDK cuts longer ones).
+const maxSpanAttributeLen = 4096
 
 // OTLPOption configures NewOTLPTracerProvider.
 type OTLPOption func(*otlpOptions)
@@ -137,31 +152,88 @@ type loggedExporter struct {
 	every time.Duration
 	now   func() time.Time
 
+	// handed counts the spans the batch processor was handed
+	// (countedProcessor); those it did not export, sent or failed
+	// (settled), by the end of its shutdown were dropped there.
+	handed atomic.Int64
+
 	mu       sync.Mutex
 	next     time.Time // no line before then
 	failures int       // failed exports since the last line
 	dropped  int       // their spans
+	settled  int64     // spans whose export ended, sent or failed
+	closed   bool      // the shutdown line was written: no line after it
 }
 
 func (e *loggedExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
-	if err := e.SpanExporter.ExportSpans(ctx, spans); err != nil {
-		e.failed(err, len(spans))
+	err := e.SpanExporter.ExportSpans(ctx, spans)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.settled += int64(len(spans))
+	if err != nil {
+		e.failedLocked(err, len(spans))
 	}
 	return nil
 }
 
-func (e *loggedExporter) failed(err error, spans int) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+func (e *loggedExporter) failedLocked(err error, spans int) {
 	e.failures++
 	e.dropped += spans
 	now := e.now()
-	if now.Before(e.next) {
+	if e.closed || now.Before(e.next) {
 		return
 	}
 	e.next = now.Add(e.every)
 	e.log.Warn("exporting spans failed; they are dropped", "error", err, "failed_exports", e.failures, "dropped_spans", e.dropped)
 	e.failures, e.dropped = 0, 0
+}
+
+// shutdownReport writes, when the batch processor has shut down (flushErr:
+// its error, a flush cut by the shutdown's deadline), what was dropped since
+// the last line: the failed exports the one-a-minute bound held back and
+// their spans, and the spans the processor was handed but never exported
+// (queued or in flight when the flush was cut, or refused by a full queue).
+// Without it, what a process exiting soon after a line lost is not told.
+func (e *loggedExporter) shutdownReport(flushErr error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return
+	}
+	e.closed = true
+	unexported := max(e.handed.Load()-e.settled, 0)
+	if e.failures == 0 && unexported == 0 {
+		return
+	}
+	args := []any{"failed_exports", e.failures, "dropped_spans", int64(e.dropped) + unexported, "unexported_spans", unexported}
+	if flushErr != nil {
+		args = append(args, "error", flushErr)
+	}
+	e.log.Warn("tracing stopped; spans were dropped since the last line", args...)
+	e.failures, e.dropped = 0, 0
+}
+
+// countedProcessor is the batch span processor, counting the spans it is
+// handed for its exporter's shutdown report (the processor itself drops
+// unsampled spans, and counts nothing it drops in a way one can read).
+type countedProcessor struct {
+	sdktrace.SpanProcessor
+	exp *loggedExporter
+}
+
+func (p *countedProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
+	if s.SpanContext().IsSampled() { // the batch processor exports sampled spans only
+		p.exp.handed.Add(1)
+	}
+	p.SpanProcessor.OnEnd(s)
+}
+
+// Shutdown flushes the processor and writes what it dropped; its export
+// may go on after ctx ended, but the process does not wait for it.
+func (p *countedProcessor) Shutdown(ctx context.Context) error {
+	err := p.SpanProcessor.Shutdown(ctx)
+	p.exp.shutdownReport(err)
+	return err
 }
 
 // reqTrace is one request's spans.
@@ -178,6 +250,15 @@ type reqTrace struct {
 	// attempts a continuation replaced), and whether the request failed.
 	ending   trace.Span
 	endingAt time.Time
+	// failedAttempt is the last attempt that failed, ended (at failedAt)
+	// once what the attempt loop did next is known: when the next attempt
+	// starts, with failedRescue, its decision; when the request ends
+	// without one, with stop, whatever the decision had named (README
+	// "Tracing": sluice.rescue is what the loop did next, and a replay
+	// or failover that found no target left did not happen).
+	failedAttempt trace.Span
+	failedAt      time.Time
+	failedRescue  string
 }
 
 func noTrace() {}
@@ -211,7 +292,7 @@ func (t *tracing) startRequest(header http.Header, ep endpoint, viaWebSocket boo
 	return t.startServer(header, name, method, path, surface, opts, attribute.String("gen_ai.operation.name", "chat"),
 		attribute.String("gen_ai.system", "openai"),
 		attribute.String("gen_ai.provider.name", "openai"),
-		attribute.String("gen_ai.request.model", model))
+		attribute.String("gen_ai.request.model", label(model)))
 }
 
 // startServer starts a server span named name, for a request of method on
@@ -321,6 +402,7 @@ func (s *Server) TraceStreamingInput(r *http.Request, start time.Time, status in
 // model, status, finish reasons, how it ended) and ends its span, and the
 // span of the attempt that ended it with the same result.
 func (rt *reqTrace) end(req *clientRequest) {
+	rt.endFailedAttempt(rescueDecision(nextStop))
 	span := rt.span
 	span.SetAttributes(attribute.Int("sluice.attempts", rt.count))
 	if req.key != nil {
@@ -339,13 +421,17 @@ func (rt *reqTrace) end(req *clientRequest) {
 			attrs = append(attrs, attribute.String("sluice.reason", reason))
 		}
 		if len(m.targets) > 0 {
-			attrs = append(attrs, attribute.String("sluice.target", m.targets[len(m.targets)-1]),
-				attribute.StringSlice("sluice.targets", m.targets))
+			targets := make([]string, len(m.targets))
+			for i, t := range m.targets { // upstream/model: the model may be the client's
+				targets[i] = label(t)
+			}
+			attrs = append(attrs, attribute.String("sluice.target", targets[len(targets)-1]),
+				attribute.StringSlice("sluice.targets", targets))
 		}
 		if m.code != "" {
 			attrs = append(attrs, attribute.String("error.type", m.code))
 		}
-		failed = m.status >= 500 || m.terminal == "failed"
+		failed = m.failed()
 		m.mu.Unlock()
 		span.SetAttributes(attrs...)
 	}
@@ -382,7 +468,7 @@ func genAIResult(m *reqMeta) []attribute.KeyValue {
 		attrs = append(attrs, attribute.Int("http.response.status_code", m.status))
 	}
 	if m.servedModel != "" {
-		attrs = append(attrs, attribute.String("gen_ai.response.model", m.servedModel))
+		attrs = append(attrs, attribute.String("gen_ai.response.model", label(m.servedModel))) // the upstream's; it may echo the client's
 	}
 	if m.usage.known {
 		attrs = append(attrs, attribute.Int64("gen_ai.usage.input_tokens", m.usage.input),
@@ -407,15 +493,19 @@ func (s *Server) traceAttempt(req *clientRequest, t upstream.Target) {
 	if rt == nil {
 		return
 	}
+	rt.endFailedAttempt(rt.failedRescue) // this attempt is what its decision named
 	rt.count++
 	rt.status = 0
-	model := firstNonEmpty(t.Model, req.model)
+	// The client's model (a route target without its own) is cut and
+	// cleaned as the access log's (label): one client must not make a span,
+	// or the export batch that holds other clients' spans, megabytes long.
+	model := label(firstNonEmpty(t.Model, req.model))
 	attrs := []attribute.KeyValue{
 		attribute.String("gen_ai.operation.name", "chat"),
 		attribute.String("gen_ai.system", "openai"),
 		attribute.String("gen_ai.provider.name", "openai"),
 		attribute.String("gen_ai.request.model", model),
-		attribute.String("sluice.target", t.String()),
+		attribute.String("sluice.target", label(t.String())),
 		attribute.String("sluice.upstream", t.Upstream.Name()),
 		attribute.Int("sluice.attempt", rt.count-1),
 	}
@@ -486,12 +576,11 @@ func (s *Server) traceAttemptEnd(req *clientRequest, res attemptResult) {
 	}
 	span := rt.attempt
 	rt.attempt = nil
-	attrs := []attribute.KeyValue{attribute.String("sluice.rescue", rescueDecision(res.next))}
 	if rt.status != 0 {
-		attrs = append(attrs, attribute.Int("http.response.status_code", rt.status))
+		span.SetAttributes(attribute.Int("http.response.status_code", rt.status))
 	}
-	span.SetAttributes(attrs...)
 	if res.next == nextDone {
+		span.SetAttributes(attribute.String("sluice.rescue", rescueDecision(res.next)))
 		if rt.ending != nil { // an earlier loop's ending attempt: this one ends the request
 			rt.ending.End(trace.WithTimestamp(rt.endingAt))
 		}
@@ -502,7 +591,19 @@ func (s *Server) traceAttemptEnd(req *clientRequest, res attemptResult) {
 		span.SetAttributes(attribute.String("sluice.failure", res.why))
 	}
 	span.SetStatus(codes.Error, res.why)
-	span.End()
+	rt.failedAttempt, rt.failedAt, rt.failedRescue = span, time.Now(), rescueDecision(res.next)
+}
+
+// endFailedAttempt ends the failed attempt's span held until what followed
+// it was known, if any, with rescue as its sluice.rescue.
+func (rt *reqTrace) endFailedAttempt(rescue string) {
+	span := rt.failedAttempt
+	if span == nil {
+		return
+	}
+	rt.failedAttempt = nil
+	span.SetAttributes(attribute.String("sluice.rescue", rescue))
+	span.End(trace.WithTimestamp(rt.failedAt))
 }
 
 // injectTrace sets the traceparent (and tracestate) an upstream gets: the
@@ -533,14 +634,21 @@ func (m *reqMeta) noteFinish(name string, data []byte) {
 	obj := gjson.GetBytes(data, "object").Str
 	if name == "" && obj == "" {
 		// A Chat stream's error chunk ({"error":{…}}), the gateway's own
-		// or an upstream's: its code is the one the client got.
-		if code := gjson.GetBytes(data, "error.code"); code.Type == gjson.String {
+		// or an upstream's: it ends the stream failed, as response.failed
+		// does a Responses stream (failed), and its code is the one the
+		// client got.
+		e := gjson.GetBytes(data, "error")
+		if !e.IsObject() {
+			return
+		}
+		m.chatFailed = true
+		if code := e.Get("code"); code.Type == gjson.String {
 			m.noteTerminalCode(code.Str)
 		}
 		return
 	}
 	if obj == "chat.completion.chunk" || obj == "chat.completion" {
-		if !bytes.Contains(data, finishField) {
+		if !hasFinishReason(data) {
 			return
 		}
 		gjson.GetBytes(data, "choices.#.finish_reason").ForEach(func(_, v gjson.Result) bool {
@@ -599,4 +707,37 @@ func (m *reqMeta) noteTerminalCode(code string) {
 	}
 }
 
-var finishField = []byte(`"finish_reason":"`)
+// failed reports whether the request failed on the gateway's side (m.mu
+// held), the one rule for a request span's ERROR status and its ending
+// attempt's (README "Tracing"): a 5xx answer, or a stream the client got
+// with 200 that ended in failure: a Responses stream's response.failed, a
+// Chat stream's error chunk (chatFailed). A client's 4xx is not the
+// server's error (OpenTelemetry's HTTP conventions).
+func (m *reqMeta) failed() bool {
+	return m.status >= 500 || m.terminal == "failed" || m.chatFailed
+}
+
+var finishField = []byte(`"finish_reason"`)
+
+// hasFinishReason reports whether a Chat chunk may carry a finish reason:
+// a "finish_reason" member whose value is a string, whitespace allowed
+// around the colon (valid JSON, and what Python-based servers write:
+// "finish_reason": "stop"). Every streamed chunk has the member, mostly
+// null, so this byte scan keeps the parse for the chunks that finish.
+func hasFinishReason(data []byte) bool {
+	for {
+		i := bytes.Index(data, finishField)
+		if i < 0 {
+			return false
+		}
+		data = data[i+len(finishField):]
+		rest := bytes.TrimLeft(data, " \t\r\n")
+		if len(rest) == 0 || rest[0] != ':' {
+			continue
+		}
+		rest = bytes.TrimLeft(rest[1:], " \t\r\n")
+		if len(rest) > 0 && rest[0] == '"' {
+			return true
+		}
+	}
+}

@@ -47,3 +47,29 @@ func BenchmarkTracingOff(b *testing.B) {
 		end()
 	}
 }
+
+// TestHasFinishReason: the byte check before a Chat chunk's finish reasons
+// are parsed passes a string finish_reason however the JSON is spaced, and
+// passes over null ones.
+func TestHasFinishReason(t *testing.T) {
+	for _, tc := range []struct {
+		chunk string
+		want  bool
+	}{
+		{`{"choices":[{"finish_reason":"stop"}]}`, true},
+		{`{"choices":[{"finish_reason": "stop"}]}`, true},
+		{`{"choices":[{"finish_reason" :	"length"}]}`, true},
+		{"{\"choices\":[{\"finish_reason\":\n\"stop\"}]}", true},
+		{`{"choices":[{"finish_reason":null},{"finish_reason": "stop"}]}`, true},
+		{`{"choices":[{"finish_reason":null}]}`, false},
+		{`{"choices":[{"finish_reason": null}]}`, false},
+		{`{"choices":[{"delta":{"content":"finish_reason"}}]}`, false},
+		{`{"choices":[{"delta":{"content":"\"finish_reason\""}}]}`, false},
+		{`{"choices":[]}`, false},
+		{`"finish_reason"`, false},
+	} {
+		if got := hasFinishReason([]byte(tc.chunk)); got != tc.want {
+			t.Errorf("hasFinishReason(%s) = %v, want %v", tc.chunk, got, tc.want)
+		}
+	}
+}

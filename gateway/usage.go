@@ -879,6 +879,7 @@ type reqMeta struct {
 	traced       bool     // the request is traced: finish reasons are noted (tracing.go)
 	continuity   string   // "rehydrated" when the conversation was rehydrated on another upstream (portable.go)
 	finish       []string // the finish reasons the client was sent (traced only)
+	chatFailed   bool     // an error chunk ended the Chat stream the client was sent (traced only; tracing.go failed)
 
 	// deltasAccounted is how many of outputDeltas the attempts a
 	// continuation replaced sent, cutAttempts the estimate charged for
