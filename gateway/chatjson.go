@@ -141,29 +141,35 @@ func chatCompletionChunks(body []byte) (evs []sse.Event, ok bool) {
 	return append(evs, sse.Event{Data: []byte("[DONE]"), Done: true}), true
 }
 
-// contentKey is the member name mayCarryTextParts looks for.
-var contentKey = []byte(`"content"`)
-
-// mayCarryTextParts reports whether a Chat chunk may have a member
-// "content" whose value is an array: a "content" key followed, past blanks
-// and its colon, by '['. It is withTextPartsJoined's pre-check, so a chunk
-// whose content is a string, as nearly every upstream sends it, is not
-// parsed a second time.
-func mayCarryTextParts(chunk []byte) bool {
-	for rest := chunk; ; {
-		i := bytes.Index(rest, contentKey)
+// memberValueStarts reports whether data may hold a member key (quoted,
+// as `"content"`) whose value starts with the byte first: key followed,
+// past blanks and its colon, by first. It is a pre-check that spares a
+// parse of the chunks that cannot need one; a match inside a string value
+// only costs that parse.
+func memberValueStarts(data, key []byte, first byte) bool {
+	for rest := data; ; {
+		i := bytes.Index(rest, key)
 		if i < 0 {
 			return false
 		}
-		rest = rest[i+len(contentKey):]
+		rest = rest[i+len(key):]
 		j := jsonx.SkipSpace(rest, 0)
 		if j < len(rest) && rest[j] == ':' {
-			if j = jsonx.SkipSpace(rest, j+1); j < len(rest) && rest[j] == '[' {
+			if j = jsonx.SkipSpace(rest, j+1); j < len(rest) && rest[j] == first {
 				return true
 			}
 		}
 	}
 }
+
+// contentKey is the member a Chat chunk's text is in.
+var contentKey = []byte(`"content"`)
+
+// mayCarryTextParts reports whether a Chat chunk may have a member
+// "content" whose value is an array: withTextPartsJoined's pre-check, so a
+// chunk whose content is a string, as nearly every upstream sends it, is
+// not parsed a second time.
+func mayCarryTextParts(chunk []byte) bool { return memberValueStarts(chunk, contentKey, '[') }
 
 // withTextPartsJoined is a Chat chunk, whose choices member (aliasing
 // chunk, as scannedValue reads it) is choices, with every choice's

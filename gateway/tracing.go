@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"net/url"
@@ -724,20 +723,4 @@ var finishField = []byte(`"finish_reason"`)
 // around the colon (valid JSON, and what Python-based servers write:
 // "finish_reason": "stop"). Every streamed chunk has the member, mostly
 // null, so this byte scan keeps the parse for the chunks that finish.
-func hasFinishReason(data []byte) bool {
-	for {
-		i := bytes.Index(data, finishField)
-		if i < 0 {
-			return false
-		}
-		data = data[i+len(finishField):]
-		rest := bytes.TrimLeft(data, " \t\r\n")
-		if len(rest) == 0 || rest[0] != ':' {
-			continue
-		}
-		rest = bytes.TrimLeft(rest[1:], " \t\r\n")
-		if len(rest) > 0 && rest[0] == '"' {
-			return true
-		}
-	}
-}
+func hasFinishReason(data []byte) bool { return memberValueStarts(data, finishField, '"') }
