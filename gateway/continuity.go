@@ -202,6 +202,14 @@ func ownerLookupFailed(what string) *apierr.Error {
 	return e
 }
 
+// ownerRemoved is the answer to a request that names a response (what:
+// "previous_response_id", "the response") whose owner upstream is no longer
+// configured: failed closed, since no upstream but the owner has it, and a
+// 502, as it stays so until the config changes.
+func ownerRemoved(what, owner string) *apierr.Error {
+	return apierr.UpstreamUnavailable(http.StatusBadGateway, "upstream %q that owns %s is no longer configured", owner, what)
+}
+
 // refuseUnknownPrevious answers a request whose previous_response_id is
 // unknown to its Sluice key (resolution.unknownTo) without calling any
 // upstream: the 400 previous_response_not_found OpenAI's API gives an

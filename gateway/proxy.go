@@ -344,7 +344,7 @@ func (s *Server) pin(ctx context.Context, out responder, req *clientRequest) boo
 		if s.rehydrate(ctx, req, res.owner, nil, "no longer configured") { // portable.go
 			return true
 		}
-		s.failClosed(out, req, failOwnerUnavailable, http.StatusBadGateway, fmt.Sprintf("upstream %q that owns previous_response_id is no longer configured", res.owner))
+		s.failClosedWith(out, req, failOwnerUnavailable, ownerRemoved("previous_response_id", res.owner))
 		return false
 	}
 	ok, why := u.Usable(time.Now())

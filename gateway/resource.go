@@ -442,7 +442,7 @@ func (s *Server) getStored(w http.ResponseWriter, r *http.Request, rec store.Str
 	}
 	resp := rec.Response
 	if s.logs.abandoned(rec, time.Time{}, s.opts.IdleTimeout) {
-		resp = abandonedResponse(resp)
+		resp = s.logs.abandonedStoredResponse(r.Context(), rec)
 	}
 	writeResponse(w, rec.ResponseID, resp, rec.Background)
 }
@@ -760,10 +760,14 @@ func (s *Server) deleteKeptTurn(w http.ResponseWriter, r *http.Request, id, keyH
 	if !s.deleteTurn(ctx, w, id) {
 		return true
 	}
-	if u := s.pool.Get(anchor.Upstream); u != nil && u.Config().Protocol != upstream.ProtocolChat {
+	u := s.pool.Get(anchor.Upstream)
+	if u != nil && u.Config().Protocol != upstream.ProtocolChat {
 		return false
 	}
 	s.cont.forget(ctx, id)
+	if u == nil { // an owner since removed from the config: its copy, if any, stays
+		s.deleteAtOwner(r, id, anchor)
+	}
 	writeDeleted(w, id)
 	return true
 }
@@ -790,7 +794,15 @@ func (s *Server) deleteTurn(ctx context.Context, w http.ResponseWriter, id strin
 // own copy is gone either way. A Chat upstream keeps nothing.
 func (s *Server) deleteAtOwner(r *http.Request, id string, anchor store.Anchor) {
 	u := s.pool.Get(anchor.Upstream)
-	if u == nil || u.Config().Protocol == upstream.ProtocolChat {
+	if u == nil {
+		// Removed from the config since (README "The resource API": a
+		// failure there is logged). Had it been a Chat upstream, it kept
+		// nothing, but the anchor does not say which it was.
+		s.log.Warn("deleting a response at its owner failed", "upstream", anchor.Upstream, "response_id", LogID(id),
+			"error", "the upstream is no longer configured; a copy it keeps was not deleted")
+		return
+	}
+	if u.Config().Protocol == upstream.ProtocolChat {
 		return
 	}
 	upID := id
@@ -875,7 +887,7 @@ func (s *Server) cancelStored(w http.ResponseWriter, r *http.Request, rec store.
 		writeRaw(w, http.StatusOK, withBackground(rec.Response, true))
 		return
 	case s.logs.abandoned(rec, time.Time{}, s.opts.IdleTimeout):
-		writeRaw(w, http.StatusOK, withBackground(abandonedResponse(rec.Response), true))
+		writeRaw(w, http.StatusOK, withBackground(s.logs.abandonedStoredResponse(r.Context(), rec), true))
 		return
 	}
 	st := s.logs.opts.Store
@@ -898,7 +910,7 @@ func (s *Server) cancelStored(w http.ResponseWriter, r *http.Request, rec store.
 			return
 		case <-deadline.C:
 			if cur, err := st.GetStreamLog(r.Context(), id); err == nil && s.logs.abandoned(cur, time.Time{}, s.opts.IdleTimeout) {
-				writeRaw(w, http.StatusOK, withBackground(abandonedResponse(cur.Response), true))
+				writeRaw(w, http.StatusOK, withBackground(s.logs.abandonedStoredResponse(r.Context(), cur), true))
 				return
 			}
 			apierr.UpstreamUnavailable(http.StatusGatewayTimeout, "the cancel of response '%s' was passed to the gateway running it, "+
@@ -963,7 +975,9 @@ type ownerCall struct {
 }
 
 // askOwner passes a resource call on to the upstream that owns the
-// response (its anchor), or answers 404 when no upstream is known to. A
+// response (its anchor), or answers 404 when no upstream is known to (or
+// the owner is a Chat upstream, which has no such API), and the follow-up's
+// 502 when the owner is no longer configured (ownerRemovedAnswer). A
 // response another replica has just opened is answered from its log
 // instead, once the store has it (lateStoredLog). The
 // owner's answer is an upstream's like any other (SECURITY.md,
@@ -990,8 +1004,16 @@ func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id, hash strin
 			return
 		}
 	}
+	if res.owner == "" || res.unknownTo(keyOf(r) != nil, hash) {
+		notResumable(id, window).Write(w)
+		return
+	}
 	u := s.pool.Get(res.owner)
-	if res.owner == "" || res.unknownTo(keyOf(r) != nil, hash) || u == nil || u.Config().Protocol == "chat" {
+	if u == nil {
+		s.ownerRemovedAnswer(w, r, id, res)
+		return
+	}
+	if u.Config().Protocol == upstream.ProtocolChat {
 		notResumable(id, window).Write(w)
 		return
 	}
@@ -1070,6 +1092,25 @@ func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id, hash strin
 		}
 		relayOwner(w, resp, s.scrub.Bytes(b))
 	}
+}
+
+// ownerRemovedAnswer answers a resource call for a response known only to
+// its owner upstream (no log here), which is no longer configured, with the
+// reason a follow-up on it gets (ownerRemoved), not the 404 of an id the
+// gateway does not know. A DELETE still forgets what the gateway keeps of
+// it, its anchor (a follow-up then finds none), and the copy the owner
+// keeps, which nothing can reach, is logged as not deleted (deleteAtOwner)
+// and said in the answer.
+func (s *Server) ownerRemovedAnswer(w http.ResponseWriter, r *http.Request, id string, res resolution) {
+	aerr := ownerRemoved("the response", res.owner)
+	if r.Method == http.MethodDelete {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), anchorWriteTimeout)
+		defer cancel()
+		s.cont.forget(ctx, id)
+		s.deleteAtOwner(r, id, store.Anchor{Upstream: res.owner, UpstreamID: res.upstreamID})
+		aerr.Message += "; the gateway forgot the response, but the copy the owner keeps could not be deleted"
+	}
+	aerr.Write(w)
 }
 
 // relayOwner passes the owner's answer on: its status and (scrubbed)

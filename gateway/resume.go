@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/sluice-gw/sluice/internal/jsonx"
 	"github.com/sluice-gw/sluice/internal/logtext"
+	"github.com/sluice-gw/sluice/internal/sent"
 	"github.com/sluice-gw/sluice/store"
 )
 
@@ -1285,6 +1286,91 @@ func (h *streamLogs) abandoned(rec store.StreamLog, lastEvent time.Time, idle ti
 		}
 	}
 	return !last.IsZero() && time.Since(last) > idle
+}
+
+// abandonedStoredResponse is the Response GET and cancel answer for a
+// stored log its gateway gave up (abandoned): failed, with the output its
+// stored events hold. The record's Response is rewritten at most every
+// recordSaveEvery while the events go every durableFlushEvery (write), so
+// after a crash the events may hold up to a second more output than the
+// record, output the client already had and a resume replays (README
+// "Durable"). The Response is rebuilt from them at read time, by the rule
+// that renders a live log's Response (streamLog.response: the client
+// stream's sent.Output fed each event it logged), rather than writing the
+// record with every batch. The record stays the answer when the events do
+// not go further (a log that outgrew resume_max_bytes is written as its
+// record alone) or cannot be read.
+func (h *streamLogs) abandonedStoredResponse(ctx context.Context, rec store.StreamLog) []byte {
+	resp := rec.Response
+	if rebuilt, ok := h.responseOfEvents(ctx, rec); ok && outputReach(rebuilt) > outputReach(resp) {
+		resp = rebuilt
+	}
+	return abandonedResponse(resp)
+}
+
+// storedEventsPage is how many stored events one read takes when a
+// Response is rebuilt from them.
+const storedEventsPage = 1000
+
+// responseOfEvents renders the Response, as it ran, that rec's stored
+// events show, up to the first hole in them; the fields its output does not
+// give (model, the request's echo, usage) are the record's. ok is false
+// when the events cannot be read or there are none.
+func (h *streamLogs) responseOfEvents(ctx context.Context, rec store.StreamLog) (resp []byte, ok bool) {
+	record := gjson.ParseBytes(rec.Response)
+	var out sent.Output
+	if u := record.Get("usage"); u.IsObject() {
+		out.Usage = []byte(u.Raw)
+	}
+	next := int64(0)
+read:
+	for {
+		evs, err := h.opts.Store.StreamEvents(ctx, rec.ResponseID, next-1, storedEventsPage)
+		if err != nil {
+			return nil, false
+		}
+		if len(evs) == 0 {
+			break
+		}
+		for _, ev := range evs {
+			if ev.Seq != next {
+				break read // a hole (followStored): what follows it is not the client's next event
+			}
+			if f, ok := scanEvent(ev.Data); ok {
+				out.Track(&f.Fields)
+			}
+			next = ev.Seq + 1
+		}
+	}
+	if next == 0 {
+		return nil, false
+	}
+	r := sent.Response{ID: rec.ResponseID, Status: "in_progress", From: record}
+	return out.AppendResponse(nil, &r), true
+}
+
+// outputReach measures how far a Response's output got, to tell which of
+// two renderings of one response's output is further: its items, each
+// part, the text, refusal and arguments they hold, and the items and parts
+// done. An open item is rendered in_progress and a done one by its done
+// event, so neither the JSON's length nor its status words alone grow
+// with the stream.
+func outputReach(resp []byte) int {
+	n := 0
+	gjson.GetBytes(resp, "output").ForEach(func(_, item gjson.Result) bool {
+		n += 1 + len(item.Get("arguments").Str) + len(item.Get("input").Str)
+		if item.Get("status").Str != "in_progress" {
+			n++
+		}
+		for _, parts := range []string{"content", "summary"} {
+			item.Get(parts).ForEach(func(_, part gjson.Result) bool {
+				n += 1 + len(part.Get("text").Str) + len(part.Get("refusal").Str)
+				return true
+			})
+		}
+		return true
+	})
+	return n
 }
 
 // endWith writes a resumed stream's last event.
