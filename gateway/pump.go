@@ -196,6 +196,7 @@ type pump struct {
 
 	responseID string         // the upstream's response id (anchors, logs): the first one it named
 	created    bool           // the attempt's response.created was seen (a second one is dropped)
+	chatModel  bool           // the attempt's first Chat chunk was read for the model it names (noteServedModel)
 	anchor     *pendingAnchor // the response's anchor write, once response.created was seen
 	cleanEnd   bool           // the upstream ended the response itself (its connection may be reused)
 
@@ -442,6 +443,7 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 	case "response.created":
 		p.created = true
 		p.responseID = strings.Clone(f.Response.Get("id").Str)
+		p.req.meta.noteServedModel(strings.Clone(f.Response.Get("model").Str))
 		if c := p.s.cont; c != nil && p.responseID != "" && p.req.recordable() {
 			p.anchor = c.recordAsync(c.anchorFor(p.req, p.responseID, p.u.Name()))
 		}
@@ -730,6 +732,10 @@ func (p *pump) handleChat(ev sse.Event) (pumpEnd, bool) {
 			return p.afterEvent(ev, ev.Data, usage)
 		}
 		return ended(p.chatError(ev.Data))
+	}
+	if !p.chatModel {
+		p.chatModel = true
+		p.req.meta.noteServedModel(strings.Clone(gjson.GetBytes(ev.Data, "model").Str))
 	}
 	// One pass over each choice's members reads all that is needed.
 	finish, content := false, false

@@ -365,10 +365,11 @@ func (a *accounts) settle(req *clientRequest) {
 	}
 	key := m.keyName()
 	route, target := label(m.route), label(m.lastTarget())
-	model := m.servedModel
-	if model == "" {
-		model = req.model
-	}
+	// An answer is priced by the model that served it (README "Keys,
+	// limits and usage"): the one the upstream named, else the one the
+	// last attempt asked it for, which is a route target's model, not the
+	// client's alias; an estimate too, as the upstream may never name it.
+	model := firstNonEmpty(m.servedModel, m.lastTried.Model, req.model)
 	if !u.known && status/100 != 2 {
 		// No upstream accepted the request (a 400 for its model, rejected
 		// credentials, …): it still counts as one request (README "Keys,
@@ -845,7 +846,7 @@ type reqMeta struct {
 	targets     []string
 	lastTried   upstream.Target // the last attempt's target (tried)
 	model       string
-	servedModel string
+	servedModel string // the model this attempt's upstream named (noteServedModel, observe, relay); "" before it names one
 	status      int
 	code        string
 	committed   bool
@@ -984,6 +985,20 @@ func (m *reqMeta) tried(t upstream.Target) {
 	defer m.mu.Unlock()
 	m.targets = append(m.targets, t.String())
 	m.lastTried = t
+	m.servedModel = "" // an earlier attempt's upstream did not serve this one
+}
+
+// noteServedModel notes the model the upstream names before the end of a
+// stream (its response.created, a Chat stream's first chunk), so that a
+// stream that ends without its terminal event or usage chunk is charged
+// under it too. Nil-safe.
+func (m *reqMeta) noteServedModel(model string) {
+	if m == nil || model == "" {
+		return
+	}
+	m.mu.Lock()
+	m.servedModel = model
+	m.mu.Unlock()
 }
 
 // setReason is the client stream's hook: how the stream ended.
