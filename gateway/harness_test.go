@@ -243,10 +243,11 @@ func errorCode(ev sse.Event) string {
 // gatewayCode is the code a Response object's error stands for. The spec's
 // ResponseErrorCode enum has none of the gateway's own codes
 // (stream_incomplete, upstream_unavailable, …), so they travel as
-// server_error with the code leading the message ("stream_incomplete: …");
-// tests that check the wire itself use the raw code.
+// server_error with the code leading the message ("stream_incomplete: …"),
+// and a client error's code outside it as invalid_prompt alike ("invalid_value:
+// …"); tests that check the wire itself use the raw code.
 func gatewayCode(code, message string) string {
-	if code != "server_error" {
+	if code != "server_error" && code != "invalid_prompt" {
 		return code
 	}
 	c, _, ok := strings.Cut(message, ": ")

@@ -339,7 +339,7 @@ func TestGatewayTerminalEventsMatchTheSpec(t *testing.T) {
 		{name: "upstream error field", script: upstreamtest.ErrorField([]byte(`{"code":"server_error","message":"boom","type":"server_error"}`), 6), code: "server_error", output: "Hello from"},
 		{name: "upstream error event", script: afterContent(upstreamtest.QuotaEvent(upstreamtest.ShapeErrorEvent)), code: "usage_limit_reached", upstream: true},
 		{name: "upstream invalid_value", script: afterContent(upstreamtest.Failure(upstreamtest.ShapeErrorEvent, 400,
-			upstreamtest.ErrorBody("bad", "invalid_request_error", "invalid_value", "x"))), code: "server_error"},
+			upstreamtest.ErrorBody("bad", "invalid_request_error", "invalid_value", "x"))), code: "invalid_prompt"},
 		{name: "no upstream left", script: upstreamtest.Status5xx(503), code: "server_error"},
 		{name: "chat upstream cut", script: upstreamtest.CutAfter(3), protocol: "chat", body: chatTools, code: "server_error", output: "Hello from"},
 		{name: "chat upstream [DONE] without finish", protocol: "chat", body: chatTools, code: "server_error", output: "Hello from",

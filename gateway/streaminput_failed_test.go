@@ -107,7 +107,8 @@ type failedResponse struct {
 
 // checkModeAFailed checks the stream ends with one response.failed that
 // validates against the spec, numbered after the events before it, with a
-// gateway code traveling as server_error; it returns the event.
+// code outside the spec's enum traveling as invalid_prompt (the client's
+// own error: its body) leading the message; it returns the event.
 func checkModeAFailed(t *testing.T, evs []sse.Event, wantPrefix string) failedResponse {
 	t.Helper()
 	like := make([]eventLike, len(evs))
@@ -132,8 +133,8 @@ func checkModeAFailed(t *testing.T, evs []sse.Event, wantPrefix string) failedRe
 	if err := json.Unmarshal(last.data, &f); err != nil {
 		t.Fatal(err)
 	}
-	if f.Response.Error.Code != "server_error" || !strings.HasPrefix(f.Response.Error.Message, wantPrefix) {
-		t.Fatalf("error %+v, want server_error with a message starting %q", f.Response.Error, wantPrefix)
+	if f.Response.Error.Code != "invalid_prompt" || !strings.HasPrefix(f.Response.Error.Message, wantPrefix) {
+		t.Fatalf("error %+v, want invalid_prompt with a message starting %q", f.Response.Error, wantPrefix)
 	}
 	return f
 }
@@ -152,7 +153,7 @@ const modeAFailedHeader = `{"template":{"model":"gpt-fake-1","stream":true,"inpu
 // text went out ends the stream with a response.failed that names the
 // response the client was shown (id, model, created_at), is numbered after
 // the last event, holds the text streamed so far, and validates against
-// OpenAI's spec, its gateway code traveling as server_error.
+// OpenAI's spec, its code traveling as invalid_prompt (a client's error).
 func TestModeAFailedAfterDeltasAgreesWithTheStream(t *testing.T) {
 	h := newHarness(t, harnessConfig{})
 	h.ups["A"].Enqueue(upstreamtest.HangAfter(5)) // created, in_progress, item, part, "Hello"
