@@ -381,9 +381,10 @@ func (s *Server) routes() *httprouter.Router {
 	}
 	r.GET("/admin/upstreams", s.admin(s.handleUpstreams))
 	s.mountAdminKeys(r)
-	if s.cont != nil {
-		r.GET("/admin/continuity/:response_id", s.admin(s.handleAnchor))
-	}
+	// Mounted with continuity off too: the documented endpoint then says
+	// why it has nothing (as /admin/keys and /admin/usage do without a
+	// store), behind the admin token like every /admin/ endpoint.
+	r.GET("/admin/continuity/:response_id", s.admin(s.handleAnchorOrDisabled))
 	for path, h := range s.opts.Admin {
 		r.GET(path, s.admin(func(w http.ResponseWriter, r *http.Request, _ httprouter.Params) { h.ServeHTTP(w, r) }))
 	}
@@ -455,6 +456,19 @@ func (s *Server) Handle(method, path string, h http.Handler) {
 // before serving.
 func (s *Server) Wrap(mw func(http.Handler) http.Handler) {
 	s.handler = mw(s.handler)
+}
+
+// handleAnchorOrDisabled serves GET /admin/continuity/{response_id}. With
+// continuity.disabled no anchor is ever kept, so the answer is the 501 the
+// other endpoints that need the store give (/admin/keys, /admin/usage): no
+// retry, and no other id, can get one from this gateway as configured.
+func (s *Server) handleAnchorOrDisabled(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+	if s.cont == nil {
+		(&apierr.Error{Status: http.StatusNotImplemented, Type: apierr.TypeInvalidRequest, Code: apierr.CodeContinuityOff,
+			Message: "continuity is disabled (continuity.disabled: true): the gateway keeps no anchors"}).Write(w)
+		return
+	}
+	s.handleAnchor(w, r, ps)
 }
 
 // admin guards an admin handler with AdminToken, when one is set.

@@ -485,7 +485,7 @@ func newTargetMetrics(reg prometheus.Registerer, pool *upstream.Pool, routes *ro
 		named: map[string]bool{},
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_target_failures_total",
-			Help: "Model-specific failures charged to a target (upstream, model), by class: rate_limited, quota, overloaded, server_error, timeout. Models no route names and the upstream does not list are labelled \"other\".",
+			Help: "Model-specific failures charged to a target (upstream, model), by class: rate_limited, quota, overloaded, server_error, timeout, replay_penalty. Models no route names and the upstream does not list are labelled \"other\".",
 		}, []string{"upstream", "model", "class"}),
 		state: prometheus.NewDesc("sluice_target_circuit_state",
 			"A target's circuit: 0 closed, 1 open, 2 half-open (a probe may go). Models are labelled as in sluice_target_failures_total; \"other\" shows the worst circuit among its models.", []string{"upstream", "model"}, nil),

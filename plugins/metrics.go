@@ -36,7 +36,7 @@ func newMetrics() *metrics {
 		}, []string{"policy", "hook", "outcome"}),
 		faults: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_policy_faults_total",
-			Help: "Policy faults (the instance was discarded and the built-in default used), by kind.",
+			Help: "Policy faults (the instance was discarded and the built-in default used), by hook (init: an instance could not be created) and kind (trap, timeout, memory, exit, invalid_output, invalid_alloc).",
 		}, []string{"policy", "hook", "kind"}),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_policy_fallbacks_total",

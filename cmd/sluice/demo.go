@@ -36,9 +36,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg := config.Defaults()
 	cfg.Listen, cfg.DataDir, cfg.Log.Level = *listen, dir, *logLevel
 	cfg.Upstreams = []config.Upstream{{Name: "demo", BaseURL: fake.URL, Protocol: *protocol}}
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.Validate(); err != nil { // a flag value refused: a config error, as for serve (README "Running it")
 		fmt.Fprintf(stderr, "sluice demo: %v\n", err)
-		return 2
+		return 1
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -35,7 +35,9 @@ to timeouts.drain_grace and their terminal event, and the process exits 0; a
 second signal ends the grace at once (streams still get terminal events).
 SIGHUP is logged and ignored (the config is read once; policies hot-swap).
 Flags override the config file; without --config the built-in defaults apply
-and --upstream is required. A config error names each bad key and exits 1.
+and --upstream is required. A config error names each bad key and exits 1,
+as a flag value refused does (--log-level bogus); a malformed command line
+(an unknown flag, a missing value) exits 2.
 Before serving, it logs a summary: config file, data dir, policy dir, listen
 address, upstreams and routes.
 `

@@ -306,9 +306,37 @@ func TestConfigErrorsThroughTheCLI(t *testing.T) {
 		t.Fatalf("exit %d, stdout %q, stderr:\n%s\nwant:\n%s", code, stdout, stderr, want)
 	}
 
-	code, _, stderr = runCLI("serve", "--upstream", "grpc+http://127.0.0.1:1/v1")
-	if code != 2 || !strings.Contains(stderr, `"grpc" is not a protocol`) {
-		t.Fatalf("bad --upstream scheme: exit %d, %s", code, stderr)
+}
+
+// TestBadFlagValuesExitLikeConfigErrors: a flag's value the gateway refuses
+// is judged as the config key it replaces, so it exits 1 whichever flag it
+// is (README "Running it"); only the command line's form (an unknown flag, a
+// missing value, a stray argument, a non-boolean for a boolean flag) is a
+// usage error, exit 2.
+func TestBadFlagValuesExitLikeConfigErrors(t *testing.T) {
+	notADir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notADir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	up := "http://127.0.0.1:1/v1"
+	for _, tt := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"serve", "--upstream", "grpc+http://127.0.0.1:1/v1"}, 1, `"grpc" is not a protocol`},
+		{[]string{"serve", "--upstream", "ftp://x/v1"}, 1, "ftp"},
+		{[]string{"serve", "--upstream", up, "--log-level", "bogus"}, 1, "log.level"},
+		{[]string{"serve", "--upstream", up, "--data-dir", filepath.Join(notADir, "sub")}, 1, "data_dir"},
+		{[]string{"demo", "--upstream-protocol", "grpc", "--listen", "127.0.0.1:0"}, 1, "grpc"},
+		{[]string{"demo", "--log-level", "bogus", "--listen", "127.0.0.1:0"}, 1, "log.level"},
+		{[]string{"serve", "--pprof=maybe"}, 2, "invalid boolean value"},
+		{[]string{"serve", "--upstream"}, 2, "flag needs an argument"},
+	} {
+		code, _, stderr := runCLI(tt.args...)
+		if code != tt.code || !strings.Contains(stderr, tt.want) {
+			t.Errorf("sluice %s: exit %d, stderr %q; want exit %d and %q", strings.Join(tt.args, " "), code, stderr, tt.code, tt.want)
+		}
 	}
 }
 

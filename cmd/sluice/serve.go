@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"html"
 	"io"
 	"maps"
 	"net"
@@ -89,8 +90,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		for i, raw := range upstreams {
 			u, err := config.UpstreamFromURL(raw, i)
 			if err != nil {
+				// A flag's value is judged as the key it replaces: a
+				// config error, exit 1, as --log-level's and --data-dir's
+				// are (README "Running it"); 2 is for the command line's
+				// form (parseFlags).
 				startErr("%v", err)
-				return 2
+				return 1
 			}
 			if u.APIKey == "" {
 				u.APIKey = os.Getenv("SLUICE_UPSTREAM_API_KEY")
@@ -148,18 +153,47 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 // --pprof. The gateway mounts them as admin handlers (GET, exact paths,
 // behind the admin token when one is set). Not cmdline: the command line
 // can hold an upstream's key (--upstream https://sk-…@host/v1), and keys
-// are never returned by an endpoint (SECURITY.md).
+// are never returned by an endpoint (SECURITY.md). The index is the
+// gateway's own (pprofIndex), since net/http/pprof's links to cmdline.
 func pprofHandlers() map[string]http.Handler {
+	links := []pprofLink{
+		{"profile", "CPU profile (?seconds=N, default 30)"},
+		{"trace", "execution trace (?seconds=N, default 1)"},
+		{"symbol", "program counters to function names"},
+	}
 	hs := map[string]http.Handler{
-		"/debug/pprof/":        http.HandlerFunc(pprof.Index),
 		"/debug/pprof/profile": http.HandlerFunc(pprof.Profile),
 		"/debug/pprof/symbol":  http.HandlerFunc(pprof.Symbol),
 		"/debug/pprof/trace":   http.HandlerFunc(pprof.Trace),
 	}
 	for _, name := range []string{"allocs", "block", "goroutine", "heap", "mutex", "threadcreate"} {
 		hs["/debug/pprof/"+name] = pprof.Handler(name)
+		links = append(links, pprofLink{name + "?debug=1", name + " profile"})
 	}
+	hs["/debug/pprof/"] = pprofIndex(links)
 	return hs
+}
+
+// pprofLink is one entry of the --pprof index: a path relative to
+// /debug/pprof/ and what it serves.
+type pprofLink struct{ href, what string }
+
+// pprofIndex is the page at /debug/pprof/: a link to each profile the
+// gateway serves, and none to what it does not (cmdline).
+func pprofIndex(links []pprofLink) http.Handler {
+	var b strings.Builder
+	b.WriteString("<!DOCTYPE html>\n<html><head><title>/debug/pprof/</title></head><body>\n<p>Go profiles of this gateway " +
+		"(<code>go tool pprof http://HOST/debug/pprof/profile?seconds=30</code>):</p>\n<ul>\n")
+	for _, l := range links {
+		fmt.Fprintf(&b, "<li><a href=\"%s\">%s</a>: %s</li>\n", html.EscapeString(l.href), html.EscapeString(l.href), html.EscapeString(l.what))
+	}
+	b.WriteString("</ul>\n</body></html>\n")
+	page := b.String()
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		_, _ = io.WriteString(w, page)
+	})
 }
 
 // ignoreHangups logs and otherwise ignores SIGHUP until the returned stop

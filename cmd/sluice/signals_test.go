@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"html"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -170,6 +172,36 @@ func TestPprofDoesNotServeTheCommandLine(t *testing.T) {
 		}
 		if strings.Contains(string(body), key) {
 			t.Errorf("GET %s returned the upstream's key", path)
+		}
+	}
+	// The index links only to what is served: every link answers 200, and
+	// none is cmdline (net/http/pprof's own index links to it).
+	resp, err := http.Get(base + "/debug/pprof/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	index, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	hrefs := regexp.MustCompile(`href=['"]([^'"]+)['"]`).FindAllStringSubmatch(string(index), -1)
+	if len(hrefs) == 0 {
+		t.Fatalf("the index links to nothing:\n%s", index)
+	}
+	for _, m := range hrefs {
+		href := html.UnescapeString(m[1])
+		switch { // short runs of the timed ones
+		case href == "profile":
+			href += "?seconds=1"
+		case href == "trace":
+			href += "?seconds=0.05"
+		}
+		resp, err := http.Get(base + "/debug/pprof/" + href)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("the index links to %q, which answers %d", m[1], resp.StatusCode)
 		}
 	}
 }

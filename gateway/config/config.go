@@ -357,14 +357,7 @@ func Parse(raw []byte, lookup func(string) (string, bool)) (Config, error) {
 	// the checks whose input was left out (README "Running it").
 	exp := &expansion{failed: map[*yaml.Node]bool{}}
 	expandNode(&root, "", lookup, exp)
-	chk, err := checkTree(&root, exp.failed)
-	if err != nil {
-		var problems []error
-		for _, p := range exp.problems {
-			problems = append(problems, errors.New(p.text()))
-		}
-		return logOnly(cfg, &root), errors.Join(append(problems, err)...)
-	}
+	chk := checkTree(&root, exp.failed)
 	problems := append(exp.problems, chk.problems...)
 	if chk.unread.refused[""] { // not a mapping at the top: nothing to decode
 		return logOnly(cfg, &root), chk.render(problems)

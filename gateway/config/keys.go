@@ -21,10 +21,7 @@ import (
 // What it refuses is pruned from the tree afterwards (prune), so that the rest
 // decodes and Validate can judge it in the same run; the returned checker
 // says what could not be read, for Validate to skip.
-func checkTree(root *yaml.Node, unexpanded map[*yaml.Node]bool) (*checker, error) {
-	if err := checkAliasGrowth(root); err != nil {
-		return nil, err // walking such a tree (or decoding it) would take minutes
-	}
+func checkTree(root *yaml.Node, unexpanded map[*yaml.Node]bool) *checker {
 	c := &checker{
 		unexpanded: unexpanded,
 		lines:      map[string]int{},
@@ -33,12 +30,16 @@ func checkTree(root *yaml.Node, unexpanded map[*yaml.Node]bool) (*checker, error
 		unread: unreadable{refused: map[string]bool{}, empty: map[string]bool{}, written: map[string]map[string]bool{},
 			unknownKeys: map[string]bool{}},
 	}
+	// Walking (or decoding) a tree whose aliases expand it past the bound
+	// would take minutes: the aliases that go past it are left out first,
+	// and the rest of the file is checked as usual.
+	c.leaveOutAliasGrowth(root)
 	n := root
 	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
 		n = n.Content[0]
 	}
 	c.check(n, reflect.TypeFor[Config](), "")
-	return c, nil
+	return c
 }
 
 // maxAliasGrowth bounds how many nodes aliases (*name, and <<: *name merge
@@ -48,46 +49,69 @@ func checkTree(root *yaml.Node, unexpanded map[*yaml.Node]bool) (*checker, error
 // alias bomb), which every later walk of the tree would repeat.
 const maxAliasGrowth = 100_000
 
-// checkAliasGrowth refuses a config whose aliases add more than
-// maxAliasGrowth nodes, naming the alias that goes past it. It visits each
-// node of the file once: an anchored node's expanded size is remembered, so
-// an alias costs one lookup however often its target is named.
-func checkAliasGrowth(root *yaml.Node) error {
+// leaveOutAliasGrowth reports the first alias that takes the config past
+// maxAliasGrowth added nodes, at its line, and leaves out every alias that
+// would: each becomes a value refused without a word of its own (as a
+// ${VAR} that could not be expanded is), so the checker and the decoder see
+// a tree of bounded size and the file's other problems are reported in the
+// same run. It visits each node of the file once: an anchored node's
+// expanded size is remembered, so an alias costs one lookup however often
+// its target is named.
+func (c *checker) leaveOutAliasGrowth(root *yaml.Node) {
 	g := &aliasGrowth{size: map[*yaml.Node]int{}, open: map[*yaml.Node]bool{}}
-	if alias, path := g.walk(root, ""); alias != nil {
-		if path == "" {
-			return fmt.Errorf("with the alias *%s, aliases and merge keys expand the config by more than %d nodes", alias.Value, maxAliasGrowth)
-		}
-		return fmt.Errorf("%s: with the alias *%s, aliases and merge keys expand the config by more than %d nodes", path, alias.Value, maxAliasGrowth)
+	g.walk(root, "")
+	if len(g.past) == 0 {
+		return
 	}
-	return nil
+	first := g.past[0]
+	msg := fmt.Sprintf("with the alias *%s, aliases and merge keys expand the config by more than %d nodes", first.alias, maxAliasGrowth)
+	if more := len(g.past) - 1; more > 0 {
+		msg += fmt.Sprintf(" (it and the %d aliases after it that go past the bound are left out)", more)
+	}
+	c.badAt(first.line, first.path, "%s", msg)
+	for _, p := range g.past {
+		c.unexpanded[p.node] = true
+	}
 }
 
 type aliasGrowth struct {
-	added int                // nodes the aliases seen so far add
+	added int                // nodes the aliases kept so far add
 	size  map[*yaml.Node]int // an anchored node's size with its aliases expanded
 	open  map[*yaml.Node]bool
+	past  []leftOutAlias // the aliases that would take added past maxAliasGrowth, in file order
 }
 
-// walk visits the nodes of the file under n in order and returns the first
-// alias that takes the growth past maxAliasGrowth, with its key path.
-func (g *aliasGrowth) walk(n *yaml.Node, path string) (*yaml.Node, string) {
+// leftOutAlias is an alias left out for the growth it would add, where it
+// was written.
+type leftOutAlias struct {
+	node  *yaml.Node // now an empty string standing in for the alias
+	alias string     // the anchor it named
+	path  string
+	line  int
+}
+
+// walk visits the nodes of the file under n in order and leaves out (g.past)
+// each alias that would take the growth past maxAliasGrowth: the node
+// becomes an empty string in place, so nothing later expands it, and the
+// aliases after it are judged without it.
+func (g *aliasGrowth) walk(n *yaml.Node, path string) {
 	switch n.Kind {
 	case yaml.AliasNode:
-		if n.Alias != nil {
-			g.added += g.expandedSize(n.Alias)
+		if n.Alias == nil {
+			return
 		}
-		if g.added > maxAliasGrowth {
-			return n, path
+		if add := g.expandedSize(n.Alias); g.added+add <= maxAliasGrowth {
+			g.added += add
+			return
 		}
-		return nil, ""
+		g.past = append(g.past, leftOutAlias{node: n, alias: n.Value, path: path, line: n.Line})
+		*n = yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Line: n.Line, Column: n.Column}
+		return
 	case yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
 			if k.Kind != yaml.ScalarNode || k.Value != "<<" || k.Tag != "!!merge" {
-				if alias, at := g.walk(v, join(path, k.Value)); alias != nil {
-					return alias, at
-				}
+				g.walk(v, join(path, k.Value))
 				continue
 			}
 			// <<: *a or <<: [*a, *b]: the aliases belong to the mapping
@@ -97,23 +121,18 @@ func (g *aliasGrowth) walk(n *yaml.Node, path string) (*yaml.Node, string) {
 				merged = v.Content
 			}
 			for _, m := range merged {
-				if alias, at := g.walk(m, path); alias != nil {
-					return alias, at
-				}
+				g.walk(m, path)
 			}
 		}
-		return nil, ""
+		return
 	}
 	for i, c := range n.Content { // a list, or the document
 		p := path
 		if n.Kind == yaml.SequenceNode {
 			p = fmt.Sprintf("%s[%d]", path, i)
 		}
-		if alias, at := g.walk(c, p); alias != nil {
-			return alias, at
-		}
+		g.walk(c, p)
 	}
-	return nil, ""
 }
 
 // expandedSize is how many nodes n stands for once every alias in it is

@@ -836,11 +836,14 @@ func redirectReason(resp *http.Response, apiKey string) string {
 const NoRedirectsHint = "(the gateway follows no redirects: check the upstream's base_url)"
 
 // RedactError renders a client error without its URL: the URL may carry
-// credentials in userinfo, and the upstream name already says where.
+// credentials in userinfo, and the upstream name already says where. The
+// method the client named the error by ("Get", "Post") goes too: it tells
+// an operator nothing to act on, and README quotes the reason without it
+// ("probe: dial tcp …: connection refused").
 func RedactError(err error) string {
 	var ue *url.Error
 	if errors.As(err, &ue) {
-		return ue.Op + ": " + ue.Err.Error()
+		return ue.Err.Error()
 	}
 	return err.Error()
 }

@@ -63,6 +63,7 @@ const (
 	CodeKeysNotStored     = "keys_not_stored"
 	CodeKeyConflict       = "key_conflict"
 	CodeUsageNotRecorded  = "usage_not_recorded"
+	CodeContinuityOff     = "continuity_disabled" // 501: /admin/continuity with continuity.disabled
 	CodeInvalidDate       = "invalid_date"
 )
 
