@@ -113,12 +113,13 @@ func (s *Server) process(ctx context.Context, out responder, req *clientRequest,
 	defer s.traceRequest(req)() // tracing.go: the request's span; nothing without tracing
 
 	if req.meta != nil { // keys, limits, usage and the access log (usage.go)
-		req.meta.mu.Lock() // a background create's handler may be logging its answer (runBackground)
-		req.meta.model, req.meta.surface, req.meta.background = req.model, req.surface(), req.background
-		req.meta.mu.Unlock()
+		route := ""
 		if rt := s.rtable.match(req.model); rt != nil {
-			req.meta.route = strings.Join(rt.Models, ",")
+			route = strings.Join(rt.Models, ",")
 		}
+		req.meta.mu.Lock() // a background create's handler may be logging its answer (runBackground)
+		req.meta.model, req.meta.surface, req.meta.background, req.meta.route = req.model, req.surface(), req.background, route
+		req.meta.mu.Unlock()
 		out = &meterResponder{responder: out, m: req.meta}
 		if !s.acct.admit(ctx, out, req) {
 			return

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // Auth configures Sluice keys (auth:).
@@ -133,7 +134,7 @@ func (c *Config) validateAccounts(bad func(key, format string, args ...any)) {
 			if b, err := hex.DecodeString(strings.TrimSpace(k.KeySHA256)); err != nil || len(b) != 32 {
 				bad(key+".key_sha256", "is not 64 hex digits")
 			}
-		case len(k.Key) < 16:
+		case utf8.RuneCountInString(k.Key) < 16:
 			bad(key+".key", "is shorter than 16 characters") // never echo the secret
 		case strings.ContainsFunc(k.Key, IsCredentialSeparator):
 			// The gateway splits a credential header into words at these

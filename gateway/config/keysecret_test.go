@@ -28,6 +28,9 @@ func TestKeySecretWithACredentialSeparatorIsRefused(t *testing.T) {
 		{"punctuation that splits nothing", "sk-team_a.b+c/d=e:f~g!h", ""},
 		{"a generated key", "sk-sluice-0123456789abcdefABCDEF_-", ""},
 		{"non-ASCII letters", "clé-secrète-ünïcødé", ""},
+		{"15 characters", "teamsecret-1234", "keys[0].key: is shorter than 16 characters"},
+		{"16 bytes but 8 characters", "éééééééé", "keys[0].key: is shorter than 16 characters"},
+		{"16 characters", "teamsecret-12345", ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Parse([]byte("keys: [{name: a, key: \"${S}\"}]\n"), env(map[string]string{"S": tt.secret}))
