@@ -115,14 +115,9 @@ func (s *PebbleStore) settle(r any, errp *error) {
 // fail marks the store failed by cause (the first cause wins), logs it once
 // and starts the recovery loop, and returns the error every call now gets.
 func (s *PebbleStore) fail(cause error) error {
-	err := fmt.Errorf("store: the database in %q failed and is closed until it can be reopened: %w: %w", s.dir, ErrUnavailable, cause)
-	if s.failure.CompareAndSwap(nil, &err) {
-		s.failedCorrupt.Store(false)
-		s.log.Error("store failed: the database stopped after a write error; continuity fails closed, anchors wait in memory and streaming input answers 503 until it is reopened. Free space on the data dir's disk (or fix its permissions); the store reopens itself once it can write there again",
-			"dir", s.dir, "error", cause)
-		s.startRecovery()
-	}
-	return *s.failure.Load()
+	return s.markFailed(cause, false,
+		"failed and is closed until it can be reopened",
+		"store failed: the database stopped after a write error; continuity fails closed, anchors wait in memory and streaming input answers 503 until it is reopened. Free space on the data dir's disk (or fix its permissions); the store reopens itself once it can write there again")
 }
 
 // failCorrupt marks the store failed by cause, a file of the database that
@@ -134,13 +129,21 @@ func (s *PebbleStore) fail(cause error) error {
 // which ends those jobs, and does not reopen it: the store stays
 // unavailable until the gateway restarts on a data dir that reads back.
 func (s *PebbleStore) failCorrupt(cause error) {
-	err := fmt.Errorf("store: the database in %q is corrupt and is closed until the gateway restarts: %w: %w", s.dir, ErrUnavailable, cause)
+	s.markFailed(cause, true,
+		"is corrupt and is closed until the gateway restarts",
+		"store failed: a file of the database is damaged on disk; continuity fails closed, anchors wait in memory and streaming input answers 503 until the gateway restarts. Stop the gateway, restore the data dir from a backup (or move it aside to start with an empty store, losing what it held) and start it again")
+}
+
+// markFailed is fail and failCorrupt: the first cause wins; its error says
+// state, and the one ERROR line logged says what to do.
+func (s *PebbleStore) markFailed(cause error, corrupt bool, state, logLine string) error {
+	err := fmt.Errorf("store: the database in %q %s: %w: %w", s.dir, state, ErrUnavailable, cause)
 	if s.failure.CompareAndSwap(nil, &err) {
-		s.failedCorrupt.Store(true)
-		s.log.Error("store failed: a file of the database is damaged on disk; continuity fails closed, anchors wait in memory and streaming input answers 503 until the gateway restarts. Stop the gateway, restore the data dir from a backup (or move it aside to start with an empty store, losing what it held) and start it again",
-			"dir", s.dir, "error", cause)
+		s.failedCorrupt.Store(corrupt)
+		s.log.Error(logLine, "dir", s.dir, "error", cause)
 		s.startRecovery()
 	}
+	return *s.failure.Load()
 }
 
 // Health implements HealthReporter: nil while the database works, else the
