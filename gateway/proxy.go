@@ -475,6 +475,12 @@ attempts:
 		}
 		s.traceAttempt(req, t)
 		res := s.attempt(ctx, out, req, t.Upstream, replays, start)
+		if res.next == nextRetrySame && !try.retry {
+			// A target is retried once, within the attempt budget, whatever
+			// the replay policy asks (ABI.md): the loop moves on, and the
+			// attempt's span says so.
+			res.next = nextFailover
+		}
 		s.traceAttemptEnd(req, res)
 		if res.next == nextDone {
 			s.settle(t, try)
@@ -490,7 +496,7 @@ attempts:
 		if res.clientErr != nil {
 			lastErr, lastErrHeader = res.clientErr, res.clientHeader
 		}
-		if res.next == nextRetrySame && try.retry {
+		if res.next == nextRetrySame {
 			retried[t] = true
 			sameTries[t]++
 			if try.fail != nil {

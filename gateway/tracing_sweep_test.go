@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-gw/sluice/gateway"
+	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
@@ -199,5 +200,36 @@ func TestTracingRescueSaysWhatTheLoopDid(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTracingSpentRetrySaysNextTarget: A answers 500 twice and the replay
+// policy asks for the same target each time. The first attempt is retried
+// on A (retry_same_target); the retry may not be retried again (once per
+// target), so the loop moves on to B, and that attempt's sluice.rescue
+// says what the loop did (next_target), not the retry it was not given.
+func TestTracingSpentRetrySaysNextTarget(t *testing.T) {
+	tp, rec := recordedSpans(t)
+	always := &overridePolicy{override: func(hostabi.ReplayInput) (hostabi.ReplayVerdict, bool) {
+		return hostabi.ReplaySameUpstream, true
+	}}
+	h := newHarness(t, harnessConfig{
+		upstreams: []upstreamtest.Options{{Name: "A"}, {Name: "B"}},
+		opts: gateway.Options{TracerProvider: tp, Policy: always,
+			Routes: []gateway.Route{{Models: []string{"gpt-fake-1"}, Targets: []gateway.RouteTarget{{Upstream: "A"}, {Upstream: "B"}}}}},
+	})
+	h.ups["A"].Enqueue(upstreamtest.Status5xx(http.StatusInternalServerError), upstreamtest.Status5xx(http.StatusInternalServerError))
+	_, _ = postWith(t, h, "/v1/responses", `{"model":"gpt-fake-1","input":"hi","stream":true}`, nil)
+	spans := waitServerSpans(t, rec, 1)
+	want := map[int64]string{0: "retry_same_target", 1: "next_target", 2: "done"}
+	attempts := spansOfKind(spans, trace.SpanKindClient)
+	if len(attempts) != len(want) || h.ups["B"].RequestCount() != 1 {
+		t.Fatalf("%d attempt spans, want %d; B called %d times", len(attempts), len(want), h.ups["B"].RequestCount())
+	}
+	for _, s := range attempts {
+		n, _ := attrOf(s, "sluice.attempt")
+		if v, _ := attrOf(s, "sluice.rescue"); v.AsString() != want[n.AsInt64()] {
+			t.Errorf("attempt %d: sluice.rescue %q, want %q", n.AsInt64(), v.AsString(), want[n.AsInt64()])
+		}
 	}
 }
