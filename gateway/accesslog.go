@@ -87,7 +87,7 @@ func (s *Server) writeAccessLine(m *reqMeta, phase accessPhase) {
 	}
 	outcome := phase != accessAnswered
 	if m.code != "" && outcome {
-		args = append(args, "code", m.code)
+		args = append(args, "code", label(m.code)) // an upstream may have chosen it: one line, bounded, as the model
 	}
 	ttfe := ""
 	if m.sawEvent {

@@ -428,7 +428,7 @@ func (rt *reqTrace) end(req *clientRequest) {
 				attribute.StringSlice("sluice.targets", targets))
 		}
 		if m.code != "" {
-			attrs = append(attrs, attribute.String("error.type", m.code))
+			attrs = append(attrs, attribute.String("error.type", label(m.code))) // an upstream's code: its text, cut and cleaned
 		}
 		failed = m.failed()
 		m.mu.Unlock()
@@ -651,8 +651,10 @@ func (m *reqMeta) noteFinish(name string, data []byte) {
 			return
 		}
 		gjson.GetBytes(data, "choices.#.finish_reason").ForEach(func(_, v gjson.Result) bool {
-			if v.Type == gjson.String && v.Str != "" {
-				m.finish = append(m.finish, v.Str)
+			// The upstream chose them: each cut and cleaned as the access
+			// log's text (label), and no more than maxFinishReasons.
+			if v.Type == gjson.String && v.Str != "" && len(m.finish) < maxFinishReasons {
+				m.finish = append(m.finish, label(v.Str))
 			}
 			return true
 		})
@@ -717,6 +719,10 @@ func (m *reqMeta) failed() bool {
 }
 
 var finishField = []byte(`"finish_reason"`)
+
+// maxFinishReasons bounds gen_ai.response.finish_reasons: one per choice,
+// and an upstream may send any number of choices.
+const maxFinishReasons = 128
 
 // hasFinishReason reports whether a Chat chunk may carry a finish reason:
 // a "finish_reason" member whose value is a string, whitespace allowed

@@ -123,3 +123,45 @@ func TestCorruptTableFailsTheStoreAndLogsBounded(t *testing.T) {
 		t.Errorf("the corrupt store came back: Health = %v", err)
 	}
 }
+
+// TestCorruptTableMetByAReadFailsTheStore: a damaged table that no
+// background job reads (one table, nothing to compact) is met by a call
+// that reads it. That call's corruption error fails the store as the
+// background job's does: Health says so (/readyz, sluice_store_up), the
+// operator is told what to do, and the store does not answer as if the
+// fault would clear.
+func TestCorruptTableMetByAReadFailsTheStore(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	s, _ := openTest(t, func(o *Options) { o.Dir = dir })
+	for i := range 3000 {
+		wantErr(t, "PutAnchor", s.PutAnchor(ctx, anchor(fmt.Sprintf("resp_%06d", i), "primary", "sess-1")), nil)
+	}
+	if err := s.db.Flush(); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	wantErr(t, "Close", s.Close(), nil)
+	table := corruptLargestTable(t, dir)
+
+	var logs syncBuffer
+	s2, _ := openTest(t, func(o *Options) {
+		o.Dir = dir
+		o.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: &logs})
+	})
+	if err := s2.Health(); err != nil {
+		t.Fatalf("Health right after the open: %v", err)
+	}
+	var err error
+	for i := 0; i < 3000 && err == nil; i += 100 {
+		_, err = s2.GetAnchor(ctx, fmt.Sprintf("resp_%06d", i))
+	}
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("reading the anchors of damaged table %s: %v, want ErrUnavailable", table, err)
+	}
+	if h := s2.Health(); !errors.Is(h, ErrUnavailable) || !pebble.IsCorruptionError(h) {
+		t.Errorf("Health = %v, want the store failed by the corruption", h)
+	}
+	if !strings.Contains(logs.String(), "a file of the database is damaged") {
+		t.Errorf("no ERROR line telling the operator what to do:\n%.3000s", logs.String())
+	}
+}

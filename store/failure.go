@@ -97,9 +97,16 @@ func calledFromStore() bool {
 
 // settle ends a guarded store call: r is what the call's deferred release
 // got from recover(). Pebble's fatal panic becomes the store's failure in
-// *errp (when errp is not nil); any other panic goes on.
+// *errp (when errp is not nil); any other panic goes on. A call that met a
+// damaged file (its error a corruption: a table no background job read yet)
+// fails the store for good, as that job's error does (failCorrupt): the
+// fault does not clear, and a caller told to retry would retry forever.
 func (s *PebbleStore) settle(r any, errp *error) {
 	if r == nil {
+		if errp != nil && *errp != nil && pebble.IsCorruptionError(*errp) {
+			s.failCorrupt(*errp)
+			*errp = *s.failure.Load()
+		}
 		return
 	}
 	f, ok := r.(*pebbleFatal)
