@@ -369,9 +369,10 @@ func eventTypes(evs []sse.Event) []string {
 	return out
 }
 
-// failureCode is the code a response.failed reports. The gateway's own
-// codes travel as server_error with the code leading the message (README,
-// "What it promises"): for those it is the leading code.
+// failureCode is the code a response.failed reports. Codes outside the
+// spec's enum travel as server_error (the gateway's own) or invalid_prompt
+// (a client's error) with the code leading the message (README, "What it
+// promises"): for those it is the leading code.
 func failureCode(ev sse.Event) string {
 	var v struct {
 		Response struct {
@@ -382,7 +383,7 @@ func failureCode(ev sse.Event) string {
 		} `json:"response"`
 	}
 	_ = json.Unmarshal(ev.Data, &v)
-	if code, _, ok := strings.Cut(v.Response.Error.Message, ": "); ok && v.Response.Error.Code == "server_error" &&
+	if code, _, ok := strings.Cut(v.Response.Error.Message, ": "); ok && (v.Response.Error.Code == "server_error" || v.Response.Error.Code == "invalid_prompt") &&
 		strings.Trim(code, "abcdefghijklmnopqrstuvwxyz_") == "" {
 		return code
 	}
