@@ -354,7 +354,12 @@ func (s *Server) continueAfter(ctx context.Context, cs *clientStream, req *clien
 	wait := afterFailureWait(ans, af)
 	if try.cont != nil && !cs.splicedAny() {
 		// The continuation target failed before it added anything: its
-		// failure, not the stream's (a refused prefill is restarted).
+		// failure, not the stream's (a refused prefill is restarted). What
+		// it reported is the client's usage all the same (a restart's
+		// attempt that failed while it reproduced the client's text).
+		if r := req.rescue; r != nil {
+			req.meta.attemptEnded(r.addAttemptUsage(req, ans, af, cs.facts()), r.usage)
+		}
 		return s.continuationFailed(ctx, cs, req, u, af.class, af.code, af.status, af.reason+": "+af.cause.Message, wait), true
 	}
 	facts := cs.facts()
@@ -388,29 +393,11 @@ func (s *Server) continueAfter(ctx context.Context, cs *clientStream, req *clien
 		req.rescue = r
 	}
 	r.cause, r.reason, r.kind, r.text = af.cause, af.reason, kind, facts.text
-	reported := true
-	switch src, translated := chatSourceOf(ans.src); {
-	case len(af.usage) > 0:
-		r.usage = sumUsage(r.usage, af.usage) // the failure's own report is the attempt's final count
-	case req.ep.chat && len(facts.usage) > 0 && !bytes.Equal(facts.usage, r.usage):
-		// The last usage the attempt reported before it broke (a running
-		// usage on each Chat chunk, as vLLM's continuous_usage_stats),
-		// already summed with the earlier attempts' (README "Continuation":
-		// the usage of every attempt summed). Equal to that sum, it is
-		// the earlier attempts' alone: this one reported nothing.
-		r.usage = facts.usage
-	case translated && len(src.reportedUsage()) > 0:
-		// A Responses client of a Chat upstream: the running usage stays
-		// in the translation until the terminal event.
-		r.usage = sumUsage(r.usage, src.reportedUsage())
-	default:
-		reported = false
-	}
 	// An attempt that reported nothing is charged an estimate in its key's
 	// limits and the usage totals (README "Keys, limits and usage"), as a
 	// stream that was not continued would be; the client's usage keeps what
 	// the upstreams reported.
-	req.meta.attemptEnded(reported, r.usage)
+	req.meta.attemptEnded(r.addAttemptUsage(req, ans, af, facts), r.usage)
 	r.count++
 	if try.cont != nil {
 		s.rescueOutcome(req, try.cont.kind, "continued")
@@ -471,13 +458,43 @@ func (s *Server) continuationFailed(ctx context.Context, cs *clientStream, req *
 	return attemptResult{next: nextDone}
 }
 
+// addAttemptUsage adds what the failed attempt reported to the usage of
+// the attempts the rescue replaced (README "Continuation": the usage of
+// every attempt summed), and reports whether it reported any.
+func (r *rescueState) addAttemptUsage(req *clientRequest, ans *upstreamAnswer, af *afterFailure, facts sentFacts) (reported bool) {
+	switch src, translated := chatSourceOf(ans.src); {
+	case len(af.usage) > 0:
+		r.usage = sumUsage(r.usage, af.usage) // the failure's own report is the attempt's final count
+	case req.ep.chat && len(facts.usage) > 0 && !bytes.Equal(facts.usage, r.usage):
+		// The last usage the attempt reported before it broke (a running
+		// usage on each Chat chunk, as vLLM's continuous_usage_stats),
+		// already summed with the earlier attempts'. Equal to that sum, it
+		// is the earlier attempts' alone: this one reported nothing.
+		r.usage = facts.usage
+	case translated && len(src.reportedUsage()) > 0:
+		// A Responses client of a Chat upstream: the running usage stays
+		// in the translation until the terminal event.
+		r.usage = sumUsage(r.usage, src.reportedUsage())
+	default:
+		return false
+	}
+	return true
+}
+
 // giveUp ends a rescued stream that nothing could continue with the
-// failure that started the rescue.
+// failure that started the rescue, reporting (and charging) the usage of
+// every attempt it replaced: the last one that began to splice its own
+// reported only what it added to them (beginSplice), and a target that
+// failed before it added anything none.
 func (s *Server) giveUp(cs *clientStream, req *clientRequest) {
 	r := req.rescue
 	if r == nil || r.cause == nil {
 		return
 	}
+	if len(r.usage) > 0 {
+		cs.reportUsage(r.usage)
+	}
+	req.meta.everyAttemptEnded()
 	cs.abort(r.cause)
 	cs.finish(r.reason)
 }
@@ -1052,6 +1069,14 @@ func (cs *clientStream) reportRunningUsage(u []byte) {
 		prev = cs.splice.prevUsage
 	}
 	cs.sent.Usage = sumUsage(prev, u)
+}
+
+// reportUsage makes u the usage a terminal event the gateway writes now
+// reports: every attempt's, summed (giveUp).
+func (cs *clientStream) reportUsage(u []byte) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.sent.Usage = bytes.Clone(u)
 }
 
 // splicedAny reports whether the client was sent anything of the

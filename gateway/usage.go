@@ -331,7 +331,7 @@ func (a *accounts) settle(req *clientRequest) {
 			if est, ok := m.estimateUsage(); ok {
 				m.usage = est // the access log and the request span show what the key was charged
 			}
-		case m.replaced.known && m.usage.sameCounts(m.replaced):
+		case m.replaced.known && !m.attemptsEnded && m.usage.sameCounts(m.replaced):
 			// A continued stream whose last attempt reported nothing: the
 			// usage the client got is the replaced attempts' alone, and
 			// the last attempt is charged its estimate on top.
@@ -742,6 +742,18 @@ func (m *reqMeta) attemptEnded(reported bool, summed []byte) {
 	m.cutAttempts = m.cutAttempts.plus(usage{input: m.inputEstimate, output: deltas, known: true, estimated: true})
 }
 
+// everyAttemptEnded records that the stream ended with no attempt after
+// the ones attemptEnded counted (giveUp): its usage is theirs alone, and
+// no last attempt is left to estimate. Nil-safe.
+func (m *reqMeta) everyAttemptEnded() {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.attemptsEnded = true
+	m.mu.Unlock()
+}
+
 // ---- GET /admin/usage ----
 
 // handleUsage serves GET /admin/usage?key=&from=&to= (UTC days,
@@ -882,6 +894,9 @@ type reqMeta struct {
 	finish       []string // the finish reasons the client was sent (traced only)
 	chatFailed   bool     // an error chunk ended the Chat stream the client was sent (traced only; tracing.go failed)
 
+	// attemptsEnded: every attempt ended and was counted by attemptEnded
+	// (everyAttemptEnded); settle estimates no last one.
+	attemptsEnded bool
 	// deltasAccounted is how many of outputDeltas the attempts a
 	// continuation replaced sent, cutAttempts the estimate charged for
 	// those of them that reported no usage, and replaced the usage they
