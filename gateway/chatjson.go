@@ -94,11 +94,15 @@ func chatCompletionChunks(body []byte) (evs []sse.Event, ok bool) {
 			if k.Str == "role" || k.Str == "tool_calls" || v.Type == gjson.Null {
 				return true
 			}
-			if text, parts := translate.JoinTextParts(v); parts && k.Str == "content" {
-				// Content some servers send as text parts is a string in
-				// a chunk's delta (clients append it as one), joined as
-				// the Responses translation joins it.
+			if text, refusal, parts := translate.JoinParts(v); parts && k.Str == "content" {
+				// Content some servers send as parts is a string in a
+				// chunk's delta (clients append it as one), joined as the
+				// Responses translation joins it; a refusal part is the
+				// delta's refusal.
 				delta = appendMember(delta, k.Raw, string(jsonx.AppendQuote(nil, text)))
+				if refusal != "" && !msg.Get("refusal").Exists() {
+					delta = appendMember(delta, `"refusal"`, string(jsonx.AppendQuote(nil, refusal)))
+				}
 				return true
 			}
 			delta = appendMember(delta, k.Raw, v.Raw)
@@ -176,7 +180,7 @@ func mayCarryTextParts(chunk []byte) bool { return memberValueStarts(chunk, cont
 // delta.content sent as an array of text parts (as some OpenAI-compatible
 // servers send it) made the string those parts' text joins into, by the
 // rule a whole completion's content is joined with (chatCompletionChunks,
-// translate.JoinTextParts): OpenAI's ChatCompletionChunk has
+// translate.JoinParts; a refusal part becomes delta.refusal): OpenAI's ChatCompletionChunk has
 // delta.content a string or null, and the SDKs' typed accessors read
 // nothing else. It returns nil when no choice has such content.
 func withTextPartsJoined(chunk []byte, choices gjson.Result) []byte {
@@ -187,9 +191,15 @@ func withTextPartsJoined(chunk []byte, choices gjson.Result) []byte {
 	changed := false
 	choices.ForEach(func(_, ch gjson.Result) bool {
 		raw := []byte(ch.Raw)
-		if text, parts := translate.JoinTextParts(ch.Get("delta.content")); parts {
+		if text, refusal, parts := translate.JoinParts(ch.Get("delta.content")); parts {
 			if b, err := sjson.SetBytes(raw, "delta.content", text); err == nil {
 				raw, changed = b, true
+			}
+			if refusal != "" { // a refusal part is the delta's refusal, after any it has
+				refusal = ch.Get("delta.refusal").Str + refusal
+				if b, err := sjson.SetBytes(raw, "delta.refusal", refusal); err == nil {
+					raw = b
+				}
 			}
 		}
 		if len(joined) > 0 {

@@ -159,20 +159,21 @@ func TestCompletionAnswerShapes(t *testing.T) {
 	}
 }
 
-func TestJoinTextParts(t *testing.T) {
+func TestJoinParts(t *testing.T) {
 	for _, tc := range []struct {
-		content, text string
-		ok            bool
+		content, text, refusal string
+		ok                     bool
 	}{
-		{`[{"type":"text","text":"p1"},{"type":"text","text":"p2"}]`, "p1p2", true},
-		{`[{"type":"text","text":"a\u00e9"},{"type":"image_url","image_url":{"url":"x"}},{"type":"text","text":""},{"text":5},"s",{"type":"text","text":"b"}]`, "aéb", true},
-		{`[]`, "", true},
-		{`"plain"`, "", false},
-		{`null`, "", false},
+		{`[{"type":"text","text":"p1"},{"type":"text","text":"p2"}]`, "p1p2", "", true},
+		{`[{"type":"text","text":"a\u00e9"},{"type":"image_url","image_url":{"url":"x"}},{"type":"text","text":""},{"text":5},"s",{"type":"text","text":"b"}]`, "aéb", "", true},
+		{`[{"type":"refusal","refusal":"R"},{"type":"text","text":"D4"},{"type":"refusal","refusal":"S"}]`, "D4", "RS", true},
+		{`[]`, "", "", true},
+		{`"plain"`, "", "", false},
+		{`null`, "", "", false},
 	} {
-		text, ok := JoinTextParts(gjson.Parse(tc.content))
-		if text != tc.text || ok != tc.ok {
-			t.Errorf("%s: %q %v, want %q %v", tc.content, text, ok, tc.text, tc.ok)
+		text, refusal, ok := JoinParts(gjson.Parse(tc.content))
+		if text != tc.text || refusal != tc.refusal || ok != tc.ok {
+			t.Errorf("%s: %q %q %v, want %q %q %v", tc.content, text, refusal, ok, tc.text, tc.refusal, tc.ok)
 		}
 	}
 }

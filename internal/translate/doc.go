@@ -60,7 +60,7 @@
 //     upstream's server error (a whole chat.completion with one is not a
 //     usable answer): it could be neither run nor sent back in history.
 //     Content sent as an array of text parts is the parts' text, in order
-//     (JoinTextParts gives it as one string).
+//     (JoinParts gives it as one string, and its refusal parts as the refusal).
 //     Text deltas are forwarded as the upstream's JSON literals, except that
 //     a UTF-16 surrogate pair split across two deltas is joined in the
 //     second, so the deltas and the done text agree for every client.

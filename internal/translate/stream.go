@@ -682,7 +682,13 @@ func (s *Stream) applyDelta(d gjson.Result, positional bool) {
 	case nonEmptyString(content):
 		s.textDelta(kindMessage, partText, content.Str, content.Raw)
 	case content.IsArray():
-		eachTextPart(content, func(t gjson.Result) { s.textDelta(kindMessage, partText, t.Str, t.Raw) })
+		eachContentPart(content, func(t gjson.Result, refusal bool) {
+			if refusal {
+				s.textDelta(kindMessage, partRefusal, t.Str, t.Raw)
+			} else {
+				s.textDelta(kindMessage, partText, t.Str, t.Raw)
+			}
+		})
 	}
 	if nonEmptyString(refusal) {
 		s.textDelta(kindMessage, partRefusal, refusal.Str, refusal.Raw)
@@ -709,30 +715,40 @@ func (s *Stream) applyDelta(d gjson.Result, positional bool) {
 // below every tool_calls index, so it never continues one of them.
 const legacyCallIndex = -1
 
-// eachTextPart calls fn with the text of every part that has some, in
-// order, of content sent as an array of text parts rather than a string
-// (some servers do so). The Responses translation and the chunks a whole
-// chat.completion becomes (JoinTextParts) read such content by this one
-// rule.
-func eachTextPart(content gjson.Result, fn func(text gjson.Result)) {
+// eachContentPart calls fn, in order, with the text of every part that
+// has some of content sent as an array of parts rather than a string (some
+// servers do so): a text part's text, or a refusal part's refusal (refusal
+// true), which is the message's refusal, never its text. The Responses
+// translation and the chunks a Chat client gets (JoinParts) read such
+// content by this one rule.
+func eachContentPart(content gjson.Result, fn func(text gjson.Result, refusal bool)) {
 	content.ForEach(func(_, p gjson.Result) bool {
 		if t := p.Get("text"); nonEmptyString(t) {
-			fn(t)
+			fn(t, false)
+		} else if r := p.Get("refusal"); nonEmptyString(r) {
+			fn(r, true)
 		}
 		return true
 	})
 }
 
-// JoinTextParts returns content, an array of text parts, as the one string
-// the Responses translation makes of it (eachTextPart), for a client that
-// expects content to be a string; ok is false when content is not an array.
-func JoinTextParts(content gjson.Result) (text string, ok bool) {
+// JoinParts returns content, an array of parts, as the strings the
+// Responses translation makes of it (eachContentPart): its text and its
+// refusal, for a client that expects content (and refusal) to be a string;
+// ok is false when content is not an array.
+func JoinParts(content gjson.Result) (text, refusal string, ok bool) {
 	if !content.IsArray() {
-		return "", false
+		return "", "", false
 	}
-	var b strings.Builder
-	eachTextPart(content, func(t gjson.Result) { b.WriteString(t.Str) })
-	return b.String(), true
+	var t, r strings.Builder
+	eachContentPart(content, func(p gjson.Result, isRefusal bool) {
+		if isRefusal {
+			r.WriteString(p.Str)
+		} else {
+			t.WriteString(p.Str)
+		}
+	})
+	return t.String(), r.String(), true
 }
 
 func nonEmptyString(r gjson.Result) bool { return r.Type == gjson.String && len(r.Raw) > 2 }
