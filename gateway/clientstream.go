@@ -84,7 +84,7 @@ type clientStream struct {
 	sent sent.Output
 
 	// Chat clients.
-	sawFinish   bool             // every choice the client was sent has had its finish_reason
+	sawFinish   bool             // every choice the request asked for was sent with its finish_reason (allFinished)
 	chatChoices chatChoiceStates // which choices the client was sent, and which finished
 	// What a Chat client was sent, kept once a continuation is armed (arm).
 	trackChat bool
@@ -139,6 +139,9 @@ const defaultLifecycleHold = 250 * time.Millisecond
 func (s *Server) newClientStream(ctx context.Context, out responder, req *clientRequest, start time.Time) *clientStream {
 	cs := &clientStream{s: s, ctx: ctx, out: out, req: req, surface: req.surface(), chat: req.ep.chat, start: start,
 		hold: s.opts.LifecycleHold, createdAt: time.Now().Unix(), bodyEcho: translate.EchoOf(req.body)}
+	if cs.chat {
+		cs.chatChoices.want = wantChoices(req.body)
+	}
 	if sp, ok := s.policy.(StreamPolicy); ok && !cs.chat && sp.StreamHookActive() {
 		cs.hook = sp
 	}
@@ -287,11 +290,21 @@ func (cs *clientStream) visible() bool {
 }
 
 // finished reports whether a Chat client got a finish_reason for every
-// choice it was sent: with n > 1 one finished choice is not a finished answer.
+// choice the request asked for (its n) and has none open: a whole answer,
+// whatever the upstream does next.
 func (cs *clientStream) finished() bool {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	return cs.sawFinish
+}
+
+// choicesClosed reports whether a Chat client got a finish_reason for
+// every choice it was sent (at least one): enough for the upstream's [DONE]
+// to end the answer well, though it may have answered fewer choices than n.
+func (cs *clientStream) choicesClosed() bool {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.sawFinish || cs.chatChoices.closed()
 }
 
 // discard forgets what an attempt fed that the client never saw (the
@@ -644,6 +657,13 @@ type chatChoiceStates struct {
 	state []uint8 // by index: choiceUnseen, choiceOpen, choiceFinished
 	open  int     // choices sent without a finish_reason yet
 	done  int     // choices whose finish_reason was sent
+	want  int     // the choices the request asked for (its n, at least 1, at most maxChatChoices)
+}
+
+// wantChoices is the n of a Chat request's body: how many choices make its
+// answer whole, 1 when it names none.
+func wantChoices(body []byte) int {
+	return int(min(max(gjson.GetBytes(body, "n").Int(), 1), maxChatChoices))
 }
 
 const (
@@ -679,8 +699,15 @@ func (st *chatChoiceStates) finished(i int64) bool {
 	return i >= 0 && i < int64(len(st.state)) && st.state[i] == choiceFinished
 }
 
-// allFinished reports whether a choice finished and none is still open.
-func (st *chatChoiceStates) allFinished() bool { return st.done > 0 && st.open == 0 }
+// allFinished reports whether every choice the request asked for finished
+// and none is still open: the answer is whole even if the upstream then
+// breaks off without its [DONE].
+func (st *chatChoiceStates) allFinished() bool { return st.done >= max(st.want, 1) && st.open == 0 }
+
+// closed reports whether a choice finished and none is still open: what an
+// upstream's [DONE] needs to end the answer well, since an upstream that
+// ignores n (llama.cpp) answers one choice and says it is done.
+func (st *chatChoiceStates) closed() bool { return st.done > 0 && st.open == 0 }
 
 // done ends a Chat stream with [DONE] and returns the reason.
 func (cs *clientStream) done() string {

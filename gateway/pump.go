@@ -698,7 +698,7 @@ func (p *pump) handleChat(ev sse.Event) (pumpEnd, bool) {
 		return ended(p.chatError(ev.Error))
 	}
 	if ev.Done {
-		if !p.cs.finished() {
+		if !p.cs.choicesClosed() {
 			e := apierr.StreamIncomplete("the upstream ended the stream before the finish chunk of every choice")
 			if p.rescuable() {
 				return pumpEnd{after: &afterFailure{class: hostabi.FailureCut, reason: reasonCut, cause: e, ev: ev.Clone()}}, true
