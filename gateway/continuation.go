@@ -70,8 +70,9 @@ type rescueState struct {
 	kind       string         // of the next continuation attempt
 	text       string         // the text the client had when it was decided (a prefill's message)
 	refused    map[*upstream.Upstream]bool
-	usage      []byte // usage of the failed attempts, summed
-	count      int    // continuations decided
+	usage      []byte     // usage of the failed attempts, summed
+	count      int        // continuations decided
+	log        *streamLog // the client stream's resume log, if any: touched as each attempt begins
 }
 
 // contAttempt marks an attempt as a continuation (tryState.cont).
@@ -386,7 +387,7 @@ func (s *Server) continueAfter(ctx context.Context, cs *clientStream, req *clien
 		return attemptResult{}, false
 	}
 	if r == nil {
-		r = &rescueState{clientID: facts.responseID, refused: map[*upstream.Upstream]bool{}}
+		r = &rescueState{clientID: facts.responseID, refused: map[*upstream.Upstream]bool{}, log: cs.resumeLog()}
 		if p.anchor != nil && p.responseID == facts.responseID {
 			r.prevAnchor = p.anchor
 		}
@@ -1069,6 +1070,13 @@ func (cs *clientStream) reportRunningUsage(u []byte) {
 		prev = cs.splice.prevUsage
 	}
 	cs.sent.Usage = sumUsage(prev, u)
+}
+
+// resumeLog is the stream's resume log, nil when it has none.
+func (cs *clientStream) resumeLog() *streamLog {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.rlog
 }
 
 // reportUsage makes u the usage a terminal event the gateway writes now

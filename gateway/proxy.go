@@ -472,6 +472,7 @@ attempts:
 		req.try, req.body = try, bodyFor(req, orig, t, bodies)
 		if req.rescue != nil { // content reached the client: this attempt continues its stream
 			s.prepareContinuation(req, try, t)
+			req.rescue.log.touch() // the response runs on, events or not (streamLog.touch)
 		}
 		s.traceAttempt(req, t)
 		res := s.attempt(ctx, out, req, t.Upstream, replays, start)

@@ -196,6 +196,8 @@ type streamLog struct {
 	flushed int64     // events already in the store
 	savedAt time.Time // when the record was last written (zero: never); under mu
 	timer   *time.Timer
+	// recordWanted: the next flush writes the record too (touch; under mu).
+	recordWanted bool
 	// flushBegun: the log's first write was scheduled (under mu). That one
 	// goes at once, the later ones every durableFlushEvery.
 	flushBegun bool
@@ -872,7 +874,26 @@ func (l *streamLog) recordDue(now bool) bool {
 	if l.ended || l.sealing {
 		return false
 	}
-	return now || l.dropped || l.savedAt.IsZero() || time.Since(l.savedAt) > recordSaveEvery
+	wanted := l.recordWanted
+	l.recordWanted = false
+	return now || wanted || l.dropped || l.savedAt.IsZero() || time.Since(l.savedAt) > recordSaveEvery
+}
+
+// touch has the next flush (within durableFlushEvery, off the caller's
+// goroutine) write the record of a durable log that runs, though no event
+// came: another replica takes a shared log whose record and events are
+// both older than timeouts.idle for one its gateway gave up
+// (streamLogs.abandoned), and a continuation that passes through targets
+// which fail before adding anything sends no event while it runs. The
+// continuation touches the log as each of its attempts begins (forward).
+func (l *streamLog) touch() {
+	if l == nil || !l.durable() {
+		return
+	}
+	l.mu.Lock()
+	l.recordWanted = true
+	l.mu.Unlock()
+	l.scheduleFlush()
 }
 
 // flush is write for a log that runs: a failure is logged, and the next

@@ -428,3 +428,74 @@ func summary(evs [][]byte) string {
 	}
 	return b.String()
 }
+
+// TestScaleOutContinuationThroughFailingTargetsIsNotAbandoned: a stream
+// cut after content on one replica is continued through three targets
+// that each fail before adding anything (a 503 after 1.5s),
+// longer together than timeouts.idle (2s), before a fourth completes it.
+// No event reaches the store meanwhile, but the response runs: the other
+// replica never reports it failed (a replica that stopped), and reports it
+// completed at the end. The continuation rewrites the log's record as each
+// attempt begins (streamLog.touch).
+func TestScaleOutContinuationThroughFailingTargetsIsNotAbandoned(t *testing.T) {
+	rd := redistest.Start(t)
+	ups := map[string]*upstreamtest.Server{}
+	var targets []gateway.RouteTarget
+	for _, n := range []string{"P", "B", "C", "E", "D"} {
+		up := upstreamtest.NewServer(upstreamtest.Options{Name: n})
+		t.Cleanup(up.Close)
+		ups[n] = up
+		targets = append(targets, gateway.RouteTarget{Upstream: n})
+	}
+	replica := func() *harness {
+		rs, err := store.OpenRedis(context.Background(), store.RedisOptions{URL: rd.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = rs.Close() })
+		o := gateway.Options{LifecycleHold: -1, IdleTimeout: 2 * time.Second, Routes: []gateway.Route{{Models: []string{"m"},
+			Targets: targets, Continuation: gateway.ContinuationAuto}}}
+		o.Store, o.Resume.Store = rs, rs
+		return newHarness(t, harnessConfig{servers: ups, opts: o})
+	}
+	r1, r2 := replica(), replica()
+	ups["P"].Enqueue(upstreamtest.Answer(fullAnswer, 9).CutAfterDeltas(3))
+	for _, n := range []string{"B", "C", "E"} {
+		slow := upstreamtest.Status5xx(http.StatusServiceUnavailable)
+		slow.Latency = 1500 * time.Millisecond
+		ups[n].Enqueue(slow)
+	}
+	ups["D"].Enqueue(upstreamtest.Answer(fullAnswer, 3))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	src := openStream(t, ctx, r1, `{"model":"m","input":"hi","stream":true}`)
+	first, err := readEvents(src, 1)
+	id := gjson.GetBytes(first[0], "response.id").Str
+	if err != nil || id == "" {
+		t.Fatalf("first event: %v %s", err, first)
+	}
+	rest := make(chan [][]byte, 1)
+	go func() {
+		evs, _ := readEvents(src, -1) // to the end of the stream
+		rest <- evs
+	}()
+	var evs [][]byte
+	for evs == nil {
+		select {
+		case evs = <-rest:
+		case <-time.After(100 * time.Millisecond):
+			status, b := r2.callBody(http.MethodGet, "/v1/responses/"+id, "")
+			if st := gjson.GetBytes(b, "status").Str; status == http.StatusOK && st == "failed" {
+				t.Fatalf("the other replica reports the running response failed: %s", b)
+			}
+		}
+	}
+	if len(evs) == 0 || gjson.GetBytes(evs[len(evs)-1], "type").Str != "response.completed" {
+		t.Fatalf("the stream did not complete on D: %s\n%s", summary(evs), r1.logs.String())
+	}
+	eventually(t, "the other replica reports it completed", func() bool {
+		_, b := r2.callBody(http.MethodGet, "/v1/responses/"+id, "")
+		return gjson.GetBytes(b, "status").Str == "completed"
+	})
+}
