@@ -1091,6 +1091,19 @@ func resumeErrorEvent(seq int64, message string) []byte {
 	return errorEventOf(seq, apierr.StreamIncomplete("%s", message))
 }
 
+// readFailedEvent ends a follow whose read of the store failed (the stream
+// may still run): numbered next, as every event the resume writes, but the
+// response's own event next is still to come, so the message names the
+// starting_after that resumes without skipping it (the last event this
+// resume sent), not this error's number.
+func readFailedEvent(next int64) []byte {
+	from := "from its start (without starting_after)"
+	if next > 0 {
+		from = fmt.Sprintf("with starting_after=%d, the last event of the response this stream sent (this error's own sequence_number is not one)", next-1)
+	}
+	return resumeErrorEvent(next, "reading the stream's log failed; resume it "+from)
+}
+
 // errorEventOf is the spec's error event carrying e, numbered seq.
 func errorEventOf(seq int64, e *apierr.Error) []byte {
 	b := []byte(`{"type":"error","code":`)
@@ -1200,7 +1213,7 @@ func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, afte
 		case errors.Is(err, store.ErrNotFound): // the log was there when the resume began
 			return endWith(out, resumeErrorEvent(next, goneWhileFollowed))
 		case err != nil:
-			return endWith(out, resumeErrorEvent(next, "reading the stream's log failed; retry"))
+			return endWith(out, readFailedEvent(next))
 		}
 		for _, ev := range evs {
 			if ev.Seq != next {
@@ -1233,7 +1246,7 @@ func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, afte
 		case errors.Is(err, store.ErrNotFound): // ErrStreamLogDeleted too
 			return endWith(out, resumeErrorEvent(next, goneWhileFollowed))
 		case err != nil:
-			return endWith(out, resumeErrorEvent(next, "reading the stream's log failed; retry"))
+			return endWith(out, readFailedEvent(next))
 		case cur.Ended:
 			if more, err := st.StreamEvents(ctx, rec.ResponseID, next-1, 1); err == nil && len(more) > 0 {
 				rec.Ended = true
