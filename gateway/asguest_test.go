@@ -1,13 +1,9 @@
 package gateway_test
 
 import (
-	"context"
-	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/tidwall/gjson"
 
 	"github.com/sluice-gw/sluice/gateway"
@@ -21,19 +17,7 @@ import (
 // "secret" in text deltas.
 func asFixtureRuntime(t *testing.T) *plugins.Runtime {
 	t.Helper()
-	wasm, err := os.ReadFile(filepath.Join("..", "plugins", "testdata", "asfixture.wasm"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	rt, err := plugins.New(ctx, plugins.Options{Embedded: map[string][]byte{"asfixture.wasm": wasm},
-		Logger: hclog.NewNullLogger(), CallTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rt.Close(context.Background()) })
-	return rt
+	return moduleFileRuntime(t, "asfixture.wasm", filepath.Join("..", "plugins", "testdata", "asfixture.wasm"))
 }
 
 // TestASGuestStreamEventAndRewrite: an AssemblyScript guest in a live SSE

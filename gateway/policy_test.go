@@ -43,6 +43,31 @@ func wasmPolicies(t *testing.T, config map[string]json.RawMessage) *plugins.Runt
 	return rt
 }
 
+// moduleRuntime is the plugin runtime with the one module mod, loaded
+// under name (its file name: the hook order and the policy's name).
+func moduleRuntime(t *testing.T, name string, mod []byte) *plugins.Runtime {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rt, err := plugins.New(ctx, plugins.Options{Embedded: map[string][]byte{name: mod}, Logger: hclog.NewNullLogger(),
+		CallTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	return rt
+}
+
+// moduleFileRuntime is moduleRuntime with the module read from path.
+func moduleFileRuntime(t *testing.T, name, path string) *plugins.Runtime {
+	t.Helper()
+	mod, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return moduleRuntime(t, name, mod)
+}
+
 func TestWasmPoliciesDriveTheGateway(t *testing.T) {
 	rt := wasmPolicies(t, map[string]json.RawMessage{
 		"rewrite": json.RawMessage(`{"model_aliases":{"fast":"gpt-fake-1"},"strip_tool_types":["web_search_preview"]}`),

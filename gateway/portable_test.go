@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/sluice-gw/sluice/gateway"
 	"github.com/sluice-gw/sluice/internal/redistest"
 	"github.com/sluice-gw/sluice/internal/upstreamtest"
@@ -260,14 +258,7 @@ func recoverModule(abi int32, verdict int64) []byte {
 
 func recoverRuntime(t *testing.T, mod []byte) *plugins.Runtime {
 	t.Helper()
-	ctx := context.Background()
-	rt, err := plugins.New(ctx, plugins.Options{Embedded: map[string][]byte{"10-recover.wasm": mod}, Logger: hclog.NewNullLogger(),
-		CallTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rt.Close(context.Background()) })
-	return rt
+	return moduleRuntime(t, "10-recover.wasm", mod)
 }
 
 // TestPortablePolicyDecides: a version-3 recover policy answering

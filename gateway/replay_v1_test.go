@@ -1,16 +1,11 @@
 package gateway_test
 
 import (
-	"context"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/hashicorp/go-hclog"
 
 	"github.com/sluice-gw/sluice/gateway"
 	"github.com/sluice-gw/sluice/internal/upstreamtest"
@@ -27,18 +22,7 @@ import (
 // §3.2), and the client gets the second upstream's answer alone. The code
 // is one the built-in table does not replay, so only the policy can.
 func TestVersion1ReplayAfterHeldResponseCreated(t *testing.T) {
-	wasm, err := os.ReadFile(filepath.Join("..", "examples", "policies", "10-vendor-overloaded.wasm"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	rt, err := plugins.New(ctx, plugins.Options{Embedded: map[string][]byte{"10-vendor-overloaded.wasm": wasm},
-		Logger: hclog.NewNullLogger(), CallTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	rt := moduleFileRuntime(t, "10-vendor-overloaded.wasm", filepath.Join("..", "examples", "policies", "10-vendor-overloaded.wasm"))
 	if st := policyStatus(rt, "10-vendor-overloaded"); st.State != plugins.StateActive || st.ABIVersion != 1 {
 		t.Fatalf("example policy: %+v; want an active version-1 module", st)
 	}

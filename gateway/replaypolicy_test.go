@@ -4,18 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"os"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/go-hclog"
 
 	"github.com/sluice-gw/sluice/gateway"
 	"github.com/sluice-gw/sluice/gateway/upstream"
 	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/sluice-gw/sluice/internal/upstreamtest"
-	"github.com/sluice-gw/sluice/plugins"
 )
 
 // overridePolicy is the built-in policy with the replay answers of override
@@ -211,18 +207,7 @@ func postOutcome(t *testing.T, h *harness, model string) routeOutcome {
 // ABI-2 WebAssembly policy (plugins/testdata/replay_v2.wat), which never
 // retries a 5xx and sends everything else with a next target to it.
 func TestWasmReplayPolicyOverridesTheTable(t *testing.T) {
-	wasm, err := os.ReadFile("../plugins/testdata/replay_v2.wasm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	rt, err := plugins.New(ctx, plugins.Options{Embedded: map[string][]byte{"10-table.wasm": wasm}, Logger: hclog.NewNullLogger(),
-		CallTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	rt := moduleFileRuntime(t, "10-table.wasm", "../plugins/testdata/replay_v2.wasm")
 
 	h := policyRouteHarness(t, rt)
 	h.ups["P"].Enqueue(upstreamtest.Status5xx(500))

@@ -1,20 +1,15 @@
 package gateway_test
 
 import (
-	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/tidwall/gjson"
 
 	"github.com/sluice-gw/sluice/gateway"
 	"github.com/sluice-gw/sluice/gateway/sse"
 	"github.com/sluice-gw/sluice/internal/upstreamtest"
-	"github.com/sluice-gw/sluice/plugins"
 )
 
 // TestStreamEventHookRedactsLiveStream: a live SSE stream through the
@@ -24,18 +19,7 @@ import (
 // output_item.done and the upstream's response.completed) consistent with
 // what the client was sent.
 func TestStreamEventHookRedactsLiveStream(t *testing.T) {
-	wasm, err := os.ReadFile(filepath.Join("..", "plugins", "testdata", "stream_redact.wasm"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	rt, err := plugins.New(ctx, plugins.Options{Embedded: map[string][]byte{"stream_redact.wasm": wasm},
-		Logger: hclog.NewNullLogger(), CallTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	rt := moduleFileRuntime(t, "stream_redact.wasm", filepath.Join("..", "plugins", "testdata", "stream_redact.wasm"))
 	if !rt.StreamHookActive() {
 		t.Fatal("the fixture's stream_event hook is not active")
 	}

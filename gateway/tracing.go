@@ -679,8 +679,7 @@ func (m *reqMeta) noteFinish(name string, data []byte) {
 		}
 		m.finish = append(m.finish[:0], firstNonEmpty(r, "incomplete"))
 	case "failed":
-		m.finish = append(m.finish[:0], "error")
-		m.noteTerminalCode(resp.Get("error.code").Str) // an upstream's; the gateway's own was noted first (abortLocked)
+		m.finish = append(m.finish[:0], "error") // its code is noted traced or not (noteFailure)
 	}
 }
 

@@ -63,6 +63,22 @@ func corruptLargestTable(t *testing.T, dir string) string {
 	return filepath.Base(largest)
 }
 
+// reopenDamaged opens the store in dir, whose table was damaged, logging
+// into the buffer it returns: the damage does not keep it from opening
+// healthy.
+func reopenDamaged(t *testing.T, dir string) (*PebbleStore, *syncBuffer) {
+	t.Helper()
+	logs := &syncBuffer{}
+	s, _ := openTest(t, func(o *Options) {
+		o.Dir = dir
+		o.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: logs})
+	})
+	if err := s.Health(); err != nil {
+		t.Fatalf("Health right after the open: %v", err)
+	}
+	return s, logs
+}
+
 // TestCorruptTableFailsTheStoreAndLogsBounded: a table damaged on disk does
 // not keep the database from opening, but the first compaction that reads
 // it fails, and Pebble retries it at once and without end. The store must
@@ -83,14 +99,7 @@ func TestCorruptTableFailsTheStoreAndLogsBounded(t *testing.T) {
 	wantErr(t, "Close", s.Close(), nil)
 	table := corruptLargestTable(t, dir)
 
-	var logs syncBuffer
-	s2, _ := openTest(t, func(o *Options) {
-		o.Dir = dir
-		o.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: &logs})
-	})
-	if err := s2.Health(); err != nil {
-		t.Fatalf("Health right after the open: %v", err)
-	}
+	s2, logs := reopenDamaged(t, dir)
 	// A fourth table in L0 makes Pebble compact them, reading the damaged
 	// one.
 	writeTable(t, s2.db, 10)
@@ -143,14 +152,7 @@ func TestCorruptTableMetByAReadFailsTheStore(t *testing.T) {
 	wantErr(t, "Close", s.Close(), nil)
 	table := corruptLargestTable(t, dir)
 
-	var logs syncBuffer
-	s2, _ := openTest(t, func(o *Options) {
-		o.Dir = dir
-		o.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: &logs})
-	})
-	if err := s2.Health(); err != nil {
-		t.Fatalf("Health right after the open: %v", err)
-	}
+	s2, logs := reopenDamaged(t, dir)
 	var err error
 	for i := 0; i < 3000 && err == nil; i += 100 {
 		_, err = s2.GetAnchor(ctx, fmt.Sprintf("resp_%06d", i))
