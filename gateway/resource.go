@@ -247,11 +247,12 @@ func (s *Server) runBackground(ctx context.Context, w http.ResponseWriter, req *
 	}
 	select {
 	case l := <-opened:
-		detached()
-		// The answer is the response as it opened: read before the save,
-		// which may take long enough for a fast upstream to finish it, and
-		// a background create answers queued or in progress.
+		// The answer is the response as it opened: read first (before
+		// detached and the save, either of which may wait long enough for
+		// a fast upstream to finish it), and a background create answers
+		// queued or in progress.
 		resp, _ := l.response()
+		detached()
 		l.save()
 		if out, err := sjson.SetBytes(resp, "background", true); err == nil {
 			resp = out
