@@ -27,6 +27,10 @@ var (
 	chatEndpoint      = endpoint{path: "/chat/completions", chat: true, streamLabel: hostabi.SurfaceChatStream, jsonLabel: hostabi.SurfaceChatJSON}
 )
 
+// logOpened hears a stream's log as it opens, with the Response its first
+// event carried (nil when that event had none).
+type logOpened func(l *streamLog, opened []byte)
+
 // clientRequest is a validated client request on its way to an upstream.
 type clientRequest struct {
 	ep                 endpoint
@@ -53,7 +57,7 @@ type clientRequest struct {
 	trace              *reqTrace          // its spans (tracing.go); nil when tracing is off
 	portable           *portableTurn      // continuity.portable: what the turn keeps (portable.go); nil when off
 	background         bool               // background: true (resource.go runs it and answers at once)
-	onLog              func(*streamLog)   // hears the stream's log once it opens (a background request's answer waits for it)
+	onLog              logOpened          // hears the stream's log once it opens (a background request's answer waits for it)
 }
 
 // recordable reports whether the response may later be named by

@@ -60,7 +60,17 @@ func (cs *clientStream) logLocked(name string, data []byte, terminal bool) []byt
 		cs.rlog.cancel, cs.rlog.snapshot = cs.abandon, cs.snapshot
 		cs.rlog.mu.Unlock()
 		if cs.req.onLog != nil {
-			defer cs.req.onLog(cs.rlog) // after the first event is in it
+			// The Response the log opened with, copied now: a background
+			// create answers with it, and by the time its handler runs a
+			// fast upstream may have finished the response.
+			var opened []byte
+			if r := gjson.GetBytes(data, "response"); r.IsObject() && !terminal {
+				resp := cs.response("in_progress")
+				resp.ID = cs.rlog.id
+				resp.FromUpstream("response.in_progress", r) // its own status, queued or in progress
+				opened = cs.sent.AppendResponse(nil, &resp)
+			}
+			defer cs.req.onLog(cs.rlog, opened) // after the first event is in it
 		}
 	}
 	cs.rlog.append(cs.seq, logName(name), data, terminal)
@@ -226,8 +236,12 @@ func (s *Server) runBackground(ctx context.Context, w http.ResponseWriter, req *
 		return
 	}
 	req.body, req.stream = body, true
-	opened := make(chan *streamLog, 1)
-	req.onLog = func(l *streamLog) { opened <- l }
+	type openedLog struct {
+		log  *streamLog
+		resp []byte // the Response the log opened with; nil when its first event had none
+	}
+	opened := make(chan openedLog, 1)
+	req.onLog = func(l *streamLog, resp []byte) { opened <- openedLog{l, resp} }
 	out := &backgroundResponder{answer: make(chan func(http.ResponseWriter), 1)}
 	s.bgRuns.Add(1)
 	go func() {
@@ -246,17 +260,16 @@ func (s *Server) runBackground(ctx context.Context, w http.ResponseWriter, req *
 		}
 	}
 	select {
-	case l := <-opened:
-		// The answer is the response as it opened: read first (before
-		// detached and the save, either of which may wait long enough for
-		// a fast upstream to finish it), and a background create answers
-		// queued or in progress.
-		resp, _ := l.response()
-		detached()
-		l.save()
-		if out, err := sjson.SetBytes(resp, "background", true); err == nil {
-			resp = out
+	case o := <-opened:
+		// The answer is the response as it opened, queued or in progress,
+		// taken on the run's goroutine as the log opened (logLocked).
+		resp := o.resp
+		if resp == nil {
+			resp, _ = o.log.response()
 		}
+		detached()
+		o.log.save()
+		resp = withBackground(resp, true)
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Content-Length", strconv.Itoa(len(resp)))
 		_, _ = w.Write(resp)
