@@ -517,7 +517,8 @@ func (cs *clientStream) sendFrom(upstream, name string, data []byte, f *eventFie
 	if !cs.sent.Refers(&f.Fields) {
 		return errNoSuchOutput
 	}
-	if typ := f.Type.Str; typ == "response.failed" || typ == "response.incomplete" || isTerminalType(typ) && !f.Response.IsObject() {
+	if typ := f.Type.Str; typ == "response.failed" || typ == "response.incomplete" ||
+		isTerminalType(typ) && (!f.Response.IsObject() || !cs.agreesWithSentLocked(f.Response)) {
 		data, f = cs.withSentOutputLocked(data, f)
 	}
 	return cs.writeLocked(name, data, f)
@@ -533,14 +534,15 @@ func (cs *clientStream) sendFrom(upstream, name string, data []byte, f *eventFie
 // (the spec's required fields the upstream left out filled in, as for a
 // continued stream's terminal event), and keeps everything else the
 // upstream's Response had (id, status, error, usage, …), as do the event's
-// other members. A stream that showed no item keeps the upstream's event:
-// there is nothing it would contradict. A terminal event of any type
-// without a Response gets the one the gateway builds of what was sent, its
-// status the event's: a terminal event carries its Response (README, the
-// terminal-event rule), which clients read and GET /v1/responses/{id}
-// answers.
+// other members. A stream that showed no item keeps the upstream's event
+// when its Response is complete and says why it failed: there is nothing it
+// would contradict. A terminal event of any type without a Response, or with
+// one that does not agree with what was sent (agreesWithSentLocked), gets
+// the one the gateway builds of what was sent, its status the event's: a
+// terminal event carries its Response (README, the terminal-event rule),
+// which clients read and GET /v1/responses/{id} answers.
 func (cs *clientStream) withSentOutputLocked(data []byte, f *eventFields) ([]byte, *eventFields) {
-	if f.Response.IsObject() && len(cs.sent.Items) == 0 {
+	if len(cs.sent.Items) == 0 && cs.agreesWithSentLocked(f.Response) && failureSaysWhy(f.Response) {
 		return data, f
 	}
 	r := cs.response("")
@@ -565,6 +567,45 @@ func (cs *clientStream) withSentOutputLocked(data []byte, f *eventFields) ([]byt
 		return data, f
 	}
 	return out, &nf
+}
+
+// responseRequired are the members the spec's Response requires.
+var responseRequired = [...]string{"id", "object", "created_at", "error", "incomplete_details", "instructions", "model",
+	"tools", "output", "parallel_tool_calls", "metadata", "tool_choice", "temperature", "top_p"}
+
+// agreesWithSentLocked reports whether an upstream's terminal Response can
+// reach the client as it is: it has every member the spec requires (an
+// upstream may end a stream with only an id and a status) and an output
+// array holding at least the items the client was shown (one that lists
+// fewer, an empty output after streamed text, would take back what was
+// sent). Its items themselves are the upstream's to describe.
+func (cs *clientStream) agreesWithSentLocked(resp gjson.Result) bool {
+	if !resp.IsObject() {
+		return false
+	}
+	for _, k := range responseRequired {
+		if !resp.Get(k).Exists() {
+			return false
+		}
+	}
+	out := resp.Get("output")
+	return out.IsArray() && len(out.Array()) >= len(cs.sent.Items)
+}
+
+// failureSaysWhy reports whether a Response is not failed, or failed with an
+// error object whose code is the spec's (or one clients act on): the error
+// clients read to decide on a retry.
+func failureSaysWhy(resp gjson.Result) bool {
+	if resp.Get("status").Str != "failed" {
+		return true
+	}
+	e := resp.Get("error")
+	if !e.IsObject() {
+		return false
+	}
+	code := e.Get("code")
+	_, keep := translate.ResponseErrorCode(code.Str, e.Get("type").Str)
+	return keep && code.Type == gjson.String
 }
 
 // sendChat writes one upstream Chat chunk, whose choices handleChat read.

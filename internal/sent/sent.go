@@ -439,7 +439,9 @@ type Response struct {
 
 // FromUpstream makes r render an upstream's own terminal Response resp (of
 // an event of type typ): resp's status (typ's when it shows none), its error
-// and incomplete_details when they are objects, and resp for every other
+// (its code mapped into the spec's enum as translate.ResponseErrorCode maps
+// it; a failed status without one gets a server_error) and
+// incomplete_details when they are objects, and resp for every other
 // field it has, the required ones it left out filled in by AppendResponse
 // as for any Response the writer renders. The output and usage stay the
 // Output's (what was sent stays sent; the caller says which usage counts).
@@ -450,7 +452,19 @@ func (r *Response) FromUpstream(typ string, resp gjson.Result) {
 	}
 	r.From = resp
 	if e := resp.Get("error"); e.IsObject() {
-		r.ErrorRaw = []byte(e.Raw)
+		code, errType := e.Get("code"), e.Get("type").Str
+		if _, keep := translate.ResponseErrorCode(code.Str, errType); keep && code.Type == gjson.String {
+			r.ErrorRaw = []byte(e.Raw)
+		} else {
+			// A code outside the spec's enum is mapped as for any error the
+			// gateway writes, the upstream's code leading the message.
+			r.Error = &apierr.Error{Code: code.Str, Type: errType, Message: e.Get("message").Str}
+		}
+	}
+	if r.Status == "failed" && r.Error == nil && r.ErrorRaw == nil {
+		// A failed Response says why (clients read error.code to decide on
+		// a retry): an upstream that did not gets the server error it is.
+		r.Error = &apierr.Error{Code: apierr.TypeServer, Type: apierr.TypeServer, Message: "the upstream failed the response without saying why"}
 	}
 	if d := resp.Get("incomplete_details"); d.IsObject() {
 		r.IncompleteDetails = []byte(d.Raw)
