@@ -404,8 +404,10 @@ func isClientErrorStatus(status int) bool { return status >= 400 && status < 500
 // (translate.ErrorEnvelope), the upstream's error answer: the status the
 // error stands for (translate.ErrorStatus; a server error when it names
 // none) and an OpenAI-shaped body with its message and code, which the
-// attempt judges as it judges that status (statusFailure).
+// attempt judges as it judges that status (statusFailure); the status the
+// upstream sent stays known for the failure's reason (statusReason).
 func answerAsError(ans *upstreamAnswer, e *apierr.Error) {
+	ans.sentStatus = ans.status
 	if ans.status = e.Status; ans.status == 0 {
 		ans.status = http.StatusBadGateway
 	}

@@ -756,6 +756,26 @@ type upstreamAnswer struct {
 	// statusFrames: a WebSocket upstream's stream, whose first frame may
 	// refuse the request with a status (wsStatusAnswer).
 	statusFrames bool
+	// sentStatus is the 2xx the upstream sent when its body was an error
+	// envelope and status is the one that error stands for
+	// (answerAsError); 0 when status is the one it sent.
+	sentStatus int
+}
+
+// statusReason is a failure reason for ans's error status, with detail (its
+// code or message; "" for none) after it: "HTTP 502 server_error". A 2xx
+// whose body was an error envelope is judged as the status its error stands
+// for, but a reason names what the upstream sent, "HTTP 200 error body:
+// server_error", so that an operator does not look for a 502 in the
+// upstream's logs.
+func (ans *upstreamAnswer) statusReason(detail string) string {
+	if ans.sentStatus != 0 {
+		if detail == "" {
+			return fmt.Sprintf("HTTP %d error body", ans.sentStatus)
+		}
+		return fmt.Sprintf("HTTP %d error body: %s", ans.sentStatus, detail)
+	}
+	return strings.TrimSpace(fmt.Sprintf("HTTP %d %s", ans.status, detail)) // no dangling space without a detail
 }
 
 // eventSource yields upstream events: an SSE reader, or WebSocket frames.
@@ -1315,8 +1335,8 @@ func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRe
 	status := ans.status
 	try := tryOf(req)
 	code := apierr.CodeBesideStatus(perr.Code, status)
-	why := strings.TrimSpace(fmt.Sprintf("HTTP %d %s", status, firstNonEmpty(code, perr.Message)))
-	coded := strings.TrimSpace(fmt.Sprintf("HTTP %d %s", status, code)) // no dangling space without a code
+	why := ans.statusReason(firstNonEmpty(code, perr.Message))
+	coded := ans.statusReason(code)
 	in := hostabi.ReplayInput{Phase: hostabi.PhaseBeforeHeaders, Code: perr.Code, HTTPStatus: status}
 	var clientErr *apierr.Error
 	switch {
@@ -1347,7 +1367,7 @@ func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRe
 	case (status == http.StatusUnauthorized || status == http.StatusForbidden || upstream.IsAuthCode(perr.Code)) && u.Config().APIKey != "":
 		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "auth_failure").Inc()
 		s.pool.MarkFailed(u, coded)
-		why, in.FailureClass = fmt.Sprintf("HTTP %d: the upstream rejected the gateway's credentials", status), hostabi.FailureAuth
+		why, in.FailureClass = ans.statusReason("")+": the upstream rejected the gateway's credentials", hostabi.FailureAuth
 	case status == http.StatusServiceUnavailable || status == 529 || upstream.IsOverloadedCode(perr.Code):
 		// Overloaded: by default the next target at once; a hint cools this one down.
 		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "overloaded").Inc()

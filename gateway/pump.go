@@ -649,18 +649,19 @@ func (p *pump) upstreamError(payload []byte, eventType string) string {
 		p.s.onRecovered(p.ctx, p.req, verdict)
 		return p.terminate(verdictReason(verdict), ce)
 	}
-	if perr.Type == "" {
-		perr.Type = apierr.TypeServer
-	}
 	status := recoverIn.HTTPStatus
 	if status == 0 { // the status its error stands for, as the attempt judged it (errorShaped)
 		_, status, _ = errorShaped(sse.Event{Data: payload}, false)
 	}
-	// A code that only repeats the status is none, and llama.cpp's 400 for
-	// a prompt over the context is context_length_exceeded (Codex compacts
-	// on it), as on every path an upstream's error takes to a client
-	// (apierr.FromUpstream).
+	// A code that only repeats the status is none, llama.cpp's 400 for a
+	// prompt over the context is context_length_exceeded (Codex compacts
+	// on it), and an error without a type (OpenAI's own error events) that
+	// stands for a 4xx is invalid_request_error, as on every path an
+	// upstream's error takes to a client (apierr.FromUpstream).
 	perr = apierr.FromUpstream(perr, status)
+	if perr.Type == "" {
+		perr.Type = apierr.TypeServer
+	}
 	if isClientErrorStatus(status) && perr.Code == "" {
 		// A client error without a code gets one of the spec's codes a
 		// client does not retry, invalid_prompt, never the server_error a

@@ -174,8 +174,9 @@ func TestRelayedRateLimitKeepsUpstreamHeaders(t *testing.T) {
 
 // TestRateLimitEnvelopeIn200IsA429: an upstream's 200 whose envelope says
 // rate_limit_exceeded (OpenAI's own shape, type "requests") is the 429 it
-// stands for: the client's 429 and the cooldown's reason say HTTP 429, not
-// an invented 502.
+// stands for: the client gets a 429, the target cools down as rate
+// limited, and the cooldown's reason names what the upstream sent (a 200
+// with an error body), not an invented 502.
 func TestRateLimitEnvelopeIn200IsA429(t *testing.T) {
 	const limited = `{"error":{"message":"Rate limit reached for requests. Please try again in 9s.","type":"requests","param":null,"code":"rate_limit_exceeded"}}`
 	s := judgedSurfaces[0] // responses/json
@@ -191,7 +192,7 @@ func TestRateLimitEnvelopeIn200IsA429(t *testing.T) {
 			t.Fatalf("request %d: %d %s; want a 429 that says no 502", i+1, resp.StatusCode, raw)
 		}
 	}
-	if logs := h.logs.String(); strings.Contains(logs, "HTTP 502") || !strings.Contains(logs, "HTTP 429") {
-		t.Fatalf("the cooldown's reason does not say the 429:\n%s", grepLines(logs, "cooling down"))
+	if logs := h.logs.String(); strings.Contains(logs, "HTTP 502") || !strings.Contains(logs, `reason="rate_limited: HTTP 200 error body: rate_limit_exceeded"`) {
+		t.Fatalf("the cooldown's reason does not say the rate limit in a 200's error body:\n%s", grepLines(logs, "cooling down"))
 	}
 }

@@ -43,12 +43,19 @@ func ClientCode(code string, status int) string {
 // ClientCode gives it, and llama.cpp's context overflow, whose code only
 // repeats its 400, as OpenAI says it, invalid_request_error with
 // context_length_exceeded, the code clients compact or truncate the
-// conversation on (README "Chat-Completions-only upstreams"). Its message,
-// param and status are kept.
+// conversation on (README "Chat-Completions-only upstreams"). An error that
+// names no type gets the one its 4xx status stands for, invalid_request_error
+// (OpenAI's own stream error events carry no type), so that it reaches a
+// Responses client as a client error, not as a server_error it would retry
+// (README "The terminal-event rule"); a 429 keeps none, its code says what it
+// is. Its message, param and status are kept.
 func FromUpstream(e Error, status int) Error {
 	e.Code = ClientCode(e.Code, status)
 	if e.Code == "" && e.Type == llamaContextOverflowType {
 		e.Type, e.Code = TypeInvalidRequest, CodeContextLengthExceeded
+	}
+	if e.Type == "" && status >= 400 && status < 500 && status != http.StatusTooManyRequests {
+		e.Type = TypeInvalidRequest
 	}
 	return e
 }

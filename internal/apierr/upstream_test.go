@@ -26,8 +26,9 @@ func TestClientCode(t *testing.T) {
 
 // TestFromUpstream: an upstream's error as a client gets it: the code
 // through ClientCode, and llama.cpp's context overflow (its code only the
-// status) as OpenAI's invalid_request_error context_length_exceeded;
-// message, param and status kept.
+// status) as OpenAI's invalid_request_error context_length_exceeded; an
+// error without a type that came with a 4xx (not a 429) as
+// invalid_request_error; message, param and status kept.
 func TestFromUpstream(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -47,6 +48,11 @@ func TestFromUpstream(t *testing.T) {
 			Error{Type: TypeInvalidRequest, Param: "p"}},
 		{"a code of its own", Error{Type: TypeInvalidRequest, Code: "invalid_value"}, 400,
 			Error{Type: TypeInvalidRequest, Code: "invalid_value"}},
+		{"no type, a 4xx", Error{Code: "invalid_value", Param: "temperature", Message: "m"}, 400,
+			Error{Type: TypeInvalidRequest, Code: "invalid_value", Param: "temperature", Message: "m"}},
+		{"no type, a 429", Error{Code: "rate_limit_exceeded"}, 429, Error{Code: "rate_limit_exceeded"}},
+		{"no type, a 5xx", Error{Code: "boom"}, 502, Error{Code: "boom"}},
+		{"no type, no status", Error{Code: "boom"}, 0, Error{Code: "boom"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := FromUpstream(tc.in, tc.status); got != tc.want {

@@ -22,6 +22,15 @@ func TestErrorStatus(t *testing.T) {
 		{apierr.Error{Code: "context_length_exceeded", Type: apierr.TypeInvalidRequest}, http.StatusBadRequest},
 		{apierr.Error{Type: apierr.TypeServer}, http.StatusBadGateway},
 		{apierr.Error{Code: "vendor_overloaded", Type: "vendor"}, 0},
+		// OpenAI's stream error event names no type: the parameter at fault
+		// marks a client error, unless the type or a code clients act on
+		// says otherwise.
+		{apierr.Error{Code: "invalid_value", Param: "temperature"}, http.StatusBadRequest},
+		{apierr.Error{Code: "model_crashed", Type: apierr.TypeServer, Param: "temperature"}, http.StatusBadGateway},
+		{apierr.Error{Code: apierr.CodeRateLimitExceeded, Param: "input"}, http.StatusTooManyRequests},
+		{apierr.Error{Code: "server_is_overloaded", Param: "input"}, 0},
+		{apierr.Error{Code: "context_length_exceeded", Param: "input"}, 0},
+		{apierr.Error{Code: "invalid_value"}, 0},
 	} {
 		if got := ErrorStatus(tc.e); got != tc.want {
 			t.Errorf("ErrorStatus(%+v) = %d, want %d", tc.e, got, tc.want)

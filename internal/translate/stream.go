@@ -486,8 +486,15 @@ func upstreamError(v gjson.Result) *apierr.Error {
 // number); otherwise OpenAI's two error types say whose fault it is
 // (invalid_request_error: 400, server_error: 502), and OpenAI's capacity
 // codes are its 429s (rate_limit_exceeded, insufficient_quota, whatever
-// their type: requests, tokens). Any other error gets 0, and its code alone
-// classifies it. The gateway reads both protocols' errors by this one rule.
+// their type: requests, tokens). An error of neither type that names the
+// request parameter at fault (param, a non-empty string) is a client error,
+// 400: OpenAI's own stream error events carry no type
+// ({"type":"error","code":"invalid_value","param":"temperature",…}), and a
+// server's failure names no parameter of the request. A code clients act on
+// (a quota, an overload, context_length_exceeded: upstreamActionCodes) is
+// judged by the code alone, param or not. Any other error gets 0, and its
+// code alone classifies it. The gateway reads both protocols' errors by this
+// one rule.
 func ErrorStatus(e apierr.Error) int {
 	if n, err := strconv.Atoi(e.Code); err == nil && n >= 400 && n <= 599 {
 		return n
@@ -501,6 +508,9 @@ func ErrorStatus(e apierr.Error) int {
 		return http.StatusBadRequest
 	case apierr.TypeServer:
 		return http.StatusBadGateway
+	}
+	if e.Param != "" && !upstreamActionCodes[e.Code] {
+		return http.StatusBadRequest
 	}
 	return 0
 }
