@@ -42,6 +42,12 @@ func (s *Server) chatCompletionStream(ans *upstreamAnswer, body []byte) bool {
 // chunks are written member by member from the completion's raw JSON, so
 // no key is read as a path.
 func chatCompletionChunks(body []byte) (evs []sse.Event, ok bool) {
+	if joined := chatCompletionPartsJoined(body); joined != nil {
+		// Content some servers send as parts is a string in a chunk's
+		// delta (clients append it as one), joined as a JSON answer's is;
+		// a refusal part is the delta's refusal.
+		body = joined
+	}
 	root := gjson.ParseBytes(body)
 	choices := root.Get("choices")
 	if !choices.IsArray() || len(choices.Array()) == 0 {
@@ -92,17 +98,6 @@ func chatCompletionChunks(body []byte) (evs []sse.Event, ok bool) {
 		var delta []byte // content, refusal, reasoning and the rest of the message
 		msg.ForEach(func(k, v gjson.Result) bool {
 			if k.Str == "role" || k.Str == "tool_calls" || v.Type == gjson.Null {
-				return true
-			}
-			if text, refusal, parts := translate.JoinParts(v); parts && k.Str == "content" {
-				// Content some servers send as parts is a string in a
-				// chunk's delta (clients append it as one), joined as the
-				// Responses translation joins it; a refusal part is the
-				// delta's refusal.
-				delta = appendMember(delta, k.Raw, string(jsonx.AppendQuote(nil, text)))
-				if refusal != "" && !msg.Get("refusal").Exists() {
-					delta = appendMember(delta, `"refusal"`, string(jsonx.AppendQuote(nil, refusal)))
-				}
 				return true
 			}
 			delta = appendMember(delta, k.Raw, v.Raw)
@@ -184,20 +179,46 @@ func mayCarryTextParts(chunk []byte) bool { return memberValueStarts(chunk, cont
 // delta.content a string or null, and the SDKs' typed accessors read
 // nothing else. It returns nil when no choice has such content.
 func withTextPartsJoined(chunk []byte, choices gjson.Result) []byte {
-	if !choices.IsArray() || !mayCarryTextParts(chunk[choices.Index:choices.Index+len(choices.Raw)]) {
+	return withChoicesPartsJoined(chunk, choices, "delta")
+}
+
+// chatCompletionPartsJoined is a whole chat.completion, the JSON answer a
+// Chat client gets, with every choice's message.content sent as an array
+// of parts made its text, joined, and its refusal parts message.refusal,
+// by the rule its chunks follow (withTextPartsJoined; README
+// "Chat-Completions-only upstreams"): OpenAI's ChatCompletionMessage has
+// content and refusal strings, which is all the SDKs' typed messages read.
+// It returns nil when no choice has such content, so an answer whose
+// content is a string is relayed byte for byte as it came.
+func chatCompletionPartsJoined(body []byte) []byte {
+	if !bytes.Contains(body, contentKey) {
 		return nil
 	}
+	return withChoicesPartsJoined(body, gjson.GetBytes(body, "choices"), "message")
+}
+
+// withChoicesPartsJoined is withTextPartsJoined for the member of each
+// choice that holds content and refusal: "delta" in a chunk, "message" in
+// a whole completion. choices is doc's choices member, read from doc (its
+// Index is its offset there). A refusal part becomes the member's refusal,
+// after any refusal it has. nil when no choice's content is an array.
+func withChoicesPartsJoined(doc []byte, choices gjson.Result, member string) []byte {
+	if !choices.IsArray() || choices.Index <= 0 || choices.Index+len(choices.Raw) > len(doc) ||
+		!mayCarryTextParts(doc[choices.Index:choices.Index+len(choices.Raw)]) {
+		return nil
+	}
+	contentPath, refusalPath := member+".content", member+".refusal"
 	var joined []byte // the new choices array
 	changed := false
 	choices.ForEach(func(_, ch gjson.Result) bool {
 		raw := []byte(ch.Raw)
-		if text, refusal, parts := translate.JoinParts(ch.Get("delta.content")); parts {
-			if b, err := sjson.SetBytes(raw, "delta.content", text); err == nil {
+		if text, refusal, parts := translate.JoinParts(ch.Get(contentPath)); parts {
+			if b, err := sjson.SetBytes(raw, contentPath, text); err == nil {
 				raw, changed = b, true
 			}
-			if refusal != "" { // a refusal part is the delta's refusal, after any it has
-				refusal = ch.Get("delta.refusal").Str + refusal
-				if b, err := sjson.SetBytes(raw, "delta.refusal", refusal); err == nil {
+			if refusal != "" {
+				refusal = ch.Get(refusalPath).Str + refusal
+				if b, err := sjson.SetBytes(raw, refusalPath, refusal); err == nil {
 					raw = b
 				}
 			}
@@ -211,10 +232,10 @@ func withTextPartsJoined(chunk []byte, choices gjson.Result) []byte {
 	if !changed {
 		return nil
 	}
-	out := make([]byte, 0, len(chunk)+len(joined)-len(choices.Raw)+2)
-	out = append(out, chunk[:choices.Index]...)
+	out := make([]byte, 0, len(doc)+len(joined)-len(choices.Raw)+2)
+	out = append(out, doc[:choices.Index]...)
 	out = append(append(append(out, '['), joined...), ']')
-	return append(out, chunk[choices.Index+len(choices.Raw):]...)
+	return append(out, doc[choices.Index+len(choices.Raw):]...)
 }
 
 // appendMember appends the member rawKey: rawValue (both raw JSON) to the

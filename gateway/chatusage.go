@@ -5,6 +5,8 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+
+	"github.com/sluice-gw/sluice/internal/translate"
 )
 
 // Usage from Chat upstreams (README "Keys, limits and usage"). A Chat
@@ -137,3 +139,55 @@ func finishesAChoice(chunk []byte) bool {
 	})
 	return finish
 }
+
+// chatOutputDeltas is how many output deltas a Chat chunk carries, for the
+// estimate of a stream without usage (README "Usage": one output token per
+// delta): one per choice whose delta holds a piece of output
+// (chatDeltaHasOutput). The role chunk (role, content "") and the finish
+// chunk (an empty delta) carry none, as the Responses events a Chat stream
+// becomes hold no delta for them: a stream is charged the same, whichever
+// API its client speaks.
+func chatOutputDeltas(chunk []byte) int64 {
+	var n int64
+	gjson.GetBytes(chunk, "choices").ForEach(func(_, ch gjson.Result) bool {
+		if chatDeltaHasOutput(ch.Get("delta")) {
+			n++
+		}
+		return true
+	})
+	return n
+}
+
+// chatDeltaHasOutput reports whether a Chat delta holds a piece of output:
+// non-empty content (a string, or parts with text or a refusal), refusal
+// or reasoning, or a tool call's non-empty arguments: what the Responses
+// translation streams as a *.delta event (translate.Stream). A tool call's
+// id and name alone are announced, not streamed, there; they are content
+// for first_token all the same (chatContent).
+func chatDeltaHasOutput(delta gjson.Result) bool {
+	found := false
+	delta.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "content":
+			if text, refusal, parts := translate.JoinParts(v); parts {
+				found = text != "" || refusal != ""
+			} else {
+				found = nonEmptyText(v)
+			}
+		case "refusal", "reasoning_content", "reasoning":
+			found = nonEmptyText(v)
+		case "tool_calls":
+			v.ForEach(func(_, tc gjson.Result) bool {
+				found = nonEmptyText(tc.Get("function.arguments"))
+				return !found
+			})
+		case "function_call":
+			found = nonEmptyText(v.Get("arguments"))
+		}
+		return !found
+	})
+	return found
+}
+
+// nonEmptyText reports whether v is a string with at least one character.
+func nonEmptyText(v gjson.Result) bool { return v.Type == gjson.String && v.Str != "" }

@@ -446,6 +446,14 @@ func (o *meterResponder) fail(req *clientRequest, e *apierr.Error, kind failKind
 }
 
 func (o *meterResponder) relay(req *clientRequest, status int, header http.Header, body []byte) {
+	if req.ep.chat && status/100 == 2 {
+		// Every Chat client's JSON answer passes here: content sent as
+		// parts becomes the strings its chunks would have carried
+		// (chatjson.go), before it is metered and relayed.
+		if joined := chatCompletionPartsJoined(body); joined != nil {
+			body = joined
+		}
+	}
 	o.m.mu.Lock()
 	o.m.status = status
 	o.m.firstEvent()
@@ -519,21 +527,16 @@ func (k *meterSink) Event(name string, data []byte) error {
 	return k.eventSink.Event(name, data)
 }
 
-// countDelta counts an event the upstream sent through the stream, whether
-// or not its client gets it, when it is an output delta: a Responses delta
-// event, or a Chat chunk with choices. o is what observe learned of it.
+// countDelta counts the output deltas of an event the upstream sent
+// through the stream, whether or not its client gets it: a Responses delta
+// event is one, a Chat chunk one per choice whose delta holds output
+// (chatOutputDeltas; a usage-only chunk has none). o is what observe
+// learned of it.
 func (m *reqMeta) countDelta(name string, data []byte, o observation) {
-	delta := isDeltaType(name)
-	if name == "" {
-		usageOnly := o.usageOnly
-		if !o.usageRead {
-			usageOnly = usageOnlyChunk(data)
-		}
-		delta = !usageOnly
+	if name == "" && o.usageRead && o.usageOnly {
+		return
 	}
-	if delta {
-		m.outputDeltas.Add(1)
-	}
+	m.countPlainDelta(name, data)
 }
 
 // noteUsage takes the usage an upstream reported (o) as the request's. One
@@ -614,20 +617,24 @@ func (k *meterSink) plainEvent(name string, data []byte) error {
 	if !k.plain {
 		return k.Event(name, data)
 	}
-	k.m.countPlainDelta(name)
+	k.m.countPlainDelta(name, data)
 	return k.eventSink.Event(name, data)
 }
 
-// countPlainDelta counts an output delta among the plain events (see
+// countPlainDelta counts the output deltas among the plain events (see
 // plainEvent) the upstream sent through the stream, whether or not its
-// client got it: a detached stream's are counted like any other stream's
+// client got them: a detached stream's are counted like any other stream's
 // (README "Resuming a stream"), or a client that leaves after the first
 // delta would be charged a handful of tokens for what the upstream went on
 // generating.
-func (m *reqMeta) countPlainDelta(name string) {
-	// A plain Chat chunk carries choices (an error chunk or a usage chunk
-	// is not plain); a plain Responses event is a delta by its name.
-	if name == "" || isDeltaType(name) {
+func (m *reqMeta) countPlainDelta(name string, data []byte) {
+	switch {
+	case name == "":
+		// A Chat chunk: only a delta with output is one (chatOutputDeltas).
+		if n := chatOutputDeltas(data); n > 0 {
+			m.outputDeltas.Add(n)
+		}
+	case isDeltaType(name): // a Responses event is a delta by its name
 		m.outputDeltas.Add(1)
 	}
 }
@@ -637,7 +644,7 @@ func (m *reqMeta) countPlainDelta(name string) {
 // deltas, as Event and plainEvent count them. plain is plainEvent's.
 func (m *reqMeta) observeUnsent(name string, data []byte, plain bool) {
 	if plain {
-		m.countPlainDelta(name)
+		m.countPlainDelta(name, data)
 		return
 	}
 	m.countDelta(name, data, m.observe(name, data))

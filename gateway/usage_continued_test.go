@@ -30,12 +30,12 @@ func TestUsageOfACutAttemptThatWasContinuedIsEstimated(t *testing.T) {
 				}
 				path, body := "/v1/responses", `{"model":"m","stream":true,"input":"hi"}`
 				// What the cut attempt P sent the client: its three text
-				// deltas (a Chat client also got the role chunk).
+				// deltas, whichever API the client speaks (a Chat client's
+				// role chunk carries no output).
 				cutDeltas := int64(3)
 				if surface == "chat" {
 					path = "/v1/chat/completions"
 					body = `{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`
-					cutDeltas = 4
 				}
 				inputEstimate := int64(len(body)+3) / 4
 				// B reports 8 in and continuingDeltas out.
@@ -149,14 +149,13 @@ func TestUsageOfALastAttemptWithoutUsageIsEstimated(t *testing.T) {
 		t.Run(surface, func(t *testing.T) {
 			path, body := "/v1/responses", `{"model":"m","stream":true,"input":"hi"}`
 			// What B sent the client of its answer " fox jumps over the
-			// lazy dog" in 3 deltas: the text deltas (and, for a Chat
-			// client, the finish chunk; the role chunk is the client's
-			// already).
+			// lazy dog" in 3 deltas: the text deltas, whichever API the
+			// client speaks (a Chat client's finish chunk carries no
+			// output).
 			bDeltas := int64(3)
 			if surface == "chat" {
 				path = "/v1/chat/completions"
 				body = `{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`
-				bDeltas = 4
 			}
 			inputEstimate := int64(len(body)+3) / 4
 			h := contHarness(t, gateway.ContinuationAuto, harnessConfig{protocol: map[string]string{"P": "chat", "B": "chat"},
