@@ -104,7 +104,7 @@ func (c *conversations) history(ctx context.Context, req *clientRequest) ([]json
 		case errors.Is(err, store.ErrTooLarge):
 			return nil, apierr.Invalid("previous_response_id", apierr.CodeContextLengthExceeded, "the conversation of previous_response_id is longer than the gateway keeps (%d items, %d bytes)", maxHistoryItems, maxHistoryBytes)
 		case err != nil:
-			return nil, apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "reading the conversation of previous_response_id failed; retry the request")
+			return nil, storeUnavailable(err, "reading the conversation of previous_response_id failed")
 		}
 		items = h
 	}

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -192,13 +193,28 @@ func (c *continuity) decide(surface, source, responseID string, a store.Anchor, 
 
 // ownerLookupFailed is the answer to a request that names a response
 // (what: "previous_response_id", "the response") whose owner the store
-// could not be read for: failed closed, since no upstream but the owner may
-// take it. The store is the gateway's own and unavailable only for the
-// moment, so it is a 503 with a Retry-After, as for an owner that is out
-// (failOwnerOut), rather than the 502 of an upstream that answered badly.
-func ownerLookupFailed(what string) *apierr.Error {
-	e := apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "owner lookup failed: the gateway could not read which upstream owns %s; retry the request", what)
-	e.RetryAfter = store.UnavailableRetryAfter // README "Scale-out with Redis"
+// could not be read for (err: why): failed closed, since no upstream but
+// the owner may take it (storeUnavailable).
+func ownerLookupFailed(what string, err error) *apierr.Error {
+	return storeUnavailable(err, "owner lookup failed: the gateway could not read which upstream owns %s", what)
+}
+
+// storeUnavailable is the answer to a request the gateway's store failed
+// for (err: why), saying what failed. The store is the gateway's own, so it
+// is a 503, as for an owner that is out (failOwnerOut), rather than the 502
+// of an upstream that answered badly. A store out for the moment (a Redis
+// that is down, a full disk) is a retry with Retry-After (README "Scale-out
+// with Redis"); one closed until the gateway restarts (a damaged file,
+// README "Continuity") gets no Retry-After and no "retry": no wait brings
+// it back, only an operator.
+func storeUnavailable(err error, format string, args ...any) *apierr.Error {
+	what := fmt.Sprintf(format, args...)
+	if errors.Is(err, store.ErrUnavailableUntilRestart) {
+		return apierr.UpstreamUnavailable(http.StatusServiceUnavailable,
+			"%s: the gateway's store is damaged and stays unavailable until an operator restores it and restarts the gateway", what)
+	}
+	e := apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "%s; retry the request", what)
+	e.RetryAfter = store.UnavailableRetryAfter
 	return e
 }
 

@@ -330,7 +330,7 @@ func (s *Server) pin(ctx context.Context, out responder, req *clientRequest) boo
 	}
 	res := s.cont.resolve(ctx, req.surface(), req.previousResponseID, req.scope)
 	if res.err != nil {
-		s.failClosedWith(out, req, failOwnerLookupFailed, ownerLookupFailed("previous_response_id"))
+		s.failClosedWith(out, req, failOwnerLookupFailed, ownerLookupFailed("previous_response_id", res.err))
 		return false
 	}
 	if res.unknownTo(req.key != nil, req.clientKeyHash) { // continuity.go: a Sluice key uses only its own anchors
@@ -642,7 +642,7 @@ func relayCapacityError(out responder, req *clientRequest, e *apierr.Error, head
 // cooldown (README: a 429 or quota code cools the target down), not a 503.
 func (c *candidates) noTargetError(msg string) *apierr.Error {
 	retryIn, code, typ, _ := c.soonestBack()
-	if retryIn > 0 {
+	if retryIn > 0 && !upstream.IsBillingCode(code) { // a billing code's wait is the cooldown's, not a cure
 		msg = withRetryIn(msg, retryIn)
 	}
 	if code != "" {
@@ -713,19 +713,22 @@ func (c *candidates) anyTarget() *candidates {
 
 // withRetryIn is msg saying the wait d too, in the words OpenAI's
 // rate-limit errors use: a stream client has no header to read (it got 200
-// and response.failed), and clients such as Codex read it from there.
+// and response.failed), and clients such as Codex read it from there. A
+// message that ends a sentence ("…current quota.") loses its full stop, so
+// the hint joins it as one clause, not as ".;".
 func withRetryIn(msg string, d time.Duration) string {
 	ms := max(d, time.Millisecond).Round(time.Millisecond).Milliseconds()
-	return msg + "; please try again in " + strconv.FormatFloat(float64(ms)/1000, 'f', -1, 64) + "s" // whole ms: "6.972s", never 6.9719999…
+	return strings.TrimRight(msg, ". ") + "; please try again in " + strconv.FormatFloat(float64(ms)/1000, 'f', -1, 64) + "s" // whole ms: "6.972s", never 6.9719999…
 }
 
 // waitInMessage is e with its wait (e.RetryAfter) in its message, for a
 // client that gets no Retry-After header (a stream's response.failed or
 // Chat error chunk), unless the message already says a wait (an upstream's
-// "Please try again in 2s.", noTargetError's). README: a relayed 429 keeps
-// the upstream's wait.
+// "Please try again in 2s.", noTargetError's) or its code is a billing one
+// no wait cures (upstream.IsBillingCode). README: a relayed 429 keeps the
+// upstream's wait.
 func waitInMessage(e *apierr.Error) *apierr.Error {
-	if e.RetryAfter <= 0 {
+	if e.RetryAfter <= 0 || upstream.IsBillingCode(e.Code) {
 		return e
 	}
 	if _, told := upstream.RetryAfter(nil, e.Message, time.Now()); told {

@@ -735,22 +735,35 @@ func (s *Server) deleteLogged(w http.ResponseWriter, r *http.Request, id, keyHas
 	// The client leaving must not leave half a deletion behind.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), anchorWriteTimeout)
 	defer cancel()
-	if !s.deleteTurn(ctx, w, id) {
-		return
-	}
 	var anchor store.Anchor
-	owned := false
+	owned, turnKept := false, false
 	if s.cont != nil {
 		anchor, owned = s.cont.ownedAnchor(ctx, id, keyHash) // before forget drops it
+	}
+	if owned && s.pool.Get(anchor.Upstream) == nil {
+		turnKept = s.turnKept(ctx, id) // before deleteTurn: what the removed owner was (deleteAtOwner)
+	}
+	if !s.deleteTurn(ctx, w, id) {
+		return
 	}
 	s.logs.remove(ctx, id)
 	if s.cont != nil {
 		s.cont.forget(ctx, id)
 	}
 	if owned {
-		s.deleteAtOwner(r, id, anchor)
+		s.deleteAtOwner(r, id, anchor, turnKept)
 	}
 	writeDeleted(w, id)
+}
+
+// turnKept reports whether the store holds conversation items of the
+// response id (false too when it cannot be read).
+func (s *Server) turnKept(ctx context.Context, id string) bool {
+	if s.convs.durable == nil {
+		return false
+	}
+	_, err := s.convs.durable.GetTurn(ctx, id)
+	return err == nil
 }
 
 // deleteKeptTurn deletes the conversation items kept for the caller's
@@ -780,7 +793,7 @@ func (s *Server) deleteKeptTurn(w http.ResponseWriter, r *http.Request, id, keyH
 	}
 	s.cont.forget(ctx, id)
 	if u == nil { // an owner since removed from the config: its copy, if any, stays
-		s.deleteAtOwner(r, id, anchor)
+		s.deleteAtOwner(r, id, anchor, true)
 	}
 	writeDeleted(w, id)
 	return true
@@ -796,7 +809,7 @@ func (s *Server) deleteTurn(ctx context.Context, w http.ResponseWriter, id strin
 	}
 	if err := s.convs.durable.DeleteTurn(ctx, id); err != nil {
 		s.log.Error("deleting a response's conversation items failed", "response_id", LogID(id), "error", err)
-		apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "deleting the response's conversation items failed; retry the request").Write(w)
+		storeUnavailable(err, "deleting the response's conversation items failed").Write(w)
 		return false
 	}
 	return true
@@ -805,13 +818,20 @@ func (s *Server) deleteTurn(ctx context.Context, w http.ResponseWriter, id strin
 // deleteAtOwner asks the Responses upstream that owns a deleted response
 // (its anchor) to delete it too, with the credentials a follow-up uses,
 // waiting at most ownerDeleteTimeout. Its failure is logged: the gateway's
-// own copy is gone either way. A Chat upstream keeps nothing.
-func (s *Server) deleteAtOwner(r *http.Request, id string, anchor store.Anchor) {
+// own copy is gone either way. A Chat upstream keeps nothing (README
+// "Privacy"). turnKept says the gateway held conversation items of the
+// response when the DELETE came.
+func (s *Server) deleteAtOwner(r *http.Request, id string, anchor store.Anchor, turnKept bool) {
 	u := s.pool.Get(anchor.Upstream)
 	if u == nil {
 		// Removed from the config since (README "The resource API": a
-		// failure there is logged). Had it been a Chat upstream, it kept
-		// nothing, but the anchor does not say which it was.
+		// failure there is logged). The anchor does not say which protocol
+		// it spoke, but without continuity.portable the gateway keeps
+		// conversation items only for a Chat upstream's responses: one it
+		// held them for kept nothing, and nothing is left there to warn of.
+		if turnKept && !s.convs.portable {
+			return
+		}
 		s.log.Warn("deleting a response at its owner failed", "upstream", anchor.Upstream, "response_id", LogID(id),
 			"error", "the upstream is no longer configured; a copy it keeps was not deleted")
 		return
@@ -1009,7 +1029,7 @@ func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id, hash strin
 	}
 	res := s.cont.resolve(r.Context(), hostabi.SurfaceResponsesJSON, id, scopeOf(r.Header, hash))
 	if res.err != nil {
-		ownerLookupFailed("the response").Write(w)
+		ownerLookupFailed("the response", res.err).Write(w)
 		return
 	}
 	if res.owner != "" && !res.unknownTo(keyOf(r) != nil, hash) && call.stored != nil {
@@ -1121,7 +1141,7 @@ func (s *Server) ownerRemovedAnswer(w http.ResponseWriter, r *http.Request, id s
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), anchorWriteTimeout)
 		defer cancel()
 		s.cont.forget(ctx, id)
-		s.deleteAtOwner(r, id, store.Anchor{Upstream: res.owner, UpstreamID: res.upstreamID})
+		s.deleteAtOwner(r, id, store.Anchor{Upstream: res.owner, UpstreamID: res.upstreamID}, false)
 		aerr.Message += "; the gateway forgot the response, but the copy the owner keeps could not be deleted"
 	}
 	aerr.Write(w)

@@ -94,3 +94,40 @@ func TestDeleteDurableOfARemovedOwnerLogsTheOwnersCopy(t *testing.T) {
 		t.Fatalf("the copy left at the owner is not logged:\n%s", logs)
 	}
 }
+
+// TestDeleteOfARemovedChatOwnerLogsNoOwnersCopy: a Chat upstream keeps
+// nothing of the responses the gateway served through it (README
+// "Privacy"), so DELETE of one whose owner is no longer configured deletes
+// what the gateway keeps (200 deleted) and logs no copy left at the owner,
+// with the response's log in the store or without one.
+func TestDeleteOfARemovedChatOwnerLogsNoOwnersCopy(t *testing.T) {
+	for _, durable := range []bool{false, true} {
+		name := "without logs"
+		if durable {
+			name = "with durable logs"
+		}
+		t.Run(name, func(t *testing.T) {
+			st := openStore(t, t.TempDir())
+			opts := gateway.Options{}
+			if durable {
+				opts = resumeOpts()
+				opts.Resume.Store = st
+			}
+			opts.Store, opts.Conversations = st, st
+			first := newHarness(t, harnessConfig{opts: opts, protocol: map[string]string{"C": "chat"}, upstreams: []upstreamtest.Options{{Name: "C"}}})
+			id := first.createResponse(`{"model":"gpt-fake-1","input":"one"}`)
+			kept := upstreamtest.NewServer(upstreamtest.Options{Name: "Bnew"})
+			t.Cleanup(kept.Close)
+			h := newHarness(t, harnessConfig{opts: opts, servers: map[string]*upstreamtest.Server{"Bnew": kept}})
+
+			if status, b := h.call(http.MethodDelete, "/v1/responses/"+id, "sk-client-secret"); status != http.StatusOK ||
+				gjson.GetBytes(b, "deleted").Type != gjson.True {
+				t.Fatalf("DELETE: %d %s", status, b)
+			}
+			if logs := h.logs.String(); strings.Contains(logs, "deleting a response at its owner failed") {
+				t.Fatalf("a copy at the Chat owner is logged:\n%s", logs)
+			}
+			wantTurnGone(t, st, id)
+		})
+	}
+}

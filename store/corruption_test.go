@@ -163,6 +163,11 @@ func TestCorruptTableMetByAReadFailsTheStore(t *testing.T) {
 	if h := s2.Health(); !errors.Is(h, ErrUnavailable) || !pebble.IsCorruptionError(h) {
 		t.Errorf("Health = %v, want the store failed by the corruption", h)
 	}
+	if !errors.Is(err, ErrUnavailableUntilRestart) {
+		// What a caller tells its client depends on it: no "retry" for a
+		// store no wait brings back.
+		t.Errorf("the read's error %v is not unavailable until restart", err)
+	}
 	if !strings.Contains(logs.String(), "a file of the database is damaged") {
 		t.Errorf("no ERROR line telling the operator what to do:\n%.3000s", logs.String())
 	}

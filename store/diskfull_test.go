@@ -89,6 +89,8 @@ func TestFullDiskFailsTheStoreNotTheProcess(t *testing.T) {
 	}
 	if err := s.Health(); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Health of the failed store = %v, want ErrUnavailable", err)
+	} else if errors.Is(err, ErrUnavailableUntilRestart) {
+		t.Errorf("a full disk is unavailable until restart (%v); it reopens once the disk takes writes", err)
 	}
 	if l := logs.String(); !strings.Contains(l, "[ERROR] store: store failed") || !strings.Contains(l, "Free space") {
 		t.Errorf("no ERROR line telling the operator what happened and what to do:\n%s", l)

@@ -145,6 +145,9 @@ func (s *PebbleStore) failCorrupt(cause error) {
 // state, and the one ERROR line logged says what to do.
 func (s *PebbleStore) markFailed(cause error, corrupt bool, state, logLine string) error {
 	err := fmt.Errorf("store: the database in %q %s: %w: %w", s.dir, state, ErrUnavailable, cause)
+	if corrupt {
+		err = untilRestart{err}
+	}
 	if s.failure.CompareAndSwap(nil, &err) {
 		s.failedCorrupt.Store(corrupt)
 		s.log.Error(logLine, "dir", s.dir, "error", cause)
@@ -152,6 +155,14 @@ func (s *PebbleStore) markFailed(cause error, corrupt bool, state, logLine strin
 	}
 	return *s.failure.Load()
 }
+
+// untilRestart is the failure of a store closed for good (failCorrupt):
+// it is ErrUnavailableUntilRestart too, its message unchanged.
+type untilRestart struct{ error }
+
+func (u untilRestart) Unwrap() error { return u.error }
+
+func (u untilRestart) Is(target error) bool { return target == ErrUnavailableUntilRestart }
 
 // Health implements HealthReporter: nil while the database works, else the
 // failure that closed it.

@@ -44,6 +44,10 @@ var (
 	// ErrUnavailable means the store's server cannot be reached or answered
 	// too slowly (RedisStore). It is retryable; the gateway fails closed on it.
 	ErrUnavailable = errors.New("store: unavailable")
+	// ErrUnavailableUntilRestart, beside ErrUnavailable, means the store is
+	// closed for good (a damaged file of the embedded database): no retry
+	// brings it back, only an operator and a restart (README "Continuity").
+	ErrUnavailableUntilRestart = errors.New("store: unavailable until the gateway restarts")
 )
 
 // Store is the continuity store the gateway depends on: response anchors

@@ -93,6 +93,19 @@ func IsQuotaCode(code string) bool {
 	return false
 }
 
+// IsBillingCode reports whether an error code means the upstream account has
+// no paid quota left or its plan does not include what was asked: a quota
+// code that, unlike a rate limit or a usage limit that resets, no wait cures,
+// so the client is told no wait in the message (waitInMessage) that would
+// have it retry into the same answer.
+func IsBillingCode(code string) bool {
+	switch code {
+	case "insufficient_quota", "usage_not_included":
+		return true
+	}
+	return false
+}
+
 // IsAuthCode reports whether an error code means the upstream rejects our
 // credentials, which parks the upstream until a probe succeeds again.
 func IsAuthCode(code string) bool {
