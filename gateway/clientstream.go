@@ -92,6 +92,8 @@ type clientStream struct {
 	chatText  []byte     // content, unescaped
 	chatTools []chatTool // tool calls by index
 
+	chatRefused bool // a delta.refusal was sent
+
 	// Continuation (continuation.go): the splicer of the attempt that
 	// continues the stream after a failure after content.
 	splice *splicer
@@ -445,11 +447,7 @@ func (cs *clientStream) countLocked(reason string) {
 		return
 	}
 	cs.counted = true
-	if reason == reasonClientGone && errors.Is(context.Cause(cs.ctx), errCancelled) {
-		// Its work was stopped by a cancel or DELETE of the response, not by
-		// a client that left: a background run has no client to leave.
-		reason = reasonCancelled
-	}
+	reason = cs.stoppedReason(reason)
 	cs.s.metrics.streamTerminal.WithLabelValues(cs.surface, reason).Inc()
 	if cs.onEnd != nil {
 		cs.onEnd(reason)

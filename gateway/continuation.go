@@ -73,6 +73,9 @@ type rescueState struct {
 	usage      []byte     // usage of the failed attempts, summed
 	count      int        // continuations decided
 	log        *streamLog // the client stream's resume log, if any: touched as each attempt begins
+	// stream is the client stream the continuation feeds: whether a cancel
+	// or DELETE of the response stopped it (rescueOutcome).
+	stream *clientStream
 }
 
 // contAttempt marks an attempt as a continuation (tryState.cont).
@@ -152,8 +155,12 @@ func (c *candidates) usableAfter(cur upstream.Target) (upstream.Target, bool) {
 // notContinuedReason says why a failure after content was not continued,
 // for the operator's log: no target left (next is zero), naming the
 // targets nextFor skipped and why (a down upstream's last probe error, a
-// cooldown, an open circuit), or else the replay policy's verdict.
-func notContinuedReason(try *tryState, next upstream.Target) string {
+// cooldown, an open circuit), a refusal the client was sent, or else the
+// replay policy's verdict.
+func notContinuedReason(try *tryState, next upstream.Target, facts sentFacts) string {
+	if next.Upstream != nil && facts.refusal {
+		return "the client was sent a refusal"
+	}
 	if next.Upstream != nil {
 		return "the replay policy's verdict"
 	}
@@ -336,6 +343,13 @@ func (s *Server) askContinuation(ctx context.Context, req *clientRequest, u *ups
 		return "", next, v
 	}
 	kind = verdictKind(v)
+	if facts.refusal {
+		// The client was sent a refusal, the model's last word on its
+		// answer: a prefill would add text after it, a restart would compare
+		// nothing a Chat client has of it; the stream ends as it stood
+		// (README "Continuation").
+		return "", next, v
+	}
 	// Whatever the policy says: a request with tools, or a tool call in
 	// flight, is never continued by a text prefill, and with nothing sent
 	// there is nothing to prefill.
@@ -383,11 +397,11 @@ func (s *Server) continueAfter(ctx context.Context, cs *clientStream, req *clien
 	}
 	if kind == "" {
 		s.log.Info("stream failed after content; not continued", "surface", req.surface(), "upstream", u.Name(), "class", af.class,
-			"code", af.code, "verdict", v.String(), "reason", notContinuedReason(try, next), "response_id", LogID(facts.responseID))
+			"code", af.code, "verdict", v.String(), "reason", notContinuedReason(try, next, facts), "response_id", LogID(facts.responseID))
 		return attemptResult{}, false
 	}
 	if r == nil {
-		r = &rescueState{clientID: facts.responseID, refused: map[*upstream.Upstream]bool{}, log: cs.resumeLog()}
+		r = &rescueState{clientID: facts.responseID, refused: map[*upstream.Upstream]bool{}, log: cs.resumeLog(), stream: cs}
 		if p.anchor != nil && p.responseID == facts.responseID {
 			r.prevAnchor = p.anchor
 		}
@@ -429,8 +443,7 @@ func (s *Server) continuationFailed(ctx context.Context, cs *clientStream, req *
 	try := tryOf(req)
 	r := try.cont.r
 	if ctx.Err() != nil {
-		s.rescueOutcome(req, try.cont.kind, "client_gone")
-		return attemptResult{next: nextDone}
+		return s.stoppedWhileContinued(cs, req)
 	}
 	if try.cont.kind == kindPrefill && isPrefillRefusal(status) && !r.refused[u] {
 		r.refused[u] = true
@@ -453,7 +466,7 @@ func (s *Server) continuationFailed(ctx context.Context, cs *clientStream, req *
 		return attemptResult{next: nextContinue, why: "continuation failed: " + why}
 	}
 	s.log.Info("continuation target failed; ending the stream with the original failure", "surface", req.surface(),
-		"upstream", u.Name(), "class", class, "why", why, "verdict", v.String(), "reason", notContinuedReason(try, next),
+		"upstream", u.Name(), "class", class, "why", why, "verdict", v.String(), "reason", notContinuedReason(try, next, facts),
 		"response_id", LogID(r.clientID))
 	s.giveUp(cs, req)
 	return attemptResult{next: nextDone}
@@ -500,9 +513,26 @@ func (s *Server) giveUp(cs *clientStream, req *clientRequest) {
 	cs.finish(r.reason)
 }
 
-// rescueOutcome counts how one continuation attempt ended.
+// rescueOutcome counts how one continuation attempt ended: one whose work
+// a cancel or DELETE of the response stopped as cancelled, not client_gone
+// (stoppedReason).
 func (s *Server) rescueOutcome(req *clientRequest, kind, outcome string) {
+	if r := req.rescue; r != nil && r.stream != nil {
+		outcome = r.stream.stoppedReason(outcome)
+	}
 	s.metrics.rescues.WithLabelValues(req.surface(), kind, outcome).Inc()
+}
+
+// stoppedWhileContinued ends a continued stream whose work stopped while
+// its continuation target connected or answered (its client left, or a
+// cancel or DELETE stopped it): nothing is written to it, but its end is
+// counted as the pump counts it when that happens mid-stream, so that a
+// cancelled run ends cancelled (README "Access log") wherever the cancel
+// landed.
+func (s *Server) stoppedWhileContinued(cs *clientStream, req *clientRequest) attemptResult {
+	s.rescueOutcome(req, tryOf(req).cont.kind, reasonClientGone)
+	cs.finish(reasonClientGone)
+	return attemptResult{next: nextDone}
 }
 
 // rescueOutcomeOf maps a stream's end reason to a rescue outcome.
@@ -775,6 +805,7 @@ type sentFacts struct {
 	bytes        int64
 	items        int
 	toolInFlight bool
+	refusal      bool // a refusal was sent (a message's refusal part; Chat: delta.refusal)
 	// usage is the usage the client stream last sent (cs.sent.Usage): the
 	// earlier attempts' summed plus this attempt's last report, if any.
 	usage []byte
@@ -794,14 +825,20 @@ func (cs *clientStream) facts() sentFacts {
 			f.items = 1
 		}
 		f.toolInFlight = len(cs.chatTools) > 0 && !cs.sawFinish
+		f.refusal = cs.chatRefused
 		return f
 	}
 	var text []byte
 	for _, it := range cs.sent.Items {
 		for _, p := range it.Parts {
 			f.bytes += int64(len(p.Text))
-			if it.Type == "message" && gjson.GetBytes(p.Added, "type").Str == "output_text" {
-				text = append(text, p.Text...)
+			if it.Type == "message" {
+				switch gjson.GetBytes(p.Added, "type").Str {
+				case "output_text":
+					text = append(text, p.Text...)
+				case "refusal":
+					f.refusal = true
+				}
 			}
 		}
 		f.bytes += int64(len(it.Args))
@@ -1070,6 +1107,16 @@ func (cs *clientStream) reportRunningUsage(u []byte) {
 		prev = cs.splice.prevUsage
 	}
 	cs.sent.Usage = sumUsage(prev, u)
+}
+
+// stoppedReason is reason as the stream's end is counted: client_gone is
+// cancelled when a cancel or DELETE of the response stopped its work, not
+// a client that left (a background run has no client to leave).
+func (cs *clientStream) stoppedReason(reason string) string {
+	if reason == reasonClientGone && errors.Is(context.Cause(cs.ctx), errCancelled) {
+		return reasonCancelled
+	}
+	return reason
 }
 
 // resumeLog is the stream's resume log, nil when it has none.
@@ -1570,17 +1617,25 @@ func (cs *clientStream) splicePartLocked(name string, data []byte, f *eventField
 
 // openPartLocked writes a continuation's content_part.added as a new part
 // of the client's item m, after the highest content_index the client has
-// in it. A part whose text the client saw done is ended first (its
-// content_part.done), so that it does not end after the new one began; a
-// part a restart reproduced without its done events still ends with its
-// item.
+// in it. A part whose text the client saw done, and on a prefill any part
+// still open (the client's text, when the target goes on with a refusal),
+// is ended first (its content_part.done): one part of an item is open at a
+// time, as an upstream streams them, and a part never ends after the new
+// one began; what a prefill's target then writes into it ends the stream
+// as diverged. A part a restart reproduced without its done events still
+// ends with its item.
 func (cs *clientStream) openPartLocked(name string, data []byte, m *splicedItem, p *splicedPart) error {
 	idx := int64(0)
 	for _, cp := range m.client.Parts {
 		idx = max(idx, cp.Index+1)
-		if cp.TextDone && cp.Done == nil {
+		if cp.Done == nil && (cp.TextDone || m.snap == nil) {
 			if err := cs.closePartLocked(m.client, cp, false); err != nil {
 				return err
+			}
+			for _, sp := range m.parts {
+				if sp != p && sp.index == cp.Index {
+					sp.done = true
+				}
 			}
 		}
 	}
@@ -1915,7 +1970,7 @@ func (cs *clientStream) spliceToolCallsLocked(v gjson.Result) (calls []byte, cha
 }
 
 // trackChatLocked records what a Chat chunk the client got carried: the
-// completion id, content, tool calls.
+// completion id, content, a refusal, tool calls.
 func (cs *clientStream) trackChatLocked(data []byte) {
 	root := parseJSON(data)
 	if cs.chatID == "" {
@@ -1926,6 +1981,9 @@ func (cs *clientStream) trackChatLocked(data []byte) {
 	delta := root.Get("choices.0.delta")
 	if c := delta.Get("content"); c.Type == gjson.String {
 		cs.chatText = append(cs.chatText, c.Str...)
+	}
+	if delta.Get("refusal").Str != "" {
+		cs.chatRefused = true
 	}
 	delta.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
 		fn := tc.Get("function")
@@ -2089,8 +2147,7 @@ func (s *Server) continuationAnswer(ctx, upCtx context.Context, out responder, r
 	cs := s.clientStreamOf(ctx, out, req, start)
 	if err != nil {
 		if ctx.Err() != nil {
-			s.rescueOutcome(req, tryOf(req).cont.kind, "client_gone")
-			return attemptResult{next: nextDone}, true
+			return s.stoppedWhileContinued(cs, req), true
 		}
 		cause := context.Cause(upCtx)
 		if errors.Is(cause, errDraining) {
