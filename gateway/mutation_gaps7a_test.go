@@ -124,8 +124,10 @@ func (b brokenLogStore) GetStreamLog(ctx context.Context, id string) (store.Stre
 }
 
 // TestStreamLogReadFailureIsLogged: a GET whose stream log the durable
-// store fails to read is logged as a warning; a log that exists but belongs
-// to another key is simply not found, with no warning.
+// store fails to read is logged as a warning and answered with the 503 of
+// a store that cannot be read (README "Scale-out with Redis"), not a 404
+// saying the response is unknown; a log that exists but belongs to
+// another key is simply not found, with no warning.
 func TestStreamLogReadFailureIsLogged(t *testing.T) {
 	st := openStore(t, t.TempDir())
 	if err := st.PutStreamLog(context.Background(), store.StreamLog{ResponseID: "resp_someone_else", Owner: "another-key-hash",
@@ -143,7 +145,8 @@ func TestStreamLogReadFailureIsLogged(t *testing.T) {
 	if logs := h.logs.String(); strings.Contains(logs, "reading a stream log failed") {
 		t.Fatalf("another key's log reported as a read failure:\n%s", logs)
 	}
-	if status, body := h.call(http.MethodGet, "/v1/responses/resp_broken", "sk-client-secret"); status != http.StatusNotFound {
+	if status, body := h.call(http.MethodGet, "/v1/responses/resp_broken", "sk-client-secret"); status != http.StatusServiceUnavailable ||
+		gjson.GetBytes(body, "error.code").Str != "upstream_unavailable" {
 		t.Fatalf("GET of an unreadable log: %d %s", status, body)
 	}
 	if logs := h.logs.String(); !strings.Contains(logs, "reading a stream log failed") || !strings.Contains(logs, "disk on fire") {

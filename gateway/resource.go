@@ -317,21 +317,42 @@ func (discardSink) KeepAlive(time.Duration) error { return nil }
 
 // ---- the handlers ----
 
-// storedLog is a log found in the store (written before a restart, or by
-// another replica).
-func (s *Server) storedLog(ctx context.Context, id, owner string) (store.StreamLog, bool) {
+// lookupStoredLog is a log found in the store (written before a restart,
+// or by another replica): found is false when the store has none of the
+// caller's. A store that cannot be read is not an answer that no log
+// exists: the response may be running on another replica, and a client
+// takes a 404 as final. That read is refused with the 503 and Retry-After
+// of any resume the store cannot serve (README "Scale-out with Redis"),
+// the same on HTTP and on a WebSocket.
+func (s *Server) lookupStoredLog(ctx context.Context, id, owner string) (rec store.StreamLog, found bool, aerr *apierr.Error) {
 	st := s.logs.opts.Store
 	if st == nil {
-		return store.StreamLog{}, false
+		return store.StreamLog{}, false, nil
 	}
 	rec, err := st.GetStreamLog(ctx, id)
-	if err != nil || rec.Owner != owner {
-		if err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrInvalid) {
-			s.log.Warn("reading a stream log failed", "response_id", LogID(id), "error", err)
-		}
-		return store.StreamLog{}, false
+	switch {
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalid):
+		return store.StreamLog{}, false, nil
+	case err != nil:
+		s.log.Warn("reading a stream log failed", "response_id", LogID(id), "error", err)
+		return store.StreamLog{}, false, storeUnreadable(err)
+	case rec.Owner != owner:
+		return store.StreamLog{}, false, nil
 	}
-	return rec, true
+	return rec, true, nil
+}
+
+// storeUnreadable is the answer to a resume or retrieve whose record the
+// store could not read: the answer a follow-up gets then (README "Scale-out
+// with Redis": "owner lookup failed", 503, Retry-After: 2, or no retry for
+// a store damaged for good; err says which).
+func storeUnreadable(err error) *apierr.Error { return ownerLookupFailed("the response", err) }
+
+// storedLog is lookupStoredLog for a caller that goes on, when the store
+// cannot be read, as for a response whose log it does not have.
+func (s *Server) storedLog(ctx context.Context, id, owner string) (store.StreamLog, bool) {
+	rec, found, _ := s.lookupStoredLog(ctx, id, owner)
+	return rec, found
 }
 
 const (
@@ -346,7 +367,7 @@ const (
 	storedLogPollEvery = 50 * time.Millisecond
 )
 
-// lateStoredLog is storedLog for a response whose owner is known
+// lateStoredLog is lookupStoredLog for a response whose owner is known
 // (askOwner) and whose log the store did not have: with durable logs in a
 // store replicas share, a response anchored under the caller's key
 // moments ago may be one another replica has just opened, and writes the
@@ -355,14 +376,21 @@ const (
 // client reconnecting to another replica right after response.created
 // follows the live stream rather than being sent to the owner upstream,
 // which never heard of a stream the gateway keeps. A response of another
-// key is never awaited: the wait tells nothing about it.
-func (s *Server) lateStoredLog(ctx context.Context, id, owner string) (store.StreamLog, bool) {
+// key is never awaited: the wait tells nothing about it. A store that
+// cannot be read meanwhile is lookupStoredLog's 503: the log may be there.
+func (s *Server) lateStoredLog(ctx context.Context, id, owner string) (store.StreamLog, bool, *apierr.Error) {
 	if s.logs == nil || s.logs.shared() == nil || s.cont == nil {
-		return store.StreamLog{}, false
+		return store.StreamLog{}, false, nil
 	}
 	a, err := s.cont.store.GetAnchor(ctx, id)
-	if err != nil || a.ClientKeyHash != owner || s.cont.now().Sub(a.CreatedAt) >= anchorFreshFor {
-		return store.StreamLog{}, false
+	switch {
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalid):
+		return store.StreamLog{}, false, nil
+	case err != nil:
+		s.log.Warn("reading a response's anchor failed", "response_id", LogID(id), "error", err)
+		return store.StreamLog{}, false, storeUnreadable(err)
+	case a.ClientKeyHash != owner || s.cont.now().Sub(a.CreatedAt) >= anchorFreshFor:
+		return store.StreamLog{}, false, nil
 	}
 	deadline := time.NewTimer(storedLogWait)
 	defer deadline.Stop()
@@ -371,15 +399,15 @@ func (s *Server) lateStoredLog(ctx context.Context, id, owner string) (store.Str
 	for {
 		select {
 		case <-ctx.Done():
-			return store.StreamLog{}, false
+			return store.StreamLog{}, false, nil
 		case <-deadline.C:
-			return store.StreamLog{}, false
+			return store.StreamLog{}, false, nil
 		case <-poll.C:
 		}
 		_, err := s.logs.opts.Store.GetStreamLog(ctx, id)
 		if !errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrStreamLogDeleted) {
 			// There (or deleted, or failing): read as any stored log is.
-			return s.storedLog(ctx, id, owner)
+			return s.lookupStoredLog(ctx, id, owner)
 		}
 	}
 }
@@ -428,7 +456,12 @@ func (s *Server) handleGetResponse(w http.ResponseWriter, r *http.Request, ps ht
 			writeResponse(w, id, resp, l.background)
 			return
 		}
-		if rec, ok := s.storedLog(r.Context(), id, owner); ok {
+		rec, found, aerr := s.lookupStoredLog(r.Context(), id, owner)
+		if aerr != nil {
+			aerr.Write(w)
+			return
+		}
+		if found {
 			s.getStored(w, r, rec, stream, after)
 			return
 		}
@@ -449,9 +482,7 @@ func (s *Server) getStored(w http.ResponseWriter, r *http.Request, rec store.Str
 			aerr.Write(w)
 			return
 		}
-		s.resumeSSE(w, func(out resumeSink) error {
-			return s.logs.followStored(r.Context(), rec, after, out, s.opts.IdleTimeout)
-		})
+		s.resumeSSE(w, func(out resumeSink) error { return s.followStored(r.Context(), rec, after, out) })
 		return
 	}
 	resp := rec.Response
@@ -553,8 +584,15 @@ func (s *Server) handleInputItems(w http.ResponseWriter, r *http.Request, ps htt
 	if s.logs != nil {
 		if l := s.logs.current(r.Context(), id, owner); l != nil {
 			input, found = l.input, true
-		} else if rec, ok := s.storedLog(r.Context(), id, owner); ok {
-			input, found = rec.Input, true
+		} else {
+			rec, ok, aerr := s.lookupStoredLog(r.Context(), id, owner)
+			if aerr != nil {
+				aerr.Write(w)
+				return
+			}
+			if ok {
+				input, found = rec.Input, true
+			}
 		}
 	}
 	if !found {
@@ -1033,7 +1071,12 @@ func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id, hash strin
 		return
 	}
 	if res.owner != "" && !res.unknownTo(keyOf(r) != nil, hash) && call.stored != nil {
-		if rec, ok := s.lateStoredLog(r.Context(), id, hash); ok {
+		rec, ok, aerr := s.lateStoredLog(r.Context(), id, hash)
+		if aerr != nil {
+			aerr.Write(w)
+			return
+		}
+		if ok {
 			call.stored(rec)
 			return
 		}

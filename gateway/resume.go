@@ -1092,16 +1092,30 @@ func resumeErrorEvent(seq int64, message string) []byte {
 }
 
 // readFailedEvent ends a follow whose read of the store failed (the stream
-// may still run): numbered next, as every event the resume writes, but the
-// response's own event next is still to come, so the message names the
-// starting_after that resumes without skipping it (the last event this
-// resume sent), not this error's number.
+// may still run).
 func readFailedEvent(next int64) []byte {
+	return resumeAgainEvent(next, "reading the stream's log failed; resume it")
+}
+
+// drainedFollowEvent ends, at the drain grace, a follow of a stream that
+// another replica runs: the response goes on there, so no terminal event
+// of it is made up here; the client resumes it on another instance.
+func drainedFollowEvent(next int64) []byte {
+	return resumeAgainEvent(next, errDraining.Error()+"; resume the response on another instance")
+}
+
+// resumeAgainEvent ends a follow of a stream that may still run with the
+// error event saying why (it ends "resume it" or the like): numbered
+// next, as every event the resume writes, but the response's own event
+// next is still to come, so the message names the starting_after that
+// resumes without skipping it (the last event this resume sent), not this
+// error's number.
+func resumeAgainEvent(next int64, why string) []byte {
 	from := "from its start (without starting_after)"
 	if next > 0 {
 		from = fmt.Sprintf("with starting_after=%d, the last event of the response this stream sent (this error's own sequence_number is not one)", next-1)
 	}
-	return resumeErrorEvent(next, "reading the stream's log failed; resume it "+from)
+	return resumeErrorEvent(next, why+" "+from)
 }
 
 // errorEventOf is the spec's error event carrying e, numbered seq.
@@ -1180,6 +1194,17 @@ func notStreamed(id string) *apierr.Error {
 		"Response '%s' was answered as JSON, not streamed, so it has no events to stream; retrieve it without stream=true.", id)
 }
 
+// followStored is streamLogs.followStored for a resumer of this server:
+// the follow ends when the drain grace does (README "Running it"), as
+// every stream this process writes does, with drainedFollowEvent. It is
+// not ended by a terminal event of its own, as a stream running here is:
+// the drain ends nothing on the replica running the response.
+func (s *Server) followStored(ctx context.Context, rec store.StreamLog, after int64, out resumeSink) error {
+	ctx, stop := s.untilDrained(ctx)
+	defer stop()
+	return s.logs.followStored(ctx, rec, after, out, s.opts.IdleTimeout)
+}
+
 // followStored follows a log that this process does not hold: written
 // before a restart, or by another replica (Redis). It polls the store
 // until the log's record ends; a record that is not ended and was
@@ -1189,6 +1214,8 @@ func notStreamed(id string) *apierr.Error {
 // and a resumer never gets a stream with a hole. Following a live stream
 // on a shared store, it marks the log followed (FollowStreamLog, every
 // followRenewEvery), so the replica running it keeps it past detach_grace.
+// A ctx cancelled with errDraining ends it with drainedFollowEvent; any
+// other end of ctx (the client left) returns ctx's error.
 func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, after int64, out resumeSink, idle time.Duration) error {
 	st := h.opts.Store
 	sh := h.shared()
@@ -1210,6 +1237,8 @@ func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, afte
 		}
 		evs, err := st.StreamEvents(ctx, rec.ResponseID, next-1, 1000)
 		switch {
+		case ctx.Err() != nil:
+			return stoppedFollowing(ctx, out, next)
 		case errors.Is(err, store.ErrNotFound): // the log was there when the resume began
 			return endWith(out, resumeErrorEvent(next, goneWhileFollowed))
 		case err != nil:
@@ -1243,6 +1272,8 @@ func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, afte
 		}
 		cur, err := st.GetStreamLog(ctx, rec.ResponseID)
 		switch {
+		case ctx.Err() != nil:
+			return stoppedFollowing(ctx, out, next)
 		case errors.Is(err, store.ErrNotFound): // ErrStreamLogDeleted too
 			return endWith(out, resumeErrorEvent(next, goneWhileFollowed))
 		case err != nil:
@@ -1277,10 +1308,20 @@ func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, afte
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return stoppedFollowing(ctx, out, next)
 		case <-time.After(storePollEvery):
 		}
 	}
+}
+
+// stoppedFollowing is how a follow through the store whose ctx ended
+// returns: the drain's end gets drainedFollowEvent, numbered next; a
+// client that left, nothing more.
+func stoppedFollowing(ctx context.Context, out resumeSink, next int64) error {
+	if errors.Is(context.Cause(ctx), errDraining) {
+		return endWith(out, drainedFollowEvent(next))
+	}
+	return ctx.Err()
 }
 
 // goneWhileFollowed ends a resume through the store whose log vanished

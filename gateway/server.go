@@ -728,6 +728,18 @@ func (s *Server) EndDrainGrace() {
 	}
 }
 
+// untilDrained is ctx, cancelled too when the drain grace ends (or a second
+// signal ends it), with the drain's cause (errDraining), for work that ends
+// with the streams in flight.
+func (s *Server) untilDrained(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(s.streamsCtx, func() { cancel(context.Cause(s.streamsCtx)) })
+	return ctx, func() {
+		stop()
+		cancel(nil)
+	}
+}
+
 // Shutdown drains the gateway: it stops accepting, fails /readyz, lets
 // in-flight streams run for up to DrainGrace and then ends each one with its
 // terminal event. It returns when every handler has returned or ctx ends.

@@ -622,18 +622,21 @@ func (ws *wsSession) resume(ctx context.Context, out *wsResponder, data []byte) 
 		s.metrics.resumes.WithLabelValues("websocket").Inc()
 		return sink.answered(l.follow(ctx, after, sink, s.opts.KeepAlive), id.Str, after)
 	}
-	rec, ok := s.storedLog(ctx, id.Str, ws.keyHash)
-	if !ok { // another replica may be about to write it (resource.go)
-		rec, ok = s.lateStoredLog(ctx, id.Str, ws.keyHash)
+	rec, ok, aerr := s.lookupStoredLog(ctx, id.Str, ws.keyHash)
+	if aerr == nil && !ok { // another replica may be about to write it (resource.go)
+		rec, ok, aerr = s.lateStoredLog(ctx, id.Str, ws.keyHash)
 	}
-	if ok {
-		if aerr := s.logs.storedUnstreamable(ctx, rec, after); aerr != nil {
-			return aerr
-		}
-		s.metrics.resumes.WithLabelValues("websocket").Inc()
-		return sink.answered(s.logs.followStored(ctx, rec, after, sink, s.opts.IdleTimeout), id.Str, after)
+	switch {
+	case aerr != nil:
+		return aerr
+	case !ok:
+		return notResumable(id.Str, window)
 	}
-	return notResumable(id.Str, window)
+	if aerr := s.logs.storedUnstreamable(ctx, rec, after); aerr != nil {
+		return aerr
+	}
+	s.metrics.resumes.WithLabelValues("websocket").Inc()
+	return sink.answered(s.followStored(ctx, rec, after, sink), id.Str, after)
 }
 
 // wsResumeSink writes a resumed stream as frames (each frame is written
