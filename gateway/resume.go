@@ -201,7 +201,30 @@ type streamLog struct {
 	// flushBegun: the log's first write was scheduled (under mu). That one
 	// goes at once, the later ones every durableFlushEvery.
 	flushBegun bool
+
+	// The sequence numbers a durable log's client may have been sent are
+	// bounded in its record, ahead of the events (store.StreamLog.
+	// IssuedBelow): a replica that finds the log abandoned numbers the
+	// error ending a resume past every event the client got, stored or not
+	// (followStored). issuedBelow is the bound the next record write
+	// carries, raised issueAhead past an event that comes within half of
+	// it; confirmedBelow is the bound of the last write that succeeded
+	// (every record the store can hold carries at least issueAhead). An
+	// event at or past confirmedBelow waits for a write (confirmIssued),
+	// unless one failed since the last that succeeded (issueUnconfirmed):
+	// a store that is down does not stall the stream. savedResp is the
+	// Response so far that write carries again (the last one written; the
+	// client stream's lock is held there, so no newer one can be
+	// rendered). All under mu.
+	issuedBelow, confirmedBelow int64
+	issueUnconfirmed            bool
+	savedResp                   []byte
 }
+
+// issueAhead is how far past an event a durable log's record bounds the
+// sequence numbers issued (streamLog.issuedBelow): a write per issueAhead/2
+// events, off the stream's goroutine while the store keeps up.
+const issueAhead = 256
 
 // open starts the log of a response (replacing an older one with the same
 // id, e.g. a WebSocket client that re-sent a request). The input items are
@@ -211,7 +234,8 @@ func (h *streamLogs) open(id, owner string, background, memoryOnly bool, input [
 	now := h.now()
 	l := &streamLog{hub: h, id: id, owner: owner, background: background, memoryOnly: memoryOnly,
 		forgetAtEnd: memoryOnly && !background, created: now, lastAt: now,
-		wake: make(chan struct{}), done: make(chan struct{})}
+		wake: make(chan struct{}), done: make(chan struct{}),
+		issuedBelow: issueAhead, confirmedBelow: issueAhead}
 	if n := int64(len(input)); n <= h.opts.MaxBytes && h.charge(nil, n) {
 		l.input, l.bytes = input, n
 	}
@@ -586,6 +610,13 @@ func (l *streamLog) append(seq int64, name string, data []byte, terminal bool) {
 	}
 	l.wakeLocked()
 	ended := l.ended
+	var mustConfirm bool
+	if !ended && !seal && l.durable() && !l.deleted {
+		if seq+issueAhead/2 >= l.issuedBelow {
+			l.issuedBelow, l.recordWanted = seq+issueAhead, true
+		}
+		mustConfirm = seq >= l.confirmedBelow && !l.issueUnconfirmed
+	}
 	l.mu.Unlock()
 	switch {
 	case l.forgetAtEnd && ended:
@@ -593,7 +624,37 @@ func (l *streamLog) append(seq int64, name string, data []byte, terminal bool) {
 	case seal:
 		l.seal()
 	case l.durable() && !ended:
+		if mustConfirm {
+			l.confirmIssued(seq)
+		}
 		l.scheduleFlush()
+	}
+}
+
+// confirmIssued writes the record now, with issuedBelow past seq, before
+// the client is sent event seq: the timed writes, which raise it off the
+// stream, fell behind. It runs under the client stream's lock (append), so
+// the record carries the Response last written (savedResp). A write that
+// fails stops the waits (issueUnconfirmed) until one succeeds: the event
+// goes out, and a resumer after a crash may then number its error as an
+// event the client got, as without the bound.
+func (l *streamLog) confirmIssued(seq int64) {
+	l.flushMu.Lock()
+	defer l.flushMu.Unlock()
+	l.mu.Lock()
+	done, resp := l.confirmedBelow > seq || l.issueUnconfirmed || l.ended || l.deleted, l.savedResp
+	l.mu.Unlock()
+	if done {
+		return
+	}
+	err := l.hub.persist(l, false, resp)
+	switch {
+	case err == nil, errors.Is(err, store.ErrStreamLogDeleted):
+	default:
+		l.mu.Lock()
+		l.issueUnconfirmed = true
+		l.mu.Unlock()
+		l.hub.logWriteFailed(l.id, fmt.Errorf("writing the record ahead of event %d: %w", seq, err))
 	}
 }
 
@@ -750,7 +811,7 @@ func (l *streamLog) endLocked(final string) {
 		h.endedQ = append(h.endedQ, l)
 		h.qmu.Unlock()
 	}
-	l.snapshot = nil
+	l.snapshot, l.savedResp = nil, nil
 	if final != "" {
 		l.final = []byte(final)
 	}
@@ -820,6 +881,9 @@ func (h *streamLogs) persist(l *streamLog, ended bool, resp []byte) error {
 	if rec.Status == "" {
 		rec.Status = "in_progress"
 	}
+	l.mu.Lock()
+	rec.IssuedBelow = l.issuedBelow
+	l.mu.Unlock()
 	put := h.opts.Store.PutStreamLog
 	if sh := h.shared(); sh != nil {
 		put = sh.PutStreamLogUnlessDeleted
@@ -834,6 +898,10 @@ func (h *streamLogs) persist(l *streamLog, ended bool, resp []byte) error {
 	}
 	l.mu.Lock()
 	l.stored = true
+	l.confirmedBelow, l.issueUnconfirmed = max(l.confirmedBelow, rec.IssuedBelow), false
+	if !ended && resp != nil {
+		l.savedResp = resp
+	}
 	l.mu.Unlock()
 	return nil
 }
@@ -1298,7 +1366,10 @@ func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, afte
 			}
 			return endWith(out, resumeErrorEvent(next, "the stream's log ends without a terminal event"))
 		case h.abandoned(cur, lastNew, idle):
-			return endWith(out, resumeErrorEvent(next, abandonedMessage))
+			// Numbered past every event its gateway may have sent a client
+			// (IssuedBelow), stored or not: never a number a client already
+			// holds for another event.
+			return endWith(out, resumeErrorEvent(max(next, cur.IssuedBelow), abandonedMessage))
 		}
 		if time.Since(lastKA) > 15*time.Second {
 			lastKA = time.Now()

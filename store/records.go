@@ -445,7 +445,9 @@ func decodeChunk(seq uint64, v []byte) (Chunk, error) {
 }
 
 // Stream-log value: version, flags(1: streamLog* bits), owner, status,
-// response, input, created_at, expires_at. The response id is in the key.
+// response, input, created_at, expires_at, then issued_below when its flag
+// is set (a record that carries none has neither). The response id is in
+// the key.
 func encodeStreamLog(l *StreamLog) []byte {
 	e := encoder{buf: make([]byte, 0, 32+len(l.Owner)+len(l.Status)+len(l.Response)+len(l.Input))}
 	e.byte(valueVersion)
@@ -459,6 +461,9 @@ func encodeStreamLog(l *StreamLog) []byte {
 	if l.CancelRequested {
 		flags |= streamLogCancelRequested
 	}
+	if l.IssuedBelow > 0 {
+		flags |= streamLogIssuedBelow
+	}
 	e.byte(flags)
 	e.string(l.Owner)
 	e.string(l.Status)
@@ -466,6 +471,9 @@ func encodeStreamLog(l *StreamLog) []byte {
 	e.bytes(l.Input)
 	e.time(l.CreatedAt)
 	e.time(l.ExpiresAt)
+	if l.IssuedBelow > 0 {
+		e.varint(l.IssuedBelow)
+	}
 	return e.buf
 }
 
@@ -474,7 +482,8 @@ const (
 	streamLogBackground      = 1 << 0
 	streamLogEnded           = 1 << 1
 	streamLogCancelRequested = 1 << 2
-	streamLogFlags           = streamLogBackground | streamLogEnded | streamLogCancelRequested
+	streamLogIssuedBelow     = 1 << 3
+	streamLogFlags           = streamLogBackground | streamLogEnded | streamLogCancelRequested | streamLogIssuedBelow
 )
 
 func decodeStreamLog(responseID string, v []byte) (StreamLog, error) {
@@ -493,6 +502,9 @@ func decodeStreamLog(responseID string, v []byte) (StreamLog, error) {
 	l.Input = d.bytes()
 	l.CreatedAt = d.time()
 	l.ExpiresAt = d.time()
+	if flags&streamLogIssuedBelow != 0 {
+		l.IssuedBelow = d.varint()
+	}
 	return l, d.finish()
 }
 

@@ -15,7 +15,8 @@ import (
 //
 //	l:<response_id>   the record (hash: r = record, x = expiry stamp,
 //	                  c = "1" once CancelStreamLog asked to cancel,
-//	                  w = stamp of the last put, f = FollowStreamLog's mark)
+//	                  w = stamp of the last put, f = FollowStreamLog's mark,
+//	                  i = the highest IssuedBelow put, in decimal)
 //	e:<response_id>   its events (sorted set: score = sequence number,
 //	                  member = the number as 8 bytes big-endian, then the
 //	                  encoded event)
@@ -30,9 +31,10 @@ import (
 //
 // The record key expires with the record's ExpiresAt (PEXPIRE, relative to
 // the store's clock, as every record); the events key gets the record's
-// remaining time on every put and append. The cancel flag and the follow
-// mark are fields of their own so that a put, which rewrites r, keeps them
-// without reading them first.
+// remaining time on every put and append. The cancel flag, the follow mark
+// and IssuedBelow are fields of their own so that a put, which rewrites r,
+// keeps them without reading them first (IssuedBelow outside r also leaves
+// r readable by a replica of an earlier version during a rolling upgrade).
 var (
 	_ StreamLogStore       = (*RedisStore)(nil)
 	_ SharedStreamLogStore = (*RedisStore)(nil)
@@ -49,9 +51,10 @@ func (s *RedisStore) streamLogKeys(id string) []string {
 }
 
 // putStreamLogScript: KEYS record, events, tombstone; ARGV record value, x,
-// px, now, "1" to set the cancel flag, "1" to refuse a deleted record. A
-// record that is absent or expired is replaced with its events, cancel flag
-// and follow mark dropped; a live one keeps them. 0: refused (the
+// px, now, "1" to set the cancel flag, "1" to refuse a deleted record,
+// IssuedBelow. A record that is absent or expired is replaced with its
+// events, cancel flag, follow mark and IssuedBelow dropped; a live one keeps
+// them (IssuedBelow raised, never lowered). 0: refused (the
 // tombstone is there); else 1, and a tombstone is gone.
 var putStreamLogScript = redis.NewScript(luaPrelude + `
 if redis.call('EXISTS', KEYS[3]) == 1 then
@@ -63,6 +66,7 @@ if not live(redis.call('HGET', KEYS[1], 'x'), ARGV[4]) then
 end
 redis.call('HSET', KEYS[1], 'r', ARGV[1], 'x', ARGV[2], 'w', ARGV[4])
 if ARGV[5] == '1' then redis.call('HSET', KEYS[1], 'c', '1') end
+if tonumber(ARGV[7]) > (tonumber(redis.call('HGET', KEYS[1], 'i')) or 0) then redis.call('HSET', KEYS[1], 'i', ARGV[7]) end
 expire(KEYS[1], ARGV[3])
 if redis.call('EXISTS', KEYS[2]) == 1 then expire(KEYS[2], ARGV[3]) end
 return 1
@@ -153,8 +157,11 @@ func (s *RedisStore) putStreamLog(ctx context.Context, l StreamLog, unlessDelete
 	if unlessDeleted {
 		refuse = "1"
 	}
+	issued := l.IssuedBelow
+	l.IssuedBelow = 0 // a field of its own (i), not in r
 	v, err := s.exec(ctx, putStreamLogScript, s.streamLogKeys(l.ResponseID),
-		encodeStreamLog(&l), stamp(l.ExpiresAt), s.pxUntil(l.ExpiresAt), stamp(s.now()), cancel, refuse)
+		encodeStreamLog(&l), stamp(l.ExpiresAt), s.pxUntil(l.ExpiresAt), stamp(s.now()), cancel, refuse,
+		strconv.FormatInt(issued, 10))
 	if err != nil {
 		return fmt.Errorf("store: put stream log %s: %w", RedactID(l.ResponseID), s.fail(err))
 	}
@@ -176,7 +183,7 @@ func (s *RedisStore) GetStreamLog(ctx context.Context, responseID string) (Strea
 		return StreamLog{}, fmt.Errorf("store: get stream log %s: %w", RedactID(responseID), err)
 	}
 	defer release()
-	vals, err := s.c.HMGet(ctx, s.streamLogKey(responseID), "r", "c", "w", "f").Result()
+	vals, err := s.c.HMGet(ctx, s.streamLogKey(responseID), "r", "c", "w", "f", "i").Result()
 	if err != nil {
 		return StreamLog{}, fmt.Errorf("store: get stream log %s: %w", RedactID(responseID), s.fail(err))
 	}
@@ -203,6 +210,9 @@ func (s *RedisStore) GetStreamLog(ctx context.Context, responseID string) (Strea
 	w, _ := vals[2].(string)
 	f, _ := vals[3].(string)
 	l.SavedAt, l.FollowedUntil = stampTime(w), stampTime(f)
+	if i, _ := vals[4].(string); i != "" {
+		l.IssuedBelow, _ = strconv.ParseInt(i, 10, 64)
+	}
 	return l, nil
 }
 

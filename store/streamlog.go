@@ -85,6 +85,14 @@ type StreamLog struct {
 	Input []byte
 	// CancelRequested is set by CancelStreamLog; PutStreamLog keeps it.
 	CancelRequested bool
+	// IssuedBelow bounds the sequence numbers the writer may have sent a
+	// client: every event it sent is numbered below it, stored or not yet
+	// (the writer raises it, written ahead, before it sends an event at or
+	// past it). A reader that finds the log abandoned numbers the error
+	// event that ends it at or past IssuedBelow, so that the number is none
+	// a client already got for another event. 0: unknown (a writer that
+	// does not say). PutStreamLog keeps the highest written.
+	IssuedBelow int64
 	// CreatedAt and ExpiresAt bound the record's life.
 	CreatedAt, ExpiresAt time.Time
 	// SavedAt is when the record was last written, by the writing store's

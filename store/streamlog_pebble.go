@@ -48,7 +48,8 @@ func validStreamAppend(responseID string, first int64, n int) error {
 
 // PutStreamLog creates or replaces the record of l.ResponseID in one synced
 // batch. A live record's events and CancelRequested are kept (the flag is
-// read and written back under the log's lock); an expired, not yet swept
+// read and written back under the log's lock), and so is its IssuedBelow
+// when higher; an expired, not yet swept
 // record is replaced as if absent, its events dropped. A zero CreatedAt
 // becomes the store's clock; a zero ExpiresAt is ErrInvalid.
 func (s *PebbleStore) PutStreamLog(ctx context.Context, l StreamLog) (err error) {
@@ -70,6 +71,7 @@ func (s *PebbleStore) PutStreamLog(ctx context.Context, l StreamLog) (err error)
 	switch {
 	case err == nil && !expired(old.ExpiresAt, s.now()):
 		l.CancelRequested = l.CancelRequested || old.CancelRequested
+		l.IssuedBelow = max(l.IssuedBelow, old.IssuedBelow)
 	case err == nil:
 		// The events of the expired record must not show up in the new one.
 		if err := deleteStreamLog(b, l.ResponseID); err != nil {

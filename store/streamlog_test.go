@@ -372,8 +372,14 @@ func TestStreamEventKeys(t *testing.T) {
 
 func TestStreamLogRecordEncoding(t *testing.T) {
 	in := StreamLog{ResponseID: "r", Owner: "o", Status: "completed", Ended: true, CancelRequested: true,
-		Response: []byte("{}"), Input: []byte("[]"), CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+		Response: []byte("{}"), Input: []byte("[]"), CreatedAt: t0, ExpiresAt: t0.Add(time.Hour), IssuedBelow: 300}
 	v := encodeStreamLog(&in)
+	// A record without IssuedBelow is encoded as before it existed.
+	without := in
+	without.IssuedBelow = 0
+	if w := encodeStreamLog(&without); len(w) >= len(v) || !bytes.Equal(w[2:], v[2:len(w)]) || w[1] != v[1]&^streamLogIssuedBelow {
+		t.Fatalf("without IssuedBelow: %x, with: %x", w, v)
+	}
 	got, err := decodeStreamLog("r", v)
 	if err != nil || !reflect.DeepEqual(got, in) {
 		t.Fatalf("decode = %+v, %v", got, err)
@@ -395,6 +401,49 @@ func TestStreamLogRecordEncoding(t *testing.T) {
 	if got, err := decodeStreamEvent(7, encodeStreamEvent(&ev)); err != nil || !reflect.DeepEqual(got, ev) {
 		t.Errorf("event decode = %+v, %v", got, err)
 	}
+}
+
+// TestStreamLogIssuedBelowKeepsTheHighest: a record's IssuedBelow (the
+// bound its writer raised ahead of the events it sent) is never lowered by
+// a later put, a put without one or a cancel, on every backend: a put that
+// lands after a newer one must not make a reader number an error event as
+// one a client already got.
+func TestStreamLogIssuedBelowKeepsTheHighest(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s, _ := b.open(t)
+		ctx := context.Background()
+		put := func(issued int64) {
+			t.Helper()
+			if err := s.PutStreamLog(ctx, StreamLog{ResponseID: "r", Status: "in_progress", ExpiresAt: t0.Add(time.Hour), IssuedBelow: issued}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		check := func(want int64) {
+			t.Helper()
+			if got, err := s.GetStreamLog(ctx, "r"); err != nil || got.IssuedBelow != want {
+				t.Fatalf("IssuedBelow = %d, %v; want %d", got.IssuedBelow, err, want)
+			}
+		}
+		put(0)
+		check(0)
+		put(64)
+		check(64)
+		put(32)
+		check(64)
+		put(0)
+		check(64)
+		put(128)
+		check(128)
+		if err := s.CancelStreamLog(ctx, "r"); err != nil {
+			t.Fatal(err)
+		}
+		check(128)
+		if err := s.DeleteStreamLog(ctx, "r"); err != nil {
+			t.Fatal(err)
+		}
+		put(16) // a new record: nothing of the deleted one is kept
+		check(16)
+	})
 }
 
 // TestStreamLogConcurrent runs a stream's writer (appending every event
