@@ -4,7 +4,6 @@ import (
 	"container/list"
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -202,20 +201,13 @@ func ownerLookupFailed(what string, err error) *apierr.Error {
 // storeUnavailable is the answer to a request the gateway's store failed
 // for (err: why), saying what failed. The store is the gateway's own, so it
 // is a 503, as for an owner that is out (failOwnerOut), rather than the 502
-// of an upstream that answered badly. A store out for the moment (a Redis
-// that is down, a full disk) is a retry with Retry-After (README "Scale-out
-// with Redis"); one closed until the gateway restarts (a damaged file,
-// README "Continuity") gets no Retry-After and no "retry": no wait brings
-// it back, only an operator.
+// of an upstream that answered badly: a retry with Retry-After while the
+// store is out for the moment (a Redis that is down, a full disk, README
+// "Scale-out with Redis"), no Retry-After and no "retry" once it is closed
+// until the gateway restarts (a damaged file, README "Continuity"). The
+// rule is apierr.StoreUnavailable's, which streaming input shares.
 func storeUnavailable(err error, format string, args ...any) *apierr.Error {
-	what := fmt.Sprintf(format, args...)
-	if errors.Is(err, store.ErrUnavailableUntilRestart) {
-		return apierr.UpstreamUnavailable(http.StatusServiceUnavailable,
-			"%s: the gateway's store is damaged and stays unavailable until an operator restores it and restarts the gateway", what)
-	}
-	e := apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "%s; retry the request", what)
-	e.RetryAfter = store.UnavailableRetryAfter
-	return e
+	return apierr.StoreUnavailable(apierr.CodeUpstreamUnavailable, store.ClientRetryAfter(err), format, args...)
 }
 
 // ownerRemoved is the answer to a request that names a response (what:

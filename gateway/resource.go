@@ -348,13 +348,6 @@ func (s *Server) lookupStoredLog(ctx context.Context, id, owner string) (rec sto
 // a store damaged for good; err says which).
 func storeUnreadable(err error) *apierr.Error { return ownerLookupFailed("the response", err) }
 
-// storedLog is lookupStoredLog for a caller that goes on, when the store
-// cannot be read, as for a response whose log it does not have.
-func (s *Server) storedLog(ctx context.Context, id, owner string) (store.StreamLog, bool) {
-	rec, found, _ := s.lookupStoredLog(ctx, id, owner)
-	return rec, found
-}
-
 const (
 	// anchorFreshFor is how young a response's anchor is for its log,
 	// missing from a shared store, to be awaited (lateStoredLog): its
@@ -735,7 +728,14 @@ func (s *Server) handleDeleteResponse(w http.ResponseWriter, r *http.Request, ps
 		l := s.logs.current(r.Context(), id, owner)
 		stored := false
 		if l == nil { // the store is asked only for a log this process does not hold
-			_, stored = s.storedLog(r.Context(), id, owner)
+			// A store that cannot be read is its 503, not "no such
+			// response": a 404 would tell the client the response is gone
+			// while its log and conversation are kept (lookupStoredLog).
+			var aerr *apierr.Error
+			if _, stored, aerr = s.lookupStoredLog(r.Context(), id, owner); aerr != nil {
+				aerr.Write(w)
+				return
+			}
 		}
 		if l != nil || stored {
 			if l != nil && l.stop(errCancelled) { // nothing runs for a deleted response
@@ -817,8 +817,16 @@ func (s *Server) deleteKeptTurn(w http.ResponseWriter, r *http.Request, id, keyH
 	if !owned {
 		return false
 	}
-	if _, err := s.convs.durable.GetTurn(r.Context(), id); err != nil {
-		return false // none kept (or unreadable): the owner answers, as before
+	switch _, err := s.convs.durable.GetTurn(r.Context(), id); {
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalid):
+		return false // none kept: the owner answers, as before
+	case errors.Is(err, store.ErrCorrupt): // kept, but undecodable: deleted all the same
+	case err != nil:
+		// Not "none kept": a Chat upstream's response would be a 404
+		// while its conversation stays (storeUnavailable).
+		s.log.Error("reading a response's conversation items failed", "response_id", LogID(id), "error", err)
+		storeUnavailable(err, "reading the response's conversation items failed").Write(w)
+		return true
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), anchorWriteTimeout)
 	defer cancel()
@@ -935,7 +943,12 @@ func (s *Server) handleCancelResponse(w http.ResponseWriter, r *http.Request, ps
 			writeResponse(w, id, resp, true)
 			return
 		}
-		if rec, ok := s.storedLog(r.Context(), id, owner); ok {
+		rec, found, aerr := s.lookupStoredLog(r.Context(), id, owner)
+		if aerr != nil { // the response may run on another replica: not a 404
+			aerr.Write(w)
+			return
+		}
+		if found {
 			s.cancelStored(w, r, rec)
 			return
 		}
@@ -969,7 +982,7 @@ func (s *Server) cancelStored(w http.ResponseWriter, r *http.Request, rec store.
 			return
 		}
 		s.log.Warn("asking to cancel a response through the store failed", "response_id", LogID(id), "error", err)
-		apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "asking the gateway running the response to cancel it failed; retry").Write(w)
+		storeUnavailable(err, "asking the gateway running the response to cancel it failed").Write(w)
 		return
 	}
 	deadline := time.NewTimer(cancelWait)
@@ -997,7 +1010,7 @@ func (s *Server) cancelStored(w http.ResponseWriter, r *http.Request, rec store.
 			return
 		case err != nil:
 			s.log.Warn("reading a stream log failed", "response_id", LogID(id), "error", err)
-			apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the cancel was asked, but reading the response back failed; retrieve the response for its status").Write(w)
+			storeUnavailable(err, "the cancel was asked, but reading the response back failed").Write(w)
 			return
 		case cur.Ended:
 			writeRaw(w, http.StatusOK, withBackground(cur.Response, true))

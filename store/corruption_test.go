@@ -172,3 +172,21 @@ func TestCorruptTableMetByAReadFailsTheStore(t *testing.T) {
 		t.Errorf("no ERROR line telling the operator what to do:\n%.3000s", logs.String())
 	}
 }
+
+// TestClientRetryAfter: a client is told to wait only for a store that a
+// wait can bring back.
+func TestClientRetryAfter(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		err  error
+		want time.Duration
+	}{
+		{"redis down", fmt.Errorf("get: %w", ErrUnavailable), UnavailableRetryAfter},
+		{"a store error that says nothing more", errors.New("disk on fire"), UnavailableRetryAfter},
+		{"damaged file", untilRestart{fmt.Errorf("x: %w", ErrUnavailable)}, 0},
+	} {
+		if got := ClientRetryAfter(tt.err); got != tt.want {
+			t.Errorf("%s: ClientRetryAfter = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

@@ -44,6 +44,19 @@ const (
 	UnavailableRetryAfter = redisMaxBackoff
 )
 
+// ClientRetryAfter is the wait to tell a client whose request failed on
+// err, a store's error (Retry-After): UnavailableRetryAfter while the store
+// is out for the moment, and 0 when err is ErrUnavailableUntilRestart, a
+// store closed until an operator restores it and restarts the gateway,
+// which no wait brings back (README "Continuity"). The answer that carries
+// it is apierr.StoreUnavailable.
+func ClientRetryAfter(err error) time.Duration {
+	if errors.Is(err, ErrUnavailableUntilRestart) {
+		return 0
+	}
+	return UnavailableRetryAfter
+}
+
 // RedisOptions configure OpenRedis. Only URL is required.
 type RedisOptions struct {
 	// URL is redis://[user:password@]host:port/db, or rediss://… for TLS.

@@ -271,11 +271,14 @@ func errTooLarge(limit int64) *apierr.Error {
 	return e
 }
 
-// errStore answers a store failure; what says what the gateway could not
-// do ("store the chunk durably", "read the session's chunks").
-func errStore(what string) *apierr.Error {
-	return &apierr.Error{Status: http.StatusServiceUnavailable, Type: apierr.TypeServer, Code: apierr.CodeStoreUnavailable,
-		Message: "the gateway could not " + what + "; retry the request", RetryAfter: store.UnavailableRetryAfter}
+// errStore answers a store failure (err: why; nil when what the store
+// holds could not be used); what says what the gateway could not do
+// ("store the chunk durably", "read the session's chunks"). It is the 503
+// of any request the gateway's store fails (apierr.StoreUnavailable): a
+// retry after Retry-After while the store is out for the moment, none for
+// a store damaged for good, with this package's code, store_unavailable.
+func errStore(what string, err error) *apierr.Error {
+	return apierr.StoreUnavailable(apierr.CodeStoreUnavailable, store.ClientRetryAfter(err), "the gateway could not %s", what)
 }
 
 func errShutdown() *apierr.Error {

@@ -346,7 +346,7 @@ func (m *Manager) create(ctx context.Context, p sessionParams) (*session, *apier
 				return nil, apierr.Invalid("template", apierr.CodePayloadTooLarge, "the template is too large to store")
 			}
 			m.log.Error("creating a streaming-input session failed", "error", err)
-			return nil, errStore("store the session durably")
+			return nil, errStore("store the session durably", err)
 		}
 		s.stored = s.lastActivity
 	}

@@ -377,7 +377,7 @@ func (s *session) storeFailureLocked(op, what string, err error) *apierr.Error {
 		return e
 	}
 	s.m.log.Error("streaming-input store write failed", "op", op, "session", store.RedactID(s.id), "error", err)
-	return errStore(what)
+	return errStore(what, err)
 }
 
 // finish ends the input (POST …/finish). It is idempotent.
@@ -532,7 +532,7 @@ func (s *session) run(ctx context.Context, res *result, upto uint64, mem []chunk
 		all, err := s.m.opts.Store.Chunks(ctx, s.id)
 		if err != nil {
 			s.m.log.Error("loading the session's chunks failed", "session", store.RedactID(s.id), "error", err)
-			fail(errStore("read the session's chunks"))
+			fail(errStore("read the session's chunks", err))
 			return
 		}
 		chunks = make([]chunk, 0, upto)
@@ -543,14 +543,14 @@ func (s *session) run(ctx context.Context, res *result, upto uint64, mem []chunk
 			meta, err := decodeMeta(sc.Modality)
 			if err != nil {
 				s.m.log.Error("undecodable stored chunk", "session", store.RedactID(s.id), "seq", sc.Seq, "error", err)
-				fail(errStore("read the session's chunks"))
+				fail(errStore("read the session's chunks", nil))
 				return
 			}
 			chunks = append(chunks, chunk{seq: sc.Seq, meta: meta, payload: sc.Payload})
 		}
 		if uint64(len(chunks)) != upto {
 			s.m.log.Error("stored chunks are missing", "session", store.RedactID(s.id), "want", upto, "have", len(chunks))
-			fail(errStore("read the session's chunks"))
+			fail(errStore("read the session's chunks", nil))
 			return
 		}
 	}

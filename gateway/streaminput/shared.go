@@ -59,9 +59,10 @@ var errChanged = &apierr.Error{Status: http.StatusServiceUnavailable, Type: apie
 // rounds keeps replicas that write at once from colliding again.
 const maxResyncs = 16
 
-func errSharedStore() *apierr.Error {
-	return &apierr.Error{Status: http.StatusServiceUnavailable, Type: apierr.TypeServer, Code: apierr.CodeStoreUnavailable,
-		Message: "the streaming-input session store is unavailable; retry the request", RetryAfter: store.UnavailableRetryAfter}
+// errSharedStore answers a request the shared session store failed for
+// (err: why; nil when what it holds could not be used): errStore's rule.
+func errSharedStore(err error) *apierr.Error {
+	return apierr.StoreUnavailable(apierr.CodeStoreUnavailable, store.ClientRetryAfter(err), "the streaming-input session store is unavailable")
 }
 
 // lookup finds the session a REST request names. With a shared store it
@@ -88,7 +89,7 @@ func (m *Manager) lookup(ctx context.Context, id, keyHash string) (*session, *ap
 		return nil, nil
 	case err != nil:
 		m.log.Error("reading a streaming-input session from the shared store failed", "session", store.RedactID(id), "error", err)
-		return nil, errSharedStore()
+		return nil, errSharedStore(err)
 	case rec.ClientKeyHash != keyHash:
 		return nil, nil
 	}
@@ -134,7 +135,7 @@ func (m *Manager) adopt(ctx context.Context, id, keyHash string) (*session, *api
 		return nil, nil
 	case err != nil:
 		m.log.Error("reading a streaming-input session from the shared store failed", "session", store.RedactID(id), "error", err)
-		return nil, errSharedStore()
+		return nil, errSharedStore(err)
 	case rec.ClientKeyHash != keyHash:
 		return nil, nil
 	}
@@ -144,7 +145,7 @@ func (m *Manager) adopt(ctx context.Context, id, keyHash string) (*session, *api
 	}
 	if err != nil {
 		m.log.Error("loading a streaming-input session from the shared store failed", "session", store.RedactID(id), "error", err)
-		return nil, errSharedStore()
+		return nil, errSharedStore(err)
 	}
 	s.mu.Lock()
 	s.sharedStateLocked()
@@ -164,13 +165,13 @@ func (s *session) refreshLocked(ctx context.Context, rec store.InputSession) *ap
 	}
 	if err != nil {
 		s.m.log.Error("reading a streaming-input session's chunks from the shared store failed", "session", store.RedactID(s.id), "error", err)
-		return errSharedStore()
+		return errSharedStore(err)
 	}
 	local, started, done, res, saw := s.local, s.started, s.done, s.res, s.saw
 	oldHeld := s.held
 	if err := s.applyStored(rec, stored); err != nil {
 		s.m.log.Error("undecodable streaming-input session in the shared store", "session", store.RedactID(s.id), "error", err)
-		return errSharedStore()
+		return errSharedStore(nil)
 	}
 	if local {
 		s.started, s.done, s.res, s.saw = started, done, res, saw
@@ -211,7 +212,7 @@ func (s *session) sharedStateLocked() {
 func (s *session) resyncLocked(ctx context.Context, try int) *apierr.Error {
 	if try >= maxResyncs {
 		s.m.log.Warn("streaming-input session changed by other replicas on every try", "session", store.RedactID(s.id), "tries", try)
-		return errSharedStore()
+		return errSharedStore(nil)
 	}
 	time.Sleep(time.Duration(rand.Int64N(int64(try) * int64(time.Millisecond))))
 	rec, err := s.m.shared.GetInputSession(ctx, s.id)
@@ -221,7 +222,7 @@ func (s *session) resyncLocked(ctx context.Context, try int) *apierr.Error {
 		return errNotFound()
 	case err != nil:
 		s.m.log.Error("reading a streaming-input session from the shared store failed", "session", store.RedactID(s.id), "error", err)
-		return errSharedStore()
+		return errSharedStore(err)
 	}
 	return s.refreshLocked(ctx, rec)
 }
@@ -641,7 +642,7 @@ func (s *session) follow(res *result) {
 			case store.ResultHead:
 				var h resultHead
 				if err := json.Unmarshal(p.Data, &h); err != nil || h.Status == 0 {
-					res.finish(errSharedStore())
+					res.finish(errSharedStore(nil))
 					return
 				}
 				s.mu.Lock()

@@ -201,6 +201,25 @@ func UpstreamUnavailable(status int, format string, args ...any) *Error {
 	return &Error{Status: status, Type: TypeServer, Code: CodeUpstreamUnavailable, Message: fmt.Sprintf(format, args...)}
 }
 
+// StoreUnavailable is the 503 for a request the gateway's own store failed
+// for, the message saying what failed (format, args); code is the
+// surface's (upstream_unavailable, or streaming input's store_unavailable).
+// retryAfter is the store's wait (store.ClientRetryAfter): positive, the
+// store is out for the moment and the client is told to retry after it;
+// zero, the store stays failed until an operator restores it and restarts
+// the gateway, which the message says, with no Retry-After and no "retry"
+// that no wait would honour (README "Continuity").
+func StoreUnavailable(code string, retryAfter time.Duration, format string, args ...any) *Error {
+	what := fmt.Sprintf(format, args...)
+	e := &Error{Status: http.StatusServiceUnavailable, Type: TypeServer, Code: code}
+	if retryAfter <= 0 {
+		e.Message = what + ": the gateway's store is damaged and stays unavailable until an operator restores it and restarts the gateway"
+		return e
+	}
+	e.Message, e.RetryAfter = what+"; retry the request", retryAfter
+	return e
+}
+
 // Parse reads an OpenAI-style error from an error body or event. It accepts
 // {"error":{…}}, a bare {"message","type","code","param"} object, and
 // {"type":"error","error":{…}} / response.failed shapes are handled by callers.

@@ -79,3 +79,29 @@ func TestRetryAfterHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestStoreUnavailable: the store's 503 says to retry, with Retry-After,
+// only when the store gives a wait; without one (a store damaged for
+// good) it says an operator must act, and sends no Retry-After.
+func TestStoreUnavailable(t *testing.T) {
+	for _, tt := range []struct {
+		name           string
+		retryAfter     time.Duration
+		wantMessage    string
+		wantRetryAfter string
+	}{
+		{"out for the moment", 2 * time.Second, "reading x failed; retry the request", "2"},
+		{"damaged for good", 0, "reading x failed: the gateway's store is damaged and stays unavailable until an operator restores it and restarts the gateway", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := StoreUnavailable(CodeStoreUnavailable, tt.retryAfter, "reading %s failed", "x")
+			rec := httptest.NewRecorder()
+			e.Write(rec)
+			if rec.Code != 503 || e.Code != CodeStoreUnavailable || e.Type != TypeServer || e.Message != tt.wantMessage ||
+				rec.Header().Get("Retry-After") != tt.wantRetryAfter {
+				t.Errorf("%d %+v Retry-After %q; want 503 %s %q Retry-After %q", rec.Code, e, rec.Header().Get("Retry-After"),
+					CodeStoreUnavailable, tt.wantMessage, tt.wantRetryAfter)
+			}
+		})
+	}
+}
