@@ -268,14 +268,14 @@ func chargeFor(class, code string, status int, why string, wait failureWait) *up
 		return &upstream.Failure{Class: "timeout", Reason: why}
 	case hostabi.FailureOverloaded:
 		f := upstream.Failure{Class: "overloaded", Reason: why}
-		f.Hint, _ = upstream.RetryAfter(wait.header, wait.message, time.Now())
+		f.TakeHint(wait.header, wait.message, time.Now())
 		return &f
 	case hostabi.FailureRateLimit, hostabi.FailureQuota:
 		f := upstream.CapacityFailure(wait.header, wait.message, code, status, time.Now(), why)
 		return &f
 	case hostabi.FailureCut, hostabi.FailureServerError, hostabi.FailureErrorEvent:
 		f := upstream.Failure{Class: "server_error", Reason: why}
-		f.Hint, _ = upstream.RetryAfter(wait.header, wait.message, time.Now())
+		f.TakeHint(wait.header, wait.message, time.Now())
 		return &f
 	}
 	return nil
@@ -2178,7 +2178,9 @@ func (s *Server) continuationAnswer(ctx, upCtx context.Context, out responder, r
 	}
 	if ans.status/100 != 2 {
 		perr, _ := apierr.Parse(ans.body)
-		why := "HTTP " + strconv.Itoa(ans.status) + " " + firstNonEmpty(perr.Code, perr.Message, strings.TrimSpace(string(ans.body)))
+		// A 200 whose body was an error envelope is named as what the
+		// upstream sent (statusReason), as on a first attempt.
+		why := ans.statusReason(firstNonEmpty(perr.Code, perr.Message, strings.TrimSpace(string(ans.body))))
 		return s.continuationFailed(ctx, cs, req, u, statusClass(perr.Code, ans.status), perr.Code, ans.status, why,
 			failureWait{header: ans.header, message: perr.Message}), true
 	}

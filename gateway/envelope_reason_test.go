@@ -9,6 +9,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/sluice-gw/sluice/gateway"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
 // TestErrorEnvelopeIn200ReasonNamesTheSentStatus: an upstream's 200 whose
@@ -54,5 +55,32 @@ func TestErrorEnvelopeIn200ReasonNamesTheSentStatus(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestContinuationTargetErrorEnvelopeIn200ReasonNamesTheSentStatus: a
+// continuation target's 200 whose body is a server error's envelope is
+// judged as the 502 it stands for, but its failure reason (the target's
+// last failure in /admin/upstreams, the log) names what the upstream sent,
+// as a first attempt's does.
+func TestContinuationTargetErrorEnvelopeIn200ReasonNamesTheSentStatus(t *testing.T) {
+	const envelope = `{"error":{"message":"something broke","type":"server_error","code":"server_error"}}`
+	const want = "HTTP 200 error body: server_error"
+	for _, proto := range []string{"responses", "chat"} {
+		t.Run(proto, func(t *testing.T) {
+			h := contHarness(t, gateway.ContinuationAuto, harnessConfig{protocol: map[string]string{"P": proto, "B": proto}})
+			h.ups["P"].Enqueue(upstreamtest.Answer(fullAnswer, 9).CutAfterDeltas(3))
+			h.ups["B"].SetDefault(answering(judgedSurfaces[1], envelope))
+			h.streamEvents("/v1/responses", `{"model":"m","input":"hi","stream":true}`)
+			if n := h.ups["B"].RequestCount(); n == 0 {
+				t.Fatal("the continuation target B was never asked")
+			}
+			if tg, _ := h.target("B", "m"); !strings.Contains(tg.LastFailure, want) {
+				t.Fatalf("B's last failure %q; want %q", tg.LastFailure, want)
+			}
+			if logs := h.logs.String(); !strings.Contains(logs, want) || strings.Contains(logs, "HTTP 502") {
+				t.Fatalf("the log does not name the 200 the upstream sent:\n%s", logs)
+			}
+		})
 	}
 }

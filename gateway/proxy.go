@@ -440,11 +440,12 @@ func (s *Server) forward(ctx context.Context, out responder, req *clientRequest,
 	var lastErr *apierr.Error
 	var lastErrHeader http.Header // the headers of the answer lastErr is (attemptResult.clientHeader)
 	// waitHint is the shortest wait the failed attempts' upstreams asked
-	// for (Retry-After, retry-after-ms, "try again in"); hintless: one
-	// failed without asking, so no upstream tried says when it is back
-	// (the targets skipped for a cooldown or open circuit may still say).
+	// for (Retry-After, retry-after-ms, "try again in"; zero for "retry
+	// now"); hintless: one failed without asking, so no upstream tried says
+	// when it is back (the targets skipped for a cooldown or open circuit
+	// may still say).
 	var waitHint time.Duration
-	hintless := false
+	hintless, hinted := false, false
 	replays := 0
 	replayPending := false
 	retried := map[upstream.Target]bool{}  // the host's bound: one same-target retry per target
@@ -489,10 +490,10 @@ attempts:
 		}
 		failures = append(failures, t.String()+": "+res.why)
 		switch {
-		case try.fail == nil || try.fail.Hint <= 0:
+		case !try.fail.HasHint():
 			hintless = true
-		case waitHint == 0 || try.fail.Hint < waitHint:
-			waitHint = try.fail.Hint
+		case !hinted || try.fail.Hint < waitHint:
+			waitHint, hinted = try.fail.Hint, true
 		}
 		if res.clientErr != nil {
 			lastErr, lastErrHeader = res.clientErr, res.clientHeader
@@ -1170,11 +1171,12 @@ func (s *Server) replay(ctx context.Context, out responder, req *clientRequest, 
 	// replays this failure invisibly (README "Failover and replay").
 	in := hostabi.ReplayInput{Phase: hostabi.PhaseBeforeContent, FailureClass: eventClass(code, status), Code: code, HTTPStatus: status,
 		ReplayCount: replays, PendingRequests: ans.pending}
-	hint, _ := upstream.RetryAfter(header, msg, time.Now())
-	in.RetryAfterMillis = hint.Milliseconds()
+	var wait upstream.Failure // the upstream's wait, "retry now" included
+	wait.TakeHint(header, msg, time.Now())
+	in.RetryAfterMillis = wait.HintMillis()
 	switch in.FailureClass { // the target's cooldown (upstream package), whatever the verdict
 	case hostabi.FailureOverloaded:
-		try.fail = &upstream.Failure{Class: "overloaded", Reason: "stream error " + code, Hint: hint}
+		try.fail = &upstream.Failure{Class: "overloaded", Reason: "stream error " + code, Hint: wait.Hint, Hinted: wait.Hinted}
 	case hostabi.FailureRateLimit, hostabi.FailureQuota:
 		f := upstream.CapacityFailure(header, msg, code, status, time.Now(), "stream error "+code)
 		try.fail = &f
@@ -1363,7 +1365,7 @@ func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRe
 		ce.RetryAfter = f.Hint // the upstream's own wait reaches the client too, so its retry waits it out
 		f.Type = perr.Type     // and its error type, with the code, while the target cools down
 		clientErr, why = &ce, coded
-		in.FailureClass, in.RetryAfterMillis = hostabi.FailureRateLimit, f.Hint.Milliseconds()
+		in.FailureClass, in.RetryAfterMillis = hostabi.FailureRateLimit, f.HintMillis()
 		if f.Class == "quota" {
 			in.FailureClass = hostabi.FailureQuota
 		}
@@ -1375,18 +1377,18 @@ func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRe
 		// Overloaded: by default the next target at once; a hint cools this one down.
 		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "overloaded").Inc()
 		f := upstream.Failure{Class: "overloaded", Reason: why}
-		f.Hint, _ = upstream.RetryAfter(ans.header, perr.Message, time.Now())
+		f.TakeHint(ans.header, perr.Message, time.Now())
 		try.fail = &f
-		in.FailureClass, in.RetryAfterMillis = hostabi.FailureOverloaded, f.Hint.Milliseconds()
+		in.FailureClass, in.RetryAfterMillis = hostabi.FailureOverloaded, f.HintMillis()
 	case status >= 500:
 		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "server_error").Inc()
 		f := upstream.Failure{Class: "server_error", Reason: why}
-		f.Hint, _ = upstream.RetryAfter(ans.header, perr.Message, time.Now())
+		f.TakeHint(ans.header, perr.Message, time.Now())
 		if status == http.StatusGatewayTimeout {
 			f.Class = "timeout"
 		}
 		try.fail = &f
-		in.FailureClass, in.RetryAfterMillis = hostabi.FailureServerError, f.Hint.Milliseconds()
+		in.FailureClass, in.RetryAfterMillis = hostabi.FailureServerError, f.HintMillis()
 	case apierr.FromUpstream(perr, status).Code == apierr.CodeContextLengthExceeded:
 		// llama.cpp's exceed_context_size_error included: the client gets
 		// it as context_length_exceeded (openAIShapedBody), and a larger

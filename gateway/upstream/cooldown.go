@@ -136,10 +136,34 @@ func CapacityFailure(h http.Header, message, code string, status int, now time.T
 	if code != "" && code != "rate_limit_exceeded" && IsQuotaCode(code) {
 		f.Class, f.Backoff, f.Code = "quota", QuotaBackoff, code
 	}
-	if d, ok := RetryAfter(h, message, now); ok {
-		f.Hint = d
-	}
+	f.TakeHint(h, message, now)
 	return f
+}
+
+// TakeHint makes the wait the upstream asked for in h or message
+// (RetryAfter) f's hint, when it asked for one, zero included.
+func (f *Failure) TakeHint(h http.Header, message string, now time.Time) {
+	if d, ok := RetryAfter(h, message, now); ok {
+		f.Hint, f.Hinted = d, true
+	}
+}
+
+// HasHint reports whether f carries a wait to honour: a Hint (the
+// upstream's, or a replay policy's penalty), or the upstream's "retry now"
+// (Hinted with a zero Hint). The one rule for "the failure has a hint".
+func (f *Failure) HasHint() bool {
+	return f != nil && (f.Hinted || f.Hint > 0)
+}
+
+// HintMillis is f's hint in whole milliseconds, rounded up, and at least
+// 1 when f is hinted: the replay policy's retry_after_ms (hostabi/ABI.md
+// §3.2), where 0 means no hint, so "retry now" reaches the policy as the
+// shortest wait it can honour (1 ms), never as no hint. 0 when not hinted.
+func (f *Failure) HintMillis() int64 {
+	if !f.HasHint() {
+		return 0
+	}
+	return max(1, (f.Hint + time.Millisecond - 1).Milliseconds())
 }
 
 // IsOverloadedCode reports whether an error code means the upstream (or

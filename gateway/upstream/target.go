@@ -52,10 +52,15 @@ type Failure struct {
 	Class  string
 	Reason string // for logs and /admin/upstreams
 	// Hint is how long the upstream asked us to wait (Retry-After,
-	// retry-after-ms, "try again in Ns", a replay policy's penalty); it is
-	// honoured as the target's cooldown. Zero: no hint.
+	// retry-after-ms, "try again in Ns", a replay policy's penalty); when
+	// f.HasHint, it is honoured as the target's cooldown.
 	Hint time.Duration
-	// Backoff, when there is no Hint, is the base of a jittered exponential
+	// Hinted says the upstream gave a wait even when Hint is zero (TakeHint):
+	// "retry now" (Retry-After: 0, a date already past) is no cooldown at
+	// all, not a missing hint that gets the default backoff (README "Routes
+	// and fallbacks": a shorter wait never gives a longer outage).
+	Hinted bool
+	// Backoff, when there is no hint (HasHint false), is the base of a jittered exponential
 	// cooldown that doubles with each consecutive capacity failure of the
 	// target. Zero: no cooldown (the failure only counts toward the circuit).
 	Backoff time.Duration
@@ -296,7 +301,7 @@ func (p *Pool) TargetFailed(t Target, f Failure) (cooldown time.Duration, opened
 	ts.failures++
 	ts.lastFailure, ts.lastFailureAt = f.Class+": "+f.Reason, now
 	switch {
-	case f.Hint > 0:
+	case f.HasHint():
 		cooldown = clampCooldown(f.Hint)
 		ts.streak++
 	case f.Backoff > 0:
