@@ -98,8 +98,9 @@ type clientStream struct {
 	// continues the stream after a failure after content.
 	splice *splicer
 
-	// Keepalive: a timer that writes an SSE comment or a WebSocket ping
-	// when nothing was written since its last run (active).
+	// Keepalive: a timer that writes an SSE comment when nothing was
+	// written since its last run (active); a WebSocket client is pinged by
+	// its session (wsSession.keepAliveWhileAnswering).
 	ka     *time.Timer
 	active bool
 

@@ -2084,19 +2084,26 @@ func appendCountSum(dst []byte, a, b gjson.Result) []byte {
 
 // ---- keepalive ----
 
-// startKeepAliveLocked starts the stream's keepalive once it is committed.
+// startKeepAliveLocked starts the stream's keepalive once it is committed:
+// an SSE stream that is not could still be answered with an HTTP status (a
+// 429 with Retry-After, a 400), which clients handle better than a
+// response.failed, so before its first event it gets none (README
+// "Continuation"; the wait is bounded by timeouts.header or a route's
+// first_byte). A WebSocket client has no status to keep: its session pings
+// it from the frame's start (wsSession.keepAliveWhileAnswering), so its
+// stream starts no timer of its own.
 func (cs *clientStream) startKeepAliveLocked() {
 	d := cs.s.opts.KeepAlive
-	if d <= 0 || cs.ka != nil || cs.req == nil || !cs.req.stream {
+	if d <= 0 || cs.ka != nil || cs.req == nil || !cs.req.stream || cs.req.viaWebSocket {
 		return
 	}
 	cs.ka = time.AfterFunc(d, cs.keepAlive)
 }
 
 // keepAlive runs every KeepAlive: when nothing was written since the last
-// run (the upstream is silent, or a continuation is connecting), SSE
-// clients get a comment line and WebSocket clients a ping, so they and the
-// proxies between do not time the stream out. It writes under the stream's
+// run (the upstream is silent, or a continuation is connecting), an SSE
+// client gets a comment line, so it and the proxies between do not time
+// the stream out (a WebSocket client gets its session's pings instead). It writes under the stream's
 // lock, and only to a committed stream that has not ended.
 func (cs *clientStream) keepAlive() {
 	d := cs.s.opts.KeepAlive

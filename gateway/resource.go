@@ -1151,6 +1151,9 @@ func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id, hash strin
 		b, _ := io.ReadAll(io.LimitReader(body, maxUpstreamErrorBody))
 		b = s.scrub.Bytes(b)
 		if aerr := ownerError(u.Name(), resp.StatusCode, b, s.opts.MaxJSONDepth); aerr != nil {
+			if resp.StatusCode == http.StatusNotFound {
+				aerr.Message += "; " + s.noLogHeld()
+			}
 			aerr.Write(w)
 			return
 		}
@@ -1224,11 +1227,27 @@ func ownerError(owner string, status int, body []byte, maxDepth int) *apierr.Err
 	}
 	perr := upstreamErrorOf(status, body)
 	e := ownerFault(owner, "answered HTTP %d: %s", status, perr.Message)
+	if perr.Message == "" { // an empty body: say so, not a message that stops at its colon
+		e = ownerFault(owner, "answered HTTP %d %s without an error message", status, http.StatusText(status))
+	}
 	e.Code = firstNonEmpty(perr.Code, e.Code)
 	if status/100 == 4 {
 		e.Status, e.Type = status, apierr.TypeInvalidRequest
 	}
 	return e
+}
+
+// noLogHeld says why a call on a response went to its owner: the gateway
+// holds no log of it (README "How long": a stream's log is kept
+// streams.resume_window after its last event, and logs are off with a
+// window of 0). An owner's own 404 then tells a client that the response
+// is gone everywhere, not that the gateway lost it.
+func (s *Server) noLogHeld() string {
+	if s.logs == nil {
+		return "the gateway keeps no stream logs (streams.resume_window is 0)"
+	}
+	return "the gateway holds no log of the response (a stream's log is kept for streams.resume_window, " +
+		s.logs.opts.Window.String() + ", after its last event)"
 }
 
 // ownerFault is the 502 upstream_error for an owner's answer the gateway

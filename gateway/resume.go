@@ -1270,7 +1270,7 @@ func notStreamed(id string) *apierr.Error {
 func (s *Server) followStored(ctx context.Context, rec store.StreamLog, after int64, out resumeSink) error {
 	ctx, stop := s.untilDrained(ctx)
 	defer stop()
-	return s.logs.followStored(ctx, rec, after, out, s.opts.IdleTimeout)
+	return s.logs.followStored(ctx, rec, after, out, s.opts.IdleTimeout, s.opts.KeepAlive)
 }
 
 // followStored follows a log that this process does not hold: written
@@ -1283,8 +1283,10 @@ func (s *Server) followStored(ctx context.Context, rec store.StreamLog, after in
 // on a shared store, it marks the log followed (FollowStreamLog, every
 // followRenewEvery), so the replica running it keeps it past detach_grace.
 // A ctx cancelled with errDraining ends it with drainedFollowEvent; any
-// other end of ctx (the client left) returns ctx's error.
-func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, after int64, out resumeSink, idle time.Duration) error {
+// other end of ctx (the client left) returns ctx's error. out gets a
+// keepalive every `every` (timeouts.keepalive), as a follower of a log held
+// here does (follow).
+func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, after int64, out resumeSink, idle, every time.Duration) error {
 	st := h.opts.Store
 	sh := h.shared()
 	next := after + 1
@@ -1371,9 +1373,9 @@ func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, afte
 			// holds for another event.
 			return endWith(out, resumeErrorEvent(max(next, cur.IssuedBelow), abandonedMessage))
 		}
-		if time.Since(lastKA) > 15*time.Second {
+		if every > 0 && time.Since(lastKA) >= every {
 			lastKA = time.Now()
-			if err := out.KeepAlive(15 * time.Second); err != nil {
+			if err := out.KeepAlive(every); err != nil {
 				return err
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -171,6 +172,10 @@ type wsSession struct {
 	requestID string
 	memory    *sessionMemory // store:false conversation turns, gone with the socket
 	input     *streaminput.Accumulator
+	// lastWrite is when a frame was last written to the client (Unix
+	// nanoseconds): keepAliveWhileAnswering pings only a socket that was
+	// silent for timeouts.keepalive.
+	lastWrite atomic.Int64
 }
 
 // wsQueueFrames is how many frames of limits.max_ws_frame_bytes a session
@@ -336,6 +341,7 @@ func errShuttingDown() *apierr.Error {
 func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 	start := time.Now()
 	s := ws.s
+	defer ws.keepAliveWhileAnswering(ctx)()
 	out := &wsResponder{ws: ws, ctx: ctx}
 	meta := &reqMeta{start: start, method: "WS", endpoint: "/v1/responses", surface: hostabi.SurfaceWebSocket, key: ws.key, requestID: ws.requestID}
 	// A frame that is answered (refused, or a response.create taken up) is
@@ -485,7 +491,58 @@ type wsResponder struct {
 func (o *wsResponder) write(data []byte) error {
 	ctx, cancel := context.WithTimeout(o.ctx, wsWriteTimeout)
 	defer cancel()
-	return o.ws.conn.Write(ctx, websocket.MessageText, data)
+	err := o.ws.conn.Write(ctx, websocket.MessageText, data)
+	o.ws.lastWrite.Store(time.Now().UnixNano())
+	return err
+}
+
+// keepAliveWhileAnswering pings the client while a frame is answered,
+// whenever nothing was written to the socket for timeouts.keepalive
+// (README "Continuation": "WebSocket clients a ping once nothing was
+// written for a timeouts.keepalive period"), and returns the function that
+// stops it. It runs from the frame's start, not from the first event as an
+// SSE stream's keepalive does (clientStream.keepAlive): a WebSocket client
+// has no HTTP status to keep uncommitted, so the wait for an upstream's
+// headers, a Retry-After wait, a failover or a resume's wait for the next
+// event are all kept alive, and the client gets the same frames. Each ping
+// counts in sluice_keepalives_total{surface="websocket"}.
+func (ws *wsSession) keepAliveWhileAnswering(ctx context.Context) (stop func()) {
+	every := ws.s.opts.KeepAlive
+	if every <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		quietSince := time.Now()
+		t := time.NewTimer(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if w := time.Unix(0, ws.lastWrite.Load()); w.After(quietSince) {
+				quietSince = w
+			}
+			if wait := every - time.Since(quietSince); wait > 0 {
+				t.Reset(wait)
+				continue
+			}
+			// The ping waits for its pong (the session's reader answers
+			// it), bounded by a period: a client that does not answer gets
+			// the next ping a period later.
+			pingCtx, cancel := context.WithTimeout(ctx, every)
+			_ = ws.conn.Ping(pingCtx)
+			cancel()
+			ws.s.metrics.keepalives.WithLabelValues(hostabi.SurfaceWebSocket).Inc()
+			quietSince = time.Now()
+			t.Reset(every)
+		}
+	}()
+	return func() { close(done) }
 }
 
 // errorFrame is the WebSocket error frame; Codex acts on it only with status.
@@ -640,7 +697,8 @@ func (ws *wsSession) resume(ctx context.Context, out *wsResponder, data []byte) 
 }
 
 // wsResumeSink writes a resumed stream as frames (each frame is written
-// whole: nothing to flush; the library answers pings, so no keepalive).
+// whole: nothing to flush; the session pings while it waits,
+// keepAliveWhileAnswering).
 // It counts them: a resume must answer with at least one.
 type wsResumeSink struct {
 	out  *wsResponder
