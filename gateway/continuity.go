@@ -449,16 +449,20 @@ func (c *continuity) forget(ctx context.Context, responseID string) {
 // ownedAnchor is the anchor of responseID when it was recorded for the
 // client key keyHash, in whichever scope: a DELETE of the key's own
 // response reaches its owner upstream. ok is false for another key's
-// anchor, a missing one, or one the store cannot read.
-func (c *continuity) ownedAnchor(ctx context.Context, responseID, keyHash string) (store.Anchor, bool) {
+// anchor or a missing one; err is the store's when it cannot read it (the
+// caller answers storeUnavailable: deleting the gateway's copy then would
+// leave the owner's without a word).
+func (c *continuity) ownedAnchor(ctx context.Context, responseID, keyHash string) (_ store.Anchor, ok bool, err error) {
 	a, ok := c.memo().get(responseID)
 	if !ok {
-		var err error
 		if a, err = c.store.GetAnchor(ctx, responseID); err != nil {
-			return store.Anchor{}, false
+			if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrInvalid) {
+				err = nil
+			}
+			return store.Anchor{}, false, err
 		}
 	}
-	return a, a.ClientKeyHash == keyHash
+	return a, a.ClientKeyHash == keyHash, nil
 }
 
 // handleAnchor is GET /admin/continuity/{response_id}.

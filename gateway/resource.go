@@ -776,7 +776,12 @@ func (s *Server) deleteLogged(w http.ResponseWriter, r *http.Request, id, keyHas
 	var anchor store.Anchor
 	owned, turnKept := false, false
 	if s.cont != nil {
-		anchor, owned = s.cont.ownedAnchor(ctx, id, keyHash) // before forget drops it
+		var err error
+		if anchor, owned, err = s.cont.ownedAnchor(ctx, id, keyHash); err != nil { // before forget drops it
+			s.log.Error("reading a response's anchor failed", "response_id", LogID(id), "error", err)
+			storeUnavailable(err, "reading which upstream owns the response failed").Write(w)
+			return
+		}
 	}
 	if owned && s.pool.Get(anchor.Upstream) == nil {
 		turnKept = s.turnKept(ctx, id) // before deleteTurn: what the removed owner was (deleteAtOwner)
@@ -813,11 +818,16 @@ func (s *Server) deleteKeptTurn(w http.ResponseWriter, r *http.Request, id, keyH
 	if s.cont == nil || s.convs.durable == nil {
 		return false
 	}
-	anchor, owned := s.cont.ownedAnchor(r.Context(), id, keyHash)
+	anchor, owned, err := s.cont.ownedAnchor(r.Context(), id, keyHash)
+	if err != nil {
+		s.log.Error("reading a response's anchor failed", "response_id", LogID(id), "error", err)
+		storeUnavailable(err, "reading which upstream owns the response failed").Write(w)
+		return true
+	}
 	if !owned {
 		return false
 	}
-	switch _, err := s.convs.durable.GetTurn(r.Context(), id); {
+	switch _, err = s.convs.durable.GetTurn(r.Context(), id); {
 	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalid):
 		return false // none kept: the owner answers, as before
 	case errors.Is(err, store.ErrCorrupt): // kept, but undecodable: deleted all the same

@@ -86,3 +86,56 @@ func TestStoreUnavailableAnswerOfADeleteOfAChatResponse(t *testing.T) {
 		})
 	}
 }
+
+// unreadableAnchors is a store whose reads of a response's anchor fail
+// with the error in failure while one is set.
+type unreadableAnchors struct {
+	*store.PebbleStore
+	failure atomic.Pointer[error]
+}
+
+func (u *unreadableAnchors) GetAnchor(ctx context.Context, id string) (store.Anchor, error) {
+	if e := u.failure.Load(); e != nil {
+		return store.Anchor{}, *e
+	}
+	return u.PebbleStore.GetAnchor(ctx, id)
+}
+
+// TestDeleteWithAnUnreadableAnchorDeletesNothing: a DELETE of a response
+// whose anchor (which upstream owns it) the store cannot read is the 503 of
+// a store that cannot be read, and deletes nothing: deleting the gateway's
+// copy then would answer 200 while the owner upstream's copy stays, with
+// nobody told. Once the store reads again, the response is there and the
+// DELETE goes through, at the owner too.
+func TestDeleteWithAnUnreadableAnchorDeletesNothing(t *testing.T) {
+	for _, tc := range storeFailures {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &unreadableAnchors{PebbleStore: openStore(t, t.TempDir())}
+			opts := resumeOpts()
+			opts.Store, opts.Resume.Store = st, st
+			first := newHarness(t, harnessConfig{opts: opts})
+			id := first.createResponse(`{"model":"gpt-fake-1","input":"one"}`)
+			// Another gateway on the same store (a restart, another
+			// replica): the anchor is read from the store, not memory.
+			h := newHarness(t, harnessConfig{opts: opts})
+			st.failure.Store(&tc.failure)
+			wantStoreFailureAnswer(t, h, http.MethodDelete, "/v1/responses/"+id, "", tc.wantRetryAfter, tc.wantInMessage)
+			st.failure.Store(nil)
+			if status, body := h.call(http.MethodGet, "/v1/responses/"+id, "sk-client-secret"); status != http.StatusOK {
+				t.Fatalf("GET after the refused DELETE: %d %s", status, body)
+			}
+			if status, body := h.call(http.MethodDelete, "/v1/responses/"+id, "sk-client-secret"); status != http.StatusOK {
+				t.Fatalf("DELETE once the store reads again: %d %s", status, body)
+			}
+			deletes := 0
+			for _, r := range h.ups["A"].Requests() {
+				if r.Method == http.MethodDelete {
+					deletes++
+				}
+			}
+			if deletes != 1 {
+				t.Fatalf("the owner got %d DELETEs, want 1", deletes)
+			}
+		})
+	}
+}
