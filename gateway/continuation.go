@@ -2103,8 +2103,9 @@ func (cs *clientStream) startKeepAliveLocked() {
 // keepAlive runs every KeepAlive: when nothing was written since the last
 // run (the upstream is silent, or a continuation is connecting), an SSE
 // client gets a comment line, so it and the proxies between do not time
-// the stream out (a WebSocket client gets its session's pings instead). It writes under the stream's
-// lock, and only to a committed stream that has not ended.
+// the stream out (a WebSocket client gets its session's pings instead). It
+// writes under the stream's lock, and only to a committed stream that has
+// not ended.
 func (cs *clientStream) keepAlive() {
 	d := cs.s.opts.KeepAlive
 	cs.mu.Lock()

@@ -778,8 +778,7 @@ func (s *Server) deleteLogged(w http.ResponseWriter, r *http.Request, id, keyHas
 	if s.cont != nil {
 		var err error
 		if anchor, owned, err = s.cont.ownedAnchor(ctx, id, keyHash); err != nil { // before forget drops it
-			s.log.Error("reading a response's anchor failed", "response_id", LogID(id), "error", err)
-			storeUnavailable(err, "reading which upstream owns the response failed").Write(w)
+			s.anchorUnreadable(w, id, err)
 			return
 		}
 	}
@@ -797,6 +796,14 @@ func (s *Server) deleteLogged(w http.ResponseWriter, r *http.Request, id, keyHas
 		s.deleteAtOwner(r, id, anchor, turnKept)
 	}
 	writeDeleted(w, id)
+}
+
+// anchorUnreadable answers a DELETE whose anchor (which upstream owns the
+// response) the store could not read, err, before anything is deleted: the
+// owner's copy would otherwise stay with nobody told.
+func (s *Server) anchorUnreadable(w http.ResponseWriter, id string, err error) {
+	s.log.Error("reading a response's anchor failed", "response_id", LogID(id), "error", err)
+	storeUnavailable(err, "reading which upstream owns the response failed").Write(w)
 }
 
 // turnKept reports whether the store holds conversation items of the
@@ -820,8 +827,7 @@ func (s *Server) deleteKeptTurn(w http.ResponseWriter, r *http.Request, id, keyH
 	}
 	anchor, owned, err := s.cont.ownedAnchor(r.Context(), id, keyHash)
 	if err != nil {
-		s.log.Error("reading a response's anchor failed", "response_id", LogID(id), "error", err)
-		storeUnavailable(err, "reading which upstream owns the response failed").Write(w)
+		s.anchorUnreadable(w, id, err)
 		return true
 	}
 	if !owned {
