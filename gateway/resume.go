@@ -610,10 +610,17 @@ func (l *streamLog) append(seq int64, name string, data []byte, terminal bool) {
 	}
 	l.wakeLocked()
 	ended := l.ended
-	var mustConfirm bool
+	var mustConfirm, raised bool
 	if !ended && !seal && l.durable() && !l.deleted {
 		if seq+issueAhead/2 >= l.issuedBelow {
-			l.issuedBelow, l.recordWanted = seq+issueAhead, true
+			l.issuedBelow, l.recordWanted, raised = seq+issueAhead, true, true
+			if l.timer != nil && l.timer.Stop() {
+				// The raised bound goes out in the flush already due, now
+				// rather than at its batch time: the stream waits for it
+				// only if the store is slower than its next issueAhead/2
+				// events. (A timer that already fired is flushing.)
+				l.timer.Reset(0)
+			}
 		}
 		mustConfirm = seq >= l.confirmedBelow && !l.issueUnconfirmed
 	}
@@ -627,7 +634,7 @@ func (l *streamLog) append(seq int64, name string, data []byte, terminal bool) {
 		if mustConfirm {
 			l.confirmIssued(seq)
 		}
-		l.scheduleFlush()
+		l.scheduleFlush(raised)
 	}
 }
 
@@ -907,16 +914,17 @@ func (h *streamLogs) persist(l *streamLog, ended bool, resp []byte) error {
 }
 
 // scheduleFlush writes the log's new events to the store soon (its end is
-// written by seal). The first write goes at once, off the client stream:
+// written by seal), at once when now (a raised issued bound). The first
+// write goes at once too, off the client stream:
 // another replica that a client resumes on right after response.created
 // finds the log in the store (README "Durable"), rather than an anchor
 // without one until the first batch.
-func (l *streamLog) scheduleFlush() {
+func (l *streamLog) scheduleFlush(now bool) {
 	h := l.hub
 	l.mu.Lock()
 	if l.timer == nil {
 		wait := durableFlushEvery
-		if !l.flushBegun {
+		if !l.flushBegun || now {
 			wait, l.flushBegun = 0, true
 		}
 		h.writes.Add(1)
@@ -961,7 +969,7 @@ func (l *streamLog) touch() {
 	l.mu.Lock()
 	l.recordWanted = true
 	l.mu.Unlock()
-	l.scheduleFlush()
+	l.scheduleFlush(false)
 }
 
 // flush is write for a log that runs: a failure is logged, and the next
