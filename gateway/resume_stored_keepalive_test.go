@@ -49,6 +49,16 @@ func TestStoredFollowKeepsAliveEveryKeepAlivePeriod(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := gjson.GetBytes(first[0], "response.id").Str
+	// The other replica knows the response once its anchor and log are in
+	// the store (written at once, off the stream): before that, a resume
+	// there is a 404.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if status, _ := other.call(http.MethodGet, "/v1/responses/"+id, clientKey); status == http.StatusOK {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the other replica still answers %d for the response", status)
+		}
+	}
 
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/v1/responses/%s?stream=true&starting_after=0", other.url, id), nil)
 	req.Header.Set("Authorization", "Bearer "+clientKey)
