@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -47,6 +48,9 @@ type Manager struct {
 	// request (shared.go). Nil with Pebble or no store.
 	shared  store.SharedInputSessionStore
 	adoptMu sync.Mutex // one load of a session from the shared store at a time
+	// sweeping is set while a reclaim of every session (reclaimShared with
+	// no key) runs: one at a time, however many requests the full caps refuse.
+	sweeping atomic.Bool
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -227,10 +231,14 @@ func (m *Manager) forget(s *session, bytes int64) {
 }
 
 // chargeBytes takes n bytes of MaxTotalBytes; false when they are not left.
+// With a shared store, a refusal also starts a reclaim of the sessions
+// other replicas ended (reclaimInBackground): the caller holds its
+// session's lock, which the reclaim needs, and the refusal says to retry.
 func (m *Manager) chargeBytes(n int64) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if n > 0 && m.heldB+n > m.opts.MaxTotalBytes {
+		m.reclaimInBackground()
 		return false
 	}
 	m.heldB += n
@@ -244,11 +252,90 @@ func (m *Manager) releaseBytes(n int64) {
 }
 
 // full reports whether MaxSessions is reached: a cheap early refusal,
-// before a create's body is read (create checks again).
+// before a create's body is read (create checks again). With a shared
+// store it first lets go of the sessions other replicas ended
+// (reclaimShared), as create does.
 func (m *Manager) full() bool {
+	if !m.atSessionCap() {
+		return false
+	}
+	if m.shared == nil {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(m.base, sharedReclaimTimeout)
+	defer cancel()
+	m.reclaimShared(ctx, "")
+	return m.atSessionCap()
+}
+
+func (m *Manager) atSessionCap() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.held >= m.opts.MaxSessions
+}
+
+// sharedReclaimTimeout bounds a reclaim that no client request carries.
+const sharedReclaimTimeout = 5 * time.Second
+
+// reclaimShared lets go of the sessions this replica counts against its caps
+// that another replica deleted or closed (their record is gone from the
+// shared store), and brings the others up to their record (one whose answer
+// ended elsewhere leaves its key's cap). Only this replica's requests and
+// timers touch its copies otherwise, so without it a session deleted
+// through another replica would hold its slot here until its idle timer
+// fired, although the README says a session counts until it is deleted,
+// closed or expires. The caps refuse before it runs, so it costs store
+// reads only when one would refuse: those of keyHash's counted sessions,
+// or of every session when keyHash is "" (one such sweep at a time; a
+// request refused meanwhile stays refused). A store failure ends it: the
+// refusal stands.
+func (m *Manager) reclaimShared(ctx context.Context, keyHash string) {
+	if keyHash == "" {
+		if !m.sweeping.CompareAndSwap(false, true) {
+			return
+		}
+		defer m.sweeping.Store(false)
+	}
+	for _, s := range m.all() {
+		s.mu.Lock()
+		skip := s.closed || s.modeA || !s.durable || keyHash != "" && (s.keyHash != keyHash || !s.active)
+		s.mu.Unlock()
+		if skip {
+			continue
+		}
+		rec, err := m.shared.GetInputSession(ctx, s.id)
+		gone := errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrInvalid)
+		if err != nil && !gone {
+			if m.base.Err() == nil {
+				m.log.Warn("checking streaming-input sessions against the shared store failed; the session caps count them still", "error", err)
+			}
+			return
+		}
+		s.mu.Lock()
+		switch {
+		case s.closed:
+		case gone: // deleted or closed through another replica (lookup's rule)
+			s.goneLocked()
+		case !s.stored.Equal(rec.LastActivity):
+			_ = s.refreshLocked(ctx, rec) // a failure is logged; the session counts still
+		}
+		s.mu.Unlock()
+	}
+}
+
+// reclaimInBackground runs reclaimShared over every session, for a caller
+// that cannot wait for it (it holds a session's lock).
+func (m *Manager) reclaimInBackground() {
+	if m.shared == nil || m.sweeping.Load() || m.base.Err() != nil {
+		return
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		ctx, cancel := context.WithTimeout(m.base, sharedReclaimTimeout)
+		defer cancel()
+		m.reclaimShared(ctx, "")
+	}()
 }
 
 func (m *Manager) errTooManySessions() *apierr.Error {
@@ -298,26 +385,20 @@ func (m *Manager) create(ctx context.Context, p sessionParams) (*session, *apier
 		env = encodeEnvelope(p.tpl, keep)
 		size = int64(len(env))
 	}
-	m.mu.Lock()
-	switch {
-	case m.isDraining():
-		m.mu.Unlock()
-		return nil, errShutdown()
-	case m.held >= m.opts.MaxSessions:
-		m.mu.Unlock()
-		return nil, m.errTooManySessions()
-	case m.perKey[kh] >= m.opts.MaxSessionsPerKey:
-		m.mu.Unlock()
-		return nil, &apierr.Error{Status: http.StatusTooManyRequests, Type: apierr.TypeInvalidRequest, Code: CodeTooManySessions,
-			Message: fmt.Sprintf("this key already has %d streaming-input sessions open or running; finish, delete or let one end first", m.opts.MaxSessionsPerKey)}
-	case m.heldB+size > m.opts.MaxTotalBytes:
-		m.mu.Unlock()
-		return nil, m.errBytesFull()
+	refusal, perKey := m.reserve(kh, size)
+	if refusal != nil && m.shared != nil && !m.isDraining() {
+		// Sessions deleted or ended through another replica may still be
+		// counted here: let go of them, and try once more.
+		if perKey {
+			m.reclaimShared(ctx, kh)
+		} else {
+			m.reclaimShared(ctx, "")
+		}
+		refusal, _ = m.reserve(kh, size)
 	}
-	m.perKey[kh]++
-	m.held++
-	m.heldB += size
-	m.mu.Unlock()
+	if refusal != nil {
+		return nil, refusal
+	}
 	unreserve := func() {
 		m.release(kh)
 		m.mu.Lock()
@@ -357,6 +438,28 @@ func (m *Manager) create(ctx context.Context, p sessionParams) (*session, *apier
 	s.idle = time.AfterFunc(m.opts.IdleTimeout, s.onIdle)
 	s.mu.Unlock()
 	return s, nil
+}
+
+// reserve counts a new session of key hash kh holding size bytes against the
+// caps, or says which one refuses it (perKey: the key's own cap).
+func (m *Manager) reserve(kh string, size int64) (refusal *apierr.Error, perKey bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case m.isDraining():
+		return errShutdown(), false
+	case m.held >= m.opts.MaxSessions:
+		return m.errTooManySessions(), false
+	case m.perKey[kh] >= m.opts.MaxSessionsPerKey:
+		return &apierr.Error{Status: http.StatusTooManyRequests, Type: apierr.TypeInvalidRequest, Code: CodeTooManySessions,
+			Message: fmt.Sprintf("this key already has %d streaming-input sessions open or running; finish, delete or let one end first", m.opts.MaxSessionsPerKey)}, true
+	case m.heldB+size > m.opts.MaxTotalBytes:
+		return m.errBytesFull(), false
+	}
+	m.perKey[kh]++
+	m.held++
+	m.heldB += size
+	return nil, false
 }
 
 // restore loads the store's sessions after a restart.

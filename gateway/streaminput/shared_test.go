@@ -36,6 +36,13 @@ func replicas(t *testing.T, n int, srv *redistest.Server) []*env {
 // replicasWith is replicas whose gateways resume streams as resume says.
 func replicasWith(t *testing.T, n int, srv *redistest.Server, resume gateway.ResumeOptions) []*env {
 	t.Helper()
+	return replicasOpts(t, n, srv, resume, streaminput.Options{})
+}
+
+// replicasOpts is replicasWith whose Managers also take opts (their caps;
+// the store, dispatch, logger and registry are the replica's own).
+func replicasOpts(t *testing.T, n int, srv *redistest.Server, resume gateway.ResumeOptions, opts streaminput.Options) []*env {
+	t.Helper()
 	up := upstreamtest.NewServer(upstreamtest.Options{Name: "A"})
 	t.Cleanup(up.Close)
 	out := make([]*env, n)
@@ -56,7 +63,9 @@ func replicasWith(t *testing.T, n int, srv *redistest.Server, resume gateway.Res
 			t.Fatal(err)
 		}
 		e.reg = prometheus.NewRegistry()
-		e.mgr, err = streaminput.New(context.Background(), streaminput.Options{Store: rs, Dispatch: e.gw.Handler(), Logger: logger.Named("streaminput"), Registerer: e.reg})
+		o := opts
+		o.Store, o.Dispatch, o.Logger, o.Registerer = rs, e.gw.Handler(), logger.Named("streaminput"), e.reg
+		e.mgr, err = streaminput.New(context.Background(), o)
 		if err != nil {
 			t.Fatal(err)
 		}
