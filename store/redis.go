@@ -566,6 +566,9 @@ func (s *RedisStore) chunksKey(id string) string  { return s.p + "c:" + id }
 func (s *RedisStore) resultKey(id string) string  { return s.p + "o:" + id }
 func (s *RedisStore) indexKey() string            { return s.p + "sessions" }
 
+// closedKey holds why a session was closed (CloseInputSession).
+func (s *RedisStore) closedKey(id string) string { return s.p + "ix:" + id }
+
 func (s *RedisStore) scopeKey(kind ScopeKind, id string) string {
 	return fmt.Sprintf("%ss:%d:%x", s.p, kind, scopeKey(kind, id)[2:])
 }

@@ -104,10 +104,24 @@ redis.call('SREM', KEYS[4], ARGV[1])
 return 1
 `)
 
-// appendResultScript: KEYS session, result; ARGV part index, kind, data.
-// 0: the session is gone; 1: appended (or already appended); 2: a gap.
+// closeSessionScript: KEYS session, chunks, result, index, closed marker;
+// ARGV id, reason, marker px. A delete that leaves why the session closed.
+var closeSessionScript = redis.NewScript(`
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call('SREM', KEYS[4], ARGV[1])
+redis.call('SET', KEYS[5], ARGV[2], 'PX', ARGV[3])
+return 1
+`)
+
+// appendResultScript: KEYS session, result, closed marker; ARGV part
+// index, kind, data. 0: the session is gone; 1: appended (or already
+// appended); 2: a gap; a string: the session was closed, for that reason.
 var appendResultScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  local why = redis.call('GET', KEYS[3])
+  if why then return why end
+  return 0
+end
 local n = tonumber(redis.call('HGET', KEYS[1], 'ro') or '0')
 local want = tonumber(ARGV[1])
 if n > want then return 1 end
@@ -391,6 +405,17 @@ func (s *RedisStore) GetInputSession(ctx context.Context, id string) (InputSessi
 
 func (s *RedisStore) loadLiveSession(ctx context.Context, id string) (InputSession, error) {
 	v, err := s.c.HGet(ctx, s.sessionKey(id), "r").Bytes()
+	if errors.Is(err, redis.Nil) {
+		// Absent: closed for a reason another replica recorded, or gone.
+		why, err := s.c.Get(ctx, s.closedKey(id)).Bytes()
+		if err == nil {
+			return InputSession{}, &InputSessionClosedError{ID: id, Reason: why}
+		}
+		if !errors.Is(err, redis.Nil) {
+			return InputSession{}, s.fail(err)
+		}
+		return InputSession{}, ErrNotFound
+	}
 	if err != nil {
 		return InputSession{}, s.fail(err)
 	}
@@ -561,6 +586,24 @@ func (s *RedisStore) DeleteInputSession(ctx context.Context, id string) error {
 	return nil
 }
 
+// CloseInputSession removes a session, its chunks and its answer, and
+// leaves why it was closed for ttl (SharedInputSessionStore).
+func (s *RedisStore) CloseInputSession(ctx context.Context, id string, reason []byte, ttl time.Duration) error {
+	if err := validID("session id", id); err != nil {
+		return fmt.Errorf("store: close input session: %w", err)
+	}
+	release, err := s.begin(ctx)
+	if err != nil {
+		return fmt.Errorf("store: close input session %s: %w", RedactID(id), err)
+	}
+	defer release()
+	keys := []string{s.sessionKey(id), s.chunksKey(id), s.resultKey(id), s.indexKey(), s.closedKey(id)}
+	if _, err := s.exec(ctx, closeSessionScript, keys, id, reason, max(ttl.Milliseconds(), 1)); err != nil {
+		return fmt.Errorf("store: close input session %s: %w", RedactID(id), s.fail(err))
+	}
+	return nil
+}
+
 // ListInputSessions returns every live session in id order. Ids whose
 // session has expired are dropped from the index as they are found.
 func (s *RedisStore) ListInputSessions(ctx context.Context) ([]InputSession, error) {
@@ -624,9 +667,12 @@ func (s *RedisStore) AppendResult(ctx context.Context, sessionID string, n int64
 		return fmt.Errorf("store: append result %s/%d: %w", RedactID(sessionID), n, err)
 	}
 	defer release()
-	v, err := s.exec(ctx, appendResultScript, []string{s.sessionKey(sessionID), s.resultKey(sessionID)}, n, string(p.Kind), p.Data)
+	v, err := s.exec(ctx, appendResultScript, []string{s.sessionKey(sessionID), s.resultKey(sessionID), s.closedKey(sessionID)}, n, string(p.Kind), p.Data)
 	if err != nil {
 		return fmt.Errorf("store: append result %s/%d: %w", RedactID(sessionID), n, s.fail(err))
+	}
+	if why, ok := v.(string); ok {
+		return fmt.Errorf("store: append result %s/%d: %w", RedactID(sessionID), n, &InputSessionClosedError{ID: sessionID, Reason: []byte(why)})
 	}
 	switch r, _ := v.(int64); r {
 	case 0:

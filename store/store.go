@@ -131,7 +131,27 @@ type SharedInputSessionStore interface {
 	// waiting up to wait for one to arrive, and the cursor to read on from.
 	// No part within wait is not an error: it returns none and cursor.
 	ReadResult(ctx context.Context, sessionID, cursor string, wait time.Duration) ([]ResultPart, string, error)
+	// CloseInputSession removes a session as DeleteInputSession does and
+	// leaves, for ttl, a marker holding why it was closed (reason, the
+	// gateway's encoding): the replicas that still hold the session then
+	// end it the same way (a read or append of it fails with
+	// *InputSessionClosedError) instead of taking it for a delete.
+	CloseInputSession(ctx context.Context, id string, reason []byte, ttl time.Duration) error
 }
+
+// InputSessionClosedError is the error (wrapping ErrNotFound) of a read or
+// an append of a session closed with CloseInputSession: Reason is what the
+// replica that closed it recorded.
+type InputSessionClosedError struct {
+	ID     string
+	Reason []byte
+}
+
+func (e *InputSessionClosedError) Error() string {
+	return "store: input session " + RedactID(e.ID) + " was closed: " + ErrNotFound.Error()
+}
+
+func (e *InputSessionClosedError) Unwrap() error { return ErrNotFound }
 
 // ResultPart is one piece of a streaming-input session's answer as the
 // replica running it writes it for the others.

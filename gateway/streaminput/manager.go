@@ -315,7 +315,7 @@ func (m *Manager) reclaimShared(ctx context.Context, keyHash string) {
 		switch {
 		case s.closed:
 		case gone: // deleted or closed through another replica (lookup's rule)
-			s.goneLocked()
+			s.goneLocked(err)
 		case !s.stored.Equal(rec.LastActivity):
 			_ = s.refreshLocked(ctx, rec) // a failure is logged; the session counts still
 		}

@@ -619,7 +619,9 @@ func (s *session) dispatchDone(ctx context.Context) {
 	s.touchLocked(s.m.now()) // the answer is kept IdleTimeout from now
 	if s.durable {
 		if err := s.writeRecordLocked(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, store.ErrNotFound) {
-			s.m.log.Warn("could not record the end of the answer", "session", store.RedactID(s.id), "error", err)
+			s.m.log.Warn("could not record the end of the answer; retrying", "session", store.RedactID(s.id), "error", err)
+			s.m.wg.Add(1)
+			go s.retryRecordEnd() // shared.go: other replicas read the answer's state from the record
 		}
 	}
 }
@@ -737,7 +739,7 @@ func (s *session) closeLocked(e *apierr.Error, reason string) {
 	s.infos, s.mem = nil, nil
 	s.notifyLocked()
 	if s.durable && !s.keepStored {
-		if err := s.m.opts.Store.DeleteInputSession(context.WithoutCancel(s.m.base), s.id); err != nil {
+		if err := s.dropStoredLocked(context.WithoutCancel(s.m.base), e, reason); err != nil {
 			s.m.log.Error("could not delete a closed session's data", "session", store.RedactID(s.id), "error", err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -35,7 +36,12 @@ import (
 //     waiting for an answer to start make their replica poll the record
 //     (pollShared): no request to it may ever say another one started it.
 //     A delete through another replica is seen by the record going away:
-//     a follower and a mirror check it when the answer has been quiet.
+//     a follower and a mirror check it when the answer has been quiet. A
+//     replica that closes a session because its input failed it leaves why
+//     (CloseInputSession), and the others end it with the same error.
+//   - A mirror that cannot write keeps what it has not written and retries
+//     while the session lives: a store outage delays the answer for the
+//     other replicas' readers, it does not cut it.
 //   - Closing for idleness lets go of this replica's copy only: the record
 //     expires in the store by itself (its key's expiry), and another replica
 //     may have kept it alive.
@@ -81,9 +87,9 @@ func (m *Manager) lookup(ctx context.Context, id, keyHash string) (*session, *ap
 	rec, err := m.shared.GetInputSession(ctx, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrInvalid):
-		if s != nil { // deleted (or expired) through another replica
+		if s != nil { // deleted, closed (or expired) through another replica
 			s.mu.Lock()
-			s.goneLocked()
+			s.goneLocked(err)
 			s.mu.Unlock()
 		}
 		return nil, nil
@@ -160,7 +166,7 @@ func (m *Manager) adopt(ctx context.Context, id, keyHash string) (*session, *api
 func (s *session) refreshLocked(ctx context.Context, rec store.InputSession) *apierr.Error {
 	stored, err := s.m.shared.Chunks(ctx, s.id)
 	if errors.Is(err, store.ErrNotFound) {
-		s.goneLocked()
+		s.goneLocked(err)
 		return errNotFound()
 	}
 	if err != nil {
@@ -218,7 +224,7 @@ func (s *session) resyncLocked(ctx context.Context, try int) *apierr.Error {
 	rec, err := s.m.shared.GetInputSession(ctx, s.id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		s.goneLocked()
+		s.goneLocked(err)
 		return errNotFound()
 	case err != nil:
 		s.m.log.Error("reading a streaming-input session from the shared store failed", "session", store.RedactID(s.id), "error", err)
@@ -228,18 +234,77 @@ func (s *session) resyncLocked(ctx context.Context, try int) *apierr.Error {
 }
 
 // goneLocked closes this replica's copy of a session the shared store no
-// longer has, leaving the store alone. Before the expiry this replica
+// longer has (err: the store's answer), leaving the store alone. One that
+// another replica closed for a reason (a chunk over the byte limit there)
+// ends here as there, with the error recorded in the store: one response
+// ends one way for every reader. Otherwise, before the expiry this replica
 // knows of, the record can only have been deleted through another replica:
 // the readers here then end as that replica's do, with session_cancelled (a
 // Responses stream with status cancelled, README "When the session is
-// deleted while its answer runs"), not with a contradictory failure.
-func (s *session) goneLocked() {
-	e := errNotFound()
-	if s.m.now().Before(s.expiresAt) {
-		e = errCancelled()
-	}
+// deleted while its answer runs"), not with a contradictory failure. After
+// it, the record expired: with an answer still running on another replica
+// (which keeps the record alive while it runs), that replica died.
+func (s *session) goneLocked(err error) {
 	s.keepStored = true
-	s.closeLocked(e, reasonDeleted)
+	if e, reason, ok := closedElsewhere(err); ok {
+		s.closeLocked(e, reason)
+		return
+	}
+	switch {
+	case s.m.now().Before(s.expiresAt):
+		s.closeLocked(errCancelled(), reasonDeleted)
+	case s.runsElsewhereLocked():
+		s.closeLocked(errRunnerGone(), "idle")
+	default:
+		s.closeLocked(errNotFound(), reasonDeleted)
+	}
+}
+
+// runsElsewhereLocked tells whether, as far as this replica knows, the
+// session's answer is running on another replica.
+func (s *session) runsElsewhereLocked() bool {
+	return s.started && !s.done && !s.local
+}
+
+// closedRecord is why a session was closed, as the replica that closed it
+// leaves it in the shared store (store.CloseInputSession) for the others.
+type closedRecord struct {
+	Reason  string `json:"reason"`
+	Status  int    `json:"status"`
+	Type    string `json:"type"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Param   string `json:"param,omitempty"`
+}
+
+// closedElsewhere is the error and close reason another replica recorded
+// for a session it closed, if err (a read or append of the session) says so.
+func closedElsewhere(err error) (*apierr.Error, string, bool) {
+	var ce *store.InputSessionClosedError
+	if !errors.As(err, &ce) {
+		return nil, "", false
+	}
+	var r closedRecord
+	if json.Unmarshal(ce.Reason, &r) != nil || r.Code == "" || r.Status == 0 || r.Reason == "" {
+		return nil, "", false
+	}
+	return &apierr.Error{Status: r.Status, Type: r.Type, Code: r.Code, Message: r.Message, Param: r.Param}, r.Reason, true
+}
+
+// dropStoredLocked removes a closed session from the store. With a shared
+// store, a session whose input failed it (reasonRejected, reasonTooLarge)
+// leaves why, so that the replica running its answer fails it with the
+// same error (README: a session over its byte limit "fails its running
+// answer"), not as if it had been deleted.
+func (s *session) dropStoredLocked(ctx context.Context, e *apierr.Error, reason string) error {
+	if s.m.shared == nil || (reason != reasonRejected && reason != reasonTooLarge) {
+		return s.m.opts.Store.DeleteInputSession(ctx, s.id)
+	}
+	why, err := json.Marshal(closedRecord{Reason: reason, Status: e.Status, Type: e.Type, Code: e.Code, Message: e.Message, Param: e.Param})
+	if err != nil {
+		return fmt.Errorf("encoding why the session closed: %w", err)
+	}
+	return s.m.shared.CloseInputSession(ctx, s.id, why, s.m.opts.IdleTimeout)
 }
 
 // syncShared reads the session's record again, as a REST request does
@@ -256,7 +321,7 @@ func (s *session) syncShared(ctx context.Context) {
 	}
 	switch {
 	case errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrInvalid):
-		s.goneLocked()
+		s.goneLocked(err)
 	case err != nil:
 		if s.m.base.Err() == nil {
 			s.m.log.Warn("reading a streaming-input session from the shared store failed; retrying", "session", store.RedactID(s.id), "error", err)
@@ -375,7 +440,21 @@ func (s *session) idleSharedLocked() {
 		return
 	}
 	s.keepStored = true
+	if s.runsElsewhereLocked() {
+		// The answer was running on another replica, which would have kept
+		// the record alive while it ran (onIdle): that replica died. Readers
+		// here end as a follower's do (README "Several replicas"), not as
+		// if the session had received nothing.
+		s.closeLocked(errRunnerGone(), "idle")
+		return
+	}
 	s.closeLocked(errIdle(), "idle")
+}
+
+// errRunnerGone ends the readers of an answer whose replica stopped
+// sending it (it died): the answer is not re-sent by another replica.
+func errRunnerGone() *apierr.Error {
+	return apierr.StreamIncomplete("the replica running this session's answer stopped sending it")
 }
 
 // resultHead is the first part of an answer in the store: what a reader on
@@ -450,39 +529,79 @@ func (mi *mirror) tap(kind byte, status int, header http.Header, p []byte) {
 // nothing would keep the answer, and its readers here, waiting.
 const mirrorWatch = 2 * time.Second
 
+// Retries of a store write the answer's readers on other replicas depend
+// on (the mirror's appends, the record of the answer's end): the first
+// after mirrorRetryFirst, doubling up to mirrorRetryMax, for as long as the
+// session lives. A Redis outage must delay the answer for them, not lose it.
+const (
+	mirrorRetryFirst = 100 * time.Millisecond
+	mirrorRetryMax   = 5 * time.Second
+)
+
+// run appends the queued parts in order. A part the store fails to take
+// stays first in line, and the mirror tries again with backoff while the
+// session lives (mirrorGivesUp): what it holds is bounded by the answer,
+// whose bytes the session limits bound. Only the session gone from the
+// store (deleted, closed or expired) stops it early.
 func (mi *mirror) run() {
 	s := mi.s
 	defer s.m.wg.Done()
 	watch := time.NewTicker(mirrorWatch)
 	defer watch.Stop()
+	var pending []store.ResultPart // taken from the queue, not yet appended
 	n, appended := int64(0), false
+	backoff, failing := mirrorRetryFirst, false
+	var retry <-chan time.Time
 	for {
 		select {
 		case <-mi.wake:
+			if failing {
+				continue // the retry timer resumes appending
+			}
+		case <-retry:
+			retry = nil
 		case <-watch.C:
-			if !appended && mi.gone() {
-				mi.deletedElsewhere()
-				return
+			if !appended && !failing {
+				if gone, err := mi.gone(); gone {
+					mi.closedElsewhere(err)
+					return
+				}
 			}
 			appended = false
 			continue
 		}
 		mi.mu.Lock()
-		q := mi.q
+		pending = append(pending, mi.q...)
 		mi.q = nil
 		mi.mu.Unlock()
-		for _, part := range q {
+		for len(pending) > 0 {
+			part := pending[0]
 			err := mi.append(n, part)
 			if errors.Is(err, store.ErrNotFound) {
-				mi.deletedElsewhere()
+				mi.closedElsewhere(err)
 				return
 			}
 			if err != nil {
-				mi.stop()
-				s.m.log.Error("sharing a streaming-input answer with the other replicas failed; their readers will not see it end",
-					"session", store.RedactID(s.id), "error", err)
-				return
+				if mi.givesUp() {
+					mi.stop()
+					s.m.log.Error("sharing a streaming-input answer with the other replicas failed; their readers will not see it end",
+						"session", store.RedactID(s.id), "error", err)
+					return
+				}
+				if !failing {
+					s.m.log.Warn("sharing a streaming-input answer with the other replicas failed; retrying",
+						"session", store.RedactID(s.id), "error", err)
+				}
+				failing = true
+				retry = time.After(backoff)
+				backoff = min(2*backoff, mirrorRetryMax)
+				break
 			}
+			if failing {
+				s.m.log.Info("sharing a streaming-input answer with the other replicas works again", "session", store.RedactID(s.id))
+			}
+			failing, backoff = false, mirrorRetryFirst
+			pending = pending[1:]
 			n, appended = n+1, true
 			if part.Kind == store.ResultEnd {
 				return
@@ -491,41 +610,82 @@ func (mi *mirror) run() {
 	}
 }
 
-// gone tells whether the store no longer has the session (a store that
-// cannot answer is not taken for one that lost it).
-func (mi *mirror) gone() bool {
+// givesUp tells the mirror to stop retrying: the gateway shuts down (Close
+// must not be held up), or the session is over here and its record has
+// expired in the store by now, so no reader can follow the answer any more.
+func (mi *mirror) givesUp() bool {
+	s := mi.s
+	if s.m.isClosing() {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m.now().After(s.expiresAt) || (s.closed && !s.keepStored)
+}
+
+// gone tells whether the store no longer has the session, and the store's
+// answer that says so (a store that cannot answer is not taken for one that
+// lost it).
+func (mi *mirror) gone() (bool, error) {
 	ctx, cancel := context.WithTimeout(mi.s.m.base, 5*time.Second)
 	defer cancel()
 	_, err := mi.s.m.shared.GetInputSession(ctx, mi.s.id)
-	return errors.Is(err, store.ErrNotFound)
+	return errors.Is(err, store.ErrNotFound), err
 }
 
-// deletedElsewhere stops an answer whose session was deleted through
-// another replica, as a delete here would: its readers get the cancellation.
-func (mi *mirror) deletedElsewhere() {
+// closedElsewhere stops an answer whose session was deleted (or closed)
+// through another replica, as a delete (or the same close) here would: its
+// readers get the cancellation, or the error the other replica recorded.
+func (mi *mirror) closedElsewhere(err error) {
 	mi.stop()
-	mi.s.m.log.Info("streaming-input session deleted through another replica; cancelling its answer", "session", store.RedactID(mi.s.id))
-	mi.s.close(errCancelled(), reasonDeleted)
+	mi.s.m.log.Info("streaming-input session deleted or closed through another replica; ending its answer", "session", store.RedactID(mi.s.id))
+	mi.s.mu.Lock()
+	defer mi.s.mu.Unlock()
+	if mi.s.closed {
+		return
+	}
+	mi.s.goneLocked(err)
 }
 
-// append writes one part, retrying a store that is briefly unavailable.
+// append writes one part (an append already applied is skipped by the
+// store, so retrying one is harmless).
 func (mi *mirror) append(n int64, part store.ResultPart) error {
-	var err error
-	for try := range 4 {
-		if try > 0 {
-			if mi.s.m.isClosing() { // shutting down: do not hold Close up
-				return err
-			}
-			time.Sleep(time.Duration(try) * 100 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return mi.s.m.shared.AppendResult(ctx, mi.s.id, n, part)
+}
+
+// retryRecordEnd writes the record of an answer's end that dispatchDone
+// could not write, with the mirror's backoff, until it is written, the
+// session is gone, or retrying no longer serves anyone (the gateway shuts
+// down, the session closed or expired). Other replicas report the answer's
+// state from that record.
+func (s *session) retryRecordEnd() {
+	defer s.m.wg.Done()
+	backoff := mirrorRetryFirst
+	for {
+		select {
+		case <-time.After(backoff):
+		case <-s.m.base.Done():
+			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = mi.s.m.shared.AppendResult(ctx, mi.s.id, n, part)
+		backoff = min(2*backoff, mirrorRetryMax)
+		s.mu.Lock()
+		if s.closed || s.m.isClosing() || s.m.now().After(s.expiresAt) {
+			s.mu.Unlock()
+			return
+		}
+		ctx, cancel := context.WithTimeout(s.m.base, 5*time.Second)
+		err := s.writeRecordLocked(ctx)
 		cancel()
+		s.mu.Unlock()
 		if err == nil || errors.Is(err, store.ErrNotFound) {
-			return err
+			if err == nil {
+				s.m.log.Info("recorded the end of the answer after retrying", "session", store.RedactID(s.id))
+			}
+			return
 		}
 	}
-	return err
 }
 
 func (mi *mirror) stop() {
@@ -608,7 +768,7 @@ func (s *session) follow(res *result) {
 			return
 		}
 		if time.Since(last) > s.m.opts.IdleTimeout {
-			res.finish(apierr.StreamIncomplete("the replica running this session's answer stopped sending it"))
+			res.finish(errRunnerGone())
 			return
 		}
 		ctx, cancel := context.WithTimeout(s.m.base, wait+5*time.Second)
