@@ -568,9 +568,19 @@ func (cs *clientStream) withSentOutputLocked(data []byte, f *eventFields) ([]byt
 	return out, &nf
 }
 
-// responseRequired are the members the spec's Response requires.
-var responseRequired = [...]string{"id", "object", "created_at", "error", "incomplete_details", "instructions", "model",
-	"tools", "output", "parallel_tool_calls", "metadata", "tool_choice", "temperature", "top_p"}
+// responseRequired are the members the spec's Response requires, each
+// with its bit in agreesWithSentLocked's one pass.
+var responseRequired = func() map[string]uint16 {
+	m := map[string]uint16{}
+	for i, k := range []string{"id", "object", "created_at", "error", "incomplete_details", "instructions", "model",
+		"tools", "output", "parallel_tool_calls", "metadata", "tool_choice", "temperature", "top_p"} {
+		m[k] = 1 << i
+	}
+	return m
+}()
+
+// responseRequiredAll has every responseRequired bit set.
+var responseRequiredAll = uint16(1)<<len(responseRequired) - 1
 
 // agreesWithSentLocked reports whether an upstream's terminal Response can
 // reach the client as it is: it has every member the spec requires (an
@@ -578,17 +588,23 @@ var responseRequired = [...]string{"id", "object", "created_at", "error", "incom
 // array holding at least the items the client was shown (one that lists
 // fewer, an empty output after streamed text, would take back what was
 // sent). Its items themselves are the upstream's to describe.
+// It reads the Response's members in one pass: it may hold the whole
+// answer's text.
 func (cs *clientStream) agreesWithSentLocked(resp gjson.Result) bool {
 	if !resp.IsObject() {
 		return false
 	}
-	for _, k := range responseRequired {
-		if !resp.Get(k).Exists() {
-			return false
+	var seen uint16
+	items := -1 // output's length; -1 while not an array
+	resp.ForEach(func(k, v gjson.Result) bool {
+		seen |= responseRequired[k.Str]
+		if k.Str == "output" && v.IsArray() {
+			items = 0
+			v.ForEach(func(_, _ gjson.Result) bool { items++; return true })
 		}
-	}
-	out := resp.Get("output")
-	return out.IsArray() && len(out.Array()) >= len(cs.sent.Items)
+		return true
+	})
+	return seen == responseRequiredAll && items >= len(cs.sent.Items)
 }
 
 // failureSaysWhy reports whether a Response is not failed, or failed with an
