@@ -142,24 +142,9 @@ func TestSharedDeleteEndsAFollower(t *testing.T) {
 				t.Fatalf("delete: %d %s", code, b)
 			}
 			for name, rd := range readers {
-				var terminal []sse.Event
-				for {
-					ev, err := rd.Next()
-					if errors.Is(err, io.EOF) {
-						break
-					}
-					if err != nil {
-						t.Fatalf("the %s's reader after the delete: %v (terminal events %d)", name, err, len(terminal))
-					}
-					if typ := eventType(ev); typ == "response.failed" || typ == "response.completed" || typ == "response.incomplete" {
-						terminal = append(terminal, ev.Clone())
-					}
-				}
-				if len(terminal) != 1 {
-					t.Fatalf("the %s's reader got %d terminal events, want 1", name, len(terminal))
-				}
-				if r := responseOf(t, terminal[0]); eventType(terminal[0]) != "response.failed" || r.Status != "cancelled" || string(r.Error) != "null" || r.ID != responseID {
-					t.Fatalf("the %s's reader ended with %s, want response.failed of %s with status cancelled", name, terminal[0].Data, responseID)
+				terminal := onlyTerminal(t, name, rd)
+				if r := responseOf(t, terminal); eventType(terminal) != "response.failed" || r.Status != "cancelled" || string(r.Error) != "null" || r.ID != responseID {
+					t.Fatalf("the %s's reader ended with %s, want response.failed of %s with status cancelled", name, terminal.Data, responseID)
 				}
 			}
 		})
@@ -180,4 +165,27 @@ func responseOf(t *testing.T, ev sse.Event) eventResponse {
 	}
 	mustJSON(t, ev.Data, &v)
 	return v.Response
+}
+
+// onlyTerminal reads the named reader's stream to its end and returns its
+// terminal event, failing unless there is exactly one.
+func onlyTerminal(t *testing.T, name string, rd *sse.Reader) sse.Event {
+	t.Helper()
+	var terminal []sse.Event
+	for {
+		ev, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("the %s's reader: %v (terminal events %d)", name, err, len(terminal))
+		}
+		if typ := eventType(ev); typ == "response.failed" || typ == "response.completed" || typ == "response.incomplete" {
+			terminal = append(terminal, ev.Clone())
+		}
+	}
+	if len(terminal) != 1 {
+		t.Fatalf("the %s's reader got %d terminal events, want 1", name, len(terminal))
+	}
+	return terminal[0]
 }

@@ -126,25 +126,10 @@ func TestSharedByteLimitThroughOtherReplica(t *testing.T) {
 		t.Fatalf("chunk over the limit on the other replica: %d %+v", code, ae)
 	}
 	for name, rd := range readers {
-		var terminal []sse.Event
-		for {
-			ev, err := rd.Next()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatalf("the %s's reader: %v (terminal events %d)", name, err, len(terminal))
-			}
-			if typ := eventType(ev); typ == "response.failed" || typ == "response.completed" || typ == "response.incomplete" {
-				terminal = append(terminal, ev.Clone())
-			}
-		}
-		if len(terminal) != 1 {
-			t.Fatalf("the %s's reader got %d terminal events, want 1", name, len(terminal))
-		}
-		r := responseOf(t, terminal[0])
-		if eventType(terminal[0]) != "response.failed" || r.Status != "failed" || r.ID != responseID || failureCode(terminal[0]) != "payload_too_large" {
-			t.Fatalf("the %s's reader ended with %s, want response.failed of %s, status failed, payload_too_large", name, terminal[0].Data, responseID)
+		terminal := onlyTerminal(t, name, rd)
+		r := responseOf(t, terminal)
+		if eventType(terminal) != "response.failed" || r.Status != "failed" || r.ID != responseID || failureCode(terminal) != "payload_too_large" {
+			t.Fatalf("the %s's reader ended with %s, want response.failed of %s, status failed, payload_too_large", name, terminal.Data, responseID)
 		}
 	}
 }
