@@ -7,7 +7,9 @@ import (
 	"encoding/hex"
 	"math"
 	"net/http"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -792,6 +794,21 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request, _ httproute
 		apierr.Invalid("from", apierr.CodeInvalidDate, "from (%s) is after to (%s)", from, to).Write(w)
 		return
 	}
+	// Traffic without a Sluice key is totalled under the key "", which
+	// ?key= cannot select (no key means every key): ?anonymous=true does.
+	anonymous := false
+	if v := q.Get("anonymous"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			apierr.Invalid("anonymous", apierr.CodeInvalidValue, "anonymous must be true or false, not %q", logtext.Printable(v)).Write(w)
+			return
+		}
+		anonymous = b
+	}
+	if anonymous && q.Get("key") != "" {
+		apierr.Invalid("anonymous", apierr.CodeInvalidValue, "give key or anonymous=true, not both").Write(w)
+		return
+	}
 	a.usage.flush(r.Context()) // this replica's pending totals first: a request that ended is counted
 	recs, err := a.opts.Usage.Usage(r.Context(), q.Get("key"), from, to)
 	if err != nil {
@@ -800,6 +817,9 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request, _ httproute
 		s.log.Error("reading usage totals failed", "error", err)
 		apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the usage totals could not be read; see the gateway log").Write(w)
 		return
+	}
+	if anonymous {
+		recs = slices.DeleteFunc(recs, func(rec store.UsageRecord) bool { return rec.Key != "" })
 	}
 	// Every row and the total carry cost_usd, null when no price applies
 	// to any of it: the answer's shape does not depend on the data.
@@ -840,7 +860,7 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request, _ httproute
 		*t.CostUSD = roundUSD(*t.CostUSD)
 	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Day < rows[j].Day })
-	writeJSON(w, http.StatusOK, map[string]any{"object": "usage", "key": q.Get("key"), "from": from, "to": to, "data": rows, "total": t})
+	writeJSON(w, http.StatusOK, map[string]any{"object": "usage", "key": q.Get("key"), "anonymous": anonymous, "from": from, "to": to, "data": rows, "total": t})
 }
 
 // ---- per-request facts (the access log reads them too) ----
