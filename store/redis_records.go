@@ -71,6 +71,8 @@ if live(cur[1], ARGV[5]) then
   return 0
 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+-- 'ro' is no longer read (an answer's parts are numbered by the stream's
+-- length), but a replica of an earlier version still reads it.
 redis.call('HSET', KEYS[1], 'r', ARGV[1], 'la', ARGV[2], 'x', ARGV[3], 'tok', ARGV[7], 'ro', '0')
 expire(KEYS[1], ARGV[4])
 redis.call('SADD', KEYS[4], ARGV[6])
@@ -97,40 +99,64 @@ if redis.call('EXISTS', KEYS[3]) == 1 then expire(KEYS[3], ARGV[4]) end
 return 1
 `)
 
-// deleteSessionScript: KEYS session, chunks, result, index; ARGV id.
+// deleteSessionScript: KEYS session, chunks, result, index; ARGV id. The
+// answer of a session closed already (closeSessionScript) is left to its
+// readers: it expires with the close's marker.
 var deleteSessionScript = redis.NewScript(`
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('DEL', KEYS[3])
+end
+redis.call('DEL', KEYS[1], KEYS[2])
 redis.call('SREM', KEYS[4], ARGV[1])
 return 1
 `)
 
 // closeSessionScript: KEYS session, chunks, result, index, closed marker;
 // ARGV id, reason, marker px. A delete that leaves why the session closed.
+// The first close stands: a session already closed answers with the reason
+// recorded then (0: gone without one). The answer's parts stay, expiring
+// with the marker, for the replica running it to end it and the others'
+// readers to follow it to that end (SharedInputSessionStore).
 var closeSessionScript = redis.NewScript(`
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  local why = redis.call('GET', KEYS[5])
+  if why then return why end
+  return 0
+end
+redis.call('DEL', KEYS[1], KEYS[2])
 redis.call('SREM', KEYS[4], ARGV[1])
 redis.call('SET', KEYS[5], ARGV[2], 'PX', ARGV[3])
+if redis.call('EXISTS', KEYS[3]) == 1 then redis.call('PEXPIRE', KEYS[3], ARGV[3]) end
 return 1
 `)
 
 // appendResultScript: KEYS session, result, closed marker; ARGV part
 // index, kind, data. 0: the session is gone; 1: appended (or already
-// appended); 2: a gap; a string: the session was closed, for that reason.
+// appended); 2: a gap. A session closed with a reason still takes the
+// parts of its answer (the replica running it ends it, and every reader
+// follows it to that end): then {1 or 2, the reason}. The parts number is
+// the stream's length: nothing trims it.
 var appendResultScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  local why = redis.call('GET', KEYS[3])
-  if why then return why end
-  return 0
+local why = false
+local ttl
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  ttl = redis.call('PTTL', KEYS[1])
+else
+  why = redis.call('GET', KEYS[3])
+  if not why then return 0 end
+  ttl = redis.call('PTTL', KEYS[3])
 end
-local n = tonumber(redis.call('HGET', KEYS[1], 'ro') or '0')
+local n = redis.call('XLEN', KEYS[2])
 local want = tonumber(ARGV[1])
-if n > want then return 1 end
-if n < want then return 2 end
-redis.call('XADD', KEYS[2], '*', 'k', ARGV[2], 'd', ARGV[3])
-redis.call('HSET', KEYS[1], 'ro', tostring(want + 1))
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
-return 1
+local r = 1
+if n < want then
+  r = 2
+elseif n == want then
+  redis.call('XADD', KEYS[2], '*', 'k', ARGV[2], 'd', ARGV[3])
+  if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
+end
+if why then return {r, why} end
+return r
 `)
 
 // putTargetScript: KEYS target; ARGV px, reason. Keeps the later of the
@@ -570,7 +596,8 @@ func liveStamp(x string, now time.Time) bool {
 	return err == nil && now.UnixNano() < n
 }
 
-// DeleteInputSession removes a session, its chunks and its answer.
+// DeleteInputSession removes a session, its chunks and its answer (the
+// answer of one closed with CloseInputSession stays for its readers).
 func (s *RedisStore) DeleteInputSession(ctx context.Context, id string) error {
 	if err := validID("session id", id); err != nil {
 		return fmt.Errorf("store: delete input session: %w", err)
@@ -586,8 +613,10 @@ func (s *RedisStore) DeleteInputSession(ctx context.Context, id string) error {
 	return nil
 }
 
-// CloseInputSession removes a session, its chunks and its answer, and
-// leaves why it was closed for ttl (SharedInputSessionStore).
+// CloseInputSession removes a session and its chunks, and leaves why it
+// was closed for ttl, as long as its answer's parts
+// (SharedInputSessionStore). A session closed before keeps its first
+// reason: the call then fails with an *InputSessionClosedError holding it.
 func (s *RedisStore) CloseInputSession(ctx context.Context, id string, reason []byte, ttl time.Duration) error {
 	if err := validID("session id", id); err != nil {
 		return fmt.Errorf("store: close input session: %w", err)
@@ -598,8 +627,15 @@ func (s *RedisStore) CloseInputSession(ctx context.Context, id string, reason []
 	}
 	defer release()
 	keys := []string{s.sessionKey(id), s.chunksKey(id), s.resultKey(id), s.indexKey(), s.closedKey(id)}
-	if _, err := s.exec(ctx, closeSessionScript, keys, id, reason, max(ttl.Milliseconds(), 1)); err != nil {
+	v, err := s.exec(ctx, closeSessionScript, keys, id, reason, max(ttl.Milliseconds(), 1))
+	if err != nil {
 		return fmt.Errorf("store: close input session %s: %w", RedactID(id), s.fail(err))
+	}
+	if why, ok := v.(string); ok {
+		return fmt.Errorf("store: close input session %s: %w", RedactID(id), &InputSessionClosedError{ID: id, Reason: []byte(why)})
+	}
+	if r, _ := v.(int64); r == 0 {
+		return fmt.Errorf("store: close input session %s: %w", RedactID(id), ErrNotFound)
 	}
 	return nil
 }
@@ -671,14 +707,20 @@ func (s *RedisStore) AppendResult(ctx context.Context, sessionID string, n int64
 	if err != nil {
 		return fmt.Errorf("store: append result %s/%d: %w", RedactID(sessionID), n, s.fail(err))
 	}
-	if why, ok := v.(string); ok {
-		return fmt.Errorf("store: append result %s/%d: %w", RedactID(sessionID), n, &InputSessionClosedError{ID: sessionID, Reason: []byte(why)})
+	var closed error
+	if l, ok := v.([]any); ok && len(l) == 2 {
+		why, _ := l[1].(string)
+		closed = &InputSessionClosedError{ID: sessionID, Reason: []byte(why), Appended: true}
+		v = l[0]
 	}
 	switch r, _ := v.(int64); r {
 	case 0:
 		return fmt.Errorf("store: append result %s/%d: %w", RedactID(sessionID), n, ErrNotFound)
 	case 2:
 		return fmt.Errorf("store: append result %s/%d: a part is missing before it: %w", RedactID(sessionID), n, ErrCorrupt)
+	}
+	if closed != nil {
+		return fmt.Errorf("store: append result %s/%d: %w", RedactID(sessionID), n, closed)
 	}
 	return nil
 }

@@ -125,17 +125,25 @@ type SharedInputSessionStore interface {
 	// AppendResult appends one part of a session's answer, at byte offset
 	// off of the parts' data (a part whose offset was already appended is
 	// skipped, so a retried append is harmless). It fails with ErrNotFound
-	// when the session is gone (deleted by any replica).
+	// when the session is gone (deleted by any replica). A session closed
+	// with CloseInputSession still takes its answer's parts, for as long
+	// as its marker lasts: the replica running the answer ends it, and
+	// every replica's readers follow it to that end; the append then
+	// fails with an *InputSessionClosedError whose Appended is set.
 	AppendResult(ctx context.Context, sessionID string, off int64, p ResultPart) error
 	// ReadResult returns the parts after cursor ("" is the beginning),
 	// waiting up to wait for one to arrive, and the cursor to read on from.
 	// No part within wait is not an error: it returns none and cursor.
 	ReadResult(ctx context.Context, sessionID, cursor string, wait time.Duration) ([]ResultPart, string, error)
-	// CloseInputSession removes a session as DeleteInputSession does and
-	// leaves, for ttl, a marker holding why it was closed (reason, the
-	// gateway's encoding): the replicas that still hold the session then
-	// end it the same way (a read or append of it fails with
-	// *InputSessionClosedError) instead of taking it for a delete.
+	// CloseInputSession removes a session and its chunks as
+	// DeleteInputSession does and leaves, for ttl, a marker holding why it
+	// was closed (reason, the gateway's encoding): the replicas that still
+	// hold the session then end it the same way (a read or append of it
+	// fails with *InputSessionClosedError) instead of taking it for a
+	// delete. The answer's parts stay as long as the marker (AppendResult).
+	// The first close stands: closing a session closed before fails with
+	// an *InputSessionClosedError holding the first reason, and one gone
+	// without a marker (deleted, expired) fails with ErrNotFound.
 	CloseInputSession(ctx context.Context, id string, reason []byte, ttl time.Duration) error
 }
 
@@ -145,6 +153,9 @@ type SharedInputSessionStore interface {
 type InputSessionClosedError struct {
 	ID     string
 	Reason []byte
+	// Appended is set on the error of an AppendResult: the part was
+	// stored all the same.
+	Appended bool
 }
 
 func (e *InputSessionClosedError) Error() string {

@@ -95,6 +95,7 @@ type session struct {
 	cancel       context.CancelCauseFunc
 	closed       bool
 	closeErr     *apierr.Error
+	closeReason  string
 	active       bool  // counted against the client key's session cap
 	held         int64 // bytes counted against Options.MaxTotalBytes (template and payloads)
 	changed      chan struct{}
@@ -710,7 +711,10 @@ func (s *session) close(e *apierr.Error, reason string) {
 // also says so (ErrSessionDeleted): the dispatcher cancels the response
 // rather than keep it running for its readers. One whose input failed
 // (reasonRejected, reasonTooLarge) says so too (ErrInputFailed): the
-// dispatcher fails the request at once.
+// dispatcher fails the request at once. The store hears of the close
+// before the answer is cancelled: with a shared store, a session another
+// replica closed first ends with that close instead (dropStoredLocked), so
+// that one answer ends one way for every reader.
 func (s *session) closeLocked(e *apierr.Error, reason string) {
 	if s.closed {
 		return
@@ -718,7 +722,13 @@ func (s *session) closeLocked(e *apierr.Error, reason string) {
 	if e == nil {
 		e = errCancelled()
 	}
-	s.closed, s.closeErr = true, e
+	if s.durable && !s.keepStored {
+		var err error
+		if e, reason, err = s.dropStoredLocked(context.WithoutCancel(s.m.base), e, reason); err != nil {
+			s.m.log.Error("could not delete a closed session's data", "session", store.RedactID(s.id), "error", err)
+		}
+	}
+	s.closed, s.closeErr, s.closeReason = true, e, reason
 	if s.cancel != nil {
 		var cause error = e
 		switch reason {
@@ -738,11 +748,6 @@ func (s *session) closeLocked(e *apierr.Error, reason string) {
 	s.deactivateLocked()
 	s.infos, s.mem = nil, nil
 	s.notifyLocked()
-	if s.durable && !s.keepStored {
-		if err := s.dropStoredLocked(context.WithoutCancel(s.m.base), e, reason); err != nil {
-			s.m.log.Error("could not delete a closed session's data", "session", store.RedactID(s.id), "error", err)
-		}
-	}
 	s.m.forget(s, s.held)
 	s.held = 0
 	s.m.met.closed.WithLabelValues(reason).Inc()
@@ -789,11 +794,14 @@ func (s *session) waitResult(ctx context.Context) (*result, *apierr.Error) {
 	for {
 		s.mu.Lock()
 		res, closed, closeErr, lost, ch := s.res, s.closed, s.closeErr, s.resultLost, s.changed
+		// A copy of an answer another replica runs is followed to its end
+		// after a close (followsAfterCloseLocked): it becomes the result.
+		following := s.followsAfterCloseLocked()
 		s.mu.Unlock()
 		switch {
 		case res != nil:
 			return res, nil
-		case closed:
+		case closed && !following:
 			return nil, closeErr
 		case lost:
 			return nil, &apierr.Error{Status: http.StatusGone, Type: apierr.TypeInvalidRequest, Code: CodeResultGone,

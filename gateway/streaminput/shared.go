@@ -35,10 +35,15 @@ import (
 //     follow it from there (follow), live, from its first byte. Readers
 //     waiting for an answer to start make their replica poll the record
 //     (pollShared): no request to it may ever say another one started it.
-//     A delete through another replica is seen by the record going away:
-//     a follower and a mirror check it when the answer has been quiet. A
-//     replica that closes a session because its input failed it leaves why
-//     (CloseInputSession), and the others end it with the same error.
+//     A replica that deletes a session, or closes it because its input
+//     failed it, leaves why (CloseInputSession); the first close recorded
+//     stands, and a replica whose close came later ends the session with
+//     that one (dropStoredLocked). The others see it at their next read of
+//     the record; a follower and a mirror check it when the answer has
+//     been quiet. The runner ends the answer and writes that end (a closed
+//     session's answer stream outlives its record), and every other
+//     replica's readers follow it there (followsAfterCloseLocked): one
+//     answer ends one way, with the same events, for every reader.
 //   - A mirror that cannot write keeps what it has not written and retries
 //     while the session lives: a store outage delays the answer for the
 //     other replicas' readers, it does not cut it.
@@ -291,20 +296,44 @@ func closedElsewhere(err error) (*apierr.Error, string, bool) {
 	return &apierr.Error{Status: r.Status, Type: r.Type, Code: r.Code, Message: r.Message, Param: r.Param}, r.Reason, true
 }
 
-// dropStoredLocked removes a closed session from the store. With a shared
-// store, a session whose input failed it (reasonRejected, reasonTooLarge)
-// leaves why, so that the replica running its answer fails it with the
-// same error (README: a session over its byte limit "fails its running
-// answer"), not as if it had been deleted.
-func (s *session) dropStoredLocked(ctx context.Context, e *apierr.Error, reason string) error {
-	if s.m.shared == nil || (reason != reasonRejected && reason != reasonTooLarge) {
-		return s.m.opts.Store.DeleteInputSession(ctx, s.id)
+// dropStoredLocked removes a closed session from the store, and returns
+// the close that stands. With a shared store, a session deleted or closed
+// because its input failed it (reasonRejected, reasonTooLarge) leaves why,
+// so that the replica running its answer ends it the same way (README: a
+// session over its byte limit "fails its running answer"). The first close
+// the store records wins: when another replica's delete or close came
+// first, its error and reason are returned, and this replica ends the
+// session with them too.
+func (s *session) dropStoredLocked(ctx context.Context, e *apierr.Error, reason string) (*apierr.Error, string, error) {
+	if s.m.shared == nil || !recordedClose(reason) {
+		return e, reason, s.m.opts.Store.DeleteInputSession(ctx, s.id)
 	}
 	why, err := json.Marshal(closedRecord{Reason: reason, Status: e.Status, Type: e.Type, Code: e.Code, Message: e.Message, Param: e.Param})
 	if err != nil {
-		return fmt.Errorf("encoding why the session closed: %w", err)
+		return e, reason, fmt.Errorf("encoding why the session closed: %w", err)
 	}
-	return s.m.shared.CloseInputSession(ctx, s.id, why, s.m.opts.IdleTimeout)
+	err = s.m.shared.CloseInputSession(ctx, s.id, why, s.m.opts.IdleTimeout)
+	if first, firstReason, ok := closedElsewhere(err); ok {
+		return first, firstReason, nil
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return e, reason, nil // gone already (expired): nothing to remove
+	}
+	return e, reason, err
+}
+
+// recordedClose tells whether a close for reason is recorded in a shared
+// store for the other replicas (dropStoredLocked).
+func recordedClose(reason string) bool {
+	return reason == reasonDeleted || reason == reasonRejected || reason == reasonTooLarge
+}
+
+// followsAfterCloseLocked tells whether the copy of an answer another
+// replica runs goes on being fed from the store after the session closed
+// here: a close recorded in the store ends the answer on the replica
+// running it, which writes that end for every replica's readers (follow).
+func (s *session) followsAfterCloseLocked() bool {
+	return s.following && recordedClose(s.closeReason)
 }
 
 // syncShared reads the session's record again, as a REST request does
@@ -550,6 +579,7 @@ func (mi *mirror) run() {
 	defer watch.Stop()
 	var pending []store.ResultPart // taken from the queue, not yet appended
 	n, appended := int64(0), false
+	closed := false // the session was closed through another replica
 	backoff, failing := mirrorRetryFirst, false
 	var retry <-chan time.Time
 	for {
@@ -561,10 +591,12 @@ func (mi *mirror) run() {
 		case <-retry:
 			retry = nil
 		case <-watch.C:
-			if !appended && !failing {
+			if !appended && !failing && !closed {
 				if gone, err := mi.gone(); gone {
-					mi.closedElsewhere(err)
-					return
+					if !mi.closedElsewhere(err) {
+						return
+					}
+					closed = true
 				}
 			}
 			appended = false
@@ -577,6 +609,18 @@ func (mi *mirror) run() {
 		for len(pending) > 0 {
 			part := pending[0]
 			err := mi.append(n, part)
+			var ce *store.InputSessionClosedError
+			if errors.As(err, &ce) && ce.Appended {
+				// Closed through another replica, and the part stored all
+				// the same: the answer's end follows it (closedElsewhere).
+				if !closed {
+					closed = true
+					if !mi.closedElsewhere(err) {
+						return
+					}
+				}
+				err = nil
+			}
 			if errors.Is(err, store.ErrNotFound) {
 				mi.closedElsewhere(err)
 				return
@@ -633,18 +677,25 @@ func (mi *mirror) gone() (bool, error) {
 	return errors.Is(err, store.ErrNotFound), err
 }
 
-// closedElsewhere stops an answer whose session was deleted (or closed)
+// closedElsewhere ends an answer whose session was deleted (or closed)
 // through another replica, as a delete (or the same close) here would: its
 // readers get the cancellation, or the error the other replica recorded.
-func (mi *mirror) closedElsewhere(err error) {
-	mi.stop()
-	mi.s.m.log.Info("streaming-input session deleted or closed through another replica; ending its answer", "session", store.RedactID(mi.s.id))
+// A close recorded in the store still takes the answer's parts, the end
+// included, which every replica's readers follow (closeSessionScript): it
+// reports that the mirror goes on. A session gone without a record of why
+// has lost its answer's parts too: the mirror stops.
+func (mi *mirror) closedElsewhere(err error) (goesOn bool) {
+	_, _, goesOn = closedElsewhere(err)
+	if !goesOn {
+		mi.stop()
+	}
 	mi.s.mu.Lock()
 	defer mi.s.mu.Unlock()
-	if mi.s.closed {
-		return
+	if !mi.s.closed {
+		mi.s.m.log.Info("streaming-input session deleted or closed through another replica; ending its answer", "session", store.RedactID(mi.s.id))
+		mi.s.goneLocked(err)
 	}
-	mi.s.goneLocked(err)
+	return goesOn
 }
 
 // append writes one part (an append already applied is skipped by the
@@ -734,9 +785,19 @@ func (s *session) awaitFollowedHead(ctx context.Context) {
 	}
 }
 
+// closedFollowWait is how long a copy of an answer goes on being fed after
+// its session closed (followsAfterCloseLocked) without a part arriving: the
+// runner hears of the close at its next append, or when it checks after
+// mirrorWatch of quiet, and writes the answer's end at once. A runner that
+// does not (it died, or cannot reach the store) leaves the copy to end
+// with the close's own error.
+const closedFollowWait = 3 * mirrorWatch
+
 // follow feeds res from the store until the answer ends. A runner that
 // sends nothing for IdleTimeout (it died) ends the copy with
-// stream_incomplete.
+// stream_incomplete. After a close recorded in the store, the copy still
+// follows the runner to the end it writes (closedFollowWait): the readers
+// here get the same events, and the same terminal event, as the runner's.
 func (s *session) follow(res *result) {
 	defer s.m.wg.Done()
 	published := false
@@ -755,15 +816,19 @@ func (s *session) follow(res *result) {
 	defer publish()
 	const wait = 2 * time.Second
 	cursor, last, backoff := "", time.Now(), 100*time.Millisecond
+	var closedAt time.Time
 	for {
 		if s.m.base.Err() != nil {
 			res.finish(s.m.shutdownErr)
 			return
 		}
 		s.mu.Lock()
-		closed, closeErr := s.closed, s.closeErr
+		closed, closeErr, followsOn := s.closed, s.closeErr, s.followsAfterCloseLocked()
 		s.mu.Unlock()
-		if closed {
+		if closed && closedAt.IsZero() {
+			closedAt = time.Now()
+		}
+		if closed && (!followsOn || time.Since(closedAt) > closedFollowWait && time.Since(last) > closedFollowWait) {
 			res.finish(closeErr)
 			return
 		}
