@@ -398,7 +398,7 @@ func (cs *clientStream) probeLocked() bool {
 	if !cs.writeProbeLocked() {
 		return false
 	}
-	cs.s.metrics.keepalives.WithLabelValues(cs.surface).Inc()
+	cs.s.metrics.keptAlive(cs.surface)
 	return true
 }
 
@@ -420,15 +420,15 @@ func (cs *clientStream) keepWaiting() {
 }
 
 // relayedError is an upstream's error answer as a stream's terminal event:
-// its error object (upstreamErrorOf), with a type and a message when it had
-// none.
+// its error object (upstreamErrorOf) as every path gives an upstream's
+// error to a client (apierr.FromUpstream: a 4xx other than a 429 without a
+// type is invalid_request_error), server_error when that leaves it without
+// a type (a 429, whose code says what it is, or a 5xx), and a message when
+// it had none.
 func relayedError(status int, body []byte) apierr.Error {
-	e := upstreamErrorOf(status, body)
+	e := apierr.FromUpstream(upstreamErrorOf(status, body), status)
 	if e.Type == "" {
 		e.Type = apierr.TypeServer
-		if status < 500 {
-			e.Type = apierr.TypeInvalidRequest
-		}
 	}
 	if e.Message == "" {
 		e.Message = fmt.Sprintf("the upstream answered HTTP %d %s without an error message", status, http.StatusText(status))

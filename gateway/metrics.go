@@ -145,3 +145,11 @@ func (s *Server) countUnrouted(r *http.Request, status int) {
 		m.counted, m.surface = true, surfaceOther
 	}
 }
+
+// keptAlive counts a keepalive written to a streaming client on surface in
+// sluice_keepalives_total: an SSE comment (a live stream's or a resume's,
+// under the Responses stream's surface) or a WebSocket ping, each written
+// while the client had nothing else to read (README, timeouts.keepalive).
+func (m *metrics) keptAlive(surface string) {
+	m.keepalives.WithLabelValues(surface).Inc()
+}

@@ -1458,7 +1458,7 @@ func openAIShapedBody(status int, body []byte, cut string) []byte {
 		if client := apierr.FromUpstream(up, status); client.Code == up.Code && client.Type == up.Type {
 			return body
 		}
-		e = apierr.FromUpstream(relayedError(status, body), status)
+		e = relayedError(status, body)
 	case inner.Type == gjson.String && strings.TrimSpace(inner.Str) != "":
 		e = relayedError(status, nil)
 		e.Message = inner.Str
@@ -1468,7 +1468,7 @@ func openAIShapedBody(status int, body []byte, cut string) []byte {
 			e.Code, e.Message = apierr.CodeUpstreamError, errorBodyExcerpt(status, body, "")
 			break
 		}
-		e = apierr.FromUpstream(relayedError(status, body), status)
+		e = relayedError(status, body)
 	}
 	b, err := json.Marshal(&e)
 	if err != nil { // cannot happen: e is strings

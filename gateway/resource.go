@@ -497,7 +497,7 @@ func (s *Server) resumeSSE(w http.ResponseWriter, follow func(out resumeSink) er
 	sink := newSSESink(w, s.opts.ClientWriteTimeout)
 	sink.auto = false // follow flushes once per batch of logged events
 	s.metrics.resumes.WithLabelValues("sse").Inc()
-	out := &writeNotingSink{resumeSink: sink}
+	out := &writeNotingSink{resumeSink: sink, metrics: s.metrics}
 	var aerr *apierr.Error
 	switch err := follow(out); {
 	case errors.As(err, &aerr) && !out.wrote:
@@ -510,10 +510,13 @@ func (s *Server) resumeSSE(w http.ResponseWriter, follow func(out resumeSink) er
 }
 
 // writeNotingSink notes whether anything was written through it (and so
-// whether the answer's status is committed).
+// whether the answer's status is committed), and counts the keepalives it
+// writes in sluice_keepalives_total under the surface of the Responses
+// stream it resumes, as that stream's own keepalives are counted.
 type writeNotingSink struct {
 	resumeSink
-	wrote bool
+	metrics *metrics
+	wrote   bool
 }
 
 func (k *writeNotingSink) Event(name string, data []byte) error {
@@ -523,7 +526,11 @@ func (k *writeNotingSink) Event(name string, data []byte) error {
 
 func (k *writeNotingSink) KeepAlive(every time.Duration) error {
 	k.wrote = true
-	return k.resumeSink.KeepAlive(every)
+	if err := k.resumeSink.KeepAlive(every); err != nil {
+		return err
+	}
+	k.metrics.keptAlive(hostabi.SurfaceResponsesStream)
+	return nil
 }
 
 // streamInBody reads the {"stream":true} that some clients (the official

@@ -444,7 +444,9 @@ func (rt *reqTrace) end(req *clientRequest) {
 // endAttempt ends the span of the attempt that ended the request, if it is
 // still open, with the request's result: the tokens the client was charged
 // (README "Tracing") and, when the request failed, an error status naming
-// why, for the attempt whose failure it was.
+// why, for the attempt whose failure it was, and a sluice.rescue of stop:
+// the attempt loop ended the request with a failure, as the access log and
+// sluice_rescues_total say, not done as for an attempt that served it.
 func (rt *reqTrace) endAttempt(result []attribute.KeyValue, failed bool, reason string) {
 	span := rt.ending
 	if span == nil {
@@ -454,7 +456,7 @@ func (rt *reqTrace) endAttempt(result []attribute.KeyValue, failed bool, reason 
 	span.SetAttributes(result...)
 	if failed {
 		why := firstNonEmpty(reason, "failed")
-		span.SetAttributes(attribute.String("sluice.failure", why))
+		span.SetAttributes(attribute.String("sluice.failure", why), attribute.String("sluice.rescue", rescueDecision(nextStop)))
 		span.SetStatus(codes.Error, why)
 	}
 	span.End(trace.WithTimestamp(rt.endingAt))
@@ -529,12 +531,27 @@ func (s *Server) traceAttempt(req *clientRequest, t upstream.Target) {
 	_, rt.attempt = rt.t.tracer.Start(rt.ctx, "chat "+model, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
 }
 
-// traceAnswer notes the upstream's HTTP status for the attempt's span.
+// traceAnswer notes the upstream's HTTP status for the attempt's span: the
+// one it sent. A 2xx whose body was an error envelope is judged as the
+// status its error stands for (answerAsError), but the attempt's span, like
+// its failure reason (statusReason), says what the upstream sent, with
+// sluice.error_envelope naming the envelope's error (its code, else its
+// type), so that an operator does not look for a 502 in the upstream's
+// logs; the request span keeps the status the client was sent.
 func (s *Server) traceAnswer(req *clientRequest, ans *upstreamAnswer) {
-	if req.trace == nil || ans == nil {
+	rt := req.trace
+	if rt == nil || ans == nil {
 		return
 	}
-	req.trace.status = ans.status
+	rt.status = ans.status
+	if ans.sentStatus == 0 {
+		return
+	}
+	rt.status = ans.sentStatus
+	if rt.attempt != nil {
+		e, _ := apierr.Parse(ans.body)
+		rt.attempt.SetAttributes(attribute.String("sluice.error_envelope", label(firstNonEmpty(e.Code, e.Type, "error")))) // an upstream's code: cut and cleaned
+	}
 }
 
 // rescueDecision names what the attempt loop does after an attempt.

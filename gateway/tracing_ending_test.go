@@ -87,8 +87,8 @@ func TestTracingCutAttemptHoldsTheChargedUsage(t *testing.T) {
 			t.Errorf("attempt span %s = %v (set %v), want the request's %d", key, got.AsInt64(), ok, want.AsInt64())
 		}
 	}
-	if v, _ := attrOf(as, "sluice.rescue"); v.AsString() != "done" {
-		t.Errorf("attempt sluice.rescue = %q, want done", v.AsString())
+	if v, _ := attrOf(as, "sluice.rescue"); v.AsString() != "stop" {
+		t.Errorf("attempt sluice.rescue = %q, want stop: its cut failed the request", v.AsString())
 	}
 	if as.Status().Code != codes.Error {
 		t.Errorf("attempt span status %v, want Error: its cut failed the request", as.Status())

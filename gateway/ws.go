@@ -537,7 +537,7 @@ func (ws *wsSession) keepAliveWhileAnswering(ctx context.Context) (stop func()) 
 			pingCtx, cancel := context.WithTimeout(ctx, every)
 			_ = ws.conn.Ping(pingCtx)
 			cancel()
-			ws.s.metrics.keepalives.WithLabelValues(hostabi.SurfaceWebSocket).Inc()
+			ws.s.metrics.keptAlive(hostabi.SurfaceWebSocket)
 			quietSince = time.Now()
 			t.Reset(every)
 		}

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/sluice-gw/sluice/internal/logtext"
 )
 
 // Protocols an upstream may speak.
@@ -87,6 +89,10 @@ type Upstream struct {
 	// (DownSince; continuity's rehydrate_after).
 	downSince time.Time
 	targets   map[string]*targetState // by model; see target.go
+	// reasonChanges bounds the lines for a down upstream's reason changing
+	// (probeWithin): a reason that names an ephemeral port or alternates
+	// between two would otherwise log at every probe.
+	reasonChanges logtext.Every
 
 	// On-demand probes (ProbeDown): the one in flight, closed when it
 	// ends (nil when none), and when the last one started.
@@ -361,7 +367,7 @@ func NewPool(cfgs []Config, opts Options) (*Pool, error) {
 		if c.Transport == "" {
 			c.Transport = TransportHTTP
 		}
-		up := &Upstream{cfg: c, state: StateUnknown, shared: p.shared}
+		up := &Upstream{cfg: c, state: StateUnknown, shared: p.shared, reasonChanges: logtext.Every{Interval: time.Minute}}
 		p.ups = append(p.ups, up)
 		p.byName[c.Name] = up
 	}
@@ -598,7 +604,7 @@ func (p *Pool) probeWithin(ctx context.Context, u *Upstream, timeout time.Durati
 		}
 	}
 	u.mu.Lock()
-	prev := u.state
+	prev, prevReason := u.state, u.reason
 	u.state, u.reason, u.lastProbe = state, reason, p.opts.Now()
 	u.markDownLocked(state, u.lastProbe)
 	if state == StateHealthy {
@@ -606,12 +612,24 @@ func (p *Pool) probeWithin(ctx context.Context, u *Upstream, timeout time.Durati
 		u.credParkedAt = time.Time{}
 	}
 	u.mu.Unlock()
-	if prev != state {
+	switch {
+	case prev != state:
 		log := p.opts.Logger.Info
 		if state == StateDown || state == StateFailed {
 			log = p.opts.Logger.Warn
 		}
 		log("upstream state changed", "upstream", u.cfg.Name, "from", string(prev), "to", string(state), "reason", reason, "probe", kind)
+	case state == StateDown && reason != prevReason:
+		// Still down, for another reason (its port refused connections, now
+		// it answers 503): logged once per change, at the level the change
+		// to down was, so that the log tells what /admin/upstreams shows
+		// (Status.Reason), not only the first reason; at most one line a
+		// minute, with the number of changes it stands for. A credential park's
+		// reason (failed) counts down its wait at each probe, and is logged
+		// when it starts (MarkFailed).
+		if n, ok := u.reasonChanges.Allow(p.opts.Now()); ok {
+			p.opts.Logger.Warn("upstream down reason changed", "upstream", u.cfg.Name, "from", prevReason, "to", reason, "probe", kind, "changes", n)
+		}
 	}
 }
 
