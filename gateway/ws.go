@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -601,14 +600,7 @@ func (o *wsResponder) relay(req *clientRequest, status int, header http.Header, 
 		_ = o.write(b)
 		return
 	}
-	e, ok := apierr.Parse(body)
-	if !ok {
-		e = apierr.Error{Type: apierr.TypeServer, Code: apierr.CodeUpstreamError, Message: strings.TrimSpace(string(body))}
-	}
-	if e.Message == "" { // an empty or message-less error body
-		e.Message = fmt.Sprintf("the upstream answered HTTP %d %s without an error message", status, http.StatusText(status))
-	}
-	e.Status = status
+	e := relayedError(status, body) // the HTTP responder's rule (openAIShapedBody)
 	_ = o.write(errorFrameWith(&e, header))
 }
 
