@@ -296,3 +296,34 @@ func TestRecoverABI3(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayPenaltyBounds: penalty_ms is a non-negative integer of at most
+// 2^62 ms (ABI.md §4), read exactly: 2^62+1 is a fault, not rounded to 2^62.
+func TestReplayPenaltyBounds(t *testing.T) {
+	for _, c := range []struct {
+		penalty string
+		want    int64
+		ok      bool
+	}{
+		{"0", 0, true},
+		{"250", 250, true},
+		{"2.5e2", 250, true},
+		{"4611686018427387903", 1<<62 - 1, true},
+		{"4611686018427387904", 1 << 62, true},
+		{"4611686018427387905", 0, false},
+		{"4611686018427388000", 0, false},
+		{"4611686018427388500", 0, false},
+		{"-1", 0, false},
+		{"1.5", 0, false},
+		{`"5"`, 0, false},
+	} {
+		out, err := DecodeReplayOutput([]byte(`{"verdict":1,"penalty_ms":` + c.penalty + `}`))
+		if (err == nil) != c.ok || (c.ok && out.PenaltyMillis != c.want) {
+			t.Errorf("penalty_ms %s: %+v, %v; want %d, ok=%v", c.penalty, out, err, c.want, c.ok)
+			continue
+		}
+		if !c.ok && !strings.Contains(err.Error(), "at most 2^62 ms") {
+			t.Errorf("penalty_ms %s: the fault does not name the bound: %v", c.penalty, err)
+		}
+	}
+}

@@ -137,7 +137,7 @@ const (
 	StateActive     = "active"      // the version shown is serving (a refused newer file shows as rejected_sha256)
 	StateRejected   = "rejected"    // the latest file was refused and no version of the name serves
 	StateRolledBack = "rolled_back" // the version shown replaced a faulting one (see last_error)
-	StateTripped    = "tripped"     // faulted repeatedly with nothing to roll back to: calls use the built-in default
+	StateTripped    = "tripped"     // faulted repeatedly with nothing to roll back to (a version that tripped is none): calls use the built-in default
 )
 
 // Sources of a policy version.
@@ -227,12 +227,16 @@ type entry struct {
 	state       string
 	lastError   string
 	rejectedSHA string
+	// rejectedError is why the file of rejectedSHA was refused; it is
+	// lastError too unless the state is rolled_back or tripped, whose
+	// reason lastError keeps.
+	rejectedError string
 	// rejectedSource is where the refused file came from ("dir", or
 	// "embedded"): what /admin/policies shows as source when no version
 	// serves.
 	rejectedSource string
 	gen            uint64
-	st             *stats
+	st             *stats // the name's last error; each version counts its own calls (stats)
 	// planned numbers the plans made for this name (Reload); cancelBuild
 	// stops the build of the latest one, nil once it is applied.
 	planned     uint64
@@ -244,6 +248,9 @@ type artifact struct {
 	source string
 	data   []byte
 	sha    string
+	// tripped: a version built from it tripped (ABI.md §7), so it is no
+	// rollback target. Guarded by Runtime.mu.
+	tripped bool
 }
 
 // activeSet is the ordered set of serving versions, by hook.
@@ -464,7 +471,7 @@ func PolicyName(file string) (string, bool) {
 func (r *Runtime) entry(name string) *entry {
 	e := r.entries[name]
 	if e == nil {
-		e = &entry{name: name, st: &stats{}}
+		e = &entry{name: name, st: newStats()}
 		r.entries[name] = e
 	}
 	return e
@@ -696,14 +703,26 @@ func (r *Runtime) apply(ctx context.Context, p *plan) {
 		}
 		delete(r.entries, e.name)
 	case p.serving: // already serving these bytes
-		e.state, e.lastError, e.rejectedSHA, e.rejectedSource = StateActive, "", "", ""
-		e.st.clearErr()
+		e.rejectedSHA, e.rejectedError, e.rejectedSource = "", "", ""
+		if !e.cur.tripped.Load() { // a tripped version stays tripped until a new file is loaded (ABI.md §7)
+			e.state, e.lastError = StateActive, ""
+			e.st.clearErr()
+		}
 	case p.err != nil:
-		e.lastError, e.rejectedSHA, e.rejectedSource = p.err.Error(), p.art.sha, p.art.source
-		e.st.setErr(p.err.Error())
+		e.rejectedSHA, e.rejectedError, e.rejectedSource = p.art.sha, p.err.Error(), p.art.source
+		if e.cur == nil || (e.state != StateRolledBack && e.state != StateTripped) {
+			// A rolled_back or tripped state keeps its reason in
+			// last_error (README, "GET /admin/policies"): the
+			// rejection shows as rejected_error.
+			e.lastError = p.err.Error()
+			e.st.setErr(p.err.Error())
+		}
 		r.m.rejections.WithLabelValues(e.name).Inc()
 		fields := []any{"policy", e.name, "source", p.art.source, "sha256", short(p.art.sha), "error", p.err}
-		if e.cur != nil && p.embedded == nil {
+		switch {
+		case e.cur != nil && p.embedded == nil && e.cur.tripped.Load():
+			fields = append(fields, "still_serving", "the built-in default", "tripped_sha256", short(e.cur.comp.sha))
+		case e.cur != nil && p.embedded == nil:
 			fields = append(fields, "still_serving", short(e.cur.comp.sha))
 		}
 		if halfWritten(p.err) {
@@ -731,10 +750,10 @@ func (r *Runtime) apply(ctx context.Context, p *plan) {
 	default:
 		if e.cur != nil {
 			retired = e.cur
-			e.prev = &artifact{source: e.cur.source, data: e.cur.data, sha: e.cur.comp.sha}
+			e.prev = e.cur.art
 		}
 		e.adopt(p.v)
-		e.state, e.lastError, e.rejectedSHA, e.rejectedSource = StateActive, "", "", ""
+		e.state, e.lastError, e.rejectedSHA, e.rejectedError, e.rejectedSource = StateActive, "", "", "", ""
 		e.st.clearErr() // what went wrong before this version is no longer news
 		r.m.swaps.WithLabelValues(e.name, "loaded").Inc()
 		r.log.Info("policy loaded", "policy", e.name, "source", p.art.source, "sha256", short(p.art.sha),
@@ -917,11 +936,12 @@ func (r *Runtime) buildFrom(ctx context.Context, e *entry, a *artifact, comp *co
 		name:     e.name,
 		source:   a.source,
 		data:     a.data,
+		art:      a,
 		comp:     comp,
 		hooks:    exported,
 		loadedAt: time.Now(),
 		config:   []byte(r.opts.Config[e.name]),
-		st:       e.st,
+		st:       e.st.forVersion(),
 		idle:     make(chan *instance, r.opts.PoolSize),
 		tokens:   make(chan struct{}, r.opts.PoolSize),
 		closed:   make(chan struct{}),
@@ -1175,21 +1195,34 @@ func (r *Runtime) faultsInARow(v *version, reason string) string {
 
 // rollback replaces a version that faulted FaultsBeforeRollback times in a
 // row, tripped already (version.fault), by the previous version of the same
-// policy; without one the trip stays.
+// policy; without one the trip stays. A version that tripped itself is no
+// previous version: restoring it would run code already found faulty, and
+// trip again (ABI.md §7).
 func (r *Runtime) rollback(v *version, reason string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed.Load() {
 		return
 	}
+	// Marked even when v no longer serves: a call under way when v was
+	// replaced can trip it, and v is then the replacement's previous version.
+	v.art.tripped = true
 	e := r.entries[v.name]
 	if e == nil || e.cur != v {
 		return
 	}
 	r.m.rollbacks.WithLabelValues(v.name).Inc()
-	prev := e.prev
+	var trippedToo []string // rollback targets passed over: they tripped
+	target := func(a *artifact) *artifact {
+		if a != nil && a.tripped && a.sha != v.comp.sha {
+			trippedToo = append(trippedToo, short(a.sha))
+			return nil
+		}
+		return a
+	}
+	prev := target(e.prev)
 	if prev == nil && v.source == SourceDir && e.embedded != nil {
-		prev = e.embedded
+		prev = target(e.embedded)
 	}
 	msg := r.faultsInARow(v, reason)
 	if prev != nil && prev.sha != v.comp.sha {
@@ -1209,10 +1242,16 @@ func (r *Runtime) rollback(v *version, reason string) {
 		}
 		r.log.Error("policy rollback failed", "policy", v.name, "error", err)
 	}
-	e.state, e.lastError = StateTripped, "no previous version to roll back to; calls use the built-in default after "+msg
+	why := "no previous version to roll back to"
+	fields := []any{"policy", v.name, "reason", reason}
+	if len(trippedToo) > 0 {
+		why = "not rolled back to " + strings.Join(trippedToo, ", ") + ", which tripped too"
+		fields = append(fields, "not_rolled_back_to", strings.Join(trippedToo, ","))
+	}
+	e.state, e.lastError = StateTripped, why+"; calls use the built-in default after "+msg
 	e.st.setErr(e.lastError)
 	r.m.swaps.WithLabelValues(v.name, "tripped").Inc()
-	r.log.Error("policy tripped: calls use the built-in default", "policy", v.name, "reason", reason)
+	r.log.Error("policy tripped: calls use the built-in default", fields...)
 	r.publish()
 }
 

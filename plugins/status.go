@@ -9,8 +9,11 @@ import (
 // and is swapped in clears it, so an active state with a last_error means the
 // serving version faulted or erred since. A rejected file's error stays, next
 // to its rejected_sha256, while an older version (or the embedded default)
-// serves in its place, and a rollback says why it rolled back. State
-// describes the serving version; it is "rejected" only when none serves.
+// serves in its place, and a rollback says why it rolled back; a
+// rolled_back or tripped state keeps that reason in last_error, and a file
+// refused meanwhile shows its error as rejected_error only. State describes
+// the serving version; it is "rejected" only when none serves. The counters
+// are the serving version's: a swap or rollback starts them at zero.
 type PolicyStatus struct {
 	Name       string    `json:"name"`                      // file name without .wasm
 	SHA256     string    `json:"sha256"`                    // of the serving version ("" when none serves)
@@ -18,14 +21,16 @@ type PolicyStatus struct {
 	Version    uint64    `json:"version"`                   // load generation of this name: 1, 2, …
 	Hooks      []string  `json:"hooks"`                     // hooks the serving version implements ([] when none serves)
 	LoadedAt   time.Time `json:"loaded_at,omitzero"`        // when the serving version was loaded (left out when none serves)
-	Calls      int64     `json:"calls"`                     // hook calls into the policy (all versions)
-	Faults     int64     `json:"faults"`                    // calls that faulted (trap, timeout, memory, bad output)
-	Errors     int64     `json:"errors"`                    // calls that ended in the guest's error result, a cancellation or a busy pool
+	Calls      int64     `json:"calls"`                     // hook calls into the serving version (0 when none serves)
+	Faults     int64     `json:"faults"`                    // its calls that faulted (trap, timeout, memory, bad output)
+	Errors     int64     `json:"errors"`                    // its calls that ended in the guest's error result, a cancellation or a busy pool
 	LastError  string    `json:"last_error"`                // the latest load error, fault or error (see above)
 	Source     string    `json:"source"`                    // "embedded" or "dir": of the serving version, else of the refused file
 	State      string    `json:"state"`                     // "active", "rolled_back", "tripped", or "rejected" when nothing serves
 	Rejected   string    `json:"rejected_sha256,omitempty"` // sha256 of the latest file refused while the version shown (if any) serves
 	Size       int       `json:"size"`                      // bytes of the serving module
+	// RejectedError is why the file of rejected_sha256 was refused.
+	RejectedError string `json:"rejected_error,omitempty"`
 	// Parked: the serving version is an embedded module whose compiled code
 	// was released after its load checks; its native twin answers until a
 	// first call has it compiled again (Options.StandIns).
@@ -41,9 +46,9 @@ type statusBase struct {
 
 func (r *Runtime) statusOf(e *entry) statusBase {
 	s := statusBase{st: e.st}
-	s.Name, s.State, s.LastError, s.Rejected, s.Hooks = e.name, e.state, e.lastError, e.rejectedSHA, []string{}
+	s.Name, s.State, s.LastError, s.Rejected, s.RejectedError, s.Hooks = e.name, e.state, e.lastError, e.rejectedSHA, e.rejectedError, []string{}
 	if v := e.cur; v != nil {
-		s.v = v
+		s.v, s.st = v, v.st
 		s.SHA256, s.ABIVersion, s.Version = v.comp.sha, int(v.abi), v.gen
 		s.Hooks = v.hooks.Names()
 		s.LoadedAt, s.Source, s.Size = v.loadedAt, v.source, len(v.data)

@@ -33,6 +33,7 @@ type version struct {
 	name    string
 	source  string    // "embedded" or "dir"
 	data    []byte    // the module bytes (kept for rollback)
+	art     *artifact // what v was built from: marked when v trips (Runtime.rollback)
 	comp    *compiled // what was loaded (its sha); instances come from live
 	dormant bool      // no hook to call: no instance, compiled module released
 	// live is the compiled module instances are made from, holding one
@@ -77,11 +78,22 @@ const (
 var hookNames = [5]string{"recover", "replay", "rewrite_request", "self_test", "stream_event"}
 var hookBits = [5]hostabi.Hook{hostabi.HookRecover, hostabi.HookReplay, hostabi.HookRewrite, hostabi.HookSelfTest, hostabi.HookStreamEvent}
 
-// stats are a policy name's counters, kept across its versions.
+// stats are what a version books: its own counters (GET /admin/policies
+// shows those of the version it shows, so a rollback does not credit the
+// restored version with the calls and faults of the one it replaced) and
+// its policy name's last error, shared by the name's versions.
 type stats struct {
 	calls, faults, errors atomic.Int64
-	lastErr               atomic.Pointer[string]
+	lastErr               *atomic.Pointer[string]
 }
+
+// newStats are a policy name's first stats: zero counters (the entry's own
+// never count; its versions' do) and the name's last error.
+func newStats() *stats { return &stats{lastErr: new(atomic.Pointer[string])} }
+
+// forVersion are zero counters for a new version of s's name, sharing its
+// last error.
+func (s *stats) forVersion() *stats { return &stats{lastErr: s.lastErr} }
 
 func (s *stats) setErr(msg string) { s.lastErr.Store(&msg) }
 

@@ -361,36 +361,38 @@ func ForEachMember(raw []byte, fn func(key string, value []byte) bool) bool {
 	return err == nil && !bad
 }
 
-// ParseInt parses the integral JSON number raw (null is 0); numbers written
-// with a fraction or exponent are accepted when integral.
+// ParseInt parses the integral JSON number raw (null is 0) of magnitude at
+// most 2^62. An integer literal is read exactly; numbers written with a
+// fraction or exponent are accepted when integral (hostabi/ABI.md §4: a
+// number is read by its value), through float64.
 func ParseInt(raw []byte) (int64, error) {
 	if string(raw) == "null" {
 		return 0, nil
 	}
-	// Fast path without allocation: an optional minus and up to 18 digits.
-	if n := len(raw); n > 0 && n <= 19 {
+	if isIntegerLiteral(raw) {
 		neg := raw[0] == '-'
 		digits := raw
 		if neg {
 			digits = raw[1:]
 		}
-		if len(digits) > 0 && len(digits) <= 18 && (digits[0] != '0' || len(digits) == 1) {
-			var v int64
-			ok := true
-			for _, c := range digits {
-				if c < '0' || c > '9' {
-					ok = false
-					break
-				}
-				v = v*10 + int64(c-'0')
+		if len(digits) > 18 {
+			// Read exactly, not rounded through float64 (2^62+1 must
+			// not pass as 2^62).
+			v, err := strconv.ParseInt(string(raw), 10, 64)
+			if err != nil || v > 1<<62 || v < -(1<<62) {
+				return 0, ErrSyntax
 			}
-			if ok {
-				if neg {
-					v = -v
-				}
-				return v, nil
-			}
+			return v, nil
 		}
+		// Up to 18 digits fit an int64, below 2^62: no allocation.
+		var v int64
+		for _, c := range digits {
+			v = v*10 + int64(c-'0')
+		}
+		if neg {
+			v = -v
+		}
+		return v, nil
 	}
 	// Accept integral numbers written with a fraction or exponent.
 	f, err := strconv.ParseFloat(string(raw), 64)
@@ -398,6 +400,23 @@ func ParseInt(raw []byte) (int64, error) {
 		return 0, ErrSyntax
 	}
 	return int64(f), nil
+}
+
+// isIntegerLiteral reports whether raw is a JSON number without a fraction
+// or exponent: an optional minus, then 0 or digits not starting with 0.
+func isIntegerLiteral(raw []byte) bool {
+	if len(raw) > 0 && raw[0] == '-' {
+		raw = raw[1:]
+	}
+	if len(raw) == 0 || (raw[0] == '0' && len(raw) > 1) {
+		return false
+	}
+	for _, c := range raw {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // Kind names the kind of the well-formed JSON value b for a message: "an
