@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -185,10 +186,13 @@ func (s *Server) process(ctx context.Context, out responder, req *clientRequest,
 // checkedRewriter is a Policy that checks each rewrite module's edits as
 // the chain runs (plugins.Runtime): a module whose edited body is not a
 // usable request loses all its edits, as if it had returned its error
-// result, and the chain goes on from the edits before it (ABI.md §3.3).
+// result, and the chain goes on from the edits before it (ABI.md §3.3). A
+// module failClosed names (Options.FailClosedRewrites) that cannot
+// complete its rewrite stops the chain instead: failedPolicy names it and
+// why says how.
 type checkedRewriter interface {
-	RewriteChecked(ctx context.Context, in hostabi.RewriteInput, check func(body []byte) error,
-		knownUpstream func(name string) bool) hostabi.RewriteOutput
+	RewriteGuarded(ctx context.Context, in hostabi.RewriteInput, check func(body []byte) error,
+		knownUpstream, failClosed func(name string) bool) (out hostabi.RewriteOutput, failedPolicy, why string)
 }
 
 // rewrite runs the rewrite policy and applies its result to req. A body
@@ -203,14 +207,25 @@ func (s *Server) rewrite(ctx context.Context, req *clientRequest) *apierr.Error 
 	var out hostabi.RewriteOutput
 	var checked *clientRequest // req with the last body the check accepted
 	if p, ok := s.policy.(checkedRewriter); ok {
-		out = p.RewriteChecked(ctx, in, func(body []byte) error {
+		var failedPolicy, why string
+		out, failedPolicy, why = p.RewriteGuarded(ctx, in, func(body []byte) error {
 			next, aerr := s.rewrittenRequest(ctx, req, body)
 			if aerr != nil {
 				return aerr
 			}
 			checked = next
 			return nil
-		}, s.upstreamConfigured)
+		}, s.upstreamConfigured, s.rewriteFailsClosed)
+		if failedPolicy != "" {
+			// The operator holds this policy to its edits (a guardrail):
+			// the request must not reach an upstream without them. Its
+			// failure is the gateway's, and a retry may find an instance
+			// free (README "Policies").
+			s.log.Warn("rewrite policy could not run and fails closed: the request is refused with 503",
+				"policy", failedPolicy, "why", why)
+			return &apierr.Error{Status: http.StatusServiceUnavailable, Type: apierr.TypeServer, Code: apierr.CodePolicyUnavailable,
+				RetryAfter: time.Second, Message: fmt.Sprintf("the rewrite policy %q could not run; this gateway does not send requests on without it", failedPolicy)}
+		}
 	} else {
 		out = s.policy.Rewrite(ctx, in)
 	}
@@ -249,6 +264,12 @@ func (s *Server) rewrite(ctx context.Context, req *clientRequest) *apierr.Error 
 	}
 	req.setHeaders, req.removeHeaders, req.upstreamName = out.SetHeaders, out.RemoveHeaders, out.Upstream
 	return nil
+}
+
+// rewriteFailsClosed reports whether the rewrite policy name is held to its
+// edits (Options.FailClosedRewrites).
+func (s *Server) rewriteFailsClosed(name string) bool {
+	return slices.Contains(s.opts.FailClosedRewrites, name)
 }
 
 // upstreamConfigured reports whether name is an upstream of the config, the

@@ -41,6 +41,12 @@ type Options struct {
 	Pool   *upstream.Pool // required
 	Policy Policy         // nil: BuiltinPolicy
 	Logger hclog.Logger   // nil: discard
+	// FailClosedRewrites names the rewrite policies the request may not go
+	// on without (policies.NAME.sluice_fail_closed): when one cannot
+	// complete its rewrite the client gets a 503 policy_unavailable rather
+	// than the request sent on unrewritten. Needs a Policy that checks as
+	// the chain runs (plugins.Runtime).
+	FailClosedRewrites []string
 
 	// Registry receives the gateway's metrics and is served on /metrics;
 	// nil creates one with the Go and process collectors.

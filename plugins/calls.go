@@ -25,9 +25,16 @@ type Trace struct {
 	// Outcome: "decided" (a module answered), "default" (no module answered:
 	// none exports the hook or all deferred), "fault", "error", "tripped",
 	// "canceled", "busy" (the built-in default was used because of that), and
-	// for rewrite "done", "rejected" or "error" (Policy chose an upstream
-	// the caller does not know: RewriteChecked).
+	// for rewrite "done" (every module ran or deferred), "rejected", "error"
+	// (Policy chose an upstream the caller does not know: RewriteChecks.KnownUpstream), or
+	// the first module's "fault", "error", "busy", "canceled" or "tripped"
+	// when its edits were dropped (Policy names it).
 	Outcome string `json:"outcome"`
+	// FailedClosed: the rewrite chain stopped at Policy, a module the caller
+	// holds to its edits (RewriteChecks.FailClosed), which could not
+	// complete its rewrite; the caller fails the request instead of sending
+	// it on without that module's edits.
+	FailedClosed bool `json:"failed_closed,omitempty"`
 	// Steps lists every module asked, in order.
 	Steps []TraceStep `json:"steps,omitempty"`
 }
@@ -488,27 +495,59 @@ func (r *Runtime) decide(ctx context.Context, h int, input func(v *version) []by
 // sees the previous edits and a reject stops the chain. A policy that faults
 // or errs has its own edits dropped. Body is nil when nothing changed.
 func (r *Runtime) Rewrite(ctx context.Context, in hostabi.RewriteInput) hostabi.RewriteOutput {
-	return r.RewriteChecked(ctx, in, nil, nil)
+	out, _ := r.RewriteWith(ctx, in, RewriteChecks{})
+	return out
 }
 
-// RewriteChecked is Rewrite that has check judge the body each module
-// leaves when it returns having changed it (ABI.md §3.3): a body that
-// check refuses counts as the module's error result, so all of its edits
-// are dropped, and the chain goes on from the edits before it. check gets
-// a body that is not modified afterwards; nil checks nothing.
-//
-// knownUpstream judges each module's use_upstream choice when it returns:
-// a name it does not know is a misconfiguration no later edit should hide
-// (ABI.md §3.3), so it counts as the module's error, is logged naming the
-// module, and stops the chain with that name as the output's Upstream, for
-// the caller to fail the request. nil checks nothing.
-func (r *Runtime) RewriteChecked(ctx context.Context, in hostabi.RewriteInput, check func(body []byte) error,
-	knownUpstream func(name string) bool) hostabi.RewriteOutput {
-	out, tr := r.rewriteTrace(ctx, in, check, knownUpstream)
+// RewriteChecks are the caller's judgements applied while the rewrite chain
+// runs (RewriteWith); a nil member judges nothing.
+type RewriteChecks struct {
+	// Body judges the body a module leaves when it returns having changed
+	// it (ABI.md §3.3): a body it refuses counts as the module's error
+	// result, so all of its edits are dropped, and the chain goes on from
+	// the edits before it. It gets a body that is not modified afterwards.
+	Body func(body []byte) error
+	// KnownUpstream judges each module's use_upstream choice when it
+	// returns: a name it does not know is a misconfiguration no later edit
+	// should hide (ABI.md §3.3), so it counts as the module's error, is
+	// logged naming the module, and stops the chain with that name as the
+	// output's Upstream, for the caller to fail the request.
+	KnownUpstream func(name string) bool
+	// FailClosed names the modules the caller holds to their edits: when
+	// one of them cannot complete its rewrite (no instance in time, a
+	// fault, tripped, its error result, an edited body Body refuses), the
+	// chain stops there with Trace.FailedClosed, counted as the fallback
+	// reason "failed_closed", rather than going on without its edits
+	// (README "Policies": a guardrail must not be bypassed under load).
+	FailClosed func(policy string) bool
+}
+
+// RewriteGuarded is Rewrite with the checks Body (check), KnownUpstream
+// and FailClosed; it also holds the modules failClosed
+// names to their edits (RewriteChecks.FailClosed): policy is the module
+// that could not complete its rewrite and stopped the chain, why says how
+// (its outcome, and its error when it has one); both are "" when none did.
+func (r *Runtime) RewriteGuarded(ctx context.Context, in hostabi.RewriteInput, check func(body []byte) error,
+	knownUpstream, failClosed func(name string) bool) (out hostabi.RewriteOutput, policy, why string) {
+	out, tr := r.RewriteWith(ctx, in, RewriteChecks{Body: check, KnownUpstream: knownUpstream, FailClosed: failClosed})
+	if !tr.FailedClosed {
+		return out, "", ""
+	}
+	why = tr.Outcome
+	if last := tr.Steps[len(tr.Steps)-1]; last.Error != "" {
+		why += ": " + last.Error
+	}
+	return out, tr.Policy, why
+}
+
+// RewriteWith is Rewrite with checks, telling what each
+// policy did; the call is recorded like Rewrite's.
+func (r *Runtime) RewriteWith(ctx context.Context, in hostabi.RewriteInput, checks RewriteChecks) (hostabi.RewriteOutput, Trace) {
+	out, tr := r.rewriteTrace(ctx, in, checks)
 	if r.recording.Load() {
 		r.recordRewrite(in, out, tr)
 	}
-	return out
+	return out, tr
 }
 
 // RewriteActive reports whether any loaded policy implements the rewrite
@@ -519,11 +558,12 @@ func (r *Runtime) RewriteActive() bool {
 
 // RewriteTrace is Rewrite that also tells what each policy did.
 func (r *Runtime) RewriteTrace(ctx context.Context, in hostabi.RewriteInput) (hostabi.RewriteOutput, Trace) {
-	return r.rewriteTrace(ctx, in, nil, nil)
+	return r.rewriteTrace(ctx, in, RewriteChecks{})
 }
 
-func (r *Runtime) rewriteTrace(ctx context.Context, in hostabi.RewriteInput, check func(body []byte) error,
-	knownUpstream func(name string) bool) (hostabi.RewriteOutput, Trace) {
+func (r *Runtime) rewriteTrace(ctx context.Context, in hostabi.RewriteInput, checks RewriteChecks) (hostabi.RewriteOutput, Trace) {
+	check, knownUpstream := checks.Body, checks.KnownUpstream
+	failClosed := func(v *version) bool { return checks.FailClosed != nil && checks.FailClosed(v.name) }
 	var out hostabi.RewriteOutput
 	tr := Trace{Outcome: "done"}
 	set := r.active.Load()
@@ -546,8 +586,13 @@ func (r *Runtime) rewriteTrace(ctx context.Context, in hostabi.RewriteInput, che
 		if v.tripped.Load() {
 			v.release()
 			v.hookMetrics(hRewrite).tripped.Inc()
-			r.fallback(hRewrite, outTripped.String())
 			tr.Steps = append(tr.Steps, TraceStep{Policy: v.name, Outcome: outTripped.String()})
+			if failClosed(v) {
+				r.fallback(hRewrite, rewriteFailedClosed)
+				tr.Policy, tr.Outcome, tr.FailedClosed = v.name, outTripped.String(), true
+				break
+			}
+			r.fallback(hRewrite, outTripped.String())
 			continue
 		}
 		cp := doc.Checkpoint()
@@ -588,6 +633,11 @@ func (r *Runtime) rewriteTrace(ctx context.Context, in hostabi.RewriteInput, che
 		tr.Steps = append(tr.Steps, step)
 		if step.Outcome != "ok" && step.Outcome != "defer" {
 			doc.Restore(cp)
+			if failClosed(v) {
+				r.fallback(hRewrite, rewriteFailedClosed)
+				tr.Policy, tr.Outcome, tr.FailedClosed = v.name, step.Outcome, true
+				break
+			}
 			r.fallback(hRewrite, outcomeFrom(step.Outcome).fallbackReason())
 			continue
 		}
@@ -612,11 +662,28 @@ func (r *Runtime) rewriteTrace(ctx context.Context, in hostabi.RewriteInput, che
 			break
 		}
 	}
+	if tr.Outcome == "done" {
+		// The chain went on past modules whose edits were dropped: the
+		// first names the outcome, as for the other hooks.
+		for _, st := range tr.Steps {
+			if st.Outcome != outOK.String() && st.Outcome != outDefer.String() {
+				tr.Policy, tr.Outcome = st.Policy, st.Outcome
+				break
+			}
+		}
+	}
+	if tr.FailedClosed {
+		return hostabi.RewriteOutput{}, tr // nothing of the chain applies: the request fails
+	}
 	if doc.Changed() {
 		out.Body = doc.Bytes()
 	}
 	return out, tr
 }
+
+// rewriteFailedClosed is the fallback reason of a rewrite chain stopped at
+// a module its caller holds to its edits (RewriteChecks.FailClosed).
+const rewriteFailedClosed = "failed_closed"
 
 func outcomeFrom(s string) outcome {
 	for i, n := range outcomeNames {

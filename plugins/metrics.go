@@ -40,7 +40,7 @@ func newMetrics() *metrics {
 		}, []string{"policy", "hook", "kind"}),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_policy_fallbacks_total",
-			Help: "Hook decisions taken by the built-in default, by reason (no_policy, deferred, fault, error, tripped, canceled).",
+			Help: "Hook decisions taken by the built-in default, by reason (no_policy, deferred, fault, error, tripped, canceled; failed_closed: a rewrite policy held to its edits could not complete and the request was refused).",
 		}, []string{"hook", "reason"}),
 		swaps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_policy_swaps_total",

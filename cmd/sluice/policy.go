@@ -16,9 +16,25 @@ import (
 // -call-timeout default to what a gateway without policy_limits uses.
 func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return policycli.Run(ctx, policycli.Options{
-		CheckRewrite: gateway.CheckRewrittenBody,
-		Limits:       policyLimits(config.Defaults().PolicyLimits),
+		CheckRewrite:     gateway.CheckRewrittenBody,
+		GatewayUpstreams: gatewayUpstreams,
+		Limits:           policyLimits(config.Defaults().PolicyLimits),
 	}, args, stdout, stderr)
+}
+
+// gatewayUpstreams is the upstream names of the gateway config file path,
+// loaded as `sluice serve` loads it (its ${VAR}s from the environment): a
+// file serve would refuse names no upstream a rewrite could reach.
+func gatewayUpstreams(path string) ([]string, error) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(cfg.Upstreams))
+	for i, u := range cfg.Upstreams {
+		names[i] = u.Name
+	}
+	return names, nil
 }
 
 // policyLimits is the part of policy_limits that `sluice policy` takes.

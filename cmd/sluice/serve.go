@@ -373,7 +373,7 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger, admin
 			"recover.wasm": {Recover: hostabi.EmbeddedRecover},
 			"replay.wasm":  {Replay: hostabi.EmbeddedReplay},
 		},
-		Config:    policyConfig(cfg.Policies),
+		Config:    policyConfig(cfg.PolicyConfigs()),
 		Logger:    logger.Named("plugins"),
 		RecordDir: cfg.RecordDir,
 
@@ -418,6 +418,7 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger, admin
 	gw, err := gateway.New(gateway.Options{
 		Pool:               pool,
 		Policy:             rt,
+		FailClosedRewrites: cfg.FailClosedRewrites(),
 		Ready:              rt.Ready,
 		StoreHealth:        stores.health,
 		Registry:           reg,

@@ -56,7 +56,69 @@ func (c *Config) validatePolicies(bad func(key, format string, args ...any)) {
 		if path, problem := jsonUnrepresentable(c.Policies[name], "policies."+name); problem != "" {
 			bad(path, "%s", problem)
 		}
+		if v, ok := policyMember(c.Policies[name], FailClosedKey); ok {
+			if _, isBool := v.(bool); !isBool {
+				bad("policies."+name+"."+FailClosedKey, "must be true or false")
+			}
+		}
 	}
+}
+
+// FailClosedKey is the member of a policy's config (policies.NAME) that
+// is the gateway's, not the policy's: true holds the policy's rewrite to
+// its edits, so that a request it could not rewrite (no instance free in
+// time, a fault, tripped, its error result) is refused with a 503
+// policy_unavailable instead of going on unrewritten (README "Policies").
+// The policy does not get it (PolicyConfigs).
+const FailClosedKey = "sluice_fail_closed"
+
+// FailClosedRewrites names the policies whose config sets FailClosedKey,
+// sorted.
+func (c *Config) FailClosedRewrites() []string {
+	var names []string
+	for _, name := range slices.Sorted(maps.Keys(c.Policies)) {
+		if v, _ := policyMember(c.Policies[name], FailClosedKey); v == true {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// PolicyConfigs is each policy's config as the policy gets it: without
+// the gateway's own member (FailClosedKey). c.Policies is left as it is.
+func (c *Config) PolicyConfigs() map[string]any {
+	out := make(map[string]any, len(c.Policies))
+	for name, v := range c.Policies {
+		switch t := v.(type) {
+		case map[string]any:
+			if _, ok := t[FailClosedKey]; ok {
+				t = maps.Clone(t)
+				delete(t, FailClosedKey)
+				v = t
+			}
+		case map[any]any:
+			if _, ok := t[FailClosedKey]; ok {
+				t = maps.Clone(t)
+				delete(t, FailClosedKey)
+				v = t
+			}
+		}
+		out[name] = v
+	}
+	return out
+}
+
+// policyMember is the member key of a policy's config when it is a mapping.
+func policyMember(cfg any, key string) (any, bool) {
+	switch t := cfg.(type) {
+	case map[string]any:
+		v, ok := t[key]
+		return v, ok
+	case map[any]any:
+		v, ok := t[key]
+		return v, ok
+	}
+	return nil, false
 }
 
 // jsonUnrepresentable returns the path of the first value under v (in

@@ -64,3 +64,46 @@ func TestPolicyLimits(t *testing.T) {
 		}
 	}
 }
+
+// sluice_fail_closed in a policy's config is the gateway's: true lists the
+// policy in FailClosedRewrites, the policy's own config (PolicyConfigs)
+// does not carry it, and a value other than a boolean is a config error.
+func TestPolicyFailClosed(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		want       []string       // FailClosedRewrites
+		configs    map[string]int // members each policy gets
+		problem    string
+	}{
+		{"none", "policies:\n  rewrite: {model_aliases: {fast: m}}\n", nil, map[string]int{"rewrite": 1}, ""},
+		{"true", "policies:\n  guard: {sluice_fail_closed: true, words: [a]}\n  rewrite: {model_aliases: {}}\n", []string{"guard"}, map[string]int{"guard": 1, "rewrite": 1}, ""},
+		{"only the key", "policies:\n  guard: {sluice_fail_closed: true}\n", []string{"guard"}, map[string]int{"guard": 0}, ""},
+		{"false", "policies:\n  guard: {sluice_fail_closed: false}\n", nil, map[string]int{"guard": 0}, ""},
+		{"not a boolean", "policies:\n  guard: {sluice_fail_closed: \"yes\"}\n", nil, nil, "policies.guard.sluice_fail_closed: must be true or false"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse([]byte("upstreams: [{name: a, base_url: \"http://127.0.0.1:1/v1\"}]\n"+tc.yaml), func(string) (string, bool) { return "", false })
+			if tc.problem != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.problem) {
+					t.Fatalf("error %v, want it to contain %q", err, tc.problem)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.FailClosedRewrites(); strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Errorf("FailClosedRewrites = %q, want %q", got, tc.want)
+			}
+			for name, n := range tc.configs {
+				m, _ := c.PolicyConfigs()[name].(map[string]any)
+				if _, has := m[FailClosedKey]; has || len(m) != n {
+					t.Errorf("policy %s gets %v, want %d members and no %s", name, m, n, FailClosedKey)
+				}
+				if _, kept := policyMember(c.Policies[name], FailClosedKey); !kept && strings.Contains(tc.yaml, name+": {sluice") {
+					t.Errorf("PolicyConfigs changed c.Policies[%s]", name)
+				}
+			}
+		})
+	}
+}

@@ -44,6 +44,7 @@ const (
 	CodeInvalidTemplate          = "invalid_template"             // streaming input: the chunks do not merge into the template
 	CodeInvalidBase64            = "invalid_base64"               // streaming input: a binary chunk's payload
 	CodeStoreUnavailable         = "store_unavailable"            // 503: the session store does not answer
+	CodePolicyUnavailable        = "policy_unavailable"           // 503: a fail-closed rewrite policy could not run (README "Policies")
 	CodeClientClosedRequest      = "client_closed_request"        // 499: the client went away
 	CodeUpstreamError            = "upstream_error"               // an upstream error without a code of its own
 	CodeWebSocketRefused         = "websocket_refused"            // the upstream refused the WebSocket upgrade

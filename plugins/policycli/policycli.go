@@ -179,8 +179,8 @@ examples:
   sluice policy check mypolicy.wasm -memory-mib 16   # as under policy_limits: {memory_mib: 16}
 `,
 	"test": `usage: sluice policy test FILE (-events EVENTS.jsonl | -recording DIR [-expect EXPECT.jsonl])
-           [-config JSON|@FILE] [-max-body-bytes N] [-memory-mib N] [-call-timeout D]
-           [-wasm-cache-dir DIR]
+           [-config JSON|@FILE] [-upstreams A,B | -gateway-config FILE]
+           [-max-body-bytes N] [-memory-mib N] [-call-timeout D] [-wasm-cache-dir DIR]
 
 Run each event of EVENTS.jsonl through FILE (then the built-in defaults)
 and print one JSON result per line. An event is {"hook":"recover",
@@ -202,6 +202,12 @@ discard as an invalid request (hostabi/ABI.md §3.3: not a request it
 accepts from a client, a "stream" other than the client's, or over
 limits.max_body_bytes): as in the gateway, none of its edits apply, its
 verdict is "unchanged", its outcome "invalid" and its "error" says why.
+A rewrite whose use_upstream names no upstream of -upstreams (or of
+-gateway-config's upstreams:) is "invalid" too, with an "error", and makes
+the command exit 1: the gateway answers such a request 500. Without either
+flag the names are not checked, and a note on stderr says so. The outcome
+of a rewrite is "done", "rejected", or that of the first module whose
+edits were dropped ("fault", "error", ...), as for the other hooks.
 
 With -recording, every line of DIR/*.jsonl (what record_dir wrote, oldest
 first; or one such file) runs through FILE and the output is one
@@ -225,6 +231,11 @@ flags:
         differs or a request is missing
   -config JSON|@FILE
         the policy's config (what policies.NAME is in the gateway's config)
+  -upstreams A,B
+        the gateway's upstream names: a rewrite's use_upstream must name one
+  -gateway-config FILE
+        read the upstream names from the gateway's config file (loaded as
+        sluice serve loads it, ${VAR}s from the environment)
   -max-body-bytes N
         the gateway's limits.max_body_bytes, which a rewritten body must
         fit (default 0: the gateway's default)
@@ -248,6 +259,7 @@ examples:
   sluice policy test mypolicy.wasm -events recorded.jsonl
   grep '"replay"' recorded.jsonl | sluice policy test mypolicy.wasm -events -
   sluice policy test mypolicy.wasm -events recorded.jsonl -call-timeout 20ms -memory-mib 16
+  sluice policy test mypolicy.wasm -events recorded.jsonl -gateway-config /etc/sluice/sluice.yaml
 `,
 }
 
@@ -265,6 +277,11 @@ type Options struct {
 	// the rule would drift. nil checks nothing: test then reports the
 	// module's edits as they are.
 	CheckRewrite RewriteCheck
+	// GatewayUpstreams reads the upstream names of a gateway config file
+	// (test's -gateway-config), given by cmd/sluice, which loads the file
+	// as `sluice serve` does: plugins may not import the gateway's config
+	// (docs/ARCHITECTURE.md §2). nil: -gateway-config is refused.
+	GatewayUpstreams func(path string) ([]string, error)
 	// Limits are the gateway's default policy_limits (cmd/sluice passes
 	// gateway/config's defaults, where they are defined): the defaults of
 	// -memory-mib and -call-timeout. A zero field takes the plugins
@@ -990,6 +1007,8 @@ func runTest(ctx context.Context, opts Options, args []string, stdout, stderr io
 	cfgFlag := fs.String("config", "", "policy config: JSON or @FILE")
 	cacheDir := fs.String("wasm-cache-dir", "", "compilation cache directory")
 	maxBody := fs.Int64("max-body-bytes", 0, "the gateway's limits.max_body_bytes a rewritten body must fit (0: its default)")
+	upstreams := fs.String("upstreams", "", "the gateway's upstream names, comma separated: a rewrite's use_upstream must name one")
+	gatewayConfig := fs.String("gateway-config", "", "a gateway config file whose upstreams: a rewrite's use_upstream must name")
 	limits := opts.Limits.withDefaults().flags(fs, true)
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -1002,12 +1021,16 @@ func runTest(ctx context.Context, opts Options, args []string, stdout, stderr io
 	if spec.limits, err = limits(); err != nil {
 		return err
 	}
-	var check bodyCheck
+	var check gatewayChecks
 	if opts.CheckRewrite != nil {
-		check = func(ctx context.Context, endpoint string, body []byte, clientStream bool) error {
+		check.body = func(ctx context.Context, endpoint string, body []byte, clientStream bool) error {
 			return opts.CheckRewrite(ctx, endpoint, body, clientStream, *maxBody)
 		}
 	}
+	if check.upstreams, err = upstreamNames(opts, *upstreams, *gatewayConfig); err != nil {
+		return err
+	}
+	check.notes = stderr
 	if len(pos) != 1 || (*events == "") == (*recording == "") {
 		return usageError{errors.New("want FILE and one of -events EVENTS.jsonl or -recording DIR")}
 	}
@@ -1018,7 +1041,7 @@ func runTest(ctx context.Context, opts Options, args []string, stdout, stderr io
 		return err
 	}
 	if *recording != "" {
-		return runRecording(ctx, pos[0], *recording, *expect, spec, check, stdout, stderr)
+		return runRecording(ctx, pos[0], *recording, *expect, spec, &check, stdout, stderr)
 	}
 	var in io.Reader = os.Stdin
 	if *events != "-" {
@@ -1050,7 +1073,7 @@ func runTest(ctx context.Context, opts Options, args []string, stdout, stderr io
 		if len(text) == 0 || text[0] == '#' {
 			continue
 		}
-		res := runEvent(ctx, rt, check, line, text)
+		res := runEvent(ctx, rt, &check, line, text)
 		if res.Expect != "" {
 			ok := res.Error == "" && res.Expect == res.Verdict
 			res.Pass = &ok
@@ -1084,11 +1107,54 @@ func decidedBy(tr plugins.Trace) string {
 // bodyCheck is Options.CheckRewrite with test's body limit.
 type bodyCheck func(ctx context.Context, endpoint string, body []byte, clientStream bool) error
 
+// gatewayChecks are what test judges a rewrite by as the gateway would.
+type gatewayChecks struct {
+	body bodyCheck
+	// upstreams are the gateway's upstream names (-upstreams,
+	// -gateway-config); nil: not known, use_upstream is not checked.
+	upstreams map[string]bool
+	notes     io.Writer // where the note that upstream names went unchecked goes
+	noted     bool      // that note was written
+}
+
+// upstreamNames is the set of upstream names -upstreams lists or the
+// gateway config file -gateway-config names has; nil when neither is set.
+func upstreamNames(opts Options, list, gatewayConfig string) (map[string]bool, error) {
+	if list != "" && gatewayConfig != "" {
+		return nil, usageError{errors.New("-upstreams and -gateway-config both name the upstreams: give one")}
+	}
+	var names []string
+	switch {
+	case list != "":
+		for _, n := range strings.Split(list, ",") {
+			if n = strings.TrimSpace(n); n == "" {
+				return nil, usageError{fmt.Errorf("-upstreams %q: an empty name", list)}
+			}
+			names = append(names, n)
+		}
+	case gatewayConfig != "":
+		if opts.GatewayUpstreams == nil {
+			return nil, usageError{errors.New("-gateway-config is not supported by this binary")}
+		}
+		var err error
+		if names, err = opts.GatewayUpstreams(gatewayConfig); err != nil {
+			return nil, fmt.Errorf("-gateway-config: %w", err)
+		}
+	default:
+		return nil, nil
+	}
+	set := make(map[string]bool, len(names))
+	for _, n := range names {
+		set[n] = true
+	}
+	return set, nil
+}
+
 // rewriteInvalid is the outcome of a rewrite whose edited body the
 // gateway would discard as an invalid request.
 const rewriteInvalid = "invalid"
 
-func runEvent(ctx context.Context, rt *plugins.Runtime, check bodyCheck, line int, text []byte) result {
+func runEvent(ctx context.Context, rt *plugins.Runtime, check *gatewayChecks, line int, text []byte) result {
 	res := result{Line: line}
 	var ev event
 	if err := json.Unmarshal(text, &ev); err != nil {
@@ -1127,10 +1193,26 @@ func runEvent(ctx context.Context, rt *plugins.Runtime, check bodyCheck, line in
 		if in.Surface == "" {
 			in.Surface = hostabi.SurfaceResponsesStream
 		}
-		out, tr := rt.RewriteTrace(ctx, in)
+		var known func(name string) bool
+		if check.upstreams != nil {
+			known = func(name string) bool { return check.upstreams[name] }
+		}
+		out, tr := rt.RewriteWith(ctx, in, plugins.RewriteChecks{KnownUpstream: known})
 		res.Outcome = tr.Outcome
 		res.Error = traceError(tr)
-		if reason := invalidRewrite(ctx, check, ev, in, out); reason != "" {
+		switch {
+		case known != nil && out.Upstream != "" && !known(out.Upstream):
+			// As in the gateway: a name no upstream has fails the request
+			// (500), whatever else the module did (ABI.md §3.3).
+			res.Outcome = rewriteInvalid
+			res.Error = fmt.Sprintf("%s: %s: use_upstream named %q, which is not one of the gateway's upstreams: the gateway answers the request 500",
+				tr.Policy, rewriteInvalid, out.Upstream)
+		case known == nil && out.Upstream != "" && !check.noted && check.notes != nil:
+			check.noted = true
+			fmt.Fprintf(check.notes, "note: line %d: use_upstream %q was not checked against the gateway's upstreams (-upstreams or -gateway-config); the gateway fails a request naming an unknown one (500)\n",
+				line, out.Upstream)
+		}
+		if reason := invalidRewrite(ctx, check.body, ev, in, out); reason != "" && res.Outcome != rewriteInvalid {
 			// As in the gateway: the module's edits are discarded as one
 			// unit, as if it had returned its error result (ABI.md §3.3).
 			// FILE is the only rewrite module, so that is every edit.

@@ -89,7 +89,7 @@ func readExpect(file string) (map[string]string, error) {
 	return want, nil
 }
 
-func runRecording(ctx context.Context, file, dir, expectFile string, spec loadSpec, check bodyCheck, stdout, stderr io.Writer) error {
+func runRecording(ctx context.Context, file, dir, expectFile string, spec loadSpec, check *gatewayChecks, stdout, stderr io.Writer) error {
 	files, err := recordingFiles(dir)
 	if err != nil {
 		return err

@@ -1,0 +1,15 @@
+;; Test fixture: recover runs for 600 ms of wall-clock time (sluice.now_ms), then answers as loop.wat does (verdict 1).
+(module
+  (import "sluice" "now_ms" (func $now (result i64)))
+  (memory (export "memory") 2)
+  (func (export "sluice_abi_version") (result i32) (i32.const 1))
+  ;; every input goes to one buffer at 65536 (inputs are small)
+  (func (export "sluice_alloc") (param $n i32) (result i32)
+    (if (i32.gt_u (local.get $n) (i32.const 65536)) (then (unreachable)))
+    (i32.const 65536))
+  (func (export "sluice_recover") (param $p i32) (param $n i32) (result i64)
+    (local $end i64)
+    (local.set $end (i64.add (call $now) (i64.const 600)))
+    (loop $l (br_if $l (i64.lt_s (call $now) (local.get $end))))
+    (i64.const 1))
+)
