@@ -503,10 +503,21 @@ func (cs *clientStream) sendFrom(upstream, name string, data []byte, f *eventFie
 	if err := cs.flushHeldLocked(); err != nil {
 		return err
 	}
+	// The client's own output_index; a continuation maps its attempt's
+	// items itself (spliceLocked). An item's upstream index is recorded
+	// once it was added (below), and the hook is told the upstream's, as it
+	// is on a continued stream.
+	upstreamIndex, hookIndex := f.OutputIndex.Int(), indexOf(f.OutputIndex)
+	if cs.splice == nil {
+		var err error
+		if data, f, err = cs.clientNumberedLocked(data, f); err != nil {
+			return err
+		}
+	}
 	if cs.hook != nil {
 		cs.upstream = upstream
 		var keep bool
-		if data, f, keep = cs.streamHookLocked(data, f); !keep {
+		if data, f, keep = cs.streamHookLocked(data, f, hookIndex); !keep {
 			return nil
 		}
 	}
@@ -520,7 +531,84 @@ func (cs *clientStream) sendFrom(upstream, name string, data []byte, f *eventFie
 		isTerminalType(typ) && (!f.Response.IsObject() || !cs.agreesWithSentLocked(f.Response)) {
 		data, f = cs.withSentOutputLocked(data, f)
 	}
-	return cs.writeLocked(name, data, f)
+	items := len(cs.sent.Items)
+	err := cs.writeLocked(name, data, f)
+	if len(cs.sent.Items) > items { // recorded even when the client is gone: a detached stream goes on
+		cs.sent.Items[items].Upstream = upstreamIndex
+	}
+	return err
+}
+
+// clientNumberedLocked gives an event of the upstream feeding the stream
+// the client's own output_index: the client's items are numbered 0, 1, 2…
+// in the order they were added, as the terminal Response's output array
+// lists them (openai-node's stream helper looks items up there by
+// output_index), whatever the upstream's numbering: an upstream need not
+// number from 0, and may number two items alike (docs/ARCHITECTURE.md §3).
+// The event's item is found as the upstream names it
+// (sent.Output.UpstreamItemOf); an event naming an item the client was not
+// sent is errNoSuchOutput, as Refers would find it. An event already
+// numbered as the client's is returned as it is, one whose index keeps its
+// length is rewritten in place (withOutputIndex): the hot path allocates
+// nothing.
+func (cs *clientStream) clientNumberedLocked(data []byte, f *eventFields) ([]byte, *eventFields, error) {
+	at := f.OutputIndex
+	var idx int64
+	switch typ := f.Type.Str; {
+	case typ == "response.output_item.added":
+		if !at.Exists() {
+			return data, f, nil
+		}
+		idx = int64(len(cs.sent.Items))
+	case at.Type != gjson.Number || at.Num < 0 || sent.RefersAlways(typ):
+		return data, f, nil // no item's index (Refers refuses a bad one)
+	default:
+		it := cs.sent.UpstreamItemOf(&f.Fields)
+		if it == nil {
+			return nil, nil, errNoSuchOutput
+		}
+		idx = it.Index
+	}
+	if at.Type == gjson.Number && at.Num == float64(idx) {
+		return data, f, nil
+	}
+	data, f = withOutputIndex(data, f, idx)
+	return data, f, nil
+}
+
+// withOutputIndex returns the event data, whose fields f are, with its
+// output_index idx: in place when idx's digits fill the upstream's value
+// exactly, else in a copy (whose fields are read again).
+func withOutputIndex(data []byte, f *eventFields, idx int64) ([]byte, *eventFields) {
+	var num [20]byte
+	d := strconv.AppendInt(num[:0], idx, 10)
+	i, n := f.OutputIndex.Index, len(f.OutputIndex.Raw)
+	if i <= 0 || i+n > len(data) || string(data[i:i+n]) != f.OutputIndex.Raw {
+		// Not where the scan said (not expected): set by path.
+		out, err := sjson.SetRawBytes(data, "output_index", strconv.AppendInt(nil, idx, 10)) // not d: it stays on the stack
+		if err != nil {
+			return data, f
+		}
+		return rescanned(data, out, f)
+	}
+	if len(d) == n {
+		copy(data[i:], d)
+		f.OutputIndex = scannedValue(data, i, i+n)
+		return data, f
+	}
+	out := make([]byte, 0, len(data)-n+len(d))
+	out = append(append(append(out, data[:i]...), d...), data[i+n:]...)
+	return rescanned(data, out, f)
+}
+
+// rescanned is out, an edited copy of the event data whose fields are f,
+// with its fields read again; data and f when out cannot be read.
+func rescanned(data, out []byte, f *eventFields) ([]byte, *eventFields) {
+	nf, ok := scanEvent(out)
+	if !ok {
+		return data, f
+	}
+	return out, &nf
 }
 
 // withSentOutputLocked gives an upstream's response.failed or

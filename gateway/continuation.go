@@ -1057,8 +1057,8 @@ type chatTool struct {
 func (cs *clientStream) beginSplice(kind string, prevUsage []byte) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	// New items go after the highest output_index the client has: an
-	// upstream need not number its items from 0.
+	// New items go after the highest output_index the client has (its
+	// own numbering, 0, 1, 2…: clientNumberedLocked).
 	next := int64(0)
 	for _, it := range cs.sent.Items {
 		next = max(next, it.Index+1)

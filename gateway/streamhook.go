@@ -55,16 +55,17 @@ func indexOf(r gjson.Result) int {
 	return int(r.Int())
 }
 
-// streamHookLocked runs the hook on one event about to be written. It
+// streamHookLocked runs the hook on one event about to be written, whose
+// output_index as its upstream numbered it is outputIndex (-1: none). It
 // returns the event to write (data with fields f, re-read when changed), or
 // ok false when the event is dropped.
-func (cs *clientStream) streamHookLocked(data []byte, f *eventFields) (_ []byte, _ *eventFields, ok bool) {
+func (cs *clientStream) streamHookLocked(data []byte, f *eventFields, outputIndex int) (_ []byte, _ *eventFields, ok bool) {
 	typ := f.Type.Str
 	if cs.edited && cs.splice == nil {
 		data, f = cs.consistentLocked(typ, data, f)
 	}
 	in := hostabi.StreamEventInput{Surface: cs.surface, Upstream: cs.upstream, Type: typ, SequenceNumber: cs.seq,
-		OutputIndex: indexOf(f.OutputIndex), ContentIndex: indexOf(f.ContentIndex)}
+		OutputIndex: outputIndex, ContentIndex: indexOf(f.ContentIndex)}
 	delta, content, summary := hookedDelta(typ)
 	text, textSummary := hookedText(typ)
 	switch {

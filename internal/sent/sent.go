@@ -77,15 +77,21 @@ type Output struct {
 
 // Item is one output item as the readers saw it.
 type Item struct {
-	Index   int64  // output_index
-	ID      string // item id
-	Type    string // message, reasoning, function_call, …
-	Added   []byte // the item as output_item.added showed it
-	Done    []byte // the item as output_item.done showed it; nil while open
-	Parts   []*Part
-	Summary []*Part // reasoning summary parts
-	Args    []byte  // function_call arguments / custom tool input so far, JSON-escaped without quotes
-	Edited  bool    // the gateway's stream hook dropped or replaced an event about it
+	Index int64 // output_index, as the readers were sent it
+	// Upstream is the output_index the upstream that added the item gave
+	// it, by which that upstream's later events name it (UpstreamItemOf):
+	// a writer that gives its readers a numbering of their own sets it
+	// (the gateway's client stream: docs/ARCHITECTURE.md §3); Track makes
+	// it Index.
+	Upstream int64
+	ID       string // item id
+	Type     string // message, reasoning, function_call, …
+	Added    []byte // the item as output_item.added showed it
+	Done     []byte // the item as output_item.done showed it; nil while open
+	Parts    []*Part
+	Summary  []*Part // reasoning summary parts
+	Args     []byte  // function_call arguments / custom tool input so far, JSON-escaped without quotes
+	Edited   bool    // the gateway's stream hook dropped or replaced an event about it
 }
 
 // Part is one content (or summary) part as the readers saw it.
@@ -116,41 +122,51 @@ func (p *Part) Complete() bool { return p.Done != nil || p.TextDone }
 // always refer. What it looks up is kept in f for Track, so an event's
 // item is looked up once (docs/ARCHITECTURE.md §11).
 func (o *Output) Refers(f *Fields) bool {
-	switch typ := f.Type.Str; typ {
+	typ := f.Type.Str
+	if RefersAlways(typ) {
+		return true
+	}
+	for _, idx := range [...]gjson.Result{f.OutputIndex, f.ContentIndex, f.SummaryIndex} {
+		if idx.Exists() && (idx.Type != gjson.Number || idx.Num < 0) {
+			return false
+		}
+	}
+	if !f.OutputIndex.Exists() && !f.ItemID.Exists() && !f.Item.IsObject() {
+		return true // about no item
+	}
+	f.located = true
+	if f.item = o.ItemOf(f); f.item == nil {
+		return false
+	}
+	// The part, looked up as Track looks it up. An event without the
+	// index, or about an item that was shown no part at all (a lax
+	// upstream that never announces its parts), keeps being relayed as
+	// it was: an index outside the parts an item was shown is the
+	// contradiction.
+	switch typ {
+	case "response.content_part.added", "response.reasoning_summary_part.added":
+		return true // a new part
+	case "response.reasoning_summary_part.done", "response.reasoning_summary_text.delta", "response.reasoning_summary_text.done":
+		f.part = o.PartOf(false, f)
+		return f.part != nil || !f.SummaryIndex.Exists() || len(f.item.Summary) == 0
+	}
+	if f.ContentIndex.Exists() || tracksContentPart(typ) {
+		f.part = o.PartOf(true, f)
+		return f.part != nil || !f.ContentIndex.Exists() || len(f.item.Parts) == 0
+	}
+	return true
+}
+
+// RefersAlways reports whether every event of type typ refers (Refers):
+// lifecycle and terminal events, and output_item.added, which names new
+// output.
+func RefersAlways(typ string) bool {
+	switch typ {
 	case "response.created", "response.in_progress", "response.queued", "response.completed", "response.incomplete",
 		"response.failed", "response.output_item.added", "error":
 		return true
-	default:
-		for _, idx := range [...]gjson.Result{f.OutputIndex, f.ContentIndex, f.SummaryIndex} {
-			if idx.Exists() && (idx.Type != gjson.Number || idx.Num < 0) {
-				return false
-			}
-		}
-		if !f.OutputIndex.Exists() && !f.ItemID.Exists() && !f.Item.IsObject() {
-			return true // about no item
-		}
-		f.located = true
-		if f.item = o.ItemOf(f); f.item == nil {
-			return false
-		}
-		// The part, looked up as Track looks it up. An event without the
-		// index, or about an item that was shown no part at all (a lax
-		// upstream that never announces its parts), keeps being relayed as
-		// it was: an index outside the parts an item was shown is the
-		// contradiction.
-		switch typ {
-		case "response.content_part.added", "response.reasoning_summary_part.added":
-			return true // a new part
-		case "response.reasoning_summary_part.done", "response.reasoning_summary_text.delta", "response.reasoning_summary_text.done":
-			f.part = o.PartOf(false, f)
-			return f.part != nil || !f.SummaryIndex.Exists() || len(f.item.Summary) == 0
-		}
-		if f.ContentIndex.Exists() || tracksContentPart(typ) {
-			f.part = o.PartOf(true, f)
-			return f.part != nil || !f.ContentIndex.Exists() || len(f.item.Parts) == 0
-		}
-		return true
 	}
+	return false
 }
 
 // tracksContentPart reports whether Track files an event of type typ
@@ -191,7 +207,8 @@ func (o *Output) Track(f *Fields) (lifecycle bool) {
 		}
 	case "response.output_item.added":
 		if f.Item.IsObject() {
-			o.Items = append(o.Items, &Item{Index: f.OutputIndex.Int(), Added: []byte(f.Item.Raw),
+			idx := f.OutputIndex.Int()
+			o.Items = append(o.Items, &Item{Index: idx, Upstream: idx, Added: []byte(f.Item.Raw),
 				ID: strings.Clone(f.Item.Get("id").String()), Type: strings.Clone(f.Item.Get("type").String())})
 		}
 	case "response.output_item.done":
@@ -247,6 +264,26 @@ func (o *Output) Track(f *Fields) (lifecycle bool) {
 // (docs/ARCHITECTURE.md §3): by index alone, the second item's parts would
 // be filed under the first.
 func (o *Output) ItemOf(f *Fields) *Item {
+	if it := o.itemNamed(f); it != nil {
+		return it
+	}
+	return o.ItemAt(f.OutputIndex)
+}
+
+// UpstreamItemOf is ItemOf for an event numbered as the upstream that
+// added the items numbered them (Item.Upstream), before its writer gave it
+// the readers' numbering: the item its id names, else the latest the
+// upstream put at its output_index.
+func (o *Output) UpstreamItemOf(f *Fields) *Item {
+	if it := o.itemNamed(f); it != nil {
+		return it
+	}
+	return o.latestAt(f.OutputIndex, true)
+}
+
+// itemNamed is the item an event's item_id (for output_item.done, its
+// item's id) names; nil when it names none.
+func (o *Output) itemNamed(f *Fields) *Item {
 	id := f.ItemID
 	if f.Item.IsObject() {
 		id = f.Item.Get("id")
@@ -258,18 +295,27 @@ func (o *Output) ItemOf(f *Fields) *Item {
 			}
 		}
 	}
-	return o.ItemAt(f.OutputIndex)
+	return nil
 }
 
 // ItemAt is the item at output index idx; with two at one index, the later.
-func (o *Output) ItemAt(idx gjson.Result) *Item {
+func (o *Output) ItemAt(idx gjson.Result) *Item { return o.latestAt(idx, false) }
+
+// latestAt is the latest item at output index idx: the readers' index, or
+// the upstream's (Item.Upstream).
+func (o *Output) latestAt(idx gjson.Result, upstream bool) *Item {
 	if idx.Type != gjson.Number {
 		return nil
 	}
 	n := idx.Int()
 	for k := len(o.Items) - 1; k >= 0; k-- {
-		if o.Items[k].Index == n {
-			return o.Items[k]
+		it := o.Items[k]
+		at := it.Index
+		if upstream {
+			at = it.Upstream
+		}
+		if at == n {
+			return it
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package sent_test
 
 import (
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -170,6 +171,39 @@ func TestRefers(t *testing.T) {
 		f.Read(gjson.Parse(c.event))
 		if got := o.Refers(&f); got != c.want {
 			t.Errorf("Refers(%s) = %v, want %v", c.event, got, c.want)
+		}
+	}
+}
+
+// TestUpstreamItemOf: an event numbered as its upstream numbered the items
+// finds its item by id, else the latest the upstream put at its index
+// (Item.Upstream), never one the readers were shown at that index.
+func TestUpstreamItemOf(t *testing.T) {
+	var o sent.Output
+	for k, up := range []int64{2, 3, 3} { // the readers' 0, 1, 2
+		id := []string{"a", "b", ""}[k]
+		o.Track(fields(`{"type":"response.output_item.added","output_index":` + strconv.Itoa(k) + `,"item":{"id":"` + id + `","type":"message"}}`))
+		o.Items[k].Upstream = up
+	}
+	for _, tc := range []struct {
+		ev   string
+		want int64 // the readers' index of the item found; -1: none
+	}{
+		{`{"type":"response.output_text.delta","output_index":2}`, 0},
+		{`{"type":"response.output_text.delta","output_index":3}`, 2},
+		{`{"type":"response.output_text.delta","output_index":3,"item_id":"b"}`, 1},
+		{`{"type":"response.output_text.delta","output_index":0,"item_id":"a"}`, 0},
+		{`{"type":"response.output_item.done","output_index":9,"item":{"id":"b"}}`, 1},
+		{`{"type":"response.output_text.delta","output_index":0}`, -1},
+		{`{"type":"response.output_text.delta","output_index":1,"item_id":"zz"}`, -1},
+		{`{"type":"response.output_text.delta","output_index":"2"}`, -1},
+	} {
+		got := int64(-1)
+		if it := o.UpstreamItemOf(fields(tc.ev)); it != nil {
+			got = it.Index
+		}
+		if got != tc.want {
+			t.Errorf("%s: item %d, want %d", tc.ev, got, tc.want)
 		}
 	}
 }
