@@ -132,6 +132,7 @@ type keyring struct {
 	reads     uint64          // the generation of the last read begun
 	installed uint64          // the generation of the keys in bySum and byName
 	finished  uint64          // the generation of the last read ended (installed or failed)
+	finishErr error           // why the read of generation finished failed (nil: it did not)
 	inFlight  chan struct{}   // closed when the read in flight for freshRead ends
 	hidden    map[string]bool // stored keys the config hides, told once
 }
@@ -266,11 +267,12 @@ func (kr *keyring) read(ctx context.Context) (uint64, error) {
 
 // freshRead returns once a read of the store's keys that began after it
 // was called has ended: what the store held when the caller asked is
-// installed (or the store failed). Callers at once share reads, one in
-// flight at a time, so a burst costs a read or two, not one each.
-func (kr *keyring) freshRead() {
+// installed, or the error is why the store could not be read. Callers at
+// once share reads, one in flight at a time, so a burst costs a read or
+// two, not one each.
+func (kr *keyring) freshRead() error {
 	if kr.st == nil {
-		return
+		return nil
 	}
 	kr.mu.Lock()
 	need := kr.reads + 1
@@ -291,13 +293,17 @@ func (kr *keyring) freshRead() {
 		kr.mu.Lock()
 		kr.readAt = time.Now()
 		kr.mu.Unlock()
-		gen, _ := kr.read(context.Background())
+		gen, err := kr.read(context.Background())
 		kr.mu.Lock()
-		kr.finished = max(kr.finished, gen)
+		if gen >= kr.finished {
+			kr.finished, kr.finishErr = gen, err
+		}
 		kr.inFlight = nil
 		close(ch)
 	}
+	err := kr.finishErr
 	kr.mu.Unlock()
+	return err
 }
 
 // freshReadGap is the least time between two reads freshRead begins.
@@ -317,13 +323,12 @@ func (kr *keyring) stale() bool {
 }
 
 // readIfStale reads the keys again when they are stale (freshRead), and
-// reports whether it did.
-func (kr *keyring) readIfStale() bool {
+// reports whether it did, with why that read failed (nil: it did not).
+func (kr *keyring) readIfStale() (bool, error) {
 	if !kr.stale() {
-		return false
+		return false, nil
 	}
-	kr.freshRead()
-	return true
+	return true, kr.freshRead()
 }
 
 // sluiceKeyPrefix starts every key the gateway makes (newSecret).
@@ -340,8 +345,12 @@ const sluiceKeyPrefix = "sk-sluice-"
 // never taken for a pass-through credential (and forwarded upstream);
 // other unknown credentials (a pass-through client's own keys) read the
 // store at most once a second. A request reads the store at most once,
-// however many credentials it presents.
-func (kr *keyring) lookup(secrets ...string) []*keyEntry {
+// however many credentials it presents. When that read failed and none is
+// known but one is in Sluice's format, the error says why: the gateway
+// cannot tell whether the credential is one of its keys, so it may neither
+// forward it as a pass-through credential (README: "A Sluice key is never
+// forwarded upstream") nor call it invalid.
+func (kr *keyring) lookup(secrets ...string) ([]*keyEntry, error) {
 	sums := make([][32]byte, 0, len(secrets))
 	ours := false
 	for _, s := range secrets {
@@ -351,7 +360,7 @@ func (kr *keyring) lookup(secrets ...string) []*keyEntry {
 		}
 	}
 	if len(sums) == 0 {
-		return nil
+		return nil, nil
 	}
 	find := func() []*keyEntry {
 		var found []*keyEntry
@@ -365,19 +374,26 @@ func (kr *keyring) lookup(secrets ...string) []*keyEntry {
 		}
 		return found
 	}
-	fresh := kr.readIfStale()
+	fresh, err := kr.readIfStale()
 	if found := find(); len(found) > 0 || fresh { // a fresh read began after this request arrived
-		return found
+		if len(found) > 0 || !ours {
+			err = nil
+		}
+		return found, err
 	}
 	switch {
 	case ours:
-		kr.freshRead()
+		err = kr.freshRead()
 	case kr.missedLately():
-		return nil
+		return nil, nil
 	default:
 		_ = kr.reload(context.Background())
 	}
-	return find()
+	found := find()
+	if len(found) > 0 || !ours {
+		err = nil
+	}
+	return found, err
 }
 
 // missedLately reports whether an unknown credential read the store less
@@ -403,7 +419,7 @@ func (kr *keyring) missedLately() bool {
 // revocation applies to an open socket too (README: "other replicas see a
 // change within 5s").
 func (kr *keyring) current(k *keyEntry) *keyEntry {
-	kr.readIfStale()
+	_, _ = kr.readIfStale() // a failed read leaves the keys last read in force
 	kr.mu.RLock()
 	defer kr.mu.RUnlock()
 	return kr.bySum[k.sum]
@@ -514,8 +530,12 @@ func (a *accounts) authenticate(h http.Header) (*keyEntry, *apierr.Error) {
 		}
 		secrets = append(secrets, secret)
 	}
-	found := a.keys.lookup(secrets...)
+	found, err := a.keys.lookup(secrets...)
 	switch {
+	case err != nil:
+		// Retryable, like every request the store failed for: the key may
+		// well be valid, and a 401 would make the client drop it.
+		return nil, storeUnavailable(err, "the gateway could not read its keys to check the Sluice key presented")
 	case len(found) > 1:
 		return nil, &apierr.Error{Status: http.StatusUnauthorized, Type: apierr.TypeInvalidRequest, Code: CodeInvalidAPIKey,
 			Message: "the request carries more than one Sluice key: send one"}

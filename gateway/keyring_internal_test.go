@@ -161,7 +161,7 @@ func TestKeyringConfigKeyWinsItsSecret(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if found := kr.lookup(secret); len(found) != 1 || found[0].name != "from-config" || !found[0].fromConfig || !found[0].allows("gpt-5") {
+	if found, _ := kr.lookup(secret); len(found) != 1 || found[0].name != "from-config" || !found[0].fromConfig || !found[0].allows("gpt-5") {
 		t.Fatalf("the config key's secret finds %+v", found)
 	}
 	if kr.get("copied") != nil || kr.get("own") == nil || !kr.get("from-config").fromConfig {

@@ -784,14 +784,24 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request, _ httproute
 	if to == "" {
 		to = today
 	}
-	for _, p := range [...]struct{ name, value string }{{"from", from}, {"to", to}} {
-		if _, err := time.Parse(time.DateOnly, p.value); err != nil {
+	var days [2]time.Time
+	for i, p := range [...]struct{ name, value string }{{"from", from}, {"to", to}} {
+		d, err := time.Parse(time.DateOnly, p.value)
+		if err != nil {
 			apierr.Invalid(p.name, apierr.CodeInvalidDate, "%s must be a date, YYYY-MM-DD", p.name).Write(w)
 			return
 		}
+		days[i] = d
 	}
 	if from > to { // YYYY-MM-DD sorts as the dates do
 		apierr.Invalid("from", apierr.CodeInvalidDate, "from (%s) is after to (%s)", from, to).Write(w)
+		return
+	}
+	// The range's bound is the client's to keep, whichever store is
+	// behind: refused here, never reported as a store failure.
+	if !store.UsageRangeAllowed(days[0], days[1]) {
+		apierr.Invalid("from", apierr.CodeInvalidDate, "from (%s) is more than %d days before to (%s): ask for a shorter range",
+			from, store.MaxUsageDays, to).Write(w)
 		return
 	}
 	// Traffic without a Sluice key is totalled under the key "", which
@@ -838,11 +848,21 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request, _ httproute
 	}
 	rows := make([]row, 0, len(recs))
 	var t totals
+	// A cost too large for a float64 (a price config.MaxPrice refuses, set
+	// through AccountsOptions) has no JSON number: it is null, and so is
+	// the total it is part of, said in the log, rather than an answer that
+	// is not JSON.
+	var unpriceable []string // models
+	finite := func(c float64) bool { return !math.IsInf(c, 0) && !math.IsNaN(c) }
 	for _, rec := range recs {
 		rw := row{UsageRecord: rec}
 		if c, ok := a.priceOf(rec.Model, usage{input: rec.InputTokens, output: rec.OutputTokens, cached: rec.CachedTokens}); ok {
 			c = roundUSD(c)
-			rw.CostUSD = &c
+			if finite(c) {
+				rw.CostUSD = &c
+			} else if !slices.Contains(unpriceable, rec.Model) {
+				unpriceable = append(unpriceable, rec.Model)
+			}
 			if t.CostUSD == nil {
 				t.CostUSD = new(float64)
 			}
@@ -857,7 +877,10 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request, _ httproute
 	}
 	t.TotalTokens = addTokens(t.InputTokens, t.OutputTokens)
 	if t.CostUSD != nil {
-		*t.CostUSD = roundUSD(*t.CostUSD)
+		if *t.CostUSD = roundUSD(*t.CostUSD); !finite(*t.CostUSD) {
+			t.CostUSD = nil
+			s.log.Warn("a usage cost is too large for a JSON number: cost_usd is null; lower the price", "models", unpriceable)
+		}
 	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Day < rows[j].Day })
 	writeJSON(w, http.StatusOK, map[string]any{"object": "usage", "key": q.Get("key"), "anonymous": anonymous, "from": from, "to": to, "data": rows, "total": t})

@@ -97,8 +97,22 @@ type UsageStore interface {
 	// target, model).
 	AddUsage(ctx context.Context, u UsageRecord) error
 	// Usage returns the totals of the days from..to (inclusive,
-	// YYYY-MM-DD), of one key or of every key when key is "".
+	// YYYY-MM-DD), of one key or of every key when key is "". A store may
+	// refuse a range UsageRangeAllowed refuses (ErrInvalid).
 	Usage(ctx context.Context, key, from, to string) ([]UsageRecord, error)
+}
+
+// MaxUsageDays bounds one Usage query (a decade): its last day is at most
+// this many days after its first. The Redis store reads the range day by
+// day, so an unbounded one would hold a request for as long as it takes;
+// GET /admin/usage refuses a longer one before any store (README "Keys,
+// limits and usage").
+const MaxUsageDays = 3660
+
+// UsageRangeAllowed reports whether one Usage query may span the days
+// first..last (UTC midnights): at most MaxUsageDays from first to last.
+func UsageRangeAllowed(first, last time.Time) bool {
+	return last.Sub(first) <= MaxUsageDays*24*time.Hour
 }
 
 var (

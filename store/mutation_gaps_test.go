@@ -539,9 +539,8 @@ func TestRedisCredentials(t *testing.T) {
 	}
 }
 
-// TestRedisUsageSpan: RedisStore.Usage reads at most maxUsageDays days
-// after the first at once, counted in days (redis_accounts.go: hours / 24
-// to * 24, days > maxUsageDays to >=).
+// TestRedisUsageSpan: RedisStore.Usage reads at most MaxUsageDays days
+// after the first at once (UsageRangeAllowed: <= to <).
 func TestRedisUsageSpan(t *testing.T) {
 	s, _ := openRedisTest(t)
 	ctx := context.Background()
@@ -553,7 +552,7 @@ func TestRedisUsageSpan(t *testing.T) {
 	for _, tt := range []struct {
 		days    int
 		wantErr error
-	}{{30, nil}, {maxUsageDays, nil}, {maxUsageDays + 1, ErrInvalid}} {
+	}{{30, nil}, {MaxUsageDays, nil}, {MaxUsageDays + 1, ErrInvalid}} {
 		got, err := s.Usage(ctx, "k", first.Format(time.DateOnly), first.AddDate(0, 0, tt.days).Format(time.DateOnly))
 		wantErr(t, fmt.Sprintf("Usage over %d days", tt.days), err, tt.wantErr)
 		if tt.wantErr == nil && (len(got) != 1 || got[0] != u) {

@@ -195,9 +195,6 @@ func (s *RedisStore) AddUsage(ctx context.Context, u UsageRecord) error {
 	return nil
 }
 
-// maxUsageDays bounds one Usage query (a decade).
-const maxUsageDays = 3660
-
 // Usage returns the totals of days from..to (inclusive) of key, or of
 // every key when key is "", ordered by day, then key, route, target and
 // model (as PebbleStore).
@@ -207,8 +204,8 @@ func (s *RedisStore) Usage(ctx context.Context, key, from, to string) ([]UsageRe
 	}
 	first, _ := time.Parse(time.DateOnly, from)
 	last, _ := time.Parse(time.DateOnly, to)
-	if days := last.Sub(first).Hours() / 24; days > maxUsageDays {
-		return nil, fmt.Errorf("store: usage: %w: at most %d days at once", ErrInvalid, maxUsageDays)
+	if !UsageRangeAllowed(first, last) {
+		return nil, fmt.Errorf("store: usage: %w: to may be at most %d days after from", ErrInvalid, MaxUsageDays)
 	}
 	release, err := s.begin(ctx)
 	if err != nil {

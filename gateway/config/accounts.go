@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"math"
 	"path"
 	"regexp"
 	"slices"
@@ -102,6 +103,11 @@ func (l KeyLimits) Problems() []LimitProblem {
 	return out
 }
 
+// MaxPrice is the largest price pricing: takes, in USD per 1M tokens: far
+// above any model's, and small enough that the cost of any usage a key may
+// have (MaxKeyLimit tokens, many times over) stays a finite number.
+const MaxPrice = 1e6
+
 // Price is one model's price in pricing:, per 1M tokens.
 type Price struct {
 	Input       float64 `yaml:"input"`
@@ -161,8 +167,20 @@ func (c *Config) validateAccounts(bad func(key, format string, args ...any)) {
 		}
 	}
 	for _, m := range slices.Sorted(maps.Keys(c.Pricing)) { // a map's order changes from run to run
-		if p := c.Pricing[m]; p.Input < 0 || p.Output < 0 || p.CachedInput < 0 {
-			bad("pricing."+m, "prices must not be negative")
+		p := c.Pricing[m]
+		for _, f := range []struct {
+			name string
+			v    float64
+		}{{"input", p.Input}, {"output", p.Output}, {"cached_input", p.CachedInput}} {
+			switch {
+			case f.v < 0:
+				bad("pricing."+m+"."+f.name, "prices must not be negative")
+			case math.IsNaN(f.v) || f.v > MaxPrice:
+				// A cost computed from it would overflow to +Inf or be NaN:
+				// neither is a number /admin/usage's JSON or the cost metric
+				// can carry.
+				bad("pricing."+m+"."+f.name, "must be a number from 0 to %g (USD per 1M tokens)", float64(MaxPrice))
+			}
 		}
 		// A price names one model exactly: a pattern would never match a
 		// served name, and silently price nothing. A dated name an upstream

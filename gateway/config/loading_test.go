@@ -201,7 +201,7 @@ func TestValidateOrderIsStable(t *testing.T) {
 		want = append(want, "keys[0].limits."+k+": must not be negative")
 	}
 	for _, m := range []string{"m-a", "m-b", "m-c", "m-d"} {
-		want = append(want, "pricing."+m+": prices must not be negative")
+		want = append(want, "pricing."+m+".input: prices must not be negative")
 	}
 	for range 10 {
 		_, err := Parse([]byte(yaml), env(nil))

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluice-gw/sluice/internal/httpx"
 )
 
@@ -78,6 +80,13 @@ func (c *Config) validateStore(bad func(key, format string, args ...any)) {
 			bad("store.redis.url", "%q: the path is the database number (/0), not %q", httpx.RedactURL(r.URL), db)
 		} else if p := u.Port(); p != "" && (!isDecimal(p) || len(p) > 5 || atoiPort(p) < 1 || atoiPort(p) > 65535) {
 			bad("store.redis.url", "%q: port %q is not a TCP port (1-65535)", httpx.RedactURL(r.URL), p)
+		} else if _, err := redis.ParseURL(r.URL); err != nil {
+			// The query's options (dial_timeout=5s, …) are read by the
+			// store's own call (store/redis.go redisClientOptions): checked
+			// here with it, so that a bad one is reported with the file's
+			// other problems. The error never shows the URL's password.
+			msg := strings.ReplaceAll(err.Error(), r.URL, httpx.RedactURL(r.URL))
+			bad("store.redis.url", "%q: %s", httpx.RedactURL(r.URL), strings.TrimPrefix(msg, "redis: "))
 		}
 		validateRedisTLS(r, bad)
 		if r.KeyPrefix == "" {
