@@ -362,13 +362,40 @@ func (l *LocalLimiter) Admit(ctx context.Context, key string, lim store.KeyLimit
 	if k.rpm != nil {
 		k.rpm.take(1, now)
 	}
+	return k.admitted(l, lim, estimate), nil
+}
+
+// admitted counts an admission in flight (its tpm estimate is already
+// taken, its rpm slot too). The caller holds l.mu.
+func (k *keyLimits) admitted(l *LocalLimiter, lim store.KeyLimits, estimate int64) *localAdmission {
 	k.inFlight++
 	var reserved int64
 	if lim.TokensPerDay > 0 || lim.TokensPerMonth > 0 {
 		reserved = max(estimate, 0)
 		k.reserved += reserved
 	}
-	return &localAdmission{l: l, k: k, estimate: float64(min(estimate, max(lim.TPM, 0))), reserved: reserved, state: k.state()}, nil
+	return &localAdmission{l: l, k: k, estimate: float64(min(estimate, max(lim.TPM, 0))), reserved: reserved, state: k.state()}
+}
+
+// register counts an admission the shared limiter decided (RedisLimiter)
+// as if this process had made it: in flight until Done, its request and
+// estimate taken from the rpm and tpm buckets (into debt if need be). Used
+// as the fallback while Redis is unavailable, this process then starts
+// from what it admitted itself, not from empty buckets and no request in
+// flight (README "Limits across replicas": N replicas admit at most N
+// times a limit). One lock and no store read: it is on every request.
+func (l *LocalLimiter) register(key string, lim store.KeyLimits, estimate int64) *localAdmission {
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := l.entry(key, lim, now)
+	if k.rpm != nil {
+		k.rpm.adjust(-1, now)
+	}
+	if k.tpm != nil {
+		k.tpm.adjust(-math.Min(float64(max(estimate, 0)), k.tpm.capacity), now)
+	}
+	return k.admitted(l, lim, estimate)
 }
 
 // tpmMessage is the refusal of the tpm limit: key, limit.

@@ -37,6 +37,7 @@ type ScriptRunner interface {
 //	rl:<key>:b          budgets: sorted set of "<lease id>:<estimate>", the requests in flight under a
 //	                    budget scored by their expiry (ms); a budget counts their estimates with the
 //	                    tokens used, so concurrent requests cannot all pass it
+//	rl:<key>:x:<token>  a charge of tokens used under Fallback, counted (keyCharges), kept to the month's end
 //
 // The clock is Redis's (TIME), so replicas' clocks need not agree. While
 // Redis is unavailable it fails open to Fallback (each replica's own
@@ -74,6 +75,24 @@ type RedisLimiter struct {
 	retryTimer *time.Timer
 	retryDelay time.Duration
 	notRetried logtext.Every
+
+	// charges holds, per key name, the tokens that admissions of Fallback
+	// used while Redis was unavailable, to be added to the budgets' shared
+	// counters once Redis answers (README "Limits across replicas"): the
+	// usage totals have them, but a counter is seeded from those only when
+	// it does not exist yet. owing is len(charges), read without settleMu
+	// on every admission.
+	charges map[string]*keyCharges
+	owing   atomic.Int64
+}
+
+// keyCharges is one key's tokens used under Fallback and not yet counted in
+// Redis. A charge is sent with an idempotency token, and one that failed is
+// sent again as it was (sent), since Redis may have run it; what is used
+// meanwhile is summed in owed, per period, and sent after it.
+type keyCharges struct {
+	sent *settlement
+	owed []settlement
 }
 
 const (
@@ -224,10 +243,12 @@ end
 return reply(0, 0)
 `)
 
-// settleScript: KEYS tpm, concurrent, day, month, budget reservations. ARGV
-// tpm, refund (the estimate minus what was used), lease id, used, day end
-// ms, month end ms, reservation ("": none), retry ("1": a settlement tried
-// before, whose reply may have been lost after it ran). The reservation is
+// settleScript: KEYS tpm, concurrent, day, month, budget reservations,
+// charge token. ARGV tpm, refund (the estimate minus what was used), lease
+// id, used, day end ms, month end ms, reservation ("": none), retry ("1": a
+// settlement tried before, whose reply may have been lost after it ran),
+// charge ("": none; else the tokens used under Fallback, counted once per
+// charge token, which is kept to the month's end). The reservation is
 // dropped in the step that counts the tokens used, so no admission sees a
 // request between the two. A retry whose lease and reservation are both
 // gone already ran (or its lease expired): it refunds and counts nothing
@@ -236,6 +257,9 @@ var settleScript = store.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local tpm, refund, used = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[4])
+if ARGV[9] ~= '' and not redis.call('SET', KEYS[6], '1', 'NX', 'PXAT', ARGV[6]) then
+  return {tonumber(redis.call('GET', KEYS[3]) or -1), tonumber(redis.call('GET', KEYS[4]) or -1)}
+end
 local released = 0
 if ARGV[3] ~= '' then released = released + redis.call('ZREM', KEYS[2], ARGV[3]) end
 if ARGV[7] ~= '' then released = released + redis.call('ZREM', KEYS[5], ARGV[7]) end
@@ -283,6 +307,14 @@ func (l *RedisLimiter) Admit(ctx context.Context, key string, lim store.KeyLimit
 	if lim == (store.KeyLimits{}) {
 		return l.Fallback.Admit(ctx, key, lim, estimate) // no limits: nothing to share
 	}
+	if l.owing.Load() > 0 {
+		// Tokens used under Fallback are counted before this admission
+		// reads the budgets.
+		if err := l.charge(ctx, key); err != nil {
+			l.degraded("charge", key, err)
+			return l.fallback(ctx, key, lim, estimate)
+		}
+	}
 	now := l.now()
 	ks, dayEnd, monthEnd := l.keysOf(key, now)
 	var lease, reservation string
@@ -312,7 +344,7 @@ func (l *RedisLimiter) Admit(ctx context.Context, key string, lim store.KeyLimit
 				return nil, &LimitError{Code: CodeRateLimitExceeded, RetryAfter: time.Second, Message: "the request ended before its limits were checked"}
 			}
 			l.degraded("admit", key, err)
-			return l.Fallback.Admit(ctx, key, lim, estimate)
+			return l.fallback(ctx, key, lim, estimate)
 		}
 		if code, _ := reply[0].(int64); code != 6 || attempt > 0 {
 			break
@@ -320,7 +352,7 @@ func (l *RedisLimiter) Admit(ctx context.Context, key string, lim store.KeyLimit
 		// A budget's counter does not exist yet (a new day or month): seed it from the usage totals.
 		if daySeed, monthSeed, err = l.seeds(ctx, key, lim, now); err != nil {
 			l.degraded("seed", key, err)
-			return l.Fallback.Admit(ctx, key, lim, estimate)
+			return l.fallback(ctx, key, lim, estimate)
 		}
 	}
 	n := func(i int) int64 { v, _ := reply[i].(int64); return v }
@@ -344,8 +376,12 @@ func (l *RedisLimiter) Admit(ctx context.Context, key string, lim store.KeyLimit
 	}
 	switch n(0) {
 	case 0:
-		return &redisAdmission{l: l, key: key, lim: lim, lease: lease, reservation: reservation,
-			estimate: min(max(estimate, 0), max(lim.TPM, 0)), state: st, leaseEnds: time.Now().Add(l.LeaseTTL)}, nil
+		a := &redisAdmission{l: l, key: key, lim: lim, lease: lease, reservation: reservation,
+			estimate: min(max(estimate, 0), max(lim.TPM, 0)), state: st, leaseEnds: time.Now().Add(l.LeaseTTL)}
+		if local, ok := l.Fallback.(*LocalLimiter); ok {
+			a.local = local.register(key, lim, estimate)
+		}
+		return a, nil
 	case 1:
 		return nil, refuse(CodeInsufficientQuota, "the key %q used its budget of %d tokens for today (UTC)", key, lim.TokensPerDay)
 	case 2:
@@ -364,7 +400,127 @@ func (l *RedisLimiter) Admit(ctx context.Context, key string, lim store.KeyLimit
 		return nil, refuse(CodeInsufficientQuota, budgetInFlightMessage, key, lim.TokensPerMonth, "this month")
 	}
 	l.degraded("admit", key, fmt.Errorf("rate-limit script: unexpected code %d", n(0)))
-	return l.Fallback.Admit(ctx, key, lim, estimate)
+	return l.fallback(ctx, key, lim, estimate)
+}
+
+// fallback admits through Fallback while Redis is unavailable. Under a
+// budget, the tokens the request uses are charged to Redis's counters
+// later (owe).
+func (l *RedisLimiter) fallback(ctx context.Context, key string, lim store.KeyLimits, estimate int64) (Admission, *LimitError) {
+	a, lerr := l.Fallback.Admit(ctx, key, lim, estimate)
+	if lerr != nil || (lim.TokensPerDay <= 0 && lim.TokensPerMonth <= 0) {
+		return a, lerr
+	}
+	return &fallbackAdmission{Admission: a, l: l, key: key, lim: lim}, nil
+}
+
+// fallbackAdmission is an admission of Fallback under a budget.
+type fallbackAdmission struct {
+	Admission
+	l    *RedisLimiter
+	key  string
+	lim  store.KeyLimits
+	once sync.Once
+}
+
+func (a *fallbackAdmission) Done(used int64) {
+	a.once.Do(func() {
+		a.Admission.Done(used)
+		if used > 0 {
+			a.l.owe(a.key, a.lim, used)
+		}
+	})
+}
+
+// owe keeps used, the tokens of a request admitted by Fallback, to be added
+// to key's budget counters once Redis answers: by the next admission of
+// the key, or the retry timer, whichever comes first.
+func (l *RedisLimiter) owe(key string, lim store.KeyLimits, used int64) {
+	now := l.now()
+	ks, dayEnd, monthEnd := l.keysOf(key, now)
+	l.settleMu.Lock()
+	defer l.settleMu.Unlock()
+	if l.charges == nil {
+		l.charges = map[string]*keyCharges{}
+	}
+	kc := l.charges[key]
+	if kc == nil {
+		if len(l.charges) >= maxUnsettled {
+			if n, ok := l.notRetried.Allow(time.Now()); ok {
+				l.Logger.Error("tokens used while Redis was unavailable are not counted in the shared budgets: too many keys are waiting",
+					"key", key, "tokens", used, "waiting", maxUnsettled, "not_counted", n)
+			}
+			return
+		}
+		kc = &keyCharges{}
+		l.charges[key] = kc
+		l.owing.Store(int64(len(l.charges)))
+	}
+	for i := range kc.owed {
+		if kc.owed[i].keys == ks {
+			kc.owed[i].used = addTokens(kc.owed[i].used, used)
+			kc.owed[i].lim = lim
+			return
+		}
+	}
+	kc.owed = append(kc.owed, settlement{key: key, lim: lim, keys: ks, dayEnd: dayEnd, monthEnd: monthEnd,
+		used: used, leaseEnds: monthEnd, periodsAt: now})
+	l.armRetryLocked()
+}
+
+// charge adds to Redis what key owes (owe), one charge at a time; it stops
+// at the first Redis does not take, which is kept to be sent again as it
+// was.
+func (l *RedisLimiter) charge(ctx context.Context, key string) error {
+	for {
+		l.settleMu.Lock()
+		kc := l.charges[key]
+		for kc != nil && kc.sent == nil {
+			if len(kc.owed) == 0 {
+				delete(l.charges, key)
+				l.owing.Store(int64(len(l.charges)))
+				kc = nil
+				break
+			}
+			st := kc.owed[0]
+			kc.owed = kc.owed[1:]
+			if time.Now().Before(st.leaseEnds) { // else its counters have expired
+				st.charge = newChargeToken()
+				kc.sent = &st
+			}
+		}
+		if kc == nil {
+			l.settleMu.Unlock()
+			return nil
+		}
+		st := *kc.sent
+		l.settleMu.Unlock()
+		if !time.Now().Before(st.leaseEnds) {
+			l.chargeDone(st)
+			continue
+		}
+		err := l.settle(ctx, st, false)
+		if err != nil && !errors.Is(err, store.ErrClosed) {
+			return err
+		}
+		l.chargeDone(st)
+	}
+}
+
+// chargeDone forgets st, a charge Redis took (or that can no longer land).
+func (l *RedisLimiter) chargeDone(st settlement) {
+	l.settleMu.Lock()
+	defer l.settleMu.Unlock()
+	if kc := l.charges[st.key]; kc != nil && kc.sent != nil && kc.sent.charge == st.charge {
+		kc.sent = nil
+	}
+}
+
+// newChargeToken names one charge (settleScript).
+func newChargeToken() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // seeds reads the usage totals of key's budgets' periods (0 for a period
@@ -406,7 +562,11 @@ type redisAdmission struct {
 	estimate    int64  // taken from the tpm bucket
 	state       LimitState
 	leaseEnds   time.Time // when Redis drops the lease and the reservation by itself (this process's clock)
-	once        sync.Once
+	// local is the admission as the default fallback counts it
+	// (LocalLimiter.register), so that an outage starts each replica's own
+	// limits from what it admitted; nil with a Fallback of the caller's.
+	local *localAdmission
+	once  sync.Once
 }
 
 func (a *redisAdmission) State() LimitState { return a.state }
@@ -421,6 +581,9 @@ func (a *redisAdmission) State() LimitState { return a.state }
 // them either way).
 func (a *redisAdmission) Done(used int64) {
 	a.once.Do(func() {
+		if a.local != nil {
+			a.local.Done(used)
+		}
 		now := a.l.now()
 		ks, dayEnd, monthEnd := a.l.keysOf(a.key, now)
 		st := settlement{key: a.key, lim: a.lim, keys: ks, dayEnd: dayEnd, monthEnd: monthEnd, refund: a.estimate - used,
@@ -448,6 +611,7 @@ type settlement struct {
 	reservation      string
 	leaseEnds        time.Time // past it, Redis has dropped what it releases
 	periodsAt        time.Time // the time the periods were named at
+	charge           string    // a charge's token (keyCharges); "": a request's settlement
 }
 
 // releases reports whether the settlement frees something other requests
@@ -463,8 +627,9 @@ func (l *RedisLimiter) settle(ctx context.Context, st settlement, retry bool) er
 	if retry {
 		again = "1"
 	}
-	v, err := l.Store.RunScript(ctx, settleScript, []string{st.keys.tpm, st.keys.conc, st.keys.day, st.keys.month, st.keys.budget},
-		st.lim.TPM, st.refund, st.lease, st.used, st.dayEnd.UnixMilli(), st.monthEnd.UnixMilli(), st.reservation, again)
+	v, err := l.Store.RunScript(ctx, settleScript,
+		[]string{st.keys.tpm, st.keys.conc, st.keys.day, st.keys.month, st.keys.budget, "rl:" + st.key + ":x:" + st.charge},
+		st.lim.TPM, st.refund, st.lease, st.used, st.dayEnd.UnixMilli(), st.monthEnd.UnixMilli(), st.reservation, again, st.charge)
 	if err != nil {
 		return fmt.Errorf("settling the request of key %q: %w", st.key, err)
 	}
@@ -495,6 +660,12 @@ func (l *RedisLimiter) settleLater(st settlement) {
 		return
 	}
 	l.unsettled[st.lease] = st
+	l.armRetryLocked()
+}
+
+// armRetryLocked starts the retry rounds unless one is armed. The caller
+// holds settleMu.
+func (l *RedisLimiter) armRetryLocked() {
 	if l.retryTimer == nil {
 		l.retryDelay = settleRetryFirst
 		l.retryTimer = time.AfterFunc(l.retryDelay, l.retrySettlements)
@@ -536,9 +707,12 @@ func (l *RedisLimiter) retrySettlements() {
 	if settled > 0 {
 		l.Logger.Info("shared rate limits: requests whose end did not reach Redis are settled after all", "settled", settled)
 	}
+	if !refused {
+		refused = l.retryCharges()
+	}
 	l.settleMu.Lock()
 	defer l.settleMu.Unlock()
-	if len(l.unsettled) == 0 {
+	if len(l.unsettled) == 0 && len(l.charges) == 0 {
 		l.retryTimer = nil
 		return
 	}
@@ -548,6 +722,29 @@ func (l *RedisLimiter) retrySettlements() {
 		l.retryDelay = settleRetryFirst
 	}
 	l.retryTimer = time.AfterFunc(l.retryDelay, l.retrySettlements)
+}
+
+// retryCharges sends what each key owes (charge), stopping at the first
+// key whose charge Redis does not take; it reports whether one was not.
+func (l *RedisLimiter) retryCharges() (refused bool) {
+	l.settleMu.Lock()
+	keys := make([]string, 0, len(l.charges))
+	for k := range l.charges {
+		keys = append(keys, k)
+	}
+	l.settleMu.Unlock()
+	for _, k := range keys {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := l.charge(ctx, k)
+		cancel()
+		if err != nil {
+			return true
+		}
+	}
+	if len(keys) > 0 {
+		l.Logger.Info("shared rate limits: tokens used while Redis was unavailable are counted in the budgets", "keys", len(keys))
+	}
+	return false
 }
 
 func (l *RedisLimiter) forgetSettlement(st settlement) {

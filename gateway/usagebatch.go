@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"sync"
 	"time"
@@ -26,10 +28,14 @@ const (
 )
 
 // usageBatchAdder is a usage store that adds many totals in one synced
-// write (store.PebbleStore); one error per record, as its AddUsages says.
-// Other stores get one AddUsage per total.
+// write (store.PebbleStore, store.RedisStore); one error per record, as
+// their AddUsages say. batch is the flush's idempotency token: a flush
+// retried after an error is sent again with the same token and the same
+// totals, and a store whose write may have run although it failed (Redis:
+// a reply lost to a timeout after the command was sent) adds them once.
+// Other stores get one AddUsage per total, which a retry may add twice.
 type usageBatchAdder interface {
-	AddUsages(ctx context.Context, us []store.UsageRecord) []error
+	AddUsages(ctx context.Context, batch string, us []store.UsageRecord) []error
 }
 
 // usageKey is what the store keeps one total for.
@@ -43,9 +49,15 @@ type usageBatch struct {
 
 	mu      sync.Mutex
 	pending map[usageKey]store.UsageRecord
-	timer   *time.Timer   // armed while records are pending; nil otherwise
-	delay   time.Duration // the next flush's delay: every, doubled while the store fails
-	closed  bool
+	// inDoubt is a flush the store failed, which it may have written all
+	// the same: it is retried as it was, under its token (inDoubtBatch),
+	// before anything newer is written, so that at most one such flush is
+	// held (its totals, and pending's, one per usageKey at most).
+	inDoubt      []store.UsageRecord
+	inDoubtBatch string
+	timer        *time.Timer   // armed while records are pending; nil otherwise
+	delay        time.Duration // the next flush's delay: every, doubled while the store fails
+	closed       bool
 
 	flushMu sync.Mutex // one flush at a time: a total is never written twice
 }
@@ -85,28 +97,59 @@ func (b *usageBatch) mergeLocked(rec store.UsageRecord) {
 }
 
 // flush adds every pending total to the store. A total the store could not
-// write stays pending (summed with what arrives meanwhile) and is retried
-// later, the wait doubling up to usageRetryBackoff while the store keeps
-// failing. A total the store refuses for good (refusedForGood) is dropped
-// with a warning: retried, it would fail forever and hold every other key's
-// totals to the longest wait.
+// write is retried later, the wait doubling up to usageRetryBackoff while
+// the store keeps failing: as it was, in the same batch (inDoubt), and
+// only then is what arrived meanwhile written, so that a failed write the
+// store ran all the same is not counted twice. A total the store refuses
+// for good (refusedForGood) is dropped with a warning: retried, it would
+// fail forever and hold every other key's totals to the longest wait.
 func (b *usageBatch) flush(ctx context.Context) {
 	b.flushMu.Lock()
 	defer b.flushMu.Unlock()
 	b.mu.Lock()
 	closed := b.closed
-	recs := make([]store.UsageRecord, 0, len(b.pending))
-	for _, rec := range b.pending {
-		recs = append(recs, rec)
-	}
-	b.pending = map[usageKey]store.UsageRecord{}
+	retry, retryBatch := b.inDoubt, b.inDoubtBatch
+	b.inDoubt, b.inDoubtBatch = nil, ""
 	if b.timer != nil {
 		b.timer.Stop()
 		b.timer = nil
 	}
 	b.mu.Unlock()
+	failed := b.writeBatch(ctx, retryBatch, retry, closed)
+	failedBatch := retryBatch
+	if len(failed) == 0 || closed {
+		// Nothing in doubt (or the last flush, which tries everything).
+		b.mu.Lock()
+		recs := make([]store.UsageRecord, 0, len(b.pending))
+		for _, rec := range b.pending {
+			recs = append(recs, rec)
+		}
+		b.pending = map[usageKey]store.UsageRecord{}
+		b.mu.Unlock()
+		failedBatch = newUsageBatchToken()
+		failed = append(failed, b.writeBatch(ctx, failedBatch, recs, closed)...)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !closed {
+		b.inDoubt, b.inDoubtBatch = failed, failedBatch
+	}
+	if len(failed) > 0 {
+		b.delay = min(2*b.delay, usageRetryBackoff)
+	} else {
+		b.delay = b.every
+	}
+	if len(b.pending) > 0 || len(b.inDoubt) > 0 {
+		b.armLocked()
+	}
+}
+
+// writeBatch writes recs under the token batch and returns those to try
+// again: the ones that failed, unless refused for good (dropped) or closed
+// (lost, logged).
+func (b *usageBatch) writeBatch(ctx context.Context, batch string, recs []store.UsageRecord, closed bool) []store.UsageRecord {
 	var failed []store.UsageRecord
-	for i, err := range b.write(ctx, recs) {
+	for i, err := range b.write(ctx, batch, recs) {
 		rec := recs[i]
 		switch {
 		case err == nil:
@@ -122,31 +165,26 @@ func (b *usageBatch) flush(ctx context.Context) {
 			failed = append(failed, rec)
 		}
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, rec := range failed {
-		b.mergeLocked(rec)
-	}
-	if len(failed) > 0 {
-		b.delay = min(2*b.delay, usageRetryBackoff)
-	} else {
-		b.delay = b.every
-	}
-	if len(b.pending) > 0 {
-		b.armLocked()
-	}
+	return failed
+}
+
+// newUsageBatchToken names one flush for the store (usageBatchAdder).
+func newUsageBatchToken() string {
+	var t [16]byte
+	_, _ = rand.Read(t[:])
+	return hex.EncodeToString(t[:])
 }
 
 // write adds recs to the store and returns each one's error: in one synced
 // write when the store can (usageBatchAdder), else one AddUsage each.
-func (b *usageBatch) write(ctx context.Context, recs []store.UsageRecord) []error {
+func (b *usageBatch) write(ctx context.Context, batch string, recs []store.UsageRecord) []error {
 	if len(recs) == 0 {
 		return nil // nothing pending: no write, no fsync
 	}
 	if ba, ok := b.store.(usageBatchAdder); ok {
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		return ba.AddUsages(wctx, recs)
+		return ba.AddUsages(wctx, batch, recs)
 	}
 	errs := make([]error, len(recs))
 	for i, rec := range recs {

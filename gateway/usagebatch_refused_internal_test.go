@@ -23,7 +23,7 @@ type batchUsage struct {
 	calls [][]store.UsageRecord // one per AddUsages call
 }
 
-func (f *batchUsage) AddUsages(_ context.Context, us []store.UsageRecord) []error {
+func (f *batchUsage) AddUsages(_ context.Context, _ string, us []store.UsageRecord) []error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, us)

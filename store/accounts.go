@@ -281,7 +281,7 @@ func validDay(d string) error {
 
 // AddUsage adds u to its day's total, synced (see AddUsages).
 func (s *PebbleStore) AddUsage(ctx context.Context, u UsageRecord) error {
-	return s.AddUsages(ctx, []UsageRecord{u})[0]
+	return s.AddUsages(ctx, "", []UsageRecord{u})[0]
 }
 
 // AddUsages adds each of us to its day's total in one synced write: once it
@@ -292,12 +292,17 @@ func (s *PebbleStore) AddUsage(ctx context.Context, u UsageRecord) error {
 // at most the last 250 ms of counts). One call is one fsync, which is why
 // the gateway adds a whole flush of its usage batch at once.
 //
+// batch, the flush's idempotency token, is not kept: a write that fails
+// here did not happen (a synced local batch), so a retry counts once
+// without it. It is there for RedisStore.AddUsages, whose failed write may
+// have run.
+//
 // errs[i] is us[i]'s outcome: nil when added; an error wrapping ErrInvalid
 // (a name the store refuses: no retry changes that) or ErrCorrupt (its
 // stored total cannot be read) when that record was left out and the others
 // were added; or the write's error, for every other record, when the write
 // failed and added none.
-func (s *PebbleStore) AddUsages(ctx context.Context, us []UsageRecord) (errs []error) {
+func (s *PebbleStore) AddUsages(ctx context.Context, batch string, us []UsageRecord) (errs []error) {
 	errs = make([]error, len(us))
 	for i, u := range us {
 		if err := validUsage(u); err != nil {

@@ -81,7 +81,7 @@ func TestFullDiskFailsTheStoreNotTheProcess(t *testing.T) {
 		},
 		"Sweep": func() error { _, err := s.Sweep(ctx, time.Now()); return err },
 		"AddUsages": func() error {
-			return errors.Join(s.AddUsages(ctx, []UsageRecord{{Key: "k", Day: "2026-03-01", Requests: 1}})...)
+			return errors.Join(s.AddUsages(ctx, "", []UsageRecord{{Key: "k", Day: "2026-03-01", Requests: 1}})...)
 		},
 	}
 	for name, call := range calls {

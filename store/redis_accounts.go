@@ -20,8 +20,9 @@ import (
 //	keys                     hash: key name → KeyRecord (JSON)
 //	u:<YYYY-MM-DD>:<counter> hash per day and counter (requests, input, output, cached, reasoning):
 //	                         key NUL route NUL target NUL model → total (HINCRBY)
+//	ub:<batch>               a batch of usage added (AddUsages), kept usageBatchTTL
 //
-// Neither expires, as in Pebble.
+// Neither keys nor totals expire, as in Pebble.
 
 var (
 	_ KeyStore   = (*RedisStore)(nil)
@@ -52,15 +53,28 @@ return 1
 // deleteKeyScript: KEYS keys; ARGV name. 0: absent.
 var deleteKeyScript = redis.NewScript(`return redis.call('HDEL', KEYS[1], ARGV[1])`)
 
-// addUsageScript: KEYS the five counter hashes of the day; ARGV the field
-// and the five increments.
-var addUsageScript = redis.NewScript(`
-for i = 1, 5 do
-  local n = tonumber(ARGV[i + 1])
-  if n ~= 0 then redis.call('HINCRBY', KEYS[i], ARGV[1], n) end
+// addUsagesScript: KEYS the batch's token, then the five counter hashes of
+// each total's day; ARGV how long the token is kept (ms, 0: no token),
+// then each total's field and five increments. 0: the batch was added
+// before (a retry whose first try ran but whose reply was lost), nothing
+// is added again.
+var addUsagesScript = redis.NewScript(`
+if ARGV[1] ~= '0' and not redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) then return 0 end
+for r = 0, (#ARGV - 1) / 6 - 1 do
+  local field = ARGV[2 + r * 6]
+  for i = 1, 5 do
+    local n = tonumber(ARGV[2 + r * 6 + i])
+    if n ~= 0 then redis.call('HINCRBY', KEYS[1 + r * 5 + i], field, n) end
+  end
 end
 return 1
 `)
+
+// usageBatchTTL is how long a batch's token is kept: a retry comes within
+// seconds of Redis answering again (the gateway's usage batch waits at most
+// 10 s between tries), and a batch whose tries Redis refused at once was
+// never run, so an hour is ample; one small key per flush is what it costs.
+const usageBatchTTL = time.Hour
 
 // CreateKey stores a new key; ErrExists when one has that name.
 func (s *RedisStore) CreateKey(ctx context.Context, k KeyRecord) error { return s.putKey(ctx, k, true) }
@@ -173,26 +187,60 @@ func (s *RedisStore) ListKeys(ctx context.Context) ([]KeyRecord, error) {
 	return out, nil
 }
 
-// AddUsage adds u to its day's totals (one script: atomic, whichever
-// replicas add at once).
+// AddUsage adds u to its day's totals (see AddUsages).
 func (s *RedisStore) AddUsage(ctx context.Context, u UsageRecord) error {
-	if err := validUsage(u); err != nil {
-		return fmt.Errorf("store: add usage: %w", err)
+	return s.AddUsages(ctx, "", []UsageRecord{u})[0]
+}
+
+// AddUsages adds each of us to its day's totals in one script: atomic,
+// whichever replicas add at once, and all or nothing. batch ("": none) is
+// the idempotency token of the write: Redis keeps it for usageBatchTTL, and
+// a write under a token it has is not added again. The gateway retries a
+// failed write under the same token with the same totals, so that a write
+// that timed out after Redis got it (a stalled Redis runs it when it
+// resumes) counts once.
+//
+// errs[i] is us[i]'s outcome: an error wrapping ErrInvalid when that record
+// was left out (a name the store refuses) and the others were added; the
+// write's error, for every other record, when the write failed.
+func (s *RedisStore) AddUsages(ctx context.Context, batch string, us []UsageRecord) []error {
+	errs := make([]error, len(us))
+	keys := []string{s.p + "ub:" + batch}
+	args := []any{int64(0)}
+	if batch != "" {
+		args[0] = usageBatchTTL.Milliseconds()
+	}
+	for i, u := range us {
+		if err := validUsage(u); err != nil {
+			errs[i] = fmt.Errorf("store: add usage: %w", err)
+			continue
+		}
+		for _, c := range usageCounters {
+			keys = append(keys, s.usageDayKey(u.Day, c))
+		}
+		args = append(args, u.Key+"\x00"+u.Route+"\x00"+u.Target+"\x00"+u.Model,
+			u.Requests, u.InputTokens, u.OutputTokens, u.CachedTokens, u.ReasoningTokens)
+	}
+	failRest := func(err error) []error {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = fmt.Errorf("store: add usage: %w", err)
+			}
+		}
+		return errs
+	}
+	if len(keys) == 1 {
+		return errs // nothing valid to add
 	}
 	release, err := s.begin(ctx)
 	if err != nil {
-		return fmt.Errorf("store: add usage: %w", err)
+		return failRest(err)
 	}
 	defer release()
-	keys := make([]string, len(usageCounters))
-	for i, c := range usageCounters {
-		keys[i] = s.usageDayKey(u.Day, c)
+	if _, err := s.exec(ctx, addUsagesScript, keys, args...); err != nil {
+		return failRest(s.fail(err))
 	}
-	field := u.Key + "\x00" + u.Route + "\x00" + u.Target + "\x00" + u.Model
-	if _, err := s.exec(ctx, addUsageScript, keys, field, u.Requests, u.InputTokens, u.OutputTokens, u.CachedTokens, u.ReasoningTokens); err != nil {
-		return fmt.Errorf("store: add usage: %w", s.fail(err))
-	}
-	return nil
+	return errs
 }
 
 // Usage returns the totals of days from..to (inclusive) of key, or of

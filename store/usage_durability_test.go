@@ -102,7 +102,7 @@ func usageDurabilityChild(dir string) {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		os.Exit(2)
 	}
-	if err := errors.Join(s.AddUsages(ctx, []UsageRecord{rec("batch-a"), rec("batch-b"), rec("batch-a")})...); err != nil {
+	if err := errors.Join(s.AddUsages(ctx, "", []UsageRecord{rec("batch-a"), rec("batch-b"), rec("batch-a")})...); err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		os.Exit(2)
 	}
@@ -125,7 +125,7 @@ func TestAddUsagesKeepsEachRecordsOutcome(t *testing.T) {
 	if err := s.db.Set(usageKey(corrupt), []byte("{not json"), nil); err != nil {
 		t.Fatal(err)
 	}
-	errs := s.AddUsages(ctx, []UsageRecord{rec("k", "a"), rec("k", "bad\x00model"), corrupt, rec("k", strings.Repeat("m", 257)), rec("k", "a")})
+	errs := s.AddUsages(ctx, "", []UsageRecord{rec("k", "a"), rec("k", "bad\x00model"), corrupt, rec("k", strings.Repeat("m", 257)), rec("k", "a")})
 	for i, want := range []error{nil, ErrInvalid, ErrCorrupt, ErrInvalid, nil} {
 		if (want == nil && errs[i] != nil) || (want != nil && !errors.Is(errs[i], want)) {
 			t.Errorf("record %d: %v, want %v", i, errs[i], want)
@@ -141,7 +141,7 @@ func TestAddUsagesKeepsEachRecordsOutcome(t *testing.T) {
 
 	// A closed store fails every record that was not refused already.
 	_ = s.Close()
-	errs = s.AddUsages(ctx, []UsageRecord{rec("k", "a"), rec("k", "bad\x00model")})
+	errs = s.AddUsages(ctx, "", []UsageRecord{rec("k", "a"), rec("k", "bad\x00model")})
 	if !errors.Is(errs[0], ErrClosed) || !errors.Is(errs[1], ErrInvalid) {
 		t.Fatalf("on a closed store: %v", errs)
 	}
