@@ -22,14 +22,21 @@ func routedPairHarness(t *testing.T, protocol map[string]string, opts gateway.Op
 	return newHarness(t, harnessConfig{upstreams: []upstreamtest.Options{{Name: "A"}, {Name: "B"}}, protocol: protocol, opts: opts})
 }
 
+// faultEventBytes is limits.max_event_bytes for the faults of
+// beforeFirstEvent: its oversized event is larger.
+const faultEventBytes = 4096
+
 // beforeFirstEvent are transport faults of a stream before its first
-// event: a close right after the headers, and events that cannot be read.
+// event: a close right after the headers, events that cannot be read, and
+// a first event larger than faultEventBytes.
 func beforeFirstEvent() map[string]upstreamtest.Script {
 	garbage := upstreamtest.RawFrame([]byte("data: not json{{\n\n"))
 	garbled := []upstreamtest.Frame{garbage, garbage, garbage}
+	big := []upstreamtest.Frame{upstreamtest.RawFrame([]byte(`data: {"pad":"` + strings.Repeat("x", 2*faultEventBytes) + "\"}\n\n"))}
 	return map[string]upstreamtest.Script{
-		"cut":     upstreamtest.CutAfter(0),
-		"garbage": {Frames: garbled, ChatFrames: garbled},
+		"cut":      upstreamtest.CutAfter(0),
+		"garbage":  {Frames: garbled, ChatFrames: garbled},
+		"oversize": {Frames: big, ChatFrames: big},
 	}
 }
 
@@ -41,7 +48,7 @@ func beforeFirstEvent() map[string]upstreamtest.Script {
 func TestChatStreamFaultOnTheLastTargetGetsTheStatus(t *testing.T) {
 	for name, fault := range beforeFirstEvent() {
 		t.Run(name, func(t *testing.T) {
-			h := routedPairHarness(t, nil, gateway.Options{})
+			h := routedPairHarness(t, nil, gateway.Options{MaxEventBytes: faultEventBytes})
 			h.ups["A"].Enqueue(fault)
 			h.ups["B"].Enqueue(fault)
 			resp := h.post("/v1/chat/completions", `{"model":"cm","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
@@ -62,7 +69,7 @@ func TestChatStreamFaultOnTheLastTargetGetsTheStatus(t *testing.T) {
 func TestResponsesStreamFaultOnTheLastTargetFailsTheStream(t *testing.T) {
 	for name, fault := range beforeFirstEvent() {
 		t.Run(name, func(t *testing.T) {
-			h := routedPairHarness(t, nil, gateway.Options{})
+			h := routedPairHarness(t, nil, gateway.Options{MaxEventBytes: faultEventBytes})
 			h.ups["A"].Enqueue(fault)
 			h.ups["B"].Enqueue(fault)
 			resp, evs := h.streamEvents("/v1/responses", `{"model":"cm","stream":true,"input":"hi"}`)
@@ -72,6 +79,9 @@ func TestResponsesStreamFaultOnTheLastTargetFailsTheStream(t *testing.T) {
 					types = append(types, eventType(ev))
 				}
 				t.Fatalf("%d %v, want 200 with response.created then response.failed", resp.StatusCode, types)
+			}
+			if a, b := h.ups["A"].RequestCount(), h.ups["B"].RequestCount(); a != 1 || b != 1 {
+				t.Fatalf("A got %d requests, B %d; want one each (one replay)", a, b)
 			}
 		})
 	}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"strconv"
 
 	"github.com/tidwall/gjson"
@@ -99,6 +100,20 @@ func (k *meterSink) noteChatUsage(name string, data []byte, o observation) {
 		}
 	case k.finalUsage != nil && gjson.GetBytes(data, "error").Exists():
 		k.finalUsage = nil
+	}
+}
+
+// holdUsageOnly counts a usage-only chunk an upstream sent before every
+// choice's finish chunk, as Event would, and keeps it, for a client that
+// asked for usage, for Done: README "Usage" promises that chunk as the last
+// before [DONE]. A usage-only chunk written later replaces it, and an error
+// chunk drops it (noteChatUsage), as it drops the one a finish chunk's
+// usage makes.
+func (k *meterSink) holdUsageOnly(data []byte) {
+	o := k.m.observe("", data)
+	k.noteChatUsage("", data, o)
+	if !o.hide {
+		k.finalUsage = bytes.Clone(data)
 	}
 }
 

@@ -725,6 +725,16 @@ func (cs *clientStream) sendChat(data []byte, choices []chatChoice, usage gjson.
 	if data == nil {
 		return dropped, nil
 	}
+	if len(choices) == 0 && usage.IsObject() && cs.meter != nil && cs.splice == nil && !cs.chatChoices.allFinished() {
+		// A usage-only chunk ahead of a finish chunk: counted now, written
+		// just before [DONE] (meterSink.holdUsageOnly).
+		cs.meter.holdUsageOnly(data)
+		if cs.trackChat {
+			cs.trackChatLocked(data)
+		}
+		cs.sent.Usage = append(cs.sent.Usage[:0], usage.Raw...) // what a continuation adds its usage to
+		return dropped, nil
+	}
 	if cs.splice != nil {
 		err = cs.spliceChatLocked(data, finish, usage)
 	} else if err = cs.eventLocked("", data, !usage.IsObject()); err == nil && cs.trackChat {
@@ -1223,8 +1233,9 @@ func (s *Server) writeGatewayTerminal(req *clientRequest, sink eventSink, e *api
 // eventFields are the top-level fields of a Responses event, read in one
 // pass. They alias the event's data.
 type eventFields struct {
-	sent.Fields // what the client stream tracks (track), shared with the pump
-	seq, errObj gjson.Result
+	sent.Fields     // what the client stream tracks (track), shared with the pump
+	seq, errObj     gjson.Result
+	object, message gjson.Result // an unwrapped error object's (bareErrorObject)
 }
 
 // scanEvent reads data's top-level fields; ok is false when data is not a
@@ -1263,6 +1274,10 @@ func (f *eventFields) scan(data []byte, maxDepth int) (valid, object bool) {
 			dst = &f.Response
 		case "error":
 			dst = &f.errObj
+		case "object":
+			dst = &f.object
+		case "message":
+			dst = &f.message
 		default:
 			return
 		}

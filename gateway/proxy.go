@@ -1097,10 +1097,13 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 						e = apierr.StreamIncomplete("the upstream closed the stream before its first content event")
 					}
 				}
-			case reasonGarbage:
-				// Events that cannot be read are a transport fault like a
-				// cut (README "Failover and replay"): replayed alike.
-				s.metrics.upstreamAttempts.WithLabelValues(u.Name(), reasonGarbage).Inc()
+			case reasonGarbage, reasonOversize:
+				// Events that cannot be read, or one past
+				// limits.max_event_bytes, are a transport fault like a cut
+				// (README "Failover and replay"): replayed alike, and with
+				// no target left the client, who has seen nothing, gets the
+				// HTTP status.
+				s.metrics.upstreamAttempts.WithLabelValues(u.Name(), reason).Inc()
 			default:
 				s.metrics.upstreamAttempts.WithLabelValues(u.Name(), reason).Inc()
 				cs.fail(req, e, failAsTerminal)
@@ -1202,7 +1205,23 @@ func (s *Server) replay(ctx context.Context, out responder, req *clientRequest, 
 		f := upstream.CapacityFailure(header, msg, code, status, time.Now(), "stream error "+code)
 		try.fail = &f
 	}
-	why := "an error before any content: " + code // the upstream may have sent response.created (held back)
+	// What the client learns if no target is left: the code, else the
+	// upstream's message (OpenAI's own stream errors carry code null), cut
+	// and on one line as any upstream text in an answer of the gateway's.
+	// The upstream may have sent response.created (held back).
+	why := "an error before any content: " + code
+	if code == "" {
+		switch text, more := oneLineExcerpt([]byte(msg)); {
+		case text == "":
+			why = "an error before any content, without a code or a message"
+		case !isText(text):
+			why = "an error before any content, without a code and with a message that is not text"
+		case more:
+			why += text + " …"
+		default:
+			why += text
+		}
+	}
 	switch s.askReplay(ctx, req, u, in) {
 	case hostabi.ReplayOtherUpstream:
 		if in.FailureClass == hostabi.FailureContextLength {
@@ -1519,8 +1538,7 @@ func errorBodyExcerpt(status int, body []byte, cut string) string {
 	if cut != "" {
 		size = cut
 	}
-	text, more := bodyExcerpt(body)
-	text = strings.Join(strings.Fields(text), " ")
+	text, more := oneLineExcerpt(body)
 	switch {
 	case len(bytes.TrimSpace(body)) == 0 && cut == "":
 		return what + " without an error message"
@@ -1532,6 +1550,13 @@ func errorBodyExcerpt(status int, body []byte, cut string) string {
 		return what + ": " + text + " …"
 	}
 	return what + ": " + text
+}
+
+// oneLineExcerpt is bodyExcerpt with its whitespace runs made single
+// spaces: upstream text as an error message of the gateway's quotes it.
+func oneLineExcerpt(body []byte) (excerpt string, more bool) {
+	text, more := bodyExcerpt(body)
+	return strings.Join(strings.Fields(text), " "), more
 }
 
 // bodyExcerpt is body's beginning, at most errorExcerptBytes, and whether
@@ -1705,7 +1730,8 @@ func (s *Server) unusableAnswer(ctx context.Context, req *clientRequest, u *upst
 }
 
 // errorShaped recognises an event that carries an upstream error: an
-// `error:` field, an error event or chunk, or a response.failed. status is
+// `error:` field, an error event or chunk, an unwrapped error object
+// (bareErrorObject), or a response.failed. status is
 // the one the event names, else the one its error stands for
 // (errorStatusOf), so that an error is judged alike from a Responses and a
 // Chat upstream.
@@ -1726,7 +1752,7 @@ func errorShaped(ev sse.Event, chat bool) (code string, status int, ok bool) {
 		e = obj.Get("response.error")
 	case obj.Get("error").IsObject():
 		e = obj.Get("error")
-	case typ == "error" || ev.Error != nil:
+	case typ == "error" || ev.Error != nil || bareErrorObject(obj.Get("object"), obj.Get("message")):
 		e = obj
 	default:
 		return "", 0, false
@@ -1759,7 +1785,8 @@ func errorMessage(ev sse.Event) string { return errorField(ev, "message") }
 
 // errorField is the member name of an error-shaped event's error: an error
 // event's, a response.failed's, or a bare error object's. A bare "type" is
-// the event's own (error, response.failed), never the error's.
+// the event's own (error, response.failed), never the error's. The message
+// of {"error":"…"} is that string.
 func errorField(ev sse.Event, name string) string {
 	b := ev.Data
 	if ev.Error != nil {
@@ -1774,6 +1801,9 @@ func errorField(ev sse.Event, name string) string {
 		if m := obj.Get(p); m.Exists() {
 			return m.String()
 		}
+	}
+	if e := obj.Get("error"); name == "message" && e.Type == gjson.String {
+		return e.Str // {"error":"…"}: the string is all it says
 	}
 	return ""
 }

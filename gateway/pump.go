@@ -417,8 +417,8 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 	skippedBefore := p.malformed // an event the client stream refuses (errNoSuchOutput) is one more in a row
 	p.malformed = 0
 	typ := f.Type.Str
-	if typ == "" && f.errObj.IsObject() {
-		typ = "error" // {"error":{…}} without a type
+	if typ == "" && f.errObj.IsObject() || bareErrorObject(f.object, f.message) {
+		typ = "error" // {"error":{…}} without a type, or an unwrapped error object (its type is the error's)
 	}
 	if f.Response.IsObject() { // lifecycle and terminal events: the stream shows one response
 		if typ == "response.created" && p.created {
@@ -709,13 +709,13 @@ func (p *pump) handleChat(ev sse.Event) (pumpEnd, bool) {
 		p.cleanEnd = true // [DONE] after the finish: the upstream ended the stream itself
 		return ended(p.cs.done())
 	}
-	choices, usage, errField, valid, object := scanChatChunk(ev.Data, p.s.opts.MaxJSONDepth)
-	if valid && object && !errField.Exists() {
-		if joined := withTextPartsJoined(ev.Data, choices); joined != nil {
+	c, valid, object := scanChatChunk(ev.Data, p.s.opts.MaxJSONDepth)
+	if valid && object && !c.isError() {
+		if joined := withTextPartsJoined(ev.Data, c.choices); joined != nil {
 			// Content sent as text parts becomes the string a Chat client
 			// reads (chatjson.go); the chunk is read again.
 			ev.Data = joined
-			choices, usage, errField, valid, object = scanChatChunk(ev.Data, p.s.opts.MaxJSONDepth)
+			c, valid, object = scanChatChunk(ev.Data, p.s.opts.MaxJSONDepth)
 		}
 	}
 	if !valid {
@@ -724,8 +724,24 @@ func (p *pump) handleChat(ev sse.Event) (pumpEnd, bool) {
 	if !object {
 		return p.malformedEvent("a chunk that is not a JSON object")
 	}
+	if !c.isError() && !c.choices.IsArray() {
+		if !c.usage.IsObject() || c.choices.Exists() && c.choices.Type != gjson.Null {
+			// Not a chunk (the spec's choices is an array; the SDKs
+			// iterate it): unparseable, as README's terminal-event rule
+			// treats those.
+			return p.malformedEvent("a chunk whose choices is not an array")
+		}
+		// A usage chunk without choices, or with choices null: the
+		// usage-only chunk it stands for, with the empty list the spec's
+		// has (usageOnlyChunk counts it as one either way).
+		if withList, err := sjson.SetRawBytes(ev.Data, "choices", []byte("[]")); err == nil {
+			ev.Data = withList
+			c, _, _ = scanChatChunk(ev.Data, p.s.opts.MaxJSONDepth)
+		}
+	}
+	choices, usage := c.choices, c.usage
 	p.malformed = 0
-	if errField.Exists() {
+	if c.isError() {
 		if p.unseen() {
 			return p.unseenEvent(ev)
 		}
@@ -780,21 +796,46 @@ func (p *pump) handleChat(ev sse.Event) (pumpEnd, bool) {
 	return pumpEnd{}, false
 }
 
+// chatChunkMembers are the top-level members of a Chat chunk handleChat
+// acts on. They alias the chunk.
+type chatChunkMembers struct {
+	choices, usage, errField gjson.Result
+	object, message          gjson.Result // an unwrapped error object's (isError)
+}
+
+// isError reports whether the chunk is an upstream error: an error
+// member, or an error object sent unwrapped, {"object":"error",
+// "message":…} (vLLM's HTTP error body, from a server that streams it as
+// is). errorShaped judges it alike (bareErrorObject).
+func (c chatChunkMembers) isError() bool {
+	return c.errField.Exists() || bareErrorObject(c.object, c.message)
+}
+
+// bareErrorObject reports whether an event's top-level object and message
+// members make it an unwrapped error object: object "error" and a message.
+func bareErrorObject(object, message gjson.Result) bool {
+	return object.Type == gjson.String && object.Str == "error" && message.Type == gjson.String
+}
+
 // scanChatChunk reads the members of a Chat chunk handleChat acts on
 // (scanMembers: valid and object say whether it is a JSON object within
 // maxDepth).
-func scanChatChunk(data []byte, maxDepth int) (choices, usage, errField gjson.Result, valid, object bool) {
+func scanChatChunk(data []byte, maxDepth int) (c chatChunkMembers, valid, object bool) {
 	valid, object = scanMembers(data, maxDepth, func(k string, vs, ve int) {
 		switch k {
 		case "choices":
-			choices = scannedValue(data, vs, ve)
+			c.choices = scannedValue(data, vs, ve)
 		case "usage":
-			usage = scannedValue(data, vs, ve)
+			c.usage = scannedValue(data, vs, ve)
 		case "error":
-			errField = scannedValue(data, vs, ve)
+			c.errField = scannedValue(data, vs, ve)
+		case "object":
+			c.object = scannedValue(data, vs, ve)
+		case "message":
+			c.message = scannedValue(data, vs, ve)
 		}
 	})
-	return choices, usage, errField, valid, object
+	return c, valid, object
 }
 
 // gotContent marks the first content event: the route's first_token

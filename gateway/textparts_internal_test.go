@@ -43,11 +43,11 @@ func TestWithTextPartsJoined(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			chunk := []byte(tc.chunk)
-			choices, _, _, valid, object := scanChatChunk(chunk, 64)
+			c, valid, object := scanChatChunk(chunk, 64)
 			if !valid || !object {
 				t.Fatalf("not a JSON object: %s", chunk)
 			}
-			got := withTextPartsJoined(chunk, choices)
+			got := withTextPartsJoined(chunk, c.choices)
 			if string(got) != tc.want && !(got == nil && tc.want == "") {
 				t.Fatalf("withTextPartsJoined(%s)\n got %s\nwant %s", chunk, got, tc.want)
 			}
