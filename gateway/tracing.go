@@ -415,6 +415,9 @@ func (rt *reqTrace) end(req *clientRequest) {
 		result = genAIResult(m)
 		reason = firstNonEmpty(m.reason, m.terminal)
 		attrs := []attribute.KeyValue{attribute.String("sluice.route", m.route)}
+		if m.status != 0 {
+			attrs = append(attrs, attribute.Int("http.response.status_code", m.status))
+		}
 		attrs = append(attrs, result...)
 		if reason != "" {
 			attrs = append(attrs, attribute.String("sluice.reason", reason))
@@ -462,12 +465,12 @@ func (rt *reqTrace) endAttempt(result []attribute.KeyValue, failed bool, reason 
 	span.End(trace.WithTimestamp(rt.endingAt))
 }
 
-// genAIResult is the response side of the GenAI attributes (m.mu held).
+// genAIResult is the response side of the GenAI attributes (m.mu held),
+// which the request's span shares with the attempt that ended it. The HTTP
+// status is not among them: the request's is what the client was sent, an
+// attempt's what its upstream sent (traceAnswer).
 func genAIResult(m *reqMeta) []attribute.KeyValue {
 	var attrs []attribute.KeyValue
-	if m.status != 0 {
-		attrs = append(attrs, attribute.Int("http.response.status_code", m.status))
-	}
 	if m.servedModel != "" {
 		attrs = append(attrs, attribute.String("gen_ai.response.model", label(m.servedModel))) // the upstream's; it may echo the client's
 	}

@@ -785,19 +785,16 @@ func (s *session) awaitFollowedHead(ctx context.Context) {
 	}
 }
 
-// closedFollowWait is how long a copy of an answer goes on being fed after
-// its session closed (followsAfterCloseLocked) without a part arriving: the
-// runner hears of the close at its next append, or when it checks after
-// mirrorWatch of quiet, and writes the answer's end at once. A runner that
-// does not (it died, or cannot reach the store) leaves the copy to end
-// with the close's own error.
-const closedFollowWait = 3 * mirrorWatch
-
 // follow feeds res from the store until the answer ends. A runner that
 // sends nothing for IdleTimeout (it died) ends the copy with
 // stream_incomplete. After a close recorded in the store, the copy still
-// follows the runner to the end it writes (closedFollowWait): the readers
-// here get the same events, and the same terminal event, as the runner's.
+// follows the runner to the end it writes: the readers here get the same
+// events, and the same terminal event, as the runner's. The runner hears
+// of the close at its next append, or when it checks after mirrorWatch of
+// quiet; one that cannot reach the store meanwhile (a partition, a frozen
+// Redis) writes its end once it can, even an end it gave its own readers
+// before it heard, so the copy waits for it as long as for any runner:
+// IdleTimeout of silence, after which it ends with the close's own error.
 func (s *session) follow(res *result) {
 	defer s.m.wg.Done()
 	published := false
@@ -816,7 +813,6 @@ func (s *session) follow(res *result) {
 	defer publish()
 	const wait = 2 * time.Second
 	cursor, last, backoff := "", time.Now(), 100*time.Millisecond
-	var closedAt time.Time
 	for {
 		if s.m.base.Err() != nil {
 			res.finish(s.m.shutdownErr)
@@ -825,15 +821,16 @@ func (s *session) follow(res *result) {
 		s.mu.Lock()
 		closed, closeErr, followsOn := s.closed, s.closeErr, s.followsAfterCloseLocked()
 		s.mu.Unlock()
-		if closed && closedAt.IsZero() {
-			closedAt = time.Now()
-		}
-		if closed && (!followsOn || time.Since(closedAt) > closedFollowWait && time.Since(last) > closedFollowWait) {
+		if closed && !followsOn {
 			res.finish(closeErr)
 			return
 		}
 		if time.Since(last) > s.m.opts.IdleTimeout {
-			res.finish(errRunnerGone())
+			if closed {
+				res.finish(closeErr)
+			} else {
+				res.finish(errRunnerGone())
+			}
 			return
 		}
 		ctx, cancel := context.WithTimeout(s.m.base, wait+5*time.Second)

@@ -265,3 +265,37 @@ func TestSharedDeleteAndByteLimitCloseRace(t *testing.T) {
 		t.Fatalf("the answer ended with %s, want response.failed with status cancelled (the DELETE was recorded first)", terminal.Data)
 	}
 }
+
+// TestSharedDeleteWhileTheRunnerCannotWrite: the runner cannot reach the
+// store (its write of the answer's end hangs, as in a partition) for longer
+// than it takes the other replica to notice the DELETE made through it. The
+// other replica's readers wait for the runner's end rather than make up
+// their own: once the runner writes it, every reader gets the same
+// response.completed its own readers got before it heard of the DELETE.
+func TestSharedDeleteWhileTheRunnerCannotWrite(t *testing.T) {
+	srv := redistest.Start(t)
+	runner, rst := hookReplica(t, srv, streaminput.Options{})
+	other, _ := hookReplica(t, srv, streaminput.Options{})
+	held, release := holdPart(rst, func(p store.ResultPart) bool {
+		return p.Kind == store.ResultData && bytes.Contains(p.Data, []byte("response.completed"))
+	})
+	defer release()
+	id := runner.create(sessionBody(streaminput.EndpointResponses, "on_first_chunk", respTemplate))
+	runner.mustChunk(id, textChunk(0, "run", false))
+	waitHeld(t, held, "response.completed")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	runnerRd, otherRd := shrOpenResult(t, ctx, runner, id), shrOpenResult(t, ctx, other, id)
+	if code, err := deleteThrough(other, id); code != http.StatusOK {
+		t.Fatalf("delete through the other replica: %d %v", code, err)
+	}
+	// Longer than the runner's quiet check (mirrorWatch) and any short
+	// grace the other replica could give it: the runner is still cut off.
+	time.Sleep(11 * time.Second)
+	release()
+	terminal := sameAnswer(t, restOf(t, "runner", runnerRd), restOf(t, "other replica", otherRd))
+	if eventType(terminal) != "response.completed" {
+		t.Fatalf("the answer ended with %s, want the response.completed the runner's readers got first", terminal.Data)
+	}
+}
