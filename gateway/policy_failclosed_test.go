@@ -87,3 +87,22 @@ func TestFailClosedRewriteRefusesTheRequest(t *testing.T) {
 		t.Errorf("without sluice_fail_closed: fallbacks{reason=fault} = %v, want 1", v)
 	}
 }
+
+// TestFailClosedRewriteWithoutAVersionRefusesTheRequest: a rewrite policy
+// held to its edits that has no version serving (its file was refused at
+// run time, removed, or never loaded) refuses requests as one that cannot
+// run does: they would otherwise go on without its edits.
+func TestFailClosedRewriteWithoutAVersionRefusesTheRequest(t *testing.T) {
+	rt, reg := trappingRewrite(t) // serves "guard" only
+	h := newHarness(t, harnessConfig{opts: gateway.Options{Policy: rt, Registry: reg, FailClosedRewrites: []string{"absent"}}})
+	resp := h.post("/v1/responses", `{"model":"m","input":"x"}`)
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || gjson.GetBytes(raw, "error.code").String() != "policy_unavailable" ||
+		!strings.Contains(gjson.GetBytes(raw, "error.message").String(), `"absent"`) {
+		t.Fatalf("client got %d %s; want 503 policy_unavailable naming the policy", resp.StatusCode, raw)
+	}
+	if reqs := responsesRequests(h); len(reqs) != 0 {
+		t.Fatalf("upstreams got %d requests; a fail-closed rewrite without a version must stop the request", len(reqs))
+	}
+}

@@ -200,6 +200,9 @@ type checkedRewriter interface {
 // (rewrittenRequest), one module's edits at a time when the policy can
 // (checkedRewriter).
 func (s *Server) rewrite(ctx context.Context, req *clientRequest) *apierr.Error {
+	if aerr := s.failClosedRewritesServe(); aerr != nil {
+		return aerr
+	}
 	if p, ok := s.policy.(interface{ RewriteActive() bool }); ok && !p.RewriteActive() {
 		return nil // no policy rewrites: skip building its input
 	}
@@ -221,10 +224,7 @@ func (s *Server) rewrite(ctx context.Context, req *clientRequest) *apierr.Error 
 			// the request must not reach an upstream without them. Its
 			// failure is the gateway's, and a retry may find an instance
 			// free (README "Policies").
-			s.log.Warn("rewrite policy could not run and fails closed: the request is refused with 503",
-				"policy", failedPolicy, "why", why)
-			return &apierr.Error{Status: http.StatusServiceUnavailable, Type: apierr.TypeServer, Code: apierr.CodePolicyUnavailable,
-				RetryAfter: time.Second, Message: fmt.Sprintf("the rewrite policy %q could not run; this gateway does not send requests on without it", failedPolicy)}
+			return s.failedClosed(failedPolicy, why)
 		}
 	} else {
 		out = s.policy.Rewrite(ctx, in)
@@ -263,6 +263,34 @@ func (s *Server) rewrite(ctx context.Context, req *clientRequest) *apierr.Error 
 			Message: fmt.Sprintf("the rewrite policy chose upstream %q, which is not configured", out.Upstream)}
 	}
 	req.setHeaders, req.removeHeaders, req.upstreamName = out.SetHeaders, out.RemoveHeaders, out.Upstream
+	return nil
+}
+
+// failedClosed is the answer to a request a rewrite policy held to its
+// edits (Options.FailClosedRewrites) could not rewrite: a retryable 503,
+// logged with why.
+func (s *Server) failedClosed(policy, why string) *apierr.Error {
+	s.log.Warn("rewrite policy could not run and fails closed: the request is refused with 503", "policy", policy, "why", why)
+	return &apierr.Error{Status: http.StatusServiceUnavailable, Type: apierr.TypeServer, Code: apierr.CodePolicyUnavailable,
+		RetryAfter: time.Second, Message: fmt.Sprintf("the rewrite policy %q could not run; this gateway does not send requests on without it", policy)}
+}
+
+// failClosedRewritesServe refuses a request (failedClosed) while a rewrite
+// policy held to its edits has no version serving: its file was refused,
+// removed or never loaded, and the request would go on without its edits.
+func (s *Server) failClosedRewritesServe() *apierr.Error {
+	if len(s.opts.FailClosedRewrites) == 0 {
+		return nil
+	}
+	p, ok := s.policy.(interface{ RewriteServes(name string) bool })
+	if !ok {
+		return nil
+	}
+	for _, name := range s.opts.FailClosedRewrites {
+		if !p.RewriteServes(name) {
+			return s.failedClosed(name, "no version of it that rewrites requests is loaded")
+		}
+	}
 	return nil
 }
 

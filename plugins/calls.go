@@ -556,6 +556,15 @@ func (r *Runtime) RewriteActive() bool {
 	return len(r.active.Load().byHook[hRewrite]) > 0
 }
 
+// RewriteServes reports whether a version of the policy name that
+// implements the rewrite hook serves now (a tripped one counts: its calls
+// fail, which RewriteChecks.FailClosed judges). A caller that holds name to
+// its edits refuses requests while none does: a refused or missing file is
+// no reason to send them on unrewritten.
+func (r *Runtime) RewriteServes(name string) bool {
+	return r.active.Load().find(name, hRewrite) != nil
+}
+
 // RewriteTrace is Rewrite that also tells what each policy did.
 func (r *Runtime) RewriteTrace(ctx context.Context, in hostabi.RewriteInput) (hostabi.RewriteOutput, Trace) {
 	return r.rewriteTrace(ctx, in, RewriteChecks{})
