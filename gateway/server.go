@@ -681,8 +681,16 @@ func (s *Server) handleUpstreams(w http.ResponseWriter, _ *http.Request, _ httpr
 	writeJSON(w, http.StatusOK, map[string]any{"upstreams": out})
 }
 
+// writeJSON answers v as JSON with status. A value that cannot be encoded
+// (a non-finite number) is the gateway's fault, answered as a 500 with an
+// OpenAI-style error rather than a status with no JSON body.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, _ := json.Marshal(v)
+	body, err := json.Marshal(v)
+	if err != nil {
+		(&apierr.Error{Status: http.StatusInternalServerError, Type: apierr.TypeServer, Code: apierr.CodeInternalError,
+			Message: "the gateway could not encode its answer as JSON: " + err.Error()}).Write(w)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(body, '\n'))
