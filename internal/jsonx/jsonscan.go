@@ -362,9 +362,9 @@ func ForEachMember(raw []byte, fn func(key string, value []byte) bool) bool {
 }
 
 // ParseInt parses the integral JSON number raw (null is 0) of magnitude at
-// most 2^62. An integer literal is read exactly; numbers written with a
-// fraction or exponent are accepted when integral (hostabi/ABI.md §4: a
-// number is read by its value), through float64.
+// most 2^62, exactly: numbers written with a fraction or exponent are
+// accepted when their value is an integer (hostabi/ABI.md §4: a number is
+// read by its value), never rounded through float64.
 func ParseInt(raw []byte) (int64, error) {
 	if string(raw) == "null" {
 		return 0, nil
@@ -394,12 +394,101 @@ func ParseInt(raw []byte) (int64, error) {
 		}
 		return v, nil
 	}
-	// Accept integral numbers written with a fraction or exponent.
-	f, err := strconv.ParseFloat(string(raw), 64)
-	if err != nil || f != float64(int64(f)) || f > 1<<62 || f < -(1<<62) {
-		return 0, ErrSyntax
+	// Integral numbers written with a fraction or exponent.
+	if v, ok := decimalInt(raw); ok {
+		return v, nil
 	}
-	return int64(f), nil
+	return 0, ErrSyntax
+}
+
+// decimalInt reads raw, a JSON number with a fraction or an exponent, by
+// its decimal digits: the integer it is, when it is one of magnitude at
+// most 2^62. It allocates nothing (it is on the guests' decoding path).
+func decimalInt(raw []byte) (int64, bool) {
+	digitsFrom := func(i int) int {
+		for i < len(raw) && raw[i] >= '0' && raw[i] <= '9' {
+			i++
+		}
+		return i
+	}
+	i, neg := 0, len(raw) > 0 && raw[0] == '-'
+	if neg {
+		i++
+	}
+	intEnd := digitsFrom(i)
+	whole := raw[i:intEnd]
+	if len(whole) == 0 || len(whole) > 1 && whole[0] == '0' {
+		return 0, false
+	}
+	i = intEnd
+	var frac []byte
+	if i < len(raw) && raw[i] == '.' {
+		end := digitsFrom(i + 1)
+		if frac = raw[i+1 : end]; len(frac) == 0 {
+			return 0, false
+		}
+		i = end
+	}
+	exp := 0
+	if i < len(raw) && (raw[i] == 'e' || raw[i] == 'E') {
+		i++
+		expNeg := i < len(raw) && raw[i] == '-'
+		if i < len(raw) && (raw[i] == '+' || raw[i] == '-') {
+			i++
+		}
+		end := digitsFrom(i)
+		if end == i {
+			return 0, false
+		}
+		for _, c := range raw[i:end] {
+			exp = min(exp*10+int(c-'0'), 1<<20) // far past any digit count: the value is 0 or out of range
+		}
+		if expNeg {
+			exp = -exp
+		}
+		i = end
+	}
+	if i != len(raw) {
+		return 0, false
+	}
+	// The digits whole+frac, with the decimal point after point of them:
+	// digits past it must be zeros, and zeros past the digits scale it.
+	const limit = 1 << 62
+	n, point := len(whole)+len(frac), len(whole)+exp
+	var v uint64
+	for k := range n {
+		var d byte
+		if k < len(whole) {
+			d = whole[k]
+		} else {
+			d = frac[k-len(whole)]
+		}
+		switch {
+		case k >= point:
+			if d != '0' {
+				return 0, false // a fraction
+			}
+		case v > limit/10:
+			return 0, false
+		default:
+			if v = v*10 + uint64(d-'0'); v > limit {
+				return 0, false
+			}
+		}
+	}
+	for k := n; k < point && v != 0; k++ {
+		if v > limit/10 {
+			return 0, false
+		}
+		v *= 10
+	}
+	if v > limit {
+		return 0, false
+	}
+	if neg {
+		return -int64(v), true
+	}
+	return int64(v), true
 }
 
 // isIntegerLiteral reports whether raw is a JSON number without a fraction

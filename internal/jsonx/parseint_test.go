@@ -2,8 +2,8 @@ package jsonx
 
 import "testing"
 
-// TestParseInt: integer literals are read exactly up to ±2^62; a fraction
-// or exponent is accepted when the value is integral.
+// TestParseInt: numbers are read exactly up to ±2^62; a fraction or
+// exponent is accepted when the value is integral.
 func TestParseInt(t *testing.T) {
 	for _, c := range []struct {
 		raw  string
@@ -27,6 +27,21 @@ func TestParseInt(t *testing.T) {
 		{"9223372036854775808", 0, false}, // overflows int64
 		{"123456789012345678901234567890", 0, false},
 		{"1e3", 1000, true},
+		{"1E+2", 100, true},
+		{"10e-1", 1, true},
+		{"-0.0", 0, true},
+		{"0e999999999999", 0, true},
+		{"4611686018427387904.000", 1 << 62, true},
+		{"46116860184273879.04e2", 1 << 62, true},
+		{"4611686018427387905.0", 0, false}, // 2^62+1 by its value
+		{"4.611686018427387905e18", 0, false},
+		{"1.0000000000000001", 0, false}, // not an integer, though float64 says 1
+		{"1e-1", 0, false},
+		{"1e999999999999", 0, false},
+		{"1.e2", 0, false},
+		{"01.0", 0, false},
+		{"1.0x", 0, false},
+		{"1e", 0, false},
 		{"1.0", 1, true},
 		{"-2.5e1", -25, true},
 		{"1.5", 0, false},
@@ -38,6 +53,15 @@ func TestParseInt(t *testing.T) {
 		got, err := ParseInt([]byte(c.raw))
 		if (err == nil) != c.ok || (c.ok && got != c.want) {
 			t.Errorf("ParseInt(%q) = %d, %v; want %d, ok=%v", c.raw, got, err, c.want, c.ok)
+		}
+	}
+}
+
+// ParseInt allocates nothing: it decodes every guest's output.
+func TestParseIntAllocatesNothing(t *testing.T) {
+	for _, raw := range []string{"42", "1.0e3", "4611686018427387905.0"} {
+		if n := testing.AllocsPerRun(100, func() { _, _ = ParseInt([]byte(raw)) }); n != 0 {
+			t.Errorf("ParseInt(%q): %v allocations", raw, n)
 		}
 	}
 }
