@@ -1,6 +1,12 @@
 package jsonx
 
-import "testing"
+import (
+	"encoding/json"
+	"math/big"
+	"strconv"
+	"strings"
+	"testing"
+)
 
 // TestParseInt: numbers are read exactly up to ±2^62; a fraction or
 // exponent is accepted when the value is integral.
@@ -64,4 +70,39 @@ func TestParseIntAllocatesNothing(t *testing.T) {
 			t.Errorf("ParseInt(%q): %v allocations", raw, n)
 		}
 	}
+}
+
+// FuzzParseInt checks ParseInt against exact rational arithmetic on every
+// JSON number: it accepts exactly the integers of magnitude at most 2^62,
+// with their value.
+func FuzzParseInt(f *testing.F) {
+	for _, s := range []string{"0", "-0", "42", "1.0", "1e3", "-2.5e1", "4611686018427387904", "4611686018427387905.0",
+		"46116860184273879.04e2", "1.0000000000000001", "0e999", "1e-1", "10e-1", "9223372036854775808"} {
+		f.Add(s)
+	}
+	limit := new(big.Rat).SetInt64(1 << 62)
+	f.Fuzz(func(t *testing.T, s string) {
+		raw := []byte(s)
+		if !json.Valid(raw) || len(raw) == 0 || strings.TrimSpace(s) != s || !(raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9') {
+			return // not a number: the decoder's grammar refuses it before ParseInt
+		}
+		if e := strings.IndexAny(s, "eE"); e >= 0 {
+			if exp, err := strconv.Atoi(strings.TrimPrefix(s[e+1:], "+")); err != nil || exp > 400 || exp < -400 {
+				return // too large for the reference to build; covered by the table
+			}
+		}
+		want, ok := new(big.Rat).SetString(s)
+		if !ok {
+			t.Fatalf("big.Rat cannot read the JSON number %q", s)
+		}
+		abs := new(big.Rat).Abs(want)
+		wantOK := want.IsInt() && abs.Cmp(limit) <= 0
+		got, err := ParseInt(raw)
+		if (err == nil) != wantOK {
+			t.Fatalf("ParseInt(%q) = %d, %v; want ok=%v", s, got, err, wantOK)
+		}
+		if wantOK && want.Num().Int64() != got {
+			t.Fatalf("ParseInt(%q) = %d, want %s", s, got, want.Num())
+		}
+	})
 }
