@@ -10,10 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/sluice-gw/sluice/gateway"
-	"github.com/sluice-gw/sluice/gateway/upstream"
 )
 
 // TestDownReasonChangeIsLogged: an upstream that stays down for another
@@ -22,20 +19,7 @@ import (
 // change, not at each probe that finds the same reason; /admin/upstreams
 // shows the reason the log last named.
 func TestDownReasonChangeIsLogged(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0") // reserve a port, then leave it closed
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-
-	logs := &syncBuffer{}
-	logger := hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Debug})
-	pool, err := upstream.NewPool([]upstream.Config{{Name: "only", BaseURL: "http://" + addr + "/v1"}},
-		upstream.Options{ProbeInterval: time.Hour, Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
+	addr, pool, logs, logger := closedPortPool(t, time.Hour)
 	gw, err := gateway.New(gateway.Options{Pool: pool, Logger: logger})
 	if err != nil {
 		t.Fatal(err)

@@ -23,20 +23,7 @@ import (
 // once, probing the down upstream itself rather than failing until the next
 // periodic probe (a minute away here).
 func TestRequestOneSecondAfterOnlyUpstreamCameUpSucceeds(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0") // reserve a port, then leave it closed
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-
-	logs := &syncBuffer{}
-	logger := hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Debug})
-	pool, err := upstream.NewPool([]upstream.Config{{Name: "only", BaseURL: "http://" + addr + "/v1"}},
-		upstream.Options{ProbeInterval: time.Minute, Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
+	addr, pool, logs, logger := closedPortPool(t, time.Minute)
 	ctx, stop := context.WithCancel(context.Background())
 	runDone := make(chan struct{})
 	go func() { defer close(runDone); pool.Run(ctx) }()
@@ -112,4 +99,25 @@ func TestNoHealthyUpstreamNamesEachAndItsProbeError(t *testing.T) {
 			t.Errorf("message %q lacks %q", e.Error.Message, want)
 		}
 	}
+}
+
+// closedPortPool is a pool of one upstream, "only", whose port was
+// reserved and left closed (addr, for the test to listen on later), probed
+// every interval once run, logging at DEBUG into logs.
+func closedPortPool(t *testing.T, interval time.Duration) (addr string, pool *upstream.Pool, logs *syncBuffer, logger hclog.Logger) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // reserve a port, then leave it closed
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr = ln.Addr().String()
+	ln.Close()
+	logs = &syncBuffer{}
+	logger = hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Debug})
+	pool, err = upstream.NewPool([]upstream.Config{{Name: "only", BaseURL: "http://" + addr + "/v1"}},
+		upstream.Options{ProbeInterval: interval, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr, pool, logs, logger
 }

@@ -146,28 +146,7 @@ func waitHeld(t *testing.T, held <-chan struct{}, what string) {
 // the runner wrote it to the store, ends the answer response.completed for
 // the other replica's readers too: the runner had ended it first.
 func TestSharedDeleteJustBeforeTheEnd(t *testing.T) {
-	srv := redistest.Start(t)
-	runner, rst := hookReplica(t, srv, streaminput.Options{})
-	other, _ := hookReplica(t, srv, streaminput.Options{})
-	held, release := holdPart(rst, func(p store.ResultPart) bool {
-		return p.Kind == store.ResultData && bytes.Contains(p.Data, []byte("response.completed"))
-	})
-	defer release()
-	id := runner.create(sessionBody(streaminput.EndpointResponses, "on_first_chunk", respTemplate))
-	runner.mustChunk(id, textChunk(0, "run", false))
-	waitHeld(t, held, "response.completed")
-
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	runnerRd, otherRd := shrOpenResult(t, ctx, runner, id), shrOpenResult(t, ctx, other, id)
-	if code, err := deleteThrough(other, id); code != http.StatusOK {
-		t.Fatalf("delete through the other replica: %d %v", code, err)
-	}
-	release()
-	terminal := sameAnswer(t, restOf(t, "runner", runnerRd), restOf(t, "other replica", otherRd))
-	if eventType(terminal) != "response.completed" {
-		t.Fatalf("the answer ended with %s, want the response.completed the runner's readers got first", terminal.Data)
-	}
+	deleteBeforeTheEndIsWritten(t, 0)
 }
 
 // TestSharedByteLimitCloseElsewhereWhileRunning: a chunk over the byte
@@ -273,6 +252,17 @@ func TestSharedDeleteAndByteLimitCloseRace(t *testing.T) {
 // their own: once the runner writes it, every reader gets the same
 // response.completed its own readers got before it heard of the DELETE.
 func TestSharedDeleteWhileTheRunnerCannotWrite(t *testing.T) {
+	// Longer than the runner's quiet check (mirrorWatch) and any short
+	// grace the other replica could give it: the runner is still cut off.
+	deleteBeforeTheEndIsWritten(t, 11*time.Second)
+}
+
+// deleteBeforeTheEndIsWritten holds the runner's write of the part holding
+// response.completed (its readers have it), deletes the session through
+// the other replica, waits cutOff, lets the write go, and checks that every
+// reader on both replicas gets the same events ending in that
+// response.completed.
+func deleteBeforeTheEndIsWritten(t *testing.T, cutOff time.Duration) {
 	srv := redistest.Start(t)
 	runner, rst := hookReplica(t, srv, streaminput.Options{})
 	other, _ := hookReplica(t, srv, streaminput.Options{})
@@ -284,15 +274,13 @@ func TestSharedDeleteWhileTheRunnerCannotWrite(t *testing.T) {
 	runner.mustChunk(id, textChunk(0, "run", false))
 	waitHeld(t, held, "response.completed")
 
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second+cutOff)
 	defer cancel()
 	runnerRd, otherRd := shrOpenResult(t, ctx, runner, id), shrOpenResult(t, ctx, other, id)
 	if code, err := deleteThrough(other, id); code != http.StatusOK {
 		t.Fatalf("delete through the other replica: %d %v", code, err)
 	}
-	// Longer than the runner's quiet check (mirrorWatch) and any short
-	// grace the other replica could give it: the runner is still cut off.
-	time.Sleep(11 * time.Second)
+	time.Sleep(cutOff)
 	release()
 	terminal := sameAnswer(t, restOf(t, "runner", runnerRd), restOf(t, "other replica", otherRd))
 	if eventType(terminal) != "response.completed" {
