@@ -35,16 +35,21 @@ const (
 // Pebble store for run-time keys and usage.
 func keyedHarness(t *testing.T, keys ...store.KeyRecord) (*harness, *store.PebbleStore) {
 	t.Helper()
+	return storeHarness(t, gateway.AccountsOptions{Required: true, Keys: keys,
+		Pricing: map[string]gateway.Price{"gpt-fake-1": {Input: 1, Output: 2}}})
+}
+
+// storeHarness runs the gateway with the accounts acc and a Pebble store
+// for run-time keys and usage.
+func storeHarness(t *testing.T, acc gateway.AccountsOptions) (*harness, *store.PebbleStore) {
+	t.Helper()
 	st, err := store.Open(context.Background(), store.Options{Dir: t.TempDir(), SweepInterval: -1, Logger: hclog.NewNullLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	h := newHarness(t, harnessConfig{opts: gateway.Options{Accounts: gateway.AccountsOptions{
-		Required: true, Keys: keys, KeyStore: st, Usage: st,
-		Pricing: map[string]gateway.Price{"gpt-fake-1": {Input: 1, Output: 2}},
-	}}})
-	return h, st
+	acc.KeyStore, acc.Usage = st, st
+	return newHarness(t, harnessConfig{opts: gateway.Options{Accounts: acc}}), st
 }
 
 func keyRec(name, secret string, models []string, l store.KeyLimits) store.KeyRecord {

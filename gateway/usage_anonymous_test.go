@@ -1,12 +1,9 @@
 package gateway_test
 
 import (
-	"context"
 	"net/http"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/go-hclog"
 
 	"github.com/sluice-gw/sluice/gateway"
 	"github.com/sluice-gw/sluice/store"
@@ -16,14 +13,7 @@ import (
 // /admin/usage?anonymous=true selects those totals alone, ?key=NAME the
 // key's, and no filter both; a bad value or both filters at once is a 400.
 func TestUsageSelectsAnonymousTraffic(t *testing.T) {
-	st, err := store.Open(context.Background(), store.Options{Dir: t.TempDir(), SweepInterval: -1, Logger: hclog.NewNullLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	h := newHarness(t, harnessConfig{opts: gateway.Options{Accounts: gateway.AccountsOptions{
-		Keys: []store.KeyRecord{keyRec("team-a", teamAKey, nil, store.KeyLimits{})}, KeyStore: st, Usage: st,
-	}}})
+	h, _ := storeHarness(t, gateway.AccountsOptions{Keys: []store.KeyRecord{keyRec("team-a", teamAKey, nil, store.KeyLimits{})}})
 	if resp, b := send(t, h, http.MethodPost, "/v1/responses", teamAKey, simple); resp.StatusCode != 200 {
 		t.Fatalf("keyed: %d %s", resp.StatusCode, b)
 	}

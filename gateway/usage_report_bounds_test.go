@@ -1,17 +1,13 @@
 package gateway_test
 
 import (
-	"context"
 	"encoding/json"
 	"math"
 	"net/http"
 	"strings"
 	"testing"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/sluice-gw/sluice/gateway"
-	"github.com/sluice-gw/sluice/store"
 )
 
 // TestUsageCostTooLargeIsNull: a price whose costs overflow a float64 (one
@@ -20,15 +16,8 @@ import (
 // the row and the total, and the log says why; never a 200 whose body is
 // not JSON.
 func TestUsageCostTooLargeIsNull(t *testing.T) {
-	st, err := store.Open(context.Background(), store.Options{Dir: t.TempDir(), SweepInterval: -1, Logger: hclog.NewNullLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	h := newHarness(t, harnessConfig{opts: gateway.Options{Accounts: gateway.AccountsOptions{
-		KeyStore: st, Usage: st,
-		Pricing: map[string]gateway.Price{"gpt-fake-1": {Input: math.MaxFloat64, Output: math.MaxFloat64}},
-	}}})
+	h, _ := storeHarness(t, gateway.AccountsOptions{
+		Pricing: map[string]gateway.Price{"gpt-fake-1": {Input: math.MaxFloat64, Output: math.MaxFloat64}}})
 	if resp, b := send(t, h, http.MethodPost, "/v1/responses", "", simple); resp.StatusCode != http.StatusOK {
 		t.Fatalf("request: %d %s", resp.StatusCode, b)
 	}
