@@ -394,7 +394,7 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger, admin
 			logger.Error("closing the policy runtime", "error", err)
 		}
 	})
-	if err := checkPolicyConfig(cfg.Policies, rt.Status(), logger); err != nil {
+	if err := checkPolicyConfig(cfg.Policies, cfg.FailClosedRewrites(), rt.Status(), logger); err != nil {
 		return nil, cleanup, err
 	}
 	tp, err := tracerProvider(ctx, cfg.Tracing, logger) // tracing.go: nil without tracing.otlp_endpoint
@@ -541,8 +541,10 @@ func policyConfig(in map[string]any) map[string]json.RawMessage {
 // config error, as a bad key elsewhere is:
 // starting without it would silently drop what the config asked for. A
 // config for a name no policy has is logged: policy_dir may get that file
-// later, but more often the name is misspelled.
-func checkPolicyConfig(configured map[string]any, loaded []plugins.PolicyStatus, logger hclog.Logger) error {
+// later, but more often the name is misspelled. A policy held to its
+// rewrites (failClosed) that serves no rewrite hook is a config error too:
+// the gateway would refuse every request for want of its rewrite.
+func checkPolicyConfig(configured map[string]any, failClosed []string, loaded []plugins.PolicyStatus, logger hclog.Logger) error {
 	byName := make(map[string]plugins.PolicyStatus, len(loaded))
 	names := make([]string, 0, len(loaded))
 	for _, st := range loaded {
@@ -558,6 +560,13 @@ func checkPolicyConfig(configured map[string]any, loaded []plugins.PolicyStatus,
 				"key", "policies."+name, "loaded", strings.Join(names, ", "))
 		case st.State == plugins.StateRejected && st.SHA256 == "":
 			problems = append(problems, fmt.Sprintf("policies.%s: the policy refused its config or could not load: %s", name, st.LastError))
+		case slices.Contains(failClosed, name) && !slices.Contains(st.Hooks, "rewrite_request"):
+			hooks := strings.Join(st.Hooks, ", ")
+			if hooks == "" {
+				hooks = "none with this config"
+			}
+			problems = append(problems, fmt.Sprintf("policies.%s.%s: only a policy that rewrites requests can fail closed, and this one implements no rewrite_request hook (its hooks: %s); every request would be refused",
+				name, config.FailClosedKey, hooks))
 		}
 	}
 	if len(problems) > 0 {

@@ -233,6 +233,19 @@ func TestPolicyConfigProblemsAtStart(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr.String(), `unknown key "model_alias"`) {
 		t.Fatalf("a misspelt rewrite key: exit %d\n%s", code, stderr.String())
 	}
+	// sluice_fail_closed on a policy that rewrites nothing (the built-in
+	// recover; the built-in rewrite with nothing to do) would refuse every
+	// request: the start is refused, naming the key.
+	for _, yaml := range []string{"policies:\n  recover: {sluice_fail_closed: true}\n", "policies:\n  rewrite: {sluice_fail_closed: true}\n"} {
+		stdout.Reset()
+		stderr.Reset()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a start that is not refused serves until then
+		code = run(ctx, []string{"serve", "--config", write(yaml), "--data-dir", t.TempDir()}, &stdout, &stderr)
+		cancel()
+		if code != 1 || !strings.Contains(stderr.String(), ".sluice_fail_closed: only a policy that rewrites requests can fail closed") {
+			t.Fatalf("%s: exit %d\n%s", yaml, code, stderr.String())
+		}
+	}
 
 	base, stop := startWithEnv(t, nil, "serve", "--config", write("policies:\n  rewrit: {model_aliases: {fast: gpt-fake-1}}\n"), "--data-dir", t.TempDir())
 	if got := streamTurn(t, base); got == "" {
