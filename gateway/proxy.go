@@ -1233,22 +1233,28 @@ func (s *Server) replay(ctx context.Context, out responder, req *clientRequest, 
 		f := upstream.CapacityFailure(header, msg, code, status, time.Now(), "stream error "+code)
 		try.fail = &f
 	}
-	// What the client learns if no target is left: the code, else the
-	// upstream's message (OpenAI's own stream errors carry code null), cut
-	// and on one line as any upstream text in an answer of the gateway's.
-	// The upstream may have sent response.created (held back).
-	why := "an error before any content: " + code
-	if code == "" {
-		switch text, more := oneLineExcerpt([]byte(msg)); {
-		case text == "":
-			why = "an error before any content, without a code or a message"
-		case !isText(text):
-			why = "an error before any content, without a code and with a message that is not text"
-		case more:
-			why += text + " …"
-		default:
-			why += text
-		}
+	// What the client learns if no target is left: the code and the
+	// failure's own message when it has one (OpenAI's own stream errors
+	// carry code null; a Chat answer the translator found unusable says why
+	// in its message), cut and on one line as any upstream text in an
+	// answer of the gateway's. The upstream may have sent response.created
+	// (held back).
+	why := "an error before any content"
+	if code != "" {
+		why += ": " + code
+	}
+	switch text, more := oneLineExcerpt([]byte(msg)); {
+	case text == "" && code == "":
+		why += ", without a code or a message"
+	case text == "":
+	case !isText(text) && code == "":
+		why += ", without a code and with a message that is not text"
+	case !isText(text):
+		why += ", with a message that is not text"
+	case more:
+		why += ": " + text + " …"
+	default:
+		why += ": " + text
 	}
 	switch s.askReplay(ctx, req, u, in) {
 	case hostabi.ReplayOtherUpstream:

@@ -54,7 +54,11 @@
 //     follows the calls). Tool call deltas are matched by index, else by a
 //     new id, else by a name other than the last call's (or the same name
 //     once the last call's arguments are complete), else they continue the
-//     last call; a non-streamed message's calls are matched by position.
+//     last call; a delta with a new id and a name under the index of another
+//     call (a name other than its, or the same once its arguments are
+//     complete) starts a call of its own (servers that send every parallel
+//     call as index 0), the other one done; a non-streamed message's calls
+//     are matched by position.
 //     A legacy function_call is one more tool call (its call id generated).
 //     A tool call that ends without a name fails the response as the
 //     upstream's server error (a whole chat.completion with one is not a

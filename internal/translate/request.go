@@ -1141,13 +1141,18 @@ func (c *converter) inputContent(i int, role string, content gjson.Result) (stri
 	return string(append(parts, ']')), nil
 }
 
+// assistantMessage converts an output message. Assistant items that follow
+// each other are one Chat assistant message (package doc, "Assistant
+// history"): the text joins the message before it, tool_calls included, so
+// the calls stay right before their tool results, as Chat servers and
+// templates require (text streamed after a call's start is an item after
+// the call's: Stream.holdText).
 func (c *converter) assistantMessage(i int, content gjson.Result) *apierr.Error {
-	m := chatMsg{role: "assistant"}
+	var texts []string // JSON string literals
+	var refusal []string
 	if content.Type == gjson.String {
-		m.content = content.Raw
+		texts = append(texts, content.Raw)
 	} else {
-		var texts []gjson.Result
-		var refusal []string
 		err := c.eachPart(i, content, func(suffix, typ string, p gjson.Result) *apierr.Error {
 			switch typ {
 			case "output_text", "input_text", "text":
@@ -1155,7 +1160,7 @@ func (c *converter) assistantMessage(i int, content gjson.Result) *apierr.Error 
 				if text.Type != gjson.String {
 					return c.wrongType(i, suffix+".text", "a string")
 				}
-				texts = append(texts, text)
+				texts = append(texts, text.Raw)
 			case "refusal":
 				r := p.Get("refusal")
 				if r.Type != gjson.String {
@@ -1170,29 +1175,63 @@ func (c *converter) assistantMessage(i int, content gjson.Result) *apierr.Error 
 		if err != nil {
 			return err
 		}
-		switch len(texts) {
-		case 0:
-		case 1:
-			m.content = texts[0].Raw
-		default:
-			b := []byte{'['}
-			for k, t := range texts {
-				if k > 0 {
-					b = append(b, ',')
-				}
-				b = append(b, `{"type":"text","text":`...)
-				b = append(b, t.Raw...)
-				b = append(b, '}')
-			}
-			m.content = string(append(b, ']'))
-		}
-		if len(refusal) > 0 {
-			m.refusal = string(jsonx.AppendQuote(nil, strings.Join(refusal, "")))
+	}
+	m := c.lastAssistant()
+	if m == nil {
+		c.msgs = append(c.msgs, chatMsg{role: "assistant"})
+		m = &c.msgs[len(c.msgs)-1]
+	} else {
+		texts = append(textLiterals(m.content), texts...)
+		if m.refusal != "" {
+			refusal = append([]string{gjson.Parse(m.refusal).Str}, refusal...)
 		}
 	}
-	c.takeReasoning(&m)
-	c.msgs = append(c.msgs, m)
+	m.content = assistantContent(texts)
+	if len(refusal) > 0 {
+		m.refusal = string(jsonx.AppendQuote(nil, strings.Join(refusal, "")))
+	}
+	c.takeReasoning(m)
 	return nil
+}
+
+// assistantContent renders an assistant message's texts (JSON string
+// literals): none is no content, one a string, several an array of text
+// parts (package doc, "Content").
+func assistantContent(texts []string) string {
+	switch len(texts) {
+	case 0:
+		return ""
+	case 1:
+		return texts[0]
+	}
+	b := []byte{'['}
+	for k, t := range texts {
+		if k > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"type":"text","text":`...)
+		b = append(b, t...)
+		b = append(b, '}')
+	}
+	return string(append(b, ']'))
+}
+
+// textLiterals is the inverse of assistantContent: the texts (JSON string
+// literals) of an assistant message's content.
+func textLiterals(content string) []string {
+	if content == "" {
+		return nil
+	}
+	r := gjson.Parse(content)
+	if r.Type == gjson.String {
+		return []string{content}
+	}
+	var texts []string
+	r.ForEach(func(_, p gjson.Result) bool {
+		texts = append(texts, p.Get("text").Raw)
+		return true
+	})
+	return texts
 }
 
 func (c *converter) functionCall(i int, f itemFields) *apierr.Error {

@@ -70,9 +70,9 @@ func TestToChatMessages(t *testing.T) {
 			messages: `[{"role":"user","content":"q"},{"role":"assistant","content":"Sure","refusal":"but no"}]`,
 		},
 		{
-			name:     "assistant with several text parts and string content",
+			name:     "assistant with several text parts, then string content: one message",
 			body:     `{"model":"m","input":[{"role":"assistant","content":[{"type":"output_text","text":"a"},{"type":"output_text","text":"b"}]},{"role":"assistant","content":"plain"}]}`,
-			messages: `[{"role":"assistant","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},{"role":"assistant","content":"plain"}]`,
+			messages: `[{"role":"assistant","content":[{"type":"text","text":"a"},{"type":"text","text":"b"},{"type":"text","text":"plain"}]}]`,
 		},
 		{
 			name:     "refusal only: content null",
@@ -146,6 +146,47 @@ func TestToChatMessages(t *testing.T) {
 			},
 			messages: `[{"role":"system","content":"sys"},{"role":"user","content":"q"},{"role":"assistant","content":null,"reasoning_content":"think","tool_calls":[` +
 				`{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"ok"}]`,
+		},
+		// One assistant turn is one assistant message, its text and its
+		// tool_calls together, so the tool results follow the calls (Chat
+		// servers and templates reject a message between them).
+		{
+			name: "text after a tool call joins the call's message",
+			body: `{"model":"m","previous_response_id":"resp_1","input":[{"type":"function_call_output","call_id":"call_t","output":"1"}]}`,
+			history: []string{
+				`{"type":"message","role":"user","content":[{"type":"input_text","text":"go"}]}`,
+				`{"id":"fc_1","type":"function_call","status":"completed","arguments":"{\"a\":1}","call_id":"call_t","name":"f"}`,
+				`{"id":"msg_1","type":"message","role":"assistant","status":"completed","content":[{"type":"output_text","text":"interrupt","annotations":[]}]}`,
+			},
+			messages: `[{"role":"user","content":"go"},{"role":"assistant","content":"interrupt","tool_calls":[{"id":"call_t","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},` +
+				`{"role":"tool","tool_call_id":"call_t","content":"1"}]`,
+		},
+		{
+			name: "text before and after tool calls, with reasoning",
+			body: `{"model":"m","input":[{"role":"user","content":"go"},` +
+				`{"type":"reasoning","summary":[],"content":[{"type":"reasoning_text","text":"r1"}]},` +
+				`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Let me check."}]},` +
+				`{"type":"function_call","call_id":"c1","name":"f","arguments":"{}"},{"type":"function_call","call_id":"c2","name":"g","arguments":"{}"},` +
+				`{"type":"reasoning","summary":[],"content":[{"type":"reasoning_text","text":"r2"}]},` +
+				`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Both."}]},` +
+				`{"type":"function_call_output","call_id":"c1","output":"a"},{"type":"function_call_output","call_id":"c2","output":"b"},{"role":"user","content":"thanks"}]}`,
+			messages: `[{"role":"user","content":"go"},{"role":"assistant","content":[{"type":"text","text":"Let me check."},{"type":"text","text":"Both."}],"reasoning_content":"r1\n\nr2","tool_calls":[` +
+				`{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}},{"id":"c2","type":"function","function":{"name":"g","arguments":"{}"}}]},` +
+				`{"role":"tool","tool_call_id":"c1","content":"a"},{"role":"tool","tool_call_id":"c2","content":"b"},{"role":"user","content":"thanks"}]`,
+		},
+		{
+			name: "a refusal after a tool call, and more after it",
+			body: `{"model":"m","input":[{"type":"function_call","call_id":"c1","name":"f","arguments":"{}"},` +
+				`{"type":"message","role":"assistant","content":[{"type":"refusal","refusal":"no "}]},` +
+				`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"x"},{"type":"refusal","refusal":"more"}]},` +
+				`{"type":"function_call_output","call_id":"c1","output":"a"}]}`,
+			messages: `[{"role":"assistant","content":"x","refusal":"no more","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},` +
+				`{"role":"tool","tool_call_id":"c1","content":"a"}]`,
+		},
+		{
+			name:     "turns apart stay apart",
+			body:     `{"model":"m","input":[{"role":"assistant","content":"a"},{"role":"user","content":"q"},{"role":"assistant","content":"b"}]}`,
+			messages: `[{"role":"assistant","content":"a"},{"role":"user","content":"q"},{"role":"assistant","content":"b"}]`,
 		},
 		{
 			name:     "empty content array",

@@ -92,6 +92,9 @@ type outItem struct {
 	name   string
 	args   []byte
 	high   string // a high-surrogate escape held back from the last arguments delta (joinSurrogates)
+	// superseded: a later call took over its Chat index (replacesCall), so
+	// no more arguments can come.
+	superseded bool
 }
 
 // heldText is a text delta that waits for the tool calls that can still take
@@ -588,8 +591,8 @@ func (s *Stream) closeCalls(status string) {
 }
 
 // advanceCalls moves to the next waiting tool call once the open one is
-// evidently finished (its arguments are a complete JSON value: nothing
-// more can be appended to them) and the next one has a name and the start
+// evidently finished (nothing more can be appended to its arguments:
+// argsEnded) and the next one has a name and the start
 // of its arguments (before them, more of its name may come).
 func (s *Stream) advanceCalls() {
 	for len(s.pendingCalls) > 0 && s.pendingCalls[0].name != "" && len(s.pendingCalls[0].args) > 0 {
@@ -597,7 +600,7 @@ func (s *Stream) advanceCalls() {
 			return
 		}
 		if oc := s.openCall; oc != nil {
-			if !argsComplete(oc) {
+			if !argsEnded(oc) {
 				return
 			}
 			s.closeItem(oc, statusCompleted)
@@ -610,18 +613,21 @@ func (s *Stream) advanceCalls() {
 	}
 }
 
-// argsComplete reports whether a tool call's arguments are a complete JSON
-// value: nothing more can be appended to them.
-func argsComplete(call *outItem) bool { return len(call.args) > 0 && gjson.ValidBytes(call.args) }
+// argsEnded reports whether nothing more can be appended to a tool call's
+// arguments: they are a complete JSON value, or another call took over the
+// call's Chat index.
+func argsEnded(call *outItem) bool {
+	return call.superseded || len(call.args) > 0 && gjson.ValidBytes(call.args)
+}
 
 // callsOpen reports whether a tool call, open or waiting, can still take
 // arguments.
 func (s *Stream) callsOpen() bool {
-	if s.openCall != nil && !argsComplete(s.openCall) {
+	if s.openCall != nil && !argsEnded(s.openCall) {
 		return true
 	}
 	for _, c := range s.pendingCalls {
-		if !argsComplete(c) {
+		if !argsEnded(c) {
 			return true
 		}
 	}
@@ -871,6 +877,14 @@ func (s *Stream) toolDelta(tc gjson.Result, pos int64, positional bool) {
 		idx = pos
 	case index.Type == gjson.Number:
 		idx = index.Int()
+		if prev := s.calls[idx]; prev != nil && s.replacesCall(prev, id, name) {
+			// Some servers (Ollama, some vLLM tool parsers) send every
+			// parallel call as index 0, each with its own id and name: the
+			// new call takes the index over, and the one it replaces can
+			// take no more arguments (argsEnded).
+			prev.superseded = true
+			delete(s.calls, idx)
+		}
 	case nonEmptyString(id) && !s.knownCallID(id.Str):
 		idx = s.nextCall // a new call from a server that sends no index
 	case !nonEmptyString(id) && s.namesNextCall(name):
@@ -939,6 +953,20 @@ func (s *Stream) callDelta(idx int64, id, name, args gjson.Result) {
 
 func (s *Stream) knownCallID(id string) bool { return s.callIDs[id] }
 
+// replacesCall reports whether a tool call delta sent under the Chat index
+// of call starts another call: it carries an id other than the one the
+// upstream gave call, and a name, another one or the same once call's
+// arguments are complete (as namesNextCall judges). OpenAI sends a call's
+// id only with its first delta; a delta with the same id, or none,
+// continues the call. Some servers send a call's later deltas under an id
+// of their own: without a name, or with the call's name
+// while its arguments are unfinished, such a delta continues the call too
+// (a call begun without a name would fail the answer: failNameless).
+func (s *Stream) replacesCall(call *outItem, id, name gjson.Result) bool {
+	return nonEmptyString(id) && nonEmptyString(name) && id.Str != call.callID && s.knownCallID(call.callID) &&
+		(name.Str != call.name || argsEnded(call))
+}
+
 // namesNextCall reports whether a tool call delta with neither index nor id
 // that carries name starts the next call rather than continuing the last:
 // the last call has its name already, and name is another one, or the same
@@ -947,7 +975,7 @@ func (s *Stream) knownCallID(id string) bool { return s.callIDs[id] }
 // still continues it.
 func (s *Stream) namesNextCall(name gjson.Result) bool {
 	last := s.calls[s.lastCall]
-	return nonEmptyString(name) && last != nil && last.name != "" && (last.name != name.Str || argsComplete(last))
+	return nonEmptyString(name) && last != nil && last.name != "" && (last.name != name.Str || argsEnded(last))
 }
 
 func (s *Stream) callArgs(call *outItem, text, raw string) {

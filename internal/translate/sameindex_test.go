@@ -1,0 +1,142 @@
+package translate
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+)
+
+// TestStreamToolCallsSharingAnIndex: some servers (Ollama, some vLLM tool
+// parsers) send each parallel tool call as index 0 with a new id and name.
+// Each such call is a function_call of its own, the one before it done
+// first; a delta with the call's own id, or with none, continues it, as does
+// a new id that comes without a name, or with the call's name while its
+// arguments are unfinished.
+func TestStreamToolCallsSharingAnIndex(t *testing.T) {
+	const (
+		open   = `{"choices":[{"index":0,"delta":`
+		finish = `{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`
+	)
+	for _, tc := range []struct {
+		name   string
+		chunks []string
+		output []string
+	}{
+		{"two whole calls at index 0", []string{
+			open + `{"role":"assistant","tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f1","arguments":"{\"a\":1}"}}]}}]}`,
+			open + `{"tool_calls":[{"index":0,"id":"call_2","type":"function","function":{"name":"f2","arguments":"{\"b\":2}"}}]}}]}`,
+			finish,
+		}, []string{`function_call completed: call_1 f1 {"a":1}`, `function_call completed: call_2 f2 {"b":2}`}},
+		{"calls in pieces, the id with the first delta", []string{
+			open + `{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f1","arguments":""}}]}}]}`,
+			open + `{"tool_calls":[{"index":0,"function":{"arguments":"{\"a\":"}}]}}]}`,
+			open + `{"tool_calls":[{"index":0,"function":{"arguments":"1}"}}]}}]}`,
+			open + `{"tool_calls":[{"index":0,"id":"call_2","type":"function","function":{"name":"f2","arguments":""}}]}}]}`,
+			open + `{"tool_calls":[{"index":0,"function":{"arguments":"{\"b\":2}"}}]}}]}`,
+			finish,
+		}, []string{`function_call completed: call_1 f1 {"a":1}`, `function_call completed: call_2 f2 {"b":2}`}},
+		{"the same function twice, then a third call", []string{
+			open + `{"tool_calls":[{"index":0,"id":"call_1","function":{"name":"f","arguments":"{\"a\":1}"}}]}}]}`,
+			open + `{"tool_calls":[{"index":0,"id":"call_2","function":{"name":"f","arguments":"{\"a\":2}"}}]}}]}`,
+			open + `{"tool_calls":[{"index":0,"id":"call_3","function":{"name":"g","arguments":"{}"}}]}}]}`,
+			finish,
+		}, []string{`function_call completed: call_1 f {"a":1}`, `function_call completed: call_2 f {"a":2}`, `function_call completed: call_3 g {}`}},
+		{"a new call after text that closed the first", []string{
+			open + `{"tool_calls":[{"index":0,"id":"call_1","function":{"name":"f1","arguments":"{}"}}]}}]}`,
+			open + `{"content":"and"}}]}`,
+			open + `{"tool_calls":[{"index":0,"id":"call_2","function":{"name":"f2","arguments":"{}"}}]}}]}`,
+			finish,
+		}, []string{`function_call completed: call_1 f1 {}`, "message completed: and", `function_call completed: call_2 f2 {}`}},
+		{"the call's own id on every delta", []string{
+			open + `{"tool_calls":[{"index":0,"id":"call_1","function":{"name":"f","arguments":"{\"a\":"}}]}}]}`,
+			open + `{"tool_calls":[{"index":0,"id":"call_1","function":{"name":"f","arguments":"1}"}}]}}]}`,
+			finish,
+		}, []string{`function_call completed: call_1 f {"a":1}`}},
+		{"a new id without a name continues the call", []string{
+			open + `{"tool_calls":[{"index":0,"id":"call_1","function":{"name":"f","arguments":"{\"a\":"}}]}}]}`,
+			open + `{"tool_calls":[{"index":0,"id":"call_x","function":{"arguments":"1}"}}]}}]}`,
+			finish,
+		}, []string{`function_call completed: call_1 f {"a":1}`}},
+		{"a new id with the call's name, its arguments unfinished, continues it", []string{
+			open + `{"tool_calls":[{"index":0,"id":"call_1","function":{"name":"f","arguments":"{\"a\":"}}]}}]}`,
+			open + `{"tool_calls":[{"index":0,"id":"call_x","function":{"name":"f","arguments":"1}"}}]}}]}`,
+			finish,
+		}, []string{`function_call completed: call_1 f {"a":1}`}},
+		{"another name with a new id, the arguments unfinished: a new call", []string{
+			open + `{"tool_calls":[{"index":0,"id":"call_1","function":{"name":"f","arguments":"{\"a\":"}}]}}]}`,
+			open + `{"tool_calls":[{"index":0,"id":"call_2","function":{"name":"g","arguments":"{}"}}]}}]}`,
+			finish,
+		}, []string{`function_call completed: call_1 f {"a":`, `function_call completed: call_2 g {}`}},
+		{"an id after the call was shown with a generated one", []string{
+			open + `{"tool_calls":[{"index":0,"function":{"name":"f","arguments":"{\"a\":"}}]}}]}`,
+			open + `{"tool_calls":[{"index":0,"id":"call_late","function":{"name":"f","arguments":"1}"}}]}}]}`,
+			finish,
+		}, []string{`function_call completed: call_1 f {"a":1}`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewStream(testStreamOptions())
+			events := feedChunks(t, s, tc.chunks)
+			if err := validateEvents(events); err != nil {
+				t.Fatalf("%v\n%s", err, dumpEvents(events))
+			}
+			last := gjson.ParseBytes(events[len(events)-1].Data)
+			if last.Get("type").Str != "response.completed" {
+				t.Fatalf("terminal %s", last.Raw)
+			}
+			var outs []string
+			last.Get("response.output").ForEach(func(_, it gjson.Result) bool {
+				outs = append(outs, summarizeItem(it))
+				return true
+			})
+			if strings.Join(outs, "\n") != strings.Join(tc.output, "\n") {
+				t.Fatalf("output:\n%s\nwant:\n%s", strings.Join(outs, "\n"), strings.Join(tc.output, "\n"))
+			}
+			if n := s.LateNameFragments(); n != 0 {
+				t.Fatalf("%d late name fragments counted", n)
+			}
+		})
+	}
+}
+
+// TestCompletionToolCallsSharingAnIndex: a whole chat.completion whose
+// calls all say index 0 (as the servers above stream them) has one
+// function_call per call, for a JSON client (FromChatResponse) and a
+// streaming one (Completion): a message's calls are told apart by position.
+func TestCompletionToolCallsSharingAnIndex(t *testing.T) {
+	for _, tc := range []struct {
+		name, calls string
+		output      []string
+	}{
+		{"distinct ids", `[{"index":0,"id":"call_1","type":"function","function":{"name":"f1","arguments":"{\"a\":1}"}},{"index":0,"id":"call_2","type":"function","function":{"name":"f2","arguments":"{\"b\":2}"}}]`,
+			[]string{`function_call completed: call_1 f1 {"a":1}`, `function_call completed: call_2 f2 {"b":2}`}},
+		{"no ids", `[{"index":0,"type":"function","function":{"name":"f","arguments":"{}"}},{"index":0,"type":"function","function":{"name":"f","arguments":"{}"}}]`,
+			[]string{`function_call completed: call_1 f {}`, `function_call completed: call_2 f {}`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := []byte(`{"object":"chat.completion","model":"m","choices":[{"index":0,"finish_reason":"tool_calls","message":{"role":"assistant","content":null,"tool_calls":` + tc.calls + `}}]}`)
+			resp, _, aerr, _ := FromChatResponse(body, testStreamOptions())
+			if aerr != nil {
+				t.Fatal(aerr)
+			}
+			s := NewStream(testStreamOptions())
+			events, err := s.Completion(body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := validateEvents(events); err != nil {
+				t.Fatalf("%v\n%s", err, dumpEvents(events))
+			}
+			for _, out := range []gjson.Result{gjson.GetBytes(resp, "output"), gjson.GetBytes(events[len(events)-1].Data, "response.output")} {
+				var outs []string
+				out.ForEach(func(_, it gjson.Result) bool {
+					outs = append(outs, summarizeItem(it))
+					return true
+				})
+				if strings.Join(outs, "\n") != strings.Join(tc.output, "\n") {
+					t.Fatalf("output:\n%s\nwant:\n%s", strings.Join(outs, "\n"), strings.Join(tc.output, "\n"))
+				}
+			}
+		})
+	}
+}
