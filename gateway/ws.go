@@ -28,7 +28,10 @@ const wsWriteTimeout = 30 * time.Second
 
 // handleWebSocket serves the Responses WebSocket mode on GET /v1/responses:
 // flat {"type":"response.create",…} frames in, one JSON text frame per event
-// out, requests on a socket answered one at a time in order.
+// out, requests on a socket answered one at a time in order. A stream_id
+// lane is echoed on its frames (wsResponder.write) but does not get a turn
+// of its own: lanes share the session's order, as on a WebSocket upstream
+// its requests share one socket per scope (README "WebSocket").
 func (s *Server) handleWebSocket(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
 		w.Header().Set("Upgrade", "websocket")
@@ -341,7 +344,13 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 	start := time.Now()
 	s := ws.s
 	defer ws.keepAliveWhileAnswering(ctx)()
+	// The lane is read before anything else so that every answer to the
+	// frame, its refusals included, carries it (streamIDOf).
+	lane, laneErr := streamIDOf(data)
 	out := &wsResponder{ws: ws, ctx: ctx}
+	if lane != "" {
+		out.lane, out.laneField = lane, laneField(lane)
+	}
 	meta := &reqMeta{start: start, method: "WS", endpoint: "/v1/responses", surface: hostabi.SurfaceWebSocket, key: ws.key, requestID: ws.requestID}
 	// A frame that is answered (refused, or a response.create taken up) is
 	// counted once it ends, with the status its access line writes: the
@@ -402,6 +411,10 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 	}
 	if aerr := validJSON(ctx, data, s.opts.MaxJSONDepth, "the frame"); aerr != nil {
 		fail(aerr)
+		return
+	}
+	if laneErr != nil && !streaminput.IsInputChunk(data) {
+		fail(laneErr)
 		return
 	}
 	if streaminput.IsInputChunk(data) {
@@ -465,6 +478,16 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 		fail(apierr.Invalid("", apierr.CodeInvalidJSON, "the frame could not be read: %v", err))
 		return
 	}
+	if lane != "" {
+		// stream_id is WebSocket envelope, not part of a response request
+		// (OpenAI's spec: "not part of POST /v1/responses"): no upstream,
+		// HTTP or WebSocket, gets it, and the lane is echoed here
+		// (wsResponder.write), not by an upstream.
+		if parsed.body, err = sjson.DeleteBytes(parsed.body, "stream_id"); err != nil {
+			fail(apierr.Invalid("", apierr.CodeInvalidJSON, "the frame could not be read: %v", err))
+			return
+		}
+	}
 	req = parsed
 	req.ep = responsesEndpoint
 	req.header = ws.header
@@ -485,9 +508,16 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 type wsResponder struct {
 	ws  *wsSession
 	ctx context.Context
+	// lane is the frame's stream_id ("" when it gave none): every frame
+	// written for it echoes it (withLane), as laneField.
+	lane      string
+	laneField []byte
 }
 
 func (o *wsResponder) write(data []byte) error {
+	if o.lane != "" {
+		data = withLane(data, o.lane, o.laneField)
+	}
 	ctx, cancel := context.WithTimeout(o.ctx, wsWriteTimeout)
 	defer cancel()
 	err := o.ws.conn.Write(ctx, websocket.MessageText, data)
