@@ -474,6 +474,7 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger, admin
 		ModelAllowed:    gw.ModelAllowed,
 		MaxJSONDepth:    cfg.Limits.MaxJSONDepth,
 		ReadTimeout:     cfg.Timeouts.ReadBody.D(),
+		KeepAlive:       cfg.Timeouts.KeepAlive.D(),
 		MaxSessions:     cfg.Limits.InputSessions,
 		MaxTotalBytes:   cfg.Limits.InputSessionBytes,
 		Trace:           gw.TraceStreamingInput, // its calls' spans; nothing without tracing

@@ -203,7 +203,7 @@ func (m *Manager) serveModeA(w http.ResponseWriter, r *http.Request, next http.H
 		fail(aerr)
 	case res != nil:
 		closeIfUnfinished(false) // the body goes on arriving while the answer streams
-		res.serve(ctx, w, serveOptions{startingAfter: -1, extra: s.sawHeaders()})
+		res.serve(ctx, w, serveOptions{startingAfter: -1, extra: s.sawHeaders(), keepAlive: m.opts.KeepAlive})
 	}
 	if m.isDraining() {
 		s.close(m.shutdownErr, "shutdown") // do not wait for audit-only input

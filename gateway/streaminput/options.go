@@ -52,6 +52,12 @@ type Options struct {
 	// Registerer receives the metrics; nil leaves them unregistered.
 	Registerer prometheus.Registerer
 
+	// KeepAlive is how long a reader of an event-stream answer may get no
+	// byte before it gets an SSE comment, between events (Sluice:
+	// timeouts.keepalive): a quiet upstream, or a replica running the
+	// answer that went quiet, does not look like a dead connection to the
+	// proxies between. Zero: none.
+	KeepAlive time.Duration
 	// IdleTimeout closes a session that has received nothing for this long
 	// (or whose answer finished this long ago) and deletes its data.
 	// Default 300s.

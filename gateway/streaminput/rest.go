@@ -352,7 +352,7 @@ func (m *Manager) handleResult(w http.ResponseWriter, r *http.Request, s *sessio
 		aerr.Write(w)
 		return
 	}
-	if aerr := res.serve(r.Context(), w, serveOptions{startingAfter: after, extra: s.sawHeaders(), lost: func() *apierr.Error {
+	if aerr := res.serve(r.Context(), w, serveOptions{startingAfter: after, extra: s.sawHeaders(), keepAlive: m.opts.KeepAlive, lost: func() *apierr.Error {
 		return apierr.StreamIncomplete("this reader fell more than %d bytes behind the answer; attach again with starting_after", m.opts.ResultBuffer)
 	}}); aerr != nil {
 		aerr.Write(w)

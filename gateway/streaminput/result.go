@@ -270,7 +270,13 @@ type serveOptions struct {
 	// lost is written (as a terminal event) when the reader fell behind
 	// the replay buffer.
 	lost func() *apierr.Error
+	// keepAlive, when set, writes an SSE comment to a reader of an event
+	// stream that got no byte for that long, between events (Options.KeepAlive).
+	keepAlive time.Duration
 }
+
+// sseKeepAlive is the comment a quiet SSE reader gets (serveOptions.keepAlive).
+var sseKeepAlive = []byte(": keepalive\n\n")
 
 // serve copies the answer to w: what was written so far, then live bytes
 // until the answer is complete or ctx ends. It returns the error to answer
@@ -320,6 +326,20 @@ func (r *result) serve(ctx context.Context, w http.ResponseWriter, o serveOption
 	w.WriteHeader(status)
 	_ = rc.Flush()
 
+	// A reader of an event stream that gets nothing for keepAlive (the
+	// upstream thinks, or the replica running the answer went quiet) gets
+	// a comment, so that proxies between it and the gateway do not take
+	// the connection for dead; only between events, where a comment is a
+	// line of its own (betweenEvents).
+	var quiet <-chan time.Time
+	rearm := func() {}
+	if sseOut && o.keepAlive > 0 {
+		t := time.NewTimer(o.keepAlive)
+		defer t.Stop()
+		quiet, rearm = t.C, func() { t.Reset(o.keepAlive) }
+	}
+	var tail [2]byte // the last two bytes written: "\n\n" between events
+	between := true  // nothing of an event written yet
 	for {
 		r.mu.Lock()
 		if off < r.base {
@@ -348,6 +368,13 @@ func (r *result) serve(ctx context.Context, w http.ResponseWriter, o serveOption
 			}
 			_ = rc.Flush()
 			off += int64(len(data))
+			if len(data) == 1 {
+				tail = [2]byte{tail[1], data[0]}
+			} else {
+				tail = [2]byte{data[len(data)-2], data[len(data)-1]}
+			}
+			between = tail == [2]byte{'\n', '\n'}
+			rearm()
 			continue
 		}
 		if done {
@@ -357,6 +384,14 @@ func (r *result) serve(ctx context.Context, w http.ResponseWriter, o serveOption
 		case <-ch:
 		case <-ctx.Done():
 			return nil
+		case <-quiet:
+			if between {
+				if _, err := w.Write(sseKeepAlive); err != nil {
+					return nil
+				}
+				_ = rc.Flush()
+			}
+			rearm()
 		}
 	}
 }
