@@ -77,21 +77,7 @@ func TestStreamAnswerShapes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := NewStream(testStreamOptions())
 			events := feedChunks(t, s, tc.chunks)
-			if err := validateEvents(events); err != nil {
-				t.Fatalf("%v\n%s", err, dumpEvents(events))
-			}
-			last := gjson.ParseBytes(events[len(events)-1].Data)
-			if last.Get("type").Str != tc.terminal {
-				t.Fatalf("terminal %s", last.Raw)
-			}
-			var outs []string
-			last.Get("response.output").ForEach(func(_, it gjson.Result) bool {
-				outs = append(outs, summarizeItem(it))
-				return true
-			})
-			if strings.Join(outs, "\n") != strings.Join(tc.output, "\n") {
-				t.Fatalf("output:\n%s\nwant:\n%s", strings.Join(outs, "\n"), strings.Join(tc.output, "\n"))
-			}
+			last := checkTerminalOutput(t, events, tc.terminal, tc.output)
 			for _, ev := range events {
 				if strings.Contains(string(ev.Data), `"name":""`) {
 					t.Fatalf("a nameless call was shown: %s", ev.Data)
@@ -105,7 +91,7 @@ func TestStreamAnswerShapes(t *testing.T) {
 				t.Fatalf("upstream error %+v", e)
 			}
 			if (s.ErrorBeforeOutput() != nil) != (len(tc.output) == 0) {
-				t.Fatalf("ErrorBeforeOutput %+v with output %q", s.ErrorBeforeOutput(), outs)
+				t.Fatalf("ErrorBeforeOutput %+v with output %q", s.ErrorBeforeOutput(), tc.output)
 			}
 			if msg := last.Get("response.error.message").Str; !strings.Contains(msg, "without a function name") {
 				t.Fatalf("error %s", last.Get("response.error").Raw)
@@ -176,4 +162,27 @@ func TestJoinParts(t *testing.T) {
 			t.Errorf("%s: %q %q %v, want %q %q %v", tc.content, text, refusal, ok, tc.text, tc.refusal, tc.ok)
 		}
 	}
+}
+
+// checkTerminalOutput checks that events are a valid stream ending with an
+// event of type terminal whose Response's output items summarize
+// (summarizeItem) as output, and returns that last event.
+func checkTerminalOutput(t *testing.T, events []Event, terminal string, output []string) gjson.Result {
+	t.Helper()
+	if err := validateEvents(events); err != nil {
+		t.Fatalf("%v\n%s", err, dumpEvents(events))
+	}
+	last := gjson.ParseBytes(events[len(events)-1].Data)
+	if last.Get("type").Str != terminal {
+		t.Fatalf("terminal %s", last.Raw)
+	}
+	var outs []string
+	last.Get("response.output").ForEach(func(_, it gjson.Result) bool {
+		outs = append(outs, summarizeItem(it))
+		return true
+	})
+	if strings.Join(outs, "\n") != strings.Join(output, "\n") {
+		t.Fatalf("output:\n%s\nwant:\n%s", strings.Join(outs, "\n"), strings.Join(output, "\n"))
+	}
+	return last
 }

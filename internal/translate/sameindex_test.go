@@ -77,21 +77,7 @@ func TestStreamToolCallsSharingAnIndex(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := NewStream(testStreamOptions())
 			events := feedChunks(t, s, tc.chunks)
-			if err := validateEvents(events); err != nil {
-				t.Fatalf("%v\n%s", err, dumpEvents(events))
-			}
-			last := gjson.ParseBytes(events[len(events)-1].Data)
-			if last.Get("type").Str != "response.completed" {
-				t.Fatalf("terminal %s", last.Raw)
-			}
-			var outs []string
-			last.Get("response.output").ForEach(func(_, it gjson.Result) bool {
-				outs = append(outs, summarizeItem(it))
-				return true
-			})
-			if strings.Join(outs, "\n") != strings.Join(tc.output, "\n") {
-				t.Fatalf("output:\n%s\nwant:\n%s", strings.Join(outs, "\n"), strings.Join(tc.output, "\n"))
-			}
+			checkTerminalOutput(t, events, "response.completed", tc.output)
 			if n := s.LateNameFragments(); n != 0 {
 				t.Fatalf("%d late name fragments counted", n)
 			}
