@@ -46,6 +46,12 @@ type RecoverInput struct {
 // conversation whose owner is gone is rehydrated elsewhere (ABI 3).
 const CodeOwnerUnavailable = "owner_unavailable"
 
+// FailClosedKey is the member of a policy's config (policies.NAME) that
+// is the gateway's, not the policy's: a rewrite policy whose config sets it
+// true is held to its edits (ABI.md §7). The policy never gets it, from the
+// gateway or from `sluice policy check|test -config`.
+const FailClosedKey = "sluice_fail_closed"
+
 // OwnerQuestion reports whether in asks about an unavailable owner (ABI 3):
 // modules older than version 3 are not asked it.
 func (in RecoverInput) OwnerQuestion() bool {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sluice-gw/sluice/hostabi"
 )
 
 // PolicyLimits bounds the policies' hook calls (policy_limits:; the
@@ -70,7 +72,7 @@ func (c *Config) validatePolicies(bad func(key, format string, args ...any)) {
 // time, a fault, tripped, its error result) is refused with a 503
 // policy_unavailable instead of going on unrewritten (README "Policies").
 // The policy does not get it (PolicyConfigs).
-const FailClosedKey = "sluice_fail_closed"
+const FailClosedKey = hostabi.FailClosedKey
 
 // FailClosedRewrites names the policies whose config sets FailClosedKey,
 // sorted.

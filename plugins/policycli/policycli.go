@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/sluice-gw/sluice/plugins"
@@ -859,6 +861,15 @@ func loadConfig(v string) (json.RawMessage, error) {
 	b = bytes.TrimSpace(b)
 	if !json.Valid(b) {
 		return nil, errors.New("-config is not valid JSON")
+	}
+	// The gateway's own member of a policies.NAME block, which a policy
+	// never gets (hostabi.FailClosedKey): a block copied from the gateway's
+	// config tests as the gateway would load it.
+	if gjson.GetBytes(b, hostabi.FailClosedKey).Exists() && gjson.ParseBytes(b).IsObject() {
+		var err error
+		if b, err = sjson.DeleteBytes(b, hostabi.FailClosedKey); err != nil {
+			return nil, fmt.Errorf("-config: %w", err)
+		}
 	}
 	return b, nil
 }

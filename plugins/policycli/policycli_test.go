@@ -365,3 +365,16 @@ func TestBuildRefusesUnloadableOutput(t *testing.T) {
 		t.Fatal("a refused build wrote out.bin")
 	}
 }
+
+// A policies.NAME block copied from the gateway's config, with its
+// sluice_fail_closed, checks as the gateway loads it: the member is the
+// gateway's, and the built-in rewrite (which refuses keys it does not know)
+// never sees it.
+func TestConfigWithTheGatewaysFailClosedKey(t *testing.T) {
+	root := repoRoot(t)
+	code, out, errs := run(t, "check", filepath.Join(root, "policies", "rewrite.wasm"), "-config",
+		`{"sluice_fail_closed":true,"model_aliases":{"fast":"gpt-fake-1"}}`)
+	if code != 0 || !strings.Contains(out, "self_test:   passed") {
+		t.Fatalf("%d\n%s\n%s", code, out, errs)
+	}
+}
