@@ -268,9 +268,12 @@ func (s *Server) rewrite(ctx context.Context, req *clientRequest) *apierr.Error 
 
 // failedClosed is the answer to a request a rewrite policy held to its
 // edits (Options.FailClosedRewrites) could not rewrite: a retryable 503,
-// logged with why.
+// logged with why (at most every 10 s, with the number of requests refused).
 func (s *Server) failedClosed(policy, why string) *apierr.Error {
-	s.log.Warn("rewrite policy could not run and fails closed: the request is refused with 503", "policy", policy, "why", why)
+	if n, ok := s.failedClosedLog.Allow(time.Now()); ok {
+		s.log.Warn("rewrite policy could not run and fails closed: the request is refused with 503",
+			"policy", policy, "why", why, "requests", n)
+	}
 	return &apierr.Error{Status: http.StatusServiceUnavailable, Type: apierr.TypeServer, Code: apierr.CodePolicyUnavailable,
 		RetryAfter: time.Second, Message: fmt.Sprintf("the rewrite policy %q could not run; this gateway does not send requests on without it", policy)}
 }

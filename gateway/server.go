@@ -186,6 +186,10 @@ type Server struct {
 	targetM *targetMetrics
 	acct    *accounts // keys, limits, usage (auth.go)
 	tracing *tracing  // nil when tracing is off (tracing.go)
+	// failedClosedLog spaces the warnings of requests refused because a
+	// rewrite policy held to its edits could not run (failedClosed): one a
+	// request would flood the log while, say, its file lacks the hook.
+	failedClosedLog logtext.Every
 
 	wsMu       sync.Mutex     // orders wsSessions.Add before Shutdown's Wait
 	wsSessions sync.WaitGroup // client WebSockets (hijacked: http.Server does not track them)
@@ -270,15 +274,16 @@ func New(opts Options) (*Server, error) {
 		opts.Transport = NewTransport(opts.ConnectTimeout, opts.HeaderTimeout)
 	}
 	s := &Server{
-		opts:    opts,
-		pool:    opts.Pool,
-		policy:  opts.Policy,
-		log:     opts.Logger,
-		reg:     opts.Registry,
-		metrics: newMetrics(opts.Registry),
-		client:  upstream.FollowNoRedirects(&http.Client{Transport: opts.Transport}),
-		drainCh: make(chan struct{}),
-		bodies:  &bodyBudget{limit: opts.BodyMemoryBytes},
+		failedClosedLog: logtext.Every{Interval: 10 * time.Second},
+		opts:            opts,
+		pool:            opts.Pool,
+		policy:          opts.Policy,
+		log:             opts.Logger,
+		reg:             opts.Registry,
+		metrics:         newMetrics(opts.Registry),
+		client:          upstream.FollowNoRedirects(&http.Client{Transport: opts.Transport}),
+		drainCh:         make(chan struct{}),
+		bodies:          &bodyBudget{limit: opts.BodyMemoryBytes},
 	}
 	s.scrub = scrubberFor(opts.Pool)
 	if len(opts.Routes) > 0 {

@@ -865,7 +865,10 @@ func loadConfig(v string) (json.RawMessage, error) {
 	// The gateway's own member of a policies.NAME block, which a policy
 	// never gets (hostabi.FailClosedKey): a block copied from the gateway's
 	// config tests as the gateway would load it.
-	if gjson.GetBytes(b, hostabi.FailClosedKey).Exists() && gjson.ParseBytes(b).IsObject() {
+	if v := gjson.GetBytes(b, hostabi.FailClosedKey); v.Exists() && gjson.ParseBytes(b).IsObject() {
+		if v.Type != gjson.True && v.Type != gjson.False {
+			return nil, fmt.Errorf("-config: %s must be true or false, as the gateway's config says", hostabi.FailClosedKey)
+		}
 		var err error
 		if b, err = sjson.DeleteBytes(b, hostabi.FailClosedKey); err != nil {
 			return nil, fmt.Errorf("-config: %w", err)

@@ -377,4 +377,9 @@ func TestConfigWithTheGatewaysFailClosedKey(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "self_test:   passed") {
 		t.Fatalf("%d\n%s\n%s", code, out, errs)
 	}
+	// A value the gateway's config refuses is refused here too.
+	code, _, errs = run(t, "check", filepath.Join(root, "policies", "rewrite.wasm"), "-config", `{"sluice_fail_closed":"yes"}`)
+	if code == 0 || !strings.Contains(errs, "sluice_fail_closed must be true or false") {
+		t.Fatalf("a non-boolean sluice_fail_closed: %d %s", code, errs)
+	}
 }
