@@ -286,6 +286,23 @@ func (cs *clientStream) flush() {
 
 // visible reports whether the client has seen anything of the stream (or
 // its answer): from then on a failure is the stream's terminal event.
+// unseenHeld reports whether the client has seen nothing of the stream
+// and, if so, stops the hold deadline: the attempt ends here (pump.unseen)
+// and what follows is decided as if nothing was sent (a replay elsewhere,
+// or the failure as a status), which drops the held lifecycle events. The
+// decision may take longer than the hold (a replay policy's call on a
+// loaded machine): were the held events released meanwhile, the client
+// would get this attempt's response.created and then another attempt's.
+func (cs *clientStream) unseenHeld() bool {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.wrote || cs.ended {
+		return false
+	}
+	cs.stopHoldLocked()
+	return true
+}
+
 func (cs *clientStream) visible() bool {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()

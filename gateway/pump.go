@@ -265,7 +265,7 @@ func (p *pump) firstEvent() (sse.Event, error) {
 }
 
 // unseen reports whether a failure now is still invisible to the client.
-func (p *pump) unseen() bool { return p.replayable && !p.cs.visible() }
+func (p *pump) unseen() bool { return p.replayable && p.cs.unseenHeld() }
 
 func (p *pump) unseenEvent(ev sse.Event) (pumpEnd, bool) {
 	return pumpEnd{unseen: true, ev: ev.Clone()}, true
