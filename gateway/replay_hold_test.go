@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -27,17 +26,7 @@ func TestSlowReplayDecisionKeepsTheHeldEvents(t *testing.T) {
 	h := newHarness(t, harnessConfig{opts: gateway.Options{Policy: p, LifecycleHold: hold},
 		upstreams: []upstreamtest.Options{{Name: "A"}, {Name: "B"}}})
 
-	held := upstreamtest.ResponsesStream("resp_held", "m", "", 0)[:2] // response.created, response.in_progress
-	failed := upstreamtest.SSEEvent([]byte(`{"type":"error","code":"vendor_overloaded","message":"the vendor is busy","param":null,"sequence_number":2}`))
-	release := h.pool.Get("B").Acquire() // A is picked first
-	h.ups["A"].Enqueue(upstreamtest.Script{Frames: append(held, failed)})
-	resp := h.post("/v1/responses", `{"model":"m","input":"x","stream":true}`)
-	raw, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	release()
-	if h.ups["A"].RequestCount() != 1 || h.ups["B"].RequestCount() != 1 {
-		t.Fatalf("A got %d requests, B %d; want the failure on A replayed on B", h.ups["A"].RequestCount(), h.ups["B"].RequestCount())
-	}
+	resp, raw := replayAfterHeldCreated(t, h)
 	if resp.StatusCode != http.StatusOK || strings.Contains(string(raw), "resp_held") || strings.Count(string(raw), "event: response.created") != 1 ||
 		!strings.Contains(string(raw), "response.completed") {
 		t.Fatalf("client got %d:\n%s\nwant B's answer alone", resp.StatusCode, raw)

@@ -28,6 +28,19 @@ func TestVersion1ReplayAfterHeldResponseCreated(t *testing.T) {
 	}
 	h := newHarness(t, harnessConfig{opts: gateway.Options{Policy: rt}, upstreams: []upstreamtest.Options{{Name: "A"}, {Name: "B"}}})
 
+	resp, raw := replayAfterHeldCreated(t, h)
+	if resp.StatusCode != http.StatusOK || strings.Contains(string(raw), "vendor_overloaded") || strings.Contains(string(raw), "resp_held") ||
+		!strings.Contains(string(raw), "response.completed") {
+		t.Fatalf("client got %d:\n%s\nwant B's answer alone", resp.StatusCode, raw)
+	}
+}
+
+// replayAfterHeldCreated streams a request whose first upstream, A, opens
+// with response.created and response.in_progress and then fails with
+// vendor_overloaded, before content, and checks that it was replayed on B;
+// it returns the client's answer.
+func replayAfterHeldCreated(t *testing.T, h *harness) (*http.Response, []byte) {
+	t.Helper()
 	held := upstreamtest.ResponsesStream("resp_held", "m", "", 0)[:2] // response.created, response.in_progress
 	failed := upstreamtest.SSEEvent([]byte(`{"type":"error","code":"vendor_overloaded","message":"the vendor is busy","param":null,"sequence_number":2}`))
 	release := h.pool.Get("B").Acquire() // A is picked first
@@ -39,8 +52,5 @@ func TestVersion1ReplayAfterHeldResponseCreated(t *testing.T) {
 	if h.ups["A"].RequestCount() != 1 || h.ups["B"].RequestCount() != 1 {
 		t.Fatalf("A got %d requests, B %d; want the failure on A replayed on B", h.ups["A"].RequestCount(), h.ups["B"].RequestCount())
 	}
-	if resp.StatusCode != http.StatusOK || strings.Contains(string(raw), "vendor_overloaded") || strings.Contains(string(raw), "resp_held") ||
-		!strings.Contains(string(raw), "response.completed") {
-		t.Fatalf("client got %d:\n%s\nwant B's answer alone", resp.StatusCode, raw)
-	}
+	return resp, raw
 }

@@ -125,15 +125,7 @@ func TestSharedDeleteEndsAFollower(t *testing.T) {
 
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			readers := map[string]*sse.Reader{"runner": shrOpenResult(t, ctx, r1, id), "follower": shrOpenResult(t, ctx, r2, id)}
-			var responseID string
-			for name, rd := range readers {
-				first, err := rd.Next()
-				if err != nil || eventType(first) != "response.created" {
-					t.Fatalf("first event of the %s's reader: %s %v", name, first.Data, err)
-				}
-				responseID = responseOf(t, first).ID
-			}
+			readers, responseID := readersAtCreated(t, ctx, id, map[string]*env{"runner": r1, "follower": r2})
 			del := r1
 			if deleter == "third" {
 				del = r3
@@ -188,4 +180,22 @@ func onlyTerminal(t *testing.T, name string, rd *sse.Reader) sse.Event {
 		t.Fatalf("the %s's reader got %d terminal events, want 1", name, len(terminal))
 	}
 	return terminal[0]
+}
+
+// readersAtCreated opens a reader of session id's answer on each replica
+// named, reads its first event, which must be response.created, and
+// returns the readers and the response id they were shown.
+func readersAtCreated(t *testing.T, ctx context.Context, id string, replicas map[string]*env) (map[string]*sse.Reader, string) {
+	t.Helper()
+	readers := make(map[string]*sse.Reader, len(replicas))
+	var responseID string
+	for name, e := range replicas {
+		readers[name] = shrOpenResult(t, ctx, e, id)
+		first, err := readers[name].Next()
+		if err != nil || eventType(first) != "response.created" {
+			t.Fatalf("first event of the %s's reader: %s %v", name, first.Data, err)
+		}
+		responseID = responseOf(t, first).ID
+	}
+	return readers, responseID
 }

@@ -112,15 +112,7 @@ func TestSharedByteLimitThroughOtherReplica(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	readers := map[string]*sse.Reader{"runner": shrOpenResult(t, ctx, runner, id), "other": shrOpenResult(t, ctx, other, id)}
-	var responseID string
-	for name, rd := range readers {
-		first, err := rd.Next()
-		if err != nil || eventType(first) != "response.created" {
-			t.Fatalf("first event of the %s's reader: %s %v", name, first.Data, err)
-		}
-		responseID = responseOf(t, first).ID
-	}
+	readers, responseID := readersAtCreated(t, ctx, id, map[string]*env{"runner": runner, "other": other})
 	code, _, ae := other.chunk(id, textChunk(1, strings.Repeat("b", 200), false))
 	if code != http.StatusRequestEntityTooLarge || ae.code() != "payload_too_large" {
 		t.Fatalf("chunk over the limit on the other replica: %d %+v", code, ae)
