@@ -61,6 +61,14 @@ type envConfig struct {
 	// log, exactly as cmd/sluice does (gateway.Server.Wrap), rather than
 	// around the gateway's handler.
 	gated bool
+	// gateway adjusts the gateway's options (its pool, logger and resume
+	// options are set already).
+	gateway func(*gateway.Options)
+	// upstream wraps the fake upstream's handler.
+	upstream func(http.Handler) http.Handler
+	// replica adjusts the Manager options of replica i (replicasConfig
+	// only).
+	replica func(i int, o *streaminput.Options)
 }
 
 type syncBuffer struct {
@@ -88,6 +96,10 @@ func newEnv(t testing.TB, cfg envConfig) *env {
 	// The fake upstream, served on loopback behind a wrapper that counts
 	// requests in flight (to prove cancellation reaches it).
 	e.up = upstreamtest.NewHandler(upstreamtest.Options{Name: "A"})
+	var upstreamHandler http.Handler = e.up
+	if cfg.upstream != nil {
+		upstreamHandler = cfg.upstream(e.up)
+	}
 	upSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost {
 			e.upIn.Add(1)
@@ -98,7 +110,7 @@ func newEnv(t testing.TB, cfg envConfig) *env {
 				e.mu.Unlock()
 			}()
 		}
-		e.up.ServeHTTP(w, r)
+		upstreamHandler.ServeHTTP(w, r)
 	}))
 	t.Cleanup(upSrv.Close)
 	t.Cleanup(e.up.Close)
@@ -108,7 +120,11 @@ func newEnv(t testing.TB, cfg envConfig) *env {
 		t.Fatal(err)
 	}
 	pool.ProbeAll(context.Background())
-	e.gw, err = gateway.New(gateway.Options{Pool: pool, Logger: logger.Named("gateway"), Resume: cfg.resume})
+	gwOpts := gateway.Options{Pool: pool, Logger: logger.Named("gateway"), Resume: cfg.resume}
+	if cfg.gateway != nil {
+		cfg.gateway(&gwOpts)
+	}
+	e.gw, err = gateway.New(gwOpts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -74,3 +74,41 @@ func TestQuietReaderGetsKeepalivesBetweenEvents(t *testing.T) {
 	r.end()
 	<-served
 }
+
+// TestCommentFilterKeepsEventsOnly: the SSE comments a dispatch handler
+// writes into an answer are not recorded, whole or in pieces, between
+// events (with the blank line that ends them) or inside one (the event
+// staying whole); every other byte is, whatever the write boundaries.
+func TestCommentFilterKeepsEventsOnly(t *testing.T) {
+	ev := "event: response.output_text.delta\ndata: {\"delta\":\": not a comment\"}\n\n"
+	for _, tc := range []struct{ name, in, want string }{
+		{"no comment", ev + ev, ev + ev},
+		{"a keepalive first", ": keepalive\n\n" + ev, ev},
+		{"keepalives between events", ev + ": keepalive\n\n" + ev + ": keepalive\n\n: keepalive\n\n", ev + ev},
+		{"comment lines in a row", ev + ": a\n: b\n\n" + ev, ev + ev},
+		{"a comment opening an event", ": note\n" + ev, ev},
+		{"a comment inside an event", "event: x\n: note\ndata: {}\n\n", "event: x\ndata: {}\n\n"},
+		{"an empty comment", ":\n\n" + ev, ev},
+		{"CRLF lines", ": keepalive\r\n\r\n" + ev, ev},
+		{"a Chat stream", "data: {\"a\":1}\n\n: keepalive\n\ndata: [DONE]\n\n", "data: {\"a\":1}\n\ndata: [DONE]\n\n"},
+		{"a colon inside a line", "data: a: b\n\n", "data: a: b\n\n"},
+		{"a blank line of its own", ev + "\n" + ev, ev + "\n" + ev},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var whole commentFilter
+			if got := string(whole.strip([]byte(tc.in))); got != tc.want {
+				t.Fatalf("in one write: %q, want %q", got, tc.want)
+			}
+			for size := 1; size < len(tc.in); size++ {
+				var f commentFilter
+				var got []byte
+				for in := []byte(tc.in); len(in) > 0; in = in[min(size, len(in)):] {
+					got = append(got, f.strip(in[:min(size, len(in))])...)
+				}
+				if string(got) != tc.want {
+					t.Fatalf("in writes of %d bytes: %q, want %q", size, got, tc.want)
+				}
+			}
+		})
+	}
+}

@@ -49,11 +49,12 @@ type result struct {
 	size        int64 // total bytes written
 	done        bool
 	track       tracker
+	comments    commentFilter // keeps the dispatch handler's SSE comments out of buf (Write)
 
 	// tap, when set, sees every part of the answer as it is captured (its
-	// status and header, each write, the end), under mu: it must not block
-	// nor keep p. A session shares its answer with other replicas through
-	// it (shared.go).
+	// status and header, each write, comments included, the end), under
+	// mu: it must not block nor keep p. A session shares its answer with
+	// other replicas through it (shared.go).
 	tap func(kind byte, status int, header http.Header, p []byte)
 }
 
@@ -81,9 +82,7 @@ func (r *result) writeHeaderLocked(code int) {
 	}
 	r.wroteHeader, r.status, r.header = true, code, r.hdr.Clone()
 	r.header.Del("Content-Length")
-	if r.tap != nil {
-		r.tap(store.ResultHead, code, r.header, nil)
-	}
+	r.tapLocked(store.ResultHead, code, r.header, nil)
 	r.notifyLocked()
 }
 
@@ -100,7 +99,23 @@ func (r *result) Write(p []byte) (int, error) {
 		}
 		r.writeHeaderLocked(http.StatusOK)
 	}
-	r.appendLocked(p)
+	if !r.isSSELocked() {
+		r.appendLocked(p)
+		return len(p), nil
+	}
+	// The dispatch handler's own keepalive comments (timeouts.keepalive,
+	// on its schedule) are not part of the answer: each reader gets its
+	// own from serve while nothing else comes, and a late reader's replay
+	// gets none (gateway/streaminput/README.md, GET …/result: "a reader
+	// that gets no byte for timeouts.keepalive gets a `: keepalive`
+	// comment"). They still go to the tap: to a replica following the
+	// answer they are the runner's sign of life while the upstream is
+	// silent (follow's IdleTimeout of silence), and that replica's result
+	// drops them in turn.
+	if events := r.comments.strip(p); len(events) > 0 {
+		r.recordLocked(events)
+	}
+	r.tapLocked(store.ResultData, 0, nil, p)
 	return len(p), nil
 }
 
@@ -110,15 +125,26 @@ func (r *result) Flush() {}
 // FlushError is Flush for http.ResponseController.
 func (r *result) FlushError() error { return nil }
 
+// appendLocked adds p to the answer: recorded for its readers, and seen
+// by the tap.
 func (r *result) appendLocked(p []byte) {
+	r.recordLocked(p)
+	r.tapLocked(store.ResultData, 0, nil, p)
+}
+
+func (r *result) tapLocked(kind byte, status int, header http.Header, p []byte) {
+	if r.tap != nil {
+		r.tap(kind, status, header, p)
+	}
+}
+
+// recordLocked adds p to the bytes the readers get.
+func (r *result) recordLocked(p []byte) {
 	if r.isSSELocked() {
 		r.track.feed(p, r.size)
 	}
 	r.buf = append(r.buf, p...)
 	r.size += int64(len(p))
-	if r.tap != nil {
-		r.tap(store.ResultData, 0, nil, p)
-	}
 	if over := int64(len(r.buf)) - r.limit; over > 0 && int64(len(r.buf)) > r.limit+r.limit/4 {
 		// Readers may hold slices of the old array: copy, never shift in place.
 		r.buf = append([]byte(nil), r.buf[over:]...)
@@ -170,9 +196,7 @@ func (r *result) finish(e *apierr.Error) {
 		r.appendLocked(r.terminalLocked(e))
 	}
 	r.done = true
-	if r.tap != nil {
-		r.tap(store.ResultEnd, 0, nil, nil)
-	}
+	r.tapLocked(store.ResultEnd, 0, nil, nil)
 	r.notifyLocked()
 }
 
@@ -414,6 +438,55 @@ func (r *result) resumeAtLocked(after int64) (off int64, ready bool, aerr *apier
 		return 0, false, nil
 	}
 	return 0, false, apierr.PastLastEvent(r.track.responseID, after)
+}
+
+// commentFilter drops the comment lines (": …") of an event stream written
+// in pieces of any size. A comment between events goes with the blank line
+// that ends it, so that no empty event is left in its place; one inside an
+// event goes alone, the event staying whole. Readers skip comments (the
+// SSE spec), so what is left holds the same events.
+type commentFilter struct {
+	midLine  bool // the last byte seen did not end its line
+	dropLine bool // the line being seen is dropped: a comment, or the blank line after comments between events
+	inEvent  bool // a field line of an unfinished event was kept
+	dropNext bool // the comments dropped since the last event ended were between events: the blank line that ends them goes too
+}
+
+// strip returns p without its comment lines: p itself when it has none.
+func (f *commentFilter) strip(p []byte) []byte {
+	var kept []byte
+	dropped := false
+	for rest := p; len(rest) > 0; {
+		n := len(rest)
+		if i := bytes.IndexByte(rest, '\n'); i >= 0 {
+			n = i + 1
+		}
+		line := rest[:n]
+		rest = rest[n:]
+		if !f.midLine {
+			switch {
+			case line[0] == ':':
+				f.dropLine = true
+				f.dropNext = f.dropNext || !f.inEvent
+			case line[0] == '\n' || line[0] == '\r': // a blank line ends the event
+				f.dropLine, f.inEvent, f.dropNext = f.dropNext, false, false
+			default:
+				f.dropLine, f.inEvent, f.dropNext = false, true, false
+			}
+		}
+		drop := f.dropLine
+		f.midLine = line[len(line)-1] != '\n'
+		switch {
+		case drop && !dropped:
+			kept, dropped = append([]byte(nil), p[:len(p)-len(rest)-n]...), true
+		case !drop && dropped:
+			kept = append(kept, line...)
+		}
+	}
+	if !dropped {
+		return p
+	}
+	return kept
 }
 
 // tracker follows the SSE events of the answer as they are written: it

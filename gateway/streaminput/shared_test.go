@@ -43,18 +43,39 @@ func replicasWith(t *testing.T, n int, srv *redistest.Server, resume gateway.Res
 // the store, dispatch, logger and registry are the replica's own).
 func replicasOpts(t *testing.T, n int, srv *redistest.Server, resume gateway.ResumeOptions, opts streaminput.Options) []*env {
 	t.Helper()
-	up := upstreamtest.NewServer(upstreamtest.Options{Name: "A"})
+	return replicasConfig(t, n, srv, envConfig{resume: resume, opts: opts})
+}
+
+// replicasConfig is replicas set up as cfg says: its resume, opts,
+// gateway, upstream and replica (the other fields are newEnv's only).
+func replicasConfig(t *testing.T, n int, srv *redistest.Server, cfg envConfig) []*env {
+	t.Helper()
+	var up *upstreamtest.Server
+	upURL := ""
+	if cfg.upstream == nil {
+		up = upstreamtest.NewServer(upstreamtest.Options{Name: "A"})
+		upURL = up.URL
+	} else {
+		up = upstreamtest.NewHandler(upstreamtest.Options{Name: "A"})
+		upSrv := httptest.NewServer(cfg.upstream(up))
+		t.Cleanup(upSrv.Close)
+		upURL = upSrv.URL + "/v1"
+	}
 	t.Cleanup(up.Close)
 	out := make([]*env, n)
 	for i := range out {
 		e := &env{t: t, up: up, logs: &syncBuffer{}}
 		logger := hclog.New(&hclog.LoggerOptions{Output: e.logs, Level: hclog.Debug, Name: fmt.Sprintf("replica-%d", i+1)})
-		pool, err := upstream.NewPool([]upstream.Config{{Name: "A", BaseURL: up.URL}}, upstream.Options{Logger: logger})
+		pool, err := upstream.NewPool([]upstream.Config{{Name: "A", BaseURL: upURL}}, upstream.Options{Logger: logger})
 		if err != nil {
 			t.Fatal(err)
 		}
 		pool.ProbeAll(context.Background())
-		e.gw, err = gateway.New(gateway.Options{Pool: pool, Logger: logger.Named("gateway"), Resume: resume})
+		gwOpts := gateway.Options{Pool: pool, Logger: logger.Named("gateway"), Resume: cfg.resume}
+		if cfg.gateway != nil {
+			cfg.gateway(&gwOpts)
+		}
+		e.gw, err = gateway.New(gwOpts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,7 +84,10 @@ func replicasOpts(t *testing.T, n int, srv *redistest.Server, resume gateway.Res
 			t.Fatal(err)
 		}
 		e.reg = prometheus.NewRegistry()
-		o := opts
+		o := cfg.opts
+		if cfg.replica != nil {
+			cfg.replica(i, &o)
+		}
 		o.Store, o.Dispatch, o.Logger, o.Registerer = rs, e.gw.Handler(), logger.Named("streaminput"), e.reg
 		e.mgr, err = streaminput.New(context.Background(), o)
 		if err != nil {
