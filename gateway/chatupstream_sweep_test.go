@@ -97,3 +97,62 @@ func TestChatNamelessCallSaysWhy(t *testing.T) {
 		t.Fatalf("terminal %s: %s", last.typ, last.data)
 	}
 }
+
+// TestChatToolCallsNamedAgainOrRevisited: a Chat upstream that sends the
+// same function again under the same index without an id of its own, or
+// goes back to an earlier call by its id after starting another under the
+// same index, gives a Responses client each call with its own arguments, in
+// the terminal Response and in the .done events, never two calls' arguments
+// run together.
+func TestChatToolCallsNamedAgainOrRevisited(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		frames []upstreamtest.Frame
+		want   []string
+	}{
+		{"the same function again, no id", []upstreamtest.Frame{
+			chatChunk(`[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get","arguments":"{}"}}]},"finish_reason":null}]`),
+			chatChunk(`[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"get","arguments":"{}"}}]},"finish_reason":null}]`),
+			chatChunk(`[{"index":0,"delta":{},"finish_reason":"tool_calls"}]`),
+			chatDone,
+		}, []string{`get {}`, `get {}`}},
+		{"back to an earlier call by its id", []upstreamtest.Frame{
+			chatChunk(`[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f1","arguments":"{\"a\""}}]},"finish_reason":null}]`),
+			chatChunk(`[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_2","type":"function","function":{"name":"f2","arguments":"{\"b\":2}"}}]},"finish_reason":null}]`),
+			chatChunk(`[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","function":{"arguments":":1}"}}]},"finish_reason":null}]`),
+			chatChunk(`[{"index":0,"delta":{},"finish_reason":"tool_calls"}]`),
+			chatDone,
+		}, []string{`f1 {"a":1}`, `f2 {"b":2}`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := chatHarness(t)
+			h.ups["C"].Enqueue(upstreamtest.Script{ChatFrames: tc.frames})
+			_, evs := h.responsesStream(`{"model":"gpt-fake-1","stream":true,"input":"hi"}`)
+			last := assertOneTerminal(t, evs)
+			var output []string
+			callIDs := map[string]bool{}
+			gjson.GetBytes(last.data, "response.output").ForEach(func(_, it gjson.Result) bool {
+				output = append(output, it.Get("name").Str+" "+it.Get("arguments").Str)
+				callIDs[it.Get("call_id").Str] = true
+				return true
+			})
+			if last.typ != "response.completed" || strings.Join(output, "\n") != strings.Join(tc.want, "\n") || len(callIDs) != len(tc.want) {
+				t.Fatalf("terminal %s, output:\n%s\nwant:\n%s\n(call ids %v)", last.typ, strings.Join(output, "\n"), strings.Join(tc.want, "\n"), callIDs)
+			}
+			var argsDone, itemDone []string
+			for _, ev := range evs {
+				switch ev.typ {
+				case "response.function_call_arguments.done":
+					argsDone = append(argsDone, gjson.GetBytes(ev.data, "name").Str+" "+gjson.GetBytes(ev.data, "arguments").Str)
+				case "response.output_item.done":
+					itemDone = append(itemDone, gjson.GetBytes(ev.data, "item.name").Str+" "+gjson.GetBytes(ev.data, "item.arguments").Str)
+				}
+			}
+			for what, got := range map[string][]string{"function_call_arguments.done": argsDone, "output_item.done": itemDone} {
+				if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+					t.Fatalf("%s events:\n%s\nwant:\n%s", what, strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+				}
+			}
+		})
+	}
+}

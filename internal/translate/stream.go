@@ -92,9 +92,10 @@ type outItem struct {
 	name   string
 	args   []byte
 	high   string // a high-surrogate escape held back from the last arguments delta (joinSurrogates)
-	// superseded: a later call took over its Chat index (replacesCall), so
-	// no more arguments can come.
-	superseded bool
+	// chatIndex is the Chat index the call was started under, the key of
+	// Stream.calls while no other call has taken the index over
+	// (replacesCall).
+	chatIndex int64
 }
 
 // heldText is a text delta that waits for the tool calls that can still take
@@ -128,12 +129,12 @@ type Stream struct {
 	// pendingCalls, unannounced, and are announced in start order when it
 	// closes, so a client sees output_item.done before the next
 	// output_item.added even when Chat interleaves calls by index.
-	items        []*outItem         // added items, in output_index order
-	cur          *outItem           // the open reasoning or message item
-	openCall     *outItem           // the open (announced) tool call
-	pendingCalls []*outItem         // tool calls not yet announced, in start order
-	calls        map[int64]*outItem // tool calls by Chat index
-	callIDs      map[string]bool    // upstream tool call ids seen
+	items        []*outItem          // added items, in output_index order
+	cur          *outItem            // the open reasoning or message item
+	openCall     *outItem            // the open (announced) tool call
+	pendingCalls []*outItem          // tool calls not yet announced, in start order
+	calls        map[int64]*outItem  // tool calls by Chat index
+	callsByID    map[string]*outItem // tool calls by the id the upstream gave them
 	lastCall     int64
 	nextCall     int64 // Chat index for a tool call that names none
 	lateNames    int   // name fragments that came after their call was announced (LateNameFragments)
@@ -614,10 +615,11 @@ func (s *Stream) advanceCalls() {
 }
 
 // argsEnded reports whether nothing more can be appended to a tool call's
-// arguments: they are a complete JSON value, or another call took over the
-// call's Chat index.
+// arguments: they are a complete JSON value. A call whose Chat index another
+// call took over (replacesCall) can still be continued by its id, so it
+// stays open until then, or until the choice ends.
 func argsEnded(call *outItem) bool {
-	return call.superseded || len(call.args) > 0 && gjson.ValidBytes(call.args)
+	return len(call.args) > 0 && gjson.ValidBytes(call.args)
 }
 
 // callsOpen reports whether a tool call, open or waiting, can still take
@@ -875,19 +877,25 @@ func (s *Stream) toolDelta(tc gjson.Result, pos int64, positional bool) {
 	switch {
 	case positional:
 		idx = pos
+	case s.revisitsCall(index, id):
+		// Some servers interleave parallel calls under one index, naming
+		// each again by its id: the delta goes to that call, whichever
+		// call came last, and the call takes its index back, so the
+		// deltas that follow with only arguments continue it.
+		call := s.callsByID[id.Str]
+		idx = call.chatIndex
+		s.calls[idx] = call
 	case index.Type == gjson.Number:
 		idx = index.Int()
-		if prev := s.calls[idx]; prev != nil && s.replacesCall(prev, id, name) {
+		if prev := s.calls[idx]; prev != nil && s.replacesCall(prev, id, name, args) {
 			// Some servers (Ollama, some vLLM tool parsers) send every
-			// parallel call as index 0, each with its own id and name: the
-			// new call takes the index over, and the one it replaces can
-			// take no more arguments (argsEnded).
-			prev.superseded = true
+			// parallel call as index 0: the new call takes the index over;
+			// the one it replaces is continued only by its id.
 			delete(s.calls, idx)
 		}
-	case nonEmptyString(id) && !s.knownCallID(id.Str):
+	case nonEmptyString(id):
 		idx = s.nextCall // a new call from a server that sends no index
-	case !nonEmptyString(id) && s.namesNextCall(name):
+	case s.namesNextCall(name, args):
 		idx = s.nextCall // a new call from a server that sends neither index nor id
 	default:
 		idx = s.lastCall
@@ -903,7 +911,7 @@ func (s *Stream) callDelta(idx int64, id, name, args gjson.Result) {
 	if call == nil {
 		s.pendingWS = s.pendingWS[:0]
 		s.closeCur(statusCompleted)
-		call = &outItem{kind: kindCall, status: statusInProgress}
+		call = &outItem{kind: kindCall, status: statusInProgress, chatIndex: idx}
 		s.calls[idx] = call
 		s.pendingCalls = append(s.pendingCalls, call)
 		if idx >= s.nextCall {
@@ -916,10 +924,12 @@ func (s *Stream) callDelta(idx int64, id, name, args gjson.Result) {
 	}
 	if call.callID == "" && nonEmptyString(id) {
 		call.callID = id.Str
-		if s.callIDs == nil {
-			s.callIDs = make(map[string]bool)
+		if s.callsByID == nil {
+			s.callsByID = make(map[string]*outItem)
 		}
-		s.callIDs[id.Str] = true
+		if s.callsByID[id.Str] == nil { // an id repeated by another call does not take the first call's deltas
+			s.callsByID[id.Str] = call
+		}
 	}
 	if nonEmptyString(name) && name.Str != call.name {
 		// A Chat chunk's function name is a delta, as its arguments are:
@@ -951,31 +961,56 @@ func (s *Stream) callDelta(idx int64, id, name, args gjson.Result) {
 	}
 }
 
-func (s *Stream) knownCallID(id string) bool { return s.callIDs[id] }
+// revisitsCall reports whether a tool call delta with id and index (either
+// may be absent) continues the call the upstream gave that id: one whose
+// Chat index is index, when the delta has one, since a server that gives two
+// calls under their own indexes the same id still tells them apart by index.
+func (s *Stream) revisitsCall(index, id gjson.Result) bool {
+	if !nonEmptyString(id) {
+		return false
+	}
+	call := s.callsByID[id.Str]
+	return call != nil && (index.Type != gjson.Number || call.chatIndex == index.Int())
+}
 
 // replacesCall reports whether a tool call delta sent under the Chat index
-// of call starts another call: it carries an id other than the one the
-// upstream gave call, and a name, another one or the same once call's
-// arguments are complete (as namesNextCall judges). OpenAI sends a call's
-// id only with its first delta; a delta with the same id, or none,
-// continues the call. Some servers send a call's later deltas under an id
-// of their own: without a name, or with the call's name
-// while its arguments are unfinished, such a delta continues the call too
-// (a call begun without a name would fail the answer: failNameless).
-func (s *Stream) replacesCall(call *outItem, id, name gjson.Result) bool {
-	return nonEmptyString(id) && nonEmptyString(name) && id.Str != call.callID && s.knownCallID(call.callID) &&
-		(name.Str != call.name || argsEnded(call))
+// of call, without the id of a call already seen (those go to their call),
+// starts another call: it names a function once call's arguments are
+// complete (namedAfterArgs, as namesNextCall judges), or it carries a new id
+// and a name other than call's, call having an id from the upstream. OpenAI
+// sends a call's id only with its first delta; a delta with the same id, or
+// none, continues the call. Some servers send a call's later deltas under an
+// id of their own: without a name, or with the call's name while its
+// arguments are unfinished, such a delta continues the call too (a call
+// begun without a name would fail the answer: failNameless). Another name
+// without an id while the arguments are unfinished is a piece of call's name.
+func (s *Stream) replacesCall(call *outItem, id, name, args gjson.Result) bool {
+	return namedAfterArgs(call, name, args) ||
+		nonEmptyString(id) && nonEmptyString(name) && name.Str != call.name && s.callsByID[call.callID] == call
 }
 
 // namesNextCall reports whether a tool call delta with neither index nor id
-// that carries name starts the next call rather than continuing the last:
-// the last call has its name already, and name is another one, or the same
-// one once the last call's arguments are complete (a second call of the
-// same function). A server that repeats the name in every delta of a call
-// still continues it.
-func (s *Stream) namesNextCall(name gjson.Result) bool {
+// starts the next call rather than continuing the last: the last
+// call has its name already, and the delta names another function, or the
+// same one as namedAfterArgs judges. A server that repeats the name in every
+// delta of a call still continues it.
+func (s *Stream) namesNextCall(name, args gjson.Result) bool {
 	last := s.calls[s.lastCall]
-	return nonEmptyString(name) && last != nil && last.name != "" && (last.name != name.Str || argsEnded(last))
+	return last != nil && nonEmptyString(name) && last.name != "" && (last.name != name.Str || namedAfterArgs(last, name, args))
+}
+
+// namedAfterArgs reports whether a tool call delta that carries name starts
+// another call because call's arguments are already a complete JSON value
+// (argsEnded), so nothing more can be appended to them: the delta names
+// another function, or call's function again with arguments of its own (the
+// same function called twice; Ollama and some vLLM tool parsers send the
+// second call under the same index, without an id of its own). The name
+// alone again is not a call: a server that repeats a call's whole name in
+// every chunk may send it once more after the arguments. The index and the
+// no-index paths of toolDelta both judge by it.
+func namedAfterArgs(call *outItem, name, args gjson.Result) bool {
+	return nonEmptyString(name) && call.name != "" && argsEnded(call) &&
+		(name.Str != call.name || nonEmptyString(args) || args.IsObject())
 }
 
 func (s *Stream) callArgs(call *outItem, text, raw string) {
