@@ -33,7 +33,7 @@ type Record struct {
 	Endpoint  string            `json:"endpoint,omitempty"`
 	Body      json.RawMessage   `json:"body,omitempty"`    // rewrite: the client body
 	Headers   map[string]string `json:"headers,omitempty"` // rewrite: the headers a policy may read
-	Verdict   string            `json:"verdict"`           // the verdict name; for rewrite changed, unchanged or rejected
+	Verdict   string            `json:"verdict"`           // the verdict name; for rewrite changed, unchanged, rejected or failed_closed
 	DecidedBy string            `json:"decided_by"`        // the policy, or "default"; for rewrite see rewriteDecidedBy
 	Output    json.RawMessage   `json:"output,omitempty"`  // recover, replay and stream_event: the output
 	// UpstreamEvents are the last upstream events (at most eventring.Size,
@@ -173,7 +173,21 @@ const (
 	RewriteChanged   = "changed"   // the request the gateway sends differs: body, headers or upstream choice
 	RewriteUnchanged = "unchanged" // the request goes on as it came
 	RewriteRejected  = "rejected"  // the client is answered with the policy's error
+	// RewriteFailedClosed: a module the gateway holds to its edits
+	// (hostabi.FailClosedKey) could not complete its rewrite
+	// (Trace.FailedClosed), and the client is answered 503
+	// policy_unavailable (README "Policies").
+	RewriteFailedClosed = "failed_closed"
 )
+
+// RewriteTraceVerdict is RewriteVerdict of a rewrite whose trace is tr: a
+// chain that failed closed sends nothing, whatever out says.
+func RewriteTraceVerdict(in hostabi.RewriteInput, out hostabi.RewriteOutput, tr Trace) string {
+	if tr.FailedClosed {
+		return RewriteFailedClosed
+	}
+	return RewriteVerdict(in, out)
+}
 
 // RewriteVerdict names the result of a rewrite of in. "changed" covers
 // every edit the gateway applies to the request it sends, not only the
@@ -247,7 +261,7 @@ func (r *Runtime) recordReplay(ctx context.Context, in hostabi.ReplayInput, out 
 
 func (r *Runtime) recordRewrite(in hostabi.RewriteInput, out hostabi.RewriteOutput, tr Trace) {
 	rc := Record{Hook: "rewrite", Surface: in.Surface, Endpoint: in.Endpoint, Headers: recordedHeaders(in.Headers),
-		Verdict: RewriteVerdict(in, out), DecidedBy: rewriteDecidedBy(in, out, tr)}
+		Verdict: RewriteTraceVerdict(in, out, tr), DecidedBy: rewriteDecidedBy(in, out, tr)}
 	if json.Valid(in.Body) {
 		rc.Body = in.Body
 	}

@@ -1,6 +1,9 @@
 package plugins
 
 import (
+	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -35,6 +38,23 @@ type PolicyStatus struct {
 	// was released after its load checks; its native twin answers until a
 	// first call has it compiled again (Options.StandIns).
 	Parked bool `json:"parked,omitempty"`
+}
+
+// FailClosedProblem says why the gateway refuses to hold the policy s
+// describes to its rewrites (hostabi.FailClosedKey set true in its config),
+// "" when it may: a policy that implements no rewrite_request hook (with
+// this config) never rewrites, so every request would be refused. `sluice
+// serve` refuses such a config at start, and `sluice policy check|test`
+// refuse the module with the same words.
+func (s PolicyStatus) FailClosedProblem() string {
+	if slices.Contains(s.Hooks, "rewrite_request") {
+		return ""
+	}
+	hooks := strings.Join(s.Hooks, ", ")
+	if hooks == "" {
+		hooks = "none with this config"
+	}
+	return fmt.Sprintf("only a policy that rewrites requests can fail closed, and this one implements no rewrite_request hook (its hooks: %s); every request would be refused", hooks)
 }
 
 // statusBase is the part of a status that changes only under Runtime.mu.

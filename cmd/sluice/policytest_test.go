@@ -57,3 +57,33 @@ func TestPolicyTestReportsInvalidRewrites(t *testing.T) {
 		t.Fatalf("exit %d, %s%s; want changed, exit 0", code, stdout, stderr)
 	}
 }
+
+// TestPolicyTestHeldToItsEdits: with the gateway's sluice_fail_closed in
+// -config, a rewrite the gateway would not send on is reported as the 503
+// policy_unavailable the client would get, including an edited body the
+// gateway's own check refuses (as the gateway judges each held module's
+// body when it returns); without it, as an edit discarded.
+func TestPolicyTestHeldToItsEdits(t *testing.T) {
+	fixture := filepath.Join("..", "..", "gateway", "testdata", "policies", "rewrite_invalid.wasm")
+	events := filepath.Join(t.TempDir(), "events.jsonl")
+	if err := os.WriteFile(events, []byte(`{"hook":"rewrite","body":{"model":"m","input":"x"}}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		config, verdict, outcome, errContains string
+	}{
+		{`{"sluice_fail_closed":true}`, "failed_closed", "error", "the gateway answers the request 503 policy_unavailable"},
+		{`{"sluice_fail_closed":false}`, "unchanged", "invalid", "its edited body is not a valid request"},
+	} {
+		t.Run(tc.config, func(t *testing.T) {
+			code, stdout, stderr := runCLI("policy", "test", fixture, "-events", events, "-config", tc.config)
+			var res struct{ Verdict, Outcome, Error string }
+			if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+				t.Fatalf("exit %d, output %.400q: %v\n%s", code, stdout, err, stderr)
+			}
+			if code != 1 || res.Verdict != tc.verdict || res.Outcome != tc.outcome || !strings.Contains(res.Error, tc.errContains) {
+				t.Fatalf("exit %d, %.400s%s; want exit 1, verdict %s, outcome %s, an error with %q", code, stdout, stderr, tc.verdict, tc.outcome, tc.errContains)
+			}
+		})
+	}
+}

@@ -555,19 +555,18 @@ func checkPolicyConfig(configured map[string]any, failClosed []string, loaded []
 	var problems []string
 	for _, name := range slices.Sorted(maps.Keys(configured)) {
 		st, ok := byName[name]
+		var failClosedProblem string
+		if slices.Contains(failClosed, name) {
+			failClosedProblem = st.FailClosedProblem()
+		}
 		switch {
 		case !ok:
 			logger.Warn("a policy config names no loaded policy; it waits for a policy_dir file of that name",
 				"key", "policies."+name, "loaded", strings.Join(names, ", "))
 		case st.State == plugins.StateRejected && st.SHA256 == "":
 			problems = append(problems, fmt.Sprintf("policies.%s: the policy refused its config or could not load: %s", name, st.LastError))
-		case slices.Contains(failClosed, name) && !slices.Contains(st.Hooks, "rewrite_request"):
-			hooks := strings.Join(st.Hooks, ", ")
-			if hooks == "" {
-				hooks = "none with this config"
-			}
-			problems = append(problems, fmt.Sprintf("policies.%s.%s: only a policy that rewrites requests can fail closed, and this one implements no rewrite_request hook (its hooks: %s); every request would be refused",
-				name, config.FailClosedKey, hooks))
+		case failClosedProblem != "":
+			problems = append(problems, fmt.Sprintf("policies.%s.%s: %s", name, config.FailClosedKey, failClosedProblem))
 		}
 	}
 	if len(problems) > 0 {

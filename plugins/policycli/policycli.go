@@ -7,6 +7,7 @@ package policycli
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -26,6 +27,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/sluice-gw/sluice/hostabi"
+	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/sluice-gw/sluice/plugins"
 )
 
@@ -60,11 +62,11 @@ commands:
         {"hook":"replay","input":{…}}, {"hook":"stream_event","input":{…}} or
         {"hook":"rewrite","body":{…},"headers":{…},"surface":"…",
         "endpoint":"…"}; an optional "expect" (a verdict name, or for rewrite
-        "changed", "unchanged", "rejected") makes the command fail when the
-        result differs; a rewrite is "changed" when the request the gateway
-        sends changes: its body, a header or the upstream choice; an input
-        FILE faults or errs on is a failure, as is a rewrite the gateway
-        would discard as an invalid request
+        "changed", "unchanged", "rejected", "failed_closed") makes the command
+        fail when the result differs; a rewrite is "changed" when the request
+        the gateway sends changes: its body, a header or the upstream choice;
+        an input FILE faults or errs on is a failure, as is a rewrite the
+        gateway would discard as an invalid request
   check and test write what FILE logs (its log calls) to stderr, one
   "policy log: [LEVEL] HOOK: MESSAGE" line each
   help [COMMAND]
@@ -157,13 +159,16 @@ examples:
 
 Load FILE as the gateway would (ABI version, imports, exports, memory
 limit), run its self-test and print its sha256, size, ABI version and
-hooks. Exits 1 when the gateway would reject it. What FILE logs while it
-loads (_initialize, the self-test) goes to stderr, one
-"policy log: [LEVEL] HOOK: MESSAGE" line each.
+hooks. Exits 1 when the gateway would reject it, with the gateway's
+reason; "sluice_fail_closed":true in -config makes a module without a
+rewrite_request hook (with that config) one, as it refuses to start.
+What FILE logs while it loads (_initialize, the self-test) goes to
+stderr, one "policy log: [LEVEL] HOOK: MESSAGE" line each.
 
 flags:
   -config JSON|@FILE
-        the policy's config (what policies.NAME is in the gateway's config)
+        the policy's config (what policies.NAME is in the gateway's config,
+        sluice_fail_closed included)
   -memory-mib N
         the gateway's policy_limits.memory_mib: a module whose initial
         memory is larger is rejected (default {{memory_mib}}, the gateway's)
@@ -190,7 +195,8 @@ and print one JSON result per line. An event is {"hook":"recover",
 "input":{…}} (ABI.md §3.5's input: a delta or a text) or {"hook":"rewrite",
 "body":{…},"headers":{…},"surface":"…","endpoint":"…"}; an optional
 "expect" (a verdict name, or for rewrite "changed", "unchanged",
-"rejected") makes the command exit 1 when the result differs. A rewrite is
+"rejected", "failed_closed") makes the command exit 1 when the result
+differs. A rewrite is
 "changed" when the request the gateway sends changes: its body, a header
 set or removed, or the upstream chosen ("body", "set_headers",
 "remove_headers" and "upstream" show the edits). Blank lines and lines
@@ -205,11 +211,18 @@ accepts from a client, a "stream" other than the client's, or over
 limits.max_body_bytes): as in the gateway, none of its edits apply, its
 verdict is "unchanged", its outcome "invalid" and its "error" says why.
 A rewrite whose use_upstream names no upstream of -upstreams (or of
--gateway-config's upstreams:) is "invalid" too, with an "error", and makes
-the command exit 1: the gateway answers such a request 500. Without either
-flag the names are not checked, and a note on stderr says so. The outcome
-of a rewrite is "done", "rejected", or that of the first module whose
-edits were dropped ("fault", "error", ...), as for the other hooks.
+-gateway-config's upstreams:) is "invalid" too (verdict "unchanged", none
+of its edits), with an "error", and makes the command exit 1: the gateway
+answers such a request 500. Without either flag the names are not
+checked, and a note on stderr says so. The outcome of a rewrite is
+"done", "rejected", or that of the first module whose edits were dropped
+("fault", "error", ...), as for the other hooks. With
+"sluice_fail_closed":true in -config, FILE is held to its edits as the
+gateway holds it: a rewrite it cannot complete (a fault, its error result,
+an edited body the gateway refuses) has the verdict "failed_closed", no
+edits, and an "error" saying the gateway answers the request 503
+policy_unavailable; FILE without a rewrite_request hook is refused, as
+check refuses it.
 
 With -recording, every line of DIR/*.jsonl (what record_dir wrote, oldest
 first; or one such file) runs through FILE and the output is one
@@ -232,7 +245,8 @@ flags:
         with -recording: {"request","verdict"} lines; exit 1 when a result
         differs or a request is missing
   -config JSON|@FILE
-        the policy's config (what policies.NAME is in the gateway's config)
+        the policy's config (what policies.NAME is in the gateway's config,
+        sluice_fail_closed included)
   -upstreams A,B
         the gateway's upstream names: a rewrite's use_upstream must name one
   -gateway-config FILE
@@ -846,35 +860,39 @@ func fileExists(p string) bool {
 	return err == nil
 }
 
-// loadConfig reads a -config value: inline JSON or @FILE.
-func loadConfig(v string) (json.RawMessage, error) {
+// loadConfig reads a -config value (inline JSON or @FILE) into spec: the
+// policy's config, and whether the gateway would hold the policy to its
+// rewrites (hostabi.FailClosedKey).
+func loadConfig(v string, spec *loadSpec) error {
 	if v == "" {
-		return nil, nil
+		return nil
 	}
 	b := []byte(v)
 	if strings.HasPrefix(v, "@") {
 		var err error
 		if b, err = os.ReadFile(v[1:]); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	b = bytes.TrimSpace(b)
 	if !json.Valid(b) {
-		return nil, errors.New("-config is not valid JSON")
+		return errors.New("-config is not valid JSON")
 	}
 	// The gateway's own member of a policies.NAME block, which a policy
 	// never gets (hostabi.FailClosedKey): a block copied from the gateway's
-	// config tests as the gateway would load it.
+	// config tests as the gateway would load and call it.
 	if v := gjson.GetBytes(b, hostabi.FailClosedKey); v.Exists() && gjson.ParseBytes(b).IsObject() {
 		if v.Type != gjson.True && v.Type != gjson.False {
-			return nil, fmt.Errorf("-config: %s must be true or false, as the gateway's config says", hostabi.FailClosedKey)
+			return fmt.Errorf("-config: %s must be true or false, as the gateway's config says", hostabi.FailClosedKey)
 		}
 		var err error
 		if b, err = sjson.DeleteBytes(b, hostabi.FailClosedKey); err != nil {
-			return nil, fmt.Errorf("-config: %w", err)
+			return fmt.Errorf("-config: %w", err)
 		}
+		spec.failClosed = v.Type == gjson.True
 	}
-	return b, nil
+	spec.config = b
+	return nil
 }
 
 // loadSpec is what check and test load a module with, besides the file.
@@ -883,6 +901,9 @@ type loadSpec struct {
 	cacheDir string          // -wasm-cache-dir
 	limits   Limits          // the gateway's policy_limits
 	logs     io.Writer       // receives what the module logs (guestLogger)
+	// failClosed: -config sets hostabi.FailClosedKey true, so the gateway
+	// holds the policy to its rewrites (README "Policies").
+	failClosed bool
 }
 
 // open loads one module file in a runtime of its own, named after the file.
@@ -947,7 +968,7 @@ func runCheck(ctx context.Context, opts Options, args []string, stdout, stderr i
 	if spec.limits, err = limits(); err != nil {
 		return err
 	}
-	if spec.config, err = loadConfig(*cfgFlag); err != nil {
+	if err = loadConfig(*cfgFlag, &spec); err != nil {
 		return err
 	}
 	return checkAs(ctx, pos[0], pos[0], spec, stdout, stderr)
@@ -966,8 +987,8 @@ func checkAs(ctx context.Context, file, label string, spec loadSpec, stdout, std
 		if st.Name != name {
 			continue
 		}
-		if st.State != plugins.StateActive {
-			fmt.Fprintf(stderr, "%s: rejected: %s\n", label, st.LastError)
+		if why := refusal(st, spec); why != "" {
+			fmt.Fprintf(stderr, "%s: rejected: %s\n", label, why)
 			return errReported
 		}
 		selfTest := "none"
@@ -981,6 +1002,41 @@ func checkAs(ctx context.Context, file, label string, spec loadSpec, stdout, std
 		return nil
 	}
 	return fmt.Errorf("%s: not loaded", label)
+}
+
+// refusal says why the gateway would not serve the module st describes
+// under spec: its load failed, or -config holds it to rewrites it does not
+// implement (the gateway refuses to start so: PolicyStatus.FailClosedProblem);
+// "" when it would serve it.
+func refusal(st plugins.PolicyStatus, spec loadSpec) string {
+	if st.State != plugins.StateActive {
+		return st.LastError
+	}
+	if spec.failClosed {
+		if problem := st.FailClosedProblem(); problem != "" {
+			return hostabi.FailClosedKey + ": " + problem
+		}
+	}
+	return ""
+}
+
+// serves reports (errReported, after printing why) a module loaded as name
+// in rt that the gateway would refuse (refusal), and otherwise holds it to
+// its rewrites in check when spec says the gateway would.
+func serves(rt *plugins.Runtime, name string, spec loadSpec, check *gatewayChecks, label string, stderr io.Writer) error {
+	for _, st := range rt.Status() {
+		if st.Name != name {
+			continue
+		}
+		if why := refusal(st, spec); why != "" {
+			fmt.Fprintf(stderr, "%s: rejected: %s\n", label, why)
+			return errReported
+		}
+	}
+	if spec.failClosed {
+		check.failClosed = func(policy string) bool { return policy == name }
+	}
+	return nil
 }
 
 // event is one line of a test events file.
@@ -1051,7 +1107,7 @@ func runTest(ctx context.Context, opts Options, args []string, stdout, stderr io
 	if *expect != "" && *recording == "" {
 		return usageError{errors.New("-expect needs -recording")}
 	}
-	if spec.config, err = loadConfig(*cfgFlag); err != nil {
+	if err = loadConfig(*cfgFlag, &spec); err != nil {
 		return err
 	}
 	if *recording != "" {
@@ -1071,11 +1127,8 @@ func runTest(ctx context.Context, opts Options, args []string, stdout, stderr io
 		return err
 	}
 	defer rt.Close(context.Background())
-	for _, st := range rt.Status() {
-		if st.Name == name && st.State != plugins.StateActive {
-			fmt.Fprintf(stderr, "%s: rejected: %s\n", pos[0], st.LastError)
-			return errReported
-		}
+	if err := serves(rt, name, spec, &check, pos[0], stderr); err != nil {
+		return err
 	}
 	enc := json.NewEncoder(stdout)
 	enc.SetEscapeHTML(false)
@@ -1129,6 +1182,9 @@ type gatewayChecks struct {
 	upstreams map[string]bool
 	notes     io.Writer // where the note that upstream names went unchecked goes
 	noted     bool      // that note was written
+	// failClosed names the module the gateway would hold to its edits
+	// (-config sets hostabi.FailClosedKey); nil: none.
+	failClosed func(policy string) bool
 }
 
 // upstreamNames is the set of upstream names -upstreams lists or the
@@ -1211,16 +1267,35 @@ func runEvent(ctx context.Context, rt *plugins.Runtime, check *gatewayChecks, li
 		if check.upstreams != nil {
 			known = func(name string) bool { return check.upstreams[name] }
 		}
-		out, tr := rt.RewriteWith(ctx, in, plugins.RewriteChecks{KnownUpstream: known})
+		checks := plugins.RewriteChecks{KnownUpstream: known, FailClosed: check.failClosed}
+		if check.failClosed != nil && check.body != nil {
+			// The gateway judges a body as each module returns it, so that a
+			// module held to its edits whose body it refuses fails the
+			// request closed (plugins.RewriteChecks.FailClosed).
+			checks.Body = func(body []byte) error { return check.body(ctx, in.Endpoint, body, clientStream(ev, in)) }
+		}
+		out, tr := rt.RewriteWith(ctx, in, checks)
 		res.Outcome = tr.Outcome
 		res.Error = traceError(tr)
+		if tr.FailedClosed {
+			// As in the gateway: the request reaches no upstream, and the
+			// client gets a retryable 503 (README "Policies").
+			changed := false
+			res.Verdict, res.Changed = plugins.RewriteTraceVerdict(in, out, tr), &changed
+			res.Error = fmt.Sprintf("%s; it fails closed (%s): the gateway answers the request 503 %s",
+				cmp.Or(res.Error, tr.Policy+": "+tr.Outcome), hostabi.FailClosedKey, apierr.CodePolicyUnavailable)
+			return res
+		}
 		switch {
 		case known != nil && out.Upstream != "" && !known(out.Upstream):
 			// As in the gateway: a name no upstream has fails the request
-			// (500), whatever else the module did (ABI.md §3.3).
+			// (500), whatever else the module did (ABI.md §3.3), so none of
+			// its edits reach an upstream: the verdict is "unchanged", as
+			// for an edit the gateway discards (README "Policies").
 			res.Outcome = rewriteInvalid
 			res.Error = fmt.Sprintf("%s: %s: use_upstream named %q, which is not one of the gateway's upstreams: the gateway answers the request 500",
 				tr.Policy, rewriteInvalid, out.Upstream)
+			out = hostabi.RewriteOutput{}
 		case known == nil && out.Upstream != "" && !check.noted && check.notes != nil:
 			check.noted = true
 			fmt.Fprintf(check.notes, "note: line %d: use_upstream %q was not checked against the gateway's upstreams (-upstreams or -gateway-config); the gateway fails a request naming an unknown one (500)\n",
@@ -1275,21 +1350,25 @@ func traceError(tr plugins.Trace) string {
 
 // invalidRewrite says why the gateway would discard out's edited body
 // (check, the gateway's own rule), "" when it would send it or out leaves
-// the body as it came. The client's stream flag is its body's (always true
-// on a WebSocket), as the gateway reads it.
+// the body as it came.
 func invalidRewrite(ctx context.Context, check bodyCheck, ev event, in hostabi.RewriteInput, out hostabi.RewriteOutput) string {
 	if check == nil || out.Body == nil || bytes.Equal(out.Body, in.Body) {
 		return ""
 	}
+	if err := check(ctx, in.Endpoint, out.Body, clientStream(ev, in)); err != nil {
+		return "its edited body is not a valid request: " + err.Error()
+	}
+	return ""
+}
+
+// clientStream is the stream flag of the client's request: its body's
+// (always true on a WebSocket), as the gateway reads it.
+func clientStream(ev event, in hostabi.RewriteInput) bool {
 	var client struct {
 		Stream any `json:"stream"`
 	}
 	_ = json.Unmarshal(ev.Body, &client)
-	clientStream := client.Stream == true || in.Surface == hostabi.SurfaceWebSocket
-	if err := check(ctx, in.Endpoint, out.Body, clientStream); err != nil {
-		return "its edited body is not a valid request: " + err.Error()
-	}
-	return ""
+	return client.Stream == true || in.Surface == hostabi.SurfaceWebSocket
 }
 
 // editorOf names the module whose edits a check judges: the one that

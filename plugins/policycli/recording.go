@@ -105,11 +105,8 @@ func runRecording(ctx context.Context, file, dir, expectFile string, spec loadSp
 		return err
 	}
 	defer rt.Close(context.Background())
-	for _, st := range rt.Status() {
-		if st.Name == name && st.State != plugins.StateActive {
-			fmt.Fprintf(stderr, "%s: rejected: %s\n", file, st.LastError)
-			return errReported
-		}
+	if err := serves(rt, name, spec, check, file, stderr); err != nil {
+		return err
 	}
 	enc := json.NewEncoder(stdout)
 	enc.SetEscapeHTML(false)

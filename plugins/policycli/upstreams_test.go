@@ -15,7 +15,8 @@ import (
 // the gateway's upstreams when test knows them (-upstreams, or
 // -gateway-config through Options.GatewayUpstreams): a name the gateway
 // does not have is "invalid" and fails the command, as the gateway fails
-// such a request; without them the result says nothing of it, and a note
+// such a request, and its verdict is "unchanged": none of its edits reach
+// an upstream (README "Policies"); without them the result says nothing of it, and a note
 // on stderr says the name was not checked.
 func TestTestChecksUpstreamNames(t *testing.T) {
 	events := filepath.Join(t.TempDir(), "events.jsonl")
@@ -34,16 +35,18 @@ func TestTestChecksUpstreamNames(t *testing.T) {
 		flags       []string
 		code        int
 		outcome     string // "" when no result line is expected
+		verdict     string
+		upstream    string // the result's upstream
 		errContains string
 		note        bool
 	}{
-		{"not checked", nil, 0, "done", "", true},
-		{"known", []string{"-upstreams", "primary, secondary"}, 0, "done", "", false},
-		{"unknown", []string{"-upstreams", "primary"}, 1, "invalid", `use_upstream named "secondary"`, false},
-		{"gateway config", []string{"-gateway-config", "gw.yaml"}, 0, "done", "", false},
-		{"unreadable gateway config", []string{"-gateway-config", "missing.yaml"}, 1, "", "", false},
-		{"empty name", []string{"-upstreams", "primary,"}, 2, "", "", false},
-		{"both", []string{"-upstreams", "primary", "-gateway-config", "gw.yaml"}, 2, "", "", false},
+		{"not checked", nil, 0, "done", "changed", "secondary", "", true},
+		{"known", []string{"-upstreams", "primary, secondary"}, 0, "done", "changed", "secondary", "", false},
+		{"unknown", []string{"-upstreams", "primary"}, 1, "invalid", "unchanged", "", `use_upstream named "secondary"`, false},
+		{"gateway config", []string{"-gateway-config", "gw.yaml"}, 0, "done", "changed", "secondary", "", false},
+		{"unreadable gateway config", []string{"-gateway-config", "missing.yaml"}, 1, "", "", "", "", false},
+		{"empty name", []string{"-upstreams", "primary,"}, 2, "", "", "", "", false},
+		{"both", []string{"-upstreams", "primary", "-gateway-config", "gw.yaml"}, 2, "", "", "", "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errb bytes.Buffer
@@ -64,6 +67,9 @@ func TestTestChecksUpstreamNames(t *testing.T) {
 			}
 			if res.Outcome != tc.outcome || !strings.Contains(res.Error, tc.errContains) || (tc.errContains == "") != (res.Error == "") {
 				t.Errorf("outcome %q error %q, want %q and an error containing %q", res.Outcome, res.Error, tc.outcome, tc.errContains)
+			}
+			if res.Verdict != tc.verdict || res.Changed == nil || *res.Changed != (tc.verdict == "changed") || res.Upstream != tc.upstream {
+				t.Errorf("%s: want verdict %q, changed %v, upstream %q", out.String(), tc.verdict, tc.verdict == "changed", tc.upstream)
 			}
 		})
 	}
