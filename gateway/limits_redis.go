@@ -70,11 +70,16 @@ type RedisLimiter struct {
 	// id until Redis takes it or its lease would have expired anyway, and
 	// one timer at a time (retryTimer, armed while unsettled is not empty)
 	// retries them.
-	settleMu   sync.Mutex
-	unsettled  map[string]settlement
-	retryTimer *time.Timer
-	retryDelay time.Duration
-	notRetried logtext.Every
+	settleMu  sync.Mutex
+	unsettled map[string]settlement
+	// unsettledUsed counts, per key name, the settlements in unsettled
+	// that count tokens used (holdsUsage); waiting is their sum, read
+	// without settleMu.
+	unsettledUsed map[string]int
+	waiting       atomic.Int64
+	retryTimer    *time.Timer
+	retryDelay    time.Duration
+	notRetried    logtext.Every
 
 	// charges holds, per key name, the tokens that admissions of Fallback
 	// used while Redis was unavailable, to be added to the budgets' shared
@@ -248,24 +253,46 @@ return reply(0, 0)
 // id, used, day end ms, month end ms, reservation ("": none), retry ("1": a
 // settlement tried before, whose reply may have been lost after it ran),
 // charge ("": none; else the tokens used under Fallback, counted once per
-// charge token, which is kept to the month's end). The reservation is
-// dropped in the step that counts the tokens used, so no admission sees a
-// request between the two. A retry whose lease and reservation are both
-// gone already ran (or its lease expired): it refunds and counts nothing
-// again. Reply {day used, month used} (-1: no counter).
+// charge token, which is kept to the month's end), day seed, month seed
+// (a charge's: -1 unknown, -2 no budget). The reservation is dropped in the
+// step that counts the tokens used, so no admission sees a request between
+// the two. A retry whose lease and reservation are both gone already ran
+// (or its lease expired): it refunds and counts nothing again. A charge
+// whose budget counter does not exist, in a period not over, creates it
+// from its seed before adding to it, as an admission would: the usage
+// totals the seed is read from do not hold the charge's tokens yet (the
+// gateway writes a key's usage only once its charges are counted,
+// RedisLimiter.holdsUsage), so they count once whether the counter exists
+// or not. Without the seed it runs nothing and answers 1 as its third
+// value. Reply {day used, month used} (-1: no counter).
 var settleScript = store.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local tpm, refund, used = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[4])
-if ARGV[9] ~= '' and not redis.call('SET', KEYS[6], '1', 'NX', 'PXAT', ARGV[6]) then
+local function totals()
   return {tonumber(redis.call('GET', KEYS[3]) or -1), tonumber(redis.call('GET', KEYS[4]) or -1)}
+end
+if ARGV[9] ~= '' then
+  if redis.call('EXISTS', KEYS[6]) == 1 then return totals() end
+  local seeds = {{KEYS[3], tonumber(ARGV[10]), tonumber(ARGV[5])}, {KEYS[4], tonumber(ARGV[11]), tonumber(ARGV[6])}}
+  if used > 0 then
+    for _, c in ipairs(seeds) do
+      if c[2] == -1 and c[3] > now and redis.call('EXISTS', c[1]) == 0 then
+        local r = totals()
+        r[3] = 1
+        return r
+      end
+    end
+    for _, c in ipairs(seeds) do
+      if c[2] >= 0 and c[3] > now then redis.call('SET', c[1], c[2], 'NX', 'PXAT', c[3]) end
+    end
+  end
+  redis.call('SET', KEYS[6], '1', 'PXAT', ARGV[6])
 end
 local released = 0
 if ARGV[3] ~= '' then released = released + redis.call('ZREM', KEYS[2], ARGV[3]) end
 if ARGV[7] ~= '' then released = released + redis.call('ZREM', KEYS[5], ARGV[7]) end
-if ARGV[8] == '1' and released == 0 then
-  return {tonumber(redis.call('GET', KEYS[3]) or -1), tonumber(redis.call('GET', KEYS[4]) or -1)}
-end
+if ARGV[8] == '1' and released == 0 then return totals() end
 if tpm > 0 and refund ~= 0 then
   local rate = tpm / 60000
   local h = redis.call('HMGET', KEYS[1], 't', 'ts')
@@ -280,7 +307,7 @@ if used > 0 then
   if redis.call('EXISTS', KEYS[3]) == 1 then redis.call('INCRBY', KEYS[3], used) end
   if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('INCRBY', KEYS[4], used) end
 end
-return {tonumber(redis.call('GET', KEYS[3]) or -1), tonumber(redis.call('GET', KEYS[4]) or -1)}
+return totals()
 `)
 
 type redisKeys struct{ rpm, tpm, conc, day, month, budget string }
@@ -324,8 +351,12 @@ func (l *RedisLimiter) Admit(ctx context.Context, key string, lim store.KeyLimit
 		_, _ = rand.Read(b[:])
 		lease = hex.EncodeToString(b[:])
 	}
-	if budgeted && estimate > 0 {
-		reservation = lease + ":" + strconv.FormatInt(estimate, 10)
+	if budgeted {
+		// Even with an estimate of 0: the reservation is what a settlement
+		// retried after a Redis error releases, and what tells that retry
+		// whether its first try ran (settleScript), so the tokens it used
+		// are counted once, not dropped.
+		reservation = lease + ":" + strconv.FormatInt(max(estimate, 0), 10)
 	}
 	daySeed, monthSeed := int64(-1), int64(-1)
 	var reply []any
@@ -464,7 +495,7 @@ func (l *RedisLimiter) owe(key string, lim store.KeyLimits, used int64) {
 		}
 	}
 	kc.owed = append(kc.owed, settlement{key: key, lim: lim, keys: ks, dayEnd: dayEnd, monthEnd: monthEnd,
-		used: used, leaseEnds: monthEnd, periodsAt: now})
+		used: used, leaseEnds: monthEnd, periodsAt: now, daySeed: unknownSeed(lim.TokensPerDay), monthSeed: unknownSeed(lim.TokensPerMonth)})
 	l.armRetryLocked()
 }
 
@@ -500,11 +531,52 @@ func (l *RedisLimiter) charge(ctx context.Context, key string) error {
 			continue
 		}
 		err := l.settle(ctx, st, false)
+		if errors.Is(err, errChargeNeedsSeed) {
+			// A budget counter is gone (expired, evicted, Redis restarted
+			// empty): the charge creates it from the totals, which do not
+			// hold its tokens yet (holdsUsage).
+			if err = l.seedCharge(ctx, st); err == nil {
+				continue
+			}
+		}
 		if err != nil && !errors.Is(err, store.ErrClosed) {
 			return err
 		}
 		l.chargeDone(st)
 	}
+}
+
+// errChargeNeedsSeed: settleScript did not run a charge, since a budget
+// counter it adds to does not exist and the charge carries no seed for it.
+var errChargeNeedsSeed = errors.New("a budget counter needs its seed")
+
+// unknownSeed is a charge's seed of a budget counter before it is read:
+// -1 with a budget, -2 without one (settleScript).
+func unknownSeed(budget int64) int64 {
+	if budget > 0 {
+		return -1
+	}
+	return -2
+}
+
+// seedCharge reads the seeds of st's budget counters and gives them to the
+// charge waiting to be sent (st), which is then sent again with them.
+func (l *RedisLimiter) seedCharge(ctx context.Context, st settlement) error {
+	day, month, err := l.seeds(ctx, st.key, st.lim, l.now())
+	if err != nil {
+		return err
+	}
+	l.settleMu.Lock()
+	defer l.settleMu.Unlock()
+	if kc := l.charges[st.key]; kc != nil && kc.sent != nil && kc.sent.charge == st.charge {
+		if st.lim.TokensPerDay > 0 {
+			kc.sent.daySeed = day
+		}
+		if st.lim.TokensPerMonth > 0 {
+			kc.sent.monthSeed = month
+		}
+	}
+	return nil
 }
 
 // chargeDone forgets st, a charge Redis took (or that can no longer land).
@@ -612,6 +684,9 @@ type settlement struct {
 	leaseEnds        time.Time // past it, Redis has dropped what it releases
 	periodsAt        time.Time // the time the periods were named at
 	charge           string    // a charge's token (keyCharges); "": a request's settlement
+	// daySeed and monthSeed: a charge's seeds of its budget counters
+	// (settleScript: -1 unknown, -2 no budget).
+	daySeed, monthSeed int64
 }
 
 // releases reports whether the settlement frees something other requests
@@ -629,14 +704,19 @@ func (l *RedisLimiter) settle(ctx context.Context, st settlement, retry bool) er
 	}
 	v, err := l.Store.RunScript(ctx, settleScript,
 		[]string{st.keys.tpm, st.keys.conc, st.keys.day, st.keys.month, st.keys.budget, "rl:" + st.key + ":x:" + st.charge},
-		st.lim.TPM, st.refund, st.lease, st.used, st.dayEnd.UnixMilli(), st.monthEnd.UnixMilli(), st.reservation, again, st.charge)
+		st.lim.TPM, st.refund, st.lease, st.used, st.dayEnd.UnixMilli(), st.monthEnd.UnixMilli(), st.reservation, again, st.charge,
+		st.daySeed, st.monthSeed)
 	if err != nil {
 		return fmt.Errorf("settling the request of key %q: %w", st.key, err)
 	}
-	if totals, ok := v.([]any); ok && len(totals) == 2 {
+	totals, _ := v.([]any)
+	if len(totals) >= 2 {
 		day, _ := totals[0].(int64)
 		month, _ := totals[1].(int64)
 		l.observed(st.key, st.lim, st.periodsAt, day, month)
+	}
+	if len(totals) == 3 {
+		return fmt.Errorf("charging the tokens key %q used while Redis was unavailable: %w", st.key, errChargeNeedsSeed)
 	}
 	return nil
 }
@@ -659,8 +739,29 @@ func (l *RedisLimiter) settleLater(st settlement) {
 		}
 		return
 	}
+	if _, again := l.unsettled[st.lease]; !again && st.used > 0 {
+		if l.unsettledUsed == nil {
+			l.unsettledUsed = map[string]int{}
+		}
+		l.unsettledUsed[st.key]++
+		l.waiting.Add(1)
+	}
 	l.unsettled[st.lease] = st
 	l.armRetryLocked()
+}
+
+// holdsUsage reports whether tokens key used are not yet counted in the
+// budgets' shared counters: a charge of what the fallback admitted, or a
+// settlement, waits for Redis. The gateway writes such a key's usage
+// totals only after them (usageBatch.holds): a counter seeded from totals
+// that held them already would count them twice once they land.
+func (l *RedisLimiter) holdsUsage(key string) bool {
+	if l.owing.Load() == 0 && l.waiting.Load() == 0 {
+		return false
+	}
+	l.settleMu.Lock()
+	defer l.settleMu.Unlock()
+	return l.charges[key] != nil || l.unsettledUsed[key] > 0
 }
 
 // armRetryLocked starts the retry rounds unless one is armed. The caller
@@ -749,6 +850,15 @@ func (l *RedisLimiter) retryCharges() (refused bool) {
 
 func (l *RedisLimiter) forgetSettlement(st settlement) {
 	l.settleMu.Lock()
+	defer l.settleMu.Unlock()
+	if _, ok := l.unsettled[st.lease]; !ok {
+		return
+	}
 	delete(l.unsettled, st.lease)
-	l.settleMu.Unlock()
+	if st.used > 0 {
+		if l.unsettledUsed[st.key]--; l.unsettledUsed[st.key] <= 0 {
+			delete(l.unsettledUsed, st.key)
+		}
+		l.waiting.Add(-1)
+	}
 }

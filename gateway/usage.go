@@ -132,6 +132,11 @@ func newAccounts(s *Server, o AccountsOptions, reg prometheus.Registerer) (*acco
 		if l.Seed == nil {
 			l.Seed = seed
 		}
+		if a.usage != nil {
+			// A key's totals are written after its tokens count in the
+			// budgets' shared counters, which may be seeded from them.
+			a.usage.holds = l.holdsUsage
+		}
 		if l.Logger == nil {
 			l.Logger = s.log.Named("limits")
 		}

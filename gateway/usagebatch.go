@@ -25,6 +25,11 @@ import (
 const (
 	usageFlushEvery   = 250 * time.Millisecond
 	usageRetryBackoff = 10 * time.Second // the longest wait between retries of a failing store
+	// maxUsageInDoubt bounds the flushes kept to be retried under their
+	// tokens. Past it the store is failing every write, not one: newer
+	// usage waits, summed per total in pending, rather than each flush
+	// adding a batch to memory.
+	maxUsageInDoubt = 8
 )
 
 // usageBatchAdder is a usage store that adds many totals in one synced
@@ -38,6 +43,12 @@ type usageBatchAdder interface {
 	AddUsages(ctx context.Context, batch string, us []store.UsageRecord) []error
 }
 
+// usageFlush is one write of totals and its idempotency token.
+type usageFlush struct {
+	batch string
+	recs  []store.UsageRecord
+}
+
 // usageKey is what the store keeps one total for.
 type usageKey struct{ day, key, route, target, model string }
 
@@ -47,17 +58,22 @@ type usageBatch struct {
 	log   hclog.Logger
 	every time.Duration
 
+	// holds reports whether a key's usage must wait (nil: none does): the
+	// shared limiter has not counted its tokens in the budgets yet
+	// (RedisLimiter.holdsUsage).
+	holds func(key string) bool
+
 	mu      sync.Mutex
 	pending map[usageKey]store.UsageRecord
-	// inDoubt is a flush the store failed, which it may have written all
-	// the same: it is retried as it was, under its token (inDoubtBatch),
-	// before anything newer is written, so that at most one such flush is
-	// held (its totals, and pending's, one per usageKey at most).
-	inDoubt      []store.UsageRecord
-	inDoubtBatch string
-	timer        *time.Timer   // armed while records are pending; nil otherwise
-	delay        time.Duration // the next flush's delay: every, doubled while the store fails
-	closed       bool
+	// inDoubt are the flushes the store failed, which it may have written
+	// all the same: each is retried as it was, under its token, and
+	// newer usage is written beside them under its own, so that one flush
+	// the store keeps failing does not hold back every later total (at
+	// most maxUsageInDoubt are kept).
+	inDoubt []usageFlush
+	timer   *time.Timer   // armed while records are pending; nil otherwise
+	delay   time.Duration // the next flush's delay: every, doubled while the store fails
+	closed  bool
 
 	flushMu sync.Mutex // one flush at a time: a total is never written twice
 }
@@ -98,43 +114,44 @@ func (b *usageBatch) mergeLocked(rec store.UsageRecord) {
 
 // flush adds every pending total to the store. A total the store could not
 // write is retried later, the wait doubling up to usageRetryBackoff while
-// the store keeps failing: as it was, in the same batch (inDoubt), and
-// only then is what arrived meanwhile written, so that a failed write the
-// store ran all the same is not counted twice. A total the store refuses
-// for good (refusedForGood) is dropped with a warning: retried, it would
-// fail forever and hold every other key's totals to the longest wait.
+// the store keeps failing: as it was, in the same batch (inDoubt), so that
+// a failed write the store ran all the same is not counted twice; what
+// arrived meanwhile is written beside it in a batch of its own. A total
+// the store refuses for good (refusedForGood) is dropped with a warning:
+// retried, it would fail forever and hold every other key's totals to the
+// longest wait. A key the shared limiter holds (holds) stays pending.
 func (b *usageBatch) flush(ctx context.Context) {
 	b.flushMu.Lock()
 	defer b.flushMu.Unlock()
 	b.mu.Lock()
 	closed := b.closed
-	retry, retryBatch := b.inDoubt, b.inDoubtBatch
-	b.inDoubt, b.inDoubtBatch = nil, ""
+	retry := b.inDoubt
+	b.inDoubt = nil
 	if b.timer != nil {
 		b.timer.Stop()
 		b.timer = nil
 	}
 	b.mu.Unlock()
-	failed := b.writeBatch(ctx, retryBatch, retry, closed)
-	failedBatch := retryBatch
-	if len(failed) == 0 || closed {
-		// Nothing in doubt (or the last flush, which tries everything).
-		b.mu.Lock()
-		recs := make([]store.UsageRecord, 0, len(b.pending))
-		for _, rec := range b.pending {
-			recs = append(recs, rec)
+	var inDoubt []usageFlush
+	for _, f := range retry {
+		if failed := b.writeBatch(ctx, f.batch, f.recs, closed); len(failed) > 0 {
+			inDoubt = append(inDoubt, usageFlush{batch: f.batch, recs: failed})
 		}
-		b.pending = map[usageKey]store.UsageRecord{}
-		b.mu.Unlock()
-		failedBatch = newUsageBatchToken()
-		failed = append(failed, b.writeBatch(ctx, failedBatch, recs, closed)...)
+	}
+	failures := len(inDoubt) > 0
+	if len(inDoubt) < maxUsageInDoubt || closed { // the last flush tries everything
+		f := usageFlush{batch: newUsageBatchToken(), recs: b.takePending(closed)}
+		if f.recs = b.writeBatch(ctx, f.batch, f.recs, closed); len(f.recs) > 0 {
+			inDoubt = append(inDoubt, f)
+			failures = true
+		}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !closed {
-		b.inDoubt, b.inDoubtBatch = failed, failedBatch
+		b.inDoubt = inDoubt
 	}
-	if len(failed) > 0 {
+	if failures {
 		b.delay = min(2*b.delay, usageRetryBackoff)
 	} else {
 		b.delay = b.every
@@ -142,6 +159,31 @@ func (b *usageBatch) flush(ctx context.Context) {
 	if len(b.pending) > 0 || len(b.inDoubt) > 0 {
 		b.armLocked()
 	}
+}
+
+// takePending removes from pending and returns the totals to write now:
+// all of them when closed, else those of keys the shared limiter does not
+// hold (holds), which wait for the next flush.
+func (b *usageBatch) takePending(closed bool) []store.UsageRecord {
+	held := map[string]bool{}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	recs := make([]store.UsageRecord, 0, len(b.pending))
+	for k, rec := range b.pending {
+		if b.holds != nil && !closed {
+			h, seen := held[k.key]
+			if !seen {
+				h = b.holds(k.key)
+				held[k.key] = h
+			}
+			if h {
+				continue
+			}
+		}
+		recs = append(recs, rec)
+		delete(b.pending, k)
+	}
+	return recs
 }
 
 // writeBatch writes recs under the token batch and returns those to try
