@@ -928,6 +928,10 @@ type splicedItem struct {
 	// held: a new message item's events while it has shown no text
 	// (holdNewLocked); its index is given once they go out.
 	held []heldEvent
+	// encrypted: the encrypted_content (a JSON string) of a restart's
+	// reasoning item that redoes the client's, from its added or done
+	// form; nil when it showed none (carriedReasoning).
+	encrypted []byte
 }
 
 // countUnclosed counts as reproduced the restart's items that reproduced
@@ -1196,6 +1200,7 @@ func (cs *clientStream) spliceLocked(name string, data []byte, f *eventFields) e
 		return cs.rewriteLocked(name, data, intField("output_index", m.index))
 	case m.drop:
 		if typ == "response.output_item.done" {
+			m.keepEncrypted(f.Item)
 			if sp.kind == kindRestart && m.client != nil && !m.counted {
 				m.counted = true
 				sp.reproduced++ // reasoning the client has, redone
@@ -1483,6 +1488,9 @@ func (cs *clientStream) spliceAddedLocked(name string, data []byte, f *eventFiel
 		}
 		m := &splicedItem{client: cs.sent.Items[pos], index: cs.sent.Items[pos].Index, snap: snap, parts: map[int64]*splicedPart{},
 			args: reproducer{want: snap.args}, drop: typ == "reasoning"}
+		if m.drop {
+			m.keepEncrypted(f.Item)
+		}
 		sp.items[k] = m
 		return nil
 	}
@@ -1677,16 +1685,47 @@ func (cs *clientStream) closeItemLocked(it *sent.Item) error {
 	b = append(b, `,"output_index":`...)
 	b = strconv.AppendInt(b, it.Index, 10)
 	b = append(b, `,"item":`...)
-	b = appendClosed(b, it)
+	b = appendClosed(b, it, cs.splice.carriedReasoning(it))
 	return cs.writeBuiltLocked("response.output_item.done", b)
 }
 
-// closedStatus is the status of an item the splice closes: a reasoning
-// item, which no continuation adds to, was cut before it ended and is
-// incomplete, as when the stream fails (sent.Item.AppendJSON); any other
-// was continued or reproduced to its end.
-func closedStatus(it *sent.Item) []byte {
-	if it.Type == "reasoning" {
+// keepEncrypted keeps the encrypted_content item, a restart's reasoning
+// item that redoes the client's (its added or done form), carries: the
+// done form's, which comes last, wins.
+func (m *splicedItem) keepEncrypted(item gjson.Result) {
+	if e := item.Get("encrypted_content"); e.Type == gjson.String && e.Str != "" {
+		m.encrypted = []byte(e.Raw)
+	}
+}
+
+// carriedReasoning is the encrypted_content (a JSON string) the client's
+// open reasoning item it is closed with: that of the restart's reasoning
+// item at its position, nil when there is none or it showed none. A
+// client with store: false sends its reasoning items back, and an upstream
+// that keeps nothing reads one only from its encrypted_content (README
+// "Continuation"): the cut attempt never sent one, the restart's, whose
+// item is swallowed, is the reasoning behind the answer that follows.
+func (sp *splicer) carriedReasoning(it *sent.Item) []byte {
+	if sp == nil || sp.kind != kindRestart || it.Type != "reasoning" {
+		return nil
+	}
+	for _, m := range sp.items {
+		if m.drop && m.client == it && m.encrypted != nil {
+			return m.encrypted
+		}
+	}
+	return nil
+}
+
+// closedStatus is the status of an item the splice closes. A reasoning
+// item, which no continuation adds to, was cut before it ended: with no
+// encrypted_content to carry it is incomplete, as when the stream fails
+// (sent.Item.AppendJSON); given the restart's (carriedReasoning) it is
+// completed, its summary what the client was shown (a summary describes
+// the reasoning, it is not the reasoning) and the reasoning it carries
+// back whole. Any other item was continued or reproduced to its end.
+func closedStatus(it *sent.Item, carried bool) []byte {
+	if it.Type == "reasoning" && !carried {
 		return []byte(`"incomplete"`)
 	}
 	return []byte(`"completed"`)
@@ -1754,11 +1793,17 @@ func (cs *clientStream) writeBuiltLocked(typ string, b []byte) error {
 }
 
 // appendClosed renders an item closed by the splice (closedStatus) with
-// what was streamed into it (its parts' done forms).
-func appendClosed(b []byte, it *sent.Item) []byte {
+// what was streamed into it (its parts' done forms) and, for a reasoning
+// item, the encrypted_content it carries (carriedReasoning), if any.
+func appendClosed(b []byte, it *sent.Item, encrypted []byte) []byte {
 	raw := append([]byte(nil), it.AppendJSON(nil)...)
-	if out, err := sjson.SetRawBytes(raw, "status", closedStatus(it)); err == nil {
+	if out, err := sjson.SetRawBytes(raw, "status", closedStatus(it, encrypted != nil)); err == nil {
 		raw = out
+	}
+	if encrypted != nil {
+		if out, err := sjson.SetRawBytes(raw, "encrypted_content", encrypted); err == nil {
+			raw = out
+		}
 	}
 	return append(b, raw...)
 }

@@ -201,9 +201,11 @@ func TestRestartReproducingInDoneFormsOnly(t *testing.T) {
 
 // TestRestartLeavesCutReasoningIncomplete: a reasoning item cut in the
 // middle of its summary is not continued by a restart (README
-// "Continuation": reasoning is neither compared nor shown twice): it ends
-// incomplete, as when the stream fails, and the restart's reasoning, one
-// item or more, does not reach the client.
+// "Continuation": reasoning is neither compared nor shown twice): when the
+// restart's reasoning carries no encrypted_content to give it (a Chat
+// upstream's, or one not asked for it), it ends incomplete without one, as
+// when the stream fails, and the restart's reasoning, one item or more,
+// does not reach the client.
 func TestRestartLeavesCutReasoningIncomplete(t *testing.T) {
 	reasoning := func(id string, idx int, summary string) []string {
 		at := `"item_id":"` + id + `","output_index":` + fmt.Sprint(idx) + `,"summary_index":0`
@@ -248,7 +250,7 @@ func TestRestartLeavesCutReasoningIncomplete(t *testing.T) {
 				}
 			}
 			out := gjson.GetBytes(s.terminal.data, "response.output").Array()
-			if len(out) != 2 || out[0].Get("id").Str != "rs_p" || out[0].Get("status").Str != "incomplete" ||
+			if len(out) != 2 || out[0].Get("id").Str != "rs_p" || out[0].Get("status").Str != "incomplete" || out[0].Get("encrypted_content").Exists() ||
 				out[0].Get("summary.0.text").Str != "The user wants" || out[1].Get("content.0.text").Str != "It is sunny." {
 				t.Fatalf("terminal output %s", gjson.GetBytes(s.terminal.data, "response.output").Raw)
 			}

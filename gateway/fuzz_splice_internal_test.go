@@ -220,7 +220,8 @@ func (g *spliceGen) responses(tag string, items []spliceItem, first bool) []sse.
 		case "reasoning":
 			part := jobj{"type": "summary_text", "text": it.text}
 			added = jobj{"type": "reasoning", "id": id, "summary": []any{}}
-			done = jobj{"type": "reasoning", "id": id, "summary": []any{part}}
+			// Its encrypted_content in its done form only, as OpenAI sends it.
+			done = jobj{"type": "reasoning", "id": id, "summary": []any{part}, "encrypted_content": "enc_" + id}
 			add(jobj{"type": "response.output_item.added", "output_index": oi, "item": added})
 			add(at(jobj{"type": "response.reasoning_summary_part.added", "summary_index": 0, "part": jobj{"type": "summary_text", "text": ""}}))
 			for _, d := range pieces(it.text, size) {
@@ -582,6 +583,15 @@ func checkResponsesSplice(t *testing.T, evs [][]byte, reason, kind string, snap 
 	if !clean || terminal.Get("type").Str != "response.completed" || kind == "" {
 		return
 	}
+	// A reasoning item the client got cut, first, is redone by a restart's
+	// first item if that is reasoning: once its done form carried an
+	// encrypted_content, the client's item ends with it (carriedReasoning).
+	if kind == kindRestart && len(snap) > 0 && snap[0].typ == "reasoning" && snap[0].open {
+		if enc := firstReasoningEncrypted(contEvs); enc != "" && (out[0].Get("encrypted_content").Str != enc ||
+			out[0].Get("status").Str != "completed") {
+			fail(len(evs)-1, "the restart's reasoning carried %q; the client's cut reasoning ended %s", enc, out[0].Raw)
+		}
+	}
 	// The text model of the last continuation that completed.
 	want := contModel(contEvs)
 	for _, it := range want {
@@ -647,6 +657,17 @@ func checkSplicedItem(fail func(int, string, ...any), k int, it *spliceClientIte
 	field := "content"
 	if it.typ == "reasoning" {
 		field = "summary"
+		// Every attempt's reasoning carries an encrypted_content in its done
+		// form: a client item ends with its own, or with that of a restart's
+		// reasoning at its position (completed), or, cut with none to carry,
+		// incomplete without one (carriedReasoning).
+		enc := item.Get("encrypted_content")
+		if incomplete := item.Get("status").Str == "incomplete"; incomplete == enc.Exists() {
+			fail(k, "reasoning item %s: status and encrypted_content disagree", item.Raw)
+		}
+		if enc.Exists() && enc.Str != "enc_"+item.Get("id").Str && !strings.HasPrefix(enc.Str, "enc_rea_b") {
+			fail(k, "reasoning item %s carries the encrypted_content of no restart", item.Raw)
+		}
 	}
 	parts := item.Get(field).Array()
 	if len(parts) != len(it.parts) {
@@ -673,6 +694,30 @@ func withoutEmptyMessages(items []spliceSnap) []spliceSnap {
 		}
 	}
 	return out
+}
+
+// firstReasoningEncrypted is the encrypted_content a continuation
+// attempt's first item carried in its output_item.done when that item is
+// reasoning; "" otherwise.
+func firstReasoningEncrypted(evs []sse.Event) string {
+	id := ""
+	for _, e := range evs {
+		ev := gjson.ParseBytes(e.Data)
+		switch ev.Get("type").Str {
+		case "response.output_item.added":
+			if id == "" {
+				if ev.Get("item.type").Str != "reasoning" {
+					return ""
+				}
+				id = ev.Get("item.id").Str
+			}
+		case "response.output_item.done":
+			if id != "" && ev.Get("item.id").Str == id {
+				return ev.Get("item.encrypted_content").Str
+			}
+		}
+	}
+	return ""
 }
 
 // contModel is what a continuation attempt sent of its items: their
