@@ -330,7 +330,14 @@ func (p *pump) terminate(reason string, e *apierr.Error) string {
 	if p.ctx.Err() != nil {
 		return reasonClientGone
 	}
-	p.s.log.Warn("stream ended by the gateway", "surface", p.surface, "upstream", p.u.Name(), "reason", reason, "response_id", LogID(p.responseID))
+	// The id the client was shown, as every other line about its stream:
+	// a continuing target's own id (p.responseID) is internal to the rescue
+	// (confirmRescue).
+	id := p.responseID
+	if r := p.req.rescue; r != nil && r.clientID != "" {
+		id = r.clientID
+	}
+	p.s.log.Warn("stream ended by the gateway", "surface", p.surface, "upstream", p.u.Name(), "reason", reason, "response_id", LogID(id))
 	p.keepChatUsage()
 	p.cs.abort(e)
 	return reason

@@ -1285,7 +1285,9 @@ func (s *Server) followStored(ctx context.Context, rec store.StreamLog, after in
 // before a restart, or by another replica (Redis). It polls the store
 // until the log's record ends; a record that is not ended and was
 // abandoned by the process writing it ends the resume with an error
-// event, and so does a log whose events are not contiguous from after+1:
+// event, the log's terminal one (abandonedTerminalSeq: a resume from it
+// gets nothing more, one past it the 400 of a resume past the last event),
+// and so does a log whose events are not contiguous from after+1:
 // the store lost some (a flush, a restart without persistence, eviction),
 // and a resumer never gets a stream with a hole. Following a live stream
 // on a shared store, it marks the log followed (FollowStreamLog, every
@@ -1306,6 +1308,7 @@ func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, afte
 		lastNew = time.Now()
 	}
 	caughtUp := false
+	sent := false // anything written (events, keepalives): the answer's status is committed
 	lastKA := time.Now()
 	var marked time.Time // when this resumer last marked the log followed
 	for {
@@ -1333,7 +1336,7 @@ func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, afte
 			if err := out.Event(ev.Name, ev.Data); err != nil {
 				return err
 			}
-			next = ev.Seq + 1
+			next, sent = ev.Seq+1, true
 			if isTerminalType(gjson.GetBytes(ev.Data, "type").Str) {
 				return out.Flush()
 			}
@@ -1376,22 +1379,58 @@ func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, afte
 			}
 			return endWith(out, resumeErrorEvent(next, "the stream's log ends without a terminal event"))
 		case h.abandoned(cur, lastNew, idle):
-			// Numbered past every event its gateway may have sent a client
-			// (IssuedBelow), stored or not: never a number a client already
-			// holds for another event.
-			return endWith(out, resumeErrorEvent(max(next, cur.IssuedBelow), abandonedMessage))
+			terminal, err := h.abandonedTerminalSeq(ctx, cur)
+			switch {
+			case ctx.Err() != nil:
+				return stoppedFollowing(ctx, out, next)
+			case err != nil:
+				return endWith(out, readFailedEvent(next))
+			case next <= terminal:
+				return endWith(out, resumeErrorEvent(terminal, abandonedMessage))
+			case next == terminal+1: // resumed after the terminal event itself: nothing is left to send
+				return out.Flush()
+			case !sent:
+				// Past the last event: the 400 (a WebSocket error frame) an
+				// ended stream's resume gets before it begins.
+				return apierr.PastLastEvent(rec.ResponseID, next-1)
+			}
+			return endWith(out, errorEventOf(next, apierr.PastLastEvent(rec.ResponseID, next-1)))
 		}
 		if every > 0 && time.Since(lastKA) >= every {
 			lastKA = time.Now()
 			if err := out.KeepAlive(every); err != nil {
 				return err
 			}
+			sent = true
 		}
 		select {
 		case <-ctx.Done():
 			return stoppedFollowing(ctx, out, next)
 		case <-time.After(storePollEvery):
 		}
+	}
+}
+
+// abandonedTerminalSeq is the sequence number of the error event that ends
+// an abandoned stored log (abandoned): past every event its gateway may have
+// sent a client (IssuedBelow) and every event the store holds, so that it is
+// never a number a client already holds for another event. It is read from
+// the log alone, not from the resume asking, so that every resume, on every
+// replica, sends that terminal event under the same number, and one from it
+// or past it is answered as for an ended stream (README "Resuming a stream").
+// Events past IssuedBelow are stored only by a writer whose record writes
+// failed (confirmIssued); a record without the bound (0) is read through.
+func (h *streamLogs) abandonedTerminalSeq(ctx context.Context, rec store.StreamLog) (int64, error) {
+	end := rec.IssuedBelow
+	for {
+		evs, err := h.opts.Store.StreamEvents(ctx, rec.ResponseID, end-1, storedEventsPage)
+		if err != nil {
+			return 0, fmt.Errorf("reading the events of %s past %d: %w", LogID(rec.ResponseID), end-1, err)
+		}
+		if len(evs) == 0 {
+			return end, nil
+		}
+		end = evs[len(evs)-1].Seq + 1
 	}
 }
 
