@@ -52,9 +52,27 @@ type conversations struct {
 type sessionMemory struct {
 	mu    sync.Mutex
 	turns map[string]store.Turn
+	// continued names the turns whose response was continued after a
+	// failure (continuation.go): what the client was shown is not what
+	// the upstream that finished it holds (sessionChainBodyOverSocket).
+	continued map[string]bool
 }
 
-func newSessionMemory() *sessionMemory { return &sessionMemory{turns: map[string]store.Turn{}} }
+func newSessionMemory() *sessionMemory {
+	return &sessionMemory{turns: map[string]store.Turn{}, continued: map[string]bool{}}
+}
+
+func (m *sessionMemory) markContinued(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.continued[id] = true
+}
+
+func (m *sessionMemory) wasContinued(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.continued[id]
+}
 
 func (m *sessionMemory) put(t store.Turn) {
 	m.mu.Lock()

@@ -19,8 +19,10 @@ import (
 // every response it relays, not only those of Chat upstreams, so a follow-up
 // whose owner upstream is gone for good can be rehydrated: its kept history
 // and its own input go to the normal targets as one request without
-// previous_response_id. With portable off none of this runs: req.portable
-// stays nil and every hook below is a nil check.
+// previous_response_id. With portable off only a store:false turn on a
+// client WebSocket is kept (in the session's memory, for sessionChainBody);
+// for every other request req.portable stays nil and every hook below is a
+// nil check.
 
 // Rehydration reasons, as counted in sluice_continuity_rehydrations_total.
 const (
@@ -39,11 +41,20 @@ type portableTurn struct {
 }
 
 // startPortable gives a Responses request its portableTurn when portable
-// mode is on.
+// mode is on, or when its turn goes to its WebSocket session's memory
+// (keepsSessionTurn).
 func (s *Server) startPortable(req *clientRequest) {
-	if s.convs.portable && !req.ep.chat && req.portable == nil {
+	if (s.convs.portable || keepsSessionTurn(req)) && !req.ep.chat && req.portable == nil {
 		req.portable = &portableTurn{body: req.body}
 	}
+}
+
+// keepsSessionTurn reports whether req is a store:false request on a client
+// WebSocket: its turn is kept in the session's memory, portable or not, so
+// that a follow-up naming it can be sent in full to an upstream that keeps
+// no store:false response (sessionChainBody).
+func keepsSessionTurn(req *clientRequest) bool {
+	return req.viaWebSocket && req.storeFalse && req.memory != nil
 }
 
 // parentOf is the response the turn of req follows.
@@ -120,23 +131,28 @@ func nonEmptyArray(v gjson.Result) bool {
 // keepTurn records the turn of a response a Responses upstream served
 // (HTTP SSE, JSON or an upstream WebSocket) under the client-visible
 // response id: its own input items and its output, encrypted reasoning
-// dropped, chained on previous_response_id. store:false keeps it in the
-// client WebSocket session's memory only (nothing over HTTP), as the Chat
-// bridge does. Chat upstreams' turns are kept by chatbridge.go. The write
-// is synchronous and bounded: callers run it before the terminal event
-// goes out, so a follow-up sent right after the completion finds it.
+// dropped, chained on previous_response_id. store:false keeps it, whole,
+// in the client WebSocket session's memory only (nothing over HTTP), as
+// the Chat bridge does. Chat upstreams' turns are kept by chatbridge.go.
+// The write is synchronous and bounded: callers run it before the terminal
+// event goes out, so a follow-up sent right after the completion finds it.
 func (s *Server) keepTurn(ctx context.Context, req *clientRequest, u *upstream.Upstream, responseID string, output []json.RawMessage) {
 	pt := req.portable
 	if pt == nil || req.ep.chat || responseID == "" || u.Config().Protocol == upstream.ProtocolChat {
 		return
 	}
-	t := store.Turn{ResponseID: responseID, ParentID: pt.parentOf(req), Input: pt.ownInput(), Output: portableItems(output)}
 	if req.storeFalse {
 		if req.memory != nil {
-			req.memory.put(t)
+			// Kept whole, encrypted reasoning included: the session's own
+			// upstream is sent these items again in place of
+			// previous_response_id (sessionChainBody), and it resolves a
+			// store:false reasoning item only from its encrypted_content.
+			// They never leave the process; rehydrate strips them.
+			req.memory.put(store.Turn{ResponseID: responseID, ParentID: pt.parentOf(req), Input: inputItemsOf(pt.body), Output: output})
 		}
 		return
 	}
+	t := store.Turn{ResponseID: responseID, ParentID: pt.parentOf(req), Input: pt.ownInput(), Output: portableItems(output)}
 	if s.convs.durable == nil {
 		return
 	}
@@ -157,6 +173,9 @@ func (p *pump) keepTurn(resp gjson.Result) {
 	var output []json.RawMessage
 	if r := p.req.rescue; r != nil && tryOf(p.req).cont != nil {
 		id, output = r.clientID, p.cs.outputItems()
+		if keepsSessionTurn(p.req) {
+			p.req.memory.markContinued(r.clientID)
+		}
 	} else if out := resp.Get("output"); p.cs.hook == nil && nonEmptyArray(out) {
 		output = arrayItems(out)
 	} else {
@@ -184,7 +203,7 @@ func (s *Server) keepTurnJSON(ctx context.Context, req *clientRequest, u *upstre
 // false leaves the caller to fail closed as before.
 func (s *Server) rehydrate(ctx context.Context, req *clientRequest, owner string, u *upstream.Upstream, why string) bool {
 	pt := req.portable
-	if pt == nil {
+	if pt == nil || !s.convs.portable { // a session-memory turn only (keepsSessionTurn) is no portable one
 		return false
 	}
 	in := hostabi.RecoverInput{Surface: req.surface(), Upstream: owner, Code: hostabi.CodeOwnerUnavailable, Message: why,
@@ -207,7 +226,7 @@ func (s *Server) rehydrate(ctx context.Context, req *clientRequest, owner string
 			"owner_removed", in.OwnerRemoved, "owner_down_ms", in.OwnerDownMillis, "previous_response_id", LogID(req.previousResponseID))
 		return false
 	}
-	body, err := rehydratedBody(pt.body, history)
+	body, err := rehydratedBody(pt.body, portableItems(history)) // session memory keeps encrypted reasoning
 	if err != nil {
 		s.log.Error("building the rehydrated request failed", "previous_response_id", LogID(req.previousResponseID), "error", err)
 		return false

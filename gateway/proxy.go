@@ -857,7 +857,11 @@ func (s *Server) send(upCtx context.Context, firstByte func() (context.Context, 
 	if chat {
 		return s.sendChat(sendCtx, idle, req, u)
 	}
-	return s.sendHTTP(sendCtx, idle, req, u)
+	body, err := s.sessionChainBody(sendCtx, req, req.body) // wsmemory.go: a WebSocket's store:false chain, in full
+	if err != nil {
+		return nil, err
+	}
+	return s.sendHTTP(sendCtx, idle, req, u, body)
 }
 
 // post sends body to u's path with the request's headers. A non-2xx answer
@@ -950,8 +954,8 @@ func (e *answerTooLargeError) Error() string {
 	return fmt.Sprintf("the upstream answer exceeds %d bytes", e.limit)
 }
 
-func (s *Server) sendHTTP(upCtx context.Context, idle *idleTimer, req *clientRequest, u *upstream.Upstream) (*upstreamAnswer, error) {
-	resp, ans, err := s.post(upCtx, idle, req, u, req.ep.path, req.body)
+func (s *Server) sendHTTP(upCtx context.Context, idle *idleTimer, req *clientRequest, u *upstream.Upstream, reqBody []byte) (*upstreamAnswer, error) {
+	resp, ans, err := s.post(upCtx, idle, req, u, req.ep.path, reqBody)
 	if err != nil || ans.status/100 != 2 || ans.unusable != "" {
 		return ans, err
 	}
@@ -1036,6 +1040,9 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 	}
 	ans, err := s.send(upCtx, firstByte, waited, idle, req, u)
 	s.traceAnswer(req, ans)
+	if res, ok := s.sessionChainFailure(out, req, err); ok { // wsmemory.go
+		return res
+	}
 	var notSent *notSentError
 	if errors.As(err, &notSent) {
 		return s.notSentFailure(out, req, u, notSent)

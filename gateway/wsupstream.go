@@ -470,7 +470,11 @@ func (w *wsUpstreams) send(upCtx context.Context, firstByte func() (context.Cont
 	if e := w.refusedMode(u); e != nil {
 		return nil, e
 	}
-	frame, err := sjson.SetBytes(req.body, "type", "response.create")
+	body, err := w.s.sessionChainBodyOverSocket(upCtx, req) // wsmemory.go
+	if err != nil {
+		return nil, err
+	}
+	frame, err := sjson.SetBytes(body, "type", "response.create")
 	if err == nil {
 		frame, err = sjson.DeleteBytes(frame, "stream")
 	}

@@ -4,9 +4,15 @@
 # over HTTP and over WebSocket, in front of a Responses upstream and a
 # Chat-Completions-only one. The upstream is strict (scripts/e2e-upstream):
 # a model it does not serve or a previous_response_id it did not create is
-# refused, and every refusal fails the case. (Codex sends store:false and the
-# whole input every turn, so no previous_response_id reaches the upstream
-# here: scripts/e2e-node.sh checks that chain.)
+# refused, and every refusal fails the case. (Codex sends store:false; over
+# HTTP it sends the whole input every turn, but over a WebSocket it sends a
+# turn's tool output incrementally, with previous_response_id and only the new
+# items. The gateway sends that follow-up in full from the session's memory to
+# an upstream reached over HTTP (README "Privacy"), so no previous_response_id
+# reaches the upstream here either: scripts/e2e-node.sh checks that chain. The
+# fake upstream does not check store, so a store:false chain it was sent would
+# pass here where OpenAI refuses it: gateway/ws_storefalse_chain_test.go checks
+# what the upstream gets.)
 # Skips (exit 0) when npm cannot install Codex, except in CI (CI=true), where
 # that fails.
 set -euo pipefail

@@ -1,0 +1,91 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/sluice-gw/sluice/internal/apierr"
+)
+
+// A client WebSocket's store:false follow-up (Codex's incremental frame:
+// previous_response_id, store:false and only the new items) works against
+// an upstream's WebSocket, whose socket holds the previous response, but not
+// over HTTP: an upstream keeps no store:false response there (OpenAI answers
+// previous_response_not_found). The session keeps its store:false turns in
+// memory (keepsSessionTurn), so such a follow-up is sent over HTTP as one
+// self-contained request, as for a Chat upstream (README "Privacy").
+
+// sessionChainError is a store:false follow-up sessionChainBody could not
+// make self-contained: no upstream is called for it. failClosed is the
+// continuity_fail_closed_total reason, "" for an error that is no
+// continuity failure (a conversation longer than the gateway keeps).
+type sessionChainError struct {
+	aerr       *apierr.Error
+	failClosed string
+}
+
+func (e *sessionChainError) Error() string { return e.aerr.Message }
+
+// sessionChainBody is body as it goes to an upstream over HTTP: for a
+// store:false follow-up on a client WebSocket, the conversation's items
+// from the session's memory (then the store, for a stored start of the
+// chain) followed by body's own input, without previous_response_id, so the
+// upstream needs nothing it does not keep. Any other request's body is
+// returned as it is. A chain the session does not hold (made on another
+// socket, or before the socket was reopened) fails closed
+// (sessionChainError) rather than going to an upstream that cannot have it.
+func (s *Server) sessionChainBody(ctx context.Context, req *clientRequest, body []byte) ([]byte, error) {
+	if !keepsSessionTurn(req) || req.previousResponseID == "" || req.ep.chat {
+		return body, nil
+	}
+	history, aerr := s.convs.history(ctx, req)
+	switch {
+	case aerr == nil:
+	case aerr.Code == apierr.CodePreviousResponseNotFound:
+		return nil, &sessionChainError{failClosed: failPreviousNotFound, aerr: apierr.UpstreamUnavailable(http.StatusServiceUnavailable,
+			"previous_response_id '%s' names a store: false response this WebSocket session does not hold (it was made on another socket), and the upstream, reached over HTTP, keeps no store: false response; send the conversation's input in full",
+			req.previousResponseID)}
+	case aerr.Code == apierr.CodeUpstreamUnavailable: // the store could not be read (storeUnavailable)
+		return nil, &sessionChainError{failClosed: failOwnerLookupFailed, aerr: aerr}
+	default:
+		return nil, &sessionChainError{aerr: aerr}
+	}
+	out, err := rehydratedBody(body, history)
+	if err != nil {
+		return nil, &notSentError{err: err}
+	}
+	return out, nil
+}
+
+// sessionChainFailure answers a follow-up sessionChainBody refused (ok
+// false for any other error), before any upstream was called: a chain the
+// session does not hold fails closed with the retryable
+// upstream_unavailable (README, "Privacy").
+func (s *Server) sessionChainFailure(out responder, req *clientRequest, err error) (res attemptResult, ok bool) {
+	var chainErr *sessionChainError
+	if !errors.As(err, &chainErr) {
+		return attemptResult{}, false
+	}
+	if chainErr.failClosed != "" {
+		s.failClosedWith(out, req, chainErr.failClosed, chainErr.aerr)
+	} else {
+		out.fail(req, chainErr.aerr, failBeforeStream)
+	}
+	return attemptResult{next: nextDone}, true
+}
+
+// sessionChainBodyOverSocket is req's body as it goes over an upstream's
+// WebSocket. A store:false follow-up stays incremental there (the socket
+// holds the previous response), except one naming a response that was
+// continued after a failure: the upstream that finished it holds it with
+// its own tool call ids, while the client keeps those it was shown (README
+// "Continuation"), so an output naming the client's call id would find no
+// call there. That follow-up goes in full, from the session's memory,
+// with the calls as the client has them, as over HTTP.
+func (s *Server) sessionChainBodyOverSocket(ctx context.Context, req *clientRequest) ([]byte, error) {
+	if !keepsSessionTurn(req) || req.previousResponseID == "" || !req.memory.wasContinued(req.previousResponseID) {
+		return req.body, nil
+	}
+	return s.sessionChainBody(ctx, req, req.body)
+}
