@@ -395,8 +395,15 @@ func (s *Server) continueAfter(ctx context.Context, cs *clientStream, req *clien
 		af.cause.RetryAfter = try.fail.Hint
 		af.ev = eventWithWait(af.ev, try.fail.Hint)
 	}
+	// What the log says failed: a first_token timeout ends a stream whose
+	// client saw only the lifecycle events (or a Chat role chunk), no
+	// content (README "Routes and fallbacks", the first_token row).
+	failed := "stream failed after content"
+	if af.reason == reasonFirstToken {
+		failed = "stream failed after its lifecycle events (no content within first_token)"
+	}
 	if kind == "" {
-		s.log.Info("stream failed after content; not continued", "surface", req.surface(), "upstream", u.Name(), "class", af.class,
+		s.log.Info(failed+"; not continued", "surface", req.surface(), "upstream", u.Name(), "class", af.class,
 			"code", af.code, "verdict", v.String(), "reason", notContinuedReason(try, next, facts), "response_id", LogID(facts.responseID))
 		return attemptResult{}, false
 	}
@@ -418,7 +425,7 @@ func (s *Server) continueAfter(ctx context.Context, cs *clientStream, req *clien
 		s.rescueOutcome(req, try.cont.kind, "continued")
 	}
 	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "after_content_"+af.class).Inc()
-	s.log.Info("stream failed after content; continuing on the next target", "surface", req.surface(), "upstream", u.Name(),
+	s.log.Info(failed+"; continuing on the next target", "surface", req.surface(), "upstream", u.Name(),
 		"class", af.class, "code", af.code, "kind", kind, "next", next.String(), "bytes_sent", facts.bytes, "items_sent", facts.items,
 		"response_id", LogID(r.clientID))
 	why := "failed after content (" + af.class + ")"

@@ -668,7 +668,18 @@ attempts:
 		e = apierr.UpstreamUnavailable(http.StatusBadGateway, "%s", msg)
 		e.RetryAfter = wait
 	}
-	out.fail(req, e, failBeforeStream)
+	kind := failBeforeStream
+	if len(failures) == 0 && !req.viaWebSocket {
+		// No upstream was contacted (every target cooling down, behind an
+		// open circuit or down), so the client was sent nothing: a Responses
+		// stream, too, gets the status and JSON error with its Retry-After
+		// (README "Failover and replay"), which SDKs and Codex wait out,
+		// where they retry a response.failed at once. failInvalid answers
+		// an HTTP stream so, as it answers a request refused during a drain;
+		// a WebSocket keeps its error frame, which carries the wait already.
+		kind = failInvalid
+	}
+	out.fail(req, e, kind)
 }
 
 // relayCapacityError answers req with e, the capacity failure (429) an
@@ -1236,13 +1247,14 @@ func (s *Server) replay(ctx context.Context, out responder, req *clientRequest, 
 	var wait upstream.Failure // the upstream's wait, "retry now" included
 	wait.TakeHint(header, msg, time.Now())
 	in.RetryAfterMillis = wait.HintMillis()
-	switch in.FailureClass { // the target's cooldown (upstream package), whatever the verdict
-	case hostabi.FailureOverloaded:
-		try.fail = &upstream.Failure{Class: "overloaded", Reason: "stream error " + code, Hint: wait.Hint, Hinted: wait.Hinted}
-	case hostabi.FailureRateLimit, hostabi.FailureQuota:
-		f := upstream.CapacityFailure(header, msg, code, status, time.Now(), "stream error "+code)
-		try.fail = &f
-	}
+	// The target is charged whatever the verdict, as the same failure is
+	// as an HTTP status or after content (chargeFor; README "Routes and
+	// fallbacks": failures arriving as the stream's first event cool the
+	// target down too): a cut or garbled stream and a server error count
+	// towards its circuit, a capacity code starts its cooldown. A client
+	// error (the request's own) and context_length_exceeded are not the
+	// target's fault and cost it nothing.
+	try.fail = chargeFor(in.FailureClass, code, status, "stream error "+code, failureWait{header: header, message: msg})
 	// What the client learns if no target is left: the code and the
 	// failure's own message when it has one (OpenAI's own stream errors
 	// carry code null; a Chat answer the translator found unusable says why

@@ -3,7 +3,6 @@ package gateway_test
 import (
 	"io"
 	"net/http"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -65,8 +64,9 @@ func overloaded503(wait time.Duration) upstreamtest.Script {
 }
 
 // An upstream's 429 reaches the client with its Retry-After, and while the
-// target cools down for it every request, streamed Chat included, gets the
-// 429 rate_limit_exceeded with the remaining wait, not a bare 503.
+// target cools down for it every request, streamed Chat and Responses
+// included (no target is tried, so nothing was sent), gets the 429
+// rate_limit_exceeded with the remaining wait, not a bare 503.
 func TestRateLimitCooldownTellsTheClientTheWait(t *testing.T) {
 	h := newHarness(t, harnessConfig{})
 	h.ups["A"].Enqueue(upstreamtest.Status429(30 * time.Second))
@@ -84,21 +84,6 @@ func TestRateLimitCooldownTellsTheClientTheWait(t *testing.T) {
 		{"responses stream", "/v1/responses", `{"model":"m","input":"hi","stream":true}`},
 	} {
 		a := postForRetry(t, h, c.path, c.body)
-		if c.name == "responses stream" { // documented: response.created, then response.failed
-			if a.status != http.StatusOK || a.contentType != "text/event-stream; charset=utf-8" || !strings.Contains(a.body, `"code":"rate_limit_exceeded"`) {
-				t.Fatalf("%s during the cooldown: got %d %s %s, want the SSE stream failing with rate_limit_exceeded", c.name, a.status, a.contentType, a.body)
-			}
-			// No header reaches a stream client: the wait is in the message,
-			// in the words OpenAI's rate-limit errors use.
-			m := regexp.MustCompile(`try again in (\d+(?:\.\d{1,3})?)s`).FindStringSubmatch(a.body) // whole ms, as OpenAI writes it
-			if len(m) != 2 {
-				t.Fatalf("%s during the cooldown: no wait in the message: %s", c.name, a.body)
-			}
-			if wait, err := strconv.ParseFloat(m[1], 64); err != nil || wait <= 0 || wait > 30 {
-				t.Fatalf("%s during the cooldown: a wait of %q s in the message, want (0, 30]", c.name, m[1])
-			}
-			continue
-		}
 		// The upstream's error type comes with its code, never server_error
 		// on a 429.
 		if a.status != http.StatusTooManyRequests || a.code != "rate_limit_exceeded" || gjson.Get(a.body, "error.type").Str != "requests" {

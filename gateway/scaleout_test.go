@@ -239,9 +239,9 @@ func TestScaleOutSharedCooldown(t *testing.T) {
 // an upstream's 429, the replica that learnt the cooldowns from the other
 // one answers as that one does (README "Failover and replay", "Scale-out
 // with Redis": the same semantics): 429 rate_limit_exceeded with the
-// upstream's error type and the wait, in a Responses stream's
-// response.failed too, never 503 upstream_unavailable, and without calling
-// the upstreams.
+// upstream's error type and the wait, to a Responses stream too (no
+// upstream is tried, so nothing was sent), never 503 upstream_unavailable,
+// and without calling the upstreams.
 func TestScaleOutSharedRateLimitAnswers429(t *testing.T) {
 	r1, r2, upA, upB := sharedHealthReplicas(t)
 	upA.Enqueue(upstreamtest.Status429(30 * time.Second))
@@ -259,16 +259,13 @@ func TestScaleOutSharedRateLimitAnswers429(t *testing.T) {
 	}
 	checkRetryAfter(t, "replica 2 while A and B cool down", a, 1, 30)
 
+	// No upstream is tried, so nothing was sent: a Responses stream gets the
+	// status too.
 	s := postForRetry(t, r2, "/v1/responses", `{"model":"gpt-fake-1","input":"hi","stream":true}`)
-	failed := ""
-	for _, line := range strings.Split(s.body, "\n") {
-		if data, ok := strings.CutPrefix(line, "data: "); ok && gjson.Get(data, "type").Str == "response.failed" {
-			failed = data
-		}
+	if s.status != http.StatusTooManyRequests || s.code != "rate_limit_exceeded" || gjson.Get(s.body, "error.type").Str != "requests" {
+		t.Fatalf("replica 2's stream while A and B cool down: got %d %s, want 429 rate_limit_exceeded of type requests", s.status, s.body)
 	}
-	if s.status != http.StatusOK || gjson.Get(failed, "response.error.code").Str != "rate_limit_exceeded" {
-		t.Fatalf("replica 2's stream while A and B cool down: got %d %s, want response.failed with rate_limit_exceeded", s.status, s.body)
-	}
+	checkRetryAfter(t, "replica 2's stream while A and B cool down", s, 1, 30)
 	if upA.RequestCount() != nA || upB.RequestCount() != nB {
 		t.Fatalf("replica 2 called the upstreams replica 1 cooled down (A %d, B %d more)", upA.RequestCount()-nA, upB.RequestCount()-nB)
 	}

@@ -87,10 +87,10 @@ func checkClientError(t *testing.T, h *harness, path, body string, want wantedEr
 // branch on, another's null (README "Chat-Completions-only upstreams"). A
 // rate limit reaches every surface as the 429 with rate_limit_exceeded and
 // the upstream's type, a Responses stream as response.failed with that
-// code (not server_error), both from the request the upstream refused and
-// from the next one, answered while the target cools down (README
-// "Failover and replay"); the same errors in a 200's error envelope are
-// judged as their status.
+// code (not server_error) from the request the upstream refused, and as
+// the 429 from the next one, answered while the target cools down without
+// trying it (README "Failover and replay"); the same errors in a 200's
+// error envelope are judged as their status.
 func TestStatusSentAsCodeIsNoCodeToClients(t *testing.T) {
 	limited := wantedError{http.StatusTooManyRequests, "rate_limit_exceeded", "rate_limit_error"}
 	limitedStream := wantedError{http.StatusOK, "rate_limit_exceeded", ""}
@@ -118,6 +118,11 @@ func TestStatusSentAsCodeIsNoCodeToClients(t *testing.T) {
 					want = tc.stream
 				}
 				for i := 0; i < tc.requests; i++ {
+					if i > 0 {
+						// The target cools down: no upstream is tried, nothing
+						// was sent, and a Responses stream gets the status too.
+						want = tc.want
+					}
 					checkClientError(t, h, sf.path, sf.body, want)
 				}
 			})
