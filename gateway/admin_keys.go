@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"path"
 	"reflect"
@@ -87,15 +86,11 @@ type keyPatch struct {
 // change and the others stay (a JSON merge: {"limits":{"tpm":0}} lifts only
 // the tpm limit). A repeated key, trailing data, an unknown field or a value
 // of the wrong type is refused, naming the field.
-func readKeyPatch(w http.ResponseWriter, r *http.Request, p *keyPatch) bool {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxAdminBody+1))
+func (s *Server) readKeyPatch(w http.ResponseWriter, r *http.Request, p *keyPatch) bool {
+	body, aerr := s.readBodyUpTo(w, r, maxAdminBody) // within read_body, as every body
 	switch {
-	case err != nil:
-		apierr.Invalid("", apierr.CodeInvalidJSON, "reading the body: %v", err).Write(w)
-		return false
-	case len(body) > maxAdminBody:
-		(&apierr.Error{Status: http.StatusRequestEntityTooLarge, Type: apierr.TypeInvalidRequest, Code: apierr.CodeInvalidJSON,
-			Message: fmt.Sprintf("the body is larger than %d bytes", maxAdminBody)}).Write(w)
+	case aerr != nil:
+		aerr.Write(w)
 		return false
 	case !gjson.ValidBytes(body) || !gjson.ParseBytes(body).IsObject():
 		apierr.Invalid("", apierr.CodeInvalidJSON, `the body must be one JSON object {"name","models","limits"}`).Write(w)
@@ -289,7 +284,7 @@ func (s *Server) handleCreateKey(w http.ResponseWriter, r *http.Request, _ httpr
 		return
 	}
 	var p keyPatch
-	if !readKeyPatch(w, r, &p) {
+	if !s.readKeyPatch(w, r, &p) {
 		return
 	}
 	if !keyNameRE.MatchString(p.Name) {
@@ -341,7 +336,7 @@ func (s *Server) handlePatchKey(w http.ResponseWriter, r *http.Request, ps httpr
 	}
 	limits := rec.Limits
 	p := keyPatch{Limits: &limits}
-	if !readKeyPatch(w, r, &p) {
+	if !s.readKeyPatch(w, r, &p) {
 		return
 	}
 	if p.Name != "" && p.Name != name {

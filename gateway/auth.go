@@ -575,17 +575,24 @@ type keyCtxKey struct{}
 func (s *Server) gate(next http.Handler) http.Handler {
 	a := s.acct
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !strings.HasPrefix(r.URL.Path, "/v1/") {
-			next.ServeHTTP(w, r)
-			return
-		}
 		if _, seen := r.Context().Value(keyCtxKey{}).(*keyEntry); seen {
 			next.ServeHTTP(w, r) // re-dispatched (streaming input): checked already
 			return
 		}
+		// Every path's answer, an error or not, must not wait on a body
+		// its handler does not read (declaredBody).
+		r, body := trackBody(r)
+		defer func() { body.finish(w, r) }() // body as it is then: see the upgrade below
+		if !strings.HasPrefix(r.URL.Path, "/v1/") {
+			if body != nil {
+				w = &statusWriter{ResponseWriter: w, body: body}
+			}
+			next.ServeHTTP(w, r)
+			return
+		}
 		if m := modeAClientMeta(r); m != nil && m.takeOver() {
 			w.Header().Set("X-Request-Id", m.requestID)
-			s.serveGated(next, w, r, m, true)
+			s.serveGated(next, w, r, m, true, nil)
 			return
 		}
 		m := newReqMeta(r)
@@ -595,9 +602,9 @@ func (s *Server) gate(next http.Handler) http.Handler {
 		w.Header().Set("X-Request-Id", m.requestID)
 		k, aerr := a.authenticate(r.Header)
 		if aerr != nil {
-			if r.Close { // net/http drains an unread body only for a connection it keeps
-				discardBody(http.NewResponseController(w), r, time.Time{})
-			}
+			// Answered at once: what the client sent of a body is read
+			// after (finish), so that the close does not reset the 401.
+			body.answerBegins(w.Header())
 			aerr.Write(w)
 			s.countRequest(r, aerr.Status)
 			m.status, m.code = aerr.Status, aerr.Code
@@ -608,20 +615,27 @@ func (s *Server) gate(next http.Handler) http.Handler {
 			return
 		}
 		m.key = k
-		s.serveGated(next, w, r, m, false)
+		if isUpgrade(r) {
+			// Its connection is the WebSocket library's once it switched
+			// protocols: nothing may be read from it, or a deadline set on
+			// it, after the handler (a refused handshake's body is not
+			// tracked).
+			body = nil
+		}
+		s.serveGated(next, w, r, m, false, body)
 	})
 }
 
 // serveGated serves r with the key and record m, then counts and logs it
 // unless a handler did (or, for a Mode A client request whose assembled
 // request took m over, that request's gate does: dispatched is true there).
-func (s *Server) serveGated(next http.Handler, w http.ResponseWriter, r *http.Request, m *reqMeta, dispatched bool) {
+func (s *Server) serveGated(next http.Handler, w http.ResponseWriter, r *http.Request, m *reqMeta, dispatched bool, body *declaredBody) {
 	ctx := context.WithValue(r.Context(), keyCtxKey{}, m.key)
 	ctx = context.WithValue(ctx, metaCtxKey{}, m)
 	sw := w
 	var rec *statusWriter
 	if !isUpgrade(r) {
-		rec = &statusWriter{ResponseWriter: w, errorCodeOf: m}
+		rec = &statusWriter{ResponseWriter: w, errorCodeOf: m, body: body}
 		sw = rec
 	}
 	next.ServeHTTP(sw, r.WithContext(ctx))

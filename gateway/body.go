@@ -59,7 +59,14 @@ func (b *bodyBudget) release(n int64) { b.used.Add(-n) }
 // zstd Content-Encoding. The memory it reserves is released when it
 // returns: the body is then owned by the request, whose count is bounded by
 // max_connections.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (_ []byte, aerr *apierr.Error) {
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apierr.Error) {
+	return s.readBodyUpTo(w, r, s.opts.MaxBodyBytes)
+}
+
+// readBodyUpTo is readBody with a smaller size limit than the gateway's
+// (an admin API body): every body the gateway reads is read by this one
+// rule, within read_body and the body-memory budget.
+func (s *Server) readBodyUpTo(w http.ResponseWriter, r *http.Request, limit int64) (_ []byte, aerr *apierr.Error) {
 	rc := http.NewResponseController(w)
 	var bodyDeadline time.Time // zero until the body's deadline is set
 	defer func() {
@@ -72,7 +79,6 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (_ []byte, aer
 			discardBody(rc, r, bodyDeadline)
 		}
 	}()
-	limit := s.opts.MaxBodyBytes
 	if r.ContentLength > limit {
 		return nil, apierr.TooLarge(limit)
 	}
@@ -114,7 +120,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (_ []byte, aer
 		}
 		var err error
 		if body, err = newDecoder(enc, raw, limit); err != nil {
-			return nil, s.bodyError(err, fmt.Sprintf("the %s request body is corrupt", enc))
+			return nil, s.bodyError(err, limit, fmt.Sprintf("the %s request body is corrupt", enc))
 		}
 		if c, ok := body.(io.Closer); ok {
 			defer c.Close()
@@ -156,7 +162,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (_ []byte, aer
 			break
 		}
 		if err != nil {
-			return nil, s.bodyError(err, "could not read the request body")
+			return nil, s.bodyError(err, limit, "could not read the request body")
 		}
 	}
 	if int64(len(buf)) > limit {
@@ -191,6 +197,92 @@ func discardBody(rc *http.ResponseController, r *http.Request, bodyDeadline time
 	_ = r.Body.Close()
 }
 
+// declaredBody is the body a client declared (a Content-Length or chunked
+// encoding) on an HTTP/1.x connection, tracked for the handler's answer
+// (trackBody). Before it writes an answer's header, net/http reads what
+// the handler left of the body (up to 256 KiB) so that the connection can
+// carry the next request, and it does so with no deadline: a client that
+// declares a body and does not send it would hold every answer that does
+// not read it (a keyless 401, /healthz, a stored response's GET) and its
+// connection forever, which read_body is there to bound (SECURITY.md,
+// "Limits"). So an answer that begins while the body is unread closes the
+// connection (net/http then skips its drain) and what the client sent is
+// read only once the handler returned, bounded as a refused body is
+// (discardBody).
+type declaredBody struct {
+	io.ReadCloser
+	ended      atomic.Bool // read to its end, or closed
+	fullDuplex atomic.Bool // the handler answers while it arrives (streaming input's Mode A)
+	leftUnread bool        // the answer began before its end: drained after the handler (finish)
+}
+
+// trackBody is r with its body tracked (a shallow copy: net/http's own
+// request keeps its body, whose state it reads before answering), or r
+// and nil when there is nothing to track: no body declared, a request not
+// read from a client connection (a streaming-input dispatch) or HTTP/2,
+// whose streams carry no next request.
+func trackBody(r *http.Request) (*http.Request, *declaredBody) {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 || r.ProtoMajor != 1 ||
+		r.Context().Value(http.ServerContextKey) == nil {
+		return r, nil
+	}
+	b := &declaredBody{ReadCloser: r.Body}
+	r = r.WithContext(r.Context())
+	r.Body = b
+	return r, b
+}
+
+func (b *declaredBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) {
+		b.ended.Store(true)
+	}
+	return n, err
+}
+
+func (b *declaredBody) Close() error {
+	b.ended.Store(true)
+	return b.ReadCloser.Close()
+}
+
+// answerBegins is told, before the answer's header is written, whose
+// header is h: a body not read to its end marks the answer to close the
+// connection. b may be nil (nothing tracked).
+func (b *declaredBody) answerBegins(h http.Header) {
+	if b == nil || b.leftUnread || b.ended.Load() || b.fullDuplex.Load() {
+		return
+	}
+	b.leftUnread = true
+	h.Set("Connection", "close")
+}
+
+// answeredInFullDuplex notes that the handler reads the body while it
+// answers, closing the connection itself when the answer begins first.
+// b may be nil.
+func (b *declaredBody) answeredInFullDuplex() {
+	if b != nil {
+		b.fullDuplex.Store(true)
+	}
+}
+
+// finish is called once the handler returned, with the writer net/http
+// gave it: an answer that began with the body unread (or none written,
+// which net/http writes next) is sent, then what the client sent of the
+// body is read, within discardBody's bounds, so that the connection's
+// close does not reset the answer away. b may be nil.
+func (b *declaredBody) finish(w http.ResponseWriter, r *http.Request) {
+	if b == nil {
+		return
+	}
+	b.answerBegins(w.Header())
+	if !b.leftUnread {
+		return
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	discardBody(rc, r, time.Time{})
+}
+
 func newDecoder(enc string, r io.Reader, limit int64) (io.Reader, error) {
 	if enc == "gzip" {
 		return gzip.NewReader(r)
@@ -208,11 +300,11 @@ type zstdCloser struct{ *zstd.Decoder }
 
 func (z zstdCloser) Close() error { z.Decoder.Close(); return nil }
 
-func (s *Server) bodyError(err error, what string) *apierr.Error {
+func (s *Server) bodyError(err error, limit int64, what string) *apierr.Error {
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge), errors.Is(err, zstd.ErrDecoderSizeExceeded):
-		return apierr.TooLarge(s.opts.MaxBodyBytes)
+		return apierr.TooLarge(limit)
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return apierr.RequestTimeout(s.opts.ReadBodyTimeout)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

@@ -1914,11 +1914,18 @@ type statusWriter struct {
 	// the request noted itself stays (noteAnswerError).
 	errorCodeOf *reqMeta
 	codeRead    bool
+	// body, when set (the outermost writer of a request whose client
+	// declared a body: trackBody), learns when the answer begins, so that
+	// a body the handler left unread closes the connection rather than
+	// being drained by net/http with no deadline. Checked only while status
+	// is 0: nothing is added to the writes of a stream once it began.
+	body *declaredBody
 }
 
 func (w *statusWriter) WriteHeader(code int) {
 	if w.status == 0 {
 		w.status = code
+		w.body.answerBegins(w.Header())
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
@@ -1926,6 +1933,7 @@ func (w *statusWriter) WriteHeader(code int) {
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
+		w.body.answerBegins(w.Header())
 	}
 	if w.errorCodeOf != nil && !w.codeRead {
 		w.codeRead = true
@@ -1942,7 +1950,19 @@ func (w *statusWriter) Flush() { _ = w.FlushError() }
 // the controller stops at Flush above and every flush error (a client that
 // left, a write deadline) is lost until a later write fails.
 func (w *statusWriter) FlushError() error {
+	if w.status == 0 { // a flush before any write sends the header
+		w.body.answerBegins(w.Header())
+	}
 	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// EnableFullDuplex is what http.ResponseController.EnableFullDuplex calls
+// first: a handler that answers while the body still arrives (streaming
+// input's Mode A) reads the body on its own terms, so the answer beginning
+// before its end does not close the connection (declaredBody).
+func (w *statusWriter) EnableFullDuplex() error {
+	w.body.answeredInFullDuplex()
+	return http.NewResponseController(w.ResponseWriter).EnableFullDuplex()
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -425,7 +425,14 @@ func (s *Server) handleGetResponse(w http.ResponseWriter, r *http.Request, ps ht
 	}
 	owner := clientkey.Hash(r.Header)
 	q := r.URL.Query()
-	stream := q.Get("stream") == "true" || streamInBody(r)
+	stream := q.Get("stream") == "true"
+	if !stream {
+		var aerr *apierr.Error
+		if stream, aerr = s.streamInBody(w, r); aerr != nil {
+			aerr.Write(w)
+			return
+		}
+	}
 	after := int64(-1)
 	if v := q.Get("starting_after"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -534,13 +541,18 @@ func (k *writeNotingSink) KeepAlive(every time.Duration) error {
 }
 
 // streamInBody reads the {"stream":true} that some clients (the official
-// SDKs' GetStreaming) send as the body of the GET instead of the query.
-func streamInBody(r *http.Request) bool {
+// SDKs' GetStreaming) send as the body of the GET instead of the query. The
+// body is read as any request body is (readBody: within read_body, 408
+// beyond); one that is not JSON asks for no stream.
+func (s *Server) streamInBody(w http.ResponseWriter, r *http.Request) (bool, *apierr.Error) {
 	if r.Body == nil || r.ContentLength == 0 {
-		return false
+		return false, nil
 	}
-	b, err := io.ReadAll(io.LimitReader(r.Body, 4<<10))
-	return err == nil && gjson.GetBytes(b, "stream").Type == gjson.True
+	b, aerr := s.readBody(w, r)
+	if aerr != nil {
+		return false, aerr
+	}
+	return gjson.GetBytes(b, "stream").Type == gjson.True, nil
 }
 
 func withBackground(resp []byte, background bool) []byte {
