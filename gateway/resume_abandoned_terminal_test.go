@@ -129,13 +129,7 @@ func TestAbandonedStreamHasOneTerminalEvent(t *testing.T) {
 // answered as for an ended stream.
 func TestScaleOutAbandonedStreamHasOneTerminalEvent(t *testing.T) {
 	p := newDurablePair(t, 5*time.Second)
-	// The dead replica's last write, an hour ago by its clock.
-	dead, err := store.OpenRedis(context.Background(), store.RedisOptions{URL: p.redis.URL,
-		Options: store.Options{Now: func() time.Time { return time.Now().Add(-time.Hour) }}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = dead.Close() })
+	dead := deadReplicaStore(t, p)
 	ctx := context.Background()
 	const id = "resp_crashed"
 	const issued = 256

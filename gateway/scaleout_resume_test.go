@@ -336,13 +336,7 @@ func TestScaleOutCancelOnAnotherReplicaAnswersTheEnd(t *testing.T) {
 // instead of in_progress for ever.
 func TestScaleOutOrphanedBackgroundResponse(t *testing.T) {
 	p := newDurablePair(t, 5*time.Second)
-	// The dead replica's last write, an hour ago by its clock.
-	dead, err := store.OpenRedis(context.Background(), store.RedisOptions{URL: p.redis.URL,
-		Options: store.Options{Now: func() time.Time { return time.Now().Add(-time.Hour) }}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = dead.Close() })
+	dead := deadReplicaStore(t, p)
 	ctx := context.Background()
 	const id = "resp_orphan"
 	owner := clientkey.Hash(http.Header{"Authorization": {"Bearer " + clientKey}})
@@ -498,4 +492,17 @@ func TestScaleOutContinuationThroughFailingTargetsIsNotAbandoned(t *testing.T) {
 		_, b := r2.callBody(http.MethodGet, "/v1/responses/"+id, "")
 		return gjson.GetBytes(b, "status").Str == "completed"
 	})
+}
+
+// deadReplicaStore is a client of p's Redis whose clock is an hour behind:
+// what it writes is a dead replica's last write, long ago.
+func deadReplicaStore(t *testing.T, p *durablePair) *store.RedisStore {
+	t.Helper()
+	dead, err := store.OpenRedis(context.Background(), store.RedisOptions{URL: p.redis.URL,
+		Options: store.Options{Now: func() time.Time { return time.Now().Add(-time.Hour) }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dead.Close() })
+	return dead
 }
