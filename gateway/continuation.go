@@ -274,6 +274,9 @@ func chargeFor(class, code string, status int, why string, wait failureWait) *up
 		f := upstream.CapacityFailure(wait.header, wait.message, code, status, time.Now(), why)
 		return &f
 	case hostabi.FailureCut, hostabi.FailureServerError, hostabi.FailureErrorEvent:
+		if class == hostabi.FailureErrorEvent && !hostabi.RetryableEvent(code, status) {
+			return nil // a code about the request (invalid_prompt, a content policy's): not the target's fault
+		}
 		f := upstream.Failure{Class: "server_error", Reason: why}
 		f.TakeHint(wait.header, wait.message, time.Now())
 		return &f

@@ -63,29 +63,47 @@ func TestRouteChargesFailureBeforeContent(t *testing.T) {
 		})
 	}
 
-	t.Run("client error as the first event", func(t *testing.T) {
-		h := newHarness(t, harnessConfig{
-			upstreams: []upstreamtest.Options{{Name: "P"}, {Name: "B"}},
-			opts: gateway.Options{Routes: []gateway.Route{
-				{Models: []string{"fast"}, Targets: []gateway.RouteTarget{{Upstream: "P"}, {Upstream: "B", Model: "gpt-4.1"}}},
-			}},
+	// Failures about the request, which another target would refuse the
+	// same way, cost the target nothing: a 4xx error event, and a
+	// response.failed whose code is the request's (OpenAI's content
+	// refusals carry no status).
+	clientFaults := map[string]upstreamtest.Script{
+		"client error as the first event": upstreamtest.Failure(upstreamtest.ShapeErrorEvent, http.StatusBadRequest,
+			upstreamtest.ErrorBody("Invalid value for 'temperature'.", "invalid_request_error", "invalid_value", "temperature")).AfterCreated(),
+		"response.failed with a code about the prompt": upstreamtest.Failure(upstreamtest.ShapeFailed, 0,
+			upstreamtest.ErrorBody("Invalid prompt: your prompt was flagged as potentially violating our usage policy.", "", "invalid_prompt", "")).AfterCreated(),
+	}
+	for name, invalid := range clientFaults {
+		t.Run(name, func(t *testing.T) {
+			clientFault(t, invalid)
 		})
-		invalid := upstreamtest.Failure(upstreamtest.ShapeErrorEvent, http.StatusBadRequest,
-			upstreamtest.ErrorBody("Invalid value for 'temperature'.", "invalid_request_error", "invalid_value", "temperature")).AfterCreated()
-		h.ups["P"].Enqueue(invalid, invalid, invalid)
-		for range 3 {
-			streamedText(t, h, "fast")
-		}
-		if text := streamedText(t, h, "fast"); text != "Hello from P" {
-			t.Fatalf("after 3 client errors P is skipped: client got %q", text)
-		}
-		if tg, listed := h.target("P", "fast"); listed && (tg.Circuit != "closed" || tg.Failures != 0) {
-			t.Fatalf("client errors charged to P: %+v", tg)
-		}
-		if m := h.metrics(); strings.Contains(m, `sluice_target_failures_total{`) {
-			t.Fatalf("client errors counted as target failures:\n%s", grep(m, "sluice_target_failures"))
-		}
+	}
+}
+
+// clientFault checks that a target answering three requests with the
+// failure invalid, a fault of the request's, is neither skipped nor
+// charged.
+func clientFault(t *testing.T, invalid upstreamtest.Script) {
+	t.Helper()
+	h := newHarness(t, harnessConfig{
+		upstreams: []upstreamtest.Options{{Name: "P"}, {Name: "B"}},
+		opts: gateway.Options{Routes: []gateway.Route{
+			{Models: []string{"fast"}, Targets: []gateway.RouteTarget{{Upstream: "P"}, {Upstream: "B", Model: "gpt-4.1"}}},
+		}},
 	})
+	h.ups["P"].Enqueue(invalid, invalid, invalid)
+	for range 3 {
+		streamedText(t, h, "fast")
+	}
+	if text := streamedText(t, h, "fast"); text != "Hello from P" {
+		t.Fatalf("after 3 client errors P is skipped: client got %q", text)
+	}
+	if tg, listed := h.target("P", "fast"); listed && (tg.Circuit != "closed" || tg.Failures != 0) {
+		t.Fatalf("client errors charged to P: %+v", tg)
+	}
+	if m := h.metrics(); strings.Contains(m, `sluice_target_failures_total{`) {
+		t.Fatalf("client errors counted as target failures:\n%s", grep(m, "sluice_target_failures"))
+	}
 }
 
 // streamedText sends a Responses stream request for model and returns the

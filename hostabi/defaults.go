@@ -183,9 +183,16 @@ func beforeContent(in ReplayInput) ReplayVerdict {
 }
 
 // retryableEvent reports whether an error event of no known class is worth
-// another target: no code at all, a capacity code, server_error or a 5xx.
-func retryableEvent(in ReplayInput) bool {
-	return in.Code == "" || in.Code == "server_error" || IsReplayableCode(in.Code) || in.HTTPStatus >= 500
+// another target (RetryableEvent).
+func retryableEvent(in ReplayInput) bool { return RetryableEvent(in.Code, in.HTTPStatus) }
+
+// RetryableEvent reports whether an error event of no known class, with
+// code and status, is the upstream's failure, worth another target and
+// charged to this one: no code at all, a capacity code, server_error or a
+// 5xx. Any other code (invalid_prompt, a content policy's) is about the
+// request, which another target would refuse the same way.
+func RetryableEvent(code string, status int) bool {
+	return code == "" || code == "server_error" || IsReplayableCode(code) || status >= 500
 }
 
 // continuation decides how content already sent is rescued: by a prefill
