@@ -51,7 +51,7 @@ func TestHelpGolden(t *testing.T) {
 		golden string
 		ways   [][]string
 	}{
-		{"help", [][]string{{"help"}, {"--help"}, {"-h"}, {"help", "help"}}},
+		{"help", [][]string{{"help"}, {"--help"}, {"-h"}, {"help", "help"}, {"help", "--help"}, {"help", "-h"}, {"help", "-help"}}},
 		{"serve-help", [][]string{{"serve", "--help"}, {"serve", "-h"}, {"serve", "-help"}, {"help", "serve"}, {"serve", "--listen", "x", "--help"}}},
 		{"demo-help", [][]string{{"demo", "--help"}, {"demo", "-h"}, {"help", "demo"}}},
 		{"version-help", [][]string{{"version", "--help"}, {"version", "-h"}, {"help", "version"}}},

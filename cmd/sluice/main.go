@@ -75,7 +75,7 @@ func runHelp(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	case "policy":
 		return runPolicy(ctx, append([]string{"help"}, args[1:]...), stdout, stderr)
-	case "help":
+	case "help", "--help", "-help", "-h": // help's own help, as every command answers --help
 		if len(args) == 1 {
 			fmt.Fprint(stdout, usage)
 			return 0

@@ -394,7 +394,7 @@ func assemble(ctx context.Context, cfg config.Config, logger hclog.Logger, admin
 			logger.Error("closing the policy runtime", "error", err)
 		}
 	})
-	if err := checkPolicyConfig(cfg.Policies, cfg.FailClosedRewrites(), rt.Status(), logger); err != nil {
+	if err := checkPolicyConfig(&cfg, rt.Status(), logger); err != nil {
 		return nil, cleanup, err
 	}
 	tp, err := tracerProvider(ctx, cfg.Tracing, logger) // tracing.go: nil without tracing.otlp_endpoint
@@ -544,15 +544,19 @@ func policyConfig(in map[string]any) map[string]json.RawMessage {
 // config for a name no policy has is logged: policy_dir may get that file
 // later, but more often the name is misspelled. A policy held to its
 // rewrites (failClosed) that serves no rewrite hook is a config error too:
-// the gateway would refuse every request for want of its rewrite.
-func checkPolicyConfig(configured map[string]any, failClosed []string, loaded []plugins.PolicyStatus, logger hclog.Logger) error {
+// the gateway would refuse every request for want of its rewrite. Its
+// problems are reported as the file's are, at the line of policies.NAME:
+// only the policy judges its config, so they come once the rest of the file
+// is right (README "Running it").
+func checkPolicyConfig(cfg *config.Config, loaded []plugins.PolicyStatus, logger hclog.Logger) error {
+	configured, failClosed := cfg.Policies, cfg.FailClosedRewrites()
 	byName := make(map[string]plugins.PolicyStatus, len(loaded))
 	names := make([]string, 0, len(loaded))
 	for _, st := range loaded {
 		byName[st.Name] = st
 		names = append(names, st.Name)
 	}
-	var problems []string
+	var problems []config.Problem
 	for _, name := range slices.Sorted(maps.Keys(configured)) {
 		st, ok := byName[name]
 		var failClosedProblem string
@@ -564,15 +568,12 @@ func checkPolicyConfig(configured map[string]any, failClosed []string, loaded []
 			logger.Warn("a policy config names no loaded policy; it waits for a policy_dir file of that name",
 				"key", "policies."+name, "loaded", strings.Join(names, ", "))
 		case st.State == plugins.StateRejected && st.SHA256 == "":
-			problems = append(problems, fmt.Sprintf("policies.%s: the policy refused its config or could not load: %s", name, st.LastError))
+			problems = append(problems, config.Problem{Key: "policies." + name, Msg: "the policy refused its config or could not load: " + st.LastError})
 		case failClosedProblem != "":
-			problems = append(problems, fmt.Sprintf("policies.%s.%s: %s", name, config.FailClosedKey, failClosedProblem))
+			problems = append(problems, config.Problem{Key: "policies." + name + "." + config.FailClosedKey, Msg: failClosedProblem})
 		}
 	}
-	if len(problems) > 0 {
-		return fmt.Errorf("config: %s", strings.Join(problems, "; "))
-	}
-	return nil
+	return cfg.Refuse(problems...)
 }
 
 // policyStatusHandler serves GET /admin/policies.

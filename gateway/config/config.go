@@ -70,6 +70,34 @@ type Config struct {
 	Store Store `yaml:"store"`
 	// Tracing exports OpenTelemetry spans over OTLP/HTTP (tracing.go).
 	Tracing Tracing `yaml:"tracing"`
+
+	// file is the path Load read (none: ""), and lines the line each key
+	// path is written on there, for the problems found only once the
+	// config is in use (Refuse).
+	file  string
+	lines map[string]int
+}
+
+// Problem is a problem with a key found only once the config is in use (a
+// policy refusing its policies.NAME at load): Key is the key's path.
+type Problem struct{ Key, Msg string }
+
+// Refuse reports problems found after loading the way Load reports the
+// file's own: "config FILE: line N: key: problem" (README "Running it"),
+// each at the line its key, or else its nearest written parent, is on.
+func (c *Config) Refuse(problems ...Problem) error {
+	ps := make([]problem, len(problems))
+	for i, p := range problems {
+		ps[i] = problem{key: p.Key, msg: p.Msg}
+	}
+	err := renderProblems(c.lines, ps)
+	switch {
+	case err == nil:
+		return nil
+	case c.file != "":
+		return &FileError{Path: c.file, Err: err}
+	}
+	return fmt.Errorf("config: %s", Indent(err))
 }
 
 // Streams configures how client streams treat their upstreams' events.
@@ -229,6 +257,28 @@ type Upstream struct {
 	// Prefill says whether the upstream accepts a trailing assistant
 	// message to continue from; absent means it does.
 	Prefill *bool `yaml:"prefill"`
+
+	weightWritten bool // the file wrote a weight (absent or empty: 1)
+}
+
+// UnmarshalYAML decodes the upstream and notes whether its weight was
+// written: an absent weight is 1, but a written 0 reads as "no share" and
+// the pool has no such thing (every upstream in rotation gets at least
+// weight 1), so it is refused rather than quietly served as 1 (README
+// "weight"), and only the file tells the two apart.
+func (u *Upstream) UnmarshalYAML(n *yaml.Node) error {
+	type plain Upstream // without this method: no recursion
+	var w struct {
+		Weight *int `yaml:"weight"`
+	}
+	if err := n.Decode((*plain)(u)); err != nil {
+		return err
+	}
+	if err := n.Decode(&w); err != nil {
+		return err
+	}
+	u.weightWritten = w.Weight != nil
+	return nil
 }
 
 // Duration is a time.Duration written as "5s", "1m30s" or "168h".
@@ -305,6 +355,7 @@ func Load(path string) (Config, error) {
 	if err != nil {
 		return cfg, &FileError{Path: path, Err: err}
 	}
+	cfg.file = path
 	return cfg, nil
 }
 
@@ -344,7 +395,7 @@ func Parse(raw []byte, lookup func(string) (string, bool)) (Config, error) {
 	docs := yaml.NewDecoder(bytes.NewReader(raw))
 	var root yaml.Node
 	if err := docs.Decode(&root); err != nil && !errors.Is(err, io.EOF) { // io.EOF: an empty file
-		return cfg, fmt.Errorf("invalid YAML: %w%s", err, flowEnvRefHint(raw))
+		return cfg, syntaxError(raw, err)
 	}
 	if err := refuseMoreDocuments(docs); err != nil {
 		return cfg, err
@@ -378,6 +429,7 @@ func Parse(raw []byte, lookup func(string) (string, bool)) (Config, error) {
 		return logOnly(Defaults(), &root), fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "yaml: "))
 	}
 	problems = append(problems, cfg.validate(&chk.unread)...)
+	cfg.lines = chk.lines
 	return cfg, chk.render(problems)
 }
 
@@ -429,33 +481,44 @@ func refuseMoreDocuments(docs *yaml.Decoder) error {
 	}
 }
 
-// flowEnvRefHint explains the likeliest cause of a syntax error in a file
-// that has an unquoted ${VAR} inside a flow collection ([...] or {...}, the
-// style README's examples use): there "{" and "}" end the collection, so
-// the reference is not a plain scalar and the file does not parse, whatever
-// the variable holds. ${VAR} is expanded in the parsed values, never in the
-// text (a value must not be able to add YAML of its own), so the fix is the
-// quotes. The hint names the line and key the YAML library's error often
-// does not (it reports the start of the enclosing collection). "" when
-// there is no such reference.
-func flowEnvRefHint(raw []byte) string {
-	line, key, ref := unquotedFlowEnvRef(raw)
+// syntaxError is raw's YAML syntax error err, with the likeliest cause
+// explained when raw has an unquoted ${VAR} inside a flow collection ([...]
+// or {...}, the style README's examples use): there "{" and "}" end the
+// collection, so the reference is not a plain scalar and the file does not
+// parse, whatever the variable holds. ${VAR} is expanded in the parsed
+// values, never in the text (a value must not be able to add YAML of its
+// own), so the fix is the quotes. When quoting the reference changes the
+// error, it was the cause: the error is reported at the reference's line
+// alone, since yaml.v3 names another (near the start of the enclosing
+// collection) and one error must not point at two lines.
+func syntaxError(raw []byte, err error) error {
+	at, line, key, ref := unquotedFlowEnvRef(raw)
 	if ref == "" {
-		return ""
+		return fmt.Errorf("invalid YAML: %w", err)
 	}
 	quoted := fmt.Sprintf("%q", ref)
+	fix := quoted
 	if key != "" {
-		quoted = key + ": " + quoted
+		fix = key + ": " + quoted
 	}
-	return fmt.Sprintf(" (line %d: an unquoted %s inside [...] or {...} is not valid YAML; quote it: %s)", line, ref, quoted)
+	hint := fmt.Sprintf("an unquoted %s inside [...] or {...} is not valid YAML; quote it: %s", ref, fix)
+	var doc yaml.Node
+	again := yaml.NewDecoder(bytes.NewReader(slices.Concat(raw[:at], []byte(quoted), raw[at+len(ref):]))).Decode(&doc)
+	if again == nil || again.Error() != err.Error() {
+		return fmt.Errorf("invalid YAML: line %d: %s (%s)", line, yamlErrorPrefix.ReplaceAllString(err.Error(), ""), hint)
+	}
+	return fmt.Errorf("invalid YAML: %w (line %d: %s)", err, line, hint) // another error comes first
 }
 
+// yamlErrorPrefix is what yaml.v3 puts before a syntax error's text.
+var yamlErrorPrefix = regexp.MustCompile(`^yaml: (line \d+: )?`)
+
 // unquotedFlowEnvRef finds the first ${VAR} outside quotes and comments
-// inside a flow collection: its line (1-based), the key before it on that
-// line ("" for none) and the reference. It reads the text the way YAML's
+// inside a flow collection: its offset in raw, its line (1-based), the key
+// before it on that line ("" for none) and the reference. It reads the text the way YAML's
 // flow context does, closely enough for a hint: a quote opens a quoted
 // scalar only where a scalar may start.
-func unquotedFlowEnvRef(raw []byte) (line int, key, ref string) {
+func unquotedFlowEnvRef(raw []byte) (at, line int, key, ref string) {
 	line, depth := 1, 0
 	var quote byte       // the open quote, or 0
 	var prev byte = '\n' // the last character outside quotes that is not a space
@@ -489,14 +552,14 @@ func unquotedFlowEnvRef(raw []byte) (line int, key, ref string) {
 				if k := flowKey.FindSubmatch(raw[lineStart:i]); k != nil {
 					key = string(k[1])
 				}
-				return line, key, string(raw[i : i+loc[1]])
+				return i, line, key, string(raw[i : i+loc[1]])
 			}
 		}
 		if c != ' ' && c != '\t' && quote == 0 && c != '"' && c != '\'' {
 			prev = c
 		}
 	}
-	return 0, "", ""
+	return 0, 0, "", ""
 }
 
 // flowKey is the key a value after it belongs to: "api_key: " at the end of
@@ -624,7 +687,9 @@ func (c *Config) validate(unread *unreadable) []problem {
 	} else if c.Streams.ResumeMaxBytes > maxBytes {
 		bad("streams.resume_max_bytes", "must be at most %d (1 TiB)", maxBytes)
 	}
-	if c.Streams.ResumeMemoryBytes < c.Streams.ResumeMaxBytes {
+	// A resume_max_bytes already refused is no bound for another key
+	// (README "Running it": no problem as a consequence of another).
+	if c.Streams.ResumeMaxBytes <= maxBytes && c.Streams.ResumeMemoryBytes < c.Streams.ResumeMaxBytes {
 		bad("streams.resume_memory_bytes", "must be at least streams.resume_max_bytes (%d)", c.Streams.ResumeMaxBytes)
 	} else if c.Streams.ResumeMemoryBytes > maxBytes {
 		bad("streams.resume_memory_bytes", "must be at most %d (1 TiB)", maxBytes)
@@ -659,7 +724,9 @@ func (c *Config) validate(unread *unreadable) []problem {
 			bad(l.key, "must be at most %d (1 TiB)", l.upTo)
 		}
 	}
-	if c.Limits.BodyMemoryBytes > 0 && c.Limits.BodyMemoryBytes < c.Limits.MaxBodyBytes {
+	// Only a max_body_bytes in range bounds body_memory_bytes: one refused
+	// above would make it a second problem the file never wrote.
+	if c.Limits.BodyMemoryBytes > 0 && c.Limits.MaxBodyBytes <= maxBytes && c.Limits.BodyMemoryBytes < c.Limits.MaxBodyBytes {
 		bad("limits.body_memory_bytes", "must be at least limits.max_body_bytes (%d)", c.Limits.MaxBodyBytes)
 	}
 	for i, p := range c.TrustedProxies {
@@ -730,6 +797,8 @@ func (c *Config) validate(unread *unreadable) []problem {
 		}
 		if u.Weight < 0 {
 			bad(key+".weight", "must not be negative")
+		} else if u.Weight == 0 && u.weightWritten {
+			bad(key+".weight", "must be at least 1: it is a share of the requests, and 0 is not \"no share\"; to take an upstream out of rotation, remove it from upstreams: (and from any route's targets)")
 		} else if u.Weight > maxWeight {
 			bad(key+".weight", "must be at most %d", maxWeight)
 		}

@@ -13,12 +13,12 @@ func TestUnquotedEnvRefInAFlowCollectionIsExplained(t *testing.T) {
 	env := func(string) (string, bool) { return "abc-0123456789", true }
 	const flow = "listen: 127.0.0.1:1\nupstreams: [{name: a, base_url: http://127.0.0.1:1/v1, api_key: ${VLLM_KEY}}]\n"
 	_, err := Parse([]byte(flow), env)
-	want := `(line 2: an unquoted ${VLLM_KEY} inside [...] or {...} is not valid YAML; quote it: api_key: "${VLLM_KEY}")`
-	if err == nil || !strings.HasPrefix(err.Error(), "invalid YAML: ") || !strings.HasSuffix(err.Error(), want) {
+	want := `(an unquoted ${VLLM_KEY} inside [...] or {...} is not valid YAML; quote it: api_key: "${VLLM_KEY}")`
+	if err == nil || !strings.HasPrefix(err.Error(), "invalid YAML: line 2: ") || !strings.HasSuffix(err.Error(), want) {
 		t.Fatalf("error %v, want one ending %s", err, want)
 	}
 	blockItem := "upstreams:\n  - {name: a, base_url: http://127.0.0.1:1/v1,\n     api_key: ${K:-x}}\n"
-	if _, err := Parse([]byte(blockItem), env); err == nil || !strings.Contains(err.Error(), `line 3: an unquoted ${K:-x} inside`) ||
+	if _, err := Parse([]byte(blockItem), env); err == nil || !strings.Contains(err.Error(), `line 3: did not find expected ',' or '}' (an unquoted ${K:-x} inside`) ||
 		!strings.Contains(err.Error(), `quote it: api_key: "${K:-x}"`) {
 		t.Fatalf("block sequence of flow mappings: %v", err)
 	}

@@ -222,12 +222,13 @@ func (c *checker) recordLine(path string, line int) {
 	c.lines[path] = line
 }
 
-// lineOf is the line path, or else its nearest written ancestor, is
-// written on (0: none is). A problem about a key the file leaves out
-// (routes[0].targets: is required) points at the section that lacks it.
-func (c *checker) lineOf(path string) int {
+// lineIn is the line path, or else its nearest written ancestor, is
+// written on according to lines (0: none is). A problem about a key the
+// file leaves out (routes[0].targets: is required) points at the section
+// that lacks it.
+func lineIn(lines map[string]int, path string) int {
 	for {
-		if line, ok := c.lines[path]; ok {
+		if line, ok := lines[path]; ok {
 			return line
 		}
 		if path == "" {
@@ -252,12 +253,15 @@ func parentPath(path string) string {
 
 // render joins problems, each as "line N: key: problem" when its line is
 // known; nil when there are none.
-func (c *checker) render(problems []problem) error {
+func (c *checker) render(problems []problem) error { return renderProblems(c.lines, problems) }
+
+// renderProblems is render with the lines of a file's keys (lines).
+func renderProblems(lines map[string]int, problems []problem) error {
 	errs := make([]error, 0, len(problems))
 	for _, p := range problems {
 		line := p.line
 		if line == 0 {
-			line = c.lineOf(p.key)
+			line = lineIn(lines, p.key)
 		}
 		if line > 0 {
 			errs = append(errs, fmt.Errorf("line %d: %s", line, p.text()))

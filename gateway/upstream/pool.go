@@ -42,7 +42,7 @@ type Config struct {
 	Name      string
 	BaseURL   string // e.g. https://api.openai.com/v1, no trailing slash
 	APIKey    string
-	Weight    int // relative share of the pool's requests (see Pool.Pick); <=0 means 1
+	Weight    int // relative share of the pool's requests (see Pool.Pick); <=0 (unset) means 1: config refuses a written 0, which would read as no share
 	Protocol  string
 	Transport string
 	// ForwardHeaders names client headers that still reach this upstream

@@ -51,11 +51,13 @@ commands:
   check FILE [-config JSON|@FILE] [-memory-mib N] [-wasm-cache-dir DIR]
         load FILE as the gateway would, run its self-test, print its hooks
   test FILE -recording DIR [-expect EXPECT.jsonl] [-config JSON|@FILE]
-       [-max-body-bytes N] [-memory-mib N] [-call-timeout D]
+       [-upstreams A,B | -gateway-config FILE] [-max-body-bytes N]
+       [-memory-mib N] [-call-timeout D] [-wasm-cache-dir DIR]
         replay every hook input recorded in DIR (record_dir) through FILE,
         print {"hook","request","recorded_verdict","verdict","changed"} per
         input and a summary; exit 1 when EXPECT disagrees
-  test FILE -events EVENTS.jsonl [-config JSON|@FILE] [-max-body-bytes N]
+  test FILE -events EVENTS.jsonl [-config JSON|@FILE]
+       [-upstreams A,B | -gateway-config FILE] [-max-body-bytes N]
        [-memory-mib N] [-call-timeout D] [-wasm-cache-dir DIR]
         run each event through FILE (then the built-in defaults) and print one
         JSON result per line; an event is {"hook":"recover","input":{…}},
