@@ -83,11 +83,13 @@ func TestCancelOfAContinuedBackgroundRunEndsItCancelled(t *testing.T) {
 			if end := accessLinesOf(h, requestID)[1]; end["background"] != "ended" || end["reason"] != "cancelled" {
 				t.Errorf("the run's end line: %v, want background=ended reason=cancelled", end)
 			}
-			m := h.waitMetric(`sluice_stream_terminal_total{reason="cancelled",surface="responses_stream"} 1`)
+			// Counted under the request's surface: a background create
+			// without stream is a JSON request (README "Access log").
+			m := h.waitMetric(`sluice_stream_terminal_total{reason="cancelled",surface="responses_json"} 1`)
 			if strings.Contains(m, `outcome="client_gone"`) {
 				t.Errorf("a cancelled run counted as a client that left:\n%s", grepLines(m, "sluice_rescues_total"))
 			}
-			if tc.continued && !strings.Contains(m, `sluice_rescues_total{kind="prefill",outcome="cancelled",surface="responses_stream"} 1`) {
+			if tc.continued && !strings.Contains(m, `sluice_rescues_total{kind="prefill",outcome="cancelled",surface="responses_json"} 1`) {
 				t.Errorf("the continuation the cancel stopped is not counted cancelled:\n%s", grepLines(m, "sluice_rescues_total"))
 			}
 			if n := strings.Count(grepLines(m, "sluice_stream_terminal_total"), "\n") + 1; n != 1 {

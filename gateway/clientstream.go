@@ -466,7 +466,7 @@ func (cs *clientStream) countLocked(reason string) {
 	}
 	cs.counted = true
 	reason = cs.stoppedReason(reason)
-	cs.s.metrics.streamTerminal.WithLabelValues(cs.surface, reason).Inc()
+	cs.s.metrics.streamTerminal.WithLabelValues(cs.req.countedSurface(), reason).Inc()
 	if cs.onEnd != nil {
 		cs.onEnd(reason)
 	}
@@ -1239,10 +1239,23 @@ func (cs *clientStream) requestEcho() translate.RequestEcho {
 // logged as any Responses stream's (logLocked), so the id the client was
 // shown can be read, resumed and its input items listed like any other.
 // Nothing runs on after it: a client that left has nothing to detach from.
+// Its response.created is the client's first event, timed from the
+// request's arrival as any stream's is (eventLocked): the access line's
+// ttfe and sluice_time_to_first_event_seconds include the streams that
+// failed before any content.
 func (s *Server) writeGatewayTerminal(req *clientRequest, sink eventSink, e *apierr.Error) {
 	cs := &clientStream{s: s, req: req, surface: req.surface(), chat: req.ep.chat, sink: sink, wrote: true, createdAt: time.Now().Unix(),
 		resumable: s.keepsStreamLog(req), bodyEcho: translate.EchoOf(req.body)}
+	m := req.meta
+	if m != nil {
+		cs.start, cs.wrote = m.start, false
+	}
 	cs.abort(e)
+	if m != nil && cs.wrote {
+		m.mu.Lock()
+		m.firstEvent()
+		m.mu.Unlock()
+	}
 }
 
 // ---- reading upstream events ----

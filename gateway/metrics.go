@@ -79,7 +79,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}, []string{"surface", "reason"})
 	reg.MustRegister(m.skippedEvents)
 	m.rescues = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "sluice_rescues_total", Help: "Continuations of a stream that failed after content reached the client, by surface, kind (prefill, restart) and outcome.",
+		Name: "sluice_rescues_total", Help: "Continuation attempts of streams that failed after content reached the client, one count per attempt (a refused prefill and its restart are two), by surface, kind (prefill, restart) and how the attempt ended (outcome).",
 	}, []string{"surface", "kind", "outcome"})
 	m.keepalives = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_keepalives_total", Help: "Keepalives written to streaming clients while the upstream was silent (SSE comments, WebSocket pings), by surface.",

@@ -1178,7 +1178,7 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 			hint, _ := upstream.RetryAfter(waitHeader, msg, time.Now())
 			capacityErr = apierr.CapacityExhausted(code, errorField(end.ev, "type"), hint, "%s", msg)
 		}
-		res, replay := s.replay(ctx, cs, req, u, replays, ans, code, status, msg, waitHeader)
+		res, replay := s.replay(ctx, cs, req, u, replays, ans, code, status, msg, waitHeader, false)
 		if f := tryOf(req).fail; capacityErr != nil && f != nil {
 			f.Type = capacityErr.Type // the upstream's type, with its code, while the target cools down
 		}
@@ -1233,9 +1233,12 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 // (code "transport"). header holds the failure's wait (Retry-After,
 // retry-after-ms) when it came with one: a WebSocket error frame's
 // headers. replay is false when the request is not replayed:
-// the caller then passes the failure on.
+// the caller then passes the failure on. counted says the caller already
+// counted the attempt in sluice_upstream_attempts_total (a transport fault,
+// by its cause): one request sent is one count, so a replay then adds no
+// "replayed" of its own.
 func (s *Server) replay(ctx context.Context, out responder, req *clientRequest, u *upstream.Upstream, replays int,
-	ans *upstreamAnswer, code string, status int, msg string, header http.Header) (attemptResult, bool) {
+	ans *upstreamAnswer, code string, status int, msg string, header http.Header, counted bool) (attemptResult, bool) {
 	try := tryOf(req)
 	// response_created_seen and response_id_assigned stay false: they say
 	// what the client was sent (ABI.md §3.2), and the upstream's
@@ -1289,11 +1292,15 @@ func (s *Server) replay(ctx context.Context, out responder, req *clientRequest, 
 				fmt.Sprintf("the upstream that owns previous_response_id failed (%s) and a pinned request is not replayed elsewhere; retry later", code))
 			return attemptResult{next: nextDone}, true
 		}
-		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "replayed").Inc()
+		if !counted {
+			s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "replayed").Inc()
+		}
 		s.log.Info("replaying on another upstream", "upstream", u.Name(), "code", code, "replay", replays+1)
 		return attemptResult{next: nextReplayOther, why: why}, true
 	case hostabi.ReplaySameUpstream:
-		s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "replayed").Inc()
+		if !counted {
+			s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "replayed").Inc()
+		}
 		s.log.Info("replaying on the same upstream", "upstream", u.Name(), "code", code, "replay", replays+1)
 		return attemptResult{next: nextReplaySame, why: why}, true
 	}
@@ -1307,10 +1314,11 @@ func (s *Server) replay(ctx context.Context, out responder, req *clientRequest, 
 // target); when it declines, e is the answer of a client that has seen
 // nothing (failBeforeStream): the HTTP status and JSON error, Chat streams
 // included, response.failed on a Responses stream, an error frame on a
-// WebSocket (README "Failover and replay").
+// WebSocket (README "Failover and replay"). The caller counted the attempt
+// by its cause (README "Observability"), replayed or not.
 func (s *Server) transportBeforeContent(ctx context.Context, out responder, req *clientRequest, u *upstream.Upstream, replays int,
 	ans *upstreamAnswer, e *apierr.Error) attemptResult {
-	if res, replay := s.replay(ctx, out, req, u, replays, ans, "transport", 0, "", nil); replay {
+	if res, replay := s.replay(ctx, out, req, u, replays, ans, "transport", 0, "", nil, true); replay {
 		res.why = e.Message // what happened, for the answer if no target is left (the upstream may have sent response.created)
 		return res
 	}

@@ -78,6 +78,20 @@ func (r *clientRequest) surface() string {
 	return r.ep.jsonLabel
 }
 
+// countedSurface is the surface the request is counted under, as
+// sluice_requests_total and its access lines count it (README "Access
+// log"). It is surface, except for a background create without stream: its
+// run is a stream (runBackground, the one that sets onLog: its answer is
+// the log's first Response) whose client was answered with JSON, and its
+// end is that JSON request's. The policies and the stream hook see the
+// stream the run is (surface).
+func (r *clientRequest) countedSurface() string {
+	if r.onLog != nil && !r.viaWebSocket {
+		return r.ep.jsonLabel
+	}
+	return r.surface()
+}
+
 // parseRequest validates the fields the gateway relies on and leaves every
 // other field untouched, so unknown fields pass through to the upstream.
 // maxDepth bounds the body's nesting before any recursive parser runs.

@@ -1086,7 +1086,7 @@ type resumeSink interface {
 
 // follow writes the events after `after` to out, then the live ones until
 // the terminal event; it returns when the log ended, ctx is done or a write
-// fails. out gets a keepalive every `every` while nothing happens. A log
+// fails. out gets a keepalive once nothing was written for `every`. A log
 // that ends before `after` (past its last event) returns that
 // *apierr.Error when nothing was written yet, for the caller to answer
 // with, and ends what was written with an error event otherwise.
@@ -1143,6 +1143,9 @@ func (l *streamLog) follow(ctx context.Context, after int64, out resumeSink, eve
 			return endWith(out, errorEventOf(next, nothing))
 		}
 		if len(batch) > 0 {
+			// A keepalive comes once nothing was written for a period
+			// (README "Continuation"), not every period while events flow.
+			ka.Reset(every)
 			continue // more may have come meanwhile
 		}
 		if err := out.Flush(); err != nil || ended {
@@ -1294,8 +1297,8 @@ func (s *Server) followStored(ctx context.Context, rec store.StreamLog, after in
 // followRenewEvery), so the replica running it keeps it past detach_grace.
 // A ctx cancelled with errDraining ends it with drainedFollowEvent; any
 // other end of ctx (the client left) returns ctx's error. out gets a
-// keepalive every `every` (timeouts.keepalive), as a follower of a log held
-// here does (follow).
+// keepalive once nothing was written for `every` (timeouts.keepalive), as a
+// follower of a log held here does (follow).
 func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, after int64, out resumeSink, idle, every time.Duration) error {
 	st := h.opts.Store
 	sh := h.shared()
@@ -1308,9 +1311,9 @@ func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, afte
 		lastNew = time.Now()
 	}
 	caughtUp := false
-	sent := false // anything written (events, keepalives): the answer's status is committed
-	lastKA := time.Now()
-	var marked time.Time // when this resumer last marked the log followed
+	sent := false           // anything written (events, keepalives): the answer's status is committed
+	lastWrite := time.Now() // events or a keepalive
+	var marked time.Time    // when this resumer last marked the log followed
 	for {
 		if sh != nil && !rec.Ended && !rec.Background && time.Since(marked) >= followRenewEvery {
 			marked = time.Now()
@@ -1345,6 +1348,7 @@ func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, afte
 			if caughtUp {
 				lastNew = time.Now()
 			}
+			lastWrite = time.Now() // a keepalive comes once nothing was written for a period (README "Continuation")
 			continue
 		}
 		caughtUp = true
@@ -1396,8 +1400,8 @@ func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, afte
 			}
 			return endWith(out, errorEventOf(next, apierr.PastLastEvent(rec.ResponseID, next-1)))
 		}
-		if every > 0 && time.Since(lastKA) >= every {
-			lastKA = time.Now()
+		if every > 0 && time.Since(lastWrite) >= every {
+			lastWrite = time.Now()
 			if err := out.KeepAlive(every); err != nil {
 				return err
 			}

@@ -249,6 +249,10 @@ type reqTrace struct {
 	// attempts a continuation replaced), and whether the request failed.
 	ending   trace.Span
 	endingAt time.Time
+	// endingWhy is the ending attempt's own failure, if it had one: a
+	// continuation target that failed, whose request ends with the failure
+	// that started the rescue (README "Continuation").
+	endingWhy string
 	// failedAttempt is the last attempt that failed, ended (at failedAt)
 	// once what the attempt loop did next is known: when the next attempt
 	// starts, with failedRescue, its decision; when the request ends
@@ -458,7 +462,7 @@ func (rt *reqTrace) endAttempt(result []attribute.KeyValue, failed bool, reason 
 	rt.ending = nil
 	span.SetAttributes(result...)
 	if failed {
-		why := firstNonEmpty(reason, "failed")
+		why := firstNonEmpty(rt.endingWhy, reason, "failed") // the attempt's own failure, as every failed attempt's span says
 		span.SetAttributes(attribute.String("sluice.failure", why), attribute.String("sluice.rescue", rescueDecision(nextStop)))
 		span.SetStatus(codes.Error, why)
 	}
@@ -603,7 +607,14 @@ func (s *Server) traceAttemptEnd(req *clientRequest, res attemptResult) {
 		if rt.ending != nil { // an earlier loop's ending attempt: this one ends the request
 			rt.ending.End(trace.WithTimestamp(rt.endingAt))
 		}
-		rt.ending, rt.endingAt = span, time.Now()
+		rt.ending, rt.endingAt, rt.endingWhy = span, time.Now(), ""
+		// The failure charged to the target (tryState.fail) is the
+		// attempt's own; the request's end reason may be an earlier
+		// attempt's (a continuation target that failed ends the stream
+		// with the failure that started the rescue).
+		if f := tryOf(req).fail; f != nil {
+			rt.endingWhy = f.Reason
+		}
 		return
 	}
 	if res.why != "" {
