@@ -48,18 +48,34 @@ type conversations struct {
 }
 
 // sessionMemory holds a WebSocket session's store:false turns; it is dropped
-// with the socket.
+// with the socket. What it holds is bounded (limits.ws_session_memory_bytes,
+// SECURITY.md "WebSocket"): the oldest turns are evicted first, and a
+// follow-up whose chain reaches an evicted turn fails closed as one naming a
+// chain the socket never held does (sessionChainBody).
 type sessionMemory struct {
 	mu    sync.Mutex
-	turns map[string]store.Turn
+	limit int64 // bytes of kept items; 0: no bound
+	held  int64 // bytes of the items of the turns kept
+	turns map[string]*sessionTurn
+	// order is the ids of the turns kept, oldest first: eviction's order.
+	order []string
 	// continued names the turns whose response was continued after a
 	// failure (continuation.go): what the client was shown is not what
 	// the upstream that finished it holds (sessionChainBodyOverSocket).
 	continued map[string]bool
 }
 
-func newSessionMemory() *sessionMemory {
-	return &sessionMemory{turns: map[string]store.Turn{}, continued: map[string]bool{}}
+// sessionTurn is one kept turn: its items, their size, and the upstream
+// whose WebSocket served it ("" when it came over HTTP or a free socket),
+// the only one that may be sent an incremental follow-up naming it.
+type sessionTurn struct {
+	turn   store.Turn
+	size   int64
+	heldBy string
+}
+
+func newSessionMemory(limit int64) *sessionMemory {
+	return &sessionMemory{limit: limit, turns: map[string]*sessionTurn{}, continued: map[string]bool{}}
 }
 
 func (m *sessionMemory) markContinued(id string) {
@@ -74,17 +90,69 @@ func (m *sessionMemory) wasContinued(id string) bool {
 	return m.continued[id]
 }
 
-func (m *sessionMemory) put(t store.Turn) {
+// turnBytes is what a turn costs the session's bound: the bytes of its
+// kept items.
+func turnBytes(t store.Turn) int64 {
+	var n int64
+	for _, it := range t.Input {
+		n += int64(len(it))
+	}
+	for _, it := range t.Output {
+		n += int64(len(it))
+	}
+	return n
+}
+
+// put keeps t, served over heldBy's WebSocket ("" otherwise), then evicts
+// the oldest turns while the session holds more than its bound; a turn
+// larger than the bound on its own is not kept either.
+func (m *sessionMemory) put(t store.Turn, heldBy string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.turns[t.ResponseID] = t
+	size := turnBytes(t)
+	if old, ok := m.turns[t.ResponseID]; ok { // the same response again: replaced where it stands
+		m.held += size - old.size
+		old.turn, old.size, old.heldBy = t, size, heldBy
+	} else {
+		m.turns[t.ResponseID] = &sessionTurn{turn: t, size: size, heldBy: heldBy}
+		m.order = append(m.order, t.ResponseID)
+		m.held += size
+	}
+	for m.limit > 0 && m.held > m.limit && len(m.order) > 0 {
+		id := m.order[0]
+		m.order[0] = ""
+		m.order = m.order[1:]
+		m.held -= m.turns[id].size
+		delete(m.turns, id)
+		delete(m.continued, id)
+	}
 }
 
 func (m *sessionMemory) get(id string) (store.Turn, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	t, ok := m.turns[id]
-	return t, ok
+	if !ok {
+		return store.Turn{}, false
+	}
+	return t.turn, true
+}
+
+// holds reports whether the session keeps the turn of response id.
+func (m *sessionMemory) holds(id string) bool {
+	_, ok := m.get(id)
+	return ok
+}
+
+// heldBy is the upstream whose WebSocket served response id, "" when none
+// did or the session does not keep it.
+func (m *sessionMemory) heldBy(id string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if t, ok := m.turns[id]; ok {
+		return t.heldBy
+	}
+	return ""
 }
 
 // history expands previous_response_id into the conversation's items,
@@ -148,7 +216,7 @@ func (c *conversations) remember(ctx context.Context, req *clientRequest, respon
 	}
 	if conv.info.Store != nil && !*conv.info.Store {
 		if req.memory != nil {
-			req.memory.put(t)
+			req.memory.put(t, "") // a Chat upstream has no socket holding it
 		}
 		return // store:false over HTTP: nothing is kept
 	}

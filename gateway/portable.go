@@ -136,7 +136,10 @@ func nonEmptyArray(v gjson.Result) bool {
 // the Chat bridge does. Chat upstreams' turns are kept by chatbridge.go.
 // The write is synchronous and bounded: callers run it before the terminal
 // event goes out, so a follow-up sent right after the completion finds it.
-func (s *Server) keepTurn(ctx context.Context, req *clientRequest, u *upstream.Upstream, responseID string, output []json.RawMessage) {
+// heldBy names the upstream whose WebSocket served it, "" otherwise: only
+// that upstream's socket holds the response for an incremental follow-up
+// (sessionChainBodyOverSocket).
+func (s *Server) keepTurn(ctx context.Context, req *clientRequest, u *upstream.Upstream, responseID string, output []json.RawMessage, heldBy string) {
 	pt := req.portable
 	if pt == nil || req.ep.chat || responseID == "" || u.Config().Protocol == upstream.ProtocolChat {
 		return
@@ -148,7 +151,7 @@ func (s *Server) keepTurn(ctx context.Context, req *clientRequest, u *upstream.U
 			// previous_response_id (sessionChainBody), and it resolves a
 			// store:false reasoning item only from its encrypted_content.
 			// They never leave the process; rehydrate strips them.
-			req.memory.put(store.Turn{ResponseID: responseID, ParentID: pt.parentOf(req), Input: inputItemsOf(pt.body), Output: output})
+			req.memory.put(store.Turn{ResponseID: responseID, ParentID: pt.parentOf(req), Input: inputItemsOf(pt.body), Output: output}, heldBy)
 		}
 		return
 	}
@@ -181,14 +184,18 @@ func (p *pump) keepTurn(resp gjson.Result) {
 	} else {
 		output = p.cs.outputItems()
 	}
-	p.s.keepTurn(p.ctx, p.req, p.u, strings.Clone(id), output)
+	heldBy := ""
+	if servedOverWebSocket(p.src) {
+		heldBy = p.u.Name()
+	}
+	p.s.keepTurn(p.ctx, p.req, p.u, strings.Clone(id), output, heldBy)
 }
 
 // keepTurnJSON records the turn of a complete (non-stream) Response body.
 func (s *Server) keepTurnJSON(ctx context.Context, req *clientRequest, u *upstream.Upstream, body []byte) {
 	r := gjson.ParseBytes(body)
 	if id := r.Get("id"); id.Type == gjson.String {
-		s.keepTurn(ctx, req, u, strings.Clone(id.Str), arrayItems(r.Get("output")))
+		s.keepTurn(ctx, req, u, strings.Clone(id.Str), arrayItems(r.Get("output")), "") // a JSON answer came over HTTP
 	}
 }
 

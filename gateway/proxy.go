@@ -374,10 +374,15 @@ func CheckRewrittenBody(ctx context.Context, endpoint string, body []byte, clien
 
 // pin resolves the owner of previous_response_id. It returns false when the
 // request was failed closed: the owner is known but unusable, or the lookup
-// failed. A pinned request never silently goes to another upstream.
+// failed. A pinned request never silently goes to another upstream. A
+// store:false follow-up whose turn its WebSocket session holds needs no
+// owner (selfContainedChain) and is not pinned.
 func (s *Server) pin(ctx context.Context, out responder, req *clientRequest) bool {
 	s.startPortable(req) // portable.go: nothing unless continuity.portable
 	if s.cont == nil || req.previousResponseID == "" || req.ep.chat {
+		return true
+	}
+	if selfContainedChain(req) { // wsmemory.go: any target can be sent it in full
 		return true
 	}
 	res := s.cont.resolve(ctx, req.surface(), req.previousResponseID, req.scope)

@@ -105,6 +105,10 @@ type Options struct {
 	MaxWSInboundBytes  int64         // any client frame; larger closes the socket (1009); default 64 MiB
 	UpstreamSockets    int           // cap on upstream WebSockets kept open; default 1024
 	UpstreamSocketIdle time.Duration // an idle upstream WebSocket is closed after this; default 5m
+	// WSSessionMemoryBytes bounds the store:false turns one client
+	// WebSocket keeps for its follow-ups (sessionMemory); the oldest are
+	// evicted first; default 64 MiB.
+	WSSessionMemoryBytes int64
 
 	// Store keeps response anchors for previous_response_id continuity;
 	// nil turns continuity off.
@@ -270,6 +274,7 @@ func New(opts Options) (*Server, error) {
 	}
 	setDefault(&opts.UpstreamSockets, def.Limits.UpstreamSockets)
 	setDefault(&opts.UpstreamSocketIdle, def.Timeouts.UpstreamIdle.D())
+	setDefault(&opts.WSSessionMemoryBytes, def.Limits.WSSessionMemoryBytes)
 	if opts.Transport == nil {
 		opts.Transport = NewTransport(opts.ConnectTimeout, opts.HeaderTimeout)
 	}

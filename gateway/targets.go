@@ -96,7 +96,37 @@ func (s *Server) candidatesFor(ctx context.Context, req *clientRequest) *candida
 		}
 		c.list = kept
 	}
+	if only == nil {
+		c.list = preferSocketHolder(req, c.list)
+	}
 	return c
+}
+
+// preferSocketHolder moves to the front the targets of the upstream whose
+// WebSocket holds the previous response of a store:false follow-up that is
+// not pinned (selfContainedChain): there it goes as the incremental frame
+// (sessionChainBodyOverSocket), anywhere else in full. The others keep the
+// route's order behind it, for failover.
+func preferSocketHolder(req *clientRequest, list []upstream.Target) []upstream.Target {
+	if !selfContainedChain(req) || req.memory.wasContinued(req.previousResponseID) {
+		return list
+	}
+	holder := req.memory.heldBy(req.previousResponseID)
+	if holder == "" {
+		return list
+	}
+	out := make([]upstream.Target, 0, len(list))
+	for _, t := range list {
+		if t.Upstream.Name() == holder {
+			out = append(out, t)
+		}
+	}
+	for _, t := range list {
+		if t.Upstream.Name() != holder {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // limit is the attempt bound: MaxAttempts, and with a route of T targets at

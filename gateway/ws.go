@@ -83,7 +83,7 @@ func (s *Server) handleWebSocket(w http.ResponseWriter, r *http.Request, _ httpr
 		header.Del(k)
 	}
 	metaOf(r).ws = true // each frame logs its own access line
-	sess := &wsSession{s: s, conn: conn, header: header, fwd: forwardingOf(r, s.opts.TrustedProxies), keyHash: clientkey.Hash(header), key: keyOf(r), requestID: metaOf(r).requestID, memory: newSessionMemory(),
+	sess := &wsSession{s: s, conn: conn, header: header, fwd: forwardingOf(r, s.opts.TrustedProxies), keyHash: clientkey.Hash(header), key: keyOf(r), requestID: metaOf(r).requestID, memory: newSessionMemory(s.opts.WSSessionMemoryBytes),
 		// Its chunks count in the streaming-input chunk series, as REST
 		// and Mode A chunks do (gateway/streaminput/README.md, "Metrics").
 		input: streaminput.NewAccumulator(streaminput.AccumulatorOptions{MaxBytes: s.opts.MaxWSFrameBytes, MaxJSONDepth: s.opts.MaxJSONDepth,

@@ -132,9 +132,10 @@ func TestWebSocketStoreFalseChainNotHeldFailsClosed(t *testing.T) {
 // cut on P and restarted on B, whose call has its own id: the client keeps
 // the call id it was shown, and its incremental tool output goes to B in
 // full from the session's memory, the function call and its output under
-// that same call id, whether B is reached over HTTP or over its own
-// WebSocket (which holds B's response with B's call id, one the client
-// never saw).
+// that same call id, whether it is reached over HTTP or over an upstream's
+// own WebSocket (B's holds B's response with B's call id, one the client
+// never saw). The follow-up is not pinned to B (the session holds its
+// chain): it goes to the route's first target, P, as any request does.
 func TestWebSocketStoreFalseFollowUpAfterToolRescueKeepsCallIDs(t *testing.T) {
 	for _, transport := range []string{"http", "websocket"} {
 		t.Run(transport, func(t *testing.T) {
@@ -154,17 +155,17 @@ func TestWebSocketStoreFalseFollowUpAfterToolRescueKeepsCallIDs(t *testing.T) {
 			if last := lastFrame(t, second); last.typ != "response.completed" {
 				t.Fatalf("the tool output: %s", last.data)
 			}
-			reqs := h.ups["B"].Requests()
-			if len(reqs) != 2 {
-				t.Fatalf("B got %d requests, want the restart and the follow-up", len(reqs))
+			reqs := h.ups["P"].Requests()
+			if len(reqs) != 2 || h.ups["B"].RequestCount() != 1 {
+				t.Fatalf("P got %d requests and B %d, want the cut and the follow-up on P, the restart on B", len(reqs), h.ups["B"].RequestCount())
 			}
 			got := reqs[1].Body
 			if gjson.GetBytes(got, "previous_response_id").Exists() || inputShape(got) != "message: function_call:call_p function_call_output:call_p" {
-				t.Fatalf("the follow-up reached B as %q (previous_response_id %s); want the call and its output under one call id\n%s",
+				t.Fatalf("the follow-up reached P as %q (previous_response_id %s); want the call and its output under one call id\n%s",
 					inputShape(got), gjson.GetBytes(got, "previous_response_id").Raw, got)
 			}
 			if transport == "websocket" && !reqs[1].WebSocket {
-				t.Fatal("the follow-up did not go over B's WebSocket")
+				t.Fatal("the follow-up did not go over P's WebSocket")
 			}
 		})
 	}

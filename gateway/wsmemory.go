@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/sluice-gw/sluice/gateway/upstream"
 	"github.com/sluice-gw/sluice/internal/apierr"
 )
 
@@ -44,7 +45,7 @@ func (s *Server) sessionChainBody(ctx context.Context, req *clientRequest, body 
 	case aerr == nil:
 	case aerr.Code == apierr.CodePreviousResponseNotFound:
 		return nil, &sessionChainError{failClosed: failPreviousNotFound, aerr: apierr.UpstreamUnavailable(http.StatusServiceUnavailable,
-			"previous_response_id '%s' names a store: false response this WebSocket session does not hold (it was made on another socket), and the upstream, reached over HTTP, keeps no store: false response; send the conversation's input in full",
+			"previous_response_id '%s' names a store: false response whose conversation this WebSocket session does not hold (it was made on another socket, or its oldest turns were dropped past limits.ws_session_memory_bytes), and the upstream it goes to keeps no store: false response for it; send the conversation's input in full",
 			req.previousResponseID)}
 	case aerr.Code == apierr.CodeUpstreamUnavailable: // the store could not be read (storeUnavailable)
 		return nil, &sessionChainError{failClosed: failOwnerLookupFailed, aerr: aerr}
@@ -75,17 +76,34 @@ func (s *Server) sessionChainFailure(out responder, req *clientRequest, err erro
 	return attemptResult{next: nextDone}, true
 }
 
-// sessionChainBodyOverSocket is req's body as it goes over an upstream's
-// WebSocket. A store:false follow-up stays incremental there (the socket
-// holds the previous response), except one naming a response that was
-// continued after a failure: the upstream that finished it holds it with
-// its own tool call ids, while the client keeps those it was shown (README
-// "Continuation"), so an output naming the client's call id would find no
-// call there. That follow-up goes in full, from the session's memory,
-// with the calls as the client has them, as over HTTP.
-func (s *Server) sessionChainBodyOverSocket(ctx context.Context, req *clientRequest) ([]byte, error) {
-	if !keepsSessionTurn(req) || req.previousResponseID == "" || !req.memory.wasContinued(req.previousResponseID) {
+// sessionChainBodyOverSocket is req's body as it goes over u's WebSocket. A
+// store:false follow-up stays incremental only where the previous response
+// is held: on the socket of the upstream that served it, unless it was
+// continued after a failure (the upstream that finished it holds it with
+// its own tool call ids, while the client keeps those it was shown, README
+// "Continuation", so an output naming the client's call id would find no
+// call there). Sent to any other upstream (the follow-up is not pinned to
+// its owner when the session's memory holds its turn: selfContainedChain),
+// or after a continuation, it goes in full from the session's memory, with
+// the calls as the client has them, as over HTTP. A follow-up whose turn
+// the memory does not hold is pinned to its owner and stays incremental.
+func (s *Server) sessionChainBodyOverSocket(ctx context.Context, req *clientRequest, u *upstream.Upstream) ([]byte, error) {
+	if !keepsSessionTurn(req) || req.previousResponseID == "" || !req.memory.holds(req.previousResponseID) {
+		return req.body, nil
+	}
+	if req.memory.heldBy(req.previousResponseID) == u.Name() && !req.memory.wasContinued(req.previousResponseID) {
 		return req.body, nil
 	}
 	return s.sessionChainBody(ctx, req, req.body)
+}
+
+// selfContainedChain reports whether req is a store:false follow-up on a
+// client WebSocket whose previous response the session's memory holds: it
+// can go in full to any target (sessionChainBody), so it is routed,
+// replayed and continued like any request, not pinned to the upstream that
+// owns previous_response_id (README "Failover and replay"). An ancestor
+// the memory no longer holds (evicted past limits.ws_session_memory_bytes)
+// fails it closed when its body is built, before any upstream is called.
+func selfContainedChain(req *clientRequest) bool {
+	return keepsSessionTurn(req) && req.previousResponseID != "" && !req.ep.chat && req.memory.holds(req.previousResponseID)
 }

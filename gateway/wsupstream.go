@@ -470,7 +470,7 @@ func (w *wsUpstreams) send(upCtx context.Context, firstByte func() (context.Cont
 	if e := w.refusedMode(u); e != nil {
 		return nil, e
 	}
-	body, err := w.s.sessionChainBodyOverSocket(upCtx, req) // wsmemory.go
+	body, err := w.s.sessionChainBodyOverSocket(upCtx, req, u) // wsmemory.go
 	if err != nil {
 		return nil, err
 	}
@@ -719,6 +719,22 @@ func refusesWebSocketMode(status int) bool {
 
 // wsSource reads upstream WebSocket frames as events: one request's turn on
 // a socket.
+// servedOverWebSocket reports whether src, an answer's events through the
+// wrappers they may pass (chatSourceOf), came over an upstream WebSocket,
+// where the upstream keeps the response for an incremental follow-up.
+func servedOverWebSocket(src eventSource) bool {
+	for {
+		switch s := src.(type) {
+		case *wsSource:
+			return true
+		case interface{ wrapped() eventSource }:
+			src = s.wrapped()
+		default:
+			return false
+		}
+	}
+}
+
 type wsSource struct {
 	w      *wsUpstreams
 	sock   *upstreamSocket

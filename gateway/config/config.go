@@ -212,6 +212,10 @@ type Limits struct {
 	// clients together; InputSessionBytes caps their buffered bytes.
 	InputSessions     int   `yaml:"input_sessions"`
 	InputSessionBytes int64 `yaml:"input_session_bytes"`
+	// WSSessionMemoryBytes bounds the store:false turns one client
+	// WebSocket keeps in memory for its follow-ups (the bytes of their
+	// items); the oldest are evicted first.
+	WSSessionMemoryBytes int64 `yaml:"ws_session_memory_bytes"`
 }
 
 // Timeouts bound every wait.
@@ -320,7 +324,8 @@ func Defaults() Config {
 		DataDir: "./sluice-data",
 		Log:     Log{Level: "info"},
 		Limits: Limits{MaxBodyBytes: 32 << 20, MaxEventBytes: 16 << 20, MaxWSFrameBytes: 15 << 20, UpstreamSockets: 1024,
-			MaxJSONDepth: 128, BodyMemoryBytes: 256 << 20, MaxConnections: 10000, InputSessions: 10000, InputSessionBytes: 1 << 30},
+			MaxJSONDepth: 128, BodyMemoryBytes: 256 << 20, MaxConnections: 10000, InputSessions: 10000, InputSessionBytes: 1 << 30,
+			WSSessionMemoryBytes: 64 << 20},
 		Timeouts: Timeouts{
 			Connect:       Duration(5 * time.Second),
 			Header:        Duration(120 * time.Second),
@@ -717,6 +722,7 @@ func (c *Config) validate(unread *unreadable) []problem {
 		{"limits.max_connections", int64(c.Limits.MaxConnections), 0},
 		{"limits.input_sessions", int64(c.Limits.InputSessions), 0},
 		{"limits.input_session_bytes", c.Limits.InputSessionBytes, maxBytes},
+		{"limits.ws_session_memory_bytes", c.Limits.WSSessionMemoryBytes, maxBytes},
 	} {
 		if l.v <= 0 {
 			bad(l.key, "must be positive")
