@@ -600,27 +600,32 @@ func (s *Server) gate(next http.Handler) http.Handler {
 		// replaces it with the upstream's own (copyResponseHeaders).
 		m.requestID = newRequestID()
 		w.Header().Set("X-Request-Id", m.requestID)
-		k, aerr := a.authenticate(r.Header)
-		if aerr != nil {
-			// Answered at once: what the client sent of a body is read
-			// after (finish), so that the close does not reset the 401.
+		// refuse answers r with aerr at once: what the client sent of a
+		// body is read after (finish), so that the close does not reset
+		// the answer.
+		refuse := func(k *keyEntry, aerr *apierr.Error) {
 			body.answerBegins(w.Header())
 			aerr.Write(w)
 			s.countRequest(r, aerr.Status)
 			m.status, m.code = aerr.Status, aerr.Code
 			s.accessLog(m)
+			s.traceAnswered(r, k, m.start, aerr.Status, aerr.Code)
+		}
+		k, aerr := a.authenticate(r.Header)
+		if aerr != nil {
 			// Its span (README "Tracing": every request is one) names no
 			// key: the credential it presented is not one.
-			s.traceAnswered(r, nil, m.start, aerr.Status, aerr.Code)
+			refuse(nil, aerr)
 			return
 		}
 		m.key = k
-		if isUpgrade(r) {
-			// Its connection is the WebSocket library's once it switched
-			// protocols: nothing may be read from it, or a deadline set on
-			// it, after the handler (a refused handshake's body is not
-			// tracked).
-			body = nil
+		if isUpgrade(r) && body != nil {
+			// A handshake carries no body (RFC 6455 §4.1), and once a
+			// request switched protocols its connection is the WebSocket
+			// library's, so a declared body could be neither tracked nor
+			// read: net/http would wait for it with no deadline.
+			refuse(k, apierr.Invalid("", apierr.CodeInvalidBody, "a request asking to upgrade to a WebSocket carries no body; send it without Content-Length or Transfer-Encoding"))
+			return
 		}
 		s.serveGated(next, w, r, m, false, body)
 	})

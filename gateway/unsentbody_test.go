@@ -108,6 +108,8 @@ func TestDeclaredBodyNotSentDoesNotHoldTheAnswer(t *testing.T) {
 		{"stored response delete", http.MethodDelete, "/v1/responses/resp_unknown", key, http.StatusNotFound, ""},
 		{"unknown path", http.MethodPost, "/v1/nonexistent", key, http.StatusNotFound, ""},
 		{"admin usage", http.MethodGet, "/admin/usage", admin, http.StatusOK, ""},
+		{"WebSocket upgrade with a key", http.MethodGet, "/v1/responses", key + "Connection: Upgrade\r\nUpgrade: websocket\r\n", http.StatusBadRequest, "invalid_body"},
+		{"another path asking to upgrade", http.MethodGet, "/v1/models", key + "Connection: Upgrade\r\nUpgrade: websocket\r\n", http.StatusBadRequest, "invalid_body"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			headers, partial := "Content-Length: 1000\r\n", `{"a"`
