@@ -51,6 +51,9 @@ func TestRouteChargesFailureBeforeContent(t *testing.T) {
 					t.Fatalf("request %d: client got %q, want B's answer", i, text)
 				}
 			}
+			// A target is charged once its request is done with it, which
+			// may be just after the client read its answer.
+			h.waitMetric(`sluice_target_failures_total{class="server_error",model="fast",upstream="P"} 3`)
 			if tg, _ := h.target("P", "fast"); tg.Circuit != "open" || tg.Failures != 3 || !strings.Contains(tg.LastFailure, "server_error") {
 				t.Fatalf("after 3 failures before content: %+v", tg)
 			}
