@@ -719,14 +719,20 @@ func (p *pump) confirmRescue() {
 	if c == nil || !p.req.recordable() {
 		return
 	}
-	if r.prevAnchor != nil {
-		_ = r.prevAnchor.wait(p.ctx) // the first owner's write must not land after this one
-	}
+	// The first owner's write must not land after this one. Once it is
+	// durable, this one, if retried after an outage, only replaces it: a
+	// DELETE meanwhile (on any replica) removed it, and the retry must not
+	// bring the response back.
+	prevDurable := r.prevAnchor != nil && r.prevAnchor.wait(p.ctx) == nil
 	a := c.anchorFor(p.req, r.clientID, p.u.Name())
 	if !chatUp && p.responseID != "" && p.responseID != r.clientID {
 		a.UpstreamID = p.responseID
 	}
-	if err := c.record(p.ctx, a); err != nil {
+	write := c.record
+	if prevDurable {
+		write = c.replace
+	}
+	if err := write(p.ctx, a); err != nil {
 		c.logNotDurable("continued response completed without a durable anchor", r.clientID, err)
 		return
 	}

@@ -42,7 +42,7 @@ type continuity struct {
 	// (record) or forgotten, and one goroutine (retryAnchors, while
 	// retryLoop) writes them; stop ends the retries (close).
 	mu        sync.Mutex
-	retrying  map[string]store.Anchor
+	retrying  map[string]anchorWrite
 	retryLoop bool
 	stop      chan struct{} // made with the continuity (server.go)
 	pending   sync.WaitGroup
@@ -64,6 +64,50 @@ const (
 	// continuityLogEvery spaces the lines about anchors not written.
 	continuityLogEvery = 10 * time.Second
 )
+
+// anchorWrite is an anchor to write. replace: retried only over the
+// anchor already stored for its response id (store.ReplaceAnchor), as for
+// a continued response whose first owner's anchor was durable: if that is
+// gone when the store is back, the response was deleted meanwhile
+// (possibly on another replica) and must stay so.
+type anchorWrite struct {
+	anchor  store.Anchor
+	replace bool
+}
+
+// put writes w to the store.
+func (c *continuity) put(ctx context.Context, w anchorWrite) error {
+	if w.replace {
+		return c.store.ReplaceAnchor(ctx, w.anchor)
+	}
+	return c.store.PutAnchor(ctx, w.anchor)
+}
+
+// storeReachable is closed when st, found unreachable before, answers again
+// (store.ReachabilityNotifier); nil, never ready, for a store that does not
+// say. The background writes wait on it beside their backoff, so that they
+// land as soon as the store is back: a continued response's anchor still
+// waiting would leave other replicas sending its follow-ups to the first
+// target meanwhile (README "Scale-out with Redis").
+func storeReachable(st any) <-chan struct{} {
+	if n, ok := st.(store.ReachabilityNotifier); ok {
+		return n.Reachable()
+	}
+	return nil
+}
+
+// waiting is the anchor of responseID still waiting to be written here
+// (rewriteLater), if any and not expired: newer than the store's record,
+// which is the first owner's for a continued response.
+func (c *continuity) waiting(responseID string) (store.Anchor, bool) {
+	c.mu.Lock()
+	w, ok := c.retrying[responseID]
+	c.mu.Unlock()
+	if !ok || !c.now().Before(w.anchor.ExpiresAt) {
+		return store.Anchor{}, false
+	}
+	return w.anchor, true
+}
 
 // requestScope is the session scope a request carries, tightest first.
 type requestScope struct {
@@ -161,6 +205,9 @@ func (c *continuity) resolve(ctx context.Context, surface, responseID string, rs
 	if a, ok := c.memo().get(responseID); ok && c.now().Before(a.ExpiresAt) {
 		return c.decide(surface, "memory", responseID, a, rs)
 	}
+	if a, ok := c.waiting(responseID); ok {
+		return c.decide(surface, "memory", responseID, a, rs)
+	}
 	a, err := c.store.GetAnchor(ctx, responseID)
 	switch {
 	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalid):
@@ -255,6 +302,11 @@ func (p *pendingAnchor) wait(ctx context.Context) error {
 // recordAsync makes the anchor visible in memory at once and durable in the
 // background, so recording never delays the client's first byte.
 func (c *continuity) recordAsync(a store.Anchor) *pendingAnchor {
+	return c.writeAsync(anchorWrite{anchor: a})
+}
+
+func (c *continuity) writeAsync(w anchorWrite) *pendingAnchor {
+	a := w.anchor
 	c.memo().put(a)
 	p := &pendingAnchor{done: make(chan struct{})}
 	c.mu.Lock()
@@ -264,16 +316,26 @@ func (c *continuity) recordAsync(a store.Anchor) *pendingAnchor {
 		defer close(p.done)
 		ctx, cancel := context.WithTimeout(context.Background(), anchorWriteTimeout)
 		defer cancel()
+		// The first attempt writes as ever (the store was just read by the
+		// stream's own request); only a retry after a failure is
+		// conditional (anchorWrite.replace).
 		p.err = c.store.PutAnchor(ctx, a)
 		if p.err != nil {
 			if n, ok := c.writeFailLog.Allow(time.Now()); ok {
 				c.log.Error("recording anchor failed; retrying in the background", "response_id", LogID(a.ResponseID),
 					"owner", a.Upstream, "error", p.err, "failures", n)
 			}
-			c.rewriteLater(a)
+			c.rewriteLater(w)
 		}
 	}()
 	return p
+}
+
+// replacedNothing drops a, a replacing anchor whose response has no anchor
+// any more: it was deleted (or expired), and writing a would bring it back.
+func (c *continuity) replacedNothing(a store.Anchor) {
+	c.memo().remove(a.ResponseID)
+	c.log.Info("anchor not written: the response was deleted meanwhile", "response_id", LogID(a.ResponseID), "owner", a.Upstream)
 }
 
 // logNotDurable says that a response went to its client without a durable
@@ -294,10 +356,11 @@ func (c *continuity) logNotDurable(msg, responseID string, err error) {
 // for these attempts. One goroutine writes every waiting anchor, and at
 // most maxRetryingAnchors wait: an outage costs memory in proportion to
 // that bound, not to its length.
-func (c *continuity) rewriteLater(a store.Anchor) {
+func (c *continuity) rewriteLater(w anchorWrite) {
+	a := w.anchor
 	c.mu.Lock()
 	if c.retrying == nil {
-		c.retrying = map[string]store.Anchor{}
+		c.retrying = map[string]anchorWrite{}
 	}
 	if _, ok := c.retrying[a.ResponseID]; !ok && len(c.retrying) >= maxRetryingAnchors {
 		c.mu.Unlock()
@@ -308,7 +371,7 @@ func (c *continuity) rewriteLater(a store.Anchor) {
 		}
 		return
 	}
-	c.retrying[a.ResponseID] = a
+	c.retrying[a.ResponseID] = w
 	c.m.anchorsWaiting.Set(float64(len(c.retrying)))
 	start := !c.retryLoop
 	c.retryLoop = true
@@ -328,21 +391,24 @@ func (c *continuity) retryAnchors() {
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
+		case <-storeReachable(c.store):
+			t.Stop()
+			wait = anchorRetryFirst
 		case <-c.stop:
 			t.Stop()
 			last = true
 		}
 		c.mu.Lock()
-		batch := make([]store.Anchor, 0, len(c.retrying))
-		for _, a := range c.retrying {
-			batch = append(batch, a)
+		batch := make([]anchorWrite, 0, len(c.retrying))
+		for _, w := range c.retrying {
+			batch = append(batch, w)
 		}
 		c.mu.Unlock()
 		written, failed := 0, 0
 		var lastErr error
-		for _, a := range batch {
-			if !c.now().Before(a.ExpiresAt) {
-				c.dropRetry(a) // expired: nothing to write
+		for _, w := range batch {
+			if !c.now().Before(w.anchor.ExpiresAt) {
+				c.dropRetry(w) // expired: nothing to write
 				continue
 			}
 			if lastErr != nil {
@@ -350,20 +416,25 @@ func (c *continuity) retryAnchors() {
 				continue
 			}
 			c.mu.Lock()
-			current := c.retrying[a.ResponseID] == a
+			current := c.retrying[w.anchor.ResponseID] == w
 			c.mu.Unlock()
 			if !current {
 				continue // replaced or forgotten since the batch was taken
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), anchorWriteTimeout)
-			err := c.store.PutAnchor(ctx, a)
+			err := c.put(ctx, w)
 			cancel()
-			if err != nil {
+			switch {
+			case w.replace && errors.Is(err, store.ErrNotFound):
+				c.dropRetry(w)
+				c.replacedNothing(w.anchor)
+				continue
+			case err != nil:
 				lastErr = err
 				failed++
 				continue
 			}
-			c.dropRetry(a)
+			c.dropRetry(w)
 			written++
 		}
 		if written > 0 {
@@ -393,12 +464,12 @@ func (c *continuity) retryAnchors() {
 	}
 }
 
-// dropRetry removes a from the anchors waiting to be written, unless a
+// dropRetry removes w from the anchors waiting to be written, unless a
 // newer anchor of its response replaced it meanwhile.
-func (c *continuity) dropRetry(a store.Anchor) {
+func (c *continuity) dropRetry(w anchorWrite) {
 	c.mu.Lock()
-	if c.retrying[a.ResponseID] == a {
-		c.unretryLocked(a.ResponseID)
+	if c.retrying[w.anchor.ResponseID] == w {
+		c.unretryLocked(w.anchor.ResponseID)
 	}
 	c.mu.Unlock()
 }
@@ -435,6 +506,12 @@ func (c *continuity) record(ctx context.Context, a store.Anchor) error {
 	return c.recordAsync(a).wait(ctx)
 }
 
+// replace is record whose retries, if the first write fails, write only
+// over the anchor stored for a's response (anchorWrite.replace).
+func (c *continuity) replace(ctx context.Context, a store.Anchor) error {
+	return c.writeAsync(anchorWrite{anchor: a, replace: true}).wait(ctx)
+}
+
 // forget drops a stale anchor (the owner said it no longer has the response).
 func (c *continuity) forget(ctx context.Context, responseID string) {
 	c.memo().remove(responseID)
@@ -454,6 +531,9 @@ func (c *continuity) forget(ctx context.Context, responseID string) {
 // leave the owner's without a word).
 func (c *continuity) ownedAnchor(ctx context.Context, responseID, keyHash string) (_ store.Anchor, ok bool, err error) {
 	a, ok := c.memo().get(responseID)
+	if !ok {
+		a, ok = c.waiting(responseID) // newer than the store's (a continued response's owner)
+	}
 	if !ok {
 		if a, err = c.store.GetAnchor(ctx, responseID); err != nil {
 			if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrInvalid) {

@@ -213,10 +213,14 @@ func TestStoreLookupFailureFailsClosed(t *testing.T) {
 	st := openStore(t, t.TempDir())
 	h := continuityHarness(t, st, gateway.Options{})
 	_ = st.Close()
-	evs, _ := h.turn("resp_not_in_memory", nil)
-	last := assertOneTerminal(t, evs)
-	if last.code != "upstream_unavailable" || !strings.Contains(string(last.data), "owner lookup failed") {
-		t.Fatalf("%s", last.data)
+	// Nothing was sent yet: a stream too gets the status and JSON error
+	// (README "Scale-out with Redis").
+	resp := h.post("/v1/responses", `{"model":"gpt-fake-1","input":"hi","stream":true,"previous_response_id":"resp_not_in_memory"}`)
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("status %d, want 503", resp.StatusCode)
+	}
+	if e := readError(t, resp); deref(e.Error.Code) != "upstream_unavailable" || !strings.Contains(e.Error.Message, "owner lookup failed") {
+		t.Fatalf("JSON error %+v", e)
 	}
 	if n := h.ups["A"].RequestCount() + h.ups["B"].RequestCount(); n != 0 {
 		t.Fatalf("%d upstream calls", n)

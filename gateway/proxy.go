@@ -448,7 +448,14 @@ func (s *Server) failOwnerOut(out responder, req *clientRequest, message string,
 func (s *Server) failClosedWith(out responder, req *clientRequest, reason string, e *apierr.Error) {
 	s.metrics.failClosed.WithLabelValues(req.surface(), reason).Inc()
 	s.log.Warn("continuity fail closed", "surface", req.surface(), "reason", reason, "previous_response_id", LogID(req.previousResponseID))
-	out.fail(req, e, failBeforeStream)
+	kind := failBeforeStream
+	if reason == failOwnerLookupFailed {
+		// The store is read before any upstream is called: nothing was
+		// sent, so a stream too gets the status and Retry-After (README
+		// "Scale-out with Redis").
+		kind = failNothingSent(req)
+	}
+	out.fail(req, e, kind)
 }
 
 // next says what forward does after an attempt.
@@ -674,15 +681,13 @@ attempts:
 		e.RetryAfter = wait
 	}
 	kind := failBeforeStream
-	if len(failures) == 0 && !req.viaWebSocket {
+	if len(failures) == 0 {
 		// No upstream was contacted (every target cooling down, behind an
 		// open circuit or down), so the client was sent nothing: a Responses
 		// stream, too, gets the status and JSON error with its Retry-After
 		// (README "Failover and replay"), which SDKs and Codex wait out,
-		// where they retry a response.failed at once. failInvalid answers
-		// an HTTP stream so, as it answers a request refused during a drain;
-		// a WebSocket keeps its error frame, which carries the wait already.
-		kind = failInvalid
+		// where they retry a response.failed at once.
+		kind = failNothingSent(req)
 	}
 	out.fail(req, e, kind)
 }

@@ -54,6 +54,21 @@ func failsWithStatus(req *clientRequest, kind failKind) bool {
 	return !req.stream || kind == failInvalid || (req.ep.chat && kind == failBeforeStream)
 }
 
+// failNothingSent is the failKind of a gateway error for a request no
+// upstream was sent and nothing was written for (a follow-up whose owner
+// could not be looked up; Server.forward answers a request with no target
+// usable by the same rule): an HTTP client, a Responses stream's too,
+// gets the status and JSON error with its Retry-After, which SDKs and
+// Codex wait out, where they retry a response.failed at once (README
+// "Failover and replay", "Scale-out with Redis"); a WebSocket keeps its
+// error frame, which carries the status and the wait already.
+func failNothingSent(req *clientRequest) failKind {
+	if req.viaWebSocket {
+		return failBeforeStream
+	}
+	return failInvalid
+}
+
 func (h *httpResponder) fail(req *clientRequest, e *apierr.Error, kind failKind) {
 	if failsWithStatus(req, kind) {
 		e.Write(h.w)

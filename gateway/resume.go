@@ -732,6 +732,11 @@ func (l *streamLog) resealLater() {
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
+		case <-storeReachable(h.opts.Store):
+			// The store is back: other replicas read this response as
+			// unfinished, then abandoned, until this write lands.
+			t.Stop()
+			wait = resealFirst
 		case <-h.stopping:
 			t.Stop()
 			last = true

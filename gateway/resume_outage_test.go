@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,13 +23,52 @@ import (
 type outageStore struct {
 	*store.RedisStore
 	down atomic.Bool
+
+	mu      sync.Mutex
+	refused []time.Time   // when each write was refused
+	back    chan struct{} // Reachable's
 }
 
 func (o *outageStore) unavailable(what string) error {
 	if o.down.Load() {
+		o.mu.Lock()
+		o.refused = append(o.refused, time.Now())
+		o.mu.Unlock()
 		return fmt.Errorf("test outage: %s: %w", what, store.ErrUnavailable)
 	}
 	return nil
+}
+
+// lastRefusalGap is the time between the last two refused writes.
+func (o *outageStore) lastRefusalGap() time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if n := len(o.refused); n >= 2 {
+		return o.refused[n-1].Sub(o.refused[n-2])
+	}
+	return 0
+}
+
+// Reachable is closed by recover, as the Redis health ping does when Redis
+// answers again.
+func (o *outageStore) Reachable() <-chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.back == nil {
+		o.back = make(chan struct{})
+	}
+	return o.back
+}
+
+// recover ends the outage and says so.
+func (o *outageStore) recover() {
+	o.down.Store(false)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.back != nil {
+		close(o.back)
+		o.back = nil
+	}
 }
 
 func (o *outageStore) PutStreamLog(ctx context.Context, l store.StreamLog) error {
@@ -181,6 +221,13 @@ func (o *outageStore) PutAnchor(ctx context.Context, a store.Anchor) error {
 	return o.RedisStore.PutAnchor(ctx, a)
 }
 
+func (o *outageStore) ReplaceAnchor(ctx context.Context, a store.Anchor) error {
+	if err := o.unavailable("replace anchor"); err != nil {
+		return err
+	}
+	return o.RedisStore.ReplaceAnchor(ctx, a)
+}
+
 // TestScaleOutAnchorWrittenAfterAnOutage: a response that completed while
 // its replica could not write its anchor gets the anchor once the store
 // takes writes again, so it can be continued from any replica (README
@@ -243,5 +290,36 @@ func TestScaleOutLogLostWithTheStoreIsWrittenAgain(t *testing.T) {
 	status, replay, body := p.r2.resume(clientKey, id, -1)
 	if want := len(first) + len(rest); status != http.StatusOK || len(replay) != want {
 		t.Fatalf("replay on the other replica: %d, %d events of %d\n%s", status, len(replay), want, body)
+	}
+}
+
+// TestScaleOutLogResealedWhenTheStoreIsBack: the end of a stream's log
+// that could not be written while the store was down is written as soon
+// as the store says it is reachable again, not at the end of the retry's
+// backoff (up to 30 s), during which the other replicas read a response
+// its client saw complete as unfinished, then abandoned (README "Durable").
+func TestScaleOutLogResealedWhenTheStoreIsBack(t *testing.T) {
+	p, out := newOutagePair(t)
+	out.down.Store(true)
+	p.up.Enqueue(upstreamtest.Answer("short answer", 3))
+	_, evs := p.r1.streamEvents("/v1/responses", `{"model":"gpt-fake-1","input":"hi","stream":true}`)
+	if len(evs) == 0 || gjson.GetBytes(evs[len(evs)-1].Data, "type").Str != "response.completed" {
+		t.Fatalf("the stream did not complete: %d events", len(evs))
+	}
+	id := gjson.GetBytes(evs[0].Data, "response.id").Str
+	// Let the retry back off to seconds: once two attempts are 4 s apart,
+	// the next is 8 s away.
+	eventually(t, "the reseal backing off", func() bool { return out.lastRefusalGap() >= 3500*time.Millisecond })
+	out.recover()
+	deadline := time.Now().Add(4 * time.Second) // half the backoff's next wait
+	for {
+		_, b := p.r2.call(http.MethodGet, "/v1/responses/"+id, clientKey)
+		if gjson.GetBytes(b, "status").Str == "completed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the log not written once the store said it was reachable again: %s", b)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

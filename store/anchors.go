@@ -16,7 +16,17 @@ import (
 // anchors of one scope are put concurrently, the last commit wins.
 //
 // Putting the same response id again replaces its anchor.
-func (s *PebbleStore) PutAnchor(ctx context.Context, a Anchor) (err error) {
+func (s *PebbleStore) PutAnchor(ctx context.Context, a Anchor) error {
+	return s.putAnchor(ctx, a, false)
+}
+
+// ReplaceAnchor is PutAnchor that writes only over a live anchor of
+// a.ResponseID: ErrNotFound when there is none.
+func (s *PebbleStore) ReplaceAnchor(ctx context.Context, a Anchor) error {
+	return s.putAnchor(ctx, a, true)
+}
+
+func (s *PebbleStore) putAnchor(ctx context.Context, a Anchor, replace bool) (err error) {
 	if err := validAnchor(&a); err != nil {
 		return fmt.Errorf("store: put anchor: %w", err)
 	}
@@ -34,11 +44,29 @@ func (s *PebbleStore) PutAnchor(ctx context.Context, a Anchor) (err error) {
 		ExpiresAt:        now.Add(s.opts.ScopeTTL),
 	}
 
-	db, release, err := s.begin(ctx)
+	acquire := s.begin
+	if replace {
+		// Exclusive: the check and the write must not interleave with a
+		// DeleteAnchor.
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("store: put anchor %s: %w", RedactID(a.ResponseID), err)
+		}
+		acquire = func(context.Context) (*pebble.DB, func(*error), error) { return s.acquireExclusive() }
+	}
+	db, release, err := acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("store: put anchor %s: %w", RedactID(a.ResponseID), err)
 	}
 	defer release(&err)
+	if replace {
+		cur, err := loadAnchor(db, a.ResponseID)
+		if err == nil && expired(cur.ExpiresAt, now) {
+			err = ErrNotFound
+		}
+		if errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("store: replace anchor %s: %w", RedactID(a.ResponseID), err)
+		}
+	}
 
 	ak, sk := anchorKey(a.ResponseID), scopeKey(a.ScopeKind, a.ScopeID)
 	b := db.NewBatch()

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -224,5 +225,65 @@ func TestScopeKindStrings(t *testing.T) {
 	}
 	if ScopeKind(0).Valid() || ScopeKind(4).Valid() {
 		t.Error("invalid kinds reported valid")
+	}
+}
+
+// TestReplaceAnchorNeverRecreates: ReplaceAnchor writes over a live anchor
+// only; after DeleteAnchor, or with none ever written, or once expired, it
+// writes nothing and says ErrNotFound, so a retried write cannot bring a
+// deleted response back.
+func TestReplaceAnchorNeverRecreates(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		first := Anchor{ResponseID: "resp_c", Upstream: "first", ScopeKind: ScopeSession, ScopeID: "s"}
+		second := Anchor{ResponseID: "resp_c", Upstream: "second", ScopeKind: ScopeSession, ScopeID: "s", UpstreamID: "resp_second_1"}
+		for _, tc := range []struct {
+			name      string
+			before    func(s contractStore, clk *fakeClock)
+			wantOwner string // "" for no anchor and ErrNotFound
+		}{
+			{"over a live anchor", func(s contractStore, _ *fakeClock) { mustPutAnchor(t, s, first) }, "second"},
+			{"after a delete", func(s contractStore, _ *fakeClock) {
+				mustPutAnchor(t, s, first)
+				if err := s.DeleteAnchor(ctx, first.ResponseID); err != nil {
+					t.Fatal(err)
+				}
+			}, ""},
+			{"never written", func(contractStore, *fakeClock) {}, ""},
+			{"expired", func(s contractStore, clk *fakeClock) {
+				a := first
+				a.ExpiresAt = clk.Now().Add(time.Second)
+				mustPutAnchor(t, s, a)
+				clk.Advance(2 * time.Second)
+			}, ""},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				if tc.name == "expired" && b.name == "redis" {
+					// Redis expires the key itself (PEXPIRE, in real time,
+					// not the test's clock): an expired anchor is absent.
+					t.Skip("expiry is Redis's own")
+				}
+				s, clk := b.open(t)
+				tc.before(s, clk)
+				err := s.ReplaceAnchor(ctx, second)
+				got, gerr := s.GetAnchor(ctx, second.ResponseID)
+				if tc.wantOwner == "" {
+					if !errors.Is(err, ErrNotFound) || !errors.Is(gerr, ErrNotFound) {
+						t.Fatalf("ReplaceAnchor: %v; then GetAnchor: %+v %v; want ErrNotFound and no anchor", err, got, gerr)
+					}
+					return
+				}
+				if err != nil || gerr != nil || got.Upstream != tc.wantOwner || got.UpstreamID != second.UpstreamID {
+					t.Fatalf("ReplaceAnchor: %v; then GetAnchor: %+v %v", err, got, gerr)
+				}
+			})
+		}
+	})
+}
+
+func mustPutAnchor(t *testing.T, s Store, a Anchor) {
+	t.Helper()
+	if err := s.PutAnchor(context.Background(), a); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -134,8 +134,12 @@ type RedisStore struct {
 	schemaOK  atomic.Bool
 	pingNanos atomic.Int64
 	wake      chan struct{}
-	stopPing  context.CancelFunc
-	pingDone  chan struct{}
+	// backMu guards back, the channel Reachable hands out, closed when
+	// the health loop finds Redis answering again.
+	backMu   sync.Mutex
+	back     chan struct{}
+	stopPing context.CancelFunc
+	pingDone chan struct{}
 
 	stats counters
 }
@@ -145,6 +149,7 @@ var (
 	_ ConversationStore       = (*RedisStore)(nil)
 	_ SharedInputSessionStore = (*RedisStore)(nil)
 	_ HealthReporter          = (*RedisStore)(nil)
+	_ ReachabilityNotifier    = (*RedisStore)(nil)
 )
 
 // redisSchemaVersion is the key layout's version under meta:schema.
@@ -365,6 +370,7 @@ func (s *RedisStore) healthLoop(ctx context.Context) {
 			misconfigLogged = redisMisconfiguration{}
 			if !wasUp {
 				s.log.Info("redis reachable again", "addr", s.addr)
+				s.announceReachable()
 			}
 			t.Reset(s.opts.HealthInterval)
 			continue
@@ -384,6 +390,26 @@ func (s *RedisStore) healthLoop(ctx context.Context) {
 		}
 		t.Reset(backoff)
 		backoff = min(2*backoff, redisMaxBackoff)
+	}
+}
+
+// Reachable implements ReachabilityNotifier.
+func (s *RedisStore) Reachable() <-chan struct{} {
+	s.backMu.Lock()
+	defer s.backMu.Unlock()
+	if s.back == nil {
+		s.back = make(chan struct{})
+	}
+	return s.back
+}
+
+// announceReachable wakes whoever waits on Reachable.
+func (s *RedisStore) announceReachable() {
+	s.backMu.Lock()
+	defer s.backMu.Unlock()
+	if s.back != nil {
+		close(s.back)
+		s.back = nil
 	}
 }
 

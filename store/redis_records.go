@@ -34,8 +34,10 @@ end
 `
 
 // putAnchorScript: KEYS anchor, scope; ARGV anchor value, anchor px,
-// latest id, scope value, scope px.
+// latest id, scope value, scope px, "1" to write only over an existing
+// anchor (ReplaceAnchor). 0: there was none, nothing written.
 var putAnchorScript = redis.NewScript(luaPrelude + `
+if ARGV[6] == '1' and redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('SET', KEYS[1], ARGV[1])
 expire(KEYS[1], ARGV[2])
 redis.call('DEL', KEYS[2])
@@ -174,6 +176,17 @@ return 1
 // PutAnchor is PebbleStore.PutAnchor on Redis: the anchor and its scope in
 // one script (atomic), each key expiring with its record.
 func (s *RedisStore) PutAnchor(ctx context.Context, a Anchor) error {
+	return s.putAnchor(ctx, a, false)
+}
+
+// ReplaceAnchor is PebbleStore.ReplaceAnchor on Redis: the existence check
+// and the write are one script, so a DeleteAnchor from another replica is
+// never undone.
+func (s *RedisStore) ReplaceAnchor(ctx context.Context, a Anchor) error {
+	return s.putAnchor(ctx, a, true)
+}
+
+func (s *RedisStore) putAnchor(ctx context.Context, a Anchor, replace bool) error {
 	if err := validAnchor(&a); err != nil {
 		return fmt.Errorf("store: put anchor: %w", err)
 	}
@@ -190,10 +203,17 @@ func (s *RedisStore) PutAnchor(ctx context.Context, a Anchor) error {
 		return fmt.Errorf("store: put anchor %s: %w", RedactID(a.ResponseID), err)
 	}
 	defer release()
-	_, err = s.exec(ctx, putAnchorScript, []string{s.anchorKey(a.ResponseID), s.scopeKey(a.ScopeKind, a.ScopeID)},
-		encodeAnchor(&a), s.pxUntil(a.ExpiresAt), a.ResponseID, encodeScope(&scope), s.pxUntil(scope.ExpiresAt))
+	only := "0"
+	if replace {
+		only = "1"
+	}
+	n, err := s.exec(ctx, putAnchorScript, []string{s.anchorKey(a.ResponseID), s.scopeKey(a.ScopeKind, a.ScopeID)},
+		encodeAnchor(&a), s.pxUntil(a.ExpiresAt), a.ResponseID, encodeScope(&scope), s.pxUntil(scope.ExpiresAt), only)
 	if err != nil {
 		return fmt.Errorf("store: put anchor %s: %w", RedactID(a.ResponseID), s.fail(err))
+	}
+	if n, _ := n.(int64); n == 0 {
+		return fmt.Errorf("store: replace anchor %s: %w", RedactID(a.ResponseID), ErrNotFound)
 	}
 	s.stats.anchorsWritten.Add(1)
 	return nil

@@ -57,6 +57,11 @@ type Store interface {
 	// PutAnchor stores a's anchor and points a's scope at it, in one
 	// synced batch.
 	PutAnchor(ctx context.Context, a Anchor) error
+	// ReplaceAnchor is PutAnchor over a live anchor of a.ResponseID only:
+	// ErrNotFound, writing nothing, when there is none (deleted, expired),
+	// so that a write retried after an outage does not bring back a
+	// response deleted meanwhile.
+	ReplaceAnchor(ctx context.Context, a Anchor) error
 	// GetAnchor loads the anchor of responseID; ErrNotFound when absent
 	// or expired.
 	GetAnchor(ctx context.Context, responseID string) (Anchor, error)
@@ -187,6 +192,15 @@ const (
 func IsShared(st any) bool {
 	sh, ok := st.(interface{ SharedByReplicas() bool })
 	return ok && sh.SharedByReplicas()
+}
+
+// ReachabilityNotifier is implemented by stores that depend on a server
+// (RedisStore): Reachable returns a channel closed the next time the
+// server answers again after it was found unreachable, so that writes
+// retried with backoff are made at once rather than at the end of a long
+// wait.
+type ReachabilityNotifier interface {
+	Reachable() <-chan struct{}
 }
 
 // HealthReporter is implemented by stores that depend on a server (RedisStore):
