@@ -25,8 +25,8 @@ type outageStore struct {
 	down atomic.Bool
 
 	mu      sync.Mutex
-	refused []time.Time   // when each write was refused
-	back    chan struct{} // Reachable's
+	refused []time.Time // when each write was refused
+	reach   reachableSignal
 }
 
 func (o *outageStore) unavailable(what string) error {
@@ -49,26 +49,39 @@ func (o *outageStore) lastRefusalGap() time.Duration {
 	return 0
 }
 
-// Reachable is closed by recover, as the Redis health ping does when Redis
-// answers again.
-func (o *outageStore) Reachable() <-chan struct{} {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.back == nil {
-		o.back = make(chan struct{})
-	}
-	return o.back
+// reachableSignal is a test store's store.ReachabilityNotifier: signal
+// closes the channel Reachable handed out, as the Redis health ping does
+// when Redis answers again.
+type reachableSignal struct {
+	mu   sync.Mutex
+	back chan struct{}
 }
+
+func (r *reachableSignal) Reachable() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.back == nil {
+		r.back = make(chan struct{})
+	}
+	return r.back
+}
+
+func (r *reachableSignal) signal() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.back != nil {
+		close(r.back)
+		r.back = nil
+	}
+}
+
+// Reachable is closed by recover (the embedded RedisStore's is its own).
+func (o *outageStore) Reachable() <-chan struct{} { return o.reach.Reachable() }
 
 // recover ends the outage and says so.
 func (o *outageStore) recover() {
 	o.down.Store(false)
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.back != nil {
-		close(o.back)
-		o.back = nil
-	}
+	o.reach.signal()
 }
 
 func (o *outageStore) PutStreamLog(ctx context.Context, l store.StreamLog) error {

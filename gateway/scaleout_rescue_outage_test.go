@@ -29,7 +29,7 @@ type ownerWriteOutage struct {
 
 	mu       sync.Mutex
 	attempts map[string]int // writes for owner refused, by response id
-	back     chan struct{}
+	reach    reachableSignal
 }
 
 func (o *ownerWriteOutage) refused(responseID string) int {
@@ -78,24 +78,13 @@ func (o *ownerWriteOutage) ReplaceAnchor(ctx context.Context, a store.Anchor) er
 	return o.RedisStore.ReplaceAnchor(ctx, a)
 }
 
-func (o *ownerWriteOutage) Reachable() <-chan struct{} {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.back == nil {
-		o.back = make(chan struct{})
-	}
-	return o.back
-}
+// Reachable is closed by recover (the embedded RedisStore's is its own).
+func (o *ownerWriteOutage) Reachable() <-chan struct{} { return o.reach.Reachable() }
 
 // recover ends the outage and says so, as the Redis health ping does.
 func (o *ownerWriteOutage) recover() {
 	o.down.Store(false)
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.back != nil {
-		close(o.back)
-		o.back = nil
-	}
+	o.reach.signal()
 }
 
 // rescuePair is two replicas on one Redis, routing m to P then B with
