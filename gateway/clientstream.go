@@ -415,7 +415,9 @@ func (cs *clientStream) probeLocked() bool {
 	if !cs.writeProbeLocked() {
 		return false
 	}
-	cs.s.metrics.keptAlive(cs.surface)
+	if cs.req == nil || !cs.req.runsUnread() { // a background run's keepalive reaches no client
+		cs.s.metrics.keptAlive(cs.surface)
+	}
 	return true
 }
 

@@ -86,11 +86,16 @@ func (r *clientRequest) surface() string {
 // end is that JSON request's. The policies and the stream hook see the
 // stream the run is (surface).
 func (r *clientRequest) countedSurface() string {
-	if r.onLog != nil && !r.viaWebSocket {
+	if r.runsUnread() {
 		return r.ep.jsonLabel
 	}
 	return r.surface()
 }
+
+// runsUnread reports whether r is a background create without stream, run
+// to its end with nobody reading its events (runBackground, the one that
+// sets onLog): its answer was JSON, and its stream reaches no client.
+func (r *clientRequest) runsUnread() bool { return r.onLog != nil && !r.viaWebSocket }
 
 // parseRequest validates the fields the gateway relies on and leaves every
 // other field untouched, so unknown fields pass through to the upstream.
