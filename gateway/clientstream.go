@@ -415,7 +415,7 @@ func (cs *clientStream) probeLocked() bool {
 	if !cs.writeProbeLocked() {
 		return false
 	}
-	if cs.req == nil || !cs.req.runsUnread() { // a background run's keepalive reaches no client
+	if cs.req == nil || !cs.req.unread { // a background run's keepalive reaches no client
 		cs.s.metrics.keptAlive(cs.surface)
 	}
 	return true

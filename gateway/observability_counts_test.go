@@ -15,9 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-gw/sluice/gateway"
-	"github.com/sluice-gw/sluice/internal/redistest"
 	"github.com/sluice-gw/sluice/internal/upstreamtest"
-	"github.com/sluice-gw/sluice/store"
 )
 
 // attemptsOfUpstream sums sluice_upstream_attempts_total over the outcomes
@@ -135,19 +133,7 @@ func TestResumeKeepalivesOnlyWhileNothingIsWritten(t *testing.T) {
 		follow(t, h, h)
 	})
 	t.Run("through the store", func(t *testing.T) {
-		rd := redistest.Start(t)
-		up := upstreamtest.NewServer(upstreamtest.Options{Name: "A"})
-		t.Cleanup(up.Close)
-		replica := func() *harness {
-			rs, err := store.OpenRedis(context.Background(), store.RedisOptions{URL: rd.URL})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = rs.Close() })
-			o := gateway.Options{KeepAlive: keepAlive, LifecycleHold: -1}
-			o.Store, o.Resume.Store = rs, rs
-			return newHarness(t, harnessConfig{servers: map[string]*upstreamtest.Server{"A": up}, opts: o})
-		}
+		up, replica := redisReplicas(t, gateway.Options{KeepAlive: keepAlive, LifecycleHold: -1})
 		running, other := replica(), replica()
 		up.Enqueue(busy())
 		follow(t, running, other)

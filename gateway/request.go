@@ -58,6 +58,7 @@ type clientRequest struct {
 	portable           *portableTurn      // continuity.portable: what the turn keeps (portable.go); nil when off
 	background         bool               // background: true (resource.go runs it and answers at once)
 	onLog              logOpened          // hears the stream's log once it opens (a background request's answer waits for it)
+	unread             bool               // a background create without stream, run to its end by runBackground: nobody reads its events
 }
 
 // recordable reports whether the response may later be named by
@@ -80,22 +81,16 @@ func (r *clientRequest) surface() string {
 
 // countedSurface is the surface the request is counted under, as
 // sluice_requests_total and its access lines count it (README "Access
-// log"). It is surface, except for a background create without stream: its
-// run is a stream (runBackground, the one that sets onLog: its answer is
-// the log's first Response) whose client was answered with JSON, and its
-// end is that JSON request's. The policies and the stream hook see the
+// log"). It is surface, except for a background create without stream
+// (unread): its run is a stream whose client was answered with JSON, and
+// its end is that JSON request's. The policies and the stream hook see the
 // stream the run is (surface).
 func (r *clientRequest) countedSurface() string {
-	if r.runsUnread() {
+	if r.unread {
 		return r.ep.jsonLabel
 	}
 	return r.surface()
 }
-
-// runsUnread reports whether r is a background create without stream, run
-// to its end with nobody reading its events (runBackground, the one that
-// sets onLog): its answer was JSON, and its stream reaches no client.
-func (r *clientRequest) runsUnread() bool { return r.onLog != nil && !r.viaWebSocket }
 
 // parseRequest validates the fields the gateway relies on and leaves every
 // other field untouched, so unknown fields pass through to the upstream.

@@ -235,7 +235,7 @@ func (s *Server) runBackground(ctx context.Context, w http.ResponseWriter, req *
 		apierr.Overloaded(5*time.Second, "too many background responses are running (%d, limits.max_connections); retry later", s.opts.MaxConnections).Write(w)
 		return
 	}
-	req.body, req.stream = body, true
+	req.body, req.stream, req.unread = body, true, true
 	type openedLog struct {
 		log  *streamLog
 		resp []byte // the Response the log opened with; nil when its first event had none

@@ -23,19 +23,7 @@ import (
 // upstream is silent, as a resumer on the replica running it does — not
 // one every 15s whatever timeouts.keepalive says.
 func TestStoredFollowKeepsAliveEveryKeepAlivePeriod(t *testing.T) {
-	rd := redistest.Start(t)
-	up := upstreamtest.NewServer(upstreamtest.Options{Name: "A"})
-	t.Cleanup(up.Close)
-	replica := func() *harness {
-		rs, err := store.OpenRedis(context.Background(), store.RedisOptions{URL: rd.URL})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = rs.Close() })
-		o := gateway.Options{KeepAlive: 50 * time.Millisecond, LifecycleHold: -1}
-		o.Store, o.Resume.Store = rs, rs
-		return newHarness(t, harnessConfig{servers: map[string]*upstreamtest.Server{"A": up}, opts: o})
-	}
+	up, replica := redisReplicas(t, gateway.Options{KeepAlive: 50 * time.Millisecond, LifecycleHold: -1})
 	running, other := replica(), replica()
 	silent := upstreamtest.Answer(longText, 3)
 	silent.Gap = 300 * time.Millisecond // silences of several keepalive periods
@@ -179,4 +167,24 @@ func sseLines(t *testing.T, ctx context.Context, method, url, body string) *sseS
 		}
 	}()
 	return s
+}
+
+// redisReplicas starts a redis-server and the upstream A, and returns A and
+// a maker of gateway replicas with opts that share both: their store and
+// resume store are that Redis.
+func redisReplicas(t *testing.T, opts gateway.Options) (*upstreamtest.Server, func() *harness) {
+	t.Helper()
+	rd := redistest.Start(t)
+	up := upstreamtest.NewServer(upstreamtest.Options{Name: "A"})
+	t.Cleanup(up.Close)
+	return up, func() *harness {
+		rs, err := store.OpenRedis(context.Background(), store.RedisOptions{URL: rd.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = rs.Close() })
+		o := opts
+		o.Store, o.Resume.Store = rs, rs
+		return newHarness(t, harnessConfig{servers: map[string]*upstreamtest.Server{"A": up}, opts: o})
+	}
 }

@@ -131,16 +131,7 @@ func TestCompletionAnswerShapes(t *testing.T) {
 			if aerr != nil || err != nil {
 				t.Fatal(aerr, err)
 			}
-			for _, out := range []gjson.Result{gjson.GetBytes(resp, "output"), gjson.GetBytes(events[len(events)-1].Data, "response.output")} {
-				var outs []string
-				out.ForEach(func(_, it gjson.Result) bool {
-					outs = append(outs, summarizeItem(it))
-					return true
-				})
-				if strings.Join(outs, "\n") != strings.Join(tc.output, "\n") {
-					t.Fatalf("output:\n%s\nwant:\n%s", strings.Join(outs, "\n"), strings.Join(tc.output, "\n"))
-				}
-			}
+			checkOutputs(t, resp, events, tc.output)
 		})
 	}
 }
@@ -185,4 +176,20 @@ func checkTerminalOutput(t *testing.T, events []Event, terminal string, output [
 		t.Fatalf("output:\n%s\nwant:\n%s", strings.Join(outs, "\n"), strings.Join(output, "\n"))
 	}
 	return last
+}
+
+// checkOutputs checks that the answer resp and the terminal event of events
+// both hold the output items want (as summarizeItem renders them).
+func checkOutputs(t *testing.T, resp []byte, events []Event, want []string) {
+	t.Helper()
+	for _, out := range []gjson.Result{gjson.GetBytes(resp, "output"), gjson.GetBytes(events[len(events)-1].Data, "response.output")} {
+		var outs []string
+		out.ForEach(func(_, it gjson.Result) bool {
+			outs = append(outs, summarizeItem(it))
+			return true
+		})
+		if strings.Join(outs, "\n") != strings.Join(want, "\n") {
+			t.Fatalf("output:\n%s\nwant:\n%s", strings.Join(outs, "\n"), strings.Join(want, "\n"))
+		}
+	}
 }

@@ -3,8 +3,6 @@ package translate
 import (
 	"strings"
 	"testing"
-
-	"github.com/tidwall/gjson"
 )
 
 // TestStreamToolCallsSharingAnIndex: some servers (Ollama, some vLLM tool
@@ -127,16 +125,7 @@ func TestCompletionToolCallsSharingAnIndex(t *testing.T) {
 			if err := validateEvents(events); err != nil {
 				t.Fatalf("%v\n%s", err, dumpEvents(events))
 			}
-			for _, out := range []gjson.Result{gjson.GetBytes(resp, "output"), gjson.GetBytes(events[len(events)-1].Data, "response.output")} {
-				var outs []string
-				out.ForEach(func(_, it gjson.Result) bool {
-					outs = append(outs, summarizeItem(it))
-					return true
-				})
-				if strings.Join(outs, "\n") != strings.Join(tc.output, "\n") {
-					t.Fatalf("output:\n%s\nwant:\n%s", strings.Join(outs, "\n"), strings.Join(tc.output, "\n"))
-				}
-			}
+			checkOutputs(t, resp, events, tc.output)
 		})
 	}
 }
