@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -48,7 +49,8 @@ type conversations struct {
 }
 
 // sessionMemory holds a WebSocket session's store:false turns; it is dropped
-// with the socket. What it holds is bounded (limits.ws_session_memory_bytes,
+// with the socket. What it holds is bounded (limits.ws_session_memory_bytes
+// per socket, limits.ws_session_memory_total_bytes for all sockets together;
 // SECURITY.md "WebSocket"): the oldest turns are evicted first, and a
 // follow-up whose chain reaches an evicted turn fails closed as one naming a
 // chain the socket never held does (sessionChainBody).
@@ -56,13 +58,40 @@ type sessionMemory struct {
 	mu    sync.Mutex
 	limit int64 // bytes of kept items; 0: no bound
 	held  int64 // bytes of the items of the turns kept
-	turns map[string]*sessionTurn
+	// total is what all sockets' memories hold together (nil: no bound);
+	// released: the socket closed, its bytes went back to total and
+	// nothing more is kept.
+	total    *sessionMemoryTotal
+	released bool
+	turns    map[string]*sessionTurn
 	// order is the ids of the turns kept, oldest first: eviction's order.
 	order []string
 	// continued names the turns whose response was continued after a
 	// failure (continuation.go): what the client was shown is not what
 	// the upstream that finished it holds (sessionChainBodyOverSocket).
 	continued map[string]bool
+}
+
+// sessionMemoryTotal bounds the bytes every client WebSocket's session
+// memory holds together (limits.ws_session_memory_total_bytes): the
+// per-socket bound alone lets max_connections sockets hold that much each.
+// A socket whose turn would take the total past it evicts its own oldest
+// turns, and keeps the new one only if it then fits: one busy socket
+// cannot take what another already holds.
+type sessionMemoryTotal struct {
+	limit int64
+	held  atomic.Int64
+}
+
+// over reports whether the memories hold more than the bound together.
+func (t *sessionMemoryTotal) over() bool {
+	return t != nil && t.limit > 0 && t.held.Load() > t.limit
+}
+
+func (t *sessionMemoryTotal) add(n int64) {
+	if t != nil {
+		t.held.Add(n)
+	}
 }
 
 // sessionTurn is one kept turn: its items, their size, and the upstream
@@ -74,8 +103,18 @@ type sessionTurn struct {
 	heldBy string
 }
 
-func newSessionMemory(limit int64) *sessionMemory {
-	return &sessionMemory{limit: limit, turns: map[string]*sessionTurn{}, continued: map[string]bool{}}
+func newSessionMemory(limit int64, total *sessionMemoryTotal) *sessionMemory {
+	return &sessionMemory{limit: limit, total: total, turns: map[string]*sessionTurn{}, continued: map[string]bool{}}
+}
+
+// release gives what the session holds back to the total when its socket
+// closes; a turn put later (a response still finishing) is not kept.
+func (m *sessionMemory) release() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.total.add(-m.held)
+	m.released = true
+	m.held, m.turns, m.order, m.continued = 0, map[string]*sessionTurn{}, nil, map[string]bool{}
 }
 
 func (m *sessionMemory) markContinued(id string) {
@@ -104,25 +143,32 @@ func turnBytes(t store.Turn) int64 {
 }
 
 // put keeps t, served over heldBy's WebSocket ("" otherwise), then evicts
-// the oldest turns while the session holds more than its bound; a turn
-// larger than the bound on its own is not kept either.
+// the oldest turns while the session holds more than its bound, or all
+// sessions together more than theirs; a turn larger than what is left to it
+// is not kept either.
 func (m *sessionMemory) put(t store.Turn, heldBy string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.released {
+		return
+	}
 	size := turnBytes(t)
 	if old, ok := m.turns[t.ResponseID]; ok { // the same response again: replaced where it stands
 		m.held += size - old.size
+		m.total.add(size - old.size)
 		old.turn, old.size, old.heldBy = t, size, heldBy
 	} else {
 		m.turns[t.ResponseID] = &sessionTurn{turn: t, size: size, heldBy: heldBy}
 		m.order = append(m.order, t.ResponseID)
 		m.held += size
+		m.total.add(size)
 	}
-	for m.limit > 0 && m.held > m.limit && len(m.order) > 0 {
+	for (m.limit > 0 && m.held > m.limit || m.total.over()) && len(m.order) > 0 {
 		id := m.order[0]
 		m.order[0] = ""
 		m.order = m.order[1:]
 		m.held -= m.turns[id].size
+		m.total.add(-m.turns[id].size)
 		delete(m.turns, id)
 		delete(m.continued, id)
 	}

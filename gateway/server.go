@@ -109,6 +109,9 @@ type Options struct {
 	// WebSocket keeps for its follow-ups (sessionMemory); the oldest are
 	// evicted first; default 64 MiB.
 	WSSessionMemoryBytes int64
+	// WSSessionMemoryTotalBytes bounds what all client WebSockets' session
+	// memories hold together (sessionMemoryTotal); default 1 GiB.
+	WSSessionMemoryTotalBytes int64
 
 	// Store keeps response anchors for previous_response_id continuity;
 	// nil turns continuity off.
@@ -186,10 +189,13 @@ type Server struct {
 	bgCount atomic.Int64   // …and how many: at most MaxConnections, as if each held a connection
 	scrub   *scrubber      // upstream API keys → [redacted]; nil when no upstream has a key
 	bodies  *bodyBudget    // memory of request bodies being read
-	rtable  *routeTable    // nil without routes
-	targetM *targetMetrics
-	acct    *accounts // keys, limits, usage (auth.go)
-	tracing *tracing  // nil when tracing is off (tracing.go)
+	// sessionTotal is what all client WebSockets' session memories hold
+	// together (limits.ws_session_memory_total_bytes).
+	sessionTotal *sessionMemoryTotal
+	rtable       *routeTable // nil without routes
+	targetM      *targetMetrics
+	acct         *accounts // keys, limits, usage (auth.go)
+	tracing      *tracing  // nil when tracing is off (tracing.go)
 	// failedClosedLog spaces the warnings of requests refused because a
 	// rewrite policy held to its edits could not run (failedClosed): one a
 	// request would flood the log while, say, its file lacks the hook.
@@ -275,6 +281,7 @@ func New(opts Options) (*Server, error) {
 	setDefault(&opts.UpstreamSockets, def.Limits.UpstreamSockets)
 	setDefault(&opts.UpstreamSocketIdle, def.Timeouts.UpstreamIdle.D())
 	setDefault(&opts.WSSessionMemoryBytes, def.Limits.WSSessionMemoryBytes)
+	setDefault(&opts.WSSessionMemoryTotalBytes, def.Limits.WSSessionMemoryTotalBytes)
 	if opts.Transport == nil {
 		opts.Transport = NewTransport(opts.ConnectTimeout, opts.HeaderTimeout)
 	}
@@ -289,6 +296,7 @@ func New(opts Options) (*Server, error) {
 		client:          upstream.FollowNoRedirects(&http.Client{Transport: opts.Transport}),
 		drainCh:         make(chan struct{}),
 		bodies:          &bodyBudget{limit: opts.BodyMemoryBytes},
+		sessionTotal:    &sessionMemoryTotal{limit: opts.WSSessionMemoryTotalBytes},
 	}
 	s.scrub = scrubberFor(opts.Pool)
 	if len(opts.Routes) > 0 {

@@ -83,12 +83,13 @@ func (s *Server) handleWebSocket(w http.ResponseWriter, r *http.Request, _ httpr
 		header.Del(k)
 	}
 	metaOf(r).ws = true // each frame logs its own access line
-	sess := &wsSession{s: s, conn: conn, header: header, fwd: forwardingOf(r, s.opts.TrustedProxies), keyHash: clientkey.Hash(header), key: keyOf(r), requestID: metaOf(r).requestID, memory: newSessionMemory(s.opts.WSSessionMemoryBytes),
+	sess := &wsSession{s: s, conn: conn, header: header, fwd: forwardingOf(r, s.opts.TrustedProxies), keyHash: clientkey.Hash(header), key: keyOf(r), requestID: metaOf(r).requestID, memory: newSessionMemory(s.opts.WSSessionMemoryBytes, s.sessionTotal),
 		// Its chunks count in the streaming-input chunk series, as REST
 		// and Mode A chunks do (gateway/streaminput/README.md, "Metrics").
 		input: streaminput.NewAccumulator(streaminput.AccumulatorOptions{MaxBytes: s.opts.MaxWSFrameBytes, MaxJSONDepth: s.opts.MaxJSONDepth,
 			Registerer: s.reg})}
 	sess.run()
+	sess.memory.release()
 }
 
 // upgradeRefusal stands between websocket.Accept and the client: the

@@ -45,7 +45,7 @@ func (s *Server) sessionChainBody(ctx context.Context, req *clientRequest, body 
 	case aerr == nil:
 	case aerr.Code == apierr.CodePreviousResponseNotFound:
 		return nil, &sessionChainError{failClosed: failPreviousNotFound, aerr: apierr.UpstreamUnavailable(http.StatusServiceUnavailable,
-			"previous_response_id '%s' names a store: false response whose conversation this WebSocket session does not hold (it was made on another socket, or its oldest turns were dropped past limits.ws_session_memory_bytes), and the upstream it goes to keeps no store: false response for it; send the conversation's input in full",
+			"previous_response_id '%s' names a store: false response whose conversation this WebSocket session does not hold (it was made on another socket, or its oldest turns were dropped past limits.ws_session_memory_bytes or, for all sockets together, limits.ws_session_memory_total_bytes), and the upstream it goes to keeps no store: false response for it; send the conversation's input in full",
 			req.previousResponseID)}
 	case aerr.Code == apierr.CodeUpstreamUnavailable: // the store could not be read (storeUnavailable)
 		return nil, &sessionChainError{failClosed: failOwnerLookupFailed, aerr: aerr}

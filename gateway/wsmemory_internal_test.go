@@ -35,7 +35,7 @@ func TestSessionMemoryEvictsOldestTurns(t *testing.T) {
 		{"no bound", 0, []store.Turn{turnOf("r1", "", 100), turnOf("r2", "r1", 1000)}, []string{"r1", "r2"}, 1100},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			m := newSessionMemory(c.limit)
+			m := newSessionMemory(c.limit, nil)
 			for _, tr := range c.puts {
 				if got := turnBytes(tr); got != int64(len(tr.Input[0])+len(tr.Output[0])) {
 					t.Fatalf("turnBytes(%s) = %d", tr.ResponseID, got)
@@ -53,6 +53,71 @@ func TestSessionMemoryEvictsOldestTurns(t *testing.T) {
 			}
 			if !slices.Equal(held, c.want) || m.held != c.bytes {
 				t.Fatalf("held %v (%d bytes), want %v (%d bytes)", held, m.held, c.want, c.bytes)
+			}
+		})
+	}
+}
+
+// TestSessionMemoryTotalBound: all sockets' memories together hold at most
+// limits.ws_session_memory_total_bytes. A socket whose turn would take the
+// total past it evicts its own oldest turns and keeps the new one only if it
+// then fits (what another socket holds stays); a closed socket's bytes go
+// back to the total, and a turn put after it closed is not kept.
+func TestSessionMemoryTotalBound(t *testing.T) {
+	type put struct {
+		socket int // 0 or 1
+		turn   store.Turn
+	}
+	for _, c := range []struct {
+		name     string
+		total    int64
+		puts     []put
+		closeA   bool     // socket 0 closes after the puts
+		afterA   []string // then socket 1 puts r9 (100 bytes)
+		wantA    []string // held by socket 0, oldest first
+		wantB    []string // held by socket 1
+		wantHeld int64    // the total's bytes
+	}{
+		{name: "within the total", total: 400,
+			puts:  []put{{0, turnOf("a1", "", 100)}, {1, turnOf("b1", "", 100)}, {0, turnOf("a2", "a1", 100)}},
+			wantA: []string{"a1", "a2"}, wantB: []string{"b1"}, wantHeld: 300},
+		{name: "a socket evicts its own oldest", total: 300,
+			puts:  []put{{0, turnOf("a1", "", 100)}, {1, turnOf("b1", "", 100)}, {1, turnOf("b2", "b1", 100)}, {1, turnOf("b3", "b2", 100)}},
+			wantA: []string{"a1"}, wantB: []string{"b2", "b3"}, wantHeld: 300},
+		{name: "a turn that cannot fit beside another socket's is not kept", total: 250,
+			puts:  []put{{0, turnOf("a1", "", 200)}, {1, turnOf("b1", "", 100)}},
+			wantA: []string{"a1"}, wantB: nil, wantHeld: 200},
+		{name: "a closed socket's bytes go back", total: 250,
+			puts:   []put{{0, turnOf("a1", "", 200)}, {1, turnOf("b1", "", 100)}},
+			closeA: true, afterA: []string{"r9"},
+			wantA: nil, wantB: []string{"r9"}, wantHeld: 100},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			total := &sessionMemoryTotal{limit: c.total}
+			socks := []*sessionMemory{newSessionMemory(1000, total), newSessionMemory(1000, total)}
+			for _, p := range c.puts {
+				socks[p.socket].put(p.turn, "")
+			}
+			if c.closeA {
+				socks[0].release()
+				socks[0].put(turnOf("a9", "", 10), "") // a response still finishing on the closed socket
+			}
+			for _, id := range c.afterA {
+				socks[1].put(turnOf(id, "", 100), "")
+			}
+			heldOf := func(m *sessionMemory) (ids []string) {
+				for _, id := range []string{"a1", "a2", "a9", "b1", "b2", "b3", "r9"} {
+					if m.holds(id) {
+						ids = append(ids, id)
+					}
+				}
+				return ids
+			}
+			if a, b := heldOf(socks[0]), heldOf(socks[1]); !slices.Equal(a, c.wantA) || !slices.Equal(b, c.wantB) {
+				t.Fatalf("socket 0 holds %v, socket 1 %v; want %v and %v", a, b, c.wantA, c.wantB)
+			}
+			if got := total.held.Load(); got != c.wantHeld || got != socks[0].held+socks[1].held {
+				t.Fatalf("the total holds %d bytes (sockets %d + %d), want %d", got, socks[0].held, socks[1].held, c.wantHeld)
 			}
 		})
 	}

@@ -216,6 +216,10 @@ type Limits struct {
 	// WebSocket keeps in memory for its follow-ups (the bytes of their
 	// items); the oldest are evicted first.
 	WSSessionMemoryBytes int64 `yaml:"ws_session_memory_bytes"`
+	// WSSessionMemoryTotalBytes bounds what all client WebSockets keep
+	// that way together: a socket that would take it past the bound
+	// evicts its own oldest turns.
+	WSSessionMemoryTotalBytes int64 `yaml:"ws_session_memory_total_bytes"`
 }
 
 // Timeouts bound every wait.
@@ -325,7 +329,7 @@ func Defaults() Config {
 		Log:     Log{Level: "info"},
 		Limits: Limits{MaxBodyBytes: 32 << 20, MaxEventBytes: 16 << 20, MaxWSFrameBytes: 15 << 20, UpstreamSockets: 1024,
 			MaxJSONDepth: 128, BodyMemoryBytes: 256 << 20, MaxConnections: 10000, InputSessions: 10000, InputSessionBytes: 1 << 30,
-			WSSessionMemoryBytes: 64 << 20},
+			WSSessionMemoryBytes: 64 << 20, WSSessionMemoryTotalBytes: 1 << 30},
 		Timeouts: Timeouts{
 			Connect:       Duration(5 * time.Second),
 			Header:        Duration(120 * time.Second),
@@ -723,6 +727,7 @@ func (c *Config) validate(unread *unreadable) []problem {
 		{"limits.input_sessions", int64(c.Limits.InputSessions), 0},
 		{"limits.input_session_bytes", c.Limits.InputSessionBytes, maxBytes},
 		{"limits.ws_session_memory_bytes", c.Limits.WSSessionMemoryBytes, maxBytes},
+		{"limits.ws_session_memory_total_bytes", c.Limits.WSSessionMemoryTotalBytes, maxBytes},
 	} {
 		if l.v <= 0 {
 			bad(l.key, "must be positive")

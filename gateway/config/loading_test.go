@@ -184,14 +184,15 @@ func TestValidateBounds(t *testing.T) {
 func TestValidateOrderIsStable(t *testing.T) {
 	const yaml = "limits: {max_body_bytes: 0, max_event_bytes: 0, max_ws_frame_bytes: 0, upstream_sockets: 0, max_json_depth: 0,\n" +
 		"  body_memory_bytes: 0, max_connections: 0, input_sessions: 0, input_session_bytes: 0,\n" +
-		"  ws_session_memory_bytes: 0}\n" +
+		"  ws_session_memory_bytes: 0, ws_session_memory_total_bytes: 0}\n" +
 		"timeouts: {connect: 0s, header: 0s, idle: 0s, read_header: 0s, drain_grace: 0s, probe_interval: 0s,\n" +
 		"  upstream_socket_idle: 0s, client_write: 0s, read_body: 0s, ws_idle: 0s, keepalive: 0s}\n" +
 		"keys: [{name: k, key: 0123456789abcdef, limits: {rpm: -1, tpm: -1, concurrent: -1, tokens_per_day: -1, tokens_per_month: -1}}]\n" +
 		"pricing: {m-a: {input: -1}, m-b: {input: -1}, m-c: {input: -1}, m-d: {input: -1}}\n"
 	var want []string
 	for _, k := range []string{"max_body_bytes", "max_event_bytes", "max_ws_frame_bytes", "upstream_sockets", "max_json_depth",
-		"body_memory_bytes", "max_connections", "input_sessions", "input_session_bytes", "ws_session_memory_bytes"} {
+		"body_memory_bytes", "max_connections", "input_sessions", "input_session_bytes", "ws_session_memory_bytes",
+		"ws_session_memory_total_bytes"} {
 		want = append(want, "limits."+k+": must be positive")
 	}
 	for _, k := range []string{"connect", "header", "idle", "read_header", "drain_grace", "probe_interval",
