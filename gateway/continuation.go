@@ -427,7 +427,7 @@ func (s *Server) continueAfter(ctx context.Context, cs *clientStream, req *clien
 	if try.cont != nil {
 		s.rescueOutcome(req, try.cont.kind, "continued")
 	}
-	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "after_content_"+af.class).Inc()
+	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), attemptOutcomeAfterAnswer(af)).Inc()
 	s.log.Info(failed+"; continuing on the next target", "surface", req.surface(), "upstream", u.Name(),
 		"class", af.class, "code", af.code, "kind", kind, "next", next.String(), "bytes_sent", facts.bytes, "items_sent", facts.items,
 		"response_id", LogID(r.clientID))
@@ -440,6 +440,19 @@ func (s *Server) continueAfter(ctx context.Context, cs *clientStream, req *clien
 		why = "no content within first_token (" + reasonFirstToken + ")"
 	}
 	return attemptResult{next: nextContinue, why: why + ": continuing"}, true
+}
+
+// attemptOutcomeAfterAnswer is the sluice_upstream_attempts_total outcome
+// of an attempt that failed after the client's answer started: a
+// first_token timeout sent no content (the client saw only the lifecycle
+// events or a role chunk), so it is counted as first_token_timeout, as
+// when the client saw nothing (timeoutFailure), not as after_content_stall
+// (README "Observability").
+func attemptOutcomeAfterAnswer(af *afterFailure) string {
+	if af.reason == reasonFirstToken {
+		return reasonFirstToken
+	}
+	return "after_content_" + af.class
 }
 
 // continuationFailed handles a continuation target that failed before it

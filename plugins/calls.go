@@ -35,6 +35,11 @@ type Trace struct {
 	// complete its rewrite; the caller fails the request instead of sending
 	// it on without that module's edits.
 	FailedClosed bool `json:"failed_closed,omitempty"`
+	// UnknownUpstream: the rewrite chain stopped at Policy, whose
+	// use_upstream named an upstream the caller does not know
+	// (RewriteChecks.KnownUpstream); the caller fails the request, so none
+	// of the chain's edits reach an upstream (RewriteTraceVerdict).
+	UnknownUpstream bool `json:"unknown_upstream,omitempty"`
 	// Steps lists every module asked, in order.
 	Steps []TraceStep `json:"steps,omitempty"`
 }
@@ -636,7 +641,7 @@ func (r *Runtime) rewriteTrace(ctx context.Context, in hostabi.RewriteInput, che
 				"version", v.gen, "upstream", rw.upstream)
 			tr.Steps = append(tr.Steps, step)
 			out.Upstream = rw.upstream
-			tr.Policy, tr.Outcome = v.name, outError.String()
+			tr.Policy, tr.Outcome, tr.UnknownUpstream = v.name, outError.String(), true
 			break
 		}
 		tr.Steps = append(tr.Steps, step)

@@ -180,11 +180,18 @@ const (
 	RewriteFailedClosed = "failed_closed"
 )
 
-// RewriteTraceVerdict is RewriteVerdict of a rewrite whose trace is tr: a
-// chain that failed closed sends nothing, whatever out says.
+// RewriteTraceVerdict is RewriteVerdict of a rewrite whose trace is tr, as
+// the gateway acts on it: a chain that failed closed sends nothing, whatever
+// out says; one stopped at a use_upstream the caller does not know
+// (Trace.UnknownUpstream) fails the request (500, ABI.md §3.3), so none of
+// its edits reach an upstream and the request counts as unchanged, though
+// out names that upstream.
 func RewriteTraceVerdict(in hostabi.RewriteInput, out hostabi.RewriteOutput, tr Trace) string {
-	if tr.FailedClosed {
+	switch {
+	case tr.FailedClosed:
 		return RewriteFailedClosed
+	case tr.UnknownUpstream:
+		return RewriteUnchanged
 	}
 	return RewriteVerdict(in, out)
 }
@@ -210,15 +217,16 @@ func rewriteEdited(in hostabi.RewriteInput, out hostabi.RewriteOutput) bool {
 	return out.Body != nil && !bytes.Equal(out.Body, in.Body) || len(out.SetHeaders) > 0 || len(out.RemoveHeaders) > 0 || out.Upstream != ""
 }
 
-// rewriteDecidedBy names who made a rewrite's result: the module that
-// rejected; for an edited request the modules that ran their rewrite and
-// returned done (their edits are the ones applied, in chain order, comma
-// separated); "default" when the request was left as it came.
-func rewriteDecidedBy(in hostabi.RewriteInput, out hostabi.RewriteOutput, tr Trace) string {
-	if out.Reject != nil && tr.Policy != "" {
+// rewriteDecidedBy names who made a rewrite's result, whose verdict is
+// RewriteTraceVerdict's: the module that rejected, or that failed closed; for an edited request
+// the modules that ran their rewrite and returned done (their edits are the
+// ones applied, in chain order, comma separated); "default" when the
+// request was left as it came.
+func rewriteDecidedBy(verdict string, tr Trace) string {
+	if (verdict == RewriteRejected || verdict == RewriteFailedClosed) && tr.Policy != "" {
 		return tr.Policy
 	}
-	if !rewriteEdited(in, out) {
+	if verdict != RewriteChanged {
 		return "default"
 	}
 	var names []string
@@ -260,8 +268,11 @@ func (r *Runtime) recordReplay(ctx context.Context, in hostabi.ReplayInput, out 
 }
 
 func (r *Runtime) recordRewrite(in hostabi.RewriteInput, out hostabi.RewriteOutput, tr Trace) {
+	// What the gateway did with the request, as `sluice policy test`
+	// computes it on the replay.
+	verdict := RewriteTraceVerdict(in, out, tr)
 	rc := Record{Hook: "rewrite", Surface: in.Surface, Endpoint: in.Endpoint, Headers: recordedHeaders(in.Headers),
-		Verdict: RewriteTraceVerdict(in, out, tr), DecidedBy: rewriteDecidedBy(in, out, tr)}
+		Verdict: verdict, DecidedBy: rewriteDecidedBy(verdict, tr)}
 	if json.Valid(in.Body) {
 		rc.Body = in.Body
 	}

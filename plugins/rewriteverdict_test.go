@@ -27,7 +27,7 @@ func TestRewriteVerdictComparesTheBody(t *testing.T) {
 			t.Errorf("%s: verdict %q, want %q", tt.name, got, tt.want)
 		}
 		if tt.want == RewriteUnchanged {
-			if by := rewriteDecidedBy(in, tt.out, Trace{Steps: []TraceStep{{Policy: "20-w", Outcome: outOK.String()}}}); by != "default" {
+			if by := rewriteDecidedBy(tt.want, Trace{Steps: []TraceStep{{Policy: "20-w", Outcome: outOK.String()}}}); by != "default" {
 				t.Errorf("%s: decided_by %q, want default", tt.name, by)
 			}
 		}

@@ -198,7 +198,9 @@ and print one JSON result per line. An event is {"hook":"recover",
 "body":{…},"headers":{…},"surface":"…","endpoint":"…"}; an optional
 "expect" (a verdict name, or for rewrite "changed", "unchanged",
 "rejected", "failed_closed") makes the command exit 1 when the result
-differs. A rewrite is
+differs; a rewrite expected "failed_closed" passes when FILE fails closed,
+though its result has an "error" saying why (any other error fails the
+event, and stderr says why each failed one did). A rewrite is
 "changed" when the request the gateway sends changes: its body, a header
 set or removed, or the upstream chosen ("body", "set_headers",
 "remove_headers" and "upstream" show the edits). Blank lines and lines
@@ -245,7 +247,8 @@ flags:
         a record_dir (or one of its files) to replay instead of -events
   -expect EXPECT.jsonl
         with -recording: {"request","verdict"} lines; exit 1 when a result
-        differs or a request is missing
+        differs or a request is missing (a rewrite expected "failed_closed"
+        that fails closed is not counted as an error)
   -config JSON|@FILE
         the policy's config (what policies.NAME is in the gateway's config,
         sluice_fail_closed included)
@@ -1144,10 +1147,15 @@ func runTest(ctx context.Context, opts Options, args []string, stdout, stderr io
 		}
 		res := runEvent(ctx, rt, &check, line, text)
 		if res.Expect != "" {
-			ok := res.Error == "" && res.Expect == res.Verdict
+			ok := res.Expect == res.Verdict && (res.Error == "" || expectedFailClosed(res.Expect, res.Verdict))
 			res.Pass = &ok
 			if !ok {
 				failed++
+				why := fmt.Sprintf("line %d: %s verdict %s, expected %s", line, res.Hook, res.Verdict, res.Expect)
+				if res.Error != "" {
+					why += ": " + res.Error
+				}
+				fmt.Fprintln(stderr, why)
 			}
 		} else if res.Error != "" {
 			failed++
@@ -1164,6 +1172,16 @@ func runTest(ctx context.Context, opts Options, args []string, stdout, stderr io
 		return errReported
 	}
 	return nil
+}
+
+// expectedFailClosed reports whether a result's error is the one its
+// expected verdict names: a rewrite that fails closed carries an error (why
+// the module could not complete it), as a fault does, but failing closed is
+// what a case expecting "failed_closed" asks for. Any other error (a fault
+// of a module not held to its edits, an invalid rewrite) still fails the
+// case, whatever its verdict.
+func expectedFailClosed(expect, verdict string) bool {
+	return expect == plugins.RewriteFailedClosed && verdict == plugins.RewriteFailedClosed
 }
 
 func decidedBy(tr plugins.Trace) string {
@@ -1289,11 +1307,12 @@ func runEvent(ctx context.Context, rt *plugins.Runtime, check *gatewayChecks, li
 			return res
 		}
 		switch {
-		case known != nil && out.Upstream != "" && !known(out.Upstream):
+		case tr.UnknownUpstream:
 			// As in the gateway: a name no upstream has fails the request
 			// (500), whatever else the module did (ABI.md §3.3), so none of
-			// its edits reach an upstream: the verdict is "unchanged", as
-			// for an edit the gateway discards (README "Policies").
+			// its edits reach an upstream: the verdict is "unchanged"
+			// (plugins.RewriteTraceVerdict, as the recording says), as for
+			// an edit the gateway discards (README "Policies").
 			res.Outcome = rewriteInvalid
 			res.Error = fmt.Sprintf("%s: %s: use_upstream named %q, which is not one of the gateway's upstreams: the gateway answers the request 500",
 				tr.Policy, rewriteInvalid, out.Upstream)
@@ -1310,7 +1329,7 @@ func runEvent(ctx context.Context, rt *plugins.Runtime, check *gatewayChecks, li
 			out = hostabi.RewriteOutput{}
 			res.Outcome, res.Error = rewriteInvalid, editorOf(tr)+": "+rewriteInvalid+": "+reason
 		}
-		res.Verdict = plugins.RewriteVerdict(in, out)
+		res.Verdict = plugins.RewriteTraceVerdict(in, out, tr)
 		changed := res.Verdict == plugins.RewriteChanged
 		res.Changed, res.Body, res.Reject = &changed, out.Body, out.Reject
 		res.SetHdrs, res.RmHdrs, res.Upstream = out.SetHeaders, out.RemoveHeaders, out.Upstream

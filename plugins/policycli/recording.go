@@ -135,9 +135,7 @@ func runRecording(ctx context.Context, file, dir, expectFile string, spec loadSp
 				out.Changed = out.Changed || (len(rec.Output) > 0 && !sameStreamOutput(now, rec.Output))
 			}
 			sum.Summary.Inputs++
-			if out.Error != "" {
-				sum.Summary.Errors++
-			}
+			errorExpected := false
 			if out.Changed {
 				sum.Summary.Changed++
 				if sum.Summary.ByHook == nil {
@@ -151,8 +149,16 @@ func runRecording(ctx context.Context, file, dir, expectFile string, spec loadSp
 				out.Expect = v
 				if v != out.Verdict {
 					sum.Summary.Mismatches++
-					fmt.Fprintf(stderr, "%s: %s verdict %s, expected %s\n", out.Request, out.Hook, out.Verdict, v)
+					why := fmt.Sprintf("%s: %s verdict %s, expected %s", out.Request, out.Hook, out.Verdict, v)
+					if out.Error != "" {
+						why += ": " + out.Error
+					}
+					fmt.Fprintln(stderr, why)
 				}
+				errorExpected = expectedFailClosed(v, out.Verdict)
+			}
+			if out.Error != "" && !errorExpected {
+				sum.Summary.Errors++
 			}
 			if err := enc.Encode(out); err != nil {
 				fh.Close()
