@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/sluice-gw/sluice/internal/jsonx"
 	"github.com/sluice-gw/sluice/internal/sent"
+	"github.com/sluice-gw/sluice/store"
 )
 
 // Continuation after content (README, "Continuation"): when a stream fails
@@ -76,6 +77,25 @@ type rescueState struct {
 	// stream is the client stream the continuation feeds: whether a cancel
 	// or DELETE of the response stopped it (rescueOutcome).
 	stream *clientStream
+	// earlier are the copies the targets it was cut on keep (noteCopy),
+	// which its anchor lists so that a DELETE reaches them (confirmRescue).
+	earlier []store.UpstreamCopy
+}
+
+// noteCopy notes the copy of the response that u, an attempt that failed
+// after it began answering, keeps under responseID (its own id: a Chat
+// upstream keeps nothing).
+func (r *rescueState) noteCopy(u *upstream.Upstream, responseID string) {
+	if responseID == "" || u.Config().Protocol == upstream.ProtocolChat || len(r.earlier) >= store.MaxEarlierCopies {
+		return
+	}
+	c := store.UpstreamCopy{Upstream: u.Name(), ID: responseID}
+	if responseID == r.clientID {
+		c.ID = "" // the anchor's own id
+	}
+	if !slices.Contains(r.earlier, c) {
+		r.earlier = append(r.earlier, c)
+	}
 }
 
 // contAttempt marks an attempt as a continuation (tryState.cont).
@@ -377,6 +397,7 @@ func (s *Server) continueAfter(ctx context.Context, cs *clientStream, req *clien
 		// attempt that failed while it reproduced the client's text).
 		if r := req.rescue; r != nil {
 			req.meta.attemptEnded(r.addAttemptUsage(req, ans, af, cs.facts()), r.usage)
+			r.noteCopy(u, p.responseID)
 		}
 		return s.continuationFailed(ctx, cs, req, u, af.class, af.code, af.status, af.reason+": "+af.cause.Message, wait), true
 	}
@@ -417,6 +438,7 @@ func (s *Server) continueAfter(ctx context.Context, cs *clientStream, req *clien
 		}
 		req.rescue = r
 	}
+	r.noteCopy(u, p.responseID)
 	r.cause, r.reason, r.kind, r.text = af.cause, af.reason, kind, facts.text
 	// An attempt that reported nothing is charged an estimate in its key's
 	// limits and the usage totals (README "Keys, limits and usage"), as a
@@ -741,6 +763,11 @@ func (p *pump) confirmRescue() {
 	if !chatUp && p.responseID != "" && p.responseID != r.clientID {
 		a.UpstreamID = p.responseID
 	}
+	// The targets it was cut on keep the request and the answer up to the
+	// cut: a DELETE of the response must reach them too (deleteAtOwners).
+	a.Earlier = slices.DeleteFunc(slices.Clone(r.earlier), func(c store.UpstreamCopy) bool {
+		return c.Upstream == a.Upstream && c.ID == a.UpstreamID // the finisher's own copy, if it was noted
+	})
 	write := c.record
 	if prevDurable {
 		write = c.replace

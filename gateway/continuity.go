@@ -42,7 +42,7 @@ type continuity struct {
 	// (record) or forgotten, and one goroutine (retryAnchors, while
 	// retryLoop) writes them; stop ends the retries (close).
 	mu        sync.Mutex
-	retrying  map[string]anchorWrite
+	retrying  map[string]*anchorWrite
 	retryLoop bool
 	stop      chan struct{} // made with the continuity (server.go)
 	pending   sync.WaitGroup
@@ -179,6 +179,9 @@ type resolution struct {
 	// upstreamID is the id the owner knows the response by when it is not
 	// the one asked about (a continued stream's client-visible id).
 	upstreamID string
+	// earlier are the copies other upstreams keep of a continued response
+	// (store.Anchor.Earlier), which a DELETE reaches too.
+	earlier []store.UpstreamCopy
 	// keyHash is the client key hash the anchor was recorded under, in scope
 	// or not; "" when there is no anchor.
 	keyHash string
@@ -234,7 +237,7 @@ func (c *continuity) decide(surface, source, responseID string, a store.Anchor, 
 	c.m.ownerResolution.WithLabelValues(surface, source, "hit").Inc()
 	c.log.Debug("owner resolution", "surface", surface, "source", source, "outcome", "hit", "owner", a.Upstream,
 		"scope", a.ScopeKind.String(), "response_id", LogID(responseID))
-	return resolution{owner: a.Upstream, source: source, upstreamID: a.UpstreamID, keyHash: a.ClientKeyHash}
+	return resolution{owner: a.Upstream, source: source, upstreamID: a.UpstreamID, earlier: a.Earlier, keyHash: a.ClientKeyHash}
 }
 
 // ownerLookupFailed is the answer to a request that names a response
@@ -360,7 +363,7 @@ func (c *continuity) rewriteLater(w anchorWrite) {
 	a := w.anchor
 	c.mu.Lock()
 	if c.retrying == nil {
-		c.retrying = map[string]anchorWrite{}
+		c.retrying = map[string]*anchorWrite{}
 	}
 	if _, ok := c.retrying[a.ResponseID]; !ok && len(c.retrying) >= maxRetryingAnchors {
 		c.mu.Unlock()
@@ -371,7 +374,10 @@ func (c *continuity) rewriteLater(w anchorWrite) {
 		}
 		return
 	}
-	c.retrying[a.ResponseID] = w
+	// Held by pointer: the retries tell the write they took from a newer
+	// one of the same response by identity (store.Anchor holds a slice, so
+	// it has no ==).
+	c.retrying[a.ResponseID] = &w
 	c.m.anchorsWaiting.Set(float64(len(c.retrying)))
 	start := !c.retryLoop
 	c.retryLoop = true
@@ -399,7 +405,7 @@ func (c *continuity) retryAnchors() {
 			last = true
 		}
 		c.mu.Lock()
-		batch := make([]anchorWrite, 0, len(c.retrying))
+		batch := make([]*anchorWrite, 0, len(c.retrying))
 		for _, w := range c.retrying {
 			batch = append(batch, w)
 		}
@@ -422,7 +428,7 @@ func (c *continuity) retryAnchors() {
 				continue // replaced or forgotten since the batch was taken
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), anchorWriteTimeout)
-			err := c.put(ctx, w)
+			err := c.put(ctx, *w)
 			cancel()
 			switch {
 			case w.replace && errors.Is(err, store.ErrNotFound):
@@ -466,7 +472,7 @@ func (c *continuity) retryAnchors() {
 
 // dropRetry removes w from the anchors waiting to be written, unless a
 // newer anchor of its response replaced it meanwhile.
-func (c *continuity) dropRetry(w anchorWrite) {
+func (c *continuity) dropRetry(w *anchorWrite) {
 	c.mu.Lock()
 	if c.retrying[w.anchor.ResponseID] == w {
 		c.unretryLocked(w.anchor.ResponseID)

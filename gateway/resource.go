@@ -812,7 +812,7 @@ func (s *Server) deleteLogged(w http.ResponseWriter, r *http.Request, id, keyHas
 		s.cont.forget(ctx, id)
 	}
 	if owned {
-		s.deleteAtOwner(r, id, anchor, turnKept)
+		s.deleteAtOwners(r, id, anchor, turnKept)
 	}
 	writeDeleted(w, id)
 }
@@ -873,9 +873,9 @@ func (s *Server) deleteKeptTurn(w http.ResponseWriter, r *http.Request, id, keyH
 		return false
 	}
 	s.cont.forget(ctx, id)
-	if u == nil { // an owner since removed from the config: its copy, if any, stays
-		s.deleteAtOwner(r, id, anchor, true)
-	}
+	// An owner since removed from the config: its copy, if any, stays (and
+	// is logged). A continued response's earlier copies are deleted.
+	s.deleteAtOwners(r, id, anchor, true)
 	writeDeleted(w, id)
 	return true
 }
@@ -894,6 +894,26 @@ func (s *Server) deleteTurn(ctx context.Context, w http.ResponseWriter, id strin
 		return false
 	}
 	return true
+}
+
+// deleteAtOwners asks every upstream that keeps a copy of a deleted
+// response to delete it (deleteAtOwner): its owner (the anchor's Upstream)
+// and, for a continued response, the targets it was cut on
+// (anchor.Earlier), which keep the request and the answer up to the cut
+// under their own ids (README "Continuation"). They are asked at once, so
+// the client waits at most ownerDeleteTimeout; each failure is logged, as
+// the owner's is.
+func (s *Server) deleteAtOwners(r *http.Request, id string, anchor store.Anchor, turnKept bool) {
+	var wg sync.WaitGroup
+	for _, c := range anchor.Earlier {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.deleteAtOwner(r, id, store.Anchor{Upstream: c.Upstream, UpstreamID: c.ID}, false)
+		}()
+	}
+	s.deleteAtOwner(r, id, anchor, turnKept)
+	wg.Wait()
 }
 
 // deleteAtOwner asks the Responses upstream that owns a deleted response
@@ -924,29 +944,81 @@ func (s *Server) deleteAtOwner(r *http.Request, id string, anchor store.Anchor, 
 	if anchor.UpstreamID != "" {
 		upID = anchor.UpstreamID
 	}
+	status, _, err := s.deleteAt(r, u, upID)
+	switch {
+	case err != nil:
+		s.log.Warn("deleting a response at its owner failed", "upstream", u.Name(), "response_id", LogID(id), "error", err)
+	case status/100 == 2:
+	case status == http.StatusNotFound: // it kept none (store: false) or it expired there
+		s.log.Debug("the owner of a deleted response does not have it", "upstream", u.Name(), "response_id", LogID(id))
+	default:
+		s.log.Warn("deleting a response at its owner failed", "upstream", u.Name(), "response_id", LogID(id), "status", status)
+	}
+}
+
+// deleteAt sends DELETE /responses/{upID} to u with the credentials a
+// follow-up uses, waiting at most ownerDeleteTimeout, and returns its
+// status and (bounded, scrubbed) body, or why it did not answer (scrubbed).
+func (s *Server) deleteAt(r *http.Request, u *upstream.Upstream, upID string) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), ownerDeleteTimeout)
 	defer cancel()
 	upReq, err := http.NewRequestWithContext(ctx, http.MethodDelete, u.URL("/responses/"+upID), nil)
 	if err != nil {
-		s.log.Warn("deleting a response at its owner failed", "upstream", u.Name(), "response_id", LogID(id), "error", err)
-		return
+		return 0, nil, fmt.Errorf("building the request: %w", err)
 	}
 	upReq.Header = upstreamHeaders(&clientRequest{header: r.Header, key: keyOf(r)}, u.Config(), false)
 	resp, err := s.client.Do(upReq)
 	if err != nil {
-		s.log.Warn("deleting a response at its owner failed", "upstream", u.Name(), "response_id", LogID(id),
-			"error", s.scrub.String(upstream.RedactError(err)))
-		return
+		return 0, nil, errors.New(s.scrub.String(upstream.RedactError(err)))
 	}
 	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxUpstreamErrorBody))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxUpstreamErrorBody)) // lets the connection be reused
-	switch {
-	case resp.StatusCode/100 == 2:
-	case resp.StatusCode == http.StatusNotFound: // it kept none (store: false) or it expired there
-		s.log.Debug("the owner of a deleted response does not have it", "upstream", u.Name(), "response_id", LogID(id))
-	default:
-		s.log.Warn("deleting a response at its owner failed", "upstream", u.Name(), "response_id", LogID(id), "status", resp.StatusCode)
+	return resp.StatusCode, s.scrub.Bytes(body), nil
+}
+
+// deleteEarlierCopies deletes, for a DELETE that askOwner passes on to the
+// owner of a continued response, the copies the targets it was cut on keep
+// (resolution.earlier), before the owner is asked, and reports whether
+// they are gone. A copy that cannot be deleted fails the DELETE as the
+// owner's failure would (askOwner: its OpenAI error passed on, otherwise a
+// 502, or the 4xx it answered), before anything else is deleted: the
+// anchor stays, so the client's retry reaches every copy again. A 404 there
+// is a copy already gone (an earlier DELETE, its own expiry); one on an
+// upstream no longer configured, which nothing can reach, is logged
+// (deleteAtOwner) and does not hold the DELETE back.
+func (s *Server) deleteEarlierCopies(w http.ResponseWriter, r *http.Request, id string, earlier []store.UpstreamCopy) bool {
+	for _, c := range earlier {
+		u := s.pool.Get(c.Upstream)
+		if u == nil {
+			s.deleteAtOwner(r, id, store.Anchor{Upstream: c.Upstream, UpstreamID: c.ID}, false)
+			continue
+		}
+		if u.Config().Protocol == upstream.ProtocolChat {
+			continue // it keeps nothing
+		}
+		upID := id
+		if c.ID != "" {
+			upID = c.ID
+		}
+		status, body, err := s.deleteAt(r, u, upID)
+		switch {
+		case err != nil:
+			s.log.Warn("deleting a continued response's earlier copy failed", "upstream", u.Name(), "response_id", LogID(id), "error", err)
+			apierr.UpstreamUnavailable(http.StatusBadGateway, "upstream %q that keeps a copy of the response did not answer: %s", u.Name(), err).Write(w)
+			return false
+		case status/100 == 2, status == http.StatusNotFound:
+			continue
+		}
+		s.log.Warn("deleting a continued response's earlier copy failed", "upstream", u.Name(), "response_id", LogID(id), "status", status)
+		if aerr := ownerError(u.Name(), status, body, s.opts.MaxJSONDepth); aerr != nil {
+			aerr.Write(w)
+		} else {
+			writeRaw(w, status, body)
+		}
+		return false
 	}
+	return true
 }
 
 // writeDeleted is OpenAI's answer to a DELETE of a response.
@@ -1142,6 +1214,9 @@ func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id, hash strin
 		notResumable(id, window).Write(w)
 		return
 	}
+	if r.Method == http.MethodDelete && !s.deleteEarlierCopies(w, r, id, res.earlier) {
+		return
+	}
 	upID := id
 	if res.upstreamID != "" {
 		upID = res.upstreamID
@@ -1218,6 +1293,12 @@ func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id, hash strin
 			ownerFault(u.Name(), "answered with a body that is not a JSON object (at most %d levels deep)", s.opts.MaxJSONDepth).Write(w)
 			return
 		}
+		if r.Method == http.MethodDelete && upID != id {
+			// A continued response: its owner names the deletion with its
+			// own id, which the client never saw.
+			writeDeleted(w, id)
+			return
+		}
 		relayOwner(w, resp, s.scrub.Bytes(b))
 	}
 }
@@ -1235,7 +1316,7 @@ func (s *Server) ownerRemovedAnswer(w http.ResponseWriter, r *http.Request, id s
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), anchorWriteTimeout)
 		defer cancel()
 		s.cont.forget(ctx, id)
-		s.deleteAtOwner(r, id, store.Anchor{Upstream: res.owner, UpstreamID: res.upstreamID}, false)
+		s.deleteAtOwners(r, id, store.Anchor{Upstream: res.owner, UpstreamID: res.upstreamID, Earlier: res.earlier}, false)
 		aerr.Message += "; the gateway forgot the response, but the copy the owner keeps could not be deleted"
 	}
 	aerr.Write(w)

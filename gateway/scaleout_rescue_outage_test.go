@@ -251,24 +251,16 @@ func TestStreamFollowUpDuringStoreOutageGetsTheStatus(t *testing.T) {
 
 // TestScaleOutDeleteOnTheWaitingReplicaReachesTheFinisher: a DELETE of a
 // continued response, on the replica still waiting to write its anchor,
-// asks the target that finished it to delete its copy, not the first
-// target (README "The resource API").
+// asks the target that finished it to delete its copy, not only the first
+// target, whose copy (up to the cut) is deleted too (README "The resource
+// API").
 func TestScaleOutDeleteOnTheWaitingReplicaReachesTheFinisher(t *testing.T) {
 	rp := newRescuePair(t)
 	id, _ := rp.continuedDuringOutage(t)
 	if status, b := rp.r1.call(http.MethodDelete, "/v1/responses/"+id, "sk-client-secret"); status != http.StatusOK {
 		t.Fatalf("DELETE: %d %s", status, b)
 	}
-	deletes := func(s *upstreamtest.Server) int {
-		n := 0
-		for _, r := range s.Requests() {
-			if r.Method == http.MethodDelete {
-				n++
-			}
-		}
-		return n
-	}
-	if p, b := deletes(rp.p), deletes(rp.b); b != 1 || p != 0 {
-		t.Fatalf("DELETE reached P %d times and B %d times, want B once", p, b)
+	if p, b := deletesOf(rp.p), deletesOf(rp.b); len(b) != 1 || len(p) != 1 || p[0] != "/v1/responses/"+id {
+		t.Fatalf("DELETE reached P at %v and B at %v, want each once (P under %s)", p, b, id)
 	}
 }

@@ -108,6 +108,17 @@ func validAnchor(a *Anchor) error {
 	if len(a.UpstreamID) > MaxIDLen {
 		return fmt.Errorf("upstream id of %d bytes exceeds %d: %w", len(a.UpstreamID), MaxIDLen, ErrInvalid)
 	}
+	if len(a.Earlier) > MaxEarlierCopies {
+		return fmt.Errorf("%d earlier copies exceed %d: %w", len(a.Earlier), MaxEarlierCopies, ErrInvalid)
+	}
+	for _, c := range a.Earlier {
+		if c.Upstream == "" {
+			return fmt.Errorf("earlier copy without an upstream: %w", ErrInvalid)
+		}
+		if len(c.ID) > MaxIDLen {
+			return fmt.Errorf("earlier copy id of %d bytes exceeds %d: %w", len(c.ID), MaxIDLen, ErrInvalid)
+		}
+	}
 	return nil
 }
 

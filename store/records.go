@@ -76,7 +76,27 @@ type Anchor struct {
 	// reached the client keeps the id the client was shown, and the
 	// upstream that finished it knows only its own. Empty: ResponseID.
 	UpstreamID string
+	// Earlier are the copies of a continued response that the upstreams
+	// it was cut on keep (the request and the answer up to the cut, under
+	// their own ids), oldest first, so that a DELETE of the response
+	// reaches them too (README "Continuation"). Empty for any other
+	// response, and for an anchor written before the field existed: those
+	// load as they always did, and a DELETE reaches only Upstream.
+	Earlier []UpstreamCopy
 }
+
+// UpstreamCopy is a copy of a response that an upstream keeps.
+type UpstreamCopy struct {
+	// Upstream is the name of the upstream that keeps it.
+	Upstream string
+	// ID is the id that upstream knows it by. Empty: the anchor's
+	// ResponseID.
+	ID string
+}
+
+// MaxEarlierCopies bounds Anchor.Earlier: a continuation is bounded by its
+// route's targets, so a longer list is a bug, not a response.
+const MaxEarlierCopies = 64
 
 // ScopeRecord points a scope at its latest response.
 type ScopeRecord struct {
@@ -288,14 +308,21 @@ func (d *decoder) finish() error {
 
 // Anchor value: version, kind(1), upstream, client_key_hash, scope_id,
 // model, created_at, expires_at; then upstream_id when it is set, which the
-// kind byte's high bit (anchorHasUpstreamID) announces, so anchors without
-// one keep the original layout and a truncation is still detected.
+// kind byte's high bit (anchorHasUpstreamID) announces; then, when the next
+// bit (anchorHasEarlier) says so, the earlier copies: a uvarint count and
+// each copy's upstream and id. Anchors without them keep the original
+// layout, so records written before either field existed load unchanged
+// (the store outlives upgrades: a rolling upgrade shares it across versions),
+// and a truncation is still detected.
 func encodeAnchor(a *Anchor) []byte {
 	e := encoder{buf: make([]byte, 0, 16+len(a.Upstream)+len(a.ClientKeyHash)+len(a.ScopeID)+len(a.Model))}
 	e.byte(valueVersion)
 	kind := byte(a.ScopeKind)
 	if a.UpstreamID != "" {
 		kind |= anchorHasUpstreamID
+	}
+	if len(a.Earlier) > 0 {
+		kind |= anchorHasEarlier
 	}
 	e.byte(kind)
 	e.string(a.Upstream)
@@ -307,18 +334,28 @@ func encodeAnchor(a *Anchor) []byte {
 	if a.UpstreamID != "" {
 		e.string(a.UpstreamID)
 	}
+	if len(a.Earlier) > 0 {
+		e.uvarint(uint64(len(a.Earlier)))
+		for _, c := range a.Earlier {
+			e.string(c.Upstream)
+			e.string(c.ID)
+		}
+	}
 	return e.buf
 }
 
-// anchorHasUpstreamID flags, in an anchor value's kind byte, that the
-// value ends with Anchor.UpstreamID.
-const anchorHasUpstreamID = 0x80
+// anchorHasUpstreamID and anchorHasEarlier flag, in an anchor value's kind
+// byte, that the value goes on with Anchor.UpstreamID and Anchor.Earlier.
+const (
+	anchorHasUpstreamID = 0x80
+	anchorHasEarlier    = 0x40
+)
 
 func decodeAnchor(responseID string, v []byte) (Anchor, error) {
 	d := newDecoder(v)
 	a := Anchor{ResponseID: responseID}
 	kind := d.byte()
-	a.ScopeKind = ScopeKind(kind &^ anchorHasUpstreamID)
+	a.ScopeKind = ScopeKind(kind &^ (anchorHasUpstreamID | anchorHasEarlier))
 	a.Upstream = d.string()
 	a.ClientKeyHash = d.string()
 	a.ScopeID = d.string()
@@ -330,7 +367,30 @@ func decodeAnchor(responseID string, v []byte) (Anchor, error) {
 			d.err = fmt.Errorf("empty upstream id: %w", ErrCorrupt) // written only when set
 		}
 	}
+	if kind&anchorHasEarlier != 0 {
+		a.Earlier = d.upstreamCopies()
+	}
 	return a, d.finish()
+}
+
+// upstreamCopies reads Anchor.Earlier: written only when there is one.
+func (d *decoder) upstreamCopies() []UpstreamCopy {
+	n := d.uvarint()
+	if d.err == nil && (n == 0 || n > MaxEarlierCopies) {
+		d.err = fmt.Errorf("%d earlier copies: %w", n, ErrCorrupt)
+	}
+	if d.err != nil {
+		return nil
+	}
+	out := make([]UpstreamCopy, 0, n)
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		c := UpstreamCopy{Upstream: d.string(), ID: d.string()}
+		if d.err == nil && c.Upstream == "" {
+			d.err = fmt.Errorf("earlier copy without an upstream: %w", ErrCorrupt)
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // Scope value: version, latest_response_id, owner, updated_at, expires_at.
