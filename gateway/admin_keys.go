@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -296,7 +297,7 @@ func (s *Server) handleCreateKey(w http.ResponseWriter, r *http.Request, _ httpr
 		return
 	}
 	secret := newSecret()
-	rec := store.KeyRecord{Name: p.Name, SHA256: HashKey(secret), CreatedAt: time.Now().UTC().Truncate(time.Second)}
+	rec := store.KeyRecord{Name: p.Name, SHA256: HashKey(secret), ID: newKeyID(), CreatedAt: time.Now().UTC().Truncate(time.Second)}
 	if p.Models != nil {
 		rec.Models = *p.Models
 	}
@@ -398,6 +399,15 @@ func (s *Server) keyLookupFailed(w http.ResponseWriter, name string, err error) 
 func (s *Server) storeFailed(w http.ResponseWriter, err error) {
 	s.log.Error("the key store failed", "error", err)
 	apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the key store could not be reached; see the gateway log").Write(w)
+}
+
+// newKeyID is a new key's id (store.KeyRecord.ID): random, so that a key
+// created under the name of a deleted one, even within the same second,
+// has limits and budgets of its own (limitKey).
+func newKeyID() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 // newSecret is a new key: "sk-sluice-" and 32 random bytes, base64url.

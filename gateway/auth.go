@@ -84,7 +84,9 @@ type Price struct {
 
 // keyEntry is one known key, as the gateway uses it.
 type keyEntry struct {
-	name       string
+	name string
+	// limitKey is what its limits and budgets are kept under (limitKey).
+	limitKey   string
 	sum        [32]byte
 	models     []string
 	limits     store.KeyLimits
@@ -164,7 +166,7 @@ func entryOf(k store.KeyRecord) (*keyEntry, error) {
 	if err != nil || len(b) != 32 {
 		return nil, errors.New("key_sha256 is not 64 hex digits")
 	}
-	e := &keyEntry{name: k.Name, models: k.Models, limits: k.Limits, created: k.CreatedAt}
+	e := &keyEntry{name: k.Name, limitKey: limitKey(k.Name, k.ID), models: k.Models, limits: k.Limits, created: k.CreatedAt}
 	copy(e.sum[:], b)
 	return e, nil
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,7 +19,8 @@ import (
 // holds them in this process; a shared implementation (Redis, with an
 // atomic script) makes them hold across replicas.
 type Limiter interface {
-	// Admit decides whether a request of key, expected to cost estimate
+	// Admit decides whether a request of key (the key's limitKey: its
+	// limits are the key's, not its name's), expected to cost estimate
 	// tokens, may start now. Admitted, it returns the Admission whose Done
 	// must be called exactly once when the request ends; refused, the
 	// LimitError says why and when to retry.
@@ -33,6 +35,36 @@ type Admission interface {
 	// plus output; the estimate is returned or the difference charged), and
 	// its concurrency slot is released.
 	Done(used int64)
+}
+
+// limitKey is what a key's limits and budgets are kept under, in the
+// limiters and in the usage totals budgets are seeded from: the key's
+// name, and its id when it has one (store.KeyRecord.ID). A key created
+// under the name of a deleted key has another id, so it starts with no
+// requests in flight, full buckets and an unspent budget, and the deleted
+// key's requests still in flight release their own slots (README "Keys,
+// limits and usage"). A key without an id (a config key, or one an older
+// version created) is its name, as it always was, so it keeps its counters
+// and totals across a restart or an upgrade. A key name has no "/"
+// (config.KeyNamePattern, the admin API's), so the two parts never blur.
+func limitKey(name, id string) string {
+	if id == "" {
+		return name
+	}
+	return name + "/" + id
+}
+
+// splitLimitKey is the name and id limitKey joined.
+func splitLimitKey(key string) (name, id string) {
+	name, id, _ = strings.Cut(key, "/")
+	return name, id
+}
+
+// keyNameOf is the name of the key whose limitKey is key: what refusals
+// call the key.
+func keyNameOf(key string) string {
+	name, _ := splitLimitKey(key)
+	return name
 }
 
 // LimitState is what the x-ratelimit-* headers say; a zero limit is none.
@@ -170,12 +202,12 @@ func (b *bucket) untilFull() time.Duration {
 // tpm does: concurrent requests cannot all pass a budget that the first
 // of them to end would show spent.
 type LocalLimiter struct {
-	// Seed returns the tokens a key already used in [from, to] (UTC days,
-	// YYYY-MM-DD), read once per key and period, when a budget first
-	// needs it; nil: 0. A read that fails is tried again at the key's
-	// first admission seedRetryEvery later (a store that is down must not
-	// make a spent budget whole for the rest of the period, nor cost every
-	// admission a read that waits for its timeout).
+	// Seed returns the tokens a key (its limitKey) already used in [from,
+	// to] (UTC days, YYYY-MM-DD), read once per key and period, when a
+	// budget first needs it; nil: 0. A read that fails is tried again at
+	// the key's first admission seedRetryEvery later (a store that is down
+	// must not make a spent budget whole for the rest of the period, nor
+	// cost every admission a read that waits for its timeout).
 	Seed func(ctx context.Context, key, from, to string) (int64, error)
 	// Now is the clock; nil: time.Now.
 	Now func() time.Time
@@ -319,6 +351,7 @@ func (l *LocalLimiter) Admit(ctx context.Context, key string, lim store.KeyLimit
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	k := l.entry(key, lim, now)
+	name := keyNameOf(key)
 	refuse := func(code string, retry time.Duration, format string, args ...any) *LimitError {
 		if retry < time.Second {
 			retry = time.Second
@@ -328,33 +361,33 @@ func (l *LocalLimiter) Admit(ctx context.Context, key string, lim store.KeyLimit
 	utc := now.UTC()
 	if lim.TokensPerDay > 0 && k.dayUsed >= lim.TokensPerDay {
 		midnight := time.Date(utc.Year(), utc.Month(), utc.Day()+1, 0, 0, 0, 0, time.UTC)
-		return nil, refuse(CodeInsufficientQuota, midnight.Sub(utc), "the key %q used its budget of %d tokens for today (UTC)", key, lim.TokensPerDay)
+		return nil, refuse(CodeInsufficientQuota, midnight.Sub(utc), "the key %q used its budget of %d tokens for today (UTC)", name, lim.TokensPerDay)
 	}
 	if lim.TokensPerMonth > 0 && k.monthUsed >= lim.TokensPerMonth {
 		next := time.Date(utc.Year(), utc.Month()+1, 1, 0, 0, 0, 0, time.UTC)
-		return nil, refuse(CodeInsufficientQuota, next.Sub(utc), "the key %q used its budget of %d tokens for this month (UTC)", key, lim.TokensPerMonth)
+		return nil, refuse(CodeInsufficientQuota, next.Sub(utc), "the key %q used its budget of %d tokens for this month (UTC)", name, lim.TokensPerMonth)
 	}
 	// Spent only with what is in flight: the budget may have room again as
 	// soon as those requests end (with less than their estimates).
 	if lim.TokensPerDay > 0 && k.dayUsed+k.reserved >= lim.TokensPerDay {
-		return nil, refuse(CodeInsufficientQuota, time.Second, budgetInFlightMessage, key, lim.TokensPerDay, "today")
+		return nil, refuse(CodeInsufficientQuota, time.Second, budgetInFlightMessage, name, lim.TokensPerDay, "today")
 	}
 	if lim.TokensPerMonth > 0 && k.monthUsed+k.reserved >= lim.TokensPerMonth {
-		return nil, refuse(CodeInsufficientQuota, time.Second, budgetInFlightMessage, key, lim.TokensPerMonth, "this month")
+		return nil, refuse(CodeInsufficientQuota, time.Second, budgetInFlightMessage, name, lim.TokensPerMonth, "this month")
 	}
 	if lim.Concurrent > 0 && k.inFlight >= lim.Concurrent {
-		return nil, refuse(CodeRateLimitExceeded, time.Second, "the key %q has %d requests in flight, its limit", key, lim.Concurrent)
+		return nil, refuse(CodeRateLimitExceeded, time.Second, "the key %q has %d requests in flight, its limit", name, lim.Concurrent)
 	}
 	if k.rpm != nil {
 		k.rpm.advance(now)
 		if k.rpm.tokens < 1 {
 			_, wait := k.rpm.take(1, now)
-			return nil, refuse(CodeRateLimitExceeded, wait, "the key %q reached its limit of %d requests per minute", key, lim.RPM)
+			return nil, refuse(CodeRateLimitExceeded, wait, "the key %q reached its limit of %d requests per minute", name, lim.RPM)
 		}
 	}
 	if k.tpm != nil {
 		if ok, wait := k.tpm.take(float64(estimate), now); !ok {
-			lerr := refuse(CodeRateLimitExceeded, wait, tpmMessage, key, lim.TPM)
+			lerr := refuse(CodeRateLimitExceeded, wait, tpmMessage, name, lim.TPM)
 			lerr.PerMinuteTokens = true
 			return nil, lerr
 		}

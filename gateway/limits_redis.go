@@ -26,7 +26,9 @@ type ScriptRunner interface {
 // RedisLimiter is the Limiter shared by the replicas of one Redis store:
 // one Lua script per admission decides every limit of a key atomically,
 // and one per request end settles it, so a limit holds whichever replica a
-// request reaches. Under the store's prefix, per key name:
+// request reaches. Under the store's prefix, per key (<key> is its
+// limitKey: a key created under a deleted key's name has counters of its
+// own):
 //
 //	rl:<key>:r          rpm: GCRA, the theoretical arrival time (ms), expiring when the bucket is full
 //	rl:<key>:t          tpm: hash {t tokens, ts ms}, a token bucket that may go into debt
@@ -48,10 +50,11 @@ type RedisLimiter struct {
 	Store ScriptRunner
 	// Fallback is used while Redis is unavailable; nil: a LocalLimiter.
 	Fallback Limiter
-	// Seed returns the tokens a key already used in [from, to] (UTC days),
-	// read when a budget's counter does not exist yet; nil: 0. (With
-	// AccountsOptions.Usage set, the gateway fills it in.) While it fails,
-	// the counter is not created and admissions go to Fallback.
+	// Seed returns the tokens a key (its limitKey) already used in [from,
+	// to] (UTC days), read when a budget's counter does not exist yet;
+	// nil: 0. (With AccountsOptions.Usage set, the gateway fills it in.)
+	// While it fails, the counter is not created and admissions go to
+	// Fallback.
 	Seed func(ctx context.Context, key, from, to string) (int64, error)
 	// LeaseTTL bounds how long a concurrency slot is held without Done
 	// (a request longer than that stops counting); default 15m.
@@ -405,6 +408,7 @@ func (l *RedisLimiter) Admit(ctx context.Context, key string, lim store.KeyLimit
 		}
 		return &LimitError{Code: code, RetryAfter: retry, State: st, Message: fmt.Sprintf(format, args...)}
 	}
+	name := keyNameOf(key)
 	switch n(0) {
 	case 0:
 		a := &redisAdmission{l: l, key: key, lim: lim, lease: lease, reservation: reservation,
@@ -414,21 +418,21 @@ func (l *RedisLimiter) Admit(ctx context.Context, key string, lim store.KeyLimit
 		}
 		return a, nil
 	case 1:
-		return nil, refuse(CodeInsufficientQuota, "the key %q used its budget of %d tokens for today (UTC)", key, lim.TokensPerDay)
+		return nil, refuse(CodeInsufficientQuota, "the key %q used its budget of %d tokens for today (UTC)", name, lim.TokensPerDay)
 	case 2:
-		return nil, refuse(CodeInsufficientQuota, "the key %q used its budget of %d tokens for this month (UTC)", key, lim.TokensPerMonth)
+		return nil, refuse(CodeInsufficientQuota, "the key %q used its budget of %d tokens for this month (UTC)", name, lim.TokensPerMonth)
 	case 3:
-		return nil, refuse(CodeRateLimitExceeded, "the key %q has %d requests in flight, its limit", key, lim.Concurrent)
+		return nil, refuse(CodeRateLimitExceeded, "the key %q has %d requests in flight, its limit", name, lim.Concurrent)
 	case 4:
-		return nil, refuse(CodeRateLimitExceeded, "the key %q reached its limit of %d requests per minute", key, lim.RPM)
+		return nil, refuse(CodeRateLimitExceeded, "the key %q reached its limit of %d requests per minute", name, lim.RPM)
 	case 5:
-		lerr := refuse(CodeRateLimitExceeded, tpmMessage, key, lim.TPM)
+		lerr := refuse(CodeRateLimitExceeded, tpmMessage, name, lim.TPM)
 		lerr.PerMinuteTokens = true
 		return nil, lerr
 	case 7:
-		return nil, refuse(CodeInsufficientQuota, budgetInFlightMessage, key, lim.TokensPerDay, "today")
+		return nil, refuse(CodeInsufficientQuota, budgetInFlightMessage, name, lim.TokensPerDay, "today")
 	case 8:
-		return nil, refuse(CodeInsufficientQuota, budgetInFlightMessage, key, lim.TokensPerMonth, "this month")
+		return nil, refuse(CodeInsufficientQuota, budgetInFlightMessage, name, lim.TokensPerMonth, "this month")
 	}
 	l.degraded("admit", key, fmt.Errorf("rate-limit script: unexpected code %d", n(0)))
 	return l.fallback(ctx, key, lim, estimate)

@@ -104,14 +104,17 @@ func newAccounts(s *Server, o AccountsOptions, reg prometheus.Registerer) (*acco
 		seed = func(ctx context.Context, key, from, to string) (int64, error) {
 			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
-			recs, err := o.Usage.Usage(ctx, key, from, to)
+			name, id := splitLimitKey(key)
+			recs, err := o.Usage.Usage(ctx, name, from, to)
 			if err != nil {
-				s.log.Warn("reading a key's usage for its budget failed; the budget counts from what this replica knows until a read succeeds", "key", key, "error", err)
+				s.log.Warn("reading a key's usage for its budget failed; the budget counts from what this replica knows until a read succeeds", "key", name, "error", err)
 				return 0, err
 			}
 			var n int64
 			for _, r := range recs {
-				n += r.Tokens()
+				if r.KeyID == id { // the key's own: not a deleted key's of the same name
+					n += r.Tokens()
+				}
 			}
 			return n, nil
 		}
@@ -305,7 +308,7 @@ func (a *accounts) admit(ctx context.Context, out responder, req *clientRequest)
 		out.fail(req, aerr, failInvalid)
 		return false
 	}
-	adm, lerr := a.limiter.Admit(ctx, k.name, k.limits, est)
+	adm, lerr := a.limiter.Admit(ctx, k.limitKey, k.limits, est)
 	if lerr != nil {
 		if m != nil && m.header != nil {
 			lerr.State.setHeaders(m.header)
@@ -408,7 +411,7 @@ func (a *accounts) settle(req *clientRequest) {
 	if a.usage == nil {
 		return
 	}
-	a.usage.add(store.UsageRecord{Day: time.Now().UTC().Format(time.DateOnly), Key: key, Route: route, Target: target, Model: model,
+	a.usage.add(store.UsageRecord{Day: time.Now().UTC().Format(time.DateOnly), Key: key, KeyID: m.keyID(), Route: route, Target: target, Model: model,
 		Requests: 1, InputTokens: u.input, OutputTokens: u.output, CachedTokens: u.cached, ReasoningTokens: u.reasoning})
 }
 
@@ -836,6 +839,7 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request, _ httproute
 	if anonymous {
 		recs = slices.DeleteFunc(recs, func(rec store.UsageRecord) bool { return rec.Key != "" })
 	}
+	recs = usageByName(recs)
 	// Every row and the total carry cost_usd, null when no price applies
 	// to any of it: the answer's shape does not depend on the data.
 	type row struct {
@@ -889,6 +893,29 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request, _ httproute
 	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Day < rows[j].Day })
 	writeJSON(w, http.StatusOK, map[string]any{"object": "usage", "key": q.Get("key"), "anonymous": anonymous, "from": from, "to": to, "data": rows, "total": t})
+}
+
+// usageByName sums the totals that differ only in their key id into one
+// row per (day, key name, route, target, model), in the order recs has
+// them: usage is reported by the key's name, the label operators chart
+// and bill by, so a name's rows include the usage of a deleted key that
+// had the name (README "Keys, limits and usage"); only the budgets tell
+// the keys apart (limitKey).
+func usageByName(recs []store.UsageRecord) []store.UsageRecord {
+	type row struct{ day, key, route, target, model string }
+	at := make(map[row]int, len(recs))
+	out := recs[:0]
+	for _, rec := range recs {
+		rec.KeyID = ""
+		r := row{rec.Day, rec.Key, rec.Route, rec.Target, rec.Model}
+		if i, seen := at[r]; seen {
+			addUsageCounts(&out[i], rec)
+			continue
+		}
+		at[r] = len(out)
+		out = append(out, rec)
+	}
+	return out
 }
 
 // ---- per-request facts (the access log reads them too) ----
@@ -1035,6 +1062,15 @@ func (m *reqMeta) keyName() string {
 		return ""
 	}
 	return m.key.name
+}
+
+// keyID is the id of the request's key (store.KeyRecord.ID; "": none).
+func (m *reqMeta) keyID() string {
+	if m.key == nil {
+		return ""
+	}
+	_, id := splitLimitKey(m.key.limitKey)
+	return id
 }
 
 func (m *reqMeta) lastTarget() string {

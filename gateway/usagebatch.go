@@ -50,7 +50,7 @@ type usageFlush struct {
 }
 
 // usageKey is what the store keeps one total for.
-type usageKey struct{ day, key, route, target, model string }
+type usageKey struct{ day, key, route, target, model, keyID string }
 
 // usageBatch sums usage records until they are flushed to the store.
 type usageBatch struct {
@@ -60,7 +60,7 @@ type usageBatch struct {
 
 	// holds reports whether a key's usage must wait (nil: none does): the
 	// shared limiter has not counted its tokens in the budgets yet
-	// (RedisLimiter.holdsUsage).
+	// (RedisLimiter.holdsUsage). It is given the key's limitKey.
 	holds func(key string) bool
 
 	mu      sync.Mutex
@@ -99,17 +99,22 @@ func (b *usageBatch) add(rec store.UsageRecord) {
 }
 
 func (b *usageBatch) mergeLocked(rec store.UsageRecord) {
-	k := usageKey{rec.Day, rec.Key, rec.Route, rec.Target, rec.Model}
+	k := usageKey{rec.Day, rec.Key, rec.Route, rec.Target, rec.Model, rec.KeyID}
 	cur := b.pending[k]
-	cur.Day, cur.Key, cur.Route, cur.Target, cur.Model = rec.Day, rec.Key, rec.Route, rec.Target, rec.Model
-	// Held at MaxInt64 rather than wrapping (addTokens): a total that
-	// overflowed would turn negative in /admin/usage.
-	cur.Requests = addTokens(cur.Requests, rec.Requests)
-	cur.InputTokens = addTokens(cur.InputTokens, rec.InputTokens)
-	cur.OutputTokens = addTokens(cur.OutputTokens, rec.OutputTokens)
-	cur.CachedTokens = addTokens(cur.CachedTokens, rec.CachedTokens)
-	cur.ReasoningTokens = addTokens(cur.ReasoningTokens, rec.ReasoningTokens)
+	cur.Day, cur.Key, cur.Route, cur.Target, cur.Model, cur.KeyID = rec.Day, rec.Key, rec.Route, rec.Target, rec.Model, rec.KeyID
+	addUsageCounts(&cur, rec)
 	b.pending[k] = cur
+}
+
+// addUsageCounts adds rec's counters to sum's, each held at MaxInt64
+// rather than wrapping (addTokens): a total that overflowed would turn
+// negative in /admin/usage.
+func addUsageCounts(sum *store.UsageRecord, rec store.UsageRecord) {
+	sum.Requests = addTokens(sum.Requests, rec.Requests)
+	sum.InputTokens = addTokens(sum.InputTokens, rec.InputTokens)
+	sum.OutputTokens = addTokens(sum.OutputTokens, rec.OutputTokens)
+	sum.CachedTokens = addTokens(sum.CachedTokens, rec.CachedTokens)
+	sum.ReasoningTokens = addTokens(sum.ReasoningTokens, rec.ReasoningTokens)
 }
 
 // flush adds every pending total to the store. A total the store could not
@@ -171,10 +176,11 @@ func (b *usageBatch) takePending(closed bool) []store.UsageRecord {
 	recs := make([]store.UsageRecord, 0, len(b.pending))
 	for k, rec := range b.pending {
 		if b.holds != nil && !closed {
-			h, seen := held[k.key]
+			lk := limitKey(k.key, k.keyID)
+			h, seen := held[lk]
 			if !seen {
-				h = b.holds(k.key)
-				held[k.key] = h
+				h = b.holds(lk)
+				held[lk] = h
 			}
 			if h {
 				continue

@@ -18,10 +18,12 @@ import (
 //	            One Sluice key record per key name (KeyRecord, JSON). The
 //	            record holds the SHA-256 of the secret, never the secret.
 //
-//	famUsage    'u' | day (YYYY-MM-DD) | 0 | key | 0 | route | 0 | target | 0 | model
-//	            One usage total per (day, key, route, target, model)
-//	            (UsageRecord counters, JSON). Sorting by day first lets a
-//	            date range be one iterator.
+//	famUsage    'u' | day (YYYY-MM-DD) | 0 | key | 0 | route | 0 | target | 0 | model [| 0 | key_id]
+//	            One usage total per (day, key, route, target, model, key
+//	            id) (UsageRecord counters, JSON). Sorting by day first lets
+//	            a date range be one iterator. A total without a key id (a
+//	            config key's, or one written by an older version) ends at
+//	            the model, as it always did.
 const (
 	famKey   byte = 'k'
 	famUsage byte = 'u'
@@ -39,10 +41,17 @@ type KeyLimits struct {
 // KeyRecord is one Sluice key: its name, the hex SHA-256 of its secret,
 // the model patterns it may use (none: all) and its limits.
 type KeyRecord struct {
-	Name      string    `json:"name"`
-	SHA256    string    `json:"key_sha256"`
-	Models    []string  `json:"models,omitempty"`
-	Limits    KeyLimits `json:"limits"`
+	Name   string    `json:"name"`
+	SHA256 string    `json:"key_sha256"`
+	Models []string  `json:"models,omitempty"`
+	Limits KeyLimits `json:"limits"`
+	// ID tells this key from another created under its name after it was
+	// deleted: the limits and budgets are the key's, not its name's
+	// (README "Keys, limits and usage"). The gateway gives one to each key
+	// it creates; a config key has none (its name is its identity, stable
+	// across restarts), nor has a record written by an older version,
+	// which loads as before and keeps the name's counters and totals.
+	ID        string    `json:"id,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 }
 
@@ -67,8 +76,13 @@ type KeyStore interface {
 
 // UsageRecord is the usage of one (UTC day, key, route, target, model).
 type UsageRecord struct {
-	Day             string `json:"day"` // YYYY-MM-DD, UTC
-	Key             string `json:"key"` // the key name ("" without auth)
+	Day string `json:"day"` // YYYY-MM-DD, UTC
+	Key string `json:"key"` // the key name ("" without auth)
+	// KeyID is the key's KeyRecord.ID ("": a config key, or a total
+	// written by an older version): a key's budgets count its own totals,
+	// not those of a deleted key that had its name. Usage reports by name
+	// sum a name's totals across its ids.
+	KeyID           string `json:"key_id,omitempty"`
 	Route           string `json:"route"`
 	Target          string `json:"target"` // upstream name
 	Model           string `json:"model"`
@@ -94,7 +108,7 @@ func (u *UsageRecord) AddCounts(o UsageRecord) {
 // UsageStore keeps per-day usage totals.
 type UsageStore interface {
 	// AddUsage adds u's counters to the total of its (day, key, route,
-	// target, model).
+	// target, model, key id).
 	AddUsage(ctx context.Context, u UsageRecord) error
 	// Usage returns the totals of the days from..to (inclusive,
 	// YYYY-MM-DD), of one key or of every key when key is "". A store may
@@ -262,12 +276,16 @@ func (s *PebbleStore) ListKeys(ctx context.Context) (_ []KeyRecord, err error) {
 }
 
 func usageKey(u UsageRecord) []byte {
-	b := make([]byte, 0, 1+len(u.Day)+len(u.Key)+len(u.Route)+len(u.Target)+len(u.Model)+4)
+	b := make([]byte, 0, 1+len(u.Day)+len(u.Key)+len(u.Route)+len(u.Target)+len(u.Model)+len(u.KeyID)+5)
 	b = append(b, famUsage)
 	b = append(b, u.Day...)
 	for _, f := range []string{u.Key, u.Route, u.Target, u.Model} {
 		b = append(b, 0)
 		b = append(b, f...)
+	}
+	if u.KeyID != "" { // without one, the key totals have always had
+		b = append(b, 0)
+		b = append(b, u.KeyID...)
 	}
 	return b
 }
@@ -368,7 +386,7 @@ func validUsage(u UsageRecord) error {
 	if err := validDay(u.Day); err != nil {
 		return err
 	}
-	for _, f := range []string{u.Key, u.Route, u.Target, u.Model} {
+	for _, f := range []string{u.Key, u.Route, u.Target, u.Model, u.KeyID} {
 		if len(f) > 256 || strings.IndexByte(f, 0) >= 0 {
 			return fmt.Errorf("%w: names must be at most 256 bytes without NUL", ErrInvalid)
 		}

@@ -61,3 +61,40 @@ func TestKeysAndUsageRecords(t *testing.T) {
 		t.Fatalf("bad day: %v", err)
 	}
 }
+
+// TestUsageTotalsKeepTheKeyID: totals of one name under different key ids
+// (a key deleted and created again under its name) are kept apart, each
+// with its id, beside the name's totals without one (a config key's, or
+// those an older version wrote, whose stored form has no id).
+func TestUsageTotalsKeepTheKeyID(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s, _ := b.open(t)
+		us, ok := s.(UsageStore)
+		if !ok {
+			t.Fatalf("%T is no UsageStore", s)
+		}
+		ctx := context.Background()
+		day := "2026-03-01"
+		for _, u := range []UsageRecord{
+			{Day: day, Key: "k8", Target: "up", Model: "m", Requests: 1, InputTokens: 10},
+			{Day: day, Key: "k8", KeyID: "one", Target: "up", Model: "m", Requests: 1, InputTokens: 20},
+			{Day: day, Key: "k8", KeyID: "two", Target: "up", Model: "m", Requests: 1, InputTokens: 30},
+			{Day: day, Key: "k8", KeyID: "two", Target: "up", Model: "m", Requests: 1, InputTokens: 40},
+		} {
+			if err := us.AddUsage(ctx, u); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := us.Usage(ctx, "k8", day, day)
+		if err != nil {
+			t.Fatal(err)
+		}
+		byID := map[string]int64{}
+		for _, u := range got {
+			byID[u.KeyID] += u.InputTokens
+		}
+		if len(got) != 3 || byID[""] != 10 || byID["one"] != 20 || byID["two"] != 70 {
+			t.Fatalf("totals by key id: %+v", got)
+		}
+	})
+}

@@ -19,7 +19,9 @@ import (
 //
 //	keys                     hash: key name → KeyRecord (JSON)
 //	u:<YYYY-MM-DD>:<counter> hash per day and counter (requests, input, output, cached, reasoning):
-//	                         key NUL route NUL target NUL model → total (HINCRBY)
+//	                         key NUL route NUL target NUL model [NUL key id] → total (HINCRBY);
+//	                         without a key id (a config key's, or one an older version wrote) the field
+//	                         ends at the model, as it always did
 //	ub:<batch>               a batch of usage added (AddUsages), kept usageBatchTTL
 //
 // Neither keys nor totals expire, as in Pebble.
@@ -218,7 +220,11 @@ func (s *RedisStore) AddUsages(ctx context.Context, batch string, us []UsageReco
 		for _, c := range usageCounters {
 			keys = append(keys, s.usageDayKey(u.Day, c))
 		}
-		args = append(args, u.Key+"\x00"+u.Route+"\x00"+u.Target+"\x00"+u.Model,
+		field := u.Key + "\x00" + u.Route + "\x00" + u.Target + "\x00" + u.Model
+		if u.KeyID != "" {
+			field += "\x00" + u.KeyID
+		}
+		args = append(args, field,
 			u.Requests, u.InputTokens, u.OutputTokens, u.CachedTokens, u.ReasoningTokens)
 	}
 	failRest := func(err error) []error {
@@ -281,11 +287,14 @@ func (s *RedisStore) Usage(ctx context.Context, key, from, to string) ([]UsageRe
 				}
 				u := byField[field]
 				if u == nil {
-					parts := strings.SplitN(field, "\x00", 4)
-					if len(parts) != 4 {
+					parts := strings.Split(field, "\x00")
+					if len(parts) != 4 && len(parts) != 5 { // 4: no key id
 						return nil, fmt.Errorf("store: usage: %w: malformed field", ErrCorrupt)
 					}
 					u = &UsageRecord{Day: day, Key: parts[0], Route: parts[1], Target: parts[2], Model: parts[3]}
+					if len(parts) == 5 {
+						u.KeyID = parts[4]
+					}
 					byField[field] = u
 				}
 				switch i {
