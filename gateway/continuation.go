@@ -115,22 +115,37 @@ type afterFailure struct {
 	ev     sse.Event     // the error-shaped event (a copy); zero for a read failure
 	err    error         // the read failure
 	usage  []byte        // what the failed attempt reported
+	// content: the client was sent content, not only the lifecycle events
+	// or a Chat role chunk (pump.contentSent; set by continueAfter).
+	content bool
 }
 
 // continuationArmed reports whether a failure after content may be
 // continued: a streamed, routed request whose route does not turn it off,
 // not pinned to an owner. Without routes Sluice behaves as before.
-func (s *Server) continuationArmed(req *clientRequest) bool {
+func (s *Server) continuationArmed(req *clientRequest) bool { return notContinuable(req) == "" }
+
+// notContinuable is why a failure after content may not be continued, ""
+// when it may (continuationArmed); the log says it of a stream that was
+// not.
+func notContinuable(req *clientRequest) string {
 	r := tryOf(req).route
-	if !req.stream || r == nil || r.Continuation == ContinuationOff || req.pinned != nil {
-		return false
+	switch {
+	case !req.stream:
+		return "not a stream"
+	case r == nil:
+		return "no route"
+	case r.Continuation == ContinuationOff:
+		return "continuation: off"
+	case req.pinned != nil:
+		return "pinned to its owner by previous_response_id"
 	}
 	if req.ep.chat { // one choice only: the splice follows choice 0
 		if n := gjson.GetBytes(req.body, "n"); n.Exists() && n.Int() > 1 {
-			return false
+			return "n > 1"
 		}
 	}
-	return true
+	return ""
 }
 
 // stallTimeout is the route's stall bound (0: the idle timeout governs).
@@ -382,10 +397,12 @@ func (s *Server) askContinuation(ctx context.Context, req *clientRequest, u *ups
 	return kind, next, v
 }
 
-// continueAfter asks the replay policy about a failure after content and,
+// continueAfter charges and counts a failure after the client's answer
+// started, asks the replay policy about it when the stream is armed, and,
 // on a continue verdict with a target left, prepares the continuation: the
 // attempt returns nextContinue and forward sends the request on. ok is
-// false when the stream is not continued (the caller ends it as before).
+// false when the stream is not continued (the caller ends it as before,
+// and counts the attempt: attemptOutcomeAfterAnswer).
 func (s *Server) continueAfter(ctx context.Context, cs *clientStream, req *clientRequest, u *upstream.Upstream, ans *upstreamAnswer,
 	p *pump, af *afterFailure, replays int) (attemptResult, bool) {
 	try := tryOf(req)
@@ -407,7 +424,13 @@ func (s *Server) continueAfter(ctx context.Context, cs *clientStream, req *clien
 	if r != nil {
 		count = r.count
 	}
-	kind, next, v := s.askContinuation(ctx, req, u, facts, af.class, af.code, af.status, replays+count, ans.pending)
+	af.content = p.contentSent()
+	var kind string
+	var next upstream.Target
+	var v hostabi.ReplayVerdict
+	if p.armed { // else never continued (notContinuable), yet charged and counted as if not
+		kind, next, v = s.askContinuation(ctx, req, u, facts, af.class, af.code, af.status, replays+count, ans.pending)
+	}
 	// Continued or not, the target that failed is charged (README
 	// "Continuation"): a single-target route's next request must not go
 	// straight back to a target that asked to be left alone.
@@ -423,12 +446,19 @@ func (s *Server) continueAfter(ctx context.Context, cs *clientStream, req *clien
 	// client saw only the lifecycle events (or a Chat role chunk), no
 	// content (README "Routes and fallbacks", the first_token row).
 	failed := "stream failed after content"
-	if af.reason == reasonFirstToken {
+	switch {
+	case af.reason == reasonFirstToken:
 		failed = "stream failed after its lifecycle events (no content within first_token)"
+	case !af.content:
+		failed = "stream failed after its lifecycle events (no content yet)"
 	}
 	if kind == "" {
+		why, verdict := notContinuable(req), "none"
+		if why == "" {
+			why, verdict = notContinuedReason(try, next, facts), v.String()
+		}
 		s.log.Info(failed+"; not continued", "surface", req.surface(), "upstream", u.Name(), "class", af.class,
-			"code", af.code, "verdict", v.String(), "reason", notContinuedReason(try, next, facts), "response_id", LogID(facts.responseID))
+			"code", af.code, "verdict", verdict, "reason", why, "response_id", LogID(facts.responseID))
 		return attemptResult{}, false
 	}
 	if r == nil {
@@ -465,14 +495,19 @@ func (s *Server) continueAfter(ctx context.Context, cs *clientStream, req *clien
 }
 
 // attemptOutcomeAfterAnswer is the sluice_upstream_attempts_total outcome
-// of an attempt that failed after the client's answer started: a
-// first_token timeout sent no content (the client saw only the lifecycle
-// events or a role chunk), so it is counted as first_token_timeout, as
-// when the client saw nothing (timeoutFailure), not as after_content_stall
-// (README "Observability").
+// of an attempt that failed after the client's answer started, continued
+// or not (README "Observability"): a first_token timeout sent no content
+// (the client saw only the lifecycle events or a role chunk), so it is
+// counted as first_token_timeout, as when the client saw nothing
+// (timeoutFailure), not as after_content_stall; another failure before
+// any content is after_lifecycle_CLASS, one after content
+// after_content_CLASS.
 func attemptOutcomeAfterAnswer(af *afterFailure) string {
-	if af.reason == reasonFirstToken {
+	switch {
+	case af.reason == reasonFirstToken:
 		return reasonFirstToken
+	case !af.content:
+		return "after_lifecycle_" + af.class
 	}
 	return "after_content_" + af.class
 }
@@ -781,14 +816,24 @@ func (p *pump) confirmRescue() {
 
 // ---- the pump's side ----
 
-// rescuable reports whether a failure now may be continued: armed, and
-// content reached the client.
+// rescuable reports whether a failure now goes back to the attempt
+// (end.after): the client saw the answer start, and the attempt has not
+// settled one already. Armed or not, the attempt charges and counts it
+// (continueAfter: README "Continuation", "Observability"); only an armed
+// one may be continued. A client that left ended the stream itself: that
+// is not the target's failure.
 func (p *pump) rescuable() bool {
 	if p.req.ep.chat && p.cs.finished() {
 		return false // the answer was complete (a finish_reason went out): nothing to continue
 	}
-	return p.armed && p.ctx.Err() == nil && p.cs.visible()
+	return !p.settled && p.ctx.Err() == nil && p.cs.visible()
 }
+
+// contentSent reports whether the client was sent content: this attempt
+// sent a content event, or it continues a stream, which it does only after
+// adding to it (a continuation target that failed before is
+// continuationFailed's).
+func (p *pump) contentSent() bool { return p.sentContent || p.cont }
 
 // afterEvent hands an error-shaped event after content back to the attempt.
 func (p *pump) afterEvent(ev sse.Event, payload []byte, usage gjson.Result) (pumpEnd, bool) {

@@ -385,6 +385,13 @@ func TestContinuationRestartDiverges(t *testing.T) {
 				t.Fatalf("terminal %s %s", o.terminal, o.code)
 			}
 			h.waitMetric(`sluice_rescues_total{kind="restart",outcome="diverged"`)
+			// The restart that diverged is counted as such, not ok, and not
+			// charged: it answered, differently (README "Observability").
+			m := h.waitMetric(`sluice_upstream_attempts_total{outcome="continuation_diverged",upstream="B"} 1`)
+			if strings.Contains(m, `sluice_upstream_attempts_total{outcome="ok",upstream="B"}`) ||
+				strings.Contains(m, `sluice_target_failures_total{class="server_error",model="m",upstream="B"}`) {
+				t.Fatalf("the diverged restart counted as:\n%s%s", grep(m, "upstream_attempts"), grep(m, "target_failures"))
+			}
 		})
 	}
 }

@@ -392,7 +392,7 @@ func runSplice(t *testing.T, s *Server, ctl []byte, firstSpec, contSpec string) 
 					end = pumpEnd{reason: reasonCut}
 					break
 				}
-				p.armed = false // not continued: the stream ends as it always did
+				p.settled = true // not continued: the stream ends as it always did
 				end = p.run(af.ev, af.err)
 				break
 			}

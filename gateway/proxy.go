@@ -1218,17 +1218,24 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 		p.replayable = false // not replayed: the event is the stream's
 		end = p.run(end.ev, nil)
 	}
-	if end.after != nil { // a failure after content: continue the stream elsewhere?
-		if res, ok := s.continueAfter(ctx, cs, req, u, ans, p, end.after, replays); ok {
+	outcome := "ok"
+	if af := end.after; af != nil { // a failure after the answer started: charged; continue the stream elsewhere?
+		if res, ok := s.continueAfter(ctx, cs, req, u, ans, p, af, replays); ok {
 			return res
 		}
-		p.armed = false // not continued: it ends the stream as it always did
-		end = p.run(end.after.ev, end.after.err)
+		p.settled = true // not continued: it ends the stream as it always did
+		end = p.run(af.ev, af.err)
+		outcome = attemptOutcomeAfterAnswer(af) // counted by how it ended (README "Observability")
 	}
 	if c := tryOf(req).cont; c != nil {
 		s.rescueOutcome(req, c.kind, rescueOutcomeOf(end.reason))
 	}
-	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "ok").Inc()
+	if end.reason == reasonDiverged {
+		// A restart that contradicted what the client has: not a failure
+		// of the target (not charged), but not an answer that went out.
+		outcome = "continuation_diverged"
+	}
+	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), outcome).Inc()
 	cs.finish(end.reason)
 	if reusable = p.cleanEnd; reusable {
 		cs.flush() // the client has its terminal event before the rest of the upstream body is read

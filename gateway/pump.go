@@ -179,16 +179,23 @@ type pump struct {
 	replayable bool
 	malformed  int // consecutive malformed events
 
-	// armed: a failure after content goes back to the attempt (end.after),
-	// which may continue the stream on another target (continuation.go);
-	// once it declined, events are handled here.
-	armed bool
-	cont  bool // this attempt continues a stream (its events are spliced)
+	// armed: a failure after content may be continued on another target
+	// (continuation.go). Armed or not, it goes back to the attempt
+	// (end.after), which charges it; once the attempt settled it
+	// (settled), events are handled here.
+	armed   bool
+	settled bool
+	cont    bool // this attempt continues a stream (its events are spliced)
 	// stall bounds the silence between events once content flows (the
 	// route's stall; nil: the idle timeout alone). It counts only while
 	// run waits for the next event.
-	stall       *idleTimer
-	stallOn     bool
+	stall   *idleTimer
+	stallOn bool
+	// sentContent: this attempt sent the client content (what stops
+	// first_token: not the lifecycle events, keepalives or a Chat role
+	// chunk). The route's stall bounds the silence from then on, as on
+	// both surfaces before it first_token or timeouts.idle does (README
+	// "Continuation").
 	sentContent bool
 	// firstToken stops the route's first_token timer: called at the first
 	// content event (gotContent); nil once called, or without the timer.
@@ -211,8 +218,9 @@ type pumpEnd struct {
 	unseen bool
 	ev     sse.Event // unseen: the error-shaped event (a copy)
 	err    error     // unseen: the read error
-	// after: a failure after content, for the attempt to continue the
-	// stream elsewhere (or, with p.armed = false, run(after.ev, after.err)).
+	// after: a failure after the client's answer started, for the attempt
+	// to charge and perhaps continue elsewhere (or, with p.settled, to
+	// run(after.ev, after.err)).
 	after *afterFailure
 }
 
@@ -497,7 +505,8 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 	case "response.created", "response.in_progress", "response.queued":
 		err = p.cs.lifecycle(name, ev.Data, &f)
 	default:
-		if !progressOnly(typ) {
+		content := !progressOnly(typ)
+		if content {
 			p.gotContent()
 		}
 		err = p.cs.sendFrom(p.u.Name(), name, ev.Data, &f)
@@ -505,7 +514,7 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 			p.malformed = skippedBefore
 			return p.malformedEvent("an event naming output the client was not sent")
 		}
-		p.sentContent = true
+		p.sentContent = p.sentContent || content
 	}
 	if errors.Is(err, errDiverged) {
 		return ended(reasonDiverged)
@@ -773,7 +782,7 @@ func (p *pump) handleChat(ev sse.Event) (pumpEnd, bool) {
 			case "finish_reason":
 				c.finish = v.Type == gjson.String && v.Str != ""
 			case "delta":
-				if !content && p.firstToken != nil {
+				if !content && (p.firstToken != nil || !p.sentContent) {
 					content = chatContent(v)
 				}
 			}
@@ -799,7 +808,7 @@ func (p *pump) handleChat(ev sse.Event) (pumpEnd, bool) {
 		}
 		return ended(reasonClientGone)
 	}
-	p.sentContent = true
+	p.sentContent = p.sentContent || finish || content
 	return pumpEnd{}, false
 }
 
