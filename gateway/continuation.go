@@ -436,11 +436,18 @@ func (s *Server) continueAfter(ctx context.Context, cs *clientStream, req *clien
 	// straight back to a target that asked to be left alone.
 	try.fail = chargeFor(af.class, af.code, af.status, af.reason, wait)
 	if try.fail != nil && try.fail.Hint > 0 {
+		af.cause.RetryAfter = try.fail.Hint
+	}
+	if kind == "" && isCapacityError(af.cause) {
+		// Not continued: the pump passes the failure on now, with the wait
+		// the client faces, as a capacity failure before content is.
+		af.cause = s.capacityWaitNow(req, af.cause)
+	}
+	if af.cause.RetryAfter > 0 && !upstream.IsBillingCode(af.code) {
 		// The stream's terminal event has no header: its message says the
 		// wait (README "Failover and replay"), whether the failure that
 		// started a rescue ends it (giveUp) or the pump passes it on.
-		af.cause.RetryAfter = try.fail.Hint
-		af.ev = eventWithWait(af.ev, try.fail.Hint)
+		af.ev = eventWithWait(af.ev, af.cause.RetryAfter)
 	}
 	// What the log says failed: a first_token timeout ends a stream whose
 	// client saw only the lifecycle events (or a Chat role chunk), no
@@ -589,6 +596,9 @@ func (s *Server) giveUp(cs *clientStream, req *clientRequest) {
 		cs.reportUsage(r.usage)
 	}
 	req.meta.everyAttemptEnded()
+	if isCapacityError(r.cause) { // the wait the client faces, as for one not continued (continueAfter)
+		r.cause = s.capacityWaitNow(req, r.cause)
+	}
 	cs.abort(r.cause)
 	cs.finish(r.reason)
 }

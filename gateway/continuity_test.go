@@ -160,7 +160,8 @@ func TestFollowUpResolvesFromStoreAfterRestart(t *testing.T) {
 // whether the whole upstream (a failed connection) or its target (after
 // the owner's 429), fails closed without calling any upstream, with the
 // 503 upstream_unavailable that carries the owner's remaining cooldown
-// (Retry-After, and in the message) as README "Failover and replay" says.
+// (Retry-After, and in the message) as README "Failover and replay" says:
+// a stream too, since nothing was sent (README "Continuity").
 func TestOwnerCoolingDownFailsClosed(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -183,11 +184,11 @@ func TestOwnerCoolingDownFailsClosed(t *testing.T) {
 			tc.cool(h, own, id)
 			before := h.ups["A"].RequestCount() + h.ups["B"].RequestCount()
 
-			evs, _ := h.turn(id, nil)
-			last := assertOneTerminal(t, evs)
-			if last.typ != "response.failed" || last.code != "upstream_unavailable" || !strings.Contains(string(last.data), "please try again in") {
-				t.Fatalf("stream: %s %s %s", last.typ, last.code, last.data)
+			a := postForRetry(t, h, "/v1/responses", `{"model":"gpt-fake-1","input":"x","stream":true,"previous_response_id":"`+id+`"}`)
+			if a.status != http.StatusServiceUnavailable || a.code != "upstream_unavailable" || !strings.Contains(a.body, "please try again in") {
+				t.Fatalf("stream: %d %s, want the 503 with the wait", a.status, a.body)
 			}
+			checkRetryAfter(t, "stream", a, 1, 60)
 			resp := h.post("/v1/responses", `{"model":"gpt-fake-1","input":"x","previous_response_id":"`+id+`"}`)
 			if resp.StatusCode != http.StatusServiceUnavailable {
 				t.Fatalf("JSON status %d, want 503", resp.StatusCode)

@@ -287,9 +287,8 @@ func TestAnchorPastTTLIsAMissWithoutSweep(t *testing.T) {
 	h.pool.Cooldown(h.pool.Get(own), time.Hour, "test")
 
 	clock.Advance(ttl - time.Minute)
-	evs, _ := h.turn(id, nil)
-	if last := assertOneTerminal(t, evs); last.code != "upstream_unavailable" {
-		t.Fatalf("a live anchor was not honoured: %s %s", last.typ, last.data)
+	if a := postForRetry(t, h, "/v1/responses", `{"model":"gpt-fake-1","input":"hi","stream":true,"previous_response_id":"`+id+`"}`); a.code != "upstream_unavailable" {
+		t.Fatalf("a live anchor was not honoured: %d %s", a.status, a.body)
 	}
 
 	clock.Advance(2 * time.Minute) // past the TTL; nothing swept

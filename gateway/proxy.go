@@ -432,8 +432,17 @@ func (s *Server) failClosed(out responder, req *clientRequest, reason string, st
 // (down, cooling down, circuit open) with the 503 upstream_unavailable of
 // README "Failover and replay", whatever keeps the owner out; wait, the
 // owner's remaining cooldown when known, is its Retry-After and is said in
-// its message, as a request that finds no target usable is told.
+// its message, as a request that finds no target usable is told. The owner
+// was not called, so nothing was sent: a Responses stream too gets the
+// status and Retry-After (failNothingSent; README "Continuity").
 func (s *Server) failOwnerOut(out responder, req *clientRequest, message string, wait time.Duration) {
+	s.failOwnerOutAs(out, req, message, wait, failNothingSent(req))
+}
+
+// failOwnerOutAs is failOwnerOut answering as kind: failBeforeStream once
+// the owner was called and failed (a Responses stream then gets
+// response.failed, as any request with a target tried).
+func (s *Server) failOwnerOutAs(out responder, req *clientRequest, message string, wait time.Duration, kind failKind) {
 	if wait > 0 {
 		message = withRetryIn(message, wait)
 	} else {
@@ -441,13 +450,11 @@ func (s *Server) failOwnerOut(out responder, req *clientRequest, message string,
 	}
 	e := apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "%s", message)
 	e.RetryAfter = max(wait, 0)
-	s.failClosedWith(out, req, failOwnerUnavailable, e)
+	s.failClosedAs(out, req, failOwnerUnavailable, e, kind)
 }
 
 // failClosedWith is failClosed answering e.
 func (s *Server) failClosedWith(out responder, req *clientRequest, reason string, e *apierr.Error) {
-	s.metrics.failClosed.WithLabelValues(req.surface(), reason).Inc()
-	s.log.Warn("continuity fail closed", "surface", req.surface(), "reason", reason, "previous_response_id", LogID(req.previousResponseID))
 	kind := failBeforeStream
 	if reason == failOwnerLookupFailed {
 		// The store is read before any upstream is called: nothing was
@@ -455,6 +462,13 @@ func (s *Server) failClosedWith(out responder, req *clientRequest, reason string
 		// "Scale-out with Redis").
 		kind = failNothingSent(req)
 	}
+	s.failClosedAs(out, req, reason, e, kind)
+}
+
+// failClosedAs is failClosedWith answering as kind.
+func (s *Server) failClosedAs(out responder, req *clientRequest, reason string, e *apierr.Error, kind failKind) {
+	s.metrics.failClosed.WithLabelValues(req.surface(), reason).Inc()
+	s.log.Warn("continuity fail closed", "surface", req.surface(), "reason", reason, "previous_response_id", LogID(req.previousResponseID))
 	out.fail(req, e, kind)
 }
 
@@ -621,12 +635,18 @@ attempts:
 		if wait == 0 && !hintless {
 			wait = waitHint
 		}
-		s.failOwnerOut(out, req, fmt.Sprintf("the upstream that owns previous_response_id failed (%s)", why), wait)
+		if len(failures) == 0 {
+			// Its target was skipped (cooling down, circuit open), never
+			// called: the client was sent nothing (failOwnerOut).
+			s.failOwnerOut(out, req, fmt.Sprintf("upstream %q that owns previous_response_id was skipped, not called (%s)", req.pinned.Name(), why), wait)
+			return
+		}
+		s.failOwnerOutAs(out, req, fmt.Sprintf("the upstream that owns previous_response_id failed (%s)", why), wait, failBeforeStream)
 		return
 	}
 	var e *apierr.Error
 	switch {
-	case lastErr != nil && (lastErr.Status == http.StatusTooManyRequests || upstream.IsQuotaCode(lastErr.Code)):
+	case lastErr != nil && isCapacityError(lastErr):
 		e = lastErr // every target is out of capacity: say what the last one said
 		if c.opened || e.RetryAfter <= 0 {
 			// The wait the client faces: an opened circuit's, or, when the
@@ -643,8 +663,6 @@ attempts:
 			relayCapacityError(out, req, e, lastErrHeader)
 			return
 		}
-	case replayPending:
-		e = apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "no upstream left to replay the request on: %s", strings.Join(failures, "; "))
 	case len(failures) == 0 && req.upstreamName != "":
 		e = apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "upstream %q chosen by policy is unavailable or unknown", req.upstreamName)
 	case len(failures) == 0 && c.route != nil:
@@ -663,7 +681,14 @@ attempts:
 		// Some targets failed, the others were skipped: the answer names
 		// both, each with why, and carries the soonest wait among them, as
 		// when no target was usable at all (README "Failover and replay").
-		msg := "no upstream could serve the request: " + strings.Join(failures, "; ")
+		// A failure the replay policy sent on to another target (a cut, a
+		// garbled first event) is told by the same rule as a 5xx that moved
+		// on (README "A down upstream…"): skipped targets and wait included.
+		msg := "no upstream could serve the request: "
+		if replayPending {
+			msg = "no upstream left to replay the request on: "
+		}
+		msg += strings.Join(failures, "; ")
 		if skipped := c.unavailable(); skipped != "" {
 			msg += "; not tried: " + skipped
 		}
@@ -774,6 +799,26 @@ func (c *candidates) capacityWait(e *apierr.Error) *apierr.Error {
 	waited := *e
 	waited.RetryAfter = back
 	return &waited
+}
+
+// isCapacityError reports whether e, a failure the client gets, is a rate
+// limit or quota: the client is told the wait it faces (capacityWait).
+func isCapacityError(e *apierr.Error) bool {
+	return e.Status == http.StatusTooManyRequests || upstream.IsQuotaCode(e.Code)
+}
+
+// capacityWaitNow is capacityWait for cause, a capacity failure the stream
+// of req ends with while its attempt is in flight: the terminal event goes
+// out before forward would charge the attempt's target, so it is charged
+// here (settle), and the cooldown or circuit that charge started is a wait
+// the client may face.
+func (s *Server) capacityWaitNow(req *clientRequest, cause *apierr.Error) *apierr.Error {
+	try := tryOf(req)
+	if try.cands == nil {
+		return cause
+	}
+	s.settle(try.target, try)
+	return try.cands.capacityWait(cause)
 }
 
 // anyTarget is c with every target of the request eligible again, those

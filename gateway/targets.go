@@ -41,6 +41,7 @@ type tryState struct {
 	answered bool              // the upstream answered 2xx with a body or a first event
 	fail     *upstream.Failure // charged to the target when forward moves on (or ends)
 	connect  bool              // a connect failure: the upstream cools down when forward moves on
+	settled  bool              // the outcome was reported to the pool (settle): once per attempt
 }
 
 // tryOf is req's attempt in flight (a blank one outside forward).
@@ -318,6 +319,10 @@ func (c *candidates) remaining(cur upstream.Target) int {
 // charge its failure, cool its upstream after a connect failure, record
 // its success, or give its half-open probe back.
 func (s *Server) settle(t upstream.Target, try *tryState) {
+	if try.settled { // charged early, while its failure was still the client's to be told (continueAfter)
+		return
+	}
+	try.settled = true
 	switch {
 	case try.fail != nil: // also a connect failure the replay policy gave a penalty
 		s.targetM.failed(t, try.fail.Class)
