@@ -585,16 +585,23 @@ func (s *Server) gate(next http.Handler) http.Handler {
 		// its handler does not read (declaredBody).
 		r, body := trackBody(r)
 		defer func() { body.finish(w, r) }() // body as it is then: see the upgrade below
+		route := next
+		if encodedSeparator(r) {
+			// The /v1/ test below, the router and the admin guard read the
+			// decoded path, which has the segments the client sent only
+			// without an encoded "/": one is never routed as a separator.
+			route = http.HandlerFunc(s.serveEncodedSeparator)
+		}
 		if !strings.HasPrefix(r.URL.Path, "/v1/") {
 			if body != nil {
 				w = &statusWriter{ResponseWriter: w, body: body}
 			}
-			next.ServeHTTP(w, r)
+			route.ServeHTTP(w, r)
 			return
 		}
 		if m := modeAClientMeta(r); m != nil && m.takeOver() {
 			w.Header().Set("X-Request-Id", m.requestID)
-			s.serveGated(next, w, r, m, true, nil)
+			s.serveGated(route, w, r, m, true, nil)
 			return
 		}
 		m := newReqMeta(r)
@@ -629,7 +636,7 @@ func (s *Server) gate(next http.Handler) http.Handler {
 			refuse(k, apierr.Invalid("", apierr.CodeInvalidBody, "a request asking to upgrade to a WebSocket carries no body; send it without Content-Length or Transfer-Encoding"))
 			return
 		}
-		s.serveGated(next, w, r, m, false, body)
+		s.serveGated(route, w, r, m, false, body)
 	})
 }
 
@@ -696,7 +703,11 @@ func (m *reqMeta) letGo() bool {
 	return !m.takenOver
 }
 
-func isUpgrade(r *http.Request) bool { return strings.EqualFold(r.Header.Get("Upgrade"), "websocket") }
+// A HEAD asks for no protocol switch: it is answered as a GET without an
+// upgrade (getForHead).
+func isUpgrade(r *http.Request) bool {
+	return r.Method != http.MethodHead && strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
+}
 
 // keyOf is the key gate found for r (nil: none, or no gate).
 func keyOf(r *http.Request) *keyEntry {

@@ -329,7 +329,7 @@ func New(opts Options) (*Server, error) {
 	s.tracing = newTracing(opts.TracerProvider)
 	s.streamsCtx, s.cancelStreams = context.WithCancelCause(context.Background())
 	s.router = s.routes()
-	s.handler = s.router
+	s.handler = http.HandlerFunc(s.dispatch)
 	return s, nil
 }
 
@@ -390,13 +390,9 @@ func (s *Server) routes() *httprouter.Router {
 	r.POST("/v1/responses/:response_id/cancel", s.handleCancelResponse)
 	r.POST("/v1/chat/completions", s.handleChat)
 	r.GET("/v1/models", s.handleModels)
-	r.GET("/v1/models/*model", s.handleModel)
+	r.GET(modelRoutePrefix+"*model", s.handleModel)
 	r.GET("/healthz", s.handleHealthz)
 	r.GET("/readyz", s.handleReadyz)
-	// Load balancers probe with HEAD too; net/http sends the status and
-	// headers without the body.
-	r.HEAD("/healthz", s.handleHealthz)
-	r.HEAD("/readyz", s.handleReadyz)
 	metricsHandler := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})
 	if s.opts.MetricsPublic {
 		r.Handler(http.MethodGet, "/metrics", metricsHandler)
@@ -419,13 +415,7 @@ func (s *Server) routes() *httprouter.Router {
 	// token learns nothing from the router: it gets the guard's 401, not a
 	// 404 or 405 that would map the admin routes (SECURITY.md).
 	r.NotFound = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if s.refuseAdmin(w, req) {
-			s.countUnrouted(req, http.StatusUnauthorized)
-			return
-		}
-		s.countUnrouted(req, http.StatusNotFound)
-		(&apierr.Error{Status: http.StatusNotFound, Type: apierr.TypeInvalidRequest, Code: apierr.CodeNotFound,
-			Message: fmt.Sprintf("unknown endpoint %s %s", label(req.Method), label(req.URL.Path))}).Write(w)
+		s.answerNotFound(w, req, fmt.Sprintf("unknown endpoint %s %s", label(req.Method), label(req.URL.Path)))
 	})
 	// The router answers OPTIONS itself, with the Allow header of a known
 	// path: under an admin surface only with the token too.
@@ -445,19 +435,15 @@ func (s *Server) routes() *httprouter.Router {
 			}
 			return
 		}
+		allowHead(w.Header())
 		w.WriteHeader(http.StatusOK)
 		if api {
 			s.countUnrouted(req, http.StatusOK)
 		}
 	})
 	r.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if s.refuseAdmin(w, req) {
-			s.countUnrouted(req, http.StatusUnauthorized)
-			return
-		}
-		s.countUnrouted(req, http.StatusMethodNotAllowed)
-		(&apierr.Error{Status: http.StatusMethodNotAllowed, Type: apierr.TypeInvalidRequest, Code: apierr.CodeMethodNotAllowed,
-			Message: fmt.Sprintf("%s is not allowed on %s", label(req.Method), label(req.URL.Path))}).Write(w)
+		allowHead(w.Header())
+		s.answerMethodNotAllowed(w, req, fmt.Sprintf("%s is not allowed on %s", label(req.Method), label(req.URL.Path)))
 	})
 	r.PanicHandler = func(w http.ResponseWriter, req *http.Request, v any) {
 		if v == http.ErrAbortHandler {
@@ -468,6 +454,32 @@ func (s *Server) routes() *httprouter.Router {
 			Message: "the gateway hit an internal error"}).Write(w)
 	}
 	return r
+}
+
+// answerNotFound answers a path the gateway does not serve: 404 not_found
+// with message, or the admin guard's 401 under an admin surface
+// (refuseAdmin).
+func (s *Server) answerNotFound(w http.ResponseWriter, req *http.Request, message string) {
+	if s.refuseAdmin(w, req) {
+		s.countUnrouted(req, http.StatusUnauthorized)
+		return
+	}
+	s.countUnrouted(req, http.StatusNotFound)
+	(&apierr.Error{Status: http.StatusNotFound, Type: apierr.TypeInvalidRequest, Code: apierr.CodeNotFound,
+		Message: message}).Write(w)
+}
+
+// answerMethodNotAllowed answers a method the path does not serve (its
+// Allow header set): 405 method_not_allowed with message, or the admin
+// guard's 401 under an admin surface (refuseAdmin).
+func (s *Server) answerMethodNotAllowed(w http.ResponseWriter, req *http.Request, message string) {
+	if s.refuseAdmin(w, req) {
+		s.countUnrouted(req, http.StatusUnauthorized)
+		return
+	}
+	s.countUnrouted(req, http.StatusMethodNotAllowed)
+	(&apierr.Error{Status: http.StatusMethodNotAllowed, Type: apierr.TypeInvalidRequest, Code: apierr.CodeMethodNotAllowed,
+		Message: message}).Write(w)
 }
 
 // Handle mounts an extra handler on the router. Call it before serving.
