@@ -89,11 +89,16 @@ type keyPatch struct {
 // of the wrong type is refused, naming the field.
 func (s *Server) readKeyPatch(w http.ResponseWriter, r *http.Request, p *keyPatch) bool {
 	body, aerr := s.readBodyUpTo(w, r, maxAdminBody) // within read_body, as every body
+	if aerr == nil {
+		// Its depth is checked before any recursive parser sees it, as for
+		// every JSON document the gateway reads (SECURITY.md "Limits").
+		aerr = validJSON(r.Context(), body, s.opts.MaxJSONDepth, "the body")
+	}
 	switch {
-	case aerr != nil:
+	case aerr != nil && aerr.Code != apierr.CodeInvalidJSON:
 		aerr.Write(w)
 		return false
-	case !gjson.ValidBytes(body) || !gjson.ParseBytes(body).IsObject():
+	case aerr != nil || !gjson.ParseBytes(body).IsObject():
 		apierr.Invalid("", apierr.CodeInvalidJSON, `the body must be one JSON object {"name","models","limits"}`).Write(w)
 		return false
 	}

@@ -68,6 +68,21 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apie
 // rule, within read_body and the body-memory budget.
 func (s *Server) readBodyUpTo(w http.ResponseWriter, r *http.Request, limit int64) (_ []byte, aerr *apierr.Error) {
 	rc := http.NewResponseController(w)
+	enc := httpx.ContentCoding(r.Header)
+	if refused := refusedByHeaders(r, enc, limit); refused != nil {
+		// Answered before a byte of the body is read: a read would make
+		// net/http send 100 Continue to a client that asked with Expect
+		// whether to upload (RFC 9110 §10.1.1 wants the final status at
+		// once when the header fields decide it). The gate's declaredBody
+		// closes the connection after the answer and reads what the client
+		// sent only then (finish); a body it does not track is drained
+		// here, as any refused body is.
+		w.Header().Set("Connection", "close")
+		if _, tracked := r.Body.(*declaredBody); !tracked {
+			discardBody(rc, r, time.Time{})
+		}
+		return nil, refused
+	}
 	var bodyDeadline time.Time // zero until the body's deadline is set
 	defer func() {
 		if aerr != nil {
@@ -79,9 +94,6 @@ func (s *Server) readBodyUpTo(w http.ResponseWriter, r *http.Request, limit int6
 			discardBody(rc, r, bodyDeadline)
 		}
 	}()
-	if r.ContentLength > limit {
-		return nil, apierr.TooLarge(limit)
-	}
 	// The deadline covers the whole body; it is lifted after, so a long
 	// stream's response is not cut by it.
 	bodyDeadline = time.Now().Add(s.opts.ReadBodyTimeout)
@@ -108,13 +120,10 @@ func (s *Server) readBodyUpTo(w http.ResponseWriter, r *http.Request, limit int6
 
 	raw := io.Reader(http.MaxBytesReader(w, r.Body, limit))
 	var body io.Reader = raw
-	enc := httpx.ContentCoding(r.Header)
-	switch enc {
-	case "", "identity":
-	case "gzip", "x-gzip", "zstd":
-		if enc == "x-gzip" {
-			enc = "gzip"
-		}
+	if enc == "x-gzip" {
+		enc = "gzip"
+	}
+	if enc == "gzip" || enc == "zstd" {
 		if !charge(decoderReserve[enc]) {
 			return nil, overloaded()
 		}
@@ -125,9 +134,6 @@ func (s *Server) readBodyUpTo(w http.ResponseWriter, r *http.Request, limit int6
 		if c, ok := body.(io.Closer); ok {
 			defer c.Close()
 		}
-	default:
-		return nil, &apierr.Error{Status: http.StatusUnsupportedMediaType, Type: apierr.TypeInvalidRequest, Code: apierr.CodeUnsupportedEncoding,
-			Message: fmt.Sprintf("Content-Encoding %q is not supported; send identity, gzip or zstd", enc)}
 	}
 
 	// Grow the buffer by doubling, charging each growth before making it, so
@@ -169,6 +175,21 @@ func (s *Server) readBodyUpTo(w http.ResponseWriter, r *http.Request, limit int6
 		return nil, apierr.TooLarge(limit)
 	}
 	return buf, nil
+}
+
+// refusedByHeaders is the refusal of r's body that its header fields
+// decide alone: a declared length over limit, or a Content-Encoding
+// (enc, httpx.ContentCoding) the gateway does not decode.
+func refusedByHeaders(r *http.Request, enc string, limit int64) *apierr.Error {
+	if r.ContentLength > limit {
+		return apierr.TooLarge(limit)
+	}
+	switch enc {
+	case "", "identity", "gzip", "x-gzip", "zstd":
+		return nil
+	}
+	return &apierr.Error{Status: http.StatusUnsupportedMediaType, Type: apierr.TypeInvalidRequest, Code: apierr.CodeUnsupportedEncoding,
+		Message: fmt.Sprintf("Content-Encoding %q is not supported; send identity, gzip or zstd", enc)}
 }
 
 // Bounds on reading what remains of a refused body: long enough for what

@@ -287,6 +287,13 @@ func (s *Server) convertForChat(ctx context.Context, req *clientRequest) *chatCo
 		return conv
 	}
 	conv.body, conv.info, conv.err = translate.ToChat(req.body, history, translate.RequestOptions{})
+	if conv.err == nil && req.noInput {
+		// A Responses upstream may take a turn's input from elsewhere
+		// (readFields); a Chat turn is its input, and without one the
+		// upstream would answer the instructions or history alone.
+		conv.err = apierr.Invalid("input", apierr.CodeMissingField,
+			"you must provide an input parameter: the upstream speaks Chat Completions, where a turn cannot take its input from a prompt, a conversation or previous_response_id alone")
+	}
 	if conv.err == nil && len(conv.info.DroppedTools) > 0 {
 		s.log.Warn("tools the Chat upstream cannot run were dropped", "tools", strings.Join(conv.info.DroppedTools, ","))
 	}

@@ -182,7 +182,7 @@ func TestBadInput(t *testing.T) {
 		{"missing model", "/v1/responses", `{"input":"hi"}`, 400, "model", "missing_required_parameter"},
 		{"model not a string", "/v1/responses", `{"model":3,"input":"hi"}`, 400, "model", "invalid_type"},
 		{"empty model", "/v1/responses", `{"model":" ","input":"hi"}`, 400, "model", "missing_required_parameter"},
-		{"missing input", "/v1/responses", `{"model":"m"}`, 400, "input", "missing_required_parameter"},
+		{"input null", "/v1/responses", `{"model":"m","input":null}`, 400, "input", "invalid_type"},
 		{"input wrong type", "/v1/responses", `{"model":"m","input":42}`, 400, "input", "invalid_type"},
 		{"stream wrong type", "/v1/responses", `{"model":"m","input":"x","stream":"yes"}`, 400, "stream", "invalid_type"},
 		{"previous id wrong type", "/v1/responses", `{"model":"m","input":"x","previous_response_id":7}`, 400, "previous_response_id", "invalid_type"},

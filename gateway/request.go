@@ -38,6 +38,7 @@ type clientRequest struct {
 	model              string
 	stream             bool
 	previousResponseID string
+	noInput            bool        // a Responses request without input (readFields)
 	header             http.Header // the client's headers
 	fwd                forwarding  // the client's hop, for X-Forwarded-* (set where the request arrived)
 	setHeaders         map[string]string
@@ -111,7 +112,8 @@ func parseRequest(ctx context.Context, ep endpoint, body []byte, maxDepth int) (
 }
 
 // readFields (re)reads model, stream and previous_response_id, and checks
-// the endpoint's required input field.
+// the endpoint's input field: Chat messages are required, a Responses input
+// is optional but typed.
 func (r *clientRequest) readFields(root gjson.Result) *apierr.Error {
 	// One pass over the top-level keys: the body may be megabytes of history.
 	var model, stream, prev, input, messages, storeField, background gjson.Result
@@ -212,10 +214,12 @@ func (r *clientRequest) readFields(root gjson.Result) *apierr.Error {
 		}
 		return nil
 	}
-	switch {
-	case !input.Exists() || input.Type == gjson.Null:
-		return apierr.Invalid("input", apierr.CodeMissingField, "you must provide an input parameter")
-	case input.Type != gjson.String && !input.IsArray():
+	// input is optional in OpenAI's CreateResponse: a Responses upstream
+	// takes it from a prompt template, a conversation or
+	// previous_response_id. It is not nullable there, so null is refused as
+	// a wrong type; a Chat upstream still needs it (convertForChat).
+	r.noInput = !input.Exists()
+	if input.Exists() && input.Type != gjson.String && !input.IsArray() {
 		return apierr.Invalid("input", apierr.CodeInvalidType, "input must be a string or an array of items, got %s", jsonKind(input))
 	}
 	return nil
