@@ -14,7 +14,7 @@ func TestTrackedToolNameOutlivesTheEventBuffer(t *testing.T) {
 	buf := []byte(`{"id":"chatcmpl-1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":""}}]}}]}`)
 	cs.trackChatLocked(buf)
 	copy(buf, bytes.Repeat([]byte{'x'}, len(buf)))
-	if len(cs.chatTools) != 1 || string(cs.chatTools[0].name) != "get_weather" || cs.chatID != "chatcmpl-1" {
-		t.Fatalf("tracked %+v, id %q after the buffer was reused", cs.chatTools, cs.chatID)
+	if len(cs.chatTools) != 1 || string(cs.chatTools[0].name) != "get_weather" || cs.chatHead.id != `"chatcmpl-1"` {
+		t.Fatalf("tracked %+v, id %s after the buffer was reused", cs.chatTools, cs.chatHead.id)
 	}
 }

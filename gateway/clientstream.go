@@ -88,7 +88,7 @@ type clientStream struct {
 	chatChoices chatChoiceStates // which choices the client was sent, and which finished
 	// What a Chat client was sent, kept once a continuation is armed (arm).
 	trackChat bool
-	chatID    string     // the completion id of the first chunk
+	chatHead  chatHead   // what the first chunk naming the completion showed of it
 	chatText  []byte     // content, unescaped
 	chatTools []chatTool // tool calls by index
 

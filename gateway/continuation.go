@@ -1945,13 +1945,25 @@ func (cs *clientStream) splicedTerminalLocked(typ string, resp gjson.Result) err
 	if cs.resumable {
 		b = cs.logLocked(typ, b, true)
 	}
-	if err := cs.eventLocked(typ, b, false); err != nil {
+	err := cs.eventLocked(typ, b, false)
+	cs.noteServedLocked(resp.Get("model")) // the client's gone or not, the meter read it (observeUnsent)
+	if err != nil {
 		return err
 	}
 	cs.seq++
 	cs.ended = true
 	cs.stopHoldLocked()
 	return nil
+}
+
+// noteServedLocked tells the request's meter the model a continuation's
+// upstream named in an event just written, whose client copy names the
+// model the client was first shown instead: the meter read that copy
+// (observe), but the answer is priced by the model that served it.
+func (cs *clientStream) noteServedLocked(model gjson.Result) {
+	if cs.req != nil && model.Type == gjson.String {
+		cs.req.meta.noteServedModel(strings.Clone(model.Str))
+	}
 }
 
 // spliceChatLocked writes one Chat chunk of a continuation attempt: the
@@ -2055,10 +2067,15 @@ func (cs *clientStream) spliceChatLocked(data []byte, finish bool, usage gjson.R
 	if out == nil {
 		out = data
 	}
-	if id := root.Get("id"); cs.chatID != "" && id.Type == gjson.String && id.Str != cs.chatID {
-		out, _ = sjson.SetBytes(out, "id", cs.chatID)
+	if cs.chatHead.id == "" {
+		cs.chatHead.note(root) // the client was shown no completion id: this chunk names it
 	}
-	if err := cs.eventLocked("", out, false); err != nil {
+	out = cs.chatHead.impose(out, root)
+	err := cs.eventLocked("", out, false)
+	if usage.IsObject() {
+		cs.noteServedLocked(root.Get("model"))
+	}
+	if err != nil {
 		return err
 	}
 	if finish {
@@ -2125,14 +2142,62 @@ func (cs *clientStream) spliceToolCallsLocked(v gjson.Result) (calls []byte, cha
 	return append(out, ']'), changed, nil
 }
 
+// chatHead is what the first chunk naming a completion (by a non-empty id)
+// showed of it: the raw JSON of the members every chunk of one completion
+// carries alike in OpenAI's streams, "" for a member it had none of. A
+// continued stream's chunks carry these, whatever the continuing target's
+// say (README "Continuation": one completion).
+type chatHead struct {
+	id, created, model, fingerprint string
+}
+
+// note makes chunk's members the head, when chunk names a completion.
+func (h *chatHead) note(chunk gjson.Result) {
+	if id := chunk.Get("id"); id.Type == gjson.String && id.Str != "" {
+		*h = chatHead{id: strings.Clone(id.Raw), created: strings.Clone(chunk.Get("created").Raw),
+			model: strings.Clone(chunk.Get("model").Raw), fingerprint: strings.Clone(chunk.Get("system_fingerprint").Raw)}
+	}
+}
+
+// impose returns out, chunk's bytes as they go to the client, with the
+// head's members; a member is rewritten only where chunk's differs, so a
+// chunk that already agrees is returned as it is. A head that names no
+// completion imposes nothing.
+func (h *chatHead) impose(out []byte, chunk gjson.Result) []byte {
+	if h.id == "" {
+		return out
+	}
+	out = withMember(out, chunk, "id", h.id)
+	out = withMember(out, chunk, "created", h.created)
+	out = withMember(out, chunk, "model", h.model)
+	return withMember(out, chunk, "system_fingerprint", h.fingerprint)
+}
+
+// withMember returns out with its top-level member key set to raw (removed
+// when raw is ""), unless chunk, which out was made of, already has it so.
+func withMember(out []byte, chunk gjson.Result, key, raw string) []byte {
+	if chunk.Get(key).Raw == raw {
+		return out
+	}
+	var err error
+	var b []byte
+	if raw == "" {
+		b, err = sjson.DeleteBytes(out, key)
+	} else {
+		b, err = sjson.SetRawBytes(out, key, []byte(raw))
+	}
+	if err != nil {
+		return out
+	}
+	return b
+}
+
 // trackChatLocked records what a Chat chunk the client got carried: the
-// completion id, content, a refusal, tool calls.
+// completion's head, content, a refusal, tool calls.
 func (cs *clientStream) trackChatLocked(data []byte) {
 	root := parseJSON(data)
-	if cs.chatID == "" {
-		if id := root.Get("id"); id.Type == gjson.String {
-			cs.chatID = strings.Clone(id.Str)
-		}
+	if cs.chatHead.id == "" {
+		cs.chatHead.note(root)
 	}
 	delta := root.Get("choices.0.delta")
 	if c := delta.Get("content"); c.Type == gjson.String {

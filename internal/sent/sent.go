@@ -477,7 +477,9 @@ type Response struct {
 	// IncompleteDetails is the incomplete_details object; nil: null.
 	IncompleteDetails []byte
 	// From, when an object, gives the other fields instead of the base (a
-	// continuation's own Response); its created_at only when the base has none.
+	// continuation's own Response); its created_at and model only when the
+	// base has none: the readers keep the ones they were first shown, as
+	// one response has one (README "Continuation").
 	From  gjson.Result
 	Model string                // when neither the base nor From shows one
 	Echo  translate.RequestEcho // the request's fields, for those neither shows
@@ -543,13 +545,18 @@ func (o *Output) AppendEvent(b []byte, typ string, seq int64, r *Response) []byt
 // items still open closed as incomplete (in_progress while the Response
 // runs), and the usage once known. Its other fields are r.From's, else the
 // last lifecycle event's, else r's model and request echo with the API's
-// defaults.
+// defaults; its created_at and model are the last lifecycle event's
+// whenever it has them (Response.From).
 func (o *Output) AppendResponse(b []byte, r *Response) []byte {
 	base := gjson.ParseBytes(o.Base)
 	created := base.Get("created_at")
+	var shownModel gjson.Result // the base's model, when From's stands in for the base
 	if r.From.IsObject() {
 		if created.Type != gjson.Number {
 			created = r.From.Get("created_at")
+		}
+		if m := base.Get("model"); m.Type == gjson.String {
+			shownModel = m
 		}
 		base = r.From
 	}
@@ -589,6 +596,9 @@ func (o *Output) AppendResponse(b []byte, r *Response) []byte {
 		base.ForEach(func(k, v gjson.Result) bool {
 			if !responseKeys[k.Str] && !seen[k.Str] {
 				seen[k.Str] = true
+				if k.Str == "model" && shownModel.Exists() {
+					v = shownModel
+				}
 				b = append(b, ',')
 				b = append(b, k.Raw...)
 				b = append(b, ':')
@@ -597,7 +607,11 @@ func (o *Output) AppendResponse(b []byte, r *Response) []byte {
 			return true
 		})
 	}
-	if !seen["model"] {
+	switch {
+	case seen["model"]:
+	case shownModel.Exists():
+		b = append(append(b, `,"model":`...), shownModel.Raw...)
+	default:
 		b = append(b, `,"model":`...)
 		b = jsonx.AppendQuote(b, r.Model)
 	}
