@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"io"
@@ -18,14 +19,29 @@ import (
 // once (further clients wait in the kernel's accept queue instead of
 // exhausting file descriptors), and each connection remembers whether the
 // client only half-closed it, so a request whose client shut its write side
-// after sending is still answered.
+// after sending is still answered. A client that finds every slot taken
+// gets one from a keep-alive connection idle between requests, the oldest
+// first, which the gateway closes for it (as web servers do at their
+// connection limit, SECURITY.md "Limits"): idle pooled connections of SDK
+// clients must not keep new clients, health probes included, waiting for
+// the idle timeout. A connection with a request in flight, or a WebSocket,
+// is never closed for it.
 
 // limitListener caps open connections. Accept blocks while the cap is
-// reached; a log line (at most one per logEvery) says so.
+// reached and no connection is idle; a log line (at most one per logEvery)
+// says so.
 type limitListener struct {
 	net.Listener
 	s     *Server
 	slots chan struct{}
+
+	mu sync.Mutex
+	// idle holds the connections between requests (connState), the one
+	// idle longest at the front: the first closed when a client waits.
+	idle *list.List // of *trackedConn
+	// wentIdle wakes a waiting Accept when a connection turns idle, so a
+	// client that found every connection busy takes the first to finish.
+	wentIdle chan struct{}
 
 	limitLog logtext.Every // spaces the "limit reached" lines
 	done     chan struct{}
@@ -34,6 +50,7 @@ type limitListener struct {
 
 func newLimitListener(ln net.Listener, s *Server, max int) *limitListener {
 	return &limitListener{Listener: ln, s: s, slots: make(chan struct{}, max), done: make(chan struct{}),
+		idle: list.New(), wentIdle: make(chan struct{}, 1),
 		limitLog: logtext.Every{Interval: 10 * time.Second}}
 }
 
@@ -53,17 +70,74 @@ func (l *limitListener) Accept() (net.Conn, error) {
 	default:
 		l.s.metrics.connLimitWaits.Inc()
 		if n, ok := l.limitLog.Allow(time.Now()); ok {
-			l.s.log.Warn("connection limit reached; new clients wait until one closes", "max_connections", cap(l.slots), "waits", n)
+			l.s.log.Warn("connection limit reached; a new client takes the slot of an idle keep-alive connection, or waits until one closes or turns idle", "max_connections", cap(l.slots), "waits", n)
 		}
-		select {
-		case l.slots <- struct{}{}:
-		case <-l.done:
+		if err := l.waitForSlot(); err != nil {
 			_ = c.Close()
-			return nil, net.ErrClosed
+			return nil, err
 		}
 	}
 	l.s.metrics.openConns.Inc()
 	return &trackedConn{Conn: c, release: func() { <-l.slots; l.s.metrics.openConns.Dec() }}, nil
+}
+
+// waitForSlot takes a slot for a connection that found none: it closes the
+// connection idle longest, whose Close gives its slot back, and while none
+// is idle it waits for one to close or to turn idle.
+func (l *limitListener) waitForSlot() error {
+	for {
+		l.closeOldestIdle()
+		select {
+		case l.slots <- struct{}{}:
+			return nil
+		case <-l.wentIdle:
+		case <-l.done:
+			return net.ErrClosed
+		}
+	}
+}
+
+// closeOldestIdle closes the keep-alive connection idle longest, if any.
+// Its client may be sending its next request at that moment; HTTP
+// clients expect that of a keep-alive connection (RFC 9112 §9.3.1) and
+// net/http's http.Server.Shutdown closes idle connections the same way.
+func (l *limitListener) closeOldestIdle() {
+	l.mu.Lock()
+	front := l.idle.Front()
+	if front == nil {
+		l.mu.Unlock()
+		return
+	}
+	tc := l.idle.Remove(front).(*trackedConn)
+	tc.idleAt = nil
+	l.mu.Unlock()
+	l.s.log.Debug("closing an idle keep-alive connection: a new client waits for a slot", "max_connections", cap(l.slots))
+	_ = tc.Close()
+}
+
+// connState is the http.Server's ConnState hook: it keeps l.idle to the
+// connections between requests (StateIdle). A connection with a request
+// in flight (StateActive), a WebSocket (StateHijacked: net/http no longer
+// manages it) or a closed one leaves it.
+func (l *limitListener) connState(c net.Conn, state http.ConnState) {
+	tc, ok := c.(*trackedConn)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if tc.idleAt != nil {
+		l.idle.Remove(tc.idleAt)
+		tc.idleAt = nil
+	}
+	if state != http.StateIdle {
+		return
+	}
+	tc.idleAt = l.idle.PushBack(tc)
+	select {
+	case l.wentIdle <- struct{}{}:
+	default: // a wake-up is already pending
+	}
 }
 
 func (l *limitListener) Close() error {
@@ -82,6 +156,10 @@ type trackedConn struct {
 	// abandoned: the gateway closed the connection itself because a write
 	// to its client failed (abandon), while the request's work goes on.
 	abandoned atomic.Bool
+	// idleAt is the connection's place in its listener's idle list while
+	// it is between requests (limitListener.connState), guarded by the
+	// listener's mu.
+	idleAt *list.Element
 }
 
 func (c *trackedConn) Read(p []byte) (int, error) {

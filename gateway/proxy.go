@@ -282,19 +282,31 @@ func (s *Server) failedClosed(policy, why string) *apierr.Error {
 // policy held to its edits has no version serving: its file was refused,
 // removed or never loaded, and the request would go on without its edits.
 func (s *Server) failClosedRewritesServe() *apierr.Error {
+	if name := s.unservedFailClosedRewrite(); name != "" {
+		return s.failedClosed(name, "no version of it that rewrites requests is loaded")
+	}
+	return nil
+}
+
+// unservedFailClosedRewrite names the first rewrite policy held to its
+// edits (Options.FailClosedRewrites) that has no version serving now, ""
+// when each has one. Requests are refused (failClosedRewritesServe) and
+// /readyz fails (handleReadyz) while it names one: a gateway that answers
+// every model request 503 is not ready (README "Endpoints").
+func (s *Server) unservedFailClosedRewrite() string {
 	if len(s.opts.FailClosedRewrites) == 0 {
-		return nil
+		return ""
 	}
 	p, ok := s.policy.(interface{ RewriteServes(name string) bool })
 	if !ok {
-		return nil
+		return ""
 	}
 	for _, name := range s.opts.FailClosedRewrites {
 		if !p.RewriteServes(name) {
-			return s.failedClosed(name, "no version of it that rewrites requests is loaded")
+			return name
 		}
 	}
-	return nil
+	return ""
 }
 
 // rewriteFailsClosed reports whether the rewrite policy name is held to its

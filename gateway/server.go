@@ -584,7 +584,10 @@ func (s *Server) handleReadyz(w http.ResponseWriter, _ *http.Request, _ httprout
 	switch {
 	case s.draining.Load():
 		writeJSON(w, http.StatusServiceUnavailable, body("draining"))
-	case s.opts.Ready != nil && !s.opts.Ready():
+	case s.opts.Ready != nil && !s.opts.Ready(), s.unservedFailClosedRewrite() != "":
+		// Not loaded at start, or a fail-closed rewrite policy has no
+		// version serving now (its file removed or refused): every model
+		// request would be refused 503 policy_unavailable.
 		writeJSON(w, http.StatusServiceUnavailable, body("policies not loaded"))
 	case !s.pool.Healthy():
 		writeJSON(w, http.StatusServiceUnavailable, body("no healthy upstream"))
@@ -729,10 +732,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // Serve accepts connections on ln until Shutdown. It returns nil after a
 // clean shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	ln = newLimitListener(ln, s, s.opts.MaxConnections)
+	limited := newLimitListener(ln, s, s.opts.MaxConnections)
+	ln = limited
 	srv := &http.Server{
 		Handler:           s.Handler(),
 		ConnContext:       connContext,
+		ConnState:         limited.connState,
 		ReadHeaderTimeout: s.opts.ReadHeader,
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),

@@ -908,8 +908,10 @@ func TestSecurityMetricsNeedTheAdminToken(t *testing.T) {
 
 // ---- max_connections ----
 
-// With max_connections: 4, four idle keep-alive connections make a fifth
-// client wait; it is answered once one of the four closes.
+// With max_connections: 4, four connections each with a request in flight
+// (an upload not yet finished) make a fifth client wait; it is answered
+// once one of the four closes. Four idle keep-alive connections do not: the
+// gateway closes the one idle longest for the fifth (SECURITY.md "Limits").
 func TestSecurityMaxConnectionsQueuesTheNextClient(t *testing.T) {
 	up := newFakeUpstream(t)
 	g := startSecGateway(t, "warn", upstreamYAML(up.URL, "")+"limits: {max_connections: 4}\n")
@@ -927,27 +929,48 @@ func TestSecurityMaxConnectionsQueuesTheNextClient(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode, nil
 	}
-	var held []net.Conn
-	for i := range 4 {
-		c, err := net.Dial("tcp", g.addr)
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", g.addr) // the kernel's accept queue takes it
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
+		t.Cleanup(func() { _ = c.Close() })
 		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-		// One request proves the gateway accepted it; it then idles (keep-alive).
+		return c
+	}
+
+	// Four idle keep-alive connections: one request each proves the
+	// gateway accepted it; it then idles. A fifth client is answered.
+	var idle []net.Conn
+	for i := range 4 {
+		c := dial()
 		if code, err := get(c, bufio.NewReader(c)); err != nil || code != http.StatusOK {
-			t.Fatalf("connection %d: %d %v", i, code, err)
+			t.Fatalf("idle connection %d: %d %v", i, code, err)
+		}
+		idle = append(idle, c)
+	}
+	first := dial()
+	if code, err := get(first, bufio.NewReader(first)); err != nil || code != http.StatusOK {
+		t.Fatalf("a fifth client while four idle keep-alive connections were open: %d %v; want it answered", code, err)
+	}
+	_ = first.Close()
+	for _, c := range idle {
+		_ = c.Close()
+	}
+
+	// Four uploads in flight: a slot each, none of them idle. (A slot an
+	// idle connection above still holds is taken from it.)
+	var held []net.Conn
+	for range 4 {
+		c := dial()
+		if _, err := io.WriteString(c, "POST /v1/responses HTTP/1.1\r\nHost: sluice\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n"+
+			`{"model":"gpt-fa`); err != nil {
+			t.Fatal(err)
 		}
 		held = append(held, c)
 	}
 
-	fifth, err := net.Dial("tcp", g.addr) // the kernel's accept queue takes it
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fifth.Close()
-	_ = fifth.SetDeadline(time.Now().Add(30 * time.Second))
+	fifth := dial()
 	type result struct {
 		code int
 		err  error
@@ -959,7 +982,7 @@ func TestSecurityMaxConnectionsQueuesTheNextClient(t *testing.T) {
 	}()
 	select {
 	case r := <-answered:
-		t.Fatalf("the fifth client was served (%d %v) while four connections were open", r.code, r.err)
+		t.Fatalf("the fifth client was served (%d %v) while four requests were in flight", r.code, r.err)
 	case <-time.After(1500 * time.Millisecond):
 	}
 	held[0].Close()

@@ -1,0 +1,110 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/tidwall/gjson"
+
+	"github.com/sluice-gw/sluice/gateway"
+	"github.com/sluice-gw/sluice/plugins"
+	"github.com/sluice-gw/sluice/policies"
+)
+
+// TestReadyzFailsWhileAFailClosedRewriteHasNoVersion: /readyz is ready
+// only while every rewrite policy held to its edits
+// (policies.NAME.sluice_fail_closed) has a version serving. A policy_dir
+// file that does not load (no earlier version), or is removed, makes every
+// model request a 503 policy_unavailable, so /readyz answers 503 "policies
+// not loaded" too, and 200 again once a version loads (README "Endpoints").
+func TestReadyzFailsWhileAFailClosedRewriteHasNoVersion(t *testing.T) {
+	const name = "10-my"
+	dir := t.TempDir()
+	file := filepath.Join(dir, name+".wasm")
+	write := func(b []byte) {
+		t.Helper()
+		// Written beside and renamed in, so the watcher never reads half a file.
+		tmp := filepath.Join(t.TempDir(), "policy")
+		if err := os.WriteFile(tmp, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	good := append([]byte(nil), policies.Defaults()["rewrite.wasm"]...)
+	write([]byte("not a wasm module")) // refused at start: no version of it ever served
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rt, err := plugins.New(ctx, plugins.Options{PolicyDir: dir, Logger: hclog.NewNullLogger(), CacheDir: t.TempDir(),
+		Debounce: 20 * time.Millisecond,
+		// Configured, the first-party rewrite policy rewrites requests (an alias no request uses).
+		Config: map[string]json.RawMessage{name: json.RawMessage(`{"model_aliases":{"fast":"m"}}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	h := newHarness(t, harnessConfig{opts: gateway.Options{Policy: rt, Ready: rt.Ready, FailClosedRewrites: []string{name}}})
+
+	readyz := func() (int, string) {
+		t.Helper()
+		var body struct{ Status string }
+		code := h.getJSON("/readyz", &body)
+		return code, body.Status
+	}
+	// The watcher sees a file change a debounce after it happens: poll,
+	// with a deadline that only a gateway that never turns fails.
+	waitReadyz := func(step string, wantCode int, wantStatus string) {
+		t.Helper()
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			code, status := readyz()
+			if code == wantCode && status == wantStatus {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: /readyz answers %d %q; want %d %q", step, code, status, wantCode, wantStatus)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	modelRequest := func() (int, string) {
+		t.Helper()
+		resp := h.post("/v1/responses", `{"model":"m","input":"x"}`)
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, gjson.GetBytes(raw, "error.code").String()
+	}
+
+	if code, status := readyz(); code != http.StatusServiceUnavailable || status != "policies not loaded" {
+		t.Fatalf("a fail-closed rewrite whose file did not load: /readyz %d %q; want 503 \"policies not loaded\"", code, status)
+	}
+	if code, errCode := modelRequest(); code != http.StatusServiceUnavailable || errCode != "policy_unavailable" {
+		t.Fatalf("while /readyz says not loaded, a model request got %d %q; want 503 policy_unavailable", code, errCode)
+	}
+
+	write(good)
+	waitReadyz("the file replaced with a policy that loads", http.StatusOK, "ready")
+	if code, errCode := modelRequest(); code != http.StatusOK {
+		t.Fatalf("while /readyz says ready, a model request got %d %q", code, errCode)
+	}
+
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	waitReadyz("the file removed", http.StatusServiceUnavailable, "policies not loaded")
+	if code, errCode := modelRequest(); code != http.StatusServiceUnavailable || errCode != "policy_unavailable" {
+		t.Fatalf("the file removed: a model request got %d %q; want 503 policy_unavailable", code, errCode)
+	}
+
+	write(good)
+	waitReadyz("the file put back", http.StatusOK, "ready")
+}
