@@ -66,6 +66,7 @@ const (
 type rescueState struct {
 	clientID   string         // the client-visible response id (Responses clients)
 	prevAnchor *pendingAnchor // the anchor write of the client-visible id (its first owner)
+	owner      string         // that first owner: the upstream the anchor names until a target finishes it
 	cause      *apierr.Error  // the last after-content failure: the client's terminal if nothing rescues it
 	reason     string         // its terminal reason
 	kind       string         // of the next continuation attempt
@@ -78,13 +79,16 @@ type rescueState struct {
 	// or DELETE of the response stopped it (rescueOutcome).
 	stream *clientStream
 	// earlier are the copies the targets it was cut on keep (noteCopy),
-	// which its anchor lists so that a DELETE reaches them (confirmRescue).
+	// which its anchor lists so that a DELETE reaches them: rewritten as
+	// each continuation target names its own (anchorContinuationCopy), and
+	// by the target that finishes it (confirmRescue).
 	earlier []store.UpstreamCopy
 }
 
-// noteCopy notes the copy of the response that u, an attempt that failed
-// after it began answering, keeps under responseID (its own id: a Chat
-// upstream keeps nothing).
+// noteCopy notes the copy of the response that u keeps under responseID
+// (its own id: a Chat upstream keeps nothing): an attempt that failed after
+// it began answering, or a continuation target once it named its response
+// (anchorContinuationCopy).
 func (r *rescueState) noteCopy(u *upstream.Upstream, responseID string) {
 	if responseID == "" || u.Config().Protocol == upstream.ProtocolChat || len(r.earlier) >= store.MaxEarlierCopies {
 		return
@@ -471,7 +475,7 @@ func (s *Server) continueAfter(ctx context.Context, cs *clientStream, req *clien
 	if r == nil {
 		r = &rescueState{clientID: facts.responseID, refused: map[*upstream.Upstream]bool{}, log: cs.resumeLog(), stream: cs}
 		if p.anchor != nil && p.responseID == facts.responseID {
-			r.prevAnchor = p.anchor
+			r.prevAnchor, r.owner = p.anchor, u.Name()
 		}
 		req.rescue = r
 	}
@@ -799,29 +803,72 @@ func (p *pump) confirmRescue() {
 	if c == nil || !p.req.recordable() {
 		return
 	}
-	// The first owner's write must not land after this one. Once it is
-	// durable, this one, if retried after an outage, only replaces it: a
-	// DELETE meanwhile (on any replica) removed it, and the retry must not
-	// bring the response back.
-	prevDurable := r.prevAnchor != nil && r.prevAnchor.wait(p.ctx) == nil
-	a := c.anchorFor(p.req, r.clientID, p.u.Name())
+	upstreamID := ""
 	if !chatUp && p.responseID != "" && p.responseID != r.clientID {
-		a.UpstreamID = p.responseID
+		upstreamID = p.responseID
 	}
-	// The targets it was cut on keep the request and the answer up to the
-	// cut: a DELETE of the response must reach them too (deleteAtOwners).
-	a.Earlier = slices.DeleteFunc(slices.Clone(r.earlier), func(c store.UpstreamCopy) bool {
-		return c.Upstream == a.Upstream && c.ID == a.UpstreamID // the finisher's own copy, if it was noted
-	})
-	write := c.record
-	if prevDurable {
-		write = c.replace
-	}
-	if err := write(p.ctx, a); err != nil {
+	a := r.anchorOf(c, p.req, p.u.Name(), upstreamID)
+	if err := r.writeAnchor(p.ctx, c, a); err != nil {
 		c.logNotDurable("continued response completed without a durable anchor", r.clientID, err)
 		return
 	}
 	p.s.log.Info("continued response anchored", "response_id", LogID(r.clientID), "owner", p.u.Name(), "owner_id", LogID(a.UpstreamID))
+}
+
+// anchorContinuationCopy lists the copy a continuation target keeps, as
+// soon as it names its response (response.created), in the anchor of the
+// client-visible id, which still names its first owner: however the rescue
+// then ends without a target that finishes it (the target fails after
+// adding text, its restart diverges, a cancel or DELETE stops it, a
+// background run's included), a DELETE of the response reaches that copy
+// too (README "The resource API"); one that arrives while the target still
+// answers finds it in the anchor, and stops the run. A target stopped or
+// cut before it named its response is not listed: the gateway never
+// learned the id it would keep it under. A target that finishes the
+// response anchors it again as its owner (confirmRescue).
+func (p *pump) anchorContinuationCopy() {
+	r, c := p.req.rescue, p.s.cont
+	if r == nil || tryOf(p.req).cont == nil || r.owner == "" || r.clientID == "" || p.req.ep.chat || c == nil || !p.req.recordable() {
+		return
+	}
+	noted := len(r.earlier)
+	if r.noteCopy(p.u, p.responseID); len(r.earlier) == noted {
+		return // nothing kept (a Chat upstream) or already listed
+	}
+	// Written to the end even when a cancel or DELETE stops the run
+	// meanwhile (the write is bounded by anchorWriteTimeout): a DELETE
+	// reads the anchor only once the run ended, and must find this copy.
+	if err := r.writeAnchor(context.WithoutCancel(p.ctx), c, r.anchorOf(c, p.req, r.owner, "")); err != nil {
+		c.logNotDurable("a continued response's anchor does not list a continuation target's copy durably", r.clientID, err)
+		return
+	}
+	p.s.log.Debug("continued response's anchor lists the continuation target's copy", "response_id", LogID(r.clientID),
+		"owner", r.owner, "upstream", p.u.Name(), "copy_id", LogID(p.responseID))
+}
+
+// anchorOf is the anchor of the client-visible id owned by owner, under
+// upstreamID ("": the client's), listing the copies the targets it was
+// cut on keep, which keep the request and the answer up to the cut: a
+// DELETE of the response must reach them too (deleteAtOwners).
+func (r *rescueState) anchorOf(c *continuity, req *clientRequest, owner, upstreamID string) store.Anchor {
+	a := c.anchorFor(req, r.clientID, owner)
+	a.UpstreamID = upstreamID
+	a.Earlier = slices.DeleteFunc(slices.Clone(r.earlier), func(c store.UpstreamCopy) bool {
+		return c.Upstream == a.Upstream && c.ID == a.UpstreamID // the owner's own copy, if it was noted
+	})
+	return a
+}
+
+// writeAnchor writes a, an anchor of the client-visible id, and waits
+// until it is durable (or ctx ends). The first owner's write must not land
+// after it. Once that is durable, a, if retried after an outage, only
+// replaces it: a DELETE meanwhile (on any replica) removed it, and the
+// retry must not bring the response back.
+func (r *rescueState) writeAnchor(ctx context.Context, c *continuity, a store.Anchor) error {
+	if r.prevAnchor != nil && r.prevAnchor.wait(ctx) == nil {
+		return c.replace(ctx, a)
+	}
+	return c.record(ctx, a)
 }
 
 // ---- the pump's side ----

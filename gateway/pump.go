@@ -462,6 +462,7 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 		if c := p.s.cont; c != nil && p.responseID != "" && p.req.recordable() {
 			p.anchor = c.recordAsync(c.anchorFor(p.req, p.responseID, p.u.Name()))
 		}
+		p.anchorContinuationCopy()
 	case "response.completed", "response.incomplete":
 		p.confirmAnchor(f.Response)
 		if p.cs.restartShort() {

@@ -1205,6 +1205,14 @@ func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id, hash strin
 		notResumable(id, window).Write(w)
 		return
 	}
+	if r.Method != http.MethodDelete && (res.upstreamID != "" || len(res.earlier) > 0) {
+		// A continued response: no upstream's copy is what the client was
+		// sent (each holds its own part under its own id, item ids and
+		// numbering; a prefill's target only the rest), so none is passed
+		// on as if it were. A DELETE still reaches them all.
+		continuedNotReadable(id, s.noLogHeld()).Write(w)
+		return
+	}
 	u := s.pool.Get(res.owner)
 	if u == nil {
 		s.ownerRemovedAnswer(w, r, id, res)

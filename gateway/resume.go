@@ -1585,6 +1585,16 @@ func endWith(out resumeSink, ev []byte) error {
 	return out.Flush()
 }
 
+// continuedNotReadable is the 404 for a call other than DELETE on a
+// continued response whose log the gateway no longer holds (noLogHeld says
+// why): shaped as notResumable, since the response can no longer be read
+// here, and saying why its owner is not asked (README "The resource API").
+func continuedNotReadable(id, why string) *apierr.Error {
+	return &apierr.Error{Status: 404, Type: apierr.TypeInvalidRequest, Code: apierr.CodeNotFound, Param: "response_id",
+		Message: "Response '" + id + "' can no longer be read here: it was continued on another target after a failure, " + why +
+			", and no upstream's copy is the response as it was sent (each keeps its own part under its own id); DELETE still deletes every copy."}
+}
+
 // notResumable is the 404 for a response the caller cannot resume or read.
 func notResumable(id string, window time.Duration) *apierr.Error {
 	return &apierr.Error{Status: 404, Type: apierr.TypeInvalidRequest, Code: apierr.CodeNotFound, Param: "response_id",
