@@ -101,6 +101,11 @@ type sessionTurn struct {
 	turn   store.Turn
 	size   int64
 	heldBy string
+	// failed: the response ended response.failed, so no follow-up can
+	// continue it; only its id is kept (size: the id's length), so that a
+	// follow-up naming it is told so rather than that the socket does not
+	// hold it (refuseFailedSessionTurn).
+	failed bool
 }
 
 func newSessionMemory(limit int64, total *sessionMemoryTotal) *sessionMemory {
@@ -147,21 +152,31 @@ func turnBytes(t store.Turn) int64 {
 // sessions together more than theirs; a turn larger than what is left to it
 // is not kept either.
 func (m *sessionMemory) put(t store.Turn, heldBy string) {
+	m.keep(&sessionTurn{turn: t, size: turnBytes(t), heldBy: heldBy})
+}
+
+// putFailed remembers that the response id ended response.failed: its id
+// only, counted and evicted like a kept turn, so the memory stays bounded.
+func (m *sessionMemory) putFailed(id string) {
+	m.keep(&sessionTurn{turn: store.Turn{ResponseID: id}, size: int64(len(id)), failed: true})
+}
+
+func (m *sessionMemory) keep(nt *sessionTurn) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.released {
 		return
 	}
-	size := turnBytes(t)
-	if old, ok := m.turns[t.ResponseID]; ok { // the same response again: replaced where it stands
-		m.held += size - old.size
-		m.total.add(size - old.size)
-		old.turn, old.size, old.heldBy = t, size, heldBy
+	id := nt.turn.ResponseID
+	if old, ok := m.turns[id]; ok { // the same response again: replaced where it stands
+		m.held += nt.size - old.size
+		m.total.add(nt.size - old.size)
+		*old = *nt
 	} else {
-		m.turns[t.ResponseID] = &sessionTurn{turn: t, size: size, heldBy: heldBy}
-		m.order = append(m.order, t.ResponseID)
-		m.held += size
-		m.total.add(size)
+		m.turns[id] = nt
+		m.order = append(m.order, id)
+		m.held += nt.size
+		m.total.add(nt.size)
 	}
 	for (m.limit > 0 && m.held > m.limit || m.total.over()) && len(m.order) > 0 {
 		id := m.order[0]
@@ -178,10 +193,19 @@ func (m *sessionMemory) get(id string) (store.Turn, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	t, ok := m.turns[id]
-	if !ok {
+	if !ok || t.failed {
 		return store.Turn{}, false
 	}
 	return t.turn, true
+}
+
+// failedTurn reports whether response id was a turn of the session that
+// ended response.failed (putFailed), and is still remembered.
+func (m *sessionMemory) failedTurn(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.turns[id]
+	return ok && t.failed
 }
 
 // holds reports whether the session keeps the turn of response id.

@@ -468,7 +468,7 @@ func (cs *clientStream) countLocked(reason string) {
 	}
 	cs.counted = true
 	reason = cs.stoppedReason(reason)
-	cs.s.metrics.streamTerminal.WithLabelValues(cs.req.countedSurface(), reason).Inc()
+	cs.s.metrics.streamTerminal.WithLabelValues(cs.req.surface(), reason).Inc()
 	if cs.onEnd != nil {
 		cs.onEnd(reason)
 	}
@@ -994,6 +994,7 @@ func (cs *clientStream) eventLocked(name string, data []byte, plain bool) error 
 		}
 		return errClientGone
 	}
+	cs.noteFailedTurnLocked(data)
 	cs.commitLocked()
 	var err error
 	if plain && cs.meter != nil {
@@ -1107,6 +1108,27 @@ func (cs *clientStream) abortLocked(e *apierr.Error) {
 	}
 	cs.ended = true
 	cs.stopHoldLocked()
+}
+
+// noteFailedTurnLocked remembers, in its client WebSocket session's memory,
+// that a store:false turn ended response.failed, whichever path wrote that
+// event (an upstream's, a continuation's, the gateway's own), under the id
+// the client was shown (ev: the event as the client gets it). The session
+// keeps no turn of it (keepTurn runs at completed or incomplete only), and
+// a follow-up naming it is then refused as naming a failed response
+// (refuseFailedSessionTurn), not as one made on another socket. Only such
+// a turn's events are read here.
+func (cs *clientStream) noteFailedTurnLocked(ev []byte) {
+	if cs.req == nil || !keepsSessionTurn(cs.req) || gjson.GetBytes(ev, "type").Str != "response.failed" {
+		return
+	}
+	id := gjson.GetBytes(ev, "response.id").Str
+	if id == "" {
+		id = cs.responseID
+	}
+	if id != "" {
+		cs.req.memory.putFailed(strings.Clone(id))
+	}
 }
 
 // openLocked writes the response.created that opens a stream whose first

@@ -614,7 +614,7 @@ func (s *Server) rescueOutcome(req *clientRequest, kind, outcome string) {
 	if r := req.rescue; r != nil && r.stream != nil {
 		outcome = r.stream.stoppedReason(outcome)
 	}
-	s.metrics.rescues.WithLabelValues(req.countedSurface(), kind, outcome).Inc()
+	s.metrics.rescues.WithLabelValues(req.surface(), kind, outcome).Inc()
 }
 
 // stoppedWhileContinued ends a continued stream whose work stopped while

@@ -213,7 +213,7 @@ func (s *Server) rehydrate(ctx context.Context, req *clientRequest, owner string
 	if pt == nil || !s.convs.portable { // a session-memory turn only (keepsSessionTurn) is no portable one
 		return false
 	}
-	in := hostabi.RecoverInput{Surface: req.surface(), Upstream: owner, Code: hostabi.CodeOwnerUnavailable, Message: why,
+	in := hostabi.RecoverInput{Surface: req.policySurface(), Upstream: owner, Code: hostabi.CodeOwnerUnavailable, Message: why,
 		OwnerRemoved: u == nil, RehydrateAfterMillis: s.opts.RehydrateAfter.Milliseconds()}
 	if u != nil {
 		if since, down := u.DownSince(); down {

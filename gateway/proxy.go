@@ -206,7 +206,7 @@ func (s *Server) rewrite(ctx context.Context, req *clientRequest) *apierr.Error 
 	if p, ok := s.policy.(interface{ RewriteActive() bool }); ok && !p.RewriteActive() {
 		return nil // no policy rewrites: skip building its input
 	}
-	in := hostabi.RewriteInput{Surface: req.surface(), Endpoint: "/v1" + req.ep.path, Body: req.body, Headers: policyHeaders(req.header)}
+	in := hostabi.RewriteInput{Surface: req.policySurface(), Endpoint: "/v1" + req.ep.path, Body: req.body, Headers: policyHeaders(req.header)}
 	var out hostabi.RewriteOutput
 	var checked *clientRequest // req with the last body the check accepted
 	if p, ok := s.policy.(checkedRewriter); ok {
@@ -391,6 +391,11 @@ func CheckRewrittenBody(ctx context.Context, endpoint string, body []byte, clien
 // owner (selfContainedChain) and is not pinned.
 func (s *Server) pin(ctx context.Context, out responder, req *clientRequest) bool {
 	s.startPortable(req) // portable.go: nothing unless continuity.portable
+	// A follow-up to a failed turn of the same socket is refused before
+	// any owner lookup (wsmemory.go).
+	if s.refuseFailedSessionTurn(out, req) {
+		return false
+	}
 	if s.cont == nil || req.previousResponseID == "" || req.ep.chat {
 		return true
 	}
@@ -1590,7 +1595,7 @@ func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRe
 		return res
 	}
 	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "client_error").Inc()
-	recoverIn := hostabi.RecoverInput{Surface: req.surface(), Upstream: u.Name(), HTTPStatus: status,
+	recoverIn := hostabi.RecoverInput{Surface: req.policySurface(), Upstream: u.Name(), HTTPStatus: status,
 		Code: perr.Code, Type: perr.Type, Param: perr.Param, Message: perr.Message}
 	verdict := s.policy.Recover(ctx, recoverIn)
 	if e := s.recoveredError(recoverIn, verdict); e != nil {

@@ -480,7 +480,7 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 			return p.afterEvent(ev, []byte(f.Response.Get("error").Raw), f.Response.Get("usage"))
 		}
 		e := f.Response.Get("error")
-		recoverIn := hostabi.RecoverInput{Surface: p.surface, Upstream: p.u.Name(), EventType: typ,
+		recoverIn := hostabi.RecoverInput{Surface: p.req.policySurface(), Upstream: p.u.Name(), EventType: typ,
 			Code: e.Get("code").String(), Type: e.Get("type").String(), Param: e.Get("param").String(), Message: e.Get("message").String()}
 		verdict := p.s.policy.Recover(p.hookCtx(), recoverIn)
 		if ce := p.s.recoveredError(recoverIn, verdict); ce != nil {
@@ -659,7 +659,7 @@ func (p *pump) upstreamError(payload []byte, eventType string) string {
 	if perr.Message == "" && perr.Code == "" {
 		perr.Message = strings.TrimSpace(string(payload))
 	}
-	recoverIn := hostabi.RecoverInput{Surface: p.surface, Upstream: p.u.Name(), EventType: eventType,
+	recoverIn := hostabi.RecoverInput{Surface: p.req.policySurface(), Upstream: p.u.Name(), EventType: eventType,
 		HTTPStatus: int(obj.Get("status").Int()), Code: perr.Code, Type: perr.Type, Param: perr.Param, Message: perr.Message}
 	verdict := p.s.policy.Recover(p.hookCtx(), recoverIn)
 	if ce := p.s.recoveredError(recoverIn, verdict); ce != nil {
@@ -898,7 +898,7 @@ func chatContent(delta gjson.Result) bool {
 // ends the stream with [DONE].
 func (p *pump) chatError(payload []byte) string {
 	perr, _ := apierr.Parse(payload)
-	recoverIn := hostabi.RecoverInput{Surface: p.surface, Upstream: p.u.Name(), EventType: "error",
+	recoverIn := hostabi.RecoverInput{Surface: p.req.policySurface(), Upstream: p.u.Name(), EventType: "error",
 		Code: perr.Code, Type: perr.Type, Param: perr.Param, Message: perr.Message}
 	verdict := p.s.policy.Recover(p.hookCtx(), recoverIn)
 	if ce := p.s.recoveredError(recoverIn, verdict); ce != nil {

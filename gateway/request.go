@@ -70,7 +70,26 @@ func (r *clientRequest) recordable() bool {
 	return !r.storeFalse || r.viaWebSocket
 }
 
+// surface is the surface the request is counted and logged under: the
+// label sluice_requests_total and its access line give it (README "Access
+// log"), which every other log line, metric and span of the request
+// repeats, so that an operator following one surface finds all of it. A
+// background create without stream (unread) is responses_json throughout:
+// its run is a stream internally, but its client was answered with JSON,
+// and its end is that JSON request's.
 func (r *clientRequest) surface() string {
+	if r.unread {
+		return r.ep.jsonLabel
+	}
+	return r.policySurface()
+}
+
+// policySurface is the surface the policies and the stream hook are told:
+// for a background run, the stream the run is (its events are a stream's,
+// and hostabi/ABI.md §3.5 runs the stream hook on responses_stream and
+// websocket only); the rewrite policy, asked before the run is set up,
+// sees the create's responses_json. Everything else reports surface.
+func (r *clientRequest) policySurface() string {
 	if r.viaWebSocket {
 		return hostabi.SurfaceWebSocket
 	}
@@ -78,19 +97,6 @@ func (r *clientRequest) surface() string {
 		return r.ep.streamLabel
 	}
 	return r.ep.jsonLabel
-}
-
-// countedSurface is the surface the request is counted under, as
-// sluice_requests_total and its access lines count it (README "Access
-// log"). It is surface, except for a background create without stream
-// (unread): its run is a stream whose client was answered with JSON, and
-// its end is that JSON request's. The policies and the stream hook see the
-// stream the run is (surface).
-func (r *clientRequest) countedSurface() string {
-	if r.unread {
-		return r.ep.jsonLabel
-	}
-	return r.surface()
 }
 
 // parseRequest validates the fields the gateway relies on and leaves every

@@ -64,7 +64,7 @@ func (cs *clientStream) streamHookLocked(data []byte, f *eventFields, outputInde
 	if cs.edited && cs.splice == nil {
 		data, f = cs.consistentLocked(typ, data, f)
 	}
-	in := hostabi.StreamEventInput{Surface: cs.surface, Upstream: cs.upstream, Type: typ, SequenceNumber: cs.seq,
+	in := hostabi.StreamEventInput{Surface: cs.req.policySurface(), Upstream: cs.upstream, Type: typ, SequenceNumber: cs.seq,
 		OutputIndex: outputIndex, ContentIndex: indexOf(f.ContentIndex)}
 	delta, content, summary := hookedDelta(typ)
 	text, textSummary := hookedText(typ)

@@ -362,7 +362,7 @@ func (c *candidates) position(t upstream.Target) (index, count int) {
 // retries made, retry.max_wait and the route's continuation mode.
 func (s *Server) replayFacts(req *clientRequest, in *hostabi.ReplayInput) {
 	try := tryOf(req)
-	in.Surface, in.HasPreviousResponseID = req.surface(), req.previousResponseID != ""
+	in.Surface, in.HasPreviousResponseID = req.policySurface(), req.previousResponseID != ""
 	if req.pinned != nil {
 		in.PinnedOwner = req.pinned.Name()
 	}

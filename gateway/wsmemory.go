@@ -76,6 +76,30 @@ func (s *Server) sessionChainFailure(out responder, req *clientRequest, err erro
 	return attemptResult{next: nextDone}, true
 }
 
+// refuseFailedSessionTurn answers a follow-up on a client WebSocket whose
+// previous_response_id names a store:false turn of the same session that
+// ended response.failed (putFailed), and reports whether it did. No
+// upstream is called: an upstream keeps no store:false response, and a
+// failed one has no conversation to continue, so a retry could never
+// succeed; the 503 a chain the socket does not hold gets would say
+// otherwise. The answer is OpenAI's for a response it cannot continue,
+// 400 previous_response_not_found on previous_response_id: it is what an
+// upstream answers for any store:false response over HTTP, what the
+// gateway answers for a conversation with a deleted or expired part
+// (conversations.history), and the code clients such as Codex take as
+// "resend the conversation in full". It is not counted in
+// continuity_fail_closed_total: the gateway lost nothing the client could
+// continue from.
+func (s *Server) refuseFailedSessionTurn(out responder, req *clientRequest) bool {
+	if !req.viaWebSocket || req.memory == nil || req.previousResponseID == "" || req.ep.chat || !req.memory.failedTurn(req.previousResponseID) {
+		return false
+	}
+	out.fail(req, apierr.Invalid("previous_response_id", apierr.CodePreviousResponseNotFound,
+		"Previous response with id '%s' cannot be continued: it failed (response.failed) on this WebSocket, and a failed store: false response is kept by no upstream; send the conversation's input in full, or name the last response that completed",
+		req.previousResponseID), failInvalid)
+	return true
+}
+
 // sessionChainBodyOverSocket is req's body as it goes over u's WebSocket. A
 // store:false follow-up stays incremental only where the previous response
 // is held: on the socket of the upstream that served it, unless it was

@@ -122,3 +122,48 @@ func TestSessionMemoryTotalBound(t *testing.T) {
 		})
 	}
 }
+
+// TestSessionMemoryFailedTurns: a failed turn is remembered by its id
+// only, counted against the session's bound by the id's length and
+// evicted oldest first like a kept turn; it is never held (no follow-up is
+// sent its items), and a turn kept after it stays held.
+func TestSessionMemoryFailedTurns(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		limit      int64
+		do         func(m *sessionMemory)
+		wantFailed []string
+		wantHeld   []string
+		bytes      int64
+	}{
+		{"a failed turn is not held", 0, func(m *sessionMemory) { m.putFailed("r1") }, []string{"r1"}, nil, 2},
+		{"counted with the kept turns", 250, func(m *sessionMemory) {
+			m.put(turnOf("r1", "", 100), "")
+			m.putFailed("r2")
+			m.put(turnOf("r3", "r1", 100), "")
+		}, []string{"r2"}, []string{"r1", "r3"}, 202},
+		{"evicted oldest first", 150, func(m *sessionMemory) {
+			m.putFailed("r1")
+			m.put(turnOf("r2", "", 100), "")
+			m.put(turnOf("r3", "r2", 50), "")
+		}, nil, []string{"r2", "r3"}, 150},
+		{"an id longer than the bound is not kept", 1, func(m *sessionMemory) { m.putFailed("r1") }, nil, nil, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := newSessionMemory(c.limit, nil)
+			c.do(m)
+			var failed, held []string
+			for _, id := range []string{"r1", "r2", "r3"} {
+				if m.failedTurn(id) {
+					failed = append(failed, id)
+				}
+				if m.holds(id) {
+					held = append(held, id)
+				}
+			}
+			if !slices.Equal(failed, c.wantFailed) || !slices.Equal(held, c.wantHeld) || m.held != c.bytes {
+				t.Fatalf("failed %v, held %v (%d bytes); want %v, %v (%d bytes)", failed, held, m.held, c.wantFailed, c.wantHeld, c.bytes)
+			}
+		})
+	}
+}
