@@ -315,13 +315,84 @@ func (s *Server) convertForChat(ctx context.Context, req *clientRequest) *chatCo
 		// A Responses upstream may take a turn's input from elsewhere
 		// (readFields); a Chat turn is its input, and without one the
 		// upstream would answer the instructions or history alone.
-		conv.err = apierr.Invalid("input", apierr.CodeMissingField,
-			"you must provide an input parameter: the upstream speaks Chat Completions, where a turn cannot take its input from a prompt, a conversation or previous_response_id alone")
+		conv.err = translate.MissingInput()
 	}
 	if conv.err == nil && len(conv.info.DroppedTools) > 0 {
 		s.log.Warn("tools the Chat upstream cannot run were dropped", "tools", strings.Join(conv.info.DroppedTools, ","))
 	}
 	return conv
+}
+
+// chatRefusal is why u cannot take req for its protocol: the error of
+// req's conversion when u speaks Chat and req is a Responses request its
+// conversion refuses (no input, a prompt template, a conversation…); nil
+// when u can take it.
+func (s *Server) chatRefusal(ctx context.Context, req *clientRequest, u *upstream.Upstream) *apierr.Error {
+	if req.ep.chat || u.Config().Protocol != upstream.ProtocolChat {
+		return nil
+	}
+	return s.convertForChat(ctx, req).err
+}
+
+// nextTaker is c.next() passing over the targets that cannot take req for
+// their protocol (chatRefusal). Such a target is no failure of the request
+// while another target could take it (a request OpenAI's CreateResponse
+// accepts, which a Responses target serves): it is dropped from c, so the
+// skipped targets' wait (candidates.soonestBack) and the replay policy's
+// facts leave it out, and named in passedOver with why, for the answer
+// should nothing serve (README "Failover and replay": after "not tried:").
+// refusal is the conversion's error when no target of the request could
+// take it (every one speaks Chat): that is then the answer. A continuation
+// after content is left to attempt, where a target that cannot take the
+// request is a failed continuation (continuation.go).
+func (s *Server) nextTaker(ctx context.Context, c *candidates, req *clientRequest, passedOver *[]string) (t upstream.Target, ok bool, refusal *apierr.Error) {
+	for {
+		if t, ok = c.next(); !ok || req.rescue != nil {
+			return t, ok, nil
+		}
+		why := s.chatRefusal(ctx, req, t.Upstream)
+		if why == nil {
+			return t, true, nil
+		}
+		s.pool.TargetReleased(t) // begun by next but never called: a half-open probe goes back
+		name := c.passOver(t)
+		if !c.anyTakes() {
+			return upstream.Target{}, false, why
+		}
+		s.log.Debug("target passed over: it cannot take this request", "upstream", t.Upstream.Name(), "model", t.Model, "why", why.Message)
+		// The reason joins the answer's list mid-sentence: without its full stop.
+		*passedOver = append(*passedOver, name+": cannot take this request: "+strings.TrimRight(why.Message, ". "))
+	}
+}
+
+// passOver drops t from the request's targets and returns its name as the
+// answer names targets (candidates.unavailable): a route's target leaves
+// the list; without a route the upstream counts as tried.
+func (c *candidates) passOver(t upstream.Target) string {
+	if c.list == nil {
+		c.tried[t] = true
+		return t.Upstream.Name()
+	}
+	kept := make([]upstream.Target, 0, len(c.list)) // never nil: nil means no route
+	for _, x := range c.list {
+		if x != t {
+			kept = append(kept, x)
+		}
+	}
+	c.list = kept
+	return t.String()
+}
+
+// anyTakes reports whether a target of the request speaks Responses, tried,
+// cooling down or not: one that could take a request a Chat target cannot.
+func (c *candidates) anyTakes() bool {
+	all := *c
+	all.tried, all.skipModel = nil, nil
+	takes := false
+	all.each(func(t upstream.Target) {
+		takes = takes || t.Upstream.Config().Protocol != upstream.ProtocolChat
+	})
+	return takes
 }
 
 // sendChat runs a Responses request against a Chat Completions upstream.

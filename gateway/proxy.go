@@ -546,6 +546,10 @@ func (s *Server) forward(ctx context.Context, out responder, req *clientRequest,
 	retried := map[upstream.Target]bool{}  // the host's bound: one same-target retry per target
 	sameTries := map[upstream.Target]int{} // same-target retries and replays, for the policy
 	var again *upstream.Target             // the target of a same-target retry or replay
+	// passedOver names the targets passed over because they cannot take
+	// the request for their protocol (nextTaker), each with why: never
+	// called, the answer names them after the skipped ones.
+	var passedOver []string
 attempts:
 	for attempt := 0; attempt < limit; attempt++ {
 		if ctx.Err() != nil { // the client is gone and its stream let the work go (clientStream.goneLocked)
@@ -559,7 +563,15 @@ attempts:
 			t, again = *again, nil
 		} else {
 			var ok bool
-			if t, ok = c.next(); !ok {
+			var refusal *apierr.Error
+			if t, ok, refusal = s.nextTaker(ctx, c, req, &passedOver); refusal != nil {
+				// No target of the request could take it: the conversion's
+				// error is the answer (nothing was tried before: every
+				// target speaks Chat).
+				out.fail(req, refusal, failInvalid)
+				return
+			}
+			if !ok {
 				break
 			}
 		}
@@ -661,6 +673,9 @@ attempts:
 		s.failOwnerOutAs(out, req, fmt.Sprintf("the upstream that owns previous_response_id failed (%s)", why), wait, failBeforeStream)
 		return
 	}
+	withPassedOver := func(skipped string) string { // the targets skipped for their state, then those passed over
+		return strings.Join(slices.DeleteFunc(append([]string{skipped}, passedOver...), func(why string) bool { return why == "" }), "; ")
+	}
 	var e *apierr.Error
 	switch {
 	case lastErr != nil && isCapacityError(lastErr):
@@ -684,13 +699,13 @@ attempts:
 		e = apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "upstream %q chosen by policy is unavailable or unknown", req.upstreamName)
 	case len(failures) == 0 && c.route != nil:
 		msg := fmt.Sprintf("no target for model %q is available", req.model)
-		if why := firstNonEmpty(c.unavailable(), c.why); why != "" {
+		if why := withPassedOver(firstNonEmpty(c.unavailable(), c.why)); why != "" {
 			msg += " (" + why + ")"
 		}
 		e = c.noTargetError(msg)
 	case len(failures) == 0:
 		msg := "no healthy upstream"
-		if why := c.unavailable(); why != "" { // each upstream and why: a down one's last probe error
+		if why := withPassedOver(c.unavailable()); why != "" { // each upstream and why: a down one's last probe error
 			msg += ": " + why
 		}
 		e = c.noTargetError(msg)
@@ -706,7 +721,7 @@ attempts:
 			msg = "no upstream left to replay the request on: "
 		}
 		msg += strings.Join(failures, "; ")
-		if skipped := c.unavailable(); skipped != "" {
+		if skipped := withPassedOver(c.unavailable()); skipped != "" {
 			msg += "; not tried: " + skipped
 		}
 		// Every target's cooldown or open circuit, the tried ones' too
@@ -1100,6 +1115,8 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 			if tryOf(req).cont != nil { // a continuation target that cannot take the request
 				return s.continuationFailed(ctx, s.clientStreamOf(ctx, out, req, start), req, u, hostabi.FailureClientError, conv.err.Code, 0, conv.err.Message, failureWait{})
 			}
+			// Before content forward passes such a target over (nextTaker)
+			// unless no target could take the request: this is its answer.
 			out.fail(req, conv.err, failInvalid)
 			return attemptResult{next: nextDone}
 		}

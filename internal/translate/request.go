@@ -283,6 +283,17 @@ func (f *reqFields) set(key string, v gjson.Result) bool {
 	return true
 }
 
+// MissingInput is the error for a Responses request without an input that
+// is to go to a Chat Completions upstream: a Chat turn is its messages, and
+// OpenAI's CreateResponse, which requires no input, takes it from a prompt
+// template, a conversation or previous_response_id, which a Chat upstream
+// has none of. One message whichever way the input is missing (ToChat, the
+// gateway's Chat bridge).
+func MissingInput() *apierr.Error {
+	return apierr.Invalid("input", apierr.CodeMissingField,
+		"Missing required parameter: 'input' (a Chat Completions upstream takes a turn only from its input, not from instructions, a prompt, a conversation or previous_response_id alone).")
+}
+
 // ToChat converts a Responses request body to a Chat Completions body. history
 // holds earlier conversation items (the already-expanded previous_response_id
 // chain: input and output items in Responses item shape) that go before this
@@ -471,7 +482,7 @@ func ToChat(body []byte, history []json.RawMessage, opts RequestOptions) (chat [
 	}
 	c.flushReasoning()
 	if len(c.msgs) == 0 {
-		return nil, info, apierr.Invalid("input", apierr.CodeMissingField, "Missing required parameter: 'input'.")
+		return nil, info, MissingInput()
 	}
 
 	// Render the Chat body.
