@@ -14,7 +14,9 @@ import (
 // content within first_token is continued on the next target (README
 // "Routes and fallbacks", the first_token row); the operator's log says the
 // stream failed after its lifecycle events, not after content the client
-// never got.
+// never got, and sluice_upstream_attempts_total counts the attempt as
+// first_token_timeout, as when the client saw nothing (README
+// "Observability").
 func TestFirstTokenAfterLifecycleLogSaysSo(t *testing.T) {
 	h := newHarness(t, harnessConfig{
 		upstreams: []upstreamtest.Options{{Name: "A"}, {Name: "B"}},
@@ -31,5 +33,10 @@ func TestFirstTokenAfterLifecycleLogSaysSo(t *testing.T) {
 	if !strings.Contains(logs, "stream failed after its lifecycle events (no content within first_token); continuing on the next target") ||
 		strings.Contains(logs, "stream failed after content") {
 		t.Fatalf("log does not say what failed:\n%s", grep(logs, "stream failed"))
+	}
+	m := h.metrics()
+	if !strings.Contains(m, `sluice_upstream_attempts_total{outcome="first_token_timeout",upstream="A"} 1`) ||
+		strings.Contains(m, `outcome="after_content_`) {
+		t.Fatalf("A's attempt is not counted as first_token_timeout:\n%s", grepLines(m, "sluice_upstream_attempts_total"))
 	}
 }

@@ -940,11 +940,7 @@ func (s *Server) deleteAtOwner(r *http.Request, id string, anchor store.Anchor, 
 	if u.Config().Protocol == upstream.ProtocolChat {
 		return
 	}
-	upID := id
-	if anchor.UpstreamID != "" {
-		upID = anchor.UpstreamID
-	}
-	status, _, err := s.deleteAt(r, u, upID)
+	status, _, err := s.deleteAt(r, u, firstNonEmpty(anchor.UpstreamID, id))
 	switch {
 	case err != nil:
 		s.log.Warn("deleting a response at its owner failed", "upstream", u.Name(), "response_id", LogID(id), "error", err)
@@ -997,11 +993,7 @@ func (s *Server) deleteEarlierCopies(w http.ResponseWriter, r *http.Request, id 
 		if u.Config().Protocol == upstream.ProtocolChat {
 			continue // it keeps nothing
 		}
-		upID := id
-		if c.ID != "" {
-			upID = c.ID
-		}
-		status, body, err := s.deleteAt(r, u, upID)
+		status, body, err := s.deleteAt(r, u, firstNonEmpty(c.ID, id))
 		switch {
 		case err != nil:
 			s.log.Warn("deleting a continued response's earlier copy failed", "upstream", u.Name(), "response_id", LogID(id), "error", err)
