@@ -13,7 +13,7 @@ import (
 // without its content (RFC 9110 §9.3.2): the GET's handler serves it, and
 // net/http, which knows the request is a HEAD, sends the status and headers
 // and drops the body. The router's Allow headers list HEAD next to GET
-// (allowHead).
+// (allowHead), but for a stream, whose HEAD is refused (headOfStream).
 func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodHead {
 		if h, _, _ := s.router.Lookup(http.MethodGet, r.URL.Path); h != nil {
@@ -41,14 +41,30 @@ func getForHead(r *http.Request) *http.Request {
 // headOfStream reports whether the GET a HEAD r stands for is answered by a
 // stream, which holds the connection until it ends and whose status comes
 // with its first event: a resume (GET /v1/responses/{id}?stream=true) or a
-// streaming-input session's result. Those are GET-only (README "Endpoints").
+// streaming-input session's result. Those are GET-only (README "Endpoints"),
+// and the Allow headers leave HEAD out there (allowHead).
+//
+// A session's result is GET-only even when it turns out to be one JSON
+// answer: its GET waits for the upstream request to start (with
+// start_policy on_end_only, for the end of the input) and takes its status,
+// its headers and whether it is SSE or JSON from the upstream's answer,
+// which is not known before. A HEAD served like that GET could hold its
+// connection as long as the session lasts; refused at once, it tells the
+// client to GET the result (RFC 9110 §15.5.6). The path is split as
+// streaminput's REST handler splits it, so a path that handler answers
+// otherwise (…/sessions//result: the session "result", a 404) is served
+// like its GET.
 func headOfStream(r *http.Request) bool {
 	p := r.URL.Path
 	if id, ok := strings.CutPrefix(p, "/v1/responses/"); ok && !strings.Contains(id, "/") {
 		return r.URL.Query().Get("stream") == "true"
 	}
 	rest, ok := strings.CutPrefix(p, streaminput.PathPrefix+"/")
-	return ok && strings.HasSuffix(strings.TrimSuffix(rest, "/"), "/result")
+	if !ok {
+		return false
+	}
+	id, action, _ := strings.Cut(strings.Trim(rest, "/"), "/")
+	return id != "" && action == "result"
 }
 
 // refuseHeadOfStream answers a HEAD of a stream (headOfStream) with the 405
@@ -66,9 +82,14 @@ func (s *Server) refuseHeadOfStream(w http.ResponseWriter, r *http.Request) {
 	s.answerMethodNotAllowed(w, r, fmt.Sprintf("HEAD is not allowed on %s with a stream: it is answered event by event; GET it", label(r.URL.Path)))
 }
 
-// allowHead adds HEAD next to GET in the Allow header h the router set:
-// dispatch serves HEAD wherever there is a GET.
-func allowHead(h http.Header) {
+// allowHead adds HEAD next to GET in the Allow header h the router set for
+// r: dispatch serves HEAD wherever there is a GET, except on a stream
+// (headOfStream), whose HEAD is a 405. An OPTIONS and a 405 of one URL
+// then list what that URL allows (RFC 9110 §10.2.1).
+func allowHead(h http.Header, r *http.Request) {
+	if headOfStream(r) {
+		return
+	}
 	methods := strings.Split(h.Get("Allow"), ", ")
 	for i, m := range methods {
 		if m == http.MethodGet {

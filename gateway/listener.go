@@ -25,11 +25,13 @@ import (
 // connection limit, SECURITY.md "Limits"): idle pooled connections of SDK
 // clients must not keep new clients, health probes included, waiting for
 // the idle timeout. A connection with a request in flight, or a WebSocket,
-// is never closed for it.
+// is never closed for it, nor is one whose next request has started to
+// arrive (trackedConn.Read): net/http reports it active only once it has
+// read the whole request head.
 
 // limitListener caps open connections. Accept blocks while the cap is
-// reached and no connection is idle; a log line (at most one per logEvery)
-// says so.
+// reached and no connection is idle; a log line (at most one per 10s for a
+// wait, and one for an idle connection closed) says so.
 type limitListener struct {
 	net.Listener
 	s     *Server
@@ -43,7 +45,8 @@ type limitListener struct {
 	// client that found every connection busy takes the first to finish.
 	wentIdle chan struct{}
 
-	limitLog logtext.Every // spaces the "limit reached" lines
+	waitLog  logtext.Every // spaces the "limit reached; waiting" lines
+	evictLog logtext.Every // spaces the "limit reached; idle closed" lines
 	done     chan struct{}
 	once     sync.Once
 }
@@ -51,15 +54,17 @@ type limitListener struct {
 func newLimitListener(ln net.Listener, s *Server, max int) *limitListener {
 	return &limitListener{Listener: ln, s: s, slots: make(chan struct{}, max), done: make(chan struct{}),
 		idle: list.New(), wentIdle: make(chan struct{}, 1),
-		limitLog: logtext.Every{Interval: 10 * time.Second}}
+		waitLog: logtext.Every{Interval: 10 * time.Second}, evictLog: logtext.Every{Interval: 10 * time.Second}}
 }
 
 // Accept takes a connection, then a slot for it: a connection that finds
-// every slot taken waits, accepted but not served, until one frees (the
-// next clients wait in the kernel's backlog meanwhile, as before any
-// accept). Taking the slot after the connection counts a wait only when a
-// client really waits (sluice_connection_limit_waits_total), not whenever
-// the limit is reached with nobody behind it.
+// every slot taken takes the slot of the connection idle longest, or
+// waits, accepted but not served, until one frees (the next clients wait in
+// the kernel's backlog meanwhile, as before any accept). Taking the slot
+// after the connection counts a wait only when a client really waits
+// (sluice_connection_limit_waits_total), not whenever the limit is reached
+// with nobody behind it, nor when an idle connection's slot is taken at
+// once (sluice_connection_limit_idle_closed_total).
 func (l *limitListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
@@ -68,25 +73,43 @@ func (l *limitListener) Accept() (net.Conn, error) {
 	select {
 	case l.slots <- struct{}{}:
 	default:
-		l.s.metrics.connLimitWaits.Inc()
-		if n, ok := l.limitLog.Allow(time.Now()); ok {
-			l.s.log.Warn("connection limit reached; a new client takes the slot of an idle keep-alive connection, or waits until one closes or turns idle", "max_connections", cap(l.slots), "waits", n)
-		}
 		if err := l.waitForSlot(); err != nil {
 			_ = c.Close()
 			return nil, err
 		}
 	}
 	l.s.metrics.openConns.Inc()
-	return &trackedConn{Conn: c, release: func() { <-l.slots; l.s.metrics.openConns.Dec() }}, nil
+	tc := &trackedConn{Conn: c}
+	tc.release = func() { <-l.slots; l.s.metrics.openConns.Dec() }
+	tc.leaveIdle = func() { l.leaveIdle(tc) }
+	return tc, nil
 }
 
 // waitForSlot takes a slot for a connection that found none: it closes the
 // connection idle longest, whose Close gives its slot back, and while none
-// is idle it waits for one to close or to turn idle.
+// is idle it waits for one to close or to turn idle. The wait is counted
+// once, when there was no idle connection to take the slot of at once.
 func (l *limitListener) waitForSlot() error {
+	waited := false
 	for {
-		l.closeOldestIdle()
+		if l.closeOldestIdle() {
+			l.s.metrics.connLimitIdleClosed.Inc()
+			if n, ok := l.evictLog.Allow(time.Now()); ok {
+				l.s.log.Warn("connection limit reached; a new client takes the slot of the keep-alive connection idle longest, which is closed", "max_connections", cap(l.slots), "idle_closed", n)
+			}
+		}
+		select {
+		case l.slots <- struct{}{}:
+			return nil
+		default:
+		}
+		if !waited {
+			waited = true
+			l.s.metrics.connLimitWaits.Inc()
+			if n, ok := l.waitLog.Allow(time.Now()); ok {
+				l.s.log.Warn("connection limit reached and no keep-alive connection idle; a new client waits until one closes or turns idle", "max_connections", cap(l.slots), "waits", n)
+			}
+		}
 		select {
 		case l.slots <- struct{}{}:
 			return nil
@@ -97,22 +120,39 @@ func (l *limitListener) waitForSlot() error {
 	}
 }
 
-// closeOldestIdle closes the keep-alive connection idle longest, if any.
-// Its client may be sending its next request at that moment; HTTP
-// clients expect that of a keep-alive connection (RFC 9112 §9.3.1) and
-// net/http's http.Server.Shutdown closes idle connections the same way.
-func (l *limitListener) closeOldestIdle() {
+// closeOldestIdle closes the keep-alive connection idle longest, if any,
+// and reports whether it did. Only a connection that has received no byte
+// of a next request is idle (leaveIdle), so no request the gateway has
+// started to read is lost. A client may still send its next request while
+// the connection closes;
+// HTTP clients expect that of a keep-alive connection (RFC 9112 §9.3.1)
+// and net/http's http.Server.Shutdown closes idle connections the same way.
+func (l *limitListener) closeOldestIdle() (closed bool) {
 	l.mu.Lock()
 	front := l.idle.Front()
 	if front == nil {
 		l.mu.Unlock()
-		return
+		return false
 	}
 	tc := l.idle.Remove(front).(*trackedConn)
 	tc.idleAt = nil
+	tc.idle.Store(false)
 	l.mu.Unlock()
-	l.s.log.Debug("closing an idle keep-alive connection: a new client waits for a slot", "max_connections", cap(l.slots))
 	_ = tc.Close()
+	return true
+}
+
+// leaveIdle takes tc off the idle list: its client has sent a byte of its
+// next request, which net/http reports (StateActive) only after reading the
+// whole request head.
+func (l *limitListener) leaveIdle(tc *trackedConn) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if tc.idleAt != nil {
+		l.idle.Remove(tc.idleAt)
+		tc.idleAt = nil
+	}
+	tc.idle.Store(false)
 }
 
 // connState is the http.Server's ConnState hook: it keeps l.idle to the
@@ -130,6 +170,7 @@ func (l *limitListener) connState(c net.Conn, state http.ConnState) {
 		l.idle.Remove(tc.idleAt)
 		tc.idleAt = nil
 	}
+	tc.idle.Store(state == http.StateIdle)
 	if state != http.StateIdle {
 		return
 	}
@@ -160,10 +201,20 @@ type trackedConn struct {
 	// it is between requests (limitListener.connState), guarded by the
 	// listener's mu.
 	idleAt *list.Element
+	// idle mirrors idleAt != nil (written under the listener's mu), so
+	// that Read, on every request's path, takes no lock unless the
+	// connection is idle.
+	idle atomic.Bool
+	// leaveIdle takes the connection off its listener's idle list
+	// (limitListener.leaveIdle).
+	leaveIdle func()
 }
 
 func (c *trackedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
+	if n > 0 && c.idle.Load() {
+		c.leaveIdle()
+	}
 	if errors.Is(err, io.EOF) {
 		c.readEOF.Store(true)
 	}

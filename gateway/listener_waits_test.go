@@ -13,8 +13,10 @@ import (
 
 // sluice_connection_limit_waits_total counts clients that waited for a
 // connection slot: reaching limits.max_connections with nobody behind is no
-// wait, and a client that finds every slot taken is one, served once a
-// connection closes (here an idle one the gateway closes for it).
+// wait, nor is a client that takes at once the slot of an idle keep-alive
+// connection the gateway closes for it, which
+// sluice_connection_limit_idle_closed_total counts instead (a client that
+// really waits: listener_midrequest_internal_test.go).
 func TestConnectionLimitWaitsCountClientsThatWaited(t *testing.T) {
 	h := newHarness(t, harnessConfig{opts: gateway.Options{MaxConnections: 2, DrainGrace: 100 * time.Millisecond}})
 	idle := func() net.Conn { // a keep-alive client between requests: it holds its slot
@@ -38,7 +40,7 @@ func TestConnectionLimitWaitsCountClientsThatWaited(t *testing.T) {
 	// own each could find the previous one's slot not yet given back.
 	scraper := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxConnsPerHost: 1}}
 	t.Cleanup(scraper.CloseIdleConnections)
-	waits := func() float64 {
+	scrape := func(name string) float64 {
 		t.Helper()
 		resp, err := scraper.Get(h.url + "/metrics")
 		if err != nil {
@@ -46,8 +48,9 @@ func TestConnectionLimitWaitsCountClientsThatWaited(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		page, _ := io.ReadAll(resp.Body)
-		return gaugeValue(string(page), "sluice_connection_limit_waits_total")
+		return gaugeValue(string(page), name)
 	}
+	waits := func() float64 { t.Helper(); return scrape("sluice_connection_limit_waits_total") }
 
 	a := idle()
 	// One slot held, the scraper's connection takes the other: the limit
@@ -58,8 +61,8 @@ func TestConnectionLimitWaitsCountClientsThatWaited(t *testing.T) {
 	}
 
 	// Both slots held now (the scraper's and a, both idle between
-	// requests): a third client waits for a slot, which the gateway makes
-	// by closing the connection idle longest (listener_idle_test.go).
+	// requests): a third client takes a slot at once, which the gateway
+	// makes by closing the connection idle longest (listener_idle_test.go).
 	c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	resp, err := c.Get(h.url + "/healthz")
 	if err != nil {
@@ -70,7 +73,10 @@ func TestConnectionLimitWaitsCountClientsThatWaited(t *testing.T) {
 		t.Fatalf("the waiting client: %d", resp.StatusCode)
 	}
 	_ = a.Close()
-	if got := waits(); got != 1 {
-		t.Fatalf("%v waits counted, want the one client that waited", got)
+	if got := waits(); got != 0 {
+		t.Fatalf("%v waits counted, want none: the client took an idle connection's slot at once", got)
+	}
+	if got := scrape("sluice_connection_limit_idle_closed_total"); got != 1 {
+		t.Fatalf("%v idle connections counted closed for a new client, want 1", got)
 	}
 }

@@ -26,11 +26,12 @@ type metrics struct {
 	resumes          *prometheus.CounterVec   // via (sse, websocket): streams resumed from their log (resume.go)
 	rehydrations     *prometheus.CounterVec   // surface, reason: conversations sent elsewhere because their owner is gone (portable.go)
 
-	anchorsWaiting     prometheus.Gauge   // anchors whose write failed, waiting to be written again (continuity.go)
-	anchorsNotRetried  prometheus.Counter // failed anchors not retried: too many were waiting
-	bodyBudgetRefusals prometheus.Counter // requests refused because the body-memory budget was spent
-	connLimitWaits     prometheus.Counter // accepts that waited at max_connections
-	openConns          prometheus.Gauge   // client connections open now
+	anchorsWaiting      prometheus.Gauge   // anchors whose write failed, waiting to be written again (continuity.go)
+	anchorsNotRetried   prometheus.Counter // failed anchors not retried: too many were waiting
+	bodyBudgetRefusals  prometheus.Counter // requests refused because the body-memory budget was spent
+	connLimitWaits      prometheus.Counter // accepts that waited at max_connections
+	connLimitIdleClosed prometheus.Counter // idle keep-alive connections closed for a new client at max_connections
+	openConns           prometheus.Gauge   // client connections open now
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -67,13 +68,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sluice_body_budget_refusals_total", Help: "Requests refused with 503 because limits.body_memory_bytes was spent.",
 		}),
 		connLimitWaits: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_connection_limit_waits_total", Help: "Client connections that waited for a slot because limits.max_connections were open.",
+			Name: "sluice_connection_limit_waits_total", Help: "Client connections that waited for a slot because limits.max_connections were open and none was idle.",
+		}),
+		connLimitIdleClosed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_connection_limit_idle_closed_total", Help: "Idle keep-alive connections closed to give their slot to a new client because limits.max_connections were open.",
 		}),
 		openConns: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_client_connections", Help: "Client connections open now.",
 		}),
 	}
-	reg.MustRegister(m.bodyBudgetRefusals, m.connLimitWaits, m.openConns, m.anchorsWaiting, m.anchorsNotRetried)
+	reg.MustRegister(m.bodyBudgetRefusals, m.connLimitWaits, m.connLimitIdleClosed, m.openConns, m.anchorsWaiting, m.anchorsNotRetried)
 	m.skippedEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_stream_skipped_events_total", Help: "Upstream stream events skipped (not relayed), by surface and reason.",
 	}, []string{"surface", "reason"})

@@ -435,14 +435,14 @@ func (s *Server) routes() *httprouter.Router {
 			}
 			return
 		}
-		allowHead(w.Header())
+		allowHead(w.Header(), req)
 		w.WriteHeader(http.StatusOK)
 		if api {
 			s.countUnrouted(req, http.StatusOK)
 		}
 	})
 	r.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		allowHead(w.Header())
+		allowHead(w.Header(), req)
 		s.answerMethodNotAllowed(w, req, fmt.Sprintf("%s is not allowed on %s", label(req.Method), label(req.URL.Path)))
 	})
 	r.PanicHandler = func(w http.ResponseWriter, req *http.Request, v any) {
