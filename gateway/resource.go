@@ -1260,6 +1260,10 @@ func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id, hash strin
 	case resp.StatusCode/100 != 2:
 		b, _ := io.ReadAll(io.LimitReader(body, maxUpstreamErrorBody))
 		b = s.scrub.Bytes(b)
+		if r.Method == http.MethodDelete && upID != id {
+			s.continuedDeleteRefused(w, r, id, u.Name(), resp.StatusCode, b)
+			return
+		}
 		if aerr := ownerError(u.Name(), resp.StatusCode, b, s.opts.MaxJSONDepth); aerr != nil {
 			if resp.StatusCode == http.StatusNotFound {
 				aerr.Message += "; " + s.noLogHeld()
@@ -1296,11 +1300,46 @@ func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id, hash strin
 		if r.Method == http.MethodDelete && upID != id {
 			// A continued response: its owner names the deletion with its
 			// own id, which the client never saw.
-			writeDeleted(w, id)
+			s.continuedDeleted(w, r, id)
 			return
 		}
 		relayOwner(w, resp, s.scrub.Bytes(b))
 	}
+}
+
+// continuedDeleted answers the DELETE of a continued response once its
+// owner's copy is gone: every copy is, so the anchor goes too (a later
+// call is the 404 of an unknown id, as after a DELETE inside
+// streams.resume_window), and the deletion object names the client's id.
+func (s *Server) continuedDeleted(w http.ResponseWriter, r *http.Request, id string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), anchorWriteTimeout)
+	defer cancel()
+	s.cont.forget(ctx, id)
+	writeDeleted(w, id)
+}
+
+// continuedDeleteRefused answers the DELETE of a continued response whose
+// owner answered status (not 2xx) under its own id, which the client never
+// saw, so its body is not passed on. A 404 is a copy gone already (as for
+// an earlier copy, deleteEarlierCopies): the response is deleted, as inside
+// streams.resume_window. Any other failure is the gateway's own error
+// naming the client's id, with the status ownerError gives (a 4xx kept,
+// otherwise 502) and the owner's code; the anchor stays, so a retry asks
+// the owner again.
+func (s *Server) continuedDeleteRefused(w http.ResponseWriter, r *http.Request, id, owner string, status int, body []byte) {
+	if status == http.StatusNotFound {
+		s.continuedDeleted(w, r, id)
+		return
+	}
+	s.log.Warn("deleting a continued response at its owner failed", "upstream", owner, "response_id", LogID(id), "status", status)
+	aerr := apierr.UpstreamUnavailable(http.StatusBadGateway,
+		"upstream %q, on which response '%s' was continued, answered HTTP %d to its DELETE: the copy it keeps was not deleted; a retry asks it again",
+		owner, id, status)
+	if status/100 == 4 { // it refused the call (the key, a rate limit): as the owner's own 4xx would be
+		aerr.Status, aerr.Type = status, apierr.TypeInvalidRequest
+		aerr.Code = firstNonEmpty(upstreamErrorOf(status, body).Code, apierr.CodeUpstreamError)
+	}
+	aerr.Write(w)
 }
 
 // ownerRemovedAnswer answers a resource call for a response known only to

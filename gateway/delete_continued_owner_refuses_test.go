@@ -1,0 +1,121 @@
+package gateway_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/sluice-gw/sluice/gateway"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
+)
+
+// refusingDeleteUpstream is deletingUpstream whose DELETE answer is set by
+// refuse: 0 deletes the response, as OpenAI's API does; 404 is OpenAI's
+// answer for an id it does not keep (naming that id); any other status is
+// a server_error under it, the response kept.
+func refusingDeleteUpstream(t *testing.T, name string, refuse *atomic.Int32) *upstreamtest.Server {
+	t.Helper()
+	up := upstreamtest.NewHandler(upstreamtest.Options{Name: name, StrictPrevious: true})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, ok := strings.CutPrefix(r.URL.Path, "/v1/responses/")
+		if r.Method != http.MethodDelete || !ok {
+			up.ServeHTTP(w, r)
+			return
+		}
+		up.ServeHTTP(httptest.NewRecorder(), r) // recorded (the fake itself has no DELETE)
+		w.Header().Set("Content-Type", "application/json")
+		switch status := int(refuse.Load()); status {
+		case 0:
+			up.ForgetResponses(id)
+			_, _ = io.WriteString(w, `{"id":"`+id+`","object":"response","deleted":true}`)
+		case http.StatusNotFound:
+			w.WriteHeader(status)
+			_, _ = w.Write(upstreamtest.ErrorBody("Response with id '"+id+"' not found.", "invalid_request_error", "", ""))
+		default:
+			w.WriteHeader(status)
+			_, _ = w.Write(upstreamtest.ErrorBody("The server had an error while processing response "+id+".", "server_error", "", ""))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(up.Close)
+	up.URL = srv.URL + "/v1"
+	return up
+}
+
+// TestDeleteOfAContinuedResponseTheOwnerRefuses: once the gateway holds no
+// log of a response cut on P and continued on B (it expired, or logs are
+// off), its DELETE goes to B under B's own id, which the client never saw.
+// B's answer is never passed on with that id: a 404 (B's copy is gone
+// already) is the deletion object for the client's id, as inside
+// streams.resume_window, and the gateway forgets the response; a 500 is the
+// gateway's 502 naming the client's id, and the response is kept, so a
+// retry once B answers again deletes it.
+func TestDeleteOfAContinuedResponseTheOwnerRefuses(t *testing.T) {
+	for _, logs := range []struct {
+		name   string
+		window time.Duration
+	}{{"log expired", time.Minute}, {"logs off", -1}} {
+		for _, refusal := range []int32{http.StatusNotFound, http.StatusInternalServerError} {
+			t.Run(logs.name+", owner answers "+http.StatusText(int(refusal)), func(t *testing.T) {
+				var mu sync.Mutex
+				now := time.Now()
+				clock := func() time.Time {
+					mu.Lock()
+					defer mu.Unlock()
+					return now
+				}
+				var bRefuses atomic.Int32
+				p, b := deletingUpstream(t, "P", nil), refusingDeleteUpstream(t, "B", &bRefuses)
+				h := contHarness(t, gateway.ContinuationAuto, harnessConfig{servers: map[string]*upstreamtest.Server{"P": p, "B": b},
+					opts: gateway.Options{Store: openStore(t, t.TempDir()), Now: clock, Resume: gateway.ResumeOptions{Window: logs.window}}})
+				p.Enqueue(upstreamtest.Answer(fullAnswer, 9).CutAfterDeltas(3))
+				b.Enqueue(upstreamtest.Answer(fullAnswer, 3))
+				_, evs := h.responsesStream(`{"model":"m","input":"hi","stream":true}`)
+				id := gjson.GetBytes(assertOneTerminal(t, evs).data, "response.id").Str
+				mu.Lock()
+				now = now.Add(time.Minute + time.Second) // the log expired
+				mu.Unlock()
+				bID := b.Requests()[0].ResponseID
+				if id == "" || bID == "" || bID == id {
+					t.Fatalf("ids %q (client) and %q (B): not a continued response", id, bID)
+				}
+
+				bRefuses.Store(refusal)
+				status, body := deleteAs(t, h, "sk-client-secret", id)
+				if strings.Contains(string(body), bID) {
+					t.Errorf("DELETE answered with B's id %s: %d %s", bID, status, body)
+				}
+				if got := deletesOf(b); len(got) != 1 || got[0] != "/v1/responses/"+bID {
+					t.Fatalf("B was sent DELETEs %v; want one of %s", got, bID)
+				}
+				if refusal == http.StatusNotFound {
+					wantDeleted(t, id, status, body)
+					if code := h.getJSON("/admin/continuity/"+id, nil); code != http.StatusNotFound {
+						t.Errorf("GET /admin/continuity/%s after the DELETE: %d; want 404, the response forgotten", id, code)
+					}
+					return
+				}
+				if status != http.StatusBadGateway || gjson.GetBytes(body, "error.code").Str != "upstream_unavailable" ||
+					!strings.Contains(gjson.GetBytes(body, "error.message").Str, id) {
+					t.Fatalf("DELETE with B failing: %d %s; want the gateway's 502 upstream_unavailable naming %s", status, body, id)
+				}
+				if code := h.getJSON("/admin/continuity/"+id, nil); code != http.StatusOK {
+					t.Fatalf("GET /admin/continuity/%s after the failed DELETE: %d; want 200, the response kept for a retry", id, code)
+				}
+				bRefuses.Store(0)
+				status, body = deleteAs(t, h, "sk-client-secret", id)
+				wantDeleted(t, id, status, body)
+				if got := deletesOf(b); len(got) != 2 || got[1] != "/v1/responses/"+bID {
+					t.Errorf("B was sent DELETEs %v; want two of %s", got, bID)
+				}
+			})
+		}
+	}
+}
