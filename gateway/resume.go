@@ -249,7 +249,12 @@ func (h *streamLogs) open(id, owner string, background, memoryOnly bool, input [
 		h.sweepLocked(now)
 	}
 	h.mu.Unlock()
-	if l.durable() && background && store.IsShared(h.opts.Store) {
+	// A stream is watched too, not only a background run: a stream finds
+	// a DELETE made on another replica at its next write, but one that
+	// sends nothing for a while (a continuation that restarts the answer
+	// replays what its client already has) would otherwise run on, and
+	// keep its upstream generating, until then (README "The resource API").
+	if l.durable() && store.IsShared(h.opts.Store) {
 		h.writes.Add(1)
 		go func() {
 			defer h.writes.Done()
@@ -265,12 +270,12 @@ func (l *streamLog) durable() bool {
 	return l.hub.opts.Store != nil && !l.memoryOnly
 }
 
-// cancelCheckEvery is how often a background response run on this replica
-// looks for a cancel asked on another one (CancelStreamLog).
+// cancelCheckEvery is how often a response run on this replica looks for a
+// cancel (CancelStreamLog) or a DELETE asked on another one.
 const cancelCheckEvery = 250 * time.Millisecond
 
-// watchCancel stops a background response when another replica asks the
-// store to cancel it.
+// watchCancel stops a response when another replica asks the store to
+// cancel it (background) or deletes it.
 func (h *streamLogs) watchCancel(l *streamLog) {
 	t := time.NewTicker(cancelCheckEvery)
 	defer t.Stop()
