@@ -165,8 +165,9 @@ func TestDeleteOfAContinuedResponseWhenACopyStays(t *testing.T) {
 				}
 				return
 			}
-			if status != http.StatusInternalServerError || gjson.GetBytes(body, "error.type").Str != "server_error" {
-				t.Fatalf("DELETE with P failing: %d %s; want P's 500", status, body)
+			if status != http.StatusBadGateway || gjson.GetBytes(body, "error.code").Str != "upstream_unavailable" ||
+				!strings.Contains(gjson.GetBytes(body, "error.message").Str, "'"+id+"'") {
+				t.Fatalf("DELETE with P failing: %d %s; want the gateway's 502 naming %s", status, body, id)
 			}
 			if got := deletesOf(b); len(got) != 0 {
 				t.Fatalf("B was sent DELETEs %v before P's copy was deleted", got)

@@ -977,8 +977,8 @@ func (s *Server) deleteAt(r *http.Request, u *upstream.Upstream, upID string) (i
 // owner of a continued response, the copies the targets it was cut on keep
 // (resolution.earlier), before the owner is asked, and reports whether
 // they are gone. A copy that cannot be deleted fails the DELETE as the
-// owner's failure would (askOwner: its OpenAI error passed on, otherwise a
-// 502, or the 4xx it answered), before anything else is deleted: the
+// owner's failure would (copyNotDeleted: the gateway's error naming the
+// client's id, a 502 or the 4xx it answered), before anything else is deleted: the
 // anchor stays, so the client's retry reaches every copy again. A 404 there
 // is a copy already gone (an earlier DELETE, its own expiry); one on an
 // upstream no longer configured, which nothing can reach, is logged
@@ -1003,11 +1003,7 @@ func (s *Server) deleteEarlierCopies(w http.ResponseWriter, r *http.Request, id 
 			continue
 		}
 		s.log.Warn("deleting a continued response's earlier copy failed", "upstream", u.Name(), "response_id", LogID(id), "status", status)
-		if aerr := ownerError(u.Name(), status, body, s.opts.MaxJSONDepth); aerr != nil {
-			aerr.Write(w)
-		} else {
-			writeRaw(w, status, body)
-		}
+		copyNotDeleted(u.Name(), id, status, body).Write(w)
 		return false
 	}
 	return true
@@ -1332,14 +1328,25 @@ func (s *Server) continuedDeleteRefused(w http.ResponseWriter, r *http.Request, 
 		return
 	}
 	s.log.Warn("deleting a continued response at its owner failed", "upstream", owner, "response_id", LogID(id), "status", status)
+	copyNotDeleted(owner, id, status, body).Write(w)
+}
+
+// copyNotDeleted is the answer to a DELETE of the continued response id
+// when upstream, which keeps a copy of it (its owner or a target it was
+// cut on), answered status (neither 2xx nor 404) under the id it knows it
+// by: the gateway's own error naming the client's id, since the
+// upstream's body may name its own, which the client never saw. A 4xx
+// keeps its status and the upstream's code (it refused the call: the key,
+// a rate limit), anything else is 502.
+func copyNotDeleted(upstreamName, id string, status int, body []byte) *apierr.Error {
 	aerr := apierr.UpstreamUnavailable(http.StatusBadGateway,
-		"upstream %q, on which response '%s' was continued, answered HTTP %d to its DELETE: the copy it keeps was not deleted; a retry asks it again",
-		owner, id, status)
-	if status/100 == 4 { // it refused the call (the key, a rate limit): as the owner's own 4xx would be
+		"upstream %q, which keeps a copy of response '%s', answered HTTP %d to its DELETE: that copy was not deleted; a retry asks it again",
+		upstreamName, id, status)
+	if status/100 == 4 {
 		aerr.Status, aerr.Type = status, apierr.TypeInvalidRequest
 		aerr.Code = firstNonEmpty(upstreamErrorOf(status, body).Code, apierr.CodeUpstreamError)
 	}
-	aerr.Write(w)
+	return aerr
 }
 
 // ownerRemovedAnswer answers a resource call for a response known only to
