@@ -117,9 +117,9 @@ func newSessionMemory(limit int64, total *sessionMemoryTotal) *sessionMemory {
 func (m *sessionMemory) release() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.total.add(-m.held)
+	m.charge(-m.held)
 	m.released = true
-	m.held, m.turns, m.order, m.continued = 0, map[string]*sessionTurn{}, nil, map[string]bool{}
+	m.turns, m.order, m.continued = map[string]*sessionTurn{}, nil, map[string]bool{}
 }
 
 func (m *sessionMemory) markContinued(id string) {
@@ -169,24 +169,28 @@ func (m *sessionMemory) keep(nt *sessionTurn) {
 	}
 	id := nt.turn.ResponseID
 	if old, ok := m.turns[id]; ok { // the same response again: replaced where it stands
-		m.held += nt.size - old.size
-		m.total.add(nt.size - old.size)
+		m.charge(nt.size - old.size)
 		*old = *nt
 	} else {
 		m.turns[id] = nt
 		m.order = append(m.order, id)
-		m.held += nt.size
-		m.total.add(nt.size)
+		m.charge(nt.size)
 	}
 	for (m.limit > 0 && m.held > m.limit || m.total.over()) && len(m.order) > 0 {
 		id := m.order[0]
 		m.order[0] = ""
 		m.order = m.order[1:]
-		m.held -= m.turns[id].size
-		m.total.add(-m.turns[id].size)
+		m.charge(-m.turns[id].size)
 		delete(m.turns, id)
 		delete(m.continued, id)
 	}
+}
+
+// charge adds n bytes to what the session holds, and to what all sessions
+// hold together. Called with mu held.
+func (m *sessionMemory) charge(n int64) {
+	m.held += n
+	m.total.add(n)
 }
 
 func (m *sessionMemory) get(id string) (store.Turn, bool) {

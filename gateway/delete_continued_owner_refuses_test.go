@@ -1,9 +1,7 @@
 package gateway_test
 
 import (
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,39 +13,6 @@ import (
 	"github.com/sluice-gw/sluice/gateway"
 	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
-
-// refusingDeleteUpstream is deletingUpstream whose DELETE answer is set by
-// refuse: 0 deletes the response, as OpenAI's API does; 404 is OpenAI's
-// answer for an id it does not keep (naming that id); any other status is
-// a server_error under it, the response kept.
-func refusingDeleteUpstream(t *testing.T, name string, refuse *atomic.Int32) *upstreamtest.Server {
-	t.Helper()
-	up := upstreamtest.NewHandler(upstreamtest.Options{Name: name, StrictPrevious: true})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, ok := strings.CutPrefix(r.URL.Path, "/v1/responses/")
-		if r.Method != http.MethodDelete || !ok {
-			up.ServeHTTP(w, r)
-			return
-		}
-		up.ServeHTTP(httptest.NewRecorder(), r) // recorded (the fake itself has no DELETE)
-		w.Header().Set("Content-Type", "application/json")
-		switch status := int(refuse.Load()); status {
-		case 0:
-			up.ForgetResponses(id)
-			_, _ = io.WriteString(w, `{"id":"`+id+`","object":"response","deleted":true}`)
-		case http.StatusNotFound:
-			w.WriteHeader(status)
-			_, _ = w.Write(upstreamtest.ErrorBody("Response with id '"+id+"' not found.", "invalid_request_error", "", ""))
-		default:
-			w.WriteHeader(status)
-			_, _ = w.Write(upstreamtest.ErrorBody("The server had an error while processing response "+id+".", "server_error", "", ""))
-		}
-	}))
-	t.Cleanup(srv.Close)
-	t.Cleanup(up.Close)
-	up.URL = srv.URL + "/v1"
-	return up
-}
 
 // TestDeleteOfAContinuedResponseTheOwnerRefuses: once the gateway holds no
 // log of a response cut on P and continued on B (it expired, or logs are
@@ -72,7 +37,7 @@ func TestDeleteOfAContinuedResponseTheOwnerRefuses(t *testing.T) {
 					return now
 				}
 				var bRefuses atomic.Int32
-				p, b := deletingUpstream(t, "P", nil), refusingDeleteUpstream(t, "B", &bRefuses)
+				p, b := deletingUpstream(t, "P", nil), deletingUpstream(t, "B", &bRefuses)
 				h := contHarness(t, gateway.ContinuationAuto, harnessConfig{servers: map[string]*upstreamtest.Server{"P": p, "B": b},
 					opts: gateway.Options{Store: openStore(t, t.TempDir()), Now: clock, Resume: gateway.ResumeOptions{Window: logs.window}}})
 				p.Enqueue(upstreamtest.Answer(fullAnswer, 9).CutAfterDeltas(3))

@@ -18,9 +18,10 @@ import (
 // honours DELETE /v1/responses/{id} as OpenAI's API does: the fake records
 // the request, forgets the id (a later previous_response_id naming it gets
 // previous_response_not_found) and answers the deletion object. While
-// failing is set, it answers a DELETE with a 500 server_error instead and
-// keeps the response.
-func deletingUpstream(t *testing.T, name string, failing *atomic.Bool) *upstreamtest.Server {
+// refuse holds a status, it answers a DELETE with it instead and keeps the
+// response: 404 is OpenAI's answer for an id it does not keep (naming
+// that id), any other a server_error naming it.
+func deletingUpstream(t *testing.T, name string, refuse *atomic.Int32) *upstreamtest.Server {
 	t.Helper()
 	up := upstreamtest.NewHandler(upstreamtest.Options{Name: name, StrictPrevious: true})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -30,15 +31,22 @@ func deletingUpstream(t *testing.T, name string, failing *atomic.Bool) *upstream
 			return
 		}
 		up.ServeHTTP(httptest.NewRecorder(), r) // recorded (the fake itself has no DELETE)
-		if failing != nil && failing.Load() {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusInternalServerError)
-			_, _ = w.Write(upstreamtest.ErrorBody("The server had an error while processing your request.", "server_error", "", ""))
-			return
-		}
-		up.ForgetResponses(id)
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"id":"`+id+`","object":"response","deleted":true}`)
+		status := 0
+		if refuse != nil {
+			status = int(refuse.Load())
+		}
+		switch status {
+		case 0:
+			up.ForgetResponses(id)
+			_, _ = io.WriteString(w, `{"id":"`+id+`","object":"response","deleted":true}`)
+		case http.StatusNotFound:
+			w.WriteHeader(status)
+			_, _ = w.Write(upstreamtest.ErrorBody("Response with id '"+id+"' not found.", "invalid_request_error", "", ""))
+		default:
+			w.WriteHeader(status)
+			_, _ = w.Write(upstreamtest.ErrorBody("The server had an error while processing response "+id+".", "server_error", "", ""))
+		}
 	}))
 	t.Cleanup(srv.Close)
 	t.Cleanup(up.Close)
@@ -143,9 +151,9 @@ func TestDeleteOfAContinuedResponseWhenACopyStays(t *testing.T) {
 		{"no log", gateway.ResumeOptions{Window: -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var pFails atomic.Bool
-			pFails.Store(true)
-			p, b := deletingUpstream(t, "P", &pFails), deletingUpstream(t, "B", nil)
+			var pRefuses atomic.Int32
+			pRefuses.Store(http.StatusInternalServerError)
+			p, b := deletingUpstream(t, "P", &pRefuses), deletingUpstream(t, "B", nil)
 			h := contHarness(t, gateway.ContinuationAuto, harnessConfig{servers: map[string]*upstreamtest.Server{"P": p, "B": b},
 				opts: gateway.Options{Store: openStore(t, t.TempDir()), Resume: tc.resume}})
 			p.Enqueue(upstreamtest.Answer(fullAnswer, 9).CutAfterDeltas(3))
@@ -172,7 +180,7 @@ func TestDeleteOfAContinuedResponseWhenACopyStays(t *testing.T) {
 			if got := deletesOf(b); len(got) != 0 {
 				t.Fatalf("B was sent DELETEs %v before P's copy was deleted", got)
 			}
-			pFails.Store(false)
+			pRefuses.Store(0)
 			status, body = deleteAs(t, h, "sk-client-secret", id)
 			wantDeleted(t, id, status, body)
 			if got := deletesOf(p); len(got) != 2 || got[1] != "/v1/responses/"+id {
