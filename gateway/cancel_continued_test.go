@@ -87,7 +87,10 @@ func TestCancelOfAContinuedBackgroundRunEndsItCancelled(t *testing.T) {
 			// without stream is a JSON request (README "Access log").
 			m := h.waitMetric(`sluice_stream_terminal_total{reason="cancelled",surface="responses_json"} 1`)
 			if strings.Contains(m, `outcome="client_gone"`) {
-				t.Errorf("a cancelled run counted as a client that left:\n%s", grepLines(m, "sluice_rescues_total"))
+				t.Errorf("a cancelled run counted as a client that left:\n%s", grepLines(m, "sluice_rescues_total")+"\n"+grepLines(m, "sluice_upstream_attempts_total"))
+			}
+			if !tc.continued && !strings.Contains(m, `sluice_upstream_attempts_total{outcome="cancelled",upstream="P"} 1`) {
+				t.Errorf("the attempt the cancel stopped is not counted cancelled:\n%s", grepLines(m, "sluice_upstream_attempts_total"))
 			}
 			if tc.continued && !strings.Contains(m, `sluice_rescues_total{kind="prefill",outcome="cancelled",surface="responses_json"} 1`) {
 				t.Errorf("the continuation the cancel stopped is not counted cancelled:\n%s", grepLines(m, "sluice_rescues_total"))

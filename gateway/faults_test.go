@@ -460,6 +460,13 @@ func TestDrainEndsInFlightStreamsWithTerminalEvent(t *testing.T) {
 	if last.code != "stream_incomplete" || !strings.Contains(string(last.data), "shutting down") {
 		t.Fatalf("terminal %s", last.data)
 	}
+	// The attempt the drain stopped is counted as that (README
+	// "Observability"), not as an answer that went out.
+	rec := newRecorder()
+	h.gw.Handler().ServeHTTP(rec, mustRequest(http.MethodGet, "/metrics"))
+	if m, want := rec.body.String(), `sluice_upstream_attempts_total{outcome="drain",upstream="A"} 1`; !strings.Contains(m, want+"\n") {
+		t.Errorf("the drained attempt counted as:\n%s\nwant %s", grep(m, "sluice_upstream_attempts_total"), want)
+	}
 	<-h.done
 	h.done <- nil // let the cleanup's receive return
 	for _, up := range h.ups {
@@ -570,6 +577,12 @@ func TestClientThatClosesCleanlyReleasesItsUpstream(t *testing.T) {
 	for {
 		m := h.metrics()
 		if strings.Contains(m, "sluice_active_streams 0") && strings.Contains(m, `reason="client_gone"`) {
+			// The attempt the client abandoned is counted as that, not as
+			// an answer that went out (README "Observability").
+			total, series := attemptsOfUpstream(m, "A")
+			if want := `sluice_upstream_attempts_total{outcome="client_gone",upstream="A"} 1`; total != 1 || !strings.Contains(m, want+"\n") {
+				t.Fatalf("the abandoned attempt counted as:\n%s\nwant %s", strings.Join(series, "\n"), want)
+			}
 			return
 		}
 		if time.Now().After(deadline) {

@@ -1309,10 +1309,18 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 	if c := tryOf(req).cont; c != nil {
 		s.rescueOutcome(req, c.kind, rescueOutcomeOf(end.reason))
 	}
-	if end.reason == reasonDiverged {
+	switch reason := cs.stoppedReason(end.reason); reason {
+	case reasonDiverged:
 		// A restart that contradicted what the client has: not a failure
 		// of the target (not charged), but not an answer that went out.
 		outcome = "continuation_diverged"
+	case reasonClientGone, reasonDrain, reasonCancelled:
+		// Stopped by the client, a drain or a cancel before the upstream
+		// finished: not the target's failure, nor an answer that went out
+		// whole (README "Observability").
+		if outcome == "ok" {
+			outcome = reason
+		}
 	}
 	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), outcome).Inc()
 	cs.finish(end.reason)
