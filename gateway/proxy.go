@@ -291,18 +291,34 @@ func (s *Server) failClosedRewritesServe() *apierr.Error {
 // unservedFailClosedRewrite names the first rewrite policy held to its
 // edits (Options.FailClosedRewrites) that has no version serving now, ""
 // when each has one. Requests are refused (failClosedRewritesServe) and
-// /readyz fails (handleReadyz) while it names one: a gateway that answers
-// every model request 503 is not ready (README "Endpoints").
+// /readyz fails (handleReadyz, trippedFailClosedRewrite) while it names
+// one: a gateway that answers every model request 503 is not ready (README
+// "Endpoints").
 func (s *Server) unservedFailClosedRewrite() string {
-	if len(s.opts.FailClosedRewrites) == 0 {
-		return ""
-	}
 	p, ok := s.policy.(interface{ RewriteServes(name string) bool })
 	if !ok {
 		return ""
 	}
+	return s.firstFailClosedRewriteNot(p.RewriteServes)
+}
+
+// trippedFailClosedRewrite names the first rewrite policy held to its edits
+// that has no version serving or whose version tripped (every request it
+// sees fails closed until a new file loads), "" when none: /readyz is not
+// ready then.
+func (s *Server) trippedFailClosedRewrite() string {
+	p, ok := s.policy.(interface{ RewriteReady(name string) bool })
+	if !ok {
+		return s.unservedFailClosedRewrite()
+	}
+	return s.firstFailClosedRewriteNot(p.RewriteReady)
+}
+
+// firstFailClosedRewriteNot names the first of Options.FailClosedRewrites
+// for which ok is false, "" when none.
+func (s *Server) firstFailClosedRewriteNot(ok func(name string) bool) string {
 	for _, name := range s.opts.FailClosedRewrites {
-		if !p.RewriteServes(name) {
+		if !ok(name) {
 			return name
 		}
 	}

@@ -584,10 +584,11 @@ func (s *Server) handleReadyz(w http.ResponseWriter, _ *http.Request, _ httprout
 	switch {
 	case s.draining.Load():
 		writeJSON(w, http.StatusServiceUnavailable, body("draining"))
-	case s.opts.Ready != nil && !s.opts.Ready(), s.unservedFailClosedRewrite() != "":
+	case s.opts.Ready != nil && !s.opts.Ready(), s.trippedFailClosedRewrite() != "":
 		// Not loaded at start, or a fail-closed rewrite policy has no
-		// version serving now (its file removed or refused): every model
-		// request would be refused 503 policy_unavailable.
+		// version serving now (its file removed or refused) or its version
+		// tripped with none to roll back to: every model request would be
+		// refused 503 policy_unavailable.
 		writeJSON(w, http.StatusServiceUnavailable, body("policies not loaded"))
 	case !s.pool.Healthy():
 		writeJSON(w, http.StatusServiceUnavailable, body("no healthy upstream"))

@@ -570,6 +570,16 @@ func (r *Runtime) RewriteServes(name string) bool {
 	return r.active.Load().find(name, hRewrite) != nil
 }
 
+// RewriteReady reports whether a version of the policy name that implements
+// the rewrite hook serves now and has not tripped: a tripped version with
+// nothing to roll back to answers every call with the built-in default,
+// which a caller holding name to its edits refuses, until a new file loads
+// (README "Policies"), so it is not ready.
+func (r *Runtime) RewriteReady(name string) bool {
+	v := r.active.Load().find(name, hRewrite)
+	return v != nil && !v.tripped.Load()
+}
+
 // RewriteTrace is Rewrite that also tells what each policy did.
 func (r *Runtime) RewriteTrace(ctx context.Context, in hostabi.RewriteInput) (hostabi.RewriteOutput, Trace) {
 	return r.rewriteTrace(ctx, in, RewriteChecks{})
