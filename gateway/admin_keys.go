@@ -89,6 +89,9 @@ type keyPatch struct {
 // of the wrong type is refused, naming the field.
 func (s *Server) readKeyPatch(w http.ResponseWriter, r *http.Request, p *keyPatch) bool {
 	body, aerr := s.readBodyUpTo(w, r, maxAdminBody) // within read_body, as every body
+	if aerr != nil && aerr.Code == apierr.CodePayloadTooLarge {
+		aerr.Param = "" // a key's body has no input: the whole body is too large
+	}
 	if aerr == nil {
 		// Its depth is checked before any recursive parser sees it, as for
 		// every JSON document the gateway reads (SECURITY.md "Limits").

@@ -39,3 +39,22 @@ func TestAdminKeysBodyDepthIsBounded(t *testing.T) {
 		t.Fatalf("keys after the refused bodies: %d %s; want deep and no kd", resp.StatusCode, b)
 	}
 }
+
+// An admin API body over its size limit is a 413 payload_too_large that
+// names no param: the key body has no "input" (the model endpoints' 413
+// names it). Nothing is created.
+func TestAdminKeysOversizeBodyNamesNoInput(t *testing.T) {
+	h, _ := keyedHarness(t)
+	body := `{"name":"big","models":["` + strings.Repeat("m", 2<<20) + `"]}`
+	resp, b := send(t, h, http.MethodPost, "/admin/keys", "", body)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || gjson.GetBytes(b, "error.code").Str != "payload_too_large" {
+		t.Fatalf("%d %s, want 413 payload_too_large", resp.StatusCode, b)
+	}
+	if p := gjson.GetBytes(b, "error.param"); p.Type != gjson.Null {
+		t.Fatalf("the 413's param is %s, want null: %s", p.Raw, b)
+	}
+	resp, b = send(t, h, http.MethodGet, "/admin/keys", "", "")
+	if resp.StatusCode != http.StatusOK || gjson.GetBytes(b, `data.#(name=="big")`).Exists() {
+		t.Fatalf("keys after the refused body: %d %s", resp.StatusCode, b)
+	}
+}
