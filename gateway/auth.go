@@ -118,6 +118,10 @@ type keyring struct {
 	// log, when set, tells the operator about stored keys the config's
 	// keys hide (nil: not told).
 	log hclog.Logger
+	// forget, when set, is told the limitKeys of keys gone from the store
+	// (deleted, here or on another replica): the limiter's state of a key
+	// that is gone is never used again (limitKey), so it is dropped.
+	forget func(limitKey string)
 
 	mu       sync.RWMutex
 	bySum    map[[32]byte]*keyEntry
@@ -215,6 +219,12 @@ func (kr *keyring) install(stored []store.KeyRecord, gen uint64) {
 		kr.mu.Unlock()
 		return
 	}
+	var gone []string
+	for name, e := range kr.byName {
+		if now := byName[name]; now == nil || now.limitKey != e.limitKey {
+			gone = append(gone, e.limitKey)
+		}
+	}
 	kr.bySum, kr.byName, kr.installed = bySum, byName, gen
 	var tell []hiddenKey
 	for _, h := range hidden {
@@ -224,6 +234,11 @@ func (kr *keyring) install(stored []store.KeyRecord, gen uint64) {
 		}
 	}
 	kr.mu.Unlock()
+	if kr.forget != nil {
+		for _, k := range gone {
+			kr.forget(k)
+		}
+	}
 	if kr.log != nil {
 		for _, h := range tell {
 			kr.log.Warn("a stored key is ignored: the config has a key with "+h.why+"; the config's key applies",

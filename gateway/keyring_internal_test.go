@@ -180,3 +180,79 @@ func TestKeyringConfigKeyWinsItsSecret(t *testing.T) {
 		t.Fatalf("log:\n%s", got)
 	}
 }
+
+// TestDeletedKeysLimiterStateIsDropped: a key deleted from the store (by
+// this replica or another) and re-created under its name leaves nothing of
+// the deleted key in the limiter (its limitKey is never used again), once
+// its last request in flight ends; the key that replaced it and a config
+// key are kept.
+func TestDeletedKeysLimiterStateIsDropped(t *testing.T) {
+	ctx := context.Background()
+	st := newMemKeyStore()
+	lim := &LocalLimiter{}
+	kr, err := newKeyring([]store.KeyRecord{{Name: "cfg", SHA256: HashKey("sk-config")}}, st, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kr.forget = lim.Forget
+	limits := store.KeyLimits{RPM: 10, Concurrent: 2}
+	admit := func(name string) Admission {
+		t.Helper()
+		k := kr.get(name)
+		if k == nil {
+			t.Fatalf("key %q unknown", name)
+		}
+		adm, lerr := lim.Admit(ctx, k.limitKey, limits, 1)
+		if lerr != nil {
+			t.Fatalf("admit %s: %s", name, lerr.Message)
+		}
+		return adm
+	}
+	entries := func() []string {
+		lim.mu.Lock()
+		defer lim.mu.Unlock()
+		var out []string
+		for k := range lim.keys {
+			out = append(out, k)
+		}
+		slices.Sort(out)
+		return out
+	}
+	for i, id := range []string{"id1", "id2", "id3"} {
+		if err := st.CreateKey(ctx, store.KeyRecord{Name: "k", ID: id, SHA256: HashKey("sk-" + id)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := kr.reload(ctx); err != nil {
+			t.Fatal(err)
+		}
+		admit("cfg").Done(1)
+		inFlight := admit("k")
+		if i == 2 {
+			inFlight.Done(1)
+			break
+		}
+		if err := st.DeleteKey(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		if err := kr.reload(ctx); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"cfg", "k/" + id}
+		if got := entries(); !slices.Equal(got, want) {
+			t.Fatalf("deleted with a request in flight: entries %v, want %v (kept until it ends)", got, want)
+		}
+		inFlight.Done(1)
+	}
+	if got, want := entries(), []string{"cfg", "k/id3"}; !slices.Equal(got, want) {
+		t.Fatalf("after two deletes and re-creates: entries %v, want %v", got, want)
+	}
+	if err := st.DeleteKey(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if err := kr.reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := entries(), []string{"cfg"}; !slices.Equal(got, want) {
+		t.Fatalf("deleted with nothing in flight: entries %v, want %v", got, want)
+	}
+}

@@ -217,6 +217,8 @@ type LocalLimiter struct {
 }
 
 type keyLimits struct {
+	key        string // its limitKey
+	forgotten  bool   // Forget was called with requests in flight: dropped when the last ends
 	limits     store.KeyLimits
 	rpm, tpm   *bucket
 	inFlight   int64
@@ -262,7 +264,7 @@ func (l *LocalLimiter) entry(key string, lim store.KeyLimits, now time.Time) *ke
 	}
 	k := l.keys[key]
 	if k == nil {
-		k = &keyLimits{}
+		k = &keyLimits{key: key}
 		l.keys[key] = k
 	}
 	if k.limits != lim {
@@ -341,6 +343,24 @@ func (l *LocalLimiter) observe(key string, lim store.KeyLimits, now time.Time, d
 	}
 	if monthUsed >= 0 {
 		k.monthUsed, k.monthSeeded = max(k.monthUsed, monthUsed), true
+	}
+}
+
+// Forget drops the state of key (a limitKey) whose key was deleted: a
+// limitKey is never used again (a key created under the deleted one's name
+// has another id), so without this every delete and re-create would leave
+// an entry behind for the process's life. A request of it still in flight
+// keeps the entry until its Done.
+func (l *LocalLimiter) Forget(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := l.keys[key]
+	switch {
+	case k == nil:
+	case k.inFlight > 0:
+		k.forgotten = true
+	default:
+		delete(l.keys, key)
 	}
 }
 
@@ -461,6 +481,9 @@ func (a *localAdmission) Done(used int64) {
 		k.reserved -= a.reserved
 		k.dayUsed = addTokens(k.dayUsed, used) // held, not wrapped: a wrapped total would reopen the budget
 		k.monthUsed = addTokens(k.monthUsed, used)
+		if k.forgotten && k.inFlight == 0 && a.l.keys[k.key] == k {
+			delete(a.l.keys, k.key) // its key was deleted while it ran (Forget)
+		}
 	})
 }
 

@@ -629,6 +629,15 @@ func (l *RedisLimiter) observed(key string, lim store.KeyLimits, now time.Time, 
 	}
 }
 
+// Forget drops what this process holds of key (a limitKey) whose key was
+// deleted: the default fallback's state (LocalLimiter.Forget). Its counters
+// in Redis expire by themselves.
+func (l *RedisLimiter) Forget(key string) {
+	if local, ok := l.Fallback.(*LocalLimiter); ok {
+		local.Forget(key)
+	}
+}
+
 type redisAdmission struct {
 	l           *RedisLimiter
 	key         string

@@ -147,6 +147,9 @@ func newAccounts(s *Server, o AccountsOptions, reg prometheus.Registerer) (*acco
 			Help: "Admissions and settlements of the shared (Redis) limiter that Redis could not answer: limits held per replica (fail open)."},
 			func() float64 { return float64(l.Fallbacks()) }))
 	}
+	if f, ok := a.limiter.(interface{ Forget(limitKey string) }); ok {
+		kr.forget = f.Forget
+	}
 	labels := []string{"key", "route", "target", "model"}
 	a.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_usage_tokens_total",
 		Help: "Tokens used, from the upstreams' usage, by key, route, target, model and kind (input, output, cached, reasoning)."},
