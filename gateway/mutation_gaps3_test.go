@@ -294,6 +294,14 @@ func TestInputItemsAfterCursor(t *testing.T) {
 			t.Fatalf("input_items?%s: %d, ids %s, want %s\n%s", tt.query, status, got, tt.want, body)
 		}
 	}
+	// A cursor that names no item of the list is refused, not read as the
+	// start of the list (a paging client would get its items twice).
+	for _, after := range []string{"msg_bogus", "msg_", "resp_x"} {
+		status, body := h.call(http.MethodGet, "/v1/responses/"+id+"/input_items?after="+after, "sk-client-secret")
+		if status != http.StatusBadRequest || gjson.GetBytes(body, "error.param").Str != "after" || gjson.GetBytes(body, "error.code").Str != "invalid_value" {
+			t.Fatalf("input_items?after=%s: %d %s, want 400 invalid_value naming after", after, status, body)
+		}
+	}
 }
 
 // TestSharedBudgetCountsEarlierUsage: a Redis limiter configured without a

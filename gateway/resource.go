@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -711,12 +712,14 @@ func inputItemList(id string, input []byte, q map[string][]string) ([]byte, *api
 		}
 	}
 	if after := get("after"); after != "" {
-		for i, v := range ids {
-			if v == after {
-				items, ids = items[i+1:], ids[i+1:]
-				break
-			}
+		i := slices.Index(ids, after)
+		if i < 0 {
+			// A cursor naming no item of the list (stale, mistyped, another
+			// response's) is refused: listing from the start again would
+			// hand a paging client the items it has a second time.
+			return nil, apierr.Invalid("after", apierr.CodeInvalidValue, "after names no input item of this response: %q", after)
 		}
+		items, ids = items[i+1:], ids[i+1:]
 	}
 	more := len(items) > limit
 	if more {
