@@ -1677,11 +1677,9 @@ func openAIShapedBody(status int, body []byte, cut string) []byte {
 	case cut != "" || !gjson.ValidBytes(body):
 		e = relayedError(status, nil)
 		e.Code, e.Message = apierr.CodeUpstreamError, errorBodyExcerpt(status, body, cut)
+	case relayableError(status, body):
+		return body
 	case inner.IsObject() && isOpenAIError(inner):
-		up, _ := apierr.Parse(body)
-		if client := apierr.FromUpstream(up, status); client.Code == up.Code && client.Type == up.Type {
-			return body
-		}
 		e = relayedError(status, body)
 	case inner.Type == gjson.String && strings.TrimSpace(inner.Str) != "":
 		e = relayedError(status, nil)
@@ -1699,6 +1697,21 @@ func openAIShapedBody(status int, body []byte, cut string) []byte {
 		return body
 	}
 	return b
+}
+
+// relayableError reports whether an upstream's error body, which came with
+// status, reaches a client as it came, byte for byte: its error is in
+// OpenAI's shape (isOpenAIError) and apierr.FromUpstream keeps its code and
+// type. Any other error body is re-rendered (openAIShapedBody) or replaced
+// by the gateway's own error (ownerError).
+func relayableError(status int, body []byte) bool {
+	inner := gjson.GetBytes(body, "error")
+	if !inner.IsObject() || !isOpenAIError(inner) {
+		return false
+	}
+	up, _ := apierr.Parse(body)
+	client := apierr.FromUpstream(up, status)
+	return client.Code == up.Code && client.Type == up.Type
 }
 
 // isOpenAIError reports whether an error object has OpenAI's shape: message

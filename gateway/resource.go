@@ -1296,6 +1296,10 @@ func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id, hash strin
 			ownerFault(u.Name(), "answered with a body that is not a JSON object (at most %d levels deep)", s.opts.MaxJSONDepth).Write(w)
 			return
 		}
+		if want := ownerAnswerLacks(r.Method, call.suffix, b); want != "" {
+			ownerFault(u.Name(), "answered HTTP %d with a JSON object that is not %s", resp.StatusCode, want).Write(w)
+			return
+		}
 		if r.Method == http.MethodDelete && upID != id {
 			// A continued response: its owner names the deletion with its
 			// own id, which the client never saw.
@@ -1303,6 +1307,34 @@ func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id, hash strin
 			return
 		}
 		relayOwner(w, resp, s.scrub.Bytes(b))
+	}
+}
+
+// ownerAnswerLacks checks the least of an owner's 2xx JSON object answer
+// to a resource call (method, with suffix after /responses/{id}) that its
+// client can rely on, as OpenAI's API reference gives it: for input_items a
+// list (object "list" with a data array), for GET and cancel a Response
+// (object "response" with an id), for DELETE a deletion (a boolean
+// deleted). It returns what the answer should have been, or "" when it is
+// that. Only this is checked: a Response that passes is the owner's and is
+// relayed as it came, no field filled in.
+func ownerAnswerLacks(method, suffix string, body []byte) string {
+	switch {
+	case method == http.MethodDelete:
+		if d := gjson.GetBytes(body, "deleted"); d.Type == gjson.True || d.Type == gjson.False {
+			return ""
+		}
+		return `a deletion (a boolean "deleted")`
+	case suffix == "/input_items":
+		if gjson.GetBytes(body, "object").Str == "list" && gjson.GetBytes(body, "data").IsArray() {
+			return ""
+		}
+		return `a list of input items (object "list" with a "data" array)`
+	default: // GET and /cancel
+		if gjson.GetBytes(body, "object").Str == "response" && gjson.GetBytes(body, "id").Str != "" {
+			return ""
+		}
+		return `a Response (object "response" with an "id")`
 	}
 }
 
@@ -1340,16 +1372,24 @@ func (s *Server) continuedDeleteRefused(w http.ResponseWriter, r *http.Request, 
 // by: the gateway's own error naming the client's id, since the
 // upstream's body may name its own, which the client never saw. A 4xx
 // keeps its status and the upstream's code (it refused the call: the key,
-// a rate limit), anything else is 502.
+// a rate limit) as ownerErrorCode gives it, anything else is 502.
 func copyNotDeleted(upstreamName, id string, status int, body []byte) *apierr.Error {
 	aerr := apierr.UpstreamUnavailable(http.StatusBadGateway,
 		"upstream %q, which keeps a copy of response '%s', answered HTTP %d to its DELETE: that copy was not deleted; a retry asks it again",
 		upstreamName, id, status)
 	if status/100 == 4 {
 		aerr.Status, aerr.Type = status, apierr.TypeInvalidRequest
-		aerr.Code = firstNonEmpty(upstreamErrorOf(status, body).Code, apierr.CodeUpstreamError)
+		aerr.Code = ownerErrorCode(upstreamErrorOf(status, body), status)
 	}
 	return aerr
+}
+
+// ownerErrorCode is the code of the gateway's own error for an upstream's
+// failed resource call (ownerError, copyNotDeleted): the upstream's code as
+// a client gets it beside status (apierr.ClientCode: a status sent as the
+// code, llama.cpp's integer code, is none), else upstream_error.
+func ownerErrorCode(perr apierr.Error, status int) string {
+	return firstNonEmpty(apierr.ClientCode(perr.Code, status), apierr.CodeUpstreamError)
 }
 
 // ownerRemovedAnswer answers a resource call for a response known only to
@@ -1379,14 +1419,16 @@ func relayOwner(w http.ResponseWriter, resp *http.Response, body []byte) {
 }
 
 // ownerError is the gateway error for an owner's non-2xx answer that is no
-// OpenAI error ({"error":{"message",…}} nested at most maxDepth deep), read
-// as the POST path reads upstream error bodies (upstreamErrorOf); nil for
-// one that is, which is passed on. A 4xx keeps its status (the owner
-// refused the call: unknown id, a bad parameter), anything else is a 502.
+// OpenAI error nested at most maxDepth deep, by the rule the POST path
+// relays upstream error bodies by (relayableError: README "Endpoints",
+// errors are OpenAI-shaped everywhere), read as the POST path reads them
+// (upstreamErrorOf); nil for one that is, which is passed on. llama.cpp's
+// integer code without a param is no such error. A 4xx keeps its status
+// (the owner refused the call: unknown id, a bad parameter), anything else
+// is a 502.
 func ownerError(owner string, status int, body []byte, maxDepth int) *apierr.Error {
 	if status/100 == 4 || status/100 == 5 {
-		valid, object := jsonx.ScanTop(body, maxDepth, func([]byte, int, int) {})
-		if e := gjson.GetBytes(body, "error"); valid && object && e.IsObject() && e.Get("message").Type == gjson.String {
+		if valid, object := jsonx.ScanTop(body, maxDepth, func([]byte, int, int) {}); valid && object && relayableError(status, body) {
 			return nil
 		}
 	}
@@ -1395,7 +1437,7 @@ func ownerError(owner string, status int, body []byte, maxDepth int) *apierr.Err
 	if perr.Message == "" { // an empty body: say so, not a message that stops at its colon
 		e = ownerFault(owner, "answered HTTP %d %s without an error message", status, http.StatusText(status))
 	}
-	e.Code = firstNonEmpty(perr.Code, e.Code)
+	e.Code = ownerErrorCode(perr, status)
 	if status/100 == 4 {
 		e.Status, e.Type = status, apierr.TypeInvalidRequest
 	}
