@@ -336,3 +336,24 @@ func relaysAnyOf(src http.Header, names []string, named map[string]bool) bool {
 	}
 	return false
 }
+
+// upstreamSaysNoRetry reports whether an upstream's answer carries
+// x-should-retry: false: OpenAI's API marks an error no retry of the same
+// request can change so, and its SDKs then do not retry, whatever the
+// status. The gateway does not retry such an answer on the same target
+// either (forward), and tells the client so when every failure said it
+// (candidates.noRetryAnswer).
+func upstreamSaysNoRetry(h http.Header) bool {
+	return strings.EqualFold(strings.TrimSpace(h.Get("X-Should-Retry")), "false")
+}
+
+// keepNoRetryOnly drops an upstream's x-should-retry: false from h, the
+// headers of the answer the client gets, unless noRetry (the request's
+// verdict, candidates.noRetryAnswer) says the client must not retry: one
+// target's "false" never speaks for a request another target may still
+// serve. An x-should-retry: true is kept.
+func keepNoRetryOnly(h http.Header, noRetry bool) {
+	if !noRetry && upstreamSaysNoRetry(h) {
+		h.Del("X-Should-Retry")
+	}
+}

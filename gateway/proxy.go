@@ -559,6 +559,7 @@ func (s *Server) forward(ctx context.Context, out responder, req *clientRequest,
 	hintless, hinted := false, false
 	replays := 0
 	replayPending := false
+	stopped := false                       // the replay policy said no: no further target (noRetryAnswer)
 	retried := map[upstream.Target]bool{}  // the host's bound: one same-target retry per target
 	sameTries := map[upstream.Target]int{} // same-target retries and replays, for the policy
 	var again *upstream.Target             // the target of a same-target retry or replay
@@ -600,10 +601,14 @@ attempts:
 		}
 		s.traceAttempt(req, t)
 		res := s.attempt(ctx, out, req, t.Upstream, replays, start)
-		if res.next == nextRetrySame && !try.retry {
+		if res.next == nextRetrySame && (!try.retry || try.noRetry) {
 			// A target is retried once, within the attempt budget, whatever
 			// the replay policy asks (ABI.md): the loop moves on, and the
-			// attempt's span says so.
+			// attempt's span says so. An answer the upstream marked
+			// x-should-retry: false is not retried on it at all: OpenAI's
+			// SDKs would not send it again either, and each retry would
+			// only charge its circuit once more for one refusal. Another
+			// target is another request: the route's failover stands.
 			res.next = nextFailover
 		}
 		s.traceAttemptEnd(req, res)
@@ -612,6 +617,9 @@ attempts:
 			return
 		}
 		failures = append(failures, t.String()+": "+res.why)
+		if !try.noRetry {
+			c.curable = true // a retry may fare better: the answer never says x-should-retry: false
+		}
 		switch {
 		case !try.fail.HasHint():
 			hintless = true
@@ -654,7 +662,7 @@ attempts:
 			c.skipModel[t.Model] = true
 			replayPending = false
 		case nextStop:
-			replayPending = false
+			replayPending, stopped = false, true
 			c.tried[t] = true
 			s.settle(t, try)
 			break attempts
@@ -671,10 +679,20 @@ attempts:
 		s.giveUp(s.clientStreamOf(ctx, out, req, start), req)
 		return
 	}
+	// Every failure said x-should-retry: false and no target is left that a
+	// retry could reach: the client is told not to retry (noRetryAnswer).
+	noRetry := c.noRetryAnswer(len(failures) > 0, stopped)
 	if req.pinned != nil {
 		why := c.why
 		if len(failures) > 0 {
 			why = failures[len(failures)-1]
+		}
+		if noRetry {
+			// No wait to tell: the owner said no retry changes its answer.
+			e := apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the upstream that owns previous_response_id failed (%s)", why)
+			e.NoRetry = true
+			s.failClosedAs(out, req, failOwnerUnavailable, e, failBeforeStream)
+			return
 		}
 		wait, _, _, _ := c.anyTarget().soonestBack() // the owner's own failure may just have started its cooldown
 		if wait == 0 && !hintless {
@@ -703,6 +721,7 @@ attempts:
 			// found no other target is told what the next one would be).
 			e = c.capacityWait(lastErr)
 		}
+		e.NoRetry = noRetry // the upstream's own wait stays: it is its answer
 		if lastErrHeader != nil && failsWithStatus(req, failBeforeStream) {
 			// The upstream's own answer reaches the client: with its
 			// headers, as any relayed error (README "Access log": its
@@ -747,11 +766,16 @@ attempts:
 		if !hintless && (wait == 0 || waitHint < wait) { // every upstream tried asked for a wait (an overloaded 503's Retry-After)
 			wait = waitHint
 		}
+		if noRetry {
+			// Every upstream tried said no retry changes its answer: no wait
+			// to tell, as no retry is asked for.
+			wait = 0
+		}
 		if wait > 0 {
 			msg = withRetryIn(msg, wait)
 		}
 		e = apierr.UpstreamUnavailable(http.StatusBadGateway, "%s", msg)
-		e.RetryAfter = wait
+		e.RetryAfter, e.NoRetry = wait, noRetry
 	}
 	kind := failBeforeStream
 	if len(failures) == 0 {
@@ -769,11 +793,13 @@ attempts:
 // upstream answered, carrying the headers that answer came with (header),
 // filtered as any relayed answer's are (copyResponseHeaders), except its wait:
 // the client is told e's (Retry-After, Retry-After-Ms), which capacityWait
-// may have made longer, and none when e has none.
+// may have made longer, and none when e has none; and its x-should-retry:
+// false only when e says no retry (noRetryAnswer).
 func relayCapacityError(out responder, req *clientRequest, e *apierr.Error, header http.Header) {
 	h := header.Clone()
 	h.Del("Retry-After")
 	h.Del("Retry-After-Ms")
+	keepNoRetryOnly(h, e.NoRetry)
 	e.SetRetryHeaders(h)
 	h.Set("Content-Type", "application/json")
 	body, _ := e.MarshalJSON() // cannot fail: e is strings
@@ -1563,6 +1589,7 @@ func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRe
 	perr := upstreamErrorOf(ans.status, ans.body)
 	status := ans.status
 	try := tryOf(req)
+	try.noRetry = upstreamSaysNoRetry(ans.header) // never retried on this target (forward)
 	code := apierr.CodeBesideStatus(perr.Code, status)
 	why := ans.statusReason(firstNonEmpty(code, perr.Message))
 	coded := ans.statusReason(code)
@@ -1651,6 +1678,9 @@ func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRe
 		header = http.Header{}
 	}
 	header.Set("Content-Type", "application/json")
+	if try.cands != nil { // an earlier target's failure a retry may cure: no x-should-retry: false
+		keepNoRetryOnly(header, try.cands.noRetryAnswer(true, true))
+	}
 	out.relay(req, status, header, openAIShapedBody(status, ans.body, ans.bodyCut))
 	return attemptResult{next: nextDone}
 }

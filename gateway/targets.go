@@ -41,6 +41,7 @@ type tryState struct {
 	answered bool              // the upstream answered 2xx with a body or a first event
 	fail     *upstream.Failure // charged to the target when forward moves on (or ends)
 	connect  bool              // a connect failure: the upstream cools down when forward moves on
+	noRetry  bool              // the upstream's error answer said x-should-retry: false (upstreamSaysNoRetry)
 	settled  bool              // the outcome was reported to the pool (settle): once per attempt
 }
 
@@ -66,6 +67,32 @@ type candidates struct {
 	why       string          // why the last usable-looking target was skipped
 	probed    bool            // the down upstreams were probed on demand (once per request)
 	opened    bool            // a failure of this request opened a target's circuit (settle)
+	// curable: a failure of this request so far did not carry the
+	// upstream's x-should-retry: false, so a retry may fare better
+	// (noRetryAnswer).
+	curable bool
+}
+
+// noRetryAnswer reports whether the client's error answer after the
+// request's failed attempts says x-should-retry: false, the one rule for
+// the gateway's own error and a relayed one (keepNoRetryOnly): only when
+// every failure carried the upstream's x-should-retry: false (failed: at
+// least one did) and no target was left out for something a retry could
+// cure: one cooling down, behind an open circuit or down, or not reached
+// within the attempt budget (an eligible target left). stopped: the request
+// ended on an answer the route does not fail over from (the replay
+// policy's no, a relayed client error): the targets after it were never
+// going to be tried, by a retry either.
+func (c *candidates) noRetryAnswer(failed, stopped bool) bool {
+	if !failed || c.curable {
+		return false
+	}
+	if stopped {
+		return true
+	}
+	left := false
+	c.each(func(upstream.Target) { left = true })
+	return !left
 }
 
 func (s *Server) candidatesFor(ctx context.Context, req *clientRequest) *candidates {

@@ -75,10 +75,14 @@ type Error struct {
 	// seconds, rounded up) and as retry-after-ms, which the OpenAI SDKs
 	// read first.
 	RetryAfter time.Duration `json:"-"`
-	Message    string        `json:"message"`
-	Type       string        `json:"type"`
-	Code       string        `json:"code"`
-	Param      string        `json:"param"`
+	// NoRetry is sent as x-should-retry: false, the header OpenAI's API
+	// sends on an answer no retry of the same request can change and its
+	// SDKs honour before the status: a client SDK then does not retry.
+	NoRetry bool   `json:"-"`
+	Message string `json:"message"`
+	Type    string `json:"type"`
+	Code    string `json:"code"`
+	Param   string `json:"param"`
 }
 
 // Error implements the error interface.
@@ -91,7 +95,7 @@ func (e *Error) Error() string {
 
 // Retryable reports whether a client may retry the same request unchanged.
 func (e *Error) Retryable() bool {
-	return e.Type == TypeServer || e.Status == http.StatusTooManyRequests || e.Status >= 500
+	return !e.NoRetry && (e.Type == TypeServer || e.Status == http.StatusTooManyRequests || e.Status >= 500)
 }
 
 // MarshalJSON renders the error as the OpenAI envelope {"error":{…}}, with a
@@ -120,8 +124,11 @@ func nullable(s string) any {
 
 // SetRetryHeaders sets Retry-After (whole seconds, rounded up) and
 // Retry-After-Ms (the header the OpenAI SDKs read first) from RetryAfter,
-// when it is positive.
+// when it is positive, and X-Should-Retry: false when NoRetry.
 func (e *Error) SetRetryHeaders(h http.Header) {
+	if e.NoRetry {
+		h.Set("X-Should-Retry", "false")
+	}
 	if e.RetryAfter > 0 {
 		h.Set("Retry-After", fmt.Sprint(int64((e.RetryAfter+time.Second-1)/time.Second)))
 		h.Set("Retry-After-Ms", fmt.Sprint(int64((e.RetryAfter+time.Millisecond-1)/time.Millisecond)))

@@ -2,6 +2,7 @@ package apierr
 
 import (
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -103,5 +104,26 @@ func TestStoreUnavailable(t *testing.T) {
 					CodeStoreUnavailable, tt.wantMessage, tt.wantRetryAfter)
 			}
 		})
+	}
+}
+
+// NoRetry goes out as x-should-retry: false, which the OpenAI SDKs honour
+// before the status; an error without it says nothing of the kind.
+func TestNoRetryHeader(t *testing.T) {
+	for _, c := range []struct {
+		e    *Error
+		want string
+	}{
+		{&Error{Status: http.StatusBadGateway, Type: TypeServer, NoRetry: true}, "false"},
+		{&Error{Status: http.StatusBadGateway, Type: TypeServer}, ""},
+	} {
+		h := http.Header{}
+		c.e.SetRetryHeaders(h)
+		if got := h.Get("X-Should-Retry"); got != c.want {
+			t.Errorf("NoRetry %v: X-Should-Retry %q, want %q", c.e.NoRetry, got, c.want)
+		}
+		if c.e.Retryable() == c.e.NoRetry {
+			t.Errorf("NoRetry %v: Retryable %v", c.e.NoRetry, c.e.Retryable())
+		}
 	}
 }
