@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/sluice-gw/sluice/internal/clientkey"
 	"github.com/sluice-gw/sluice/internal/jsonx"
+	"github.com/sluice-gw/sluice/internal/sent"
 	"github.com/sluice-gw/sluice/internal/translate"
 	"github.com/sluice-gw/sluice/store"
 )
@@ -671,28 +672,22 @@ func inputItemList(id string, input []byte, q map[string][]string) ([]byte, *api
 		typ := it.Get("type").Str
 		if typ == "message" || typ == "" {
 			// An assistant message is the spec's output message: its text
-			// parts are output_text, with annotations and logprobs.
+			// parts are output_text, with every member the spec requires of
+			// its parts, as in any Response the gateway renders
+			// (sent.CompleteContent).
 			assistant := it.Get("role").Str == "assistant"
 			if c := gjson.Get(raw, "content"); c.Type == gjson.String { // string content: one text part
 				part := []byte(`[{"type":"input_text","text":`)
 				if assistant {
-					part = []byte(`[{"type":"output_text","annotations":[],"logprobs":[],"text":`)
+					part = []byte(`[{"type":"output_text","text":`)
 				}
 				part = jsonx.AppendQuote(part, c.Str)
 				if out, err := sjson.SetRaw(raw, "content", string(append(part, "}]"...))); err == nil {
 					raw = out
 				}
-			} else if assistant {
-				c.ForEach(func(k, p gjson.Result) bool {
-					for _, f := range []string{"annotations", "logprobs"} {
-						if p.Get("type").Str == "output_text" && !p.Get(f).Exists() {
-							if out, err := sjson.SetRaw(raw, "content."+k.String()+"."+f, "[]"); err == nil {
-								raw = out
-							}
-						}
-					}
-					return true
-				})
+			}
+			if assistant {
+				raw = string(sent.CompleteContent([]byte(raw)))
 			}
 		}
 		// The spec's message and function call items carry a status.

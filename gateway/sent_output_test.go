@@ -33,7 +33,7 @@ func TestFailedAfterMalformedItemEvents(t *testing.T) {
 	if last.typ != "response.failed" || !gjson.ValidBytes(last.data) {
 		t.Fatalf("terminal %s, valid JSON %v: %s", last.typ, gjson.ValidBytes(last.data), last.data)
 	}
-	want := `[{"id":"msg_a","type":"message","status":"incomplete","content":[{"type":"output_text","annotations":[],"text":"Hi"}],"role":"assistant"},` +
+	want := `[{"id":"msg_a","type":"message","status":"incomplete","content":[{"type":"output_text","annotations":[],"text":"Hi","logprobs":[]}],"role":"assistant"},` +
 		`{"id":"msg_b","type":"message","status":"incomplete","content":[],"role":"assistant"}]`
 	if got := gjson.GetBytes(last.data, "response.output").Raw; got != want {
 		t.Fatalf("output %s\nwant %s", got, want)

@@ -383,17 +383,20 @@ func Quoted(escaped []byte) []byte {
 
 // AppendJSON renders the item for a Response object that ended: its done
 // form once done, else its added form closed as incomplete with what was
-// streamed into it.
+// streamed into it; either way with every part carrying the members the
+// spec requires of its type (CompleteContent).
 func (it *Item) AppendJSON(b []byte) []byte { return it.appendJSON(b, false) }
 
 // appendJSON renders the item as AppendJSON does; running: for a Response
 // still being written, in which an item not done yet is in_progress (the
 // spec's item status while it is written), not closed as incomplete.
 func (it *Item) appendJSON(b []byte, running bool) []byte {
+	// Its parts, the upstream's as they came, get the members the spec
+	// requires of them (CompleteContent).
 	if it.Done != nil {
-		return append(b, it.Done...)
+		return append(b, CompleteContent(it.Done)...)
 	}
-	raw := it.Added
+	raw := CompleteContent(it.Added)
 	set := func(path string, value []byte) {
 		if out, err := sjson.SetRawBytes(raw, path, value); err == nil {
 			raw = out
@@ -431,14 +434,14 @@ func appendParts(b []byte, parts []*Part) []byte {
 			b = append(b, ',')
 		}
 		if p.Done != nil {
-			b = append(b, p.Done...)
+			b = append(b, CompletePart(p.Done)...)
 			continue
 		}
 		field := "text"
 		if gjson.GetBytes(p.Added, "type").Str == "refusal" {
 			field = "refusal"
 		}
-		part := p.Added
+		part := CompletePart(p.Added) // before its text goes in: the added form is small
 		if out, err := sjson.SetRawBytes(part, field, Quoted(p.Text)); err == nil {
 			part = out
 		}

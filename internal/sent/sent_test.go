@@ -43,7 +43,7 @@ func TestTrackKeepsOutputValid(t *testing.T) {
 	if !gjson.ValidBytes(b) {
 		t.Fatalf("invalid Response: %s", b)
 	}
-	want := `[{"id":"msg_1","type":"message","role":"assistant","status":"incomplete","content":[{"type":"output_text","text":"Hi","annotations":[]}]}]`
+	want := `[{"id":"msg_1","type":"message","role":"assistant","status":"incomplete","content":[{"type":"output_text","text":"Hi","annotations":[],"logprobs":[]}]}]`
 	if got := gjson.GetBytes(b, "output").Raw; got != want {
 		t.Fatalf("output %s\nwant %s", got, want)
 	}
