@@ -100,22 +100,26 @@ func (s *Server) refuseFailedSessionTurn(out responder, req *clientRequest) bool
 	return true
 }
 
-// sessionChainBodyOverSocket is req's body as it goes over u's WebSocket. A
-// store:false follow-up stays incremental only where the previous response
-// is held: on the socket of the upstream that served it, unless it was
-// continued after a failure (the upstream that finished it holds it with
-// its own tool call ids, while the client keeps those it was shown, README
-// "Continuation", so an output naming the client's call id would find no
-// call there). Sent to any other upstream (the follow-up is not pinned to
-// its owner when the session's memory holds its turn: selfContainedChain),
-// or after a continuation, it goes in full from the session's memory, with
-// the calls as the client has them, as over HTTP. A follow-up whose turn
-// the memory does not hold is pinned to its owner and stays incremental.
-func (s *Server) sessionChainBodyOverSocket(ctx context.Context, req *clientRequest, u *upstream.Upstream) ([]byte, error) {
+// sessionChainBodyOverSocket is req's body as it goes over a connection
+// to u's WebSocket; connServed says whether that connection served the
+// response previous_response_id names. A store:false follow-up stays
+// incremental only where the previous response is held: on the connection
+// that served it (the upstream keeps a store:false response on that
+// connection only, so one it closed, after OpenAI's 60-minute limit or a
+// restart, holds it nowhere), unless it was continued after a failure (the
+// upstream that finished it holds it with its own tool call ids, while the
+// client keeps those it was shown, README "Continuation", so an output
+// naming the client's call id would find no call there). Sent to any other
+// upstream or connection (the follow-up is not pinned to its owner when the
+// session's memory holds its turn: selfContainedChain), or after a
+// continuation, it goes in full from the session's memory, with the calls
+// as the client has them, as over HTTP. A follow-up whose turn the memory
+// does not hold is pinned to its owner and stays incremental.
+func (s *Server) sessionChainBodyOverSocket(ctx context.Context, req *clientRequest, u *upstream.Upstream, connServed bool) ([]byte, error) {
 	if !keepsSessionTurn(req) || req.previousResponseID == "" || !req.memory.holds(req.previousResponseID) {
 		return req.body, nil
 	}
-	if req.memory.heldBy(req.previousResponseID) == u.Name() && !req.memory.wasContinued(req.previousResponseID) {
+	if connServed && req.memory.heldBy(req.previousResponseID) == u.Name() && !req.memory.wasContinued(req.previousResponseID) {
 		return req.body, nil
 	}
 	return s.sessionChainBody(ctx, req, req.body)

@@ -91,6 +91,30 @@ type upstreamSocket struct {
 	// last is the response conn served last: an event naming it in a
 	// later turn is a leftover of that response (guarded by the slot).
 	last servedResponse
+	// held is the responses conn served, newest last, at most
+	// maxHeldPerConnection: the upstream keeps a store:false response on
+	// the connection that made it only, so only these may be named by an
+	// incremental follow-up sent over conn (wsSource.frameForConn); a new
+	// connection holds none (attach). Guarded by the slot.
+	held []string
+}
+
+// maxHeldPerConnection bounds the response ids a socket remembers its
+// connection served: a follow-up naming an older one is sent in full from
+// the session's memory, which is always correct, only larger.
+const maxHeldPerConnection = 64
+
+// served reports whether sock's connection served response id (held).
+func (sock *upstreamSocket) served(id string) bool {
+	return id != "" && slices.Contains(sock.held, id)
+}
+
+// keepHeld notes that sock's connection served response id (held).
+func (sock *upstreamSocket) keepHeld(id string) {
+	if len(sock.held) == maxHeldPerConnection {
+		sock.held = slices.Delete(sock.held, 0, 1)
+	}
+	sock.held = append(sock.held, id)
 }
 
 // servedResponse is what identifies a response a socket served: its id and
@@ -313,7 +337,7 @@ func (w *wsUpstreams) attach(sock *upstreamSocket, conn *websocket.Conn) error {
 		conn.CloseNow()
 		return errDraining
 	}
-	sock.conn, sock.last = conn, servedResponse{}
+	sock.conn, sock.last, sock.held = conn, servedResponse{}, nil
 	return nil
 }
 
@@ -470,16 +494,12 @@ func (w *wsUpstreams) send(upCtx context.Context, firstByte func() (context.Cont
 	if e := w.refusedMode(u); e != nil {
 		return nil, e
 	}
-	body, err := w.s.sessionChainBodyOverSocket(upCtx, req, u) // wsmemory.go
+	// The connection is not known yet: as sent, the follow-up picks the
+	// session scope's socket, and wsSource.open sends it in full when the
+	// connection it gets did not serve the previous response.
+	frame, err := w.responseCreate(upCtx, req, u, true)
 	if err != nil {
 		return nil, err
-	}
-	frame, err := sjson.SetBytes(body, "type", "response.create")
-	if err == nil {
-		frame, err = sjson.DeleteBytes(frame, "stream")
-	}
-	if err != nil {
-		return nil, fmt.Errorf("building response.create: %w", err)
 	}
 	header := wsDialHeader(req, u)
 	pool := socketPool(u, header, req.clientKeyHash)
@@ -496,7 +516,8 @@ func (w *wsUpstreams) send(upCtx context.Context, firstByte func() (context.Cont
 	}
 	sendCtx, stopFirstByte := firstByte()
 	defer stopFirstByte()
-	src := &wsSource{w: w, sock: sock, req: req, u: u, header: header, frame: frame, ctx: sendCtx, idle: idle, max: w.s.opts.MaxEventBytes}
+	src := &wsSource{w: w, sock: sock, req: req, u: u, header: header, frame: frame, ctx: sendCtx, idle: idle, max: w.s.opts.MaxEventBytes,
+		incremental: selfContainedChain(req) && gjson.GetBytes(frame, "previous_response_id").Str != ""}
 	ans, err := src.open(sendCtx)
 	if err != nil || ans != nil {
 		w.release(sock, false)
@@ -511,6 +532,24 @@ func (w *wsUpstreams) send(upCtx context.Context, firstByte func() (context.Cont
 	// handles a refusal with a status as that status (wsStatusAnswer).
 	return &upstreamAnswer{status: http.StatusOK, src: src, statusFrames: true, pending: pending,
 		done: func(reusable bool) { w.release(sock, src.settle(reusable)) }}, nil
+}
+
+// responseCreate is req's response.create frame for u's WebSocket, on a
+// connection that served the previous response or not (connServed,
+// sessionChainBodyOverSocket).
+func (w *wsUpstreams) responseCreate(ctx context.Context, req *clientRequest, u *upstream.Upstream, connServed bool) ([]byte, error) {
+	body, err := w.s.sessionChainBodyOverSocket(ctx, req, u, connServed) // wsmemory.go
+	if err != nil {
+		return nil, err
+	}
+	frame, err := sjson.SetBytes(body, "type", "response.create")
+	if err == nil {
+		frame, err = sjson.DeleteBytes(frame, "stream")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("building response.create: %w", err)
+	}
+	return frame, nil
 }
 
 // upstreamSocketsFull fails an attempt that found limits.upstream_sockets
@@ -752,6 +791,10 @@ type wsSource struct {
 	last    servedResponse // the response conn served last
 	retried bool           // the turn went to a new connection once already
 	started bool           // an event went to the reader
+	// incremental: frame names a previous response the session's memory
+	// holds, which of the upstream's connections only the one that served
+	// it holds too (frameForConn).
+	incremental bool
 
 	opened     bool            // a response lifecycle event of this turn was read
 	responseID string          // the response the turn's lifecycle events name
@@ -775,6 +818,9 @@ func (src *wsSource) open(ctx context.Context) (*upstreamAnswer, error) {
 			src.w.idleEnded(src.sock, first)
 			continue
 		}
+		if err := src.frameForConn(ctx); err != nil {
+			return nil, err
+		}
 		if conn == nil {
 			c, ans, err := src.w.dial(ctx, src.req, src.u, src.header)
 			if err != nil || ans != nil {
@@ -793,6 +839,26 @@ func (src *wsSource) open(ctx context.Context) (*upstreamAnswer, error) {
 			return nil, fmt.Errorf("sending response.create: %w", err)
 		}
 	}
+}
+
+// frameForConn rebuilds an incremental frame in full from the session's
+// memory when the turn's connection did not serve the previous response: a
+// new one (the socket's was closed by the upstream while it waited, or
+// replaced after failing the turn: replace), or one that served other
+// responses. The upstream keeps a store:false response on the connection
+// that made it only, so it would answer previous_response_not_found, and
+// so would every retry of the client's. A chain the memory does not hold
+// stays as sent (sessionChainBodyOverSocket).
+func (src *wsSource) frameForConn(ctx context.Context) error {
+	if !src.incremental || src.reused && src.sock.served(src.req.previousResponseID) {
+		return nil
+	}
+	frame, err := src.w.responseCreate(ctx, src.req, src.u, false)
+	if err != nil {
+		return err
+	}
+	src.frame, src.incremental = frame, gjson.GetBytes(frame, "previous_response_id").Str != ""
+	return nil
 }
 
 // replace gives up a reused connection that failed the turn before the
@@ -959,6 +1025,7 @@ func (src *wsSource) settle(reusable bool) bool {
 	}
 	if src.responseID != "" {
 		src.sock.last = servedResponse{id: src.responseID, items: src.items}
+		src.sock.keepHeld(src.responseID)
 	}
 	return true
 }

@@ -33,6 +33,13 @@ type Options struct {
 	// PreviousNotFound), in the shape PreviousShape. Such a request does not
 	// consume a script.
 	StrictPrevious bool
+	// PreviousPerWebSocket answers previous_response_not_found (as
+	// StrictPrevious does, in the shape PreviousShape) to a response.create
+	// whose previous_response_id was not created (PlaceholderID) on the same
+	// WebSocket: OpenAI's WebSocket mode keeps a store:false response on
+	// the connection that made it only. Such a message does not consume a
+	// script.
+	PreviousPerWebSocket bool
 	// PreviousShape is the shape of StrictPrevious's error on streams (HTTP
 	// and WebSocket). Non-streaming requests always get the 400 status.
 	PreviousShape Shape
@@ -60,6 +67,9 @@ type Request struct {
 	Body       []byte      // the HTTP body, or the WebSocket message
 	ReceivedAt time.Time
 	WebSocket  bool // a response.create received on a WebSocket
+	// WebSocketConn numbers, from 1, the WebSocket a response.create came
+	// on, in the order the upgrades were accepted; 0 for HTTP requests.
+	WebSocketConn int
 
 	// Decoded from Body for convenience.
 	Model              string

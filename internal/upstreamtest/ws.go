@@ -37,7 +37,8 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer c.CloseNow()
-	s.wsConnects.Add(1)
+	connNo := int(s.wsConnects.Add(1))
+	made := map[string]bool{} // the responses played on this socket (PreviousPerWebSocket)
 	c.SetReadLimit(maxWSMessage)
 	var hdr http.Header
 	if !s.opts.DisableRecording {
@@ -61,7 +62,7 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 		jsonErr := json.Unmarshal(msg, &f)
 		handle := s.record(Request{
 			Method: http.MethodGet, Path: "/v1/responses", Header: hdr, Body: msg, ReceivedAt: time.Now(),
-			WebSocket: true, Model: f.Model, Stream: true, PreviousResponseID: f.PreviousResponseID,
+			WebSocket: true, WebSocketConn: connNo, Model: f.Model, Stream: true, PreviousResponseID: f.PreviousResponseID,
 		})
 		f.Stream = true
 		var werr error
@@ -75,7 +76,7 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 				werr = s.wsError(ctx, c, http.StatusNotFound, m, "model")
 				break
 			}
-			if s.opts.StrictPrevious && f.PreviousResponseID != "" && !s.isKnown(f.PreviousResponseID) {
+			if f.PreviousResponseID != "" && (s.opts.StrictPrevious && !s.isKnown(f.PreviousResponseID) || s.opts.PreviousPerWebSocket && !made[f.PreviousResponseID]) {
 				t := s.newTurn(epResponses, &f)
 				t.forget = true
 				if !s.playWS(ctx, c, s.prev, t) {
@@ -94,6 +95,9 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 				t.prefill, t.hasPrefill = trailingAssistant(msg, epResponses)
 			}
 			s.setResponseID(handle, t.id)
+			if !p.failed() {
+				made[t.id] = true
+			}
 			if !s.playWS(ctx, c, p, t) {
 				return
 			}
