@@ -3,12 +3,15 @@ package gateway
 import (
 	"bytes"
 	"strconv"
+	"strings"
 
+	"github.com/google/uuid"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
 	"github.com/sluice-gw/sluice/gateway/sse"
 	"github.com/sluice-gw/sluice/internal/jsonx"
+	"github.com/sluice-gw/sluice/internal/sent"
 	"github.com/sluice-gw/sluice/internal/translate"
 )
 
@@ -270,4 +273,274 @@ func orNull(raw string) string {
 // object is the JSON object of members (appendMember's).
 func object(members []byte) []byte {
 	return append(append([]byte{'{'}, members...), '}')
+}
+
+// responseStream makes a whole Response, the answer of a Responses upstream
+// that ignored a Responses client's stream:true, the answer's event stream
+// (ans.src), as chatCompletionStream does for a chat.completion (README,
+// "Chat-Completions-only upstreams"): the pump then reads the events as any
+// upstream's, so numbering, usage, continuity (the Response's id is the
+// one a streamed answer would have named) and the resume log follow it as
+// they follow a stream. It reports false, leaving ans as it was, for a body
+// that is not a Response responseEvents can render, or that fails the
+// checks every complete answer passes (answerProblem).
+func (s *Server) responseStream(ans *upstreamAnswer, body []byte) bool {
+	ans.body = body
+	problem := s.answerProblem(ans)
+	ans.body = nil
+	if problem != "" {
+		return false
+	}
+	evs, ok := responseEvents(body)
+	if !ok {
+		return false
+	}
+	ans.src = &replayedAnswer{events: evs}
+	return true
+}
+
+// responseTerminal is the terminal event type a whole Response's status
+// ends its stream with; "" for any other status (queued, in_progress,
+// cancelled): no stream of such a Response ends.
+func responseTerminal(status string) string {
+	switch status {
+	case "completed", "incomplete", "failed":
+		return "response." + status
+	}
+	return ""
+}
+
+// responseEvents renders a whole Response (object "response", an id, an
+// output array of typed items, a status responseTerminal knows) as the
+// event stream OpenAI's API sends for it: response.created and
+// response.in_progress (the Response in_progress, with no output yet), per
+// output item its added event, the events of its content and its done
+// event (renderResponseItem), then the terminal event with the Response.
+// ok is false for any other body, and for an item whose text is not a
+// string: nothing is rendered from it.
+func responseEvents(body []byte) (evs []sse.Event, ok bool) {
+	root := gjson.ParseBytes(body)
+	output := root.Get("output")
+	terminal := responseTerminal(root.Get("status").Str)
+	if !root.IsObject() || root.Get("object").Str != "response" || !nonEmptyJSONString(root.Get("id")) ||
+		!output.IsArray() || terminal == "" {
+		return nil, false
+	}
+	seq := 0
+	emit := func(typ string, members []byte) {
+		head := appendMember(appendMember(nil, `"type"`, strconv.Quote(typ)), `"sequence_number"`, strconv.Itoa(seq))
+		evs = append(evs, sse.Event{Name: typ, Data: object(joinMembers(head, members))})
+		seq++
+	}
+	opening := body
+	for _, m := range []struct{ key, raw string }{{"status", `"in_progress"`}, {"output", `[]`}, {"usage", `null`},
+		{"error", `null`}, {"incomplete_details", `null`}} {
+		if b, err := sjson.SetRawBytes(opening, m.key, []byte(m.raw)); err == nil {
+			opening = b
+		}
+	}
+	if root.Get("completed_at").Exists() {
+		if b, err := sjson.SetRawBytes(opening, "completed_at", []byte(`null`)); err == nil {
+			opening = b
+		}
+	}
+	emit("response.created", appendMember(nil, `"response"`, string(opening)))
+	emit("response.in_progress", appendMember(nil, `"response"`, string(opening)))
+	var items []string // the output as the done events showed it
+	ok = true
+	output.ForEach(func(_, it gjson.Result) bool {
+		var done string
+		if done, ok = renderResponseItem(it, len(items), emit); ok {
+			items = append(items, done)
+		}
+		return ok
+	})
+	if !ok {
+		return nil, false
+	}
+	final := body
+	if b, err := sjson.SetRawBytes(final, "output", []byte("["+strings.Join(items, ",")+"]")); err == nil {
+		final = b
+	}
+	emit(terminal, appendMember(nil, `"response"`, string(final)))
+	return evs, true
+}
+
+// nonEmptyJSONString reports whether r is a string with some text.
+func nonEmptyJSONString(r gjson.Result) bool { return r.Type == gjson.String && r.Str != "" }
+
+// renderResponseItem emits the events of output item it at index: its
+// output_item.added (the item in_progress, its text empty), the events of
+// its text, and its output_item.done, and returns the item as done showed
+// it (with an id made for it when it had none: every item event names
+// one). ok is false, nothing emitted, for an item that is not an object
+// with a type or whose text is not a string.
+//
+//   - message: per content part content_part.added, its text's delta and
+//     done (output_text.delta/done, with the part's logprobs, and an
+//     output_text.annotation.added per annotation; refusal.delta/done for a
+//     refusal), content_part.done;
+//   - function_call: function_call_arguments.delta and .done;
+//   - custom_tool_call: custom_tool_call_input.delta and .done;
+//   - reasoning: per summary part reasoning_summary_part.added,
+//     reasoning_summary_text.delta/done, reasoning_summary_part.done; per
+//     content part content_part.added, reasoning_text.delta/done,
+//     content_part.done;
+//   - any other item (a hosted tool's call): added and done only.
+func renderResponseItem(it gjson.Result, index int, emit func(string, []byte)) (done string, ok bool) {
+	typ := it.Get("type")
+	if !it.IsObject() || !nonEmptyJSONString(typ) || !responseItemTextsAreStrings(it) {
+		return "", false
+	}
+	raw := it.Raw
+	if !nonEmptyJSONString(it.Get("id")) {
+		prefix := map[string]string{"message": "msg_", "function_call": "fc_", "reasoning": "rs_", "custom_tool_call": "ctc_"}[typ.Str]
+		if prefix == "" {
+			prefix = "item_"
+		}
+		if b, err := sjson.Set(raw, "id", prefix+strings.ReplaceAll(uuid.NewString(), "-", "")); err == nil {
+			raw = b
+		}
+	}
+	raw = string(sent.CompleteContent([]byte(raw))) // its parts as complete as any the gateway writes (README "What it promises")
+	item := gjson.Parse(raw)
+	ref := appendMember(appendMember(nil, `"item_id"`, item.Get("id").Raw), `"output_index"`, strconv.Itoa(index))
+	member := func(members []byte, key, rawValue string) []byte {
+		return appendMember(members, strconv.Quote(key), rawValue)
+	}
+	at := func(key string, i int) []byte { return member(ref, key, strconv.Itoa(i)) }
+
+	added := raw
+	empty := map[string]string{"message": "content", "reasoning": "summary", "function_call": "arguments", "custom_tool_call": "input"}
+	if key := empty[typ.Str]; key != "" {
+		value := `[]`
+		if key == "arguments" || key == "input" {
+			value = `""`
+		}
+		added, _ = sjson.SetRaw(added, key, value)
+	}
+	if typ.Str == "reasoning" && item.Get("content").IsArray() {
+		added, _ = sjson.SetRaw(added, "content", `[]`)
+	}
+	if item.Get("status").Exists() {
+		added, _ = sjson.SetRaw(added, "status", `"in_progress"`)
+	}
+	emit("response.output_item.added", member(member(nil, "output_index", strconv.Itoa(index)), "item", added))
+
+	switch typ.Str {
+	case "message":
+		j := 0
+		item.Get("content").ForEach(func(_, part gjson.Result) bool {
+			pos := at("content_index", j)
+			j++
+			switch part.Get("type").Str {
+			case "output_text":
+				logprobs := part.Get("logprobs").Raw
+				if !part.Get("logprobs").IsArray() {
+					logprobs = `[]`
+				}
+				emit("response.content_part.added", member(pos, "part", `{"type":"output_text","annotations":[],"logprobs":[],"text":""}`))
+				if text := part.Get("text"); text.Str != "" {
+					emit("response.output_text.delta", member(member(pos, "delta", text.Raw), "logprobs", logprobs))
+				}
+				k := 0
+				part.Get("annotations").ForEach(func(_, a gjson.Result) bool {
+					emit("response.output_text.annotation.added", member(member(pos, "annotation_index", strconv.Itoa(k)), "annotation", a.Raw))
+					k++
+					return true
+				})
+				emit("response.output_text.done", member(member(pos, "text", part.Get("text").Raw), "logprobs", logprobs))
+			case "refusal":
+				emit("response.content_part.added", member(pos, "part", `{"type":"refusal","refusal":""}`))
+				if refusal := part.Get("refusal"); refusal.Str != "" {
+					emit("response.refusal.delta", member(pos, "delta", refusal.Raw))
+				}
+				emit("response.refusal.done", member(pos, "refusal", part.Get("refusal").Raw))
+			default:
+				emit("response.content_part.added", member(pos, "part", part.Raw))
+			}
+			emit("response.content_part.done", member(pos, "part", part.Raw))
+			return true
+		})
+	case "function_call", "custom_tool_call":
+		key, event := "arguments", "response.function_call_arguments"
+		if typ.Str == "custom_tool_call" {
+			key, event = "input", "response.custom_tool_call_input"
+		}
+		value := item.Get(key)
+		if value.Str != "" {
+			emit(event+".delta", member(ref, "delta", value.Raw))
+		}
+		if !value.Exists() {
+			value.Raw = `""`
+		}
+		doneEv := member(ref, key, value.Raw)
+		if name := item.Get("name"); typ.Str == "function_call" && name.Exists() {
+			doneEv = member(doneEv, "name", name.Raw)
+		}
+		emit(event+".done", doneEv)
+	case "reasoning":
+		k := 0
+		item.Get("summary").ForEach(func(_, part gjson.Result) bool {
+			pos := at("summary_index", k)
+			k++
+			emit("response.reasoning_summary_part.added", member(pos, "part", `{"type":"summary_text","text":""}`))
+			if text := part.Get("text"); text.Str != "" {
+				emit("response.reasoning_summary_text.delta", member(pos, "delta", text.Raw))
+			}
+			emit("response.reasoning_summary_text.done", member(pos, "text", part.Get("text").Raw))
+			emit("response.reasoning_summary_part.done", member(pos, "part", part.Raw))
+			return true
+		})
+		j := 0
+		item.Get("content").ForEach(func(_, part gjson.Result) bool {
+			pos := at("content_index", j)
+			j++
+			emit("response.content_part.added", member(pos, "part", `{"type":"reasoning_text","text":""}`))
+			if text := part.Get("text"); text.Str != "" {
+				emit("response.reasoning_text.delta", member(pos, "delta", text.Raw))
+			}
+			emit("response.reasoning_text.done", member(pos, "text", part.Get("text").Raw))
+			emit("response.content_part.done", member(pos, "part", part.Raw))
+			return true
+		})
+	}
+	emit("response.output_item.done", member(member(nil, "output_index", strconv.Itoa(index)), "item", raw))
+	return raw, true
+}
+
+// responseItemTextsAreStrings reports whether the texts renderResponseItem
+// streams of item are strings (or, for arguments and input, absent): a
+// delta of anything else would not be text.
+func responseItemTextsAreStrings(item gjson.Result) bool {
+	isString := func(r gjson.Result) bool { return r.Type == gjson.String }
+	parts := func(key, field string) bool {
+		all := true
+		v := item.Get(key)
+		if v.Exists() && !v.IsArray() {
+			return false
+		}
+		v.ForEach(func(_, p gjson.Result) bool {
+			f := field
+			if key == "content" && p.Get("type").Str == "refusal" {
+				f = "refusal"
+			} else if key == "content" && item.Get("type").Str == "message" && p.Get("type").Str != "output_text" {
+				return true
+			}
+			all = p.IsObject() && isString(p.Get(f))
+			return all
+		})
+		return all
+	}
+	switch item.Get("type").Str {
+	case "message":
+		return parts("content", "text")
+	case "reasoning":
+		return parts("summary", "text") && parts("content", "text")
+	case "function_call":
+		return !item.Get("arguments").Exists() || isString(item.Get("arguments"))
+	case "custom_tool_call":
+		return !item.Get("input").Exists() || isString(item.Get("input"))
+	}
+	return true
 }

@@ -1115,11 +1115,17 @@ func (s *Server) sendHTTP(upCtx context.Context, idle *idleTimer, req *clientReq
 		return ans, nil
 	}
 	if req.stream {
-		// A Chat upstream that ignored stream:true: its chat.completion
-		// becomes the chunks a stream of it would have carried, as it
-		// becomes Responses events for a Responses client (sendChat).
-		// Anything else is not relayed.
+		// An upstream that ignored stream:true: a Chat upstream's
+		// chat.completion becomes the chunks a stream of it would have
+		// carried, as it becomes Responses events for a Responses client
+		// (sendChat); a Responses upstream's whole Response becomes its
+		// events. A continuation target's is not (continuationAnswer: its
+		// events would be spliced into a stream already sent). Anything
+		// else is not relayed.
 		if req.ep.chat && err == nil && s.chatCompletionStream(ans, body) {
+			return ans, nil
+		}
+		if !req.ep.chat && err == nil && tryOf(req).cont == nil && s.responseStream(ans, body) {
 			return ans, nil
 		}
 		ans.unusable = fmt.Sprintf("HTTP %d with %s instead of an event stream", ans.status, s.contentTypeOf(resp.Header))

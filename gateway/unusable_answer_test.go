@@ -118,10 +118,11 @@ func unusableStreamAnswers() []unusableCase {
 	asJSON := http.Header{"Content-Type": {"application/json"}}
 	html := http.Header{"Content-Type": {"text/html"}}
 	return []unusableCase{
-		// Chat too gets JSON that is no chat.completion: a chat.completion
-		// becomes the Chat stream of it (TestChatStreamAnsweredWithJSONBecomesChunks).
+		// Each endpoint gets JSON that is not its answer: a chat.completion
+		// becomes the Chat stream of it (TestChatStreamAnsweredWithJSONBecomesChunks),
+		// a Response its events (TestResponsesStreamAnsweredWithWholeResponse).
 		{"JSON instead of SSE", upstreamtest.Script{Header: asJSON,
-			Frames:     []upstreamtest.Frame{upstreamtest.RawFrame(upstreamtest.ResponseJSON("resp_json", "gpt-fake-1", "json instead of sse"))},
+			Frames:     []upstreamtest.Frame{upstreamtest.RawFrame(upstreamtest.ChatCompletionJSON("chatcmpl-json", "gpt-fake-1", "json instead of sse"))},
 			ChatFrames: []upstreamtest.Frame{upstreamtest.RawFrame(upstreamtest.ResponseJSON("resp_json", "gpt-fake-1", "json instead of sse"))}},
 			`HTTP 200 with Content-Type "application/json" instead of an event stream`},
 		{"HTML", upstreamtest.Script{Header: html,
