@@ -79,6 +79,7 @@ func (s *Server) refuseHeadOfStream(w http.ResponseWriter, r *http.Request) {
 	allow = append(allow, http.MethodOptions)
 	sort.Strings(allow)
 	w.Header().Set("Allow", strings.Join(allow, ", "))
+	allowResponsesAction(w.Header(), r) // relay_endpoints.go
 	s.answerMethodNotAllowed(w, r, fmt.Sprintf("HEAD is not allowed on %s with a stream: it is answered event by event; GET it", label(r.URL.Path)))
 }
 
@@ -87,6 +88,7 @@ func (s *Server) refuseHeadOfStream(w http.ResponseWriter, r *http.Request) {
 // (headOfStream), whose HEAD is a 405. An OPTIONS and a 405 of one URL
 // then list what that URL allows (RFC 9110 §10.2.1).
 func allowHead(h http.Header, r *http.Request) {
+	allowResponsesAction(h, r) // relay_endpoints.go: POST /v1/responses/{word} is two endpoints, not a response's
 	if headOfStream(r) {
 		return
 	}

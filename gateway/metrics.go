@@ -107,6 +107,10 @@ const (
 	surfaceResponsesResource = "responses_resource" // GET/DELETE /v1/responses/{id}, its input_items, cancel
 	surfaceStreamingInput    = "streaming_input"    // the streaming-input REST API (Mode B)
 	surfaceOther             = "other"              // no such endpoint (404) or method (405)
+	// POST /v1/responses/compact and /v1/responses/input_tokens, relayed
+	// as they are (relay_endpoints.go): JSON only, so one label each.
+	surfaceResponsesCompact     = "responses_compact"
+	surfaceResponsesInputTokens = "responses_input_tokens"
 )
 
 // responsesResourcePrefix starts the paths of the stored-response API; the
@@ -124,6 +128,10 @@ func requestSurface(r *http.Request) string {
 		return hostabi.SurfaceResponsesJSON
 	case p == "/v1/chat/completions":
 		return hostabi.SurfaceChatJSON
+	case r.Method == http.MethodPost && p == "/v1"+responsesCompactEndpoint.path:
+		return surfaceResponsesCompact
+	case r.Method == http.MethodPost && p == "/v1"+responsesInputTokensEndpoint.path:
+		return surfaceResponsesInputTokens
 	case p == "/v1/models" || strings.HasPrefix(p, "/v1/models/"):
 		return surfaceModels
 	case strings.HasPrefix(p, responsesResourcePrefix):

@@ -102,7 +102,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, ep endpoint) {
 		return
 	}
 	surface = req.surface()
-	if req.background && !req.stream && !req.ep.chat && s.logs != nil {
+	if req.background && !req.stream && !req.ep.chat && !req.ep.passthrough && s.logs != nil {
 		s.runBackground(ctx, sw, req, start) // resource.go: answered at once, run to its end
 		return
 	}
@@ -112,6 +112,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, ep endpoint) {
 // process runs a validated, rewritten request: continuity, then upstreams.
 func (s *Server) process(ctx context.Context, out responder, req *clientRequest, start time.Time) {
 	defer s.traceRequest(req)() // tracing.go: the request's span; nothing without tracing
+	refuseChatTargets(req)      // relay_endpoints.go: a Chat target cannot serve a passthrough endpoint
 
 	if req.meta != nil { // keys, limits, usage and the access log (usage.go)
 		route := ""
@@ -1913,6 +1914,12 @@ func (s *Server) relayJSON(ctx, upCtx context.Context, out responder, req *clien
 	}
 	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "ok").Inc()
 	tryOf(req).answered = true
+	if req.ep.passthrough {
+		// No Response: nothing to anchor or keep, relayed as it came
+		// (relay_endpoints.go).
+		out.relay(req, ans.status, ans.header, ans.body)
+		return attemptResult{next: nextDone}
+	}
 	if s.cont != nil && !req.ep.chat && req.recordable() {
 		// The client must not see a response whose anchor could be lost.
 		if id := gjson.GetBytes(ans.body, "id"); id.Type == gjson.String && id.Str != "" {

@@ -20,11 +20,23 @@ type endpoint struct {
 	chat        bool   // Chat Completions framing ([DONE], error chunks)
 	streamLabel string // surface label when streaming
 	jsonLabel   string // surface label when not streaming
+	// passthrough: an endpoint of OpenAI's Responses API that answers one
+	// JSON object which is no Response (POST /v1/responses/compact,
+	// /v1/responses/input_tokens; relay_endpoints.go). Its answer is
+	// relayed as the upstream sent it: not anchored, not logged for
+	// GET /v1/responses/{id}, never streamed, and a Chat target cannot
+	// serve it.
+	passthrough bool
 }
 
 var (
 	responsesEndpoint = endpoint{path: "/responses", streamLabel: hostabi.SurfaceResponsesStream, jsonLabel: hostabi.SurfaceResponsesJSON}
 	chatEndpoint      = endpoint{path: "/chat/completions", chat: true, streamLabel: hostabi.SurfaceChatStream, jsonLabel: hostabi.SurfaceChatJSON}
+	// The passthrough endpoints are JSON only: both labels are the JSON one.
+	responsesCompactEndpoint = endpoint{path: "/responses/compact", passthrough: true,
+		streamLabel: surfaceResponsesCompact, jsonLabel: surfaceResponsesCompact}
+	responsesInputTokensEndpoint = endpoint{path: "/responses/input_tokens", passthrough: true,
+		streamLabel: surfaceResponsesInputTokens, jsonLabel: surfaceResponsesInputTokens}
 )
 
 // logOpened hears a stream's log as it opens, with the Response its first
@@ -78,7 +90,7 @@ func (r *clientRequest) recordable() bool {
 // its run is a stream internally, but its client was answered with JSON,
 // and its end is that JSON request's.
 func (r *clientRequest) surface() string {
-	if r.unread {
+	if r.unread || r.ep.passthrough {
 		return r.ep.jsonLabel
 	}
 	return r.policySurface()
@@ -90,6 +102,12 @@ func (r *clientRequest) surface() string {
 // websocket only); the rewrite policy, asked before the run is set up,
 // sees the create's responses_json. Everything else reports surface.
 func (r *clientRequest) policySurface() string {
+	if r.ep.passthrough {
+		// The policies' surfaces are hostabi's closed set (hostabi/ABI.md):
+		// a passthrough request is a JSON request to the Responses API, its
+		// RewriteInput.Endpoint says which one.
+		return hostabi.SurfaceResponsesJSON
+	}
 	if r.viaWebSocket {
 		return hostabi.SurfaceWebSocket
 	}
@@ -184,6 +202,9 @@ func (r *clientRequest) readFields(root gjson.Result) *apierr.Error {
 		r.stream = stream.Bool()
 	default:
 		return apierr.Invalid("stream", apierr.CodeInvalidType, "stream must be a boolean, got %s", jsonKind(stream))
+	}
+	if r.stream && r.ep.passthrough {
+		return apierr.Invalid("stream", apierr.CodeInvalidValue, "/v1%s answers one JSON object: stream must be false or left out", r.ep.path)
 	}
 	for _, f := range [...]struct {
 		name string

@@ -388,6 +388,9 @@ func (s *Server) routes() *httprouter.Router {
 	r.GET("/v1/responses/:response_id/input_items", s.handleInputItems)
 	r.DELETE("/v1/responses/:response_id", s.handleDeleteResponse)
 	r.POST("/v1/responses/:response_id/cancel", s.handleCancelResponse)
+	// compact and input_tokens are words where a response id stands: the
+	// router takes no static segment beside a parameter (relay_endpoints.go).
+	r.POST("/v1/responses/:response_id", s.handleResponsesAction)
 	r.POST("/v1/chat/completions", s.handleChat)
 	r.GET("/v1/models", s.handleModels)
 	r.GET(modelRoutePrefix+"*model", s.handleModel)

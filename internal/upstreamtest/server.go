@@ -508,6 +508,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveModel(w, r, epChat)
 	case r.URL.Path == "/v1/responses" && r.Method == http.MethodGet:
 		s.serveWebSocket(w, r)
+	case (r.URL.Path == "/v1/responses/compact" || r.URL.Path == "/v1/responses/input_tokens") && r.Method == http.MethodPost:
+		s.serveResponsesUtility(w, r)
 	default:
 		body, _ := io.ReadAll(r.Body)
 		s.record(Request{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, ReceivedAt: time.Now()})
@@ -730,4 +732,87 @@ func copyHeader(dst, src http.Header) {
 	for k, v := range src {
 		dst[k] = slices.Clone(v)
 	}
+}
+
+// serveResponsesUtility answers POST /v1/responses/compact and
+// /v1/responses/input_tokens in the shape of OpenAI's API (CompactResource,
+// TokenCountsResource), after the checks serveModel makes (auth, JSON,
+// StrictModels, StrictPrevious: 400 previous_response_not_found). A queued
+// failure script (a status or error answer) is played instead, and consumed;
+// any other queued script is left for the next model request. The compaction
+// names the server (encrypted_content "enc_<Name>_<n>") and the token count
+// is the body's length in bytes / 4, so a test can tell who answered.
+func (s *Server) serveResponsesUtility(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return
+	}
+	var f fields
+	jsonErr := json.Unmarshal(body, &f)
+	var hdr http.Header
+	if !s.opts.DisableRecording {
+		hdr = r.Header.Clone()
+	}
+	handle := s.record(Request{
+		Method: r.Method, Path: r.URL.Path, Header: hdr, Body: body, ReceivedAt: time.Now(),
+		Model: f.Model, Stream: f.Stream, PreviousResponseID: f.PreviousResponseID,
+	})
+	if !s.authorized(r) {
+		s.writeUnauthorized(w, r)
+		return
+	}
+	if jsonErr != nil {
+		writeError(w, http.StatusBadRequest, ErrorBody("We could not parse the JSON body of your request.", "invalid_request_error", "", ""))
+		return
+	}
+	if msg, ok := s.checkModel(f.Model); !ok {
+		writeError(w, http.StatusNotFound, ErrorBody(msg, "invalid_request_error", "model_not_found", "model"))
+		return
+	}
+	if s.opts.StrictPrevious && f.PreviousResponseID != "" && !s.isKnown(f.PreviousResponseID) {
+		writeError(w, http.StatusBadRequest, ErrorBody("Previous response with id '"+f.PreviousResponseID+"' not found.",
+			"invalid_request_error", "previous_response_not_found", "previous_response_id"))
+		return
+	}
+	f.Stream = false
+	if p := s.nextFailure(); p != nil {
+		t := s.newTurn(epResponses, &f)
+		t.forget = true
+		s.playHTTP(w, r, p, t)
+		return
+	}
+	n := strconv.FormatInt(s.counter.Add(1), 10)
+	var answer []byte
+	if r.URL.Path == "/v1/responses/input_tokens" {
+		answer = marshal(obj{{"object", "response.input_tokens"}, {"input_tokens", len(body) / 4}})
+	} else {
+		id := "cmp_" + s.idName + "_" + n
+		s.setResponseID(handle, id)
+		output := arr{
+			obj{{"id", "msg_" + s.idName + "_" + n}, {"type", "message"}, {"status", "completed"}, {"role", "user"},
+				{"content", arr{obj{{"type", "input_text"}, {"text", "compacted"}}}}},
+			obj{{"id", "cmpi_" + s.idName + "_" + n}, {"type", "compaction"}, {"encrypted_content", "enc_" + s.idName + "_" + n}},
+		}
+		answer = marshal(obj{{"id", id}, {"object", "response.compaction"}, {"created_at", FixedCreatedAt}, {"output", output},
+			{"usage", obj{{"input_tokens", 12}, {"input_tokens_details", obj{{"cached_tokens", 0}}}, {"output_tokens", 4},
+				{"output_tokens_details", obj{{"reasoning_tokens", 0}}}, {"total_tokens", 16}}}})
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Request-Id", "req_"+s.idName+"_"+n)
+	_, _ = w.Write(answer)
+}
+
+// nextFailure takes the next queued script when it is a failure (a non-2xx
+// status), nil otherwise (the script stays queued).
+func (s *Server) nextFailure() *plan {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) == 0 || !s.queue[0].failed() {
+		return nil
+	}
+	p := s.queue[0]
+	s.queue[0] = nil
+	s.queue = s.queue[1:]
+	return p
 }
