@@ -964,8 +964,14 @@ type upstreamAnswer struct {
 // whose body was an error envelope is judged as the status its error stands
 // for, but a reason names what the upstream sent, "HTTP 200 error body:
 // server_error", so that an operator does not look for a 502 in the
-// upstream's logs.
+// upstream's logs. Of detail, what the upstream chose, it quotes at most
+// errorExcerptBytes and an ellipsis (bodyExcerpt): the reason is the
+// client's error message ("no upstream could serve the request: …"), a
+// log field and a span's status, and an upstream's code may be any size.
 func (ans *upstreamAnswer) statusReason(detail string) string {
+	if excerpt, more := bodyExcerpt([]byte(detail)); more {
+		detail = excerpt + " …"
+	}
 	if ans.sentStatus != 0 {
 		if detail == "" {
 			return fmt.Sprintf("HTTP %d error body", ans.sentStatus)

@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-gw/sluice/gateway/upstream"
 	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/sluice-gw/sluice/internal/apierr"
+	"github.com/sluice-gw/sluice/internal/logtext"
 	"github.com/sluice-gw/sluice/internal/otlphttp"
 )
 
@@ -117,8 +118,30 @@ func NewOTLPTracerProvider(ctx context.Context, tracesURL string, ratio float64,
 }
 
 // maxSpanAttributeLen bounds a span attribute's string value (in
-// characters; the SDK cuts longer ones).
+// characters; the SDK cuts longer ones), and what spanText keeps of a
+// failure reason or status description (in bytes), which the SDK does not
+// bound.
 const maxSpanAttributeLen = 4096
+
+// labelLen is what label keeps of a name (an error code, a model, a
+// finish reason) in bytes, as the access log does.
+const labelLen = 128
+
+// spanText is upstream-supplied text (an error code, a failure reason
+// quoting one, a model or finish reason it named) as a span's attribute,
+// status description or event carries it: the upstreams' keys redacted
+// first (SECURITY.md: an upstream may echo the credential it was sent, and
+// what is cut cannot be matched whole any more), control characters
+// stripped and cut to limit bytes as label does (README "Tracing"). Every
+// such text in this file goes through it, the one place where a span's
+// upstream text is made safe to export.
+func (s *scrubber) spanText(v string, limit int) string {
+	v = logtext.Printable(s.String(v))
+	if len(v) > limit {
+		v = strings.ToValidUTF8(v[:limit], "")
+	}
+	return v
+}
 
 // OTLPOption configures NewOTLPTracerProvider.
 type OTLPOption func(*otlpOptions)
@@ -238,6 +261,7 @@ func (p *countedProcessor) Shutdown(ctx context.Context) error {
 // reqTrace is one request's spans.
 type reqTrace struct {
 	t       *tracing
+	scrub   *scrubber       // the server's: upstream text a span carries is scrubbed (spanText)
 	ctx     context.Context // holds the request span: the attempts' parent
 	span    trace.Span
 	attempt trace.Span // the attempt in flight; nil between attempts
@@ -274,7 +298,7 @@ func (s *Server) traceRequest(req *clientRequest) (end func()) {
 	}
 	t := s.tracing
 	ctx, span := t.startRequest(req.header, req.ep, req.viaWebSocket, req.model, req.surface())
-	rt := &reqTrace{t: t, ctx: ctx, span: span}
+	rt := &reqTrace{t: t, scrub: s.scrub, ctx: ctx, span: span}
 	req.trace = rt
 	if req.meta != nil {
 		req.meta.mu.Lock()
@@ -292,10 +316,13 @@ func (t *tracing) startRequest(header http.Header, ep endpoint, viaWebSocket boo
 	if viaWebSocket {
 		name, method = "WS /v1/responses", "GET"
 	}
-	return t.startServer(header, name, method, path, surface, opts, attribute.String("gen_ai.operation.name", "chat"),
+	attrs := []attribute.KeyValue{attribute.String("gen_ai.operation.name", "chat"),
 		attribute.String("gen_ai.system", "openai"),
-		attribute.String("gen_ai.provider.name", "openai"),
-		attribute.String("gen_ai.request.model", label(model)))
+		attribute.String("gen_ai.provider.name", "openai")}
+	if model := label(model); model != "" { // a refused request may name none: no empty attribute
+		attrs = append(attrs, attribute.String("gen_ai.request.model", model))
+	}
+	return t.startServer(header, name, method, path, surface, opts, attrs...)
 }
 
 // startServer starts a server span named name, for a request of method on
@@ -416,7 +443,7 @@ func (rt *reqTrace) end(req *clientRequest) {
 	reason := ""
 	if m := req.meta; m != nil {
 		m.mu.Lock()
-		result = genAIResult(m)
+		result = genAIResult(m, rt.scrub)
 		reason = firstNonEmpty(m.reason, m.terminal)
 		attrs := []attribute.KeyValue{attribute.String("sluice.route", m.route)}
 		if m.status != 0 {
@@ -435,7 +462,7 @@ func (rt *reqTrace) end(req *clientRequest) {
 				attribute.StringSlice("sluice.targets", targets))
 		}
 		if m.code != "" {
-			attrs = append(attrs, attribute.String("error.type", label(m.code))) // an upstream's code: its text, cut and cleaned
+			attrs = append(attrs, attribute.String("error.type", rt.scrub.spanText(m.code, labelLen))) // maybe an upstream's code
 		}
 		failed = m.failed()
 		m.mu.Unlock()
@@ -462,7 +489,8 @@ func (rt *reqTrace) endAttempt(result []attribute.KeyValue, failed bool, reason 
 	rt.ending = nil
 	span.SetAttributes(result...)
 	if failed {
-		why := firstNonEmpty(rt.endingWhy, reason, "failed") // the attempt's own failure, as every failed attempt's span says
+		// The attempt's own failure, as every failed attempt's span says.
+		why := rt.scrub.spanText(firstNonEmpty(rt.endingWhy, reason, "failed"), maxSpanAttributeLen)
 		span.SetAttributes(attribute.String("sluice.failure", why), attribute.String("sluice.rescue", rescueDecision(nextStop)))
 		span.SetStatus(codes.Error, why)
 	}
@@ -473,10 +501,10 @@ func (rt *reqTrace) endAttempt(result []attribute.KeyValue, failed bool, reason 
 // which the request's span shares with the attempt that ended it. The HTTP
 // status is not among them: the request's is what the client was sent, an
 // attempt's what its upstream sent (traceAnswer).
-func genAIResult(m *reqMeta) []attribute.KeyValue {
+func genAIResult(m *reqMeta, scrub *scrubber) []attribute.KeyValue {
 	var attrs []attribute.KeyValue
 	if m.servedModel != "" {
-		attrs = append(attrs, attribute.String("gen_ai.response.model", label(m.servedModel))) // the upstream's; it may echo the client's
+		attrs = append(attrs, attribute.String("gen_ai.response.model", scrub.spanText(m.servedModel, labelLen))) // the upstream's; it may echo the client's
 	}
 	if m.usage.known {
 		attrs = append(attrs, attribute.Int64("gen_ai.usage.input_tokens", m.usage.input),
@@ -489,7 +517,11 @@ func genAIResult(m *reqMeta) []attribute.KeyValue {
 		}
 	}
 	if len(m.finish) > 0 {
-		attrs = append(attrs, attribute.StringSlice("gen_ai.response.finish_reasons", m.finish))
+		finish := make([]string, len(m.finish))
+		for i, f := range m.finish { // the upstream's (noteFinish cut them)
+			finish[i] = scrub.spanText(f, labelLen)
+		}
+		attrs = append(attrs, attribute.StringSlice("gen_ai.response.finish_reasons", finish))
 	}
 	return attrs
 }
@@ -557,7 +589,9 @@ func (s *Server) traceAnswer(req *clientRequest, ans *upstreamAnswer) {
 	rt.status = ans.sentStatus
 	if rt.attempt != nil {
 		e, _ := apierr.Parse(ans.body)
-		rt.attempt.SetAttributes(attribute.String("sluice.error_envelope", label(firstNonEmpty(e.Code, e.Type, "error")))) // an upstream's code: cut and cleaned
+		// The body is not scrubbed yet (proxy.go scrubs it after this
+		// hook): an upstream may echo the key it was sent in its code.
+		rt.attempt.SetAttributes(attribute.String("sluice.error_envelope", rt.scrub.spanText(firstNonEmpty(e.Code, e.Type, "error"), labelLen)))
 	}
 }
 
@@ -617,10 +651,11 @@ func (s *Server) traceAttemptEnd(req *clientRequest, res attemptResult) {
 		}
 		return
 	}
-	if res.why != "" {
-		span.SetAttributes(attribute.String("sluice.failure", res.why))
+	why := rt.scrub.spanText(res.why, maxSpanAttributeLen)
+	if why != "" {
+		span.SetAttributes(attribute.String("sluice.failure", why))
 	}
-	span.SetStatus(codes.Error, res.why)
+	span.SetStatus(codes.Error, why)
 	rt.failedAttempt, rt.failedAt, rt.failedRescue = span, time.Now(), rescueDecision(res.next)
 }
 
@@ -743,9 +778,14 @@ func (m *reqMeta) noteTerminalCode(code string) {
 // attempt's (README "Tracing"): a 5xx answer, or a stream the client got
 // with 200 that ended in failure: a Responses stream's response.failed, a
 // Chat stream's error chunk (chatFailed). A client's 4xx is not the
-// server's error (OpenTelemetry's HTTP conventions).
+// server's error (OpenTelemetry's HTTP conventions), nor is a stream its
+// client stopped: a cancel or DELETE it asked for ends a background run
+// with response.failed (status cancelled), and a client that left ends its
+// stream, or a detached one nobody resumed, without the upstream failing
+// (sluice.reason says which; the attempt is done, not blamed).
 func (m *reqMeta) failed() bool {
-	return m.status >= 500 || m.terminal == "failed" || m.chatFailed
+	stoppedByClient := m.reason == reasonCancelled || m.reason == reasonClientGone
+	return m.status >= 500 || !stoppedByClient && (m.terminal == "failed" || m.chatFailed)
 }
 
 var finishField = []byte(`"finish_reason"`)

@@ -53,6 +53,13 @@ func logSummary(logger hclog.Logger, configPath string, cfg config.Config, ln ne
 			"revoke them, and read usage and /metrics; set admin_token: (or SLUICE_ADMIN_TOKEN) to require a token",
 			"listen", addr, "because", exposed)
 	}
+	logger.Info("config", "tracing", tracingSummary(cfg.Tracing))
+	if r := cfg.Tracing.SampleRatio; r != nil && !cfg.Tracing.Enabled() {
+		// Accepted (an otlp_endpoint from an empty ${VARIABLE} is how a
+		// deployment turns tracing off), but not silently: the operator
+		// who set a ratio expects spans.
+		logger.Warn("tracing.sample_ratio is set but tracing.otlp_endpoint is not: nothing is traced", "sample_ratio", *r)
+	}
 	for _, u := range cfg.Upstreams {
 		auth := "the client's"
 		switch {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -10,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/sluice-gw/sluice/gateway"
 	"github.com/sluice-gw/sluice/gateway/config"
+	"github.com/sluice-gw/sluice/internal/httpx"
 )
 
 // tracerProvider builds the OTLP/HTTP tracer provider of tracing: (spans to
@@ -33,4 +35,14 @@ func tracerOption(tp *sdktrace.TracerProvider) trace.TracerProvider {
 		return nil
 	}
 	return tp
+}
+
+// tracingSummary is the startup summary's tracing item: "off", or where
+// spans go (credentials in the URL redacted) and the share of new traces
+// recorded.
+func tracingSummary(t config.Tracing) string {
+	if !t.Enabled() {
+		return "off"
+	}
+	return "on, OTLP to " + httpx.RedactURL(t.TracesURL()) + ", sample ratio " + strconv.FormatFloat(t.Ratio(), 'g', -1, 64)
 }
