@@ -366,13 +366,26 @@ func TestShrFollowerPollsTheStore(t *testing.T) {
 }
 
 // TestShrFollowerGivesUpOnASilentRunner: a reader following an answer on
-// another replica that sends nothing more for IdleTimeout (the follower's)
-// gets a terminal stream_incomplete, although each empty long-poll of the
-// store succeeds.
+// another replica ends with a terminal stream_incomplete once it has heard
+// nothing of the runner for IdleTimeout (the follower's): here its replica
+// can no longer read the store at all, so neither the answer's parts nor
+// the session's record (the runner's sign of life) reach it. A quiet
+// runner whose record is kept alive is not given up (shared_liveness_test.go).
 func TestShrFollowerGivesUpOnASilentRunner(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Second)
 	defer cancel()
-	_, r2, id := shrRunningOnFirst(t, ctx, 500*time.Millisecond)
+	srv := redistest.Start(t)
+	r1, _ := shrReplica(t, srv, streaminput.Options{})
+	r2, st2 := shrReplica(t, srv, streaminput.Options{IdleTimeout: 500 * time.Millisecond})
+	st2.mu.Lock()
+	st2.failWindow = time.Hour // once the follower has read a part, its reads fail
+	st2.mu.Unlock()
+	r1.up.SetDefault(upstreamHangScript())
+	id := r1.create(sessionBody(streaminput.EndpointResponses, "on_first_chunk", respTemplate))
+	r1.mustChunk(id, textChunk(0, "run", false))
+	if ev, err := shrOpenResult(t, ctx, r1, id).Next(); err != nil || eventType(ev) != "response.created" {
+		t.Fatalf("first event on replica 1: %s %v", ev.Data, err)
+	}
 	rd := shrOpenResult(t, ctx, r2, id)
 	var types []string
 	for {

@@ -176,8 +176,32 @@ func (s *session) sawLocked(now time.Time) upstreamSaw {
 func (s *session) touchLocked(now time.Time) {
 	s.lastActivity, s.expiresAt = now, now.Add(s.m.opts.IdleTimeout)
 	if s.idle != nil {
-		s.idle.Reset(s.m.opts.IdleTimeout)
+		s.idle.Reset(s.idleDelayLocked())
 	}
+}
+
+// runnerRefreshes is how many times per IdleTimeout the replica running a
+// session's answer writes the session's record while the answer runs. The
+// record (and, with Redis, its key) expires IdleTimeout after its last
+// write: refreshed only when that time is up, it would be gone first, and a
+// long answer (a slow stream, a quiet reasoning model) would lose its
+// session in the middle. Each refresh is one record write; the answer's
+// own bytes add none.
+const runnerRefreshes = 3
+
+// idleDelayLocked is when the idle timer fires next after activity now:
+// IdleTimeout, or, while this replica runs the session's answer, the
+// interval at which it keeps the record alive (onIdle).
+func (s *session) idleDelayLocked() time.Duration {
+	if s.runsHereLocked() {
+		return s.m.opts.IdleTimeout / runnerRefreshes
+	}
+	return s.m.opts.IdleTimeout
+}
+
+// runsHereLocked tells whether this replica is running the session's answer.
+func (s *session) runsHereLocked() bool {
+	return s.local && s.started && !s.done
 }
 
 // accept applies one chunk: duplicate and conflict detection, ordering,
@@ -368,6 +392,13 @@ func (s *session) restore(p snapshotFields) {
 // session the store no longer has (expired) is closed.
 func (s *session) storeFailureLocked(op, what string, err error) *apierr.Error {
 	switch {
+	case errors.Is(err, store.ErrNotFound) && s.m.shared != nil && (s.runsHereLocked() || s.runsElsewhereLocked()):
+		// A running answer keeps its record alive: closed through another
+		// replica, or lost by the store (goneLocked tells which).
+		ctx, cancel := context.WithTimeout(s.m.base, 5*time.Second)
+		defer cancel()
+		s.recordMissingLocked(ctx)
+		return errNotFound()
 	case errors.Is(err, store.ErrNotFound):
 		s.m.log.Info("session expired in the store", "session", store.RedactID(s.id))
 		s.closeLocked(errNotFound(), "expired")
@@ -488,6 +519,9 @@ func (s *session) startLocked() {
 	s.started, s.local = true, true
 	if !s.firstAt.IsZero() {
 		s.m.met.startDelay.Observe(now.Sub(s.firstAt).Seconds())
+	}
+	if s.idle != nil {
+		s.idle.Reset(s.idleDelayLocked()) // the record is kept alive while the answer runs
 	}
 	ctx, cancel := context.WithCancelCause(s.m.base)
 	s.cancel = cancel
@@ -634,17 +668,25 @@ func (s *session) onIdle() {
 	if s.closed || s.m.isClosing() {
 		return
 	}
-	if s.m.shared != nil && !(s.local && s.started && !s.done) {
+	if s.m.shared != nil && !s.runsHereLocked() {
 		s.idleSharedLocked() // shared.go: another replica may have kept it alive
 		return
 	}
 	now := s.m.now()
 	if s.started && !s.done {
-		// The answer is still running: keep the session (and its record) alive.
+		// The answer is still running: keep the session (and its record)
+		// alive, well before the record expires (runnerRefreshes). With a
+		// shared store the refresh is also the runner's sign of life to the
+		// replicas following its answer (follow).
 		s.touchLocked(now)
 		if s.durable {
-			if err := s.writeRecordLocked(s.m.base); err != nil {
+			ctx, cancel := context.WithTimeout(s.m.base, 5*time.Second)
+			defer cancel()
+			if err := s.writeRecordLocked(ctx); err != nil {
 				s.m.log.Warn("could not extend a running session", "session", store.RedactID(s.id), "error", err)
+				if s.m.shared != nil && errors.Is(err, store.ErrNotFound) {
+					s.recordMissingLocked(ctx) // shared.go: closed elsewhere, or lost
+				}
 			}
 		}
 		return
@@ -668,7 +710,9 @@ var ErrSessionDeleted = errors.New("the streaming-input session was deleted")
 // ErrInputFailed is in the cause (context.Cause, errors.Is) with which a
 // session's upstream request is cancelled when the session's own input
 // failed it: a bad Mode A line (README "Mode A": "a bad line fails the
-// request"), a chunk over the session's byte limit. The request has failed,
+// request"), a chunk over the session's byte limit; and when the gateway
+// lost the session while its answer ran (its record vanished from a shared
+// store, reasonLost), which fails the request as well. The request has failed,
 // and its client is still there: a dispatcher that keeps a stream running
 // after its client went away should instead end it at once, with the
 // session's error as its answer (the cause holds it: errors.As to
@@ -685,6 +729,12 @@ const (
 	reasonRejected = "rejected"
 	reasonTooLarge = "too_large"
 )
+
+// reasonLost is the close reason of a session whose record vanished from
+// a shared store while its answer ran, without a close recorded there (a
+// Redis restart without persistence, a FLUSHALL, an eviction): the gateway
+// failed the answer, nobody cancelled it (goneLocked).
+const reasonLost = "lost"
 
 // markedCause cancels a session's dispatch with its readers' error, marked
 // for the dispatcher with why the session closed (ErrSessionDeleted,
@@ -734,7 +784,7 @@ func (s *session) closeLocked(e *apierr.Error, reason string) {
 		switch reason {
 		case reasonDeleted:
 			cause = markedCause{e, ErrSessionDeleted}
-		case reasonRejected, reasonTooLarge:
+		case reasonRejected, reasonTooLarge, reasonLost:
 			cause = markedCause{e, ErrInputFailed}
 		}
 		s.cancel(cause)

@@ -43,7 +43,12 @@ import (
 //     been quiet. The runner ends the answer and writes that end (a closed
 //     session's answer stream outlives its record), and every other
 //     replica's readers follow it there (followsAfterCloseLocked): one
-//     answer ends one way, with the same events, for every reader.
+//     answer ends one way, with the same events, for every reader. A
+//     record gone without a recorded close while its answer runs was lost
+//     by the store: the answer fails alike everywhere (goneLocked).
+//   - The runner keeps the record alive while the answer runs (onIdle,
+//     runnerRefreshes times per IdleTimeout): that is its sign of life to
+//     the followers (follow), however long or quiet the answer.
 //   - A mirror that cannot write keeps what it has not written and retries
 //     while the session lives: a store outage delays the answer for the
 //     other replicas' readers, it does not cut it.
@@ -52,10 +57,10 @@ import (
 //     may have kept it alive.
 //
 // What is not shared: an answer running on a replica that dies is not
-// re-sent by another (readers elsewhere get stream_incomplete after
-// IdleTimeout without a byte; the input stays until the session expires),
-// and the session caps (MaxSessions, MaxSessionsPerKey, MaxTotalBytes) are
-// each replica's own.
+// re-sent by another (readers elsewhere get stream_incomplete once its
+// record expires; the input stays until the session expires), and the
+// session caps (MaxSessions, MaxSessionsPerKey, MaxTotalBytes) are each
+// replica's own.
 
 // errChanged is what acceptLocked and finishLocked return when their
 // conditional write found the session changed by another replica.
@@ -192,7 +197,7 @@ func (s *session) refreshLocked(ctx context.Context, rec store.InputSession) *ap
 	s.sharedStateLocked()
 	s.lastActivity, s.expiresAt = rec.LastActivity, rec.ExpiresAt
 	if s.idle != nil {
-		s.idle.Reset(max(time.Millisecond, s.expiresAt.Sub(s.m.now())))
+		s.idle.Reset(min(max(time.Millisecond, s.expiresAt.Sub(s.m.now())), s.idleDelayLocked()))
 	}
 	s.held = int64(len(rec.Template)) + s.received
 	s.m.mu.Lock()
@@ -240,28 +245,52 @@ func (s *session) resyncLocked(ctx context.Context, try int) *apierr.Error {
 
 // goneLocked closes this replica's copy of a session the shared store no
 // longer has (err: the store's answer), leaving the store alone. One that
-// another replica closed for a reason (a chunk over the byte limit there)
-// ends here as there, with the error recorded in the store: one response
-// ends one way for every reader. Otherwise, before the expiry this replica
-// knows of, the record can only have been deleted through another replica:
-// the readers here then end as that replica's do, with session_cancelled (a
-// Responses stream with status cancelled, README "When the session is
-// deleted while its answer runs"), not with a contradictory failure. After
-// it, the record expired: with an answer still running on another replica
-// (which keeps the record alive while it runs), that replica died.
+// another replica closed for a reason (a delete, a chunk over the byte
+// limit there) ends here as there, with the error recorded in the store:
+// one response ends one way for every reader.
+//
+// A record gone without such a close while its answer runs was not deleted
+// by anyone (a delete is recorded): here, or before the expiry this replica
+// knows of (the runner keeps the record alive while the answer runs), the
+// store lost it (a Redis restart without persistence, a FLUSHALL, an
+// eviction). Its answer fails, as a gateway fault, with the same error on
+// every replica: the runner (which stops the upstream request) and every
+// follower conclude it alike. After that expiry, with the answer running
+// on another replica, that replica stopped keeping it alive: it died.
+// Otherwise (no answer running) the record was deleted or expired.
 func (s *session) goneLocked(err error) {
 	s.keepStored = true
 	if e, reason, ok := closedElsewhere(err); ok {
 		s.closeLocked(e, reason)
 		return
 	}
+	before := s.m.now().Before(s.expiresAt)
 	switch {
-	case s.m.now().Before(s.expiresAt):
-		s.closeLocked(errCancelled(), reasonDeleted)
+	case s.runsHereLocked() || (before && s.runsElsewhereLocked()):
+		s.m.log.Warn("streaming-input session lost from the shared store while its answer ran; failing the answer", "session", store.RedactID(s.id))
+		s.closeLocked(errRecordLost(), reasonLost)
 	case s.runsElsewhereLocked():
 		s.closeLocked(errRunnerGone(), "idle")
+	case before:
+		s.closeLocked(errCancelled(), reasonDeleted)
 	default:
 		s.closeLocked(errNotFound(), reasonDeleted)
+	}
+}
+
+// errRecordLost ends the readers of an answer whose session the shared
+// store lost while it ran (goneLocked).
+func errRecordLost() *apierr.Error {
+	return apierr.StreamIncomplete("the gateway lost this streaming-input session from its store while the answer was running")
+}
+
+// recordMissingLocked handles a write of the session's record that found
+// it gone while this replica runs its answer: the store's own read says
+// whether another replica closed it (and why) or it was lost (goneLocked).
+func (s *session) recordMissingLocked(ctx context.Context) {
+	_, err := s.m.shared.GetInputSession(ctx, s.id)
+	if errors.Is(err, store.ErrNotFound) && !s.closed {
+		s.goneLocked(err)
 	}
 }
 
@@ -341,23 +370,29 @@ func (s *session) followsAfterCloseLocked() bool {
 // readers waiting for an answer another replica starts (pollShared), and
 // a follower whose answer sends nothing (follow), which would not see the
 // session deleted otherwise.
-func (s *session) syncShared(ctx context.Context) {
+// It reports whether the store still has the session open: while an
+// answer runs, its runner keeps the record alive (onIdle), so for a
+// follower that is the runner's sign of life.
+func (s *session) syncShared(ctx context.Context) (live bool) {
 	rec, err := s.m.shared.GetInputSession(ctx, s.id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return
+		return false
 	}
 	switch {
 	case errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrInvalid):
 		s.goneLocked(err)
+		return false
 	case err != nil:
 		if s.m.base.Err() == nil {
 			s.m.log.Warn("reading a streaming-input session from the shared store failed; retrying", "session", store.RedactID(s.id), "error", err)
 		}
+		return false
 	case !s.stored.Equal(rec.LastActivity):
 		_ = s.refreshLocked(ctx, rec) // a failure is logged, and the next read tries again
 	}
+	return true
 }
 
 // sharedPollInterval is how often a replica with result readers waiting for
@@ -692,8 +727,10 @@ func (mi *mirror) closedElsewhere(err error) (goesOn bool) {
 	mi.s.mu.Lock()
 	defer mi.s.mu.Unlock()
 	if !mi.s.closed {
-		mi.s.m.log.Info("streaming-input session deleted or closed through another replica; ending its answer", "session", store.RedactID(mi.s.id))
-		mi.s.goneLocked(err)
+		if goesOn {
+			mi.s.m.log.Info("streaming-input session deleted or closed through another replica; ending its answer", "session", store.RedactID(mi.s.id))
+		}
+		mi.s.goneLocked(err) // without a recorded close: the store lost it
 	}
 	return goesOn
 }
@@ -785,9 +822,16 @@ func (s *session) awaitFollowedHead(ctx context.Context) {
 	}
 }
 
-// follow feeds res from the store until the answer ends. A runner that
-// sends nothing for IdleTimeout (it died) ends the copy with
-// stream_incomplete. After a close recorded in the store, the copy still
+// follow feeds res from the store until the answer ends. The runner's
+// sign of life is the session's record, which it keeps alive while the
+// answer runs (onIdle), not the answer's bytes: an upstream may be quiet
+// for long (a reasoning model, with the idle timeout raised for it). The
+// follower reads the record whenever a wait brings no part, and at least
+// as often as the runner refreshes it; a record that expired while the
+// answer ran here tells that the runner died, one gone earlier that the
+// store lost it (goneLocked), and either ends the copy with
+// stream_incomplete. So does IdleTimeout with neither a part nor a record
+// read (the store unreachable). After a close recorded in the store, the copy still
 // follows the runner to the end it writes: the readers here get the same
 // events, and the same terminal event, as the runner's. The runner hears
 // of the close at its next append, or when it checks after mirrorWatch of
@@ -813,6 +857,7 @@ func (s *session) follow(res *result) {
 	defer publish()
 	const wait = 2 * time.Second
 	cursor, last, backoff := "", time.Now(), 100*time.Millisecond
+	synced := time.Now() // the last read of the record
 	for {
 		if s.m.base.Err() != nil {
 			res.finish(s.m.shutdownErr)
@@ -851,13 +896,18 @@ func (s *session) follow(res *result) {
 		cursor = next
 		if len(parts) > 0 {
 			last = time.Now()
-		} else {
+		}
+		if len(parts) == 0 || time.Since(synced) >= s.m.opts.IdleTimeout/runnerRefreshes {
 			// Nothing within the wait: a session deleted through another
 			// replica gets no part any more (its runner's appends fail), so
-			// only its record tells.
+			// only its record tells; and the record is the runner's sign of
+			// life, read as often as the runner refreshes it.
 			ctx, cancel := context.WithTimeout(s.m.base, 5*time.Second)
-			s.syncShared(ctx)
+			if s.syncShared(ctx) {
+				last = time.Now()
+			}
 			cancel()
+			synced = time.Now()
 		}
 		for _, p := range parts {
 			switch p.Kind {
