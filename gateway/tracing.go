@@ -271,8 +271,9 @@ type reqTrace struct {
 	// ended with the request span (end) at endingAt, when it ended: only
 	// then is the usage the key was charged known (an estimate, the cut
 	// attempts a continuation replaced), and whether the request failed.
-	ending   trace.Span
-	endingAt time.Time
+	ending      trace.Span
+	endingAt    time.Time
+	endingIndex int // its sluice.attempt
 	// endingWhy is the ending attempt's own failure, if it had one: a
 	// continuation target that failed, whose request ends with the failure
 	// that started the rescue (README "Continuation").
@@ -286,6 +287,19 @@ type reqTrace struct {
 	failedAttempt trace.Span
 	failedAt      time.Time
 	failedRescue  string
+	failedIndex   int
+	// continued are the attempts a continuation followed, ended with the
+	// request: the usage of a stream whose continuations added nothing is
+	// the last of them that produced output's (reqMeta.chargedAttempt), and
+	// its span carries it.
+	continued []heldAttempt
+}
+
+// heldAttempt is an attempt's span whose end waits for the request's.
+type heldAttempt struct {
+	span  trace.Span
+	at    time.Time
+	index int
 }
 
 func noTrace() {}
@@ -439,11 +453,13 @@ func (rt *reqTrace) end(req *clientRequest) {
 		span.SetAttributes(attribute.String("sluice.key", req.key.name))
 	}
 	failed := false
-	var result []attribute.KeyValue // what the ending attempt shares with the request
+	var result []attribute.KeyValue // what the charged attempt shares with the request
 	reason := ""
+	charged := -1 // the attempt the usage is charged to
 	if m := req.meta; m != nil {
 		m.mu.Lock()
 		result = genAIResult(m, rt.scrub)
+		charged = m.chargedAttempt().index
 		reason = firstNonEmpty(m.reason, m.terminal)
 		attrs := []attribute.KeyValue{attribute.String("sluice.route", m.route)}
 		if m.status != 0 {
@@ -471,8 +487,25 @@ func (rt *reqTrace) end(req *clientRequest) {
 	if failed {
 		span.SetStatus(codes.Error, "")
 	}
+	if rt.endContinued(charged, result) {
+		result = nil // an attempt a continuation followed produced it, not the ending one
+	}
 	rt.endAttempt(result, failed, reason)
 	span.End()
+}
+
+// endContinued ends the spans of the attempts a continuation followed,
+// giving result to the charged one's; it reports whether one was.
+func (rt *reqTrace) endContinued(charged int, result []attribute.KeyValue) (took bool) {
+	for _, h := range rt.continued {
+		if h.index == charged && (rt.ending == nil || rt.endingIndex != charged) {
+			h.span.SetAttributes(result...)
+			took = true
+		}
+		h.span.End(trace.WithTimestamp(h.at))
+	}
+	rt.continued = nil
+	return took
 }
 
 // endAttempt ends the span of the attempt that ended the request, if it is
@@ -503,8 +536,8 @@ func (rt *reqTrace) endAttempt(result []attribute.KeyValue, failed bool, reason 
 // attempt's what its upstream sent (traceAnswer).
 func genAIResult(m *reqMeta, scrub *scrubber) []attribute.KeyValue {
 	var attrs []attribute.KeyValue
-	if m.servedModel != "" {
-		attrs = append(attrs, attribute.String("gen_ai.response.model", scrub.spanText(m.servedModel, labelLen))) // the upstream's; it may echo the client's
+	if served := m.chargedAttempt().servedModel; served != "" {
+		attrs = append(attrs, attribute.String("gen_ai.response.model", scrub.spanText(served, labelLen))) // the upstream's; it may echo the client's
 	}
 	if m.usage.known {
 		attrs = append(attrs, attribute.Int64("gen_ai.usage.input_tokens", m.usage.input),
@@ -625,7 +658,9 @@ func rescueDecision(n next) string {
 // is ended with the request (reqTrace.endAttempt), once its accounting has
 // settled: it carries the response's model, usage and finish reasons as the
 // client got them and was charged (on a continued stream: the attempts'
-// usage summed; without the upstream's usage: the estimate).
+// usage summed; without the upstream's usage: the estimate), unless they
+// are an earlier attempt's, whose continuations added nothing
+// (reqMeta.chargedAttempt, endContinued).
 func (s *Server) traceAttemptEnd(req *clientRequest, res attemptResult) {
 	rt := req.trace
 	if rt == nil || rt.attempt == nil {
@@ -641,7 +676,7 @@ func (s *Server) traceAttemptEnd(req *clientRequest, res attemptResult) {
 		if rt.ending != nil { // an earlier loop's ending attempt: this one ends the request
 			rt.ending.End(trace.WithTimestamp(rt.endingAt))
 		}
-		rt.ending, rt.endingAt, rt.endingWhy = span, time.Now(), ""
+		rt.ending, rt.endingAt, rt.endingWhy, rt.endingIndex = span, time.Now(), "", rt.count-1
 		// The failure charged to the target (tryState.fail) is the
 		// attempt's own; the request's end reason may be an earlier
 		// attempt's (a continuation target that failed ends the stream
@@ -656,7 +691,7 @@ func (s *Server) traceAttemptEnd(req *clientRequest, res attemptResult) {
 		span.SetAttributes(attribute.String("sluice.failure", why))
 	}
 	span.SetStatus(codes.Error, why)
-	rt.failedAttempt, rt.failedAt, rt.failedRescue = span, time.Now(), rescueDecision(res.next)
+	rt.failedAttempt, rt.failedAt, rt.failedRescue, rt.failedIndex = span, time.Now(), rescueDecision(res.next), rt.count-1
 }
 
 // endFailedAttempt ends the failed attempt's span held until what followed
@@ -668,6 +703,11 @@ func (rt *reqTrace) endFailedAttempt(rescue string) {
 	}
 	rt.failedAttempt = nil
 	span.SetAttributes(attribute.String("sluice.rescue", rescue))
+	if rescue == rescueDecision(nextContinue) || rescue == rescueDecision(nextContinueSame) {
+		// Its stream goes on: the usage may yet be charged to it (end).
+		rt.continued = append(rt.continued, heldAttempt{span: span, at: rt.failedAt, index: rt.failedIndex})
+		return
+	}
 	span.End(trace.WithTimestamp(rt.failedAt))
 }
 

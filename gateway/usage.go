@@ -358,7 +358,7 @@ func (a *accounts) settle(req *clientRequest) {
 			m.usage = m.usage.plus(m.cutAttempts)
 		}
 	}
-	u, adm, settled, status, badUsage := m.usage, m.admission, m.settled, m.status, m.badUsage
+	u, adm, settled, status, badUsage, charged := m.usage, m.admission, m.settled, m.status, m.badUsage, m.chargedAttempt()
 	m.settled = true
 	m.mu.Unlock()
 	if settled {
@@ -367,7 +367,7 @@ func (a *accounts) settle(req *clientRequest) {
 	if badUsage != "" {
 		if n, ok := a.badUsageLog.Allow(time.Now()); ok {
 			a.s.log.Warn("an upstream reported usage that is not a token count (negative, not an integer, or over 10^12); the request is charged its estimate",
-				"field", badUsage, "target", label(m.lastTarget()), "model", label(m.model), "occurrences", n)
+				"field", badUsage, "target", label(charged.name()), "model", label(m.model), "occurrences", n)
 		}
 	}
 	if adm != nil {
@@ -377,18 +377,21 @@ func (a *accounts) settle(req *clientRequest) {
 		return // no upstream was asked: nothing to account
 	}
 	key := m.keyName()
-	route, target := label(m.route), label(m.lastTarget())
+	// The usage is charged to the attempt that produced it
+	// (chargedAttempt): the last one, unless a continuation that added
+	// nothing ended the stream (README "Keys, limits and usage").
+	route, target := label(m.route), label(charged.name())
 	// An answer is priced by the model that served it (README "Keys,
 	// limits and usage"): the one the upstream named, else the one the
-	// last attempt asked it for, which is a route target's model, not the
+	// attempt asked it for, which is a route target's model, not the
 	// client's alias; an estimate too, as the upstream may never name it.
-	model := firstNonEmpty(m.servedModel, m.lastTried.Model, req.model)
+	model := firstNonEmpty(charged.servedModel, charged.target.Model, req.model)
 	if !u.known && status/100 != 2 {
 		// No upstream accepted the request (a 400 for its model, rejected
 		// credentials, …): it still counts as one request (README "Keys,
 		// limits and usage"), but its model may be any name a client
 		// chose, and each would add series and store totals for good.
-		model = a.s.boundedUsageModel(model, m.lastTried)
+		model = a.s.boundedUsageModel(model, charged.target)
 	}
 	model = label(model)
 	modelLabel := a.models.of(model, func() {
@@ -756,6 +759,12 @@ func (m *reqMeta) attemptEnded(reported bool, summed []byte) {
 	sent := m.outputDeltas.Load()
 	deltas := sent - m.deltasAccounted
 	m.deltasAccounted = sent
+	if reported || deltas > 0 || m.producer.ref == "" {
+		// The first replaced attempt, and then each one that produced
+		// something, is the attempt a stream that gives up is charged to
+		// (chargedAttempt).
+		m.producer = m.lastAttempt()
+	}
 	if reported || deltas <= 0 {
 		return
 	}
@@ -764,7 +773,8 @@ func (m *reqMeta) attemptEnded(reported bool, summed []byte) {
 
 // everyAttemptEnded records that the stream ended with no attempt after
 // the ones attemptEnded counted (giveUp): its usage is theirs alone, and
-// no last attempt is left to estimate. Nil-safe.
+// no last attempt is left to estimate, nor to charge it to
+// (chargedAttempt). Nil-safe.
 func (m *reqMeta) everyAttemptEnded() {
 	if m == nil {
 		return
@@ -982,6 +992,11 @@ type reqMeta struct {
 	// attemptsEnded: every attempt ended and was counted by attemptEnded
 	// (everyAttemptEnded); settle estimates no last one.
 	attemptsEnded bool
+	// producer is the last attempt attemptEnded counted that produced
+	// output or reported usage (else the first it counted): the one a
+	// stream whose continuations added nothing is charged to
+	// (chargedAttempt).
+	producer attemptRef
 	// deltasAccounted is how many of outputDeltas the attempts a
 	// continuation replaced sent, cutAttempts the estimate charged for
 	// those of them that reported no usage, and replaced the usage they
@@ -1076,13 +1091,43 @@ func (m *reqMeta) keyID() string {
 	return id
 }
 
-func (m *reqMeta) lastTarget() string {
-	if len(m.targets) == 0 {
-		return ""
-	}
-	t := m.targets[len(m.targets)-1]
-	name, _, _ := strings.Cut(t, "/")
+// attemptRef names one attempt of a request: its index (the span's
+// sluice.attempt), its entry in the access log's targets, the target it
+// tried and the model its upstream named.
+type attemptRef struct {
+	index       int
+	ref         string // upstream/model, as in reqMeta.targets; "" for none
+	target      upstream.Target
+	servedModel string
+}
+
+// name is the attempt's upstream name: the usage's target label.
+func (a attemptRef) name() string {
+	name, _, _ := strings.Cut(a.ref, "/")
 	return name
+}
+
+// lastAttempt is the request's last attempt so far (m.mu held).
+func (m *reqMeta) lastAttempt() attemptRef {
+	if len(m.targets) == 0 {
+		return attemptRef{index: -1}
+	}
+	return attemptRef{index: len(m.targets) - 1, ref: m.targets[len(m.targets)-1], target: m.lastTried, servedModel: m.servedModel}
+}
+
+// chargedAttempt is the attempt the request's usage is charged to, its
+// per-target series and the span that carries it (m.mu held): the last
+// attempt, which on a continued stream that succeeded is charged every
+// attempt's usage summed; but when the stream gave up after continuation
+// attempts that added nothing (everyAttemptEnded), the last attempt that
+// produced output (attemptEnded). A target that failed before it sent a
+// byte is not charged tokens it never produced (README "Keys, limits and
+// usage").
+func (m *reqMeta) chargedAttempt() attemptRef {
+	if m.attemptsEnded && m.producer.ref != "" {
+		return m.producer
+	}
+	return m.lastAttempt()
 }
 
 // tried notes an attempt on t (called once per attempt; nil-safe).
