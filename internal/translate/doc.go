@@ -65,6 +65,11 @@
 //     usable answer): it could be neither run nor sent back in history.
 //     Content sent as an array of text parts is the parts' text, in order
 //     (JoinParts gives it as one string, and its refusal parts as the refusal).
+//     url_citation annotations (delta.annotations, message.annotations) are
+//     the output_text part's, in the Responses shape (url, title, start_index,
+//     end_index flat), each announced by output_text.annotation.added after
+//     the text sent so far; those before any text wait for the next text
+//     part; other kinds, and citations without a url, are not carried.
 //     Text deltas are forwarded as the upstream's JSON literals, except that
 //     a UTF-16 surrogate pair split across two deltas is joined in the
 //     second, so the deltas and the done text agree for every client.

@@ -76,6 +76,9 @@ type outPart struct {
 	text []byte
 	open bool
 	high string // a high-surrogate escape held back from the last delta (joinSurrogates)
+	// annotations are an output_text part's url_citation annotations,
+	// rendered (annotations.go).
+	annotations [][]byte
 }
 
 // outItem is one output item: a reasoning item, a message or a function call.
@@ -147,6 +150,9 @@ type Stream struct {
 	// Text that arrived while a tool call could still take arguments waits
 	// here, in order, until none can (holdText).
 	held []heldText
+	// Annotations that came while no output_text part was open wait here
+	// for the next one (attachAnnotations).
+	pendingAnnotations [][]byte
 
 	upstreamErr *apierr.Error // the upstream's error, when an error chunk failed the stream
 
@@ -671,11 +677,13 @@ func (s *Stream) applyDelta(d gjson.Result, positional bool) {
 	if !d.IsObject() {
 		return
 	}
-	var content, reasoningContent, reasoning, refusal, toolCalls, functionCall gjson.Result
+	var content, reasoningContent, reasoning, refusal, toolCalls, functionCall, annotations gjson.Result
 	d.ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "content":
 			content = v
+		case "annotations":
+			annotations = v
 		case "reasoning_content":
 			reasoningContent = v
 		case "reasoning":
@@ -707,6 +715,9 @@ func (s *Stream) applyDelta(d gjson.Result, positional bool) {
 				s.textDelta(kindMessage, partText, t.Str, t.Raw)
 			}
 		})
+	}
+	if annotations.IsArray() { // after the text they cite, which this delta may carry
+		s.annotate(annotations)
 	}
 	if nonEmptyString(refusal) {
 		s.textDelta(kindMessage, partRefusal, refusal.Str, refusal.Raw)
@@ -827,6 +838,9 @@ func (s *Stream) textDelta(kind itemKind, pk partKind, text, raw string) {
 	}
 	p.text = append(p.text, text...)
 	s.partDelta(it, len(it.parts)-1, text, raw)
+	if pk == partText && len(s.pendingAnnotations) > 0 {
+		s.attachAnnotations()
+	}
 }
 
 // partDelta emits the delta event of content part ci of it.
@@ -1272,7 +1286,9 @@ func (s *Stream) appendRef(b []byte, it *outItem, ci int) []byte {
 func (p *outPart) appendJSON(b []byte) []byte {
 	switch p.kind {
 	case partText:
-		b = append(b, `{"type":"output_text","annotations":[],"logprobs":[],"text":`...)
+		b = append(b, `{"type":"output_text","annotations":`...)
+		b = appendAnnotations(b, p.annotations)
+		b = append(b, `,"logprobs":[],"text":`...)
 		b = jsonx.AppendQuote(b, string(p.text))
 	case partRefusal:
 		b = append(b, `{"type":"refusal","refusal":`...)

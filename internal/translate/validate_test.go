@@ -31,6 +31,9 @@ type vPart struct {
 	done   bool            // *.done seen
 	closed bool            // content_part.done seen
 	text   string
+	// annotations are those output_text.annotation.added events gave the
+	// part, in annotation_index order.
+	annotations []any
 }
 
 type vItem struct {
@@ -222,7 +225,7 @@ func validateEvents(events []Event) error {
 			"response.output_text.delta": "output_text", "response.output_text.done": "output_text",
 			"response.refusal.delta": "refusal", "response.refusal.done": "refusal",
 			"response.reasoning_text.delta": "reasoning_text", "response.reasoning_text.done": "reasoning_text",
-			"response.content_part.done": p.typ,
+			"response.content_part.done": p.typ, "response.output_text.annotation.added": "output_text",
 		}
 		if kinds[e.Type] != p.typ {
 			return fmt.Errorf("event %d (%s) on a %s part", i, e.Type, p.typ)
@@ -246,6 +249,17 @@ func validateEvents(events []Event) error {
 				return fmt.Errorf("event %d: deltas joined before decoding %q, one by one %q", i, joined, p.deltas.String())
 			}
 			p.done, p.text = true, p.deltas.String()
+		case "response.output_text.annotation.added":
+			if p.done {
+				return fmt.Errorf("event %d: annotation after the text's done", i)
+			}
+			if ai, ok := intField(m, "annotation_index"); !ok || ai != len(p.annotations) {
+				return fmt.Errorf("event %d: annotation_index %v, want %d", i, m["annotation_index"], len(p.annotations))
+			}
+			if err := checkAnnotation(m["annotation"]); err != nil {
+				return fmt.Errorf("event %d: %v", i, err)
+			}
+			p.annotations = append(p.annotations, m["annotation"])
 		case "response.content_part.done":
 			if !p.done {
 				return fmt.Errorf("event %d: content_part.done before the text's done", i)
@@ -253,6 +267,9 @@ func validateEvents(events []Event) error {
 			part, _ := m["part"].(map[string]any)
 			if partTextOf(part) != p.text {
 				return fmt.Errorf("event %d: part text %q, want %q", i, partTextOf(part), p.text)
+			}
+			if err := checkPartAnnotations(part, p); err != nil {
+				return fmt.Errorf("event %d: %v", i, err)
 			}
 			p.closed = true
 		default:
@@ -316,6 +333,9 @@ func checkDoneItem(it *vItem, item map[string]any) error {
 		if partTextOf(part) != it.parts[k].text {
 			return fmt.Errorf("item %s part %d text %q, events %q", it.id, k, partTextOf(part), it.parts[k].text)
 		}
+		if err := checkPartAnnotations(part, it.parts[k]); err != nil {
+			return fmt.Errorf("item %s part %d: %v", it.id, k, err)
+		}
 	}
 	return nil
 }
@@ -358,6 +378,49 @@ func checkTerminal(typ string, m map[string]any, items []*vItem) error {
 		if it.closed && !reflect.DeepEqual(item, it.done) {
 			return fmt.Errorf("output[%d] differs from its output_item.done:\n%v\n%v", k, item, it.done)
 		}
+	}
+	return nil
+}
+
+// checkAnnotation checks an annotation against the spec's UrlCitationBody,
+// the one kind a Chat answer carries: every field required, of its type.
+func checkAnnotation(a any) error {
+	m, _ := a.(map[string]any)
+	if m["type"] != "url_citation" {
+		return fmt.Errorf("annotation %v is not a url_citation", a)
+	}
+	for _, k := range []string{"url", "title"} {
+		if _, ok := m[k].(string); !ok {
+			return fmt.Errorf("annotation %v: %s is not a string", a, k)
+		}
+	}
+	for _, k := range []string{"start_index", "end_index"} {
+		if _, ok := intField(m, k); !ok {
+			return fmt.Errorf("annotation %v: %s is not an integer", a, k)
+		}
+	}
+	if len(m) != 5 {
+		return fmt.Errorf("annotation %v has fields UrlCitationBody has not", a)
+	}
+	return nil
+}
+
+// checkPartAnnotations compares a done part's annotations with those its
+// annotation.added events gave it: an output_text part always has the
+// array (the spec requires it), other parts none.
+func checkPartAnnotations(part map[string]any, p *vPart) error {
+	got, ok := part["annotations"].([]any)
+	if p.typ != "output_text" {
+		if p.annotations != nil {
+			return fmt.Errorf("annotations on a %s part", p.typ)
+		}
+		return nil
+	}
+	if !ok {
+		return fmt.Errorf("output_text part without an annotations array: %v", part)
+	}
+	if len(got) != len(p.annotations) || len(got) > 0 && !reflect.DeepEqual(got, p.annotations) {
+		return fmt.Errorf("part annotations %v, events added %v", got, p.annotations)
 	}
 	return nil
 }
