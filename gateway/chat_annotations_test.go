@@ -121,6 +121,29 @@ func TestChatUpstreamAnnotationsReachTheResponsesClient(t *testing.T) {
 		checkResponse(t, gjson.GetBytes(last.data, "response"))
 	})
 
+	t.Run("cut after the annotations", func(t *testing.T) {
+		// The Response the gateway writes itself (response.failed) lists the
+		// citations its client was shown, as its text part's annotations.
+		h := newHarness(t, harnessConfig{protocol: map[string]string{"A": "chat"}})
+		h.ups["A"].Enqueue(upstreamtest.Script{ChatFrames: []upstreamtest.Frame{
+			chatChunk(`[{"index":0,"delta":{"role":"assistant","content":"Hello"},"finish_reason":null}]`),
+			chatChunk(`[{"index":0,"delta":{"content":" world"},"finish_reason":null}]`),
+			chatChunk(`[{"index":0,"delta":{"annotations":[` + chatA + `,` + chatB + `]},"finish_reason":null}]`),
+		}, End: upstreamtest.EndCut})
+		_, evs := h.responsesStream(`{"model":"gpt-fake-1","input":"search","stream":true}`)
+		last := assertOneTerminal(t, evs)
+		if last.typ != "response.failed" {
+			t.Fatalf("terminal %s, want response.failed", last.typ)
+		}
+		part := gjson.GetBytes(last.data, "response.output.0.content.0")
+		if part.Get("text").Str != "Hello world" || part.Get("annotations").Raw != want {
+			t.Errorf("response.failed's text part is %s, want the text and annotations %s sent", part.Raw, want)
+		}
+		if v, c := validateTerminal(t, spec, last.data); len(v)+len(c) > 0 {
+			t.Errorf("terminal event breaks the spec: %v %v\n%s", v, c, last.data)
+		}
+	})
+
 	t.Run("json", func(t *testing.T) {
 		h := newHarness(t, harnessConfig{protocol: map[string]string{"A": "chat"}})
 		h.ups["A"].Enqueue(upstreamtest.Script{Body: []byte(`{"id":"chatcmpl-a","object":"chat.completion","created":1,"model":"gpt-fake-1","choices":[{"index":0,` +

@@ -1326,6 +1326,8 @@ func (f *eventFields) scan(data []byte, maxDepth int) (valid, object bool) {
 			dst = &f.Part
 		case "response":
 			dst = &f.Response
+		case "annotation":
+			dst = &f.Annotation
 		case "error":
 			dst = &f.errObj
 		case "object":

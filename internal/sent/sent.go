@@ -31,6 +31,7 @@ import (
 type Fields struct {
 	Type, OutputIndex, ContentIndex, SummaryIndex, ItemID gjson.Result
 	Delta, Item, Part, Response                           gjson.Result
+	Annotation                                            gjson.Result // response.output_text.annotation.added's
 
 	// located: Refers looked up the item (item) and part (part) the event
 	// is about, which Track then uses rather than looking again.
@@ -63,6 +64,8 @@ func (f *Fields) Read(ev gjson.Result) {
 			f.Part = v
 		case "response":
 			f.Response = v
+		case "annotation":
+			f.Annotation = v
 		}
 		return true
 	})
@@ -104,7 +107,12 @@ type Part struct {
 	// reasoning_summary_text.done), which may come before Done.
 	TextDone bool
 	Text     []byte // its text so far, JSON-escaped without quotes
-	Edited   bool   // the gateway's stream hook dropped or replaced an event about it
+	// Annotations are the annotations the readers got for it
+	// (response.output_text.annotation.added), comma-separated JSON: a part
+	// the gateway renders before its done event lists them, or its
+	// annotations would take back citations the readers were shown.
+	Annotations []byte
+	Edited      bool // the gateway's stream hook dropped or replaced an event about it
 }
 
 // Complete reports whether the readers were told the part's text is final:
@@ -174,7 +182,8 @@ func RefersAlways(typ string) bool {
 func tracksContentPart(typ string) bool {
 	switch typ {
 	case "response.content_part.done", "response.output_text.done", "response.refusal.done", "response.reasoning_text.done",
-		"response.output_text.delta", "response.refusal.delta", "response.reasoning_text.delta":
+		"response.output_text.delta", "response.refusal.delta", "response.reasoning_text.delta",
+		"response.output_text.annotation.added":
 		return true
 	}
 	return false
@@ -241,6 +250,13 @@ func (o *Output) Track(f *Fields) (lifecycle bool) {
 	case "response.output_text.delta", "response.refusal.delta", "response.reasoning_text.delta":
 		if p := o.partOf(true, f); p != nil && f.Delta.Type == gjson.String {
 			p.Text = append(p.Text, f.Delta.Raw[1:len(f.Delta.Raw)-1]...)
+		}
+	case "response.output_text.annotation.added":
+		if p := o.partOf(true, f); p != nil && f.Annotation.IsObject() {
+			if len(p.Annotations) > 0 {
+				p.Annotations = append(p.Annotations, ',')
+			}
+			p.Annotations = append(p.Annotations, f.Annotation.Raw...)
 		}
 	case "response.reasoning_summary_text.delta":
 		if p := o.partOf(false, f); p != nil && f.Delta.Type == gjson.String {
@@ -442,6 +458,11 @@ func appendParts(b []byte, parts []*Part) []byte {
 			field = "refusal"
 		}
 		part := CompletePart(p.Added) // before its text goes in: the added form is small
+		if len(p.Annotations) > 0 {
+			if out, err := sjson.SetRawBytes(part, "annotations", append(append([]byte{'['}, p.Annotations...), ']')); err == nil {
+				part = out
+			}
+		}
 		if out, err := sjson.SetRawBytes(part, field, Quoted(p.Text)); err == nil {
 			part = out
 		}
