@@ -231,9 +231,10 @@ func (m *Manager) forget(s *session, bytes int64) {
 }
 
 // chargeBytes takes n bytes of MaxTotalBytes; false when they are not left.
-// With a shared store, a refusal also starts a reclaim of the sessions
-// other replicas ended (reclaimInBackground): the caller holds its
-// session's lock, which the reclaim needs, and the refusal says to retry.
+// With a shared store, the callers that can have already reclaimed the
+// sessions other replicas ended (makeRoomForChunk); a refusal still starts
+// one (reclaimInBackground): the caller holds its session's lock, which
+// the reclaim needs, and the refusal says to retry.
 func (m *Manager) chargeBytes(n int64) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -255,8 +256,28 @@ func (m *Manager) releaseBytes(n int64) {
 // before a create's body is read (create checks again). With a shared
 // store it first lets go of the sessions other replicas ended
 // (reclaimShared), as create does.
-func (m *Manager) full() bool {
-	if !m.atSessionCap() {
+func (m *Manager) full() bool { return m.refusesAfterReclaim(m.atSessionCap) }
+
+// makeRoomForChunk runs before a chunk of n payload bytes is accepted:
+// when it would cross MaxTotalBytes, the sessions other replicas ended are
+// let go of first (README "Several replicas": the replica checks the
+// sessions it counts against the store before a cap refuses), so that
+// chargeBytes, which decides under the session's lock, counts only live
+// ones.
+func (m *Manager) makeRoomForChunk(n int64) {
+	m.refusesAfterReclaim(func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return n > 0 && m.heldB+n > m.opts.MaxTotalBytes
+	})
+}
+
+// refusesAfterReclaim reports whether the cap check refuses refuses; with
+// a shared store, asked again once the sessions other replicas ended are
+// let go of (reclaimShared, bounded by sharedReclaimTimeout).
+// The caller must hold no session's lock.
+func (m *Manager) refusesAfterReclaim(refuses func() bool) bool {
+	if !refuses() {
 		return false
 	}
 	if m.shared == nil {
@@ -265,7 +286,7 @@ func (m *Manager) full() bool {
 	ctx, cancel := context.WithTimeout(m.base, sharedReclaimTimeout)
 	defer cancel()
 	m.reclaimShared(ctx, "")
-	return m.atSessionCap()
+	return refuses()
 }
 
 func (m *Manager) atSessionCap() bool {
@@ -385,6 +406,17 @@ func (m *Manager) create(ctx context.Context, p sessionParams) (*session, *apier
 		env = encodeEnvelope(p.tpl, keep)
 		size = int64(len(env))
 	}
+	switch {
+	case int64(len(p.tpl.body)) > m.opts.MaxTemplateBytes:
+		return nil, m.errTemplateTooLarge(p.modeA)
+	case size > m.opts.MaxTotalBytes:
+		// No session ending elsewhere could make room: not a retryable 503.
+		e := apierr.TooLarge(m.opts.MaxTotalBytes)
+		e.Param = "template"
+		e.Message = fmt.Sprintf("the template (%d bytes as the session holds it) is larger than the gateway's limit of %d bytes "+
+			"for all streaming-input sessions together; it can never be accepted", size, m.opts.MaxTotalBytes)
+		return nil, e
+	}
 	refusal, perKey := m.reserve(kh, size)
 	if refusal != nil && m.shared != nil && !m.isDraining() {
 		// Sessions deleted or ended through another replica may still be
@@ -438,6 +470,23 @@ func (m *Manager) create(ctx context.Context, p sessionParams) (*session, *apier
 	s.idle = time.AfterFunc(m.opts.IdleTimeout, s.onIdle)
 	s.mu.Unlock()
 	return s, nil
+}
+
+// errTemplateTooLarge refuses a template over Options.MaxTemplateBytes (at
+// most the request limit, limits.max_body_bytes): the assembled request
+// could never be sent, so the session is refused when it is created
+// rather than at its first chunk (README "Limits"). modeA: it came in a
+// Mode A request's header line.
+func (m *Manager) errTemplateTooLarge(modeA bool) *apierr.Error {
+	what := "the template"
+	if modeA {
+		what = "the template in the header line"
+	}
+	e := apierr.TooLarge(m.opts.MaxTemplateBytes)
+	e.Param = "template"
+	e.Message = fmt.Sprintf("%s is larger than the gateway limit of %d bytes for a request template; "+
+		"the assembled request could never be sent", what, m.opts.MaxTemplateBytes)
+	return e
 }
 
 // reserve counts a new session of key hash kh holding size bytes against the

@@ -146,7 +146,10 @@ func (m *Manager) serveModeA(w http.ResponseWriter, r *http.Request, next http.H
 	body, closeBody, aerr := m.modeABody(&eofReader{r: r.Body, onEOF: bc.ended}, enc)
 	var line []byte
 	var err error
-	lr := &lineReader{max: m.opts.maxHeaderLine(), ctx: r.Context()}
+	// No ctx for the line reader: net/http ends r.Context when a read of
+	// the body fails, and the read's own error (a body cut short: 400)
+	// is what the client is answered, after the lines it completed.
+	lr := &lineReader{max: m.opts.maxHeaderLine()}
 	if aerr == nil {
 		defer closeBody() // after the body is done with (bodyDone, below)
 		lr.r = bufio.NewReaderSize(body, 64<<10)
@@ -155,7 +158,7 @@ func (m *Manager) serveModeA(w http.ResponseWriter, r *http.Request, next http.H
 			line, err = lr.next()
 		}
 		if err != nil && !errors.Is(err, io.EOF) {
-			aerr = m.bodyError(r.Context(), err, "the header line")
+			aerr = m.bodyError(err, "the header line")
 		}
 	}
 	headerTimer.Stop()
@@ -182,7 +185,16 @@ func (m *Manager) serveModeA(w http.ResponseWriter, r *http.Request, next http.H
 		fail(aerr)
 		return
 	}
-	stop := context.AfterFunc(r.Context(), func() { s.close(errClientGone(), reasonClientGone) })
+	// The request's context also ends when reading its body fails (net/http
+	// cancels it on a connection read error, a client's half-close mid-body
+	// among them), while the client may still be reading: then the body's
+	// reader answers for it, with 400 invalid_body (endModeA). Only once
+	// the body has ended does the context's end mean the client left.
+	stop := context.AfterFunc(r.Context(), func() {
+		if !bc.arriving() {
+			s.close(errClientGone(), reasonClientGone)
+		}
+	})
 	defer stop()
 	bodyDone := make(chan struct{})
 	go func() {
@@ -258,10 +270,10 @@ func parseModeAHeader(ctx context.Context, endpoint string, line []byte, maxDept
 func (s *session) readModeA(ctx context.Context, lr *lineReader) {
 	auto := uint64(0)
 	for n := 2; ; n++ {
+		// A read that fails because the client left (or cut the body
+		// short) fails here too: endModeA answers it; a session already
+		// closed by then keeps its own error.
 		line, err := lr.next()
-		if ctx.Err() != nil {
-			return // the client left: the session is closed (serveModeA's AfterFunc)
-		}
 		if len(line) > 0 && (err == nil || errors.Is(err, io.EOF)) {
 			if aerr := checkJSON(ctx, line, s.m.opts.MaxJSONDepth, "line "+strconv.Itoa(n)+" of the body"); aerr != nil {
 				s.close(aerr, reasonRejected)
@@ -270,7 +282,8 @@ func (s *session) readModeA(ctx context.Context, lr *lineReader) {
 			c, aerr := parseChunk(ctx, gjson.ParseBytes(line), &auto)
 			if aerr == nil {
 				auto = c.seq + 1
-				_, aerr = s.accept(ctx, c)
+				s.m.makeRoomForChunk(int64(len(c.payload)))
+				_, aerr = s.acceptNamingConflict(ctx, c)
 			}
 			if aerr != nil {
 				// A copy: the error may be the session's own (already closed,
@@ -301,22 +314,22 @@ func (s *session) endModeA(ctx context.Context, err error) {
 			s.close(aerr, reasonRejected)
 		}
 	default:
-		aerr := s.m.bodyError(ctx, err, "the body")
+		aerr := s.m.bodyError(err, "the body")
 		reason := reasonRejected
-		switch {
-		case aerr.Status == http.StatusRequestEntityTooLarge:
+		if aerr.Status == http.StatusRequestEntityTooLarge {
 			reason = reasonTooLarge
-		case aerr.Code == apierr.CodeClientClosedRequest:
-			// The client left: not an input that failed its request
-			// (ErrInputFailed), whose answer would be cut short.
-			reason = reasonClientGone
 		}
 		s.close(aerr, reason)
 	}
 }
 
-// bodyError maps the error that ended the reading of a Mode A body.
-func (m *Manager) bodyError(ctx context.Context, err error, what string) *apierr.Error {
+// bodyError maps the error that ended the reading of a Mode A body. A
+// body cut off (its client half-closed, the connection broke) is the 400
+// a plain request's cut body gets, whether or not the request's context
+// has ended with it (net/http ends it on any read error from the
+// connection): a client still reading gets a real status, and one that
+// left gets nothing either way.
+func (m *Manager) bodyError(err error, what string) *apierr.Error {
 	switch {
 	case errors.Is(err, errLineTooLong):
 		e := apierr.TooLarge(m.opts.maxChunkRequest())
@@ -327,8 +340,6 @@ func (m *Manager) bodyError(ctx context.Context, err error, what string) *apierr
 		e := apierr.TooLarge(m.opts.maxDecodedModeA())
 		e.Message = fmt.Sprintf("the decoded streaming-input body exceeds the gateway limit of %d bytes", m.opts.maxDecodedModeA())
 		return e
-	case ctx.Err() != nil:
-		return errClientGone()
 	}
 	return apierr.Invalid("", apierr.CodeInvalidBody, "could not read %s: %v", what, err)
 }
@@ -435,6 +446,14 @@ func (b *bodyCutter) ended() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.reading = false
+}
+
+// arriving reports whether the body is still being read: neither ended
+// nor cut.
+func (b *bodyCutter) arriving() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.reading && !b.cutDone
 }
 
 func (b *bodyCutter) timedOut() bool {

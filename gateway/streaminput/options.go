@@ -84,7 +84,9 @@ type Options struct {
 	// ResultBuffer is how many bytes of an answer are kept for readers that
 	// attach late or re-attach. Default 16 MiB.
 	ResultBuffer int64
-	// MaxTemplateBytes caps a session's request template. Default 16 MiB.
+	// MaxTemplateBytes caps a session's request template: a larger one is
+	// refused with 413 payload_too_large when the session is created.
+	// Default 16 MiB, and never more than MaxRequestBytes.
 	MaxTemplateBytes int64
 	// MaxJSONDepth caps the nesting of every JSON document a client sends
 	// (create and chunk bodies, Mode A lines, templates): a deeper one is
@@ -103,7 +105,8 @@ type Options struct {
 	// MaxTotalBytes caps the bytes all sessions hold together (templates
 	// and chunk payloads, in memory or in the store): a create or chunk
 	// that would cross it gets 503 server_overloaded with Retry-After (the
-	// session stays open). Default 1 GiB.
+	// session stays open); a template larger than the whole cap, which no
+	// retry could fit, gets 413 payload_too_large. Default 1 GiB.
 	MaxTotalBytes int64
 	// Now is the clock for timestamps and expiry times; nil means
 	// time.Now. It must agree with the store's clock.
@@ -145,6 +148,10 @@ func (o *Options) setDefaults() {
 	if o.MaxTemplateBytes <= 0 {
 		o.MaxTemplateBytes = DefaultMaxTemplateBytes
 	}
+	// A template larger than the request Dispatch takes could never be
+	// sent, whatever its input: it is refused when the session is created
+	// (README "Limits": an accepted input can always be sent).
+	o.MaxTemplateBytes = min(o.MaxTemplateBytes, o.MaxRequestBytes)
 	if o.MaxJSONDepth <= 0 {
 		o.MaxJSONDepth = jsonx.DefaultMaxDepth
 	}

@@ -2,6 +2,7 @@ package streaminput
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -226,7 +227,7 @@ func (m *Manager) handleCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if int64(len(raw.Raw)) > m.opts.MaxTemplateBytes {
-		writeError(w, apierr.TooLarge(m.opts.MaxTemplateBytes))
+		writeError(w, m.errTemplateTooLarge(false))
 		return
 	}
 	tpl, aerr := parseTemplate(r.Context(), endpoint, []byte(raw.Raw), m.opts.MaxJSONDepth)
@@ -273,7 +274,8 @@ func (m *Manager) handleCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	m.log.Debug("streaming-input session created", "policy", policy.String(), "endpoint", endpoint)
 	if first != nil {
-		if _, aerr := s.accept(r.Context(), *first); aerr != nil {
+		m.makeRoomForChunk(int64(len(first.payload)))
+		if _, aerr := s.acceptNamingConflict(r.Context(), *first); aerr != nil {
 			s.close(aerr, reasonRejected)
 			writeError(w, aerr)
 			return
@@ -297,7 +299,8 @@ func (m *Manager) handleChunk(w http.ResponseWriter, r *http.Request, s *session
 		writeError(w, aerr)
 		return
 	}
-	a, aerr := s.accept(r.Context(), c)
+	m.makeRoomForChunk(int64(len(c.payload)))
+	a, aerr := s.acceptNamingConflict(r.Context(), c)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -340,6 +343,11 @@ func (m *Manager) handleResult(w http.ResponseWriter, r *http.Request, s *sessio
 		aerr.Write(w)
 		return
 	}
+	if after >= 0 && (s.tpl.chat || !s.tpl.stream) {
+		// Known from the template: refused before waiting for the answer.
+		errStartingAfterNotApplicable().Write(w)
+		return
+	}
 	res, aerr := s.waitResult(r.Context())
 	switch {
 	case aerr != nil:
@@ -357,4 +365,47 @@ func (m *Manager) handleResult(w http.ResponseWriter, r *http.Request, s *sessio
 	}}); aerr != nil {
 		aerr.Write(w)
 	}
+}
+
+// acceptNamingConflict is accept, whose sequence_conflict names what
+// differs from the chunk already received with that sequence id: a client
+// that resends a chunk with only end_of_input or new_part changed is told
+// so, not that its payload differs (conflictDetail).
+func (s *session) acceptNamingConflict(ctx context.Context, c chunk) (ack, *apierr.Error) {
+	a, aerr := s.accept(ctx, c)
+	if aerr == nil || aerr.Code != CodeSequenceConflict {
+		return a, aerr
+	}
+	s.mu.Lock()
+	prev, ok := s.infos[c.seq]
+	s.mu.Unlock()
+	if !ok {
+		return a, aerr
+	}
+	named := *aerr // a copy: the error may be shared
+	named.Message = fmt.Sprintf("sequence_id %d was already received with %s", c.seq, conflictDetail(prev, c))
+	return a, &named
+}
+
+// conflictDetail says how chunk c differs from prev, the chunk already
+// received with its sequence id: the payload (compared through prev's
+// digest, with prev's own meta), then each chunk field that differs.
+func conflictDetail(prev chunkInfo, c chunk) string {
+	var diffs []string
+	if samePayload := (chunk{meta: prev.meta, payload: c.payload}); samePayload.digest() != prev.d {
+		diffs = append(diffs, "a different payload")
+	}
+	field := func(name string, was, now any) {
+		if was != now {
+			diffs = append(diffs, fmt.Sprintf("%s %v (this chunk has %v)", name, was, now))
+		}
+	}
+	field("modality", prev.meta.modality, c.meta.modality)
+	field("format", fmt.Sprintf("%q", prev.meta.format), fmt.Sprintf("%q", c.meta.format))
+	field("end_of_input", prev.meta.end, c.meta.end)
+	field("new_part", prev.meta.newPart, c.meta.newPart)
+	if len(diffs) == 0 {
+		return "a different payload"
+	}
+	return strings.Join(diffs, ", ")
 }

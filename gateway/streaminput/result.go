@@ -421,23 +421,36 @@ func (r *result) serve(ctx context.Context, w http.ResponseWriter, o serveOption
 }
 
 // resumeAtLocked is where a reader that has every event numbered up to
-// after starts: the answer's first byte without after (-1), or when the
-// answer is not a Responses stream (starting_after counts Responses
-// events only); else just after that event. A resume of the gateway's
-// own streams (GET /v1/responses/{id}?stream=true&starting_after=N) sets
-// the rule for an after the answer has not reached: while the answer is
-// live the reader waits for it (not ready); once the answer has ended
-// before it, the reader gets that resume's 400.
+// after starts: the answer's first byte without after (-1); just after
+// that event in a Responses stream. starting_after counts Responses events
+// only: for any other answer (a Chat stream, a JSON answer or error) the
+// reader gets errStartingAfterNotApplicable rather than a silent replay of
+// what it already has. A resume of the gateway's own streams
+// (GET /v1/responses/{id}?stream=true&starting_after=N) sets the rule for
+// an after the answer has not reached: while the answer is live the reader
+// waits for it (not ready); once the answer has ended before it, the
+// reader gets that resume's 400.
 func (r *result) resumeAtLocked(after int64) (off int64, ready bool, aerr *apierr.Error) {
 	switch {
-	case after < 0 || r.chat || !r.isSSELocked():
+	case after < 0:
 		return 0, true, nil
+	case r.chat || !r.isSSELocked():
+		return 0, false, errStartingAfterNotApplicable()
 	case r.track.sawSeq && r.track.lastSeq >= after:
 		return r.track.offsetAfter(after), true, nil
 	case !r.done:
 		return 0, false, nil
 	}
 	return 0, false, apierr.PastLastEvent(r.track.responseID, after)
+}
+
+// errStartingAfterNotApplicable refuses ?starting_after=N for an answer that
+// is not a Responses event stream: it has no sequence numbers to resume
+// after (README "GET …/result").
+func errStartingAfterNotApplicable() *apierr.Error {
+	return apierr.Invalid("starting_after", apierr.CodeInvalidValue,
+		"starting_after applies to Responses event streams only (a template for /v1/responses with \"stream\": true); "+
+			"read this session's answer without it")
 }
 
 // commentFilter drops the comment lines (": …") of an event stream written
