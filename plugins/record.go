@@ -46,7 +46,7 @@ type Record struct {
 // Recording limits.
 const (
 	DefaultRecordFileBytes = 16 << 20 // a file is rotated past this size
-	DefaultRecordFiles     = 8        // the newest files kept
+	DefaultRecordFiles     = 8        // the files' total is kept to this many times the rotation size
 	recordPrefix           = "hooks-"
 )
 
@@ -133,29 +133,100 @@ func (rec *recorder) write(line []byte) error {
 		rec.closeLocked()
 	}
 	if rec.f == nil {
-		if err := os.MkdirAll(rec.dir, 0o700); err != nil {
+		if err := rec.openLocked(int64(len(line))); err != nil {
 			return err
 		}
-		name := filepath.Join(rec.dir, fmt.Sprintf("%s%s.jsonl", recordPrefix, time.Now().UTC().Format("20060102T150405.000000000Z")))
-		f, err := os.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err != nil {
-			return err
-		}
-		rec.f, rec.n = f, 0
-		rec.pruneLocked()
 	}
 	n, err := rec.f.Write(line)
 	rec.n += int64(n)
 	return err
 }
 
-// pruneLocked deletes all but the newest keep recording files.
-func (rec *recorder) pruneLocked() {
+// openLocked opens the file the next record, of next bytes, goes to: the
+// newest recording file when it has room for it and ends with a whole line, so that restarts and
+// toggling recording do not each start a file, or else a new one. Then it
+// prunes the older files.
+func (rec *recorder) openLocked(next int64) error {
+	if err := os.MkdirAll(rec.dir, 0o700); err != nil {
+		return fmt.Errorf("record_dir: %w", err)
+	}
+	if files := rec.filesLocked(); len(files) > 0 {
+		newest := files[len(files)-1]
+		if size, ok := appendable(newest, rec.maxBytes-next); ok {
+			f, err := os.OpenFile(newest, os.O_WRONLY|os.O_APPEND, 0o600)
+			if err == nil {
+				rec.f, rec.n = f, size
+				rec.pruneLocked()
+				return nil
+			}
+		}
+	}
+	name := filepath.Join(rec.dir, fmt.Sprintf("%s%s.jsonl", recordPrefix, time.Now().UTC().Format("20060102T150405.000000000Z")))
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	rec.f, rec.n = f, 0
+	rec.pruneLocked()
+	return nil
+}
+
+// appendable reports the size of the recording file name and whether
+// records may be appended to it: it is a regular file of at most maxBytes
+// (or empty) whose last byte ends a line. A file cut mid-line (the gateway was killed while
+// writing) is left as it is; appending would join the next record to its
+// broken last line.
+func appendable(name string, maxBytes int64) (int64, bool) {
+	fi, err := os.Lstat(name)
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() > 0 && fi.Size() > maxBytes {
+		return 0, false
+	}
+	if fi.Size() == 0 {
+		return 0, true
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	last := make([]byte, 1)
+	if _, err := f.ReadAt(last, fi.Size()-1); err != nil || last[0] != '\n' {
+		return 0, false
+	}
+	return fi.Size(), true
+}
+
+// filesLocked lists the recording files, oldest first (names sort by time).
+func (rec *recorder) filesLocked() []string {
 	m, _ := filepath.Glob(filepath.Join(rec.dir, recordPrefix+"*.jsonl"))
-	sort.Strings(m) // names sort by time
-	for len(m) > rec.keep {
-		_ = os.Remove(m[0])
-		m = m[1:]
+	sort.Strings(m)
+	return m
+}
+
+// pruneLocked deletes the older recording files by size, not by count, so
+// that short runs (restarts, a crash loop) do not push out a large
+// recording: the file being written may grow to maxBytes, and the newest of
+// the others are kept while they total at most (keep-1) × maxBytes, so the
+// directory holds at most keep × maxBytes (README "Recorded traffic as
+// tests").
+func (rec *recorder) pruneLocked() {
+	files := rec.filesLocked()
+	current := rec.f.Name()
+	budget := int64(rec.keep-1) * rec.maxBytes
+	var total int64
+	full := false
+	for i := len(files) - 1; i >= 0; i-- {
+		if files[i] == current {
+			continue
+		}
+		if !full {
+			if fi, err := os.Lstat(files[i]); err == nil && total+fi.Size() <= budget {
+				total += fi.Size()
+				continue
+			}
+			full = true // this one and every older file go
+		}
+		_ = os.Remove(files[i])
 	}
 }
 

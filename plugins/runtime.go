@@ -83,8 +83,8 @@ type Options struct {
 	// (see Record); recording starts on and SetRecording toggles it.
 	RecordDir string
 	// RecordFileBytes rotates a recording file past this size; 0 =
-	// DefaultRecordFileBytes. RecordFiles is how many files are kept; 0 =
-	// DefaultRecordFiles.
+	// DefaultRecordFileBytes. The files kept total at most RecordFiles
+	// times that size; 0 = DefaultRecordFiles.
 	RecordFileBytes int64
 	RecordFiles     int
 	// StandIns maps embedded file names ("recover.wasm") to native functions
@@ -241,6 +241,33 @@ type entry struct {
 	// stops the build of the latest one, nil once it is applied.
 	planned     uint64
 	cancelBuild context.CancelFunc
+
+	// configRefusal is the error of a policy that refused its config
+	// (policyRefusal) while nothing of the name serves, "" otherwise.
+	configRefusal string
+}
+
+// policyRefusal is a load failure of the policy's own code run with its
+// config: _initialize, sluice_hooks or sluice_self_test failed. The file is
+// a policy the host could load, and it refused (README "Running it": at
+// start, a configured policy that refuses its config is a config error).
+// Every other load failure (not Wasm, imports, exports, ABI version) is
+// the file's.
+type policyRefusal struct{ err error }
+
+func (e *policyRefusal) Error() string { return e.err.Error() }
+func (e *policyRefusal) Unwrap() error { return e.err }
+
+// refusalOf is the error of the first of errs that is a policyRefusal, ""
+// when none is.
+func refusalOf(errs ...error) string {
+	for _, err := range errs {
+		var pr *policyRefusal
+		if errors.As(err, &pr) {
+			return err.Error()
+		}
+	}
+	return ""
 }
 
 // artifact is a module's bytes and where they came from.
@@ -453,6 +480,15 @@ func (r *Runtime) ensurePolicyDir() error {
 	return nil
 }
 
+// notRegular says what a policy-named path that is not a regular file is
+// instead: a directory, or the type bits of another kind.
+func notRegular(mode os.FileMode) error {
+	if mode.IsDir() {
+		return errors.New("a directory, not a regular file")
+	}
+	return fmt.Errorf("not a regular file (%s)", mode.Type())
+}
+
 // PolicyName maps the name of a file in the policy directory to the name of
 // the policy it holds; false for files the runtime ignores (not *.wasm,
 // hidden or editor files). `sluice policy build` uses it to refuse output
@@ -505,7 +541,7 @@ func (r *Runtime) scanDir(warn bool) (map[string][]byte, error) {
 		p := filepath.Join(r.opts.PolicyDir, de.Name())
 		fi, err := os.Stat(p) // follows symlinks
 		if err == nil && !fi.Mode().IsRegular() {
-			err = fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
+			err = notRegular(fi.Mode())
 		}
 		if err != nil {
 			if warn { // a name that looks like a policy but cannot be one
@@ -703,7 +739,7 @@ func (r *Runtime) apply(ctx context.Context, p *plan) {
 		}
 		delete(r.entries, e.name)
 	case p.serving: // already serving these bytes
-		e.rejectedSHA, e.rejectedError, e.rejectedSource = "", "", ""
+		e.rejectedSHA, e.rejectedError, e.rejectedSource, e.configRefusal = "", "", "", ""
 		if !e.cur.tripped.Load() { // a tripped version stays tripped until a new file is loaded (ABI.md §7)
 			e.state, e.lastError = StateActive, ""
 			e.st.clearErr()
@@ -747,13 +783,17 @@ func (r *Runtime) apply(ctx context.Context, p *plan) {
 				"source", SourceEmbedded, "sha256", short(e.embedded.sha), "error", p.embeddedErr)
 		}
 		e.state = stateAfterRejection(e)
+		e.configRefusal = ""
+		if e.cur == nil {
+			e.configRefusal = refusalOf(p.err, p.embeddedErr)
+		}
 	default:
 		if e.cur != nil {
 			retired = e.cur
 			e.prev = e.cur.art
 		}
 		e.adopt(p.v)
-		e.state, e.lastError, e.rejectedSHA, e.rejectedError, e.rejectedSource = StateActive, "", "", "", ""
+		e.state, e.lastError, e.rejectedSHA, e.rejectedError, e.rejectedSource, e.configRefusal = StateActive, "", "", "", "", ""
 		e.st.clearErr() // what went wrong before this version is no longer news
 		r.m.swaps.WithLabelValues(e.name, "loaded").Inc()
 		r.log.Info("policy loaded", "policy", e.name, "source", p.art.source, "sha256", short(p.art.sha),
@@ -972,6 +1012,9 @@ func (r *Runtime) buildFrom(ctx context.Context, e *entry, a *artifact, comp *co
 		}
 		return fmt.Errorf("%s ran past the %s limit%s", export, r.opts.initTimeout, shared)
 	}
+	if err := checkInstantiable(comp.cm); err != nil {
+		return nil, err
+	}
 	inst, err := v.newInstance(lctx)
 	if err != nil {
 		var ie *instantiateError
@@ -980,7 +1023,7 @@ func (r *Runtime) buildFrom(ctx context.Context, e *entry, a *artifact, comp *co
 				err = &instantiateError{err: lim, stderr: ie.stderr}
 			}
 		}
-		return nil, logged.explain(fmt.Errorf("init: %w", err))
+		return nil, &policyRefusal{logged.explain(fmt.Errorf("init: %w", err))}
 	}
 	fail := func(err error) (*version, error) {
 		if t := inst.tail.String(); t != "" {
@@ -988,6 +1031,12 @@ func (r *Runtime) buildFrom(ctx context.Context, e *entry, a *artifact, comp *co
 		}
 		inst.close()
 		return nil, logged.explain(err)
+	}
+	// refused is fail for what the policy's own load code answered with
+	// its config (policyRefusal).
+	refused := func(err error) (*version, error) {
+		_, err = fail(err)
+		return nil, &policyRefusal{err}
 	}
 	sctx := withState(lctx, &callState{v: v, hook: "load"})
 	abi, err := callI32(sctx, inst.mod, hostabi.ExportABIVersion)
@@ -1009,7 +1058,7 @@ func (r *Runtime) buildFrom(ctx context.Context, e *entry, a *artifact, comp *co
 		// it is then loaded but never asked (a call saved per request).
 		mask, err := callI32(sctx, inst.mod, hostabi.ExportHooks)
 		if err != nil {
-			return fail(fmt.Errorf("sluice_hooks: %w", pastLimit(hostabi.ExportHooks, err)))
+			return refused(fmt.Errorf("sluice_hooks: %w", pastLimit(hostabi.ExportHooks, err)))
 		}
 		v.hooks &= hostabi.Hook(mask)
 	}
@@ -1017,10 +1066,10 @@ func (r *Runtime) buildFrom(ctx context.Context, e *entry, a *artifact, comp *co
 		tctx := withState(lctx, &callState{v: v, hook: "self_test"})
 		res, err := callI32(tctx, inst.mod, hostabi.ExportSelfTest)
 		if err != nil {
-			return fail(fmt.Errorf("self_test: %w", pastLimit(hostabi.ExportSelfTest, err)))
+			return refused(fmt.Errorf("self_test: %w", pastLimit(hostabi.ExportSelfTest, err)))
 		}
 		if res != 0 {
-			return fail(fmt.Errorf("self_test failed (returned %d)", res))
+			return refused(fmt.Errorf("self_test failed (returned %d)", res))
 		}
 	}
 	for h := range hookNames {
@@ -1142,7 +1191,7 @@ func checkImportsAndMarker(cm wazero.CompiledModule) (hostabi.Hook, error) {
 			}
 		case wasi_snapshot_preview1.ModuleName:
 		default:
-			return 0, fmt.Errorf("imports from unknown module %q", mod)
+			return 0, unknownImport(mod, name)
 		}
 	}
 	if len(cm.ImportedMemories()) > 0 {
@@ -1161,15 +1210,36 @@ func checkImportsAndMarker(cm wazero.CompiledModule) (hostabi.Hook, error) {
 	return hooks, nil
 }
 
-// checkExports checks the exports' types once the version marker matched.
-func checkExports(cm wazero.CompiledModule) error {
-	exps := cm.ExportedFunctions()
+// checkInstantiable checks the exports an instance needs before one is
+// made: memory and sluice_alloc, and the type of _initialize, which
+// instantiation runs. Every ABI version has them alike (ABI.md §2).
+func checkInstantiable(cm wazero.CompiledModule) error {
 	if _, ok := cm.ExportedMemories()[hostabi.ExportMemory]; !ok {
 		return errors.New("missing export memory")
 	}
+	exps := cm.ExportedFunctions()
 	if _, err := checkFunc(exps, hostabi.ExportAlloc, []api.ValueType{i32}, []api.ValueType{i32}, true); err != nil {
 		return err
 	}
+	_, err := checkFunc(exps, hostabi.ExportInitialize, nil, nil, false)
+	return err
+}
+
+// unknownImport explains an import of mod.name from a module the host does
+// not provide. AssemblyScript imports env.abort unless told where abort is
+// (ABI.md §11, "Other languages").
+func unknownImport(mod, name string) error {
+	err := fmt.Errorf("imports %s.%s from unknown module %q (a policy may import only from %q and %q)",
+		mod, name, mod, hostabi.ImportModule, wasi_snapshot_preview1.ModuleName)
+	if mod == "env" && name == "abort" {
+		err = fmt.Errorf("%w; AssemblyScript imports env.abort unless built with --use abort=FUNCTION (the SDK's sluice-sdk/assembly/index/sluiceAbort) or --use abort= (none)", err)
+	}
+	return err
+}
+
+// checkExports checks the hooks' types once the version marker matched.
+func checkExports(cm wazero.CompiledModule) error {
+	exps := cm.ExportedFunctions()
 	hook := []api.ValueType{i32, i32}
 	for _, name := range []string{hostabi.ExportRecover, hostabi.ExportReplay, hostabi.ExportRewrite, hostabi.ExportStreamEvent} {
 		if _, err := checkFunc(exps, name, hook, []api.ValueType{i64}, false); err != nil {
@@ -1180,9 +1250,6 @@ func checkExports(cm wazero.CompiledModule) error {
 		return err
 	}
 	if _, err := checkFunc(exps, hostabi.ExportHooks, nil, []api.ValueType{i32}, false); err != nil {
-		return err
-	}
-	if _, err := checkFunc(exps, hostabi.ExportInitialize, nil, nil, false); err != nil {
 		return err
 	}
 	return nil

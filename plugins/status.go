@@ -38,6 +38,11 @@ type PolicyStatus struct {
 	// was released after its load checks; its native twin answers until a
 	// first call has it compiled again (Options.StandIns).
 	Parked bool `json:"parked,omitempty"`
+	// ConfigRefusal is why the policy refused its config (its
+	// _initialize, sluice_hooks or self-test failed with it) when no
+	// version of the name serves; "" otherwise, and for a file that could
+	// not load at all. `sluice serve` refuses to start on it.
+	ConfigRefusal string `json:"-"`
 }
 
 // FailClosedProblem says why the gateway refuses to hold the policy s
@@ -67,6 +72,7 @@ type statusBase struct {
 func (r *Runtime) statusOf(e *entry) statusBase {
 	s := statusBase{st: e.st}
 	s.Name, s.State, s.LastError, s.Rejected, s.RejectedError, s.Hooks = e.name, e.state, e.lastError, e.rejectedSHA, e.rejectedError, []string{}
+	s.ConfigRefusal = e.configRefusal
 	if v := e.cur; v != nil {
 		s.v, s.st = v, v.st
 		s.SHA256, s.ABIVersion, s.Version = v.comp.sha, int(v.abi), v.gen

@@ -31,7 +31,7 @@ func TestPolicyConfigProblemsNameFileAndLine(t *testing.T) {
 	for _, want := range []string{
 		"config " + path + ": 2 problems:",
 		"line 6: policies.recover.sluice_fail_closed: only a policy that rewrites requests can fail closed",
-		"line 7: policies.rewrite: the policy refused its config or could not load: ",
+		"line 7: policies.rewrite: the policy refused its config: ",
 		`unknown key \"bogus\"`,
 	} {
 		if code != 1 || !strings.Contains(out, want) {

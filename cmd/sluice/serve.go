@@ -539,10 +539,13 @@ func policyConfig(in map[string]any) map[string]json.RawMessage {
 }
 
 // checkPolicyConfig holds the policies: section to the policies loaded at
-// start. A configured policy that was rejected there (its self-test refused
-// its config, or its file did not load) and that nothing else serves is a
-// config error, as a bad key elsewhere is:
-// starting without it would silently drop what the config asked for. A
+// start. A configured policy that refused its config there (its own load
+// code, the self-test most often, failed with it) and that nothing else
+// serves is a config error, as a bad key elsewhere is: starting without it
+// would silently drop what the config asked for. A file that could not load
+// at all (not Wasm, a wrong ABI version) is the file's problem, not the
+// config's: it is rejected and reported as at run time (ABI.md §10), and
+// the embedded default of its name, if any, serves. A
 // config for a name no policy has is logged: policy_dir may get that file
 // later, but more often the name is misspelled. A policy held to its
 // rewrites (failClosed) that serves no rewrite hook is a config error too:
@@ -562,15 +565,18 @@ func checkPolicyConfig(cfg *config.Config, loaded []plugins.PolicyStatus, logger
 	for _, name := range slices.Sorted(maps.Keys(configured)) {
 		st, ok := byName[name]
 		var failClosedProblem string
-		if slices.Contains(failClosed, name) {
+		if slices.Contains(failClosed, name) && st.SHA256 != "" {
+			// Only a version that serves can lack the rewrite hook; with
+			// none serving (its file rejected), requests are refused with
+			// 503 and /readyz says so (README "Policies").
 			failClosedProblem = st.FailClosedProblem()
 		}
 		switch {
 		case !ok:
 			logger.Warn("a policy config names no loaded policy; it waits for a policy_dir file of that name",
 				"key", "policies."+name, "loaded", strings.Join(names, ", "))
-		case st.State == plugins.StateRejected && st.SHA256 == "":
-			problems = append(problems, config.Problem{Key: "policies." + name, Msg: "the policy refused its config or could not load: " + st.LastError})
+		case st.ConfigRefusal != "":
+			problems = append(problems, config.Problem{Key: "policies." + name, Msg: "the policy refused its config: " + st.ConfigRefusal})
 		case failClosedProblem != "":
 			problems = append(problems, config.Problem{Key: "policies." + name + "." + config.FailClosedKey, Msg: failClosedProblem})
 		}

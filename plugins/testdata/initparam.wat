@@ -1,0 +1,12 @@
+;; Test fixture: a recover policy whose _initialize takes a parameter;
+;; rejected by the export type check before it is instantiated.
+(module
+  (memory (export "memory") 2)
+  (func (export "sluice_abi_version") (result i32) (i32.const 1))
+  ;; every input goes to one buffer at 65536 (inputs are small)
+  (func (export "sluice_alloc") (param $n i32) (result i32)
+    (if (i32.gt_u (local.get $n) (i32.const 65536)) (then (unreachable)))
+    (i32.const 65536))
+  (func (export "_initialize") (param i32))
+  (func (export "sluice_recover") (param i32 i32) (result i64) (i64.const 1))
+)
