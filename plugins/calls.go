@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero/api"
@@ -144,6 +145,7 @@ func (v *version) invoke(ctx context.Context, h int, input []byte, rw *rewriteCa
 	if err == nil {
 		v.put(inst, true)
 		v.consecutive.Store(0)
+		v.completed.note(h, len(input))
 		switch kind {
 		case resDefer:
 			hm.deferred.Inc()
@@ -170,7 +172,11 @@ func (v *version) invoke(ctx context.Context, h int, input []byte, rw *rewriteCa
 	fk := v.classify(err, stderr, inst.mem)
 	msg := faultMessage(hookNames[h], fk, err, stderr)
 	hm.faulted.Inc()
-	v.fault(hookNames[h], fk, msg)
+	uncounted := ""
+	if fk != "timeout" { // a loop is the version's whatever its input
+		uncounted = v.completed.inputsFault(h, len(input))
+	}
+	v.bookFault(hookNames[h], fk, msg, uncounted)
 	v.put(inst, false)
 	step.Outcome, step.Error = outFault.String(), msg
 	return step
@@ -204,33 +210,92 @@ func (v *version) logBusy(hook string, err error) {
 	})
 }
 
-// fault books one fault of v, a hook call's or an instantiation's: it is
-// counted, logged and becomes the policy's last_error. The
-// FaultsBeforeRollback-th in a row trips v before fault returns, so no call
-// that starts later runs v's code (ABI.md §7), and starts the rollback to
-// the previous version in the background; the trip stays the last_error
-// until the rollback says how it ended.
-func (v *version) fault(hook, kind, msg string) {
+// fault books one fault of v that counts towards its trip (bookFault).
+func (v *version) fault(hook, kind, msg string) { v.bookFault(hook, kind, msg, "") }
+
+// bookFault books one fault of v, a hook call's or an instantiation's: it
+// is counted, logged and becomes the policy's last_error. uncounted, when
+// not "", says why the fault is the input's rather than v's
+// (completedInputs.inputsFault): it does not count towards the trip and
+// leaves the run of faults as it was, neither longer nor reset. The
+// FaultsBeforeRollback-th counted fault in a row trips v before bookFault
+// returns, so no call that starts later runs v's code (ABI.md §7), and
+// starts the rollback to the previous version in the background; the trip
+// stays the last_error until the rollback says how it ended.
+func (v *version) bookFault(hook, kind, msg, uncounted string) {
 	v.st.faults.Add(1)
 	if !v.retiring.Load() {
 		// A replaced version's series may be gone (publish): a fault of a
 		// call still under way must not bring one back for good.
 		v.rt.m.faults.WithLabelValues(v.name, hook, kind).Inc()
 	}
-	v.rt.log.Warn("policy fault: using the built-in default", "policy", v.name, "version", v.gen,
-		"sha256", short(v.comp.sha), "hook", hook, "kind", kind, "error", msg)
+	fields := []any{"policy", v.name, "version", v.gen, "sha256", short(v.comp.sha), "hook", hook, "kind", kind, "error", msg}
+	if uncounted != "" {
+		fields = append(fields, "not_counted_towards_trip", uncounted)
+	}
+	v.rt.log.Warn("policy fault: "+v.fallbackWording(hook), fields...)
 	v.fmu.Lock()
 	defer v.fmu.Unlock()
 	if v.tripped.Load() {
 		return // a call that was under way when v tripped: the trip stays the news
+	}
+	if uncounted != "" {
+		v.st.setErr(msg + " (not counted towards the trip: " + uncounted + ")")
+		return
 	}
 	v.st.setErr(msg)
 	if n := v.rt.opts.FaultsBeforeRollback; n < 0 || int(v.consecutive.Add(1)) < n {
 		return // n < 0: never rolled back (policy test)
 	}
 	v.tripped.Store(true)
-	v.st.setErr("calls use the built-in default after " + v.rt.faultsInARow(v, msg))
+	v.st.setErr(v.fallbackWording("") + " after " + v.rt.faultsInARow(v, msg))
 	v.rt.background(func() { v.rt.rollback(v, msg) })
+}
+
+// fallbackWording says what a call gets when v's code cannot serve it, for
+// hook ("" when it is every hook's case: a trip). That is the built-in
+// default, except for a rewrite the gateway holds to its edits
+// (sluice_fail_closed, README "Policies"), whose request is refused. The
+// runtime does not know that choice, the caller's per call
+// (RewriteChecks.FailClosed), so for the rewrite hook both are named.
+func (v *version) fallbackWording(hook string) string {
+	if hook == hookNames[hRecover] || hook == hookNames[hReplay] || hook == hookNames[hStreamEvent] ||
+		v.hooks&hostabi.HookRewrite == 0 {
+		return "the built-in default applies"
+	}
+	return "the built-in default applies, or the request is refused where the policy fails closed (sluice_fail_closed)"
+}
+
+// completedInputs is, for each hook of a version, one more than the size
+// of the largest input a call of it completed without a fault (0: none
+// yet): the trip rule's measure of what the version can hold
+// (inputsFault).
+type completedInputs [len(hookNames)]atomic.Int64
+
+// note records that a call of hook h completed on an input of n bytes.
+func (c *completedInputs) note(h, n int) {
+	for {
+		old := c[h].Load()
+		if int64(n)+1 <= old || c[h].CompareAndSwap(old, int64(n)+1) {
+			return
+		}
+	}
+}
+
+// inputsFault says why a fault of hook h on an input of n bytes is the
+// input's, not the version's, or "" when it is the version's. It is the
+// input's when h has completed a call without a fault, but none on an input
+// this large: the size of an input is its sender's choice (for rewrite the
+// client's headers, ABI.md §3.3), and a guest may refuse one it cannot hold by
+// trapping (ABI.md §2), so one client's oversized requests must not trip
+// the policy for every client (ABI.md §7). Until h has completed a call,
+// every fault is the version's: one that never works still trips.
+func (c *completedInputs) inputsFault(h, n int) string {
+	largest := c[h].Load() - 1
+	if largest < 0 || int64(n) <= largest {
+		return ""
+	}
+	return fmt.Sprintf("its input of %d bytes is larger than any this version's %s completed (%d bytes)", n, hookNames[h], largest)
 }
 
 func firstLine(s string) string {

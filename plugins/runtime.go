@@ -137,7 +137,7 @@ const (
 	StateActive     = "active"      // the version shown is serving (a refused newer file shows as rejected_sha256)
 	StateRejected   = "rejected"    // the latest file was refused and no version of the name serves
 	StateRolledBack = "rolled_back" // the version shown replaced a faulting one (see last_error)
-	StateTripped    = "tripped"     // faulted repeatedly with nothing to roll back to (a version that tripped is none): calls use the built-in default
+	StateTripped    = "tripped"     // faulted repeatedly with nothing to roll back to (a version that tripped is none): the built-in default applies (a rewrite held to its edits refuses its requests)
 )
 
 // Sources of a policy version.
@@ -1315,10 +1315,10 @@ func (r *Runtime) rollback(v *version, reason string) {
 		why = "not rolled back to " + strings.Join(trippedToo, ", ") + ", which tripped too"
 		fields = append(fields, "not_rolled_back_to", strings.Join(trippedToo, ","))
 	}
-	e.state, e.lastError = StateTripped, why+"; calls use the built-in default after "+msg
+	e.state, e.lastError = StateTripped, why+"; "+v.fallbackWording("")+" after "+msg
 	e.st.setErr(e.lastError)
 	r.m.swaps.WithLabelValues(v.name, "tripped").Inc()
-	r.log.Error("policy tripped: calls use the built-in default", fields...)
+	r.log.Error("policy tripped: "+v.fallbackWording(""), fields...)
 	r.publish()
 }
 

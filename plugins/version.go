@@ -63,6 +63,10 @@ type version struct {
 	tripped     atomic.Bool  // every call falls back to the built-in default (set once, with the rollback started)
 	fmu         sync.Mutex   // orders fault bookkeeping with the trip (fault)
 
+	// completed is the largest input each hook completed, for the trip
+	// rule (completedInputs.inputsFault).
+	completed completedInputs
+
 	hm [5]*hookMetrics // by hookIndex
 }
 
