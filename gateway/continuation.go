@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -1066,8 +1067,9 @@ type itemSnap struct {
 }
 
 type partSnap struct {
-	text string
-	done bool
+	text        string
+	done        bool
+	annotations int // the annotations the client got for it
 }
 
 // splicedItem is where one of the attempt's items goes.
@@ -1166,6 +1168,14 @@ type splicedPart struct {
 	// one the client saw complete: written, as a new client part, only
 	// once the target adds text to it.
 	opening *heldEvent
+	// annotations counts the attempt's annotations for the part; the first
+	// reannotated of them, on a restart, redo those the client has
+	// (spliceAnnotationLocked).
+	annotations, reannotated int
+	// offset is where the attempt's text begins in the client's part, in
+	// characters: a prefill's target goes on after the client's text, and
+	// its annotations' indexes count from its own first character.
+	offset int64
 }
 
 // reproducer checks that a restart reproduces text the client has.
@@ -1245,7 +1255,7 @@ func (cs *clientStream) beginSplice(kind string, prevUsage []byte) {
 				s.name = gjson.GetBytes(it.Added, "name").Str
 			}
 			for _, p := range it.Parts {
-				s.parts = append(s.parts, partSnap{text: sent.Unescape(p.Text), done: p.Complete()})
+				s.parts = append(s.parts, partSnap{text: sent.Unescape(p.Text), done: p.Complete(), annotations: p.AnnotationCount()})
 			}
 			sp.snap = append(sp.snap, s)
 		}
@@ -1445,6 +1455,8 @@ func (cs *clientStream) spliceLocked(name string, data []byte, f *eventFields) e
 			}
 		}
 		return nil
+	case "response.output_text.annotation.added":
+		return cs.spliceAnnotationLocked(name, data, f, m, at)
 	case "response.output_item.done":
 		if sp.kind == kindRestart && !m.counted {
 			if err := cs.catchUpItemLocked(m, k, f.Item); err != nil {
@@ -1472,6 +1484,46 @@ func (cs *clientStream) spliceLocked(name string, data []byte, f *eventFields) e
 			return nil
 		}
 		at = append(at, intField("content_index", p.index))
+	}
+	return cs.rewriteLocked(name, data, at...)
+}
+
+// spliceAnnotationLocked maps an annotation the attempt adds to a part of a
+// client item it continues or reproduces. The client's part keeps the
+// annotations it was sent (its done forms list them: closePartLocked), so
+// the attempt's go after them: numbered on from the client's count, and
+// with indexes (start_index, end_index) moved by the characters of the
+// client's text that precede the attempt's (splicedPart.offset; a restart
+// reproduces that text, so its indexes already count it). The indexes are
+// characters, as OpenAI's are and as the gateway passes an upstream's on
+// (internal/translate); README "Continuation". A restart's first
+// annotations of a part the client has annotations for redo those, as its
+// text redoes the client's: they are not sent again.
+func (cs *clientStream) spliceAnnotationLocked(name string, data []byte, f *eventFields, m *splicedItem, at []field) error {
+	p := m.parts[f.ContentIndex.Int()]
+	if p == nil || p.opening != nil {
+		return nil
+	}
+	p.annotations++
+	if p.annotations <= p.reannotated {
+		return nil
+	}
+	var cp *sent.Part
+	for _, c := range m.client.Parts {
+		if c.Index == p.index {
+			cp = c
+		}
+	}
+	if cp == nil {
+		return nil // not a part the client has: nothing to annotate
+	}
+	at = append(at, intField("content_index", p.index), intField("annotation_index", int64(cp.AnnotationCount())))
+	if p.offset > 0 {
+		for _, k := range [...]string{"start_index", "end_index"} {
+			if v := f.Annotation.Get(k); v.Type == gjson.Number {
+				at = append(at, intField("annotation."+k, v.Int()+p.offset))
+			}
+		}
 	}
 	return cs.rewriteLocked(name, data, at...)
 }
@@ -1601,7 +1653,7 @@ func (m *splicedItem) doneIndex(i int) int64 {
 // at position j goes: the text the client has of it is to be reproduced.
 func (m *splicedItem) reproducedPart(j int64, kind string) *splicedPart {
 	ps := m.snap.parts[j]
-	return &splicedPart{index: m.client.Parts[j].Index, want: reproducer{want: ps.text}, done: ps.done, kind: kind}
+	return &splicedPart{index: m.client.Parts[j].Index, want: reproducer{want: ps.text}, done: ps.done, kind: kind, reannotated: ps.annotations}
 }
 
 // spliceCaughtUpLocked splices a delta built by a catch-up as the
@@ -1766,7 +1818,7 @@ func (cs *clientStream) splicePartLocked(name string, data []byte, f *eventField
 		last := m.client.Parts[len(m.client.Parts)-1]
 		if gjson.GetBytes(last.Added, "type").Str == f.Part.Get("type").Str {
 			if !last.Complete() {
-				m.parts[j] = &splicedPart{index: last.Index}
+				m.parts[j] = &splicedPart{index: last.Index, offset: int64(utf8.RuneCountInString(sent.Unescape(last.Text)))}
 				return nil
 			}
 			// The client was told that part's text is final: what the
@@ -1920,7 +1972,10 @@ func (cs *clientStream) closePartLocked(it *sent.Item, p *sent.Part, summary boo
 			return err
 		}
 	}
-	part := p.Added
+	// The annotations the client got for the part, the cut attempt's and
+	// the continuation's (spliceAnnotationLocked): its done form is what
+	// the terminal Response and GET list.
+	part := p.WithAnnotations(p.Added)
 	if out, err := sjson.SetRawBytes(part, field, sent.Quoted(p.Text)); err == nil {
 		part = out
 	}

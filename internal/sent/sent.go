@@ -115,6 +115,28 @@ type Part struct {
 	Edited      bool // the gateway's stream hook dropped or replaced an event about it
 }
 
+// WithAnnotations returns part, a rendering of p, listing the annotations
+// the readers got for p (its annotations member replaced); part itself when
+// they got none.
+func (p *Part) WithAnnotations(part []byte) []byte {
+	if len(p.Annotations) == 0 {
+		return part
+	}
+	if out, err := sjson.SetRawBytes(part, "annotations", append(append([]byte{'['}, p.Annotations...), ']')); err == nil {
+		return out
+	}
+	return part
+}
+
+// AnnotationCount is how many annotations the readers got for p: the
+// annotation_index the next one of the part is given.
+func (p *Part) AnnotationCount() int {
+	if len(p.Annotations) == 0 {
+		return 0
+	}
+	return int(gjson.Parse("[" + string(p.Annotations) + "]").Get("#").Int())
+}
+
 // Complete reports whether the readers were told the part's text is final:
 // they got its text's done event or its part's. No more text may go into it.
 func (p *Part) Complete() bool { return p.Done != nil || p.TextDone }
@@ -457,12 +479,7 @@ func appendParts(b []byte, parts []*Part) []byte {
 		if gjson.GetBytes(p.Added, "type").Str == "refusal" {
 			field = "refusal"
 		}
-		part := CompletePart(p.Added) // before its text goes in: the added form is small
-		if len(p.Annotations) > 0 {
-			if out, err := sjson.SetRawBytes(part, "annotations", append(append([]byte{'['}, p.Annotations...), ']')); err == nil {
-				part = out
-			}
-		}
+		part := p.WithAnnotations(CompletePart(p.Added)) // before its text goes in: the added form is small
 		if out, err := sjson.SetRawBytes(part, field, Quoted(p.Text)); err == nil {
 			part = out
 		}

@@ -1,0 +1,119 @@
+package gateway_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/sluice-gw/sluice/gateway"
+	"github.com/sluice-gw/sluice/internal/upstreamtest"
+)
+
+// TestContinuedStreamKeepsAnnotations: a Chat upstream's answer cites a
+// source (a url_citation the client gets as annotation.added 0) and is cut;
+// a second Chat target continues it, by a prefill or a restart, with or
+// without a citation of its own. Every annotation the client was sent stays
+// in its text part — in content_part.done, output_item.done, the terminal
+// Response and GET — followed by the continuation's own, whose
+// annotation.added continues the numbering (1) and whose indexes count from
+// the start of the client's part: a prefill's, given relative to its own
+// text, are moved past the client's text before it, in characters (the
+// client's text has a two-byte "é": a byte count would be one more).
+// README "Continuation".
+func TestContinuedStreamKeepsAnnotations(t *testing.T) {
+	const (
+		first = "Sée example." // 12 characters, 13 bytes
+		more  = " More at two."
+		chatA = `{"type":"url_citation","url_citation":{"url":"https://example.com","title":"Ex","start_index":4,"end_index":11}}`
+		wantA = `{"type":"url_citation","url":"https://example.com","title":"Ex","start_index":4,"end_index":11}`
+		// "two" in more (9–12); in the whole text, 21–24.
+		chatTwoOwn   = `{"type":"url_citation","url_citation":{"url":"https://two.example","title":"Two","start_index":9,"end_index":12}}`
+		chatTwoWhole = `{"type":"url_citation","url_citation":{"url":"https://two.example","title":"Two","start_index":21,"end_index":24}}`
+		wantTwo      = `{"type":"url_citation","url":"https://two.example","title":"Two","start_index":21,"end_index":24}`
+	)
+	chunk := func(delta string) upstreamtest.Frame {
+		return chatChunk(`[{"index":0,"delta":` + delta + `,"finish_reason":null}]`)
+	}
+	text := func(s string) upstreamtest.Frame { return chunk(`{"content":"` + s + `"}`) }
+	annotations := func(a string) upstreamtest.Frame { return chunk(`{"annotations":[` + a + `]}`) }
+	finish := chatChunk(`[{"index":0,"delta":{},"finish_reason":"stop"}]`)
+
+	cases := []struct {
+		name, mode string
+		backup     []upstreamtest.Frame
+		want       []string // the part's annotations, in order
+	}{
+		{"prefill", gateway.ContinuationAuto,
+			[]upstreamtest.Frame{chunk(`{"role":"assistant","content":"` + more + `"}`), finish, chatDone}, []string{wantA}},
+		{"prefill with its own citation", gateway.ContinuationAuto,
+			[]upstreamtest.Frame{chunk(`{"role":"assistant","content":"` + more + `"}`), annotations(chatTwoOwn), finish, chatDone}, []string{wantA, wantTwo}},
+		{"restart", gateway.ContinuationRestart,
+			[]upstreamtest.Frame{chunk(`{"role":"assistant","content":"` + first + `"}`), annotations(chatA), text(more), finish, chatDone}, []string{wantA}},
+		{"restart with its own citation", gateway.ContinuationRestart,
+			[]upstreamtest.Frame{chunk(`{"role":"assistant","content":"` + first + `"}`), annotations(chatA), text(more), annotations(chatTwoWhole), finish, chatDone},
+			[]string{wantA, wantTwo}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			want := "[" + strings.Join(c.want, ",") + "]"
+			h := contHarness(t, c.mode, harnessConfig{protocol: map[string]string{"P": "chat", "B": "chat"}, opts: resumeOpts()})
+			h.ups["P"].Enqueue(upstreamtest.Script{ChatFrames: []upstreamtest.Frame{
+				chunk(`{"role":"assistant","content":"` + first + `"}`), annotations(chatA),
+			}, End: upstreamtest.EndCut})
+			h.ups["B"].Enqueue(upstreamtest.Script{ChatFrames: c.backup})
+
+			resp, evs := h.responsesStream(`{"model":"m","input":"search","stream":true}`)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+			if role, _ := lastMessage(h.ups["B"].Requests()[0]); (role == "assistant") != (c.mode == gateway.ContinuationAuto) {
+				t.Fatalf("the continuation's last message is the %q's: not the %s wanted", role, c.name)
+			}
+			last := assertOneTerminal(t, evs)
+			if last.typ != "response.completed" {
+				t.Fatalf("terminal %s: %s", last.typ, last.data)
+			}
+			var added []string
+			got := ""
+			for _, ev := range evs {
+				r := gjson.ParseBytes(ev.data)
+				switch ev.typ {
+				case "response.output_text.delta":
+					got += r.Get("delta").Str
+				case "response.output_text.annotation.added":
+					if i := r.Get("annotation_index").Int(); i != int64(len(added)) || r.Get("content_index").Int() != 0 || r.Get("output_index").Int() != 0 {
+						t.Errorf("annotation event %d at annotation_index %d (content_index %s, output_index %s): %s",
+							len(added), i, r.Get("content_index").Raw, r.Get("output_index").Raw, ev.data)
+					}
+					added = append(added, r.Get("annotation").Raw)
+				case "response.content_part.done":
+					if a := r.Get("part.annotations").Raw; a != want {
+						t.Errorf("content_part.done lists annotations %s, want %s", a, want)
+					}
+				case "response.output_item.done":
+					if a := r.Get("item.content.0.annotations").Raw; a != want {
+						t.Errorf("output_item.done lists annotations %s, want %s", a, want)
+					}
+				}
+			}
+			if got != first+more {
+				t.Errorf("client text %q, want %q", got, first+more)
+			}
+			if a := "[" + strings.Join(added, ",") + "]"; a != want {
+				t.Errorf("annotation events carried %s, want %s", a, want)
+			}
+			terminal := gjson.GetBytes(last.data, "response")
+			if a := terminal.Get("output.0.content.0.annotations").Raw; a != want {
+				t.Errorf("%s lists annotations %s, want %s", last.typ, a, want)
+			}
+			body := h.waitFor("/v1/responses/"+terminal.Get("id").Str, func(body []byte) bool {
+				return gjson.GetBytes(body, "status").Str == "completed"
+			})
+			if a := gjson.GetBytes(body, "output.0.content.0.annotations").Raw; a != want {
+				t.Errorf("GET lists annotations %s, want %s: %s", a, want, body)
+			}
+		})
+	}
+}
