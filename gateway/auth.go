@@ -77,7 +77,9 @@ type AccountsOptions struct {
 	DisableAccessLog bool
 }
 
-// Price is a model's price per 1M tokens.
+// Price is a model's price per 1M tokens. CachedInput is the price as
+// given, 0 included (free cache hits): the config's "defaults to input" is
+// resolved before (config.Price.CachedInputPrice).
 type Price struct {
 	Input, Output, CachedInput float64
 }

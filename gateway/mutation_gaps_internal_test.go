@@ -107,15 +107,16 @@ func TestBucketWait(t *testing.T) {
 	}
 }
 
-// TestPriceOfCachedInput: cached input tokens are priced at CachedInput
-// (at Input without one), the rest of the input at Input.
+// TestPriceOfCachedInput: cached input tokens are priced at CachedInput,
+// 0 included (the config's default to Input is applied before:
+// config.Price.CachedInputPrice), the rest of the input at Input.
 func TestPriceOfCachedInput(t *testing.T) {
 	a := &accounts{opts: AccountsOptions{Pricing: map[string]Price{
 		"m": {Input: 2, Output: 8, CachedInput: 0.5},
 		"n": {Input: 2, Output: 8},
 	}}}
 	u := usage{input: 1_000_000, cached: 400_000, output: 1_000_000}
-	for model, want := range map[string]float64{"m": 0.6*2 + 0.4*0.5 + 8, "n": 2 + 8} {
+	for model, want := range map[string]float64{"m": 0.6*2 + 0.4*0.5 + 8, "n": 0.6*2 + 8} {
 		if got, ok := a.priceOf(model, u); !ok || math.Abs(got-want) > 1e-9 {
 			t.Errorf("%s: cost %v (%v), want %v", model, got, ok, want)
 		}

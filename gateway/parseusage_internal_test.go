@@ -17,7 +17,7 @@ func TestParseUsage(t *testing.T) {
 		{"responses", `{"input_tokens":5,"output_tokens":7,"input_tokens_details":{"cached_tokens":2},"output_tokens_details":{"reasoning_tokens":3}}`,
 			usage{input: 5, output: 7, cached: 2, reasoning: 3, known: true}, true, ""},
 		{"chat", `{"prompt_tokens":5,"completion_tokens":7,"prompt_tokens_details":{"cached_tokens":null}}`, usage{input: 5, output: 7, known: true}, true, ""},
-		{"empty object", `{}`, usage{known: true}, true, ""},
+		{"empty object", `{}`, usage{}, false, ""},
 		{"at the bound", `{"input_tokens":1000000000000,"output_tokens":0}`, usage{input: 1e12, known: true}, true, ""},
 		{"integral float", `{"input_tokens":5.0,"output_tokens":1e3}`, usage{input: 5, output: 1000, known: true}, true, ""},
 		{"negative", `{"input_tokens":-5,"output_tokens":7}`, usage{}, false, "input_tokens"},

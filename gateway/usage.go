@@ -199,7 +199,12 @@ const maxUsageTokens = 1_000_000_000_000
 // request is charged its estimate as one that reported none is
 // (estimateUsage). Upstream answers are untrusted (SECURITY.md): summed,
 // such counts would make the usage totals negative and the usage counters
-// go backwards.
+// go backwards. A usage object without both of its counts (input_tokens and
+// output_tokens; prompt_tokens and completion_tokens), as "usage":{}, is
+// no usage either (ok false, bad ""): the request is charged its estimate,
+// as one whose usage is null is (README "Keys, limits and usage"), rather
+// than 0 tokens for an answer that streamed output. The details it reports
+// are held within their counts (withinCounts).
 func parseUsage(o gjson.Result) (u usage, ok bool, bad string) {
 	if !o.IsObject() {
 		return usage{}, false, ""
@@ -209,15 +214,40 @@ func parseUsage(o gjson.Result) (u usage, ok bool, bad string) {
 		paths = [4]string{"prompt_tokens", "completion_tokens", "prompt_tokens_details.cached_tokens", "completion_tokens_details.reasoning_tokens"} // Chat
 	}
 	counts := [4]*int64{&u.input, &u.output, &u.cached, &u.reasoning}
+	hasCounts := true
 	for i, path := range paths {
-		n, valid := usageCount(o.Get(path))
+		v := o.Get(path)
+		n, valid := usageCount(v)
 		if !valid {
 			return usage{}, false, path
 		}
+		if i < 2 && v.Type == gjson.Null { // absent or null: the input or output count is missing
+			hasCounts = false
+		}
 		*counts[i] = n
 	}
+	if !hasCounts {
+		return usage{}, false, ""
+	}
+	u = u.withinCounts()
 	u.known = true
 	return u, true, ""
+}
+
+// withinCounts is u with its cached tokens held to its input and its
+// reasoning tokens to its output: they are parts of those counts (OpenAI's
+// usage details), and priceOf charges the input less the cached part at
+// the input price, so more cached than input tokens would price below zero.
+// Upstreams whose input count leaves the cache reads out (as Anthropic's
+// input_tokens does) report exactly that. Clamped, the request keeps the
+// upstream's own input and output counts, which its limits, budgets and
+// the upstream's bill are counted in, and its input is priced as cached;
+// the estimate instead would replace both counts with guesses from the
+// body's size and the deltas.
+func (u usage) withinCounts() usage {
+	u.cached = min(u.cached, u.input)
+	u.reasoning = min(u.reasoning, u.output)
+	return u
 }
 
 // usageCount reads one token count of a usage object: absent or null is 0;
@@ -247,11 +277,14 @@ func addTokens(a, b int64) int64 {
 	return a + b
 }
 
-// priceOf prices u for model (per 1M tokens; cached input at its own
-// price, else at the input price): model's own price, else, for a dated
-// snapshot's name, the price of the model it is a snapshot of
-// (snapshotBase): OpenAI answers a request for gpt-5 with
-// gpt-5-2025-08-07, and the usage totals keep the served name.
+// priceOf prices u for model (per 1M tokens; cached input at
+// CachedInput, which may be 0: free cache hits; the config's cached_input
+// defaults to input before it gets here, config.Price.CachedInputPrice):
+// model's own price, else, for a dated snapshot's name, the price of the
+// model it is a snapshot of (snapshotBase): OpenAI answers a request for
+// gpt-5 with gpt-5-2025-08-07, and the usage totals keep the served name.
+// The cached tokens are held to the input (withinCounts) here too, for
+// totals stored before parseUsage held them: a cost is never negative.
 func (a *accounts) priceOf(model string, u usage) (float64, bool) {
 	p, ok := a.opts.Pricing[model]
 	if base, dated := snapshotBase(model); !ok && dated {
@@ -260,11 +293,8 @@ func (a *accounts) priceOf(model string, u usage) (float64, bool) {
 	if !ok {
 		return 0, false
 	}
-	cachedPrice := p.CachedInput
-	if cachedPrice == 0 {
-		cachedPrice = p.Input
-	}
-	return (float64(u.input-u.cached)*p.Input + float64(u.cached)*cachedPrice + float64(u.output)*p.Output) / 1e6, true
+	u = u.withinCounts()
+	return (float64(u.input-u.cached)*p.Input + float64(u.cached)*p.CachedInput + float64(u.output)*p.Output) / 1e6, true
 }
 
 // roundUSD rounds a cost to 10^-12 USD, for GET /admin/usage: a sum of

@@ -35,7 +35,7 @@ func accountsOptions(cfg config.Config, st store.Store) gateway.AccountsOptions 
 	if len(cfg.Pricing) > 0 {
 		o.Pricing = map[string]gateway.Price{}
 		for m, p := range cfg.Pricing {
-			o.Pricing[m] = gateway.Price{Input: p.Input, Output: p.Output, CachedInput: p.CachedInput}
+			o.Pricing[m] = gateway.Price{Input: p.Input, Output: p.Output, CachedInput: p.CachedInputPrice()}
 		}
 	}
 	return o

@@ -110,9 +110,21 @@ const MaxPrice = 1e6
 
 // Price is one model's price in pricing:, per 1M tokens.
 type Price struct {
-	Input       float64 `yaml:"input"`
-	Output      float64 `yaml:"output"`
-	CachedInput float64 `yaml:"cached_input"` // default: input
+	Input  float64 `yaml:"input"`
+	Output float64 `yaml:"output"`
+	// CachedInput is nil when cached_input is left out (or null): cached
+	// input is then priced as input (CachedInputPrice). 0 is a price, for
+	// free cache hits or a self-hosted model.
+	CachedInput *float64 `yaml:"cached_input"`
+}
+
+// CachedInputPrice is the price of cached input tokens: cached_input when
+// set, 0 included, else input (README "Keys, limits and usage").
+func (p Price) CachedInputPrice() float64 {
+	if p.CachedInput != nil {
+		return *p.CachedInput
+	}
+	return p.Input
 }
 
 // KeyNamePattern is what a key name may be.
@@ -168,10 +180,15 @@ func (c *Config) validateAccounts(bad func(key, format string, args ...any)) {
 	}
 	for _, m := range slices.Sorted(maps.Keys(c.Pricing)) { // a map's order changes from run to run
 		p := c.Pricing[m]
-		for _, f := range []struct {
+		type field struct {
 			name string
 			v    float64
-		}{{"input", p.Input}, {"output", p.Output}, {"cached_input", p.CachedInput}} {
+		}
+		prices := []field{{"input", p.Input}, {"output", p.Output}}
+		if p.CachedInput != nil { // left out, it is input's, checked as input
+			prices = append(prices, field{"cached_input", *p.CachedInput})
+		}
+		for _, f := range prices {
 			switch {
 			case f.v < 0:
 				bad("pricing."+m+"."+f.name, "prices must not be negative")

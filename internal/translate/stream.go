@@ -330,7 +330,7 @@ func (s *Stream) Chunk(data []byte) ([]Event, error) {
 			}
 		}
 	}
-	if usage.IsObject() {
+	if chatUsageCounted(usage) {
 		s.usage = appendUsage(s.usage[:0], usage)
 	}
 	s.failNameless()
@@ -1383,6 +1383,15 @@ func (s *Stream) appendResponse(b []byte, status string, final bool) []byte {
 	return append(b, '}')
 }
 
+// chatUsageCounted reports whether u is a Chat usage with its two counts
+// (prompt_tokens and completion_tokens numbers): one without them ({}, or a
+// prompt count alone) is no usage, so the translated Response has none and
+// the request is charged its estimate (README "Keys, limits and usage"),
+// not zero tokens; on a stream the last counted usage stays.
+func chatUsageCounted(u gjson.Result) bool {
+	return u.IsObject() && u.Get("prompt_tokens").Type == gjson.Number && u.Get("completion_tokens").Type == gjson.Number
+}
+
 // appendUsage maps Chat usage onto Responses usage.
 func appendUsage(b []byte, u gjson.Result) []byte {
 	in := u.Get("prompt_tokens").Int()
@@ -1666,7 +1675,7 @@ func (s *Stream) completion(body []byte) (aerr *apierr.Error, upstream bool) {
 	if finish.Type == gjson.String && finish.Str != "" {
 		s.finish = finish.Str
 	}
-	if u := root.Get("usage"); u.IsObject() {
+	if u := root.Get("usage"); chatUsageCounted(u) {
 		s.usage = appendUsage(s.usage[:0], u)
 	}
 	s.complete()

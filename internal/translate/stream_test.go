@@ -1040,3 +1040,39 @@ func TestStreamAfterFinishOnlyUsageCounts(t *testing.T) {
 		t.Fatalf("terminal event: %s", last.Raw)
 	}
 }
+
+// A Chat usage without its two counts ({}, a prompt count alone) is no
+// usage: the Response has none, so the gateway charges its estimate rather
+// than zero tokens; after a counted usage, an uncounted one leaves it as it
+// was.
+func TestStreamUsageWithoutItsCounts(t *testing.T) {
+	const text = `{"choices":[{"index":0,"delta":{"role":"assistant","content":"Hello"}}]}`
+	const finish = `{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`
+	for _, tt := range []struct {
+		name   string
+		usages []string
+		want   string // the terminal Response's usage
+	}{
+		{"empty", []string{`{}`}, ""},
+		{"prompt count alone", []string{`{"prompt_tokens":3}`}, ""},
+		{"null completion count", []string{`{"prompt_tokens":3,"completion_tokens":null}`}, ""},
+		{"both counts", []string{`{"prompt_tokens":3,"completion_tokens":2}`}, "3/2"},
+		{"counted, then empty", []string{`{"prompt_tokens":3,"completion_tokens":2}`, `{}`}, "3/2"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			chunks := []string{text, finish}
+			for _, u := range tt.usages {
+				chunks = append(chunks, `{"choices":[],"usage":`+u+`}`)
+			}
+			events := feedChunks(t, NewStream(testStreamOptions()), chunks)
+			u := gjson.GetBytes(events[len(events)-1].Data, "response.usage")
+			got := ""
+			if u.Exists() && u.Type != gjson.Null {
+				got = u.Get("input_tokens").String() + "/" + u.Get("output_tokens").String()
+			}
+			if got != tt.want {
+				t.Fatalf("the Response's usage %q (%s), want %q", got, u.Raw, tt.want)
+			}
+		})
+	}
+}
