@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -56,6 +57,13 @@ func TestChatUpstreamAnnotationsReachTheResponsesClient(t *testing.T) {
 		wantB = `{"type":"url_citation","url":"https://example.com/b","title":"B","start_index":6,"end_index":11}`
 	)
 	want := "[" + wantA + "," + wantB + "]"
+	// The text and its citations as a Chat upstream streams them, before
+	// its answer ends (or is cut).
+	cited := []upstreamtest.Frame{
+		chatChunk(`[{"index":0,"delta":{"role":"assistant","content":"Hello"},"finish_reason":null}]`),
+		chatChunk(`[{"index":0,"delta":{"content":" world"},"finish_reason":null}]`),
+		chatChunk(`[{"index":0,"delta":{"annotations":[` + chatA + `,` + chatB + `]},"finish_reason":null}]`),
+	}
 	checkResponse := func(t *testing.T, resp gjson.Result) {
 		t.Helper()
 		part := resp.Get("output.0.content.0")
@@ -71,13 +79,8 @@ func TestChatUpstreamAnnotationsReachTheResponsesClient(t *testing.T) {
 
 	t.Run("stream", func(t *testing.T) {
 		h := newHarness(t, harnessConfig{protocol: map[string]string{"A": "chat"}})
-		h.ups["A"].Enqueue(upstreamtest.Script{ChatFrames: []upstreamtest.Frame{
-			chatChunk(`[{"index":0,"delta":{"role":"assistant","content":"Hello"},"finish_reason":null}]`),
-			chatChunk(`[{"index":0,"delta":{"content":" world"},"finish_reason":null}]`),
-			chatChunk(`[{"index":0,"delta":{"annotations":[` + chatA + `,` + chatB + `]},"finish_reason":null}]`),
-			chatChunk(`[{"index":0,"delta":{},"finish_reason":"stop"}]`),
-			chatDone,
-		}})
+		h.ups["A"].Enqueue(upstreamtest.Script{ChatFrames: slices.Concat(cited,
+			[]upstreamtest.Frame{chatChunk(`[{"index":0,"delta":{},"finish_reason":"stop"}]`), chatDone})})
 		resp, evs := h.responsesStream(`{"model":"gpt-fake-1","input":"search","stream":true}`)
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("status %d", resp.StatusCode)
@@ -125,11 +128,7 @@ func TestChatUpstreamAnnotationsReachTheResponsesClient(t *testing.T) {
 		// The Response the gateway writes itself (response.failed) lists the
 		// citations its client was shown, as its text part's annotations.
 		h := newHarness(t, harnessConfig{protocol: map[string]string{"A": "chat"}})
-		h.ups["A"].Enqueue(upstreamtest.Script{ChatFrames: []upstreamtest.Frame{
-			chatChunk(`[{"index":0,"delta":{"role":"assistant","content":"Hello"},"finish_reason":null}]`),
-			chatChunk(`[{"index":0,"delta":{"content":" world"},"finish_reason":null}]`),
-			chatChunk(`[{"index":0,"delta":{"annotations":[` + chatA + `,` + chatB + `]},"finish_reason":null}]`),
-		}, End: upstreamtest.EndCut})
+		h.ups["A"].Enqueue(upstreamtest.Script{ChatFrames: cited, End: upstreamtest.EndCut})
 		_, evs := h.responsesStream(`{"model":"gpt-fake-1","input":"search","stream":true}`)
 		last := assertOneTerminal(t, evs)
 		if last.typ != "response.failed" {

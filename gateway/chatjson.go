@@ -26,13 +26,21 @@ import (
 // that is not a chat.completion within the checks every complete answer
 // passes (answerProblem: SECURITY.md's depth and shape limits).
 func (s *Server) chatCompletionStream(ans *upstreamAnswer, body []byte) bool {
+	return s.replayWholeAnswer(ans, body, chatCompletionChunks)
+}
+
+// replayWholeAnswer makes ans.src the event stream render makes of a whole
+// body, once the body passes the checks every complete answer passes
+// (answerProblem). It reports false, leaving ans as it was, when either
+// refuses the body.
+func (s *Server) replayWholeAnswer(ans *upstreamAnswer, body []byte, render func([]byte) ([]sse.Event, bool)) bool {
 	ans.body = body
 	problem := s.answerProblem(ans)
 	ans.body = nil
 	if problem != "" {
 		return false
 	}
-	evs, ok := chatCompletionChunks(body)
+	evs, ok := render(body)
 	if !ok {
 		return false
 	}
@@ -285,18 +293,7 @@ func object(members []byte) []byte {
 // that is not a Response responseEvents can render, or that fails the
 // checks every complete answer passes (answerProblem).
 func (s *Server) responseStream(ans *upstreamAnswer, body []byte) bool {
-	ans.body = body
-	problem := s.answerProblem(ans)
-	ans.body = nil
-	if problem != "" {
-		return false
-	}
-	evs, ok := responseEvents(body)
-	if !ok {
-		return false
-	}
-	ans.src = &replayedAnswer{events: evs}
-	return true
+	return s.replayWholeAnswer(ans, body, responseEvents)
 }
 
 // responseTerminal is the terminal event type a whole Response's status
@@ -480,30 +477,25 @@ func renderResponseItem(it gjson.Result, index int, emit func(string, []byte)) (
 		}
 		emit(event+".done", doneEv)
 	case "reasoning":
-		k := 0
-		item.Get("summary").ForEach(func(_, part gjson.Result) bool {
-			pos := at("summary_index", k)
-			k++
-			emit("response.reasoning_summary_part.added", member(pos, "part", `{"type":"summary_text","text":""}`))
-			if text := part.Get("text"); text.Str != "" {
-				emit("response.reasoning_summary_text.delta", member(pos, "delta", text.Raw))
-			}
-			emit("response.reasoning_summary_text.done", member(pos, "text", part.Get("text").Raw))
-			emit("response.reasoning_summary_part.done", member(pos, "part", part.Raw))
-			return true
-		})
-		j := 0
-		item.Get("content").ForEach(func(_, part gjson.Result) bool {
-			pos := at("content_index", j)
-			j++
-			emit("response.content_part.added", member(pos, "part", `{"type":"reasoning_text","text":""}`))
-			if text := part.Get("text"); text.Str != "" {
-				emit("response.reasoning_text.delta", member(pos, "delta", text.Raw))
-			}
-			emit("response.reasoning_text.done", member(pos, "text", part.Get("text").Raw))
-			emit("response.content_part.done", member(pos, "part", part.Raw))
-			return true
-		})
+		// Each part of the summary, then of the content, is streamed the
+		// same way: the part added empty, its text's delta (when it has
+		// text) and done events, the part done.
+		parts := func(list, indexKey, partEvent, textEvent, emptyPart string) {
+			i := 0
+			item.Get(list).ForEach(func(_, part gjson.Result) bool {
+				pos := at(indexKey, i)
+				i++
+				emit(partEvent+".added", member(pos, "part", emptyPart))
+				if text := part.Get("text"); text.Str != "" {
+					emit(textEvent+".delta", member(pos, "delta", text.Raw))
+				}
+				emit(textEvent+".done", member(pos, "text", part.Get("text").Raw))
+				emit(partEvent+".done", member(pos, "part", part.Raw))
+				return true
+			})
+		}
+		parts("summary", "summary_index", "response.reasoning_summary_part", "response.reasoning_summary_text", `{"type":"summary_text","text":""}`)
+		parts("content", "content_index", "response.content_part", "response.reasoning_text", `{"type":"reasoning_text","text":""}`)
 	}
 	emit("response.output_item.done", member(member(nil, "output_index", strconv.Itoa(index)), "item", raw))
 	return raw, true

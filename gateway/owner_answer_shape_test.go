@@ -33,14 +33,12 @@ func wantOpenAIError(t *testing.T, what string, body []byte, code string) gjson.
 	return e
 }
 
-// TestOwnerErrorsInAnotherShapeAreNotRelayed: once the gateway holds no log
-// of a response, its resource calls go to the owner; an owner's error body
-// that is not OpenAI-shaped (llama.cpp's integer code without a param, a
-// status sent as the code) is never passed on as it came, on any resource
-// call, by the rule the POST path applies: it is the gateway's
-// upstream_error with the owner's message, a 4xx keeping its status, a 5xx
-// a 502. An OpenAI error is still passed on byte for byte.
-func TestOwnerErrorsInAnotherShapeAreNotRelayed(t *testing.T) {
+// replyingOwner starts an owner that answers every resource call with the
+// reply it is given, the gateway in front of it and a response created
+// through it, whose log the gateway does not hold (ownerHarness). askOwner
+// makes one resource call with the owner set to answer rep, fails the test
+// unless the call reached the owner, and returns the gateway's answer.
+func replyingOwner(t *testing.T) (id string, askOwner func(what string, rep ownerReply, method, path string) (*http.Response, []byte)) {
 	var reply atomic.Pointer[ownerReply]
 	up, calls := ownerFront(t, func(w http.ResponseWriter, _ *http.Request) {
 		rep := reply.Load()
@@ -49,7 +47,28 @@ func TestOwnerErrorsInAnotherShapeAreNotRelayed(t *testing.T) {
 		_, _ = io.WriteString(w, rep.body)
 	})
 	h := ownerHarness(t, up, gateway.Options{})
-	id := h.createResponse(`{"model":"gpt-fake-1","input":"hi"}`)
+	id = h.createResponse(`{"model":"gpt-fake-1","input":"hi"}`)
+	return id, func(what string, rep ownerReply, method, path string) (*http.Response, []byte) {
+		t.Helper()
+		reply.Store(&rep)
+		before := calls.Load()
+		resp, body := callRaw(t, h, method, path)
+		if calls.Load() == before {
+			t.Fatalf("%s: the owner was not asked: %d %s", what, resp.StatusCode, body)
+		}
+		return resp, body
+	}
+}
+
+// TestOwnerErrorsInAnotherShapeAreNotRelayed: once the gateway holds no log
+// of a response, its resource calls go to the owner; an owner's error body
+// that is not OpenAI-shaped (llama.cpp's integer code without a param, a
+// status sent as the code) is never passed on as it came, on any resource
+// call, by the rule the POST path applies: it is the gateway's
+// upstream_error with the owner's message, a 4xx keeping its status, a 5xx
+// a 502. An OpenAI error is still passed on byte for byte.
+func TestOwnerErrorsInAnotherShapeAreNotRelayed(t *testing.T) {
+	id, askOwner := replyingOwner(t)
 	openAI := `{"error":{"message":"bad thing","type":"invalid_request_error","param":null,"code":"some_code"}}`
 
 	for _, rep := range []struct {
@@ -72,12 +91,7 @@ func TestOwnerErrorsInAnotherShapeAreNotRelayed(t *testing.T) {
 			{http.MethodDelete, "/v1/responses/" + id},
 		} {
 			what := rep.name + ": " + call.method + " " + strings.Replace(call.path, id, "{id}", 1)
-			reply.Store(&rep.reply)
-			before := calls.Load()
-			resp, body := callRaw(t, h, call.method, call.path)
-			if calls.Load() == before {
-				t.Fatalf("%s: the owner was not asked: %d %s", what, resp.StatusCode, body)
-			}
+			resp, body := askOwner(what, rep.reply, call.method, call.path)
 			if resp.StatusCode != rep.status {
 				t.Errorf("%s: HTTP %d, want %d: %s", what, resp.StatusCode, rep.status, body)
 			}
@@ -102,15 +116,7 @@ func TestOwnerErrorsInAnotherShapeAreNotRelayed(t *testing.T) {
 // Response that passes is relayed as the owner wrote it, its missing fields
 // not filled in.
 func TestOwnerAnswersOfAnotherKindAreNotRelayed(t *testing.T) {
-	var reply atomic.Pointer[ownerReply]
-	up, calls := ownerFront(t, func(w http.ResponseWriter, _ *http.Request) {
-		rep := reply.Load()
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(rep.status)
-		_, _ = io.WriteString(w, rep.body)
-	})
-	h := ownerHarness(t, up, gateway.Options{})
-	id := h.createResponse(`{"model":"gpt-fake-1","input":"hi"}`)
+	id, askOwner := replyingOwner(t)
 	const (
 		partialResponse = `{"id":"resp_P_7","object":"response","status":"completed"}`
 		list            = `{"object":"list","data":[],"first_id":null,"last_id":null,"has_more":false}`
@@ -137,12 +143,7 @@ func TestOwnerAnswersOfAnotherKindAreNotRelayed(t *testing.T) {
 		{http.MethodDelete, get, `{"id":"resp_P_7","object":"response","deleted":"yes"}`, false},
 	} {
 		what := tc.method + " " + strings.Replace(tc.path, id, "{id}", 1) + " answered " + tc.body
-		reply.Store(&ownerReply{http.StatusOK, tc.body})
-		before := calls.Load()
-		resp, body := callRaw(t, h, tc.method, tc.path)
-		if calls.Load() == before {
-			t.Fatalf("%s: the owner was not asked: %d %s", what, resp.StatusCode, body)
-		}
+		resp, body := askOwner(what, ownerReply{http.StatusOK, tc.body}, tc.method, tc.path)
 		if tc.ok {
 			if resp.StatusCode != http.StatusOK || string(body) != tc.body {
 				t.Errorf("%s: %d %s; want the owner's answer as it came", what, resp.StatusCode, body)

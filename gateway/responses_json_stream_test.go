@@ -3,7 +3,6 @@ package gateway_test
 import (
 	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -109,8 +108,8 @@ func TestResponsesStreamAnsweredWithWholeResponse(t *testing.T) {
 			if owner(id) == "" || final.Get("usage.total_tokens").Int() != 10 || final.Get("status").Str != tc.status {
 				t.Fatalf("terminal response: id %q, usage %s, status %s", id, final.Get("usage").Raw, final.Get("status").Str)
 			}
-			if tc.text != "" && wholeStreamText(evs) != tc.text {
-				t.Fatalf("streamed text %q, want %q", wholeStreamText(evs), tc.text)
+			if tc.text != "" && deltaText(evs) != tc.text {
+				t.Fatalf("streamed text %q, want %q", deltaText(evs), tc.text)
 			}
 			if tc.args != "" {
 				if a := wholeStreamField(evs, "response.function_call_arguments.done", "arguments"); a != tc.args {
@@ -123,14 +122,14 @@ func TestResponsesStreamAnsweredWithWholeResponse(t *testing.T) {
 
 			// GET /v1/responses/{id} is the Response the stream ended with,
 			// and its resumed stream the events the client got.
-			code, body := wholeStreamGet(t, h, "/v1/responses/"+id)
-			if code != http.StatusOK || gjson.GetBytes(body, "status").Str != tc.status ||
+			resp, body := callRaw(t, h, http.MethodGet, "/v1/responses/"+id)
+			if resp.StatusCode != http.StatusOK || gjson.GetBytes(body, "status").Str != tc.status ||
 				gjson.GetBytes(body, "output").Raw != final.Get("output").Raw {
-				t.Fatalf("GET: %d %s\nwant the streamed %s", code, body, final.Raw)
+				t.Fatalf("GET: %d %s\nwant the streamed %s", resp.StatusCode, body, final.Raw)
 			}
-			code, body = wholeStreamGet(t, h, "/v1/responses/"+id+"?stream=true")
-			if code != http.StatusOK || bytes.Count(body, []byte("data: ")) != len(evs) {
-				t.Fatalf("resumed stream: %d, %d events, want %d:\n%s", code, bytes.Count(body, []byte("data: ")), len(evs), body)
+			resp, body = callRaw(t, h, http.MethodGet, "/v1/responses/"+id+"?stream=true")
+			if resp.StatusCode != http.StatusOK || bytes.Count(body, []byte("data: ")) != len(evs) {
+				t.Fatalf("resumed stream: %d, %d events, want %d:\n%s", resp.StatusCode, bytes.Count(body, []byte("data: ")), len(evs), body)
 			}
 
 			// The id owns its follow-ups: the other upstream (strict) would
@@ -222,17 +221,6 @@ func checkStreamedEvent(t *testing.T, v *validator, e eventLike) {
 	}
 }
 
-// wholeStreamText is the text of the output_text deltas, joined.
-func wholeStreamText(evs []eventLike) string {
-	var b strings.Builder
-	for _, e := range evs {
-		if e.typ == "response.output_text.delta" {
-			b.WriteString(gjson.GetBytes(e.data, "delta").Str)
-		}
-	}
-	return b.String()
-}
-
 // wholeStreamField is member key of the first event of type typ.
 func wholeStreamField(evs []eventLike, typ, key string) string {
 	for _, e := range evs {
@@ -243,19 +231,6 @@ func wholeStreamField(evs []eventLike, typ, key string) string {
 	return ""
 }
 
-func wholeStreamGet(t *testing.T, h *harness, path string) (int, []byte) {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, h.url+path, nil)
-	req.Header.Set("Authorization", "Bearer sk-client-secret")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, body
-}
-
 // A WebSocket client's turn, sent to the upstream over HTTP, gets the
 // whole Response as the same events.
 func TestWebSocketTurnAnsweredWithWholeResponse(t *testing.T) {
@@ -263,9 +238,9 @@ func TestWebSocketTurnAnsweredWithWholeResponse(t *testing.T) {
 	h.ups["A"].Enqueue(jsonForStream(wholeResponse("completed", "["+wholeMessage+","+wholeCall+"]", "null")))
 	evs := h.dialWS(nil).turn(`{"type":"response.create","model":"gpt-fake-1","input":"hi"}`)
 	last := assertOneTerminal(t, evs)
-	if last.typ != "response.completed" || wholeStreamText(evs) != `Whole "answer"` ||
+	if last.typ != "response.completed" || deltaText(evs) != `Whole "answer"` ||
 		wholeStreamField(evs, "response.function_call_arguments.done", "arguments") != `{"city":"Paris"}` {
-		t.Fatalf("terminal %s, text %q: %s", last.typ, wholeStreamText(evs), last.data)
+		t.Fatalf("terminal %s, text %q: %s", last.typ, deltaText(evs), last.data)
 	}
 	for i, e := range evs {
 		if n := gjson.GetBytes(e.data, "sequence_number"); n.Int() != int64(i) {

@@ -130,6 +130,20 @@ func TestShouldRetryFalseStillFailsOver(t *testing.T) {
 	}
 }
 
+// failOverBetween posts one Responses request to route m, whose target P
+// answers p and whose fallback B answers b, and returns the harness and
+// the client's whole answer.
+func failOverBetween(t *testing.T, p, b upstreamtest.Script) (*harness, *http.Response, []byte) {
+	t.Helper()
+	h := contHarness(t, gateway.ContinuationAuto, harnessConfig{})
+	h.ups["P"].SetDefault(p)
+	h.ups["B"].SetDefault(b)
+	resp := h.post("/v1/responses", `{"model":"m","input":"hi"}`)
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return h, resp, raw
+}
+
 // TestShouldRetryFalseNeedsEveryTarget: the client is told not to retry
 // only when every failure said so; when another target failed in a way a
 // retry may cure, the 502 carries no x-should-retry: false.
@@ -144,12 +158,7 @@ func TestShouldRetryFalseNeedsEveryTarget(t *testing.T) {
 		{"B says nothing", "", 2, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := contHarness(t, gateway.ContinuationAuto, harnessConfig{})
-			h.ups["P"].SetDefault(serverErrorSaying("false"))
-			h.ups["B"].SetDefault(serverErrorSaying(tc.b))
-			resp := h.post("/v1/responses", `{"model":"m","input":"hi"}`)
-			raw, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			h, resp, raw := failOverBetween(t, serverErrorSaying("false"), serverErrorSaying(tc.b))
 			if resp.StatusCode != http.StatusBadGateway || gjson.GetBytes(raw, "error.code").Str != "upstream_unavailable" {
 				t.Fatalf("%d %s; want the 502", resp.StatusCode, raw)
 			}
@@ -179,12 +188,7 @@ func TestRelayedRateLimitKeepsNoRetryOnlyForTheRequest(t *testing.T) {
 		{"B failed retryably", serverErrorSaying(""), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := contHarness(t, gateway.ContinuationAuto, harnessConfig{})
-			h.ups["P"].SetDefault(limitedNoRetry)
-			h.ups["B"].SetDefault(tc.b)
-			resp := h.post("/v1/responses", `{"model":"m","input":"hi"}`)
-			raw, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			h, resp, raw := failOverBetween(t, limitedNoRetry, tc.b)
 			if resp.StatusCode != http.StatusTooManyRequests || gjson.GetBytes(raw, "error.code").Str != "insufficient_quota" {
 				t.Fatalf("%d %s; want the relayed 429", resp.StatusCode, raw)
 			}

@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"bufio"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -45,13 +44,7 @@ func TestTracingAStreamItsClientStoppedIsNoError(t *testing.T) {
 				}
 				resp.Body.Close() // gone after the first delta; the detached stream is never resumed
 			} else {
-				resp := h.post("/v1/responses", `{"model":"gpt-fake-1","input":"hi","background":true}`)
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				id := gjson.GetBytes(b, "id").Str
-				if resp.StatusCode != http.StatusOK || id == "" {
-					t.Fatalf("background create: %d %s", resp.StatusCode, b)
-				}
+				id := h.createResponse(`{"model":"gpt-fake-1","input":"hi","background":true}`)
 				h.waitFor("/v1/responses/"+id, func(b []byte) bool { return gjson.GetBytes(b, "output.0.content.0.text").Str != "" })
 				method, path := http.MethodPost, "/v1/responses/"+id+"/cancel"
 				if tc.stop == "delete" {

@@ -10,11 +10,24 @@ import (
 	"github.com/tidwall/gjson"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-gw/sluice/gateway"
 	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
+
+// tracedAttempts waits for one request's spans and returns them with its
+// attempt (client) spans, failing the test when it has none.
+func tracedAttempts(t *testing.T, rec *tracetest.SpanRecorder) (spans, attempts []sdktrace.ReadOnlySpan) {
+	t.Helper()
+	spans = waitServerSpans(t, rec, 1)
+	attempts = spansOfKind(spans, trace.SpanKindClient)
+	if len(attempts) == 0 {
+		t.Fatal("no attempt span")
+	}
+	return spans, attempts
+}
 
 // spanTexts is every string a span exports that text can hide in: its
 // attributes' values, its status description and its events' names and
@@ -68,11 +81,7 @@ func TestTracingScrubsAnUpstreamKeyEchoedInAnErrorEnvelope(t *testing.T) {
 			if strings.Contains(string(b), key) || !strings.Contains(string(b), "[redacted]") {
 				t.Fatalf("the client's answer: %s", b)
 			}
-			spans := waitServerSpans(t, rec, 1)
-			attempts := spansOfKind(spans, trace.SpanKindClient)
-			if len(attempts) == 0 {
-				t.Fatal("no attempt span")
-			}
+			spans, attempts := tracedAttempts(t, rec)
 			for _, s := range spans {
 				for where, v := range spanTexts(s) {
 					if strings.Contains(v, key) {
@@ -110,11 +119,7 @@ func TestTracingBoundsAndCleansAnUpstreamErrorCode(t *testing.T) {
 	if len(msg) > 1000 || !strings.Contains(msg, "HTTP 503 K") || !strings.Contains(msg, "…") || strings.Contains(msg, code[:1000]) {
 		t.Errorf("the client's message (%d bytes) should quote an excerpt of the upstream's code, marked cut: %.300q", len(msg), msg)
 	}
-	spans := waitServerSpans(t, rec, 1)
-	attempts := spansOfKind(spans, trace.SpanKindClient)
-	if len(attempts) == 0 {
-		t.Fatal("no attempt span")
-	}
+	spans, attempts := tracedAttempts(t, rec)
 	for _, s := range spans {
 		for where, v := range spanTexts(s) {
 			if len(v) > 4096 {

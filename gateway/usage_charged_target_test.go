@@ -13,6 +13,17 @@ import (
 	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
+// attemptSpans is the attempt (client) spans among spans, which must
+// number n.
+func attemptSpans(t *testing.T, spans []sdktrace.ReadOnlySpan, n int) []sdktrace.ReadOnlySpan {
+	t.Helper()
+	clients := spansOfKind(spans, trace.SpanKindClient)
+	if len(clients) != n {
+		t.Fatalf("%d attempt spans, want %d", len(clients), n)
+	}
+	return clients
+}
+
 // A continued stream's usage is charged to the target that produced it
 // (README "Keys, limits and usage"). P streams and is cut; its continuation
 // on B either completes, and the stream's usage, every attempt's summed, is
@@ -67,10 +78,7 @@ func TestUsageOfAContinuedStreamIsChargedToTheTargetThatProducedIt(t *testing.T)
 			}
 
 			spans := waitServerSpans(t, rec, 1)
-			clients := spansOfKind(spans, trace.SpanKindClient)
-			if len(clients) != 2 {
-				t.Fatalf("%d attempt spans, want 2", len(clients))
-			}
+			clients := attemptSpans(t, spans, 2)
 			for _, as := range clients {
 				at, _ := attrOf(as, "sluice.attempt")
 				out, has := attrOf(as, "gen_ai.usage.output_tokens")

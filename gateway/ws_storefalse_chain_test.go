@@ -54,6 +54,18 @@ func lastFrame(t *testing.T, evs []eventLike) eventLike {
 	return evs[len(evs)-1]
 }
 
+// completedTurn sends one client frame on ws and returns the turn's
+// frames, failing the test (what names the turn) unless it ends
+// response.completed.
+func completedTurn(t *testing.T, ws *wsClient, what, frame string) []eventLike {
+	t.Helper()
+	evs := ws.turn(frame)
+	if last := lastFrame(t, evs); last.typ != "response.completed" {
+		t.Fatalf("%s: %s", what, last.data)
+	}
+	return evs
+}
+
 // TestWebSocketStoreFalseToolFollowUpIsSentInFull: the tool output's
 // incremental frame reaches an upstream reached over HTTP as one
 // self-contained request (the first turn's input and its function call,
@@ -80,15 +92,9 @@ func TestWebSocketStoreFalseToolFollowUpIsSentInFull(t *testing.T) {
 			h := contHarness(t, gateway.ContinuationAuto, hc)
 			h.ups["P"].Enqueue(toolCallAnswer("resp_1", "fc_1", "call_1"))
 			ws := h.dialWS(nil)
-			first := ws.turn(wsToolTurn)
-			if last := lastFrame(t, first); last.typ != "response.completed" {
-				t.Fatalf("turn 1: %s", last.data)
-			}
+			first := completedTurn(t, ws, "turn 1", wsToolTurn)
 			id := completedIDOf(first)
-			second := ws.turn(wsToolOutput(id, "call_1"))
-			if last := lastFrame(t, second); last.typ != "response.completed" {
-				t.Fatalf("the tool output: %s", last.data)
-			}
+			completedTurn(t, ws, "the tool output", wsToolOutput(id, "call_1"))
 			reqs := h.ups["P"].Requests()
 			if len(reqs) != 2 {
 				t.Fatalf("P got %d requests, want 2", len(reqs))
@@ -151,10 +157,7 @@ func TestWebSocketStoreFalseFollowUpAfterToolRescueKeepsCallIDs(t *testing.T) {
 			if last.typ != "response.completed" || gjson.GetBytes(last.data, "response.output.0.call_id").Str != "call_p" {
 				t.Fatalf("turn 1 (rescued): %s", last.data)
 			}
-			second := ws.turn(wsToolOutput(completedIDOf(first), "call_p"))
-			if last := lastFrame(t, second); last.typ != "response.completed" {
-				t.Fatalf("the tool output: %s", last.data)
-			}
+			completedTurn(t, ws, "the tool output", wsToolOutput(completedIDOf(first), "call_p"))
 			reqs := h.ups["P"].Requests()
 			if len(reqs) != 2 || h.ups["B"].RequestCount() != 1 {
 				t.Fatalf("P got %d requests and B %d, want the cut and the follow-up on P, the restart on B", len(reqs), h.ups["B"].RequestCount())
@@ -188,13 +191,8 @@ func TestWebSocketStoreFalseFollowUpKeepsEncryptedReasoning(t *testing.T) {
 	evs = append(evs, `{"type":"response.completed","response":`+g6Resp("resp_1", "completed", "["+reasoning+","+item+"]")+`}`)
 	h.ups["P"].Enqueue(upstreamtest.Script{Frames: g6Frames(evs...)})
 	ws := h.dialWS(nil)
-	first := ws.turn(wsToolTurn)
-	if last := lastFrame(t, first); last.typ != "response.completed" {
-		t.Fatalf("turn 1: %s", last.data)
-	}
-	if last := lastFrame(t, ws.turn(wsToolOutput(completedIDOf(first), "call_1"))); last.typ != "response.completed" {
-		t.Fatalf("the tool output: %s", last.data)
-	}
+	first := completedTurn(t, ws, "turn 1", wsToolTurn)
+	completedTurn(t, ws, "the tool output", wsToolOutput(completedIDOf(first), "call_1"))
 	got := h.ups["P"].Requests()[1].Body
 	if inputShape(got) != "message: reasoning: function_call:call_1 function_call_output:call_1" ||
 		gjson.GetBytes(got, "input.1.encrypted_content").Str != "gAAAA-secret" {

@@ -74,19 +74,10 @@ func TestWebSocketStoreFalseFollowUpOnNewUpstreamConnectionIsSentInFull(t *testi
 			h.ups["P"].Enqueue(call)
 			h.ups["P"].Enqueue(c.scripts...)
 			ws := h.dialWS(nil)
-			first := ws.turn(wsToolTurn)
-			if last := lastFrame(t, first); last.typ != "response.completed" {
-				t.Fatalf("turn 1: %s", last.data)
-			}
+			first := completedTurn(t, ws, "turn 1", wsToolTurn)
 			id := completedIDOf(first)
-			second := ws.turn(wsToolOutput(id, "call_1"))
-			if last := lastFrame(t, second); last.typ != "response.completed" {
-				t.Fatalf("the tool output after the upstream closed its socket: %s", last.data)
-			}
-			third := ws.turn(wsThanks(completedIDOf(second)))
-			if last := lastFrame(t, third); last.typ != "response.completed" {
-				t.Fatalf("the next follow-up: %s", last.data)
-			}
+			second := completedTurn(t, ws, "the tool output after the upstream closed its socket", wsToolOutput(id, "call_1"))
+			completedTurn(t, ws, "the next follow-up", wsThanks(completedIDOf(second)))
 			reqs := h.ups["P"].Requests()
 			if len(reqs) != 3+c.lost || h.ups["B"].RequestCount() != 0 {
 				t.Fatalf("P got %d requests and B %d; want %d on P and none on B", len(reqs), h.ups["B"].RequestCount(), 3+c.lost)
@@ -111,17 +102,12 @@ func TestWebSocketStoreFalseFollowUpRetriedOnNewUpstreamConnection(t *testing.T)
 		upstreamtest.CutAfter(0),
 		upstreamtest.Script{Status: http.StatusBadRequest, Body: upstreamtest.ErrorBody("Try again.", "invalid_request_error", "", "")})
 	ws := h.dialWS(nil)
-	first := ws.turn(wsToolTurn)
-	if last := lastFrame(t, first); last.typ != "response.completed" {
-		t.Fatalf("turn 1: %s", last.data)
-	}
+	first := completedTurn(t, ws, "turn 1", wsToolTurn)
 	id := completedIDOf(first)
 	if last := lastFrame(t, ws.turn(wsToolOutput(id, "call_1"))); last.typ != "error" || errorStatus(last) != http.StatusBadRequest {
 		t.Fatalf("the refused tool output: %s", last.data)
 	}
-	if last := lastFrame(t, ws.turn(wsToolOutput(id, "call_1"))); last.typ != "response.completed" {
-		t.Fatalf("the client's retry: %s", last.data)
-	}
+	completedTurn(t, ws, "the client's retry", wsToolOutput(id, "call_1"))
 	reqs := h.ups["P"].Requests()
 	if len(reqs) != 4 {
 		t.Fatalf("P got %d requests, want 4", len(reqs))

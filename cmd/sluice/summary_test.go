@@ -12,6 +12,22 @@ import (
 	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
+// startupSummary writes yaml as the config in dir, runs serve with dir as
+// its HOME until it is up, stops it, and returns what it wrote to stderr.
+func startupSummary(t *testing.T, dir, yaml string) string {
+	t.Helper()
+	cfg := filepath.Join(dir, "sluice.yaml")
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, stop := startWithEnv(t, []string{"HOME=" + dir}, "serve", "--config", cfg, "--data-dir", filepath.Join(dir, "data"))
+	stderr, err := stop()
+	if err != nil {
+		t.Fatalf("exit: %v\n%s", err, stderr)
+	}
+	return stderr
+}
+
 // TestStartupSummaryTellsWhatRuns: with auth.required an upstream without
 // api_key is summarised as getting no credential (README: a Sluice key is
 // never forwarded), the Wasm cache line names the directory in use, and an
@@ -23,21 +39,12 @@ func TestStartupSummaryTellsWhatRuns(t *testing.T) {
 	bare := upstreamtest.NewServer(upstreamtest.Options{Name: "B"})
 	defer bare.Close()
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "sluice.yaml")
-	yaml := fmt.Sprintf(`listen: 127.0.0.1:0
+	stderr := startupSummary(t, dir, fmt.Sprintf(`listen: 127.0.0.1:0
 auth: {required: true}
 upstreams:
   - {name: primary, base_url: "%s", api_key: sk-summary-secret-1}
   - {name: backup, base_url: "%s"}
-`, keyed.URL, bare.URL)
-	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	_, stop := startWithEnv(t, []string{"HOME=" + dir}, "serve", "--config", cfg, "--data-dir", filepath.Join(dir, "data"))
-	stderr, err := stop()
-	if err != nil {
-		t.Fatalf("exit: %v\n%s", err, stderr)
-	}
+`, keyed.URL, bare.URL))
 	for _, want := range []string{
 		"name=primary url=" + keyed.URL + " protocol=responses transport=http credentials=api_key",
 		"name=backup url=" + bare.URL + ` protocol=responses transport=http credentials="none (auth.required: client keys are not forwarded)"`,

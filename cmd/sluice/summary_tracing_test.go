@@ -1,8 +1,6 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -26,17 +24,7 @@ func TestStartupSummaryTellsWhetherTracingRuns(t *testing.T) {
 			`config: tracing="on, OTLP to http://collector.example:4318/v1/traces, sample ratio 0.25"` + "\n", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			cfg := filepath.Join(dir, "sluice.yaml")
-			yaml := "listen: 127.0.0.1:0\nupstreams:\n  - {name: A, base_url: \"" + up.URL + "\"}\n" + tc.tracing
-			if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			_, stop := startWithEnv(t, []string{"HOME=" + dir}, "serve", "--config", cfg, "--data-dir", filepath.Join(dir, "data"))
-			stderr, err := stop()
-			if err != nil {
-				t.Fatalf("exit: %v\n%s", err, stderr)
-			}
+			stderr := startupSummary(t, t.TempDir(), "listen: 127.0.0.1:0\nupstreams:\n  - {name: A, base_url: \""+up.URL+"\"}\n"+tc.tracing)
 			if !strings.Contains(stderr, tc.want) {
 				t.Errorf("summary lacks %q:\n%s", tc.want, stderr)
 			}

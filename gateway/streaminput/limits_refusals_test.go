@@ -15,13 +15,19 @@ import (
 	"github.com/sluice-gw/sluice/internal/redistest"
 )
 
+// respTemplateWithInput is a Responses streaming template whose input is
+// the given text.
+func respTemplateWithInput(input string) string {
+	return fmt.Sprintf(`{"model":"gpt-fake-1","stream":true,"input":%q}`, input)
+}
+
 // A template that could never be sent is refused when the session is
 // created (README "Limits": an accepted input can always be sent): one
 // over the request limit (limits.max_body_bytes), REST or in a Mode A
 // header line, and one larger than the bytes all sessions may hold (a 413,
 // not a 503 to retry).
 func TestTemplateTooLargeRefusedAtCreate(t *testing.T) {
-	big := fmt.Sprintf(`{"model":"gpt-fake-1","stream":true,"input":%q}`, strings.Repeat("a", 5000))
+	big := respTemplateWithInput(strings.Repeat("a", 5000))
 	for _, tc := range []struct {
 		name    string
 		opts    streaminput.Options
@@ -44,19 +50,11 @@ func TestTemplateTooLargeRefusedAtCreate(t *testing.T) {
 	t.Run("Mode A header line", func(t *testing.T) {
 		e := newEnv(t, envConfig{opts: streaminput.Options{MaxRequestBytes: 4096}})
 		body := `{"template":` + big + `}` + "\n" + `{"sequence_id":0,"payload":"b"}` + "\n"
-		req, _ := http.NewRequest(http.MethodPost, e.url+streaminput.EndpointResponses, strings.NewReader(body))
-		req.Header.Set(streaminput.HeaderStreamingInput, "true")
-		req.Header.Set("Authorization", clientKey)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
+		code, _, b := e.postRaw(streaminput.EndpointResponses, strings.NewReader(body), modeAHeaders())
 		ae := decodeError(t, b)
-		if resp.StatusCode != http.StatusRequestEntityTooLarge || ae.code() != "payload_too_large" ||
+		if code != http.StatusRequestEntityTooLarge || ae.code() != "payload_too_large" ||
 			!strings.Contains(ae.Error.Message, "the template in the header line") {
-			t.Fatalf("Mode A with a template over the request limit: %d %s", resp.StatusCode, b)
+			t.Fatalf("Mode A with a template over the request limit: %d %s", code, b)
 		}
 		if e.up.RequestCount() != 0 {
 			t.Fatal("a refused Mode A request reached the upstream")
@@ -64,19 +62,29 @@ func TestTemplateTooLargeRefusedAtCreate(t *testing.T) {
 	})
 }
 
-// A chunk that would cross the bytes all sessions hold only because a
-// session deleted through another replica still counts here is accepted
-// the first time it is sent: the replica checks the sessions it counts
-// against the store before the cap refuses (README "Several replicas").
-func TestSharedByteCapChecksStoreBeforeRefusingChunk(t *testing.T) {
+// bytesHeldThenDeletedElsewhere starts two replicas whose sessions may hold
+// 15000 bytes in all; replica 1 creates two sessions with body, the first
+// holding 10000 bytes, and replica 2 deletes that one. It returns replica
+// 1, the second session's id and body.
+func bytesHeldThenDeletedElsewhere(t *testing.T) (r1 *env, next, body string) {
+	t.Helper()
 	r := replicasOpts(t, 2, redistest.Start(t), gateway.ResumeOptions{}, streaminput.Options{MaxTotalBytes: 15000})
 	r1, r2 := r[0], r[1]
-	body := sessionBody(streaminput.EndpointResponses, "on_end_only", respTemplate)
+	body = sessionBody(streaminput.EndpointResponses, "on_end_only", respTemplate)
 	held, next := r1.create(body), r1.create(body)
 	r1.mustChunk(held, textChunk(0, strings.Repeat("a", 10000), false))
 	if code, b := r2.do(http.MethodDelete, streaminput.PathPrefix+"/"+held, ""); code != http.StatusOK {
 		t.Fatalf("delete on replica 2: %d %s", code, b)
 	}
+	return r1, next, body
+}
+
+// A chunk that would cross the bytes all sessions hold only because a
+// session deleted through another replica still counts here is accepted
+// the first time it is sent: the replica checks the sessions it counts
+// against the store before the cap refuses (README "Several replicas").
+func TestSharedByteCapChecksStoreBeforeRefusingChunk(t *testing.T) {
+	r1, next, body := bytesHeldThenDeletedElsewhere(t)
 	if code, _, ae := r1.chunk(next, textChunk(0, strings.Repeat("b", 10000), false)); code != http.StatusAccepted {
 		t.Fatalf("chunk on replica 1 after the session holding the bytes was deleted on replica 2: %d %+v", code, ae)
 	}

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-gw/sluice/gateway/sse"
 	"github.com/sluice-gw/sluice/gateway/streaminput"
 )
 
@@ -24,14 +23,7 @@ func TestRunningSessionOutlivesTheIdleTimeoutInTheStore(t *testing.T) {
 	id := e1.create(sessionBody(streaminput.EndpointResponses, "on_first_chunk", respTemplate))
 	e1.mustChunk(id, textChunk(0, "run", false))
 
-	req, _ := http.NewRequest(http.MethodGet, e1.url+streaminput.PathPrefix+"/"+id+"/result", nil)
-	req.Header.Set("Authorization", clientKey)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	r := sse.NewReader(resp.Body, 1<<20)
+	_, r := e1.openStream(streaminput.PathPrefix + "/" + id + "/result")
 	if ev, err := r.Next(); err != nil || eventType(ev) != "response.created" {
 		t.Fatalf("first event: %v", err)
 	}

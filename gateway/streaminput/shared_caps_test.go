@@ -1,7 +1,6 @@
 package streaminput_test
 
 import (
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -17,7 +16,7 @@ import (
 // is deleted, closed or expires; any replica takes its DELETE), without a
 // request for it reaching the creating replica again.
 func TestSharedDeleteElsewhereFreesCaps(t *testing.T) {
-	big := fmt.Sprintf(`{"model":"gpt-fake-1","stream":true,"input":%q}`, strings.Repeat("x", 10000))
+	big := respTemplateWithInput(strings.Repeat("x", 10000))
 	for _, tc := range []struct {
 		name     string
 		opts     streaminput.Options
@@ -58,14 +57,7 @@ func TestSharedDeleteElsewhereFreesCaps(t *testing.T) {
 // deleted through another replica still counted its bytes here, is
 // accepted when sent again (the refusal is a 503 to retry).
 func TestSharedDeleteElsewhereFreesChunkBytes(t *testing.T) {
-	r := replicasOpts(t, 2, redistest.Start(t), gateway.ResumeOptions{}, streaminput.Options{MaxTotalBytes: 15000})
-	r1, r2 := r[0], r[1]
-	body := sessionBody(streaminput.EndpointResponses, "on_end_only", respTemplate)
-	held, next := r1.create(body), r1.create(body)
-	r1.mustChunk(held, textChunk(0, strings.Repeat("a", 10000), false))
-	if code, b := r2.do(http.MethodDelete, streaminput.PathPrefix+"/"+held, ""); code != http.StatusOK {
-		t.Fatalf("delete on replica 2: %d %s", code, b)
-	}
+	r1, next, _ := bytesHeldThenDeletedElsewhere(t)
 	eventually(t, 10*time.Second, "the chunk accepted on replica 1", func() bool {
 		code, _, e := r1.chunk(next, textChunk(0, strings.Repeat("b", 10000), false))
 		if code/100 != 2 && code != http.StatusServiceUnavailable {

@@ -3,8 +3,6 @@ package streaminput_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"io"
 	"net/http"
 	"testing"
 	"time"
@@ -17,22 +15,6 @@ import (
 	"github.com/sluice-gw/sluice/internal/redistest"
 	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
-
-// readToEnd reads the named reader's events to the end of its body.
-func readToEnd(t *testing.T, name string, rd *sse.Reader) []sse.Event {
-	t.Helper()
-	var evs []sse.Event
-	for {
-		ev, err := rd.Next()
-		if errors.Is(err, io.EOF) {
-			return evs
-		}
-		if err != nil {
-			t.Fatalf("the %s's reader: %v (events %v)", name, err, eventTypes(evs))
-		}
-		evs = append(evs, ev.Clone())
-	}
-}
 
 // terminalOf is the last event of evs, which must be a Responses terminal
 // event, with its sequence number.
@@ -158,7 +140,7 @@ func TestSharedStoreLosesTheSessionMidAnswer(t *testing.T) {
 	terms := map[string]sse.Event{}
 	seqs := map[string]int64{}
 	for name, rd := range readers {
-		events[name] = append(events[name], readToEnd(t, name, rd)...)
+		events[name] = append(events[name], restOf(t, name, rd)...)
 		terms[name], seqs[name] = terminalOf(t, name, events[name])
 	}
 	if ctx.Err() != nil {

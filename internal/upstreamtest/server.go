@@ -534,12 +534,16 @@ func (s *Server) serveModels(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(s.models)
 }
 
-func (s *Server) serveModel(w http.ResponseWriter, r *http.Request, ep endpoint) {
+// admitModelRequest reads and records a model request, then makes the checks
+// every model endpoint makes before it answers: auth, a JSON body, and
+// StrictModels. It answers the request itself and reports false when one
+// fails (or the body cannot be read); handle is for setResponseID.
+func (s *Server) admitModelRequest(w http.ResponseWriter, r *http.Request) ([]byte, fields, int, bool) {
+	var f fields
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
-		return
+		return nil, f, -1, false
 	}
-	var f fields
 	jsonErr := json.Unmarshal(body, &f)
 	var hdr http.Header
 	if !s.opts.DisableRecording {
@@ -551,14 +555,22 @@ func (s *Server) serveModel(w http.ResponseWriter, r *http.Request, ep endpoint)
 	})
 	if !s.authorized(r) {
 		s.writeUnauthorized(w, r)
-		return
+		return nil, f, -1, false
 	}
 	if jsonErr != nil {
 		writeError(w, http.StatusBadRequest, ErrorBody("We could not parse the JSON body of your request.", "invalid_request_error", "", ""))
-		return
+		return nil, f, -1, false
 	}
 	if msg, ok := s.checkModel(f.Model); !ok {
 		writeError(w, http.StatusNotFound, ErrorBody(msg, "invalid_request_error", "model_not_found", "model"))
+		return nil, f, -1, false
+	}
+	return body, f, handle, true
+}
+
+func (s *Server) serveModel(w http.ResponseWriter, r *http.Request, ep endpoint) {
+	body, f, handle, ok := s.admitModelRequest(w, r)
+	if !ok {
 		return
 	}
 	if ep == epResponses && s.opts.StrictPrevious && f.PreviousResponseID != "" && !s.isKnown(f.PreviousResponseID) {
@@ -743,30 +755,8 @@ func copyHeader(dst, src http.Header) {
 // names the server (encrypted_content "enc_<Name>_<n>") and the token count
 // is the body's length in bytes / 4, so a test can tell who answered.
 func (s *Server) serveResponsesUtility(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		return
-	}
-	var f fields
-	jsonErr := json.Unmarshal(body, &f)
-	var hdr http.Header
-	if !s.opts.DisableRecording {
-		hdr = r.Header.Clone()
-	}
-	handle := s.record(Request{
-		Method: r.Method, Path: r.URL.Path, Header: hdr, Body: body, ReceivedAt: time.Now(),
-		Model: f.Model, Stream: f.Stream, PreviousResponseID: f.PreviousResponseID,
-	})
-	if !s.authorized(r) {
-		s.writeUnauthorized(w, r)
-		return
-	}
-	if jsonErr != nil {
-		writeError(w, http.StatusBadRequest, ErrorBody("We could not parse the JSON body of your request.", "invalid_request_error", "", ""))
-		return
-	}
-	if msg, ok := s.checkModel(f.Model); !ok {
-		writeError(w, http.StatusNotFound, ErrorBody(msg, "invalid_request_error", "model_not_found", "model"))
+	body, f, handle, ok := s.admitModelRequest(w, r)
+	if !ok {
 		return
 	}
 	if s.opts.StrictPrevious && f.PreviousResponseID != "" && !s.isKnown(f.PreviousResponseID) {
