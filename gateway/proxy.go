@@ -530,6 +530,25 @@ type attemptResult struct {
 	// clientHeader: the headers of the upstream answer clientErr is, when it
 	// is one (statusFailure), relayed with it (forward).
 	clientHeader http.Header
+	// replayFrom and replayCode: for nextReplayOther and nextReplaySame,
+	// the upstream that failed and the failure's code, for the line forward
+	// logs when it sends the replay (logReplay).
+	replayFrom, replayCode string
+}
+
+// logReplay logs the replay the policy asked for with res, number n of the
+// request: sent to the upstream named to, or, when to is "", not sent as no
+// target or attempt was left for it (the client's error says so). One line
+// per replay asked, written when its outcome is known.
+func (s *Server) logReplay(res attemptResult, n int, to string) {
+	switch {
+	case to == "":
+		s.log.Info("replay not sent: no target or attempt left for it", "upstream", res.replayFrom, "code", res.replayCode, "replay", n)
+	case res.next == nextReplaySame:
+		s.log.Info("replaying on the same upstream", "upstream", res.replayFrom, "code", res.replayCode, "replay", n)
+	default:
+		s.log.Info("replaying on another upstream", "upstream", res.replayFrom, "code", res.replayCode, "replay", n, "to", to)
+	}
 }
 
 // forward sends req to its targets until one answers: the matching route's
@@ -560,6 +579,11 @@ func (s *Server) forward(ctx context.Context, out responder, req *clientRequest,
 	hintless, hinted := false, false
 	replays := 0
 	replayPending := false
+	// asked is the replay the policy asked for that is not sent yet: it is
+	// logged once, as it goes out or, when no target or attempt is left for
+	// it, as not sent (logReplay), so that the log counts the upstream
+	// requests made.
+	var asked *attemptResult
 	stopped := false                       // the replay policy said no: no further target (noRetryAnswer)
 	retried := map[upstream.Target]bool{}  // the host's bound: one same-target retry per target
 	sameTries := map[upstream.Target]int{} // same-target retries and replays, for the policy
@@ -592,6 +616,10 @@ attempts:
 			if !ok {
 				break
 			}
+		}
+		if asked != nil {
+			s.logReplay(*asked, replays, t.Upstream.Name())
+			asked = nil
 		}
 		try := &tryState{target: t, route: c.route, retry: !retried[t] && attempt+1+c.remaining(t) < limit,
 			cands: c, attempt: attempt, limit: limit, sameTries: sameTries[t]}
@@ -654,11 +682,11 @@ attempts:
 		case nextReplaySame:
 			replays++
 			sameTries[t]++
-			again = &t
+			again, asked = &t, &res
 			continue // the replay is the same target's probe, if it was one
 		case nextReplayOther:
 			replays++
-			replayPending = true
+			replayPending, asked = true, &res
 		case nextOtherModel:
 			c.skipModel[t.Model] = true
 			replayPending = false
@@ -675,6 +703,9 @@ attempts:
 	}
 	if ctx.Err() != nil {
 		return
+	}
+	if asked != nil {
+		s.logReplay(*asked, replays, "")
 	}
 	if req.rescue != nil { // no target left to continue on: the failure that started it
 		s.giveUp(s.clientStreamOf(ctx, out, req, start), req)
@@ -732,7 +763,14 @@ attempts:
 			return
 		}
 	case len(failures) == 0 && req.upstreamName != "":
-		e = apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "upstream %q chosen by policy is unavailable or unknown", req.upstreamName)
+		// The policy's upstream is configured (a name none has was the
+		// rewrite's 500, Server.rewrite) and was skipped, never called: the
+		// answer says why and when it is back, as a route's (noTargetError).
+		msg := fmt.Sprintf("upstream %q chosen by policy is unavailable", req.upstreamName)
+		if why := withPassedOver(firstNonEmpty(c.unavailable(), c.why)); why != "" {
+			msg += " (" + why + ")"
+		}
+		e = c.noTargetError(msg)
 	case len(failures) == 0 && c.route != nil:
 		msg := fmt.Sprintf("no target for model %q is available", req.model)
 		if why := withPassedOver(firstNonEmpty(c.unavailable(), c.why)); why != "" {
@@ -1454,14 +1492,12 @@ func (s *Server) replay(ctx context.Context, out responder, req *clientRequest, 
 		if !counted {
 			s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "replayed").Inc()
 		}
-		s.log.Info("replaying on another upstream", "upstream", u.Name(), "code", code, "replay", replays+1)
-		return attemptResult{next: nextReplayOther, why: why}, true
+		return attemptResult{next: nextReplayOther, why: why, replayFrom: u.Name(), replayCode: code}, true
 	case hostabi.ReplaySameUpstream:
 		if !counted {
 			s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "replayed").Inc()
 		}
-		s.log.Info("replaying on the same upstream", "upstream", u.Name(), "code", code, "replay", replays+1)
-		return attemptResult{next: nextReplaySame, why: why}, true
+		return attemptResult{next: nextReplaySame, why: why, replayFrom: u.Name(), replayCode: code}, true
 	}
 	return attemptResult{}, false
 }
@@ -1679,7 +1715,7 @@ func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRe
 	recoverIn := hostabi.RecoverInput{Surface: req.policySurface(), Upstream: u.Name(), HTTPStatus: status,
 		Code: perr.Code, Type: perr.Type, Param: perr.Param, Message: perr.Message}
 	verdict := s.policy.Recover(ctx, recoverIn)
-	if e := s.recoveredError(recoverIn, verdict); e != nil {
+	if e := s.recoveredError(req, recoverIn, verdict); e != nil {
 		s.log.Info("upstream error recovered", "upstream", u.Name(), "code", perr.Code, "verdict", verdict.Verdict.String())
 		s.onRecovered(ctx, req, verdict)
 		out.fail(req, e, failAsTerminal)
@@ -1853,8 +1889,8 @@ func (s *Server) onRecovered(ctx context.Context, req *clientRequest, v hostabi.
 }
 
 // recoveredError is the client error for a recover verdict about the
-// upstream error in, nil for pass.
-func (s *Server) recoveredError(in hostabi.RecoverInput, v hostabi.RecoverOutput) *apierr.Error {
+// upstream error in, which req's attempt got, nil for pass.
+func (s *Server) recoveredError(req *clientRequest, in hostabi.RecoverInput, v hostabi.RecoverOutput) *apierr.Error {
 	switch v.Verdict {
 	case hostabi.RecoverRecover:
 		e := apierr.StreamIncomplete("%s", firstNonEmpty(v.Message, recoveredMessage(in)))
@@ -1863,13 +1899,30 @@ func (s *Server) recoveredError(in hostabi.RecoverInput, v hostabi.RecoverOutput
 		}
 		return e
 	case hostabi.RecoverFailClosed, hostabi.RecoverRehydrate: // rehydrate answers only an owner question (hostabi.EffectiveRecover)
-		e := apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "%s", firstNonEmpty(v.Message, "the upstream that owns this conversation is unavailable"))
+		e := apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "%s", firstNonEmpty(v.Message, failedClosedMessage(req, in)))
 		if v.Code != "" {
 			e.Code = v.Code
 		}
 		return e
 	}
 	return nil
+}
+
+// failedClosedMessage is the client's message for a recover policy's
+// fail_closed without one of its own: only a request that names a previous
+// response has a conversation whose owner it speaks of; any other is told
+// that the policy refused it after the upstream's error, with its code (or
+// status).
+func failedClosedMessage(req *clientRequest, in hostabi.RecoverInput) string {
+	switch {
+	case req.previousResponseID != "":
+		return "the upstream that owns this conversation is unavailable"
+	case in.Code != "":
+		return fmt.Sprintf("the recover policy failed the request closed after the upstream's error (code %s); retry later", in.Code)
+	case in.HTTPStatus != 0:
+		return fmt.Sprintf("the recover policy failed the request closed after the upstream's error (HTTP %d); retry later", in.HTTPStatus)
+	}
+	return "the recover policy failed the request closed after the upstream's error; retry later"
 }
 
 // recoveredMessage is the client's message for a recover verdict without

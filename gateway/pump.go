@@ -483,7 +483,7 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 		recoverIn := hostabi.RecoverInput{Surface: p.req.policySurface(), Upstream: p.u.Name(), EventType: typ,
 			Code: e.Get("code").String(), Type: e.Get("type").String(), Param: e.Get("param").String(), Message: e.Get("message").String()}
 		verdict := p.s.policy.Recover(p.hookCtx(), recoverIn)
-		if ce := p.s.recoveredError(recoverIn, verdict); ce != nil {
+		if ce := p.s.recoveredError(p.req, recoverIn, verdict); ce != nil {
 			p.cleanEnd = true
 			p.s.onRecovered(p.ctx, p.req, verdict)
 			return ended(p.terminate(verdictReason(verdict), ce))
@@ -662,7 +662,7 @@ func (p *pump) upstreamError(payload []byte, eventType string) string {
 	recoverIn := hostabi.RecoverInput{Surface: p.req.policySurface(), Upstream: p.u.Name(), EventType: eventType,
 		HTTPStatus: int(obj.Get("status").Int()), Code: perr.Code, Type: perr.Type, Param: perr.Param, Message: perr.Message}
 	verdict := p.s.policy.Recover(p.hookCtx(), recoverIn)
-	if ce := p.s.recoveredError(recoverIn, verdict); ce != nil {
+	if ce := p.s.recoveredError(p.req, recoverIn, verdict); ce != nil {
 		p.s.onRecovered(p.ctx, p.req, verdict)
 		return p.terminate(verdictReason(verdict), ce)
 	}
@@ -901,7 +901,7 @@ func (p *pump) chatError(payload []byte) string {
 	recoverIn := hostabi.RecoverInput{Surface: p.req.policySurface(), Upstream: p.u.Name(), EventType: "error",
 		Code: perr.Code, Type: perr.Type, Param: perr.Param, Message: perr.Message}
 	verdict := p.s.policy.Recover(p.hookCtx(), recoverIn)
-	if ce := p.s.recoveredError(recoverIn, verdict); ce != nil {
+	if ce := p.s.recoveredError(p.req, recoverIn, verdict); ce != nil {
 		return p.terminate(verdictReason(verdict), ce)
 	}
 	if perr.Message == "" && perr.Code == "" {

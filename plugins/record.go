@@ -36,6 +36,12 @@ type Record struct {
 	Verdict   string            `json:"verdict"`           // the verdict name; for rewrite changed, unchanged, rejected or failed_closed
 	DecidedBy string            `json:"decided_by"`        // the policy, or "default"; for rewrite see rewriteDecidedBy
 	Output    json.RawMessage   `json:"output,omitempty"`  // recover, replay and stream_event: the output
+	// EffectiveVerdict, on a recover line, is what the gateway did with
+	// Verdict, the policy's (hostabi.EffectiveRecover): rehydrate answers
+	// only an owner_unavailable question and fails an upstream error
+	// closed. Verdict stays the policy's: `sluice policy test -recording`
+	// compares a candidate's verdict with it.
+	EffectiveVerdict string `json:"effective_verdict,omitempty"`
 	// UpstreamEvents are the last upstream events (at most eventring.Size,
 	// oldest first) of the attempt whose failure a recover or replay call
 	// is about, when the gateway saw any; keys and ids in them are
@@ -325,7 +331,8 @@ func (r *Runtime) record(rc *Record) {
 }
 
 func (r *Runtime) recordRecover(ctx context.Context, in hostabi.RecoverInput, out hostabi.RecoverOutput, tr Trace) {
-	rc := Record{Hook: "recover", Verdict: out.Verdict.String(), DecidedBy: decidedBy(tr), UpstreamEvents: eventring.FromContext(ctx).Events()}
+	rc := Record{Hook: "recover", Verdict: out.Verdict.String(), EffectiveVerdict: hostabi.EffectiveRecover(in, out.Verdict).String(),
+		DecidedBy: decidedBy(tr), UpstreamEvents: eventring.FromContext(ctx).Events()}
 	rc.Input, _ = json.Marshal(in)
 	rc.Output, _ = json.Marshal(out)
 	r.record(&rc)
