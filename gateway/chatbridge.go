@@ -335,6 +335,9 @@ func (s *Server) chatRefusal(ctx context.Context, req *clientRequest, u *upstrea
 	if req.ep.chat || u.Config().Protocol != upstream.ProtocolChat {
 		return nil
 	}
+	if req.ep.passthrough && req.pinned == u {
+		return notServedByChatOwner(req.ep, u.Name()) // relay_endpoints.go
+	}
 	return s.convertForChat(ctx, req).err
 }
 

@@ -64,12 +64,24 @@ func allowResponsesAction(h http.Header, r *http.Request) {
 
 // notServedByChat is why a Chat Completions target cannot take a
 // passthrough request: Chat has no such endpoint, and no conversion makes
-// one. It is the answer when no target of the request speaks Responses:
+// one. It is the answer when no target of the request speaks Responses
+// and the request is not pinned to a Chat owner (notServedByChatOwner):
 // a 400 naming model, as the model's upstreams, not the endpoint, are what
 // cannot serve it (another model may be routed to a Responses upstream).
 func notServedByChat(ep endpoint) *apierr.Error {
 	return apierr.Invalid("model", apierr.CodeInvalidValue,
 		"/v1%s is not served for this model: its upstreams speak Chat Completions, which has no such endpoint", ep.path)
+}
+
+// notServedByChatOwner is why a passthrough request naming
+// previous_response_id cannot be served when the response it names was
+// answered by owner, a Chat Completions upstream: the request is pinned to
+// that owner as a follow-up is, so the model's route (which may hold
+// Responses targets) is not what refuses it, and the answer names
+// previous_response_id, not model.
+func notServedByChatOwner(ep endpoint, owner string) *apierr.Error {
+	return apierr.Invalid("previous_response_id", apierr.CodeInvalidValue,
+		"/v1%s is not served for this previous_response_id: the response it names was answered by upstream %q, which speaks Chat Completions and has no such endpoint", ep.path, owner)
 }
 
 // refuseChatTargets makes every Chat target pass over a passthrough request

@@ -1191,7 +1191,12 @@ func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id, hash strin
 		notResumable(id, window).Write(w)
 		return
 	}
-	if r.Method != http.MethodDelete && (res.upstreamID != "" || len(res.earlier) > 0) {
+	// A continued response's anchor names the id its finishing target
+	// knows it by, or lists the copies of the targets it was cut on; one no
+	// target finished keeps the first target as its owner, under the
+	// client's id, with only the copies listed (README "Continuation").
+	continued := res.upstreamID != "" || len(res.earlier) > 0
+	if r.Method != http.MethodDelete && continued {
 		// A continued response: no upstream's copy is what the client was
 		// sent (each holds its own part under its own id, item ids and
 		// numbering; a prefill's target only the rest), so none is passed
@@ -1254,7 +1259,7 @@ func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id, hash strin
 	case resp.StatusCode/100 != 2:
 		b, _ := io.ReadAll(io.LimitReader(body, maxUpstreamErrorBody))
 		b = s.scrub.Bytes(b)
-		if r.Method == http.MethodDelete && upID != id {
+		if r.Method == http.MethodDelete && continued {
 			s.continuedDeleteRefused(w, r, id, u.Name(), resp.StatusCode, b)
 			return
 		}
@@ -1295,9 +1300,10 @@ func (s *Server) askOwner(w http.ResponseWriter, r *http.Request, id, hash strin
 			ownerFault(u.Name(), "answered HTTP %d with a JSON object that is not %s", resp.StatusCode, want).Write(w)
 			return
 		}
-		if r.Method == http.MethodDelete && upID != id {
-			// A continued response: its owner names the deletion with its
-			// own id, which the client never saw.
+		if r.Method == http.MethodDelete && continued {
+			// Every copy is gone: the deletion names the client's id (the
+			// owner's may be its own, which the client never saw) and the
+			// anchor goes, whoever owns the response.
 			s.continuedDeleted(w, r, id)
 			return
 		}
@@ -1345,8 +1351,10 @@ func (s *Server) continuedDeleted(w http.ResponseWriter, r *http.Request, id str
 }
 
 // continuedDeleteRefused answers the DELETE of a continued response whose
-// owner answered status (not 2xx) under its own id, which the client never
-// saw, so its body is not passed on. A 404 is a copy gone already (as for
+// owner answered status (not 2xx). Its body is not passed on: it may name
+// the owner's own id, which the client never saw, and its 404 would say
+// the response does not exist when the copies before it were just deleted
+// (README "The resource API"). A 404 is a copy gone already (as for
 // an earlier copy, deleteEarlierCopies): the response is deleted, as inside
 // streams.resume_window. Any other failure is the gateway's own error
 // naming the client's id, with the status ownerError gives (a 4xx kept,
