@@ -603,13 +603,23 @@ func (unreadableUsage) Usage(context.Context, string, string, string) ([]store.U
 }
 
 // A store failure behind GET /admin/usage stays in the log: the caller gets
-// a fixed message (SECURITY.md), not the store's address or error.
+// a fixed message (SECURITY.md), not the store's address or error, as the
+// gateway's own store's 503 store_unavailable with Retry-After (README
+// "Scale-out with Redis").
 func TestUsageStoreFailureIsNotShownToTheCaller(t *testing.T) {
 	h := newHarness(t, harnessConfig{opts: gateway.Options{Accounts: gateway.AccountsOptions{Usage: unreadableUsage{openStore(t, t.TempDir())}}}})
+	resp, err := http.Get(h.url + "/admin/usage")
+	if err != nil {
+		t.Fatal(err)
+	}
 	var e apiError
-	code := h.getJSON("/admin/usage", &e)
-	if code != http.StatusServiceUnavailable || strings.Contains(e.Error.Message, "10.1.2.3") || !strings.Contains(e.Error.Message, "see the gateway log") {
-		t.Fatalf("%d %+v", code, e.Error)
+	decodeErr := json.NewDecoder(resp.Body).Decode(&e)
+	resp.Body.Close()
+	if decodeErr != nil || resp.StatusCode != http.StatusServiceUnavailable || strings.Contains(e.Error.Message, "10.1.2.3") || !strings.Contains(e.Error.Message, "see the gateway log") {
+		t.Fatalf("%d %+v (%v)", resp.StatusCode, e.Error, decodeErr)
+	}
+	if e.Error.Code == nil || *e.Error.Code != "store_unavailable" || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("code %v, Retry-After %q; want store_unavailable with a wait", e.Error.Code, resp.Header.Get("Retry-After"))
 	}
 	if !strings.Contains(h.logs.String(), "10.1.2.3") {
 		t.Fatalf("the store's error was not logged:\n%s", h.logs.String())

@@ -9,10 +9,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"net/url"
 	"path"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -31,7 +34,9 @@ import (
 //	PATCH  /admin/keys/{name}  {"models"?, "limits"?} → the key (limits merge field by field)
 //	DELETE /admin/keys/{name}  → 204
 //
-// Keys from the config are listed but cannot be changed here (409).
+// Keys from the config are listed but cannot be changed here (409); a
+// DELETE of a config key's name removes a stored key of that name, which
+// the config's hides (deleteHiddenKey).
 
 var keyNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
@@ -63,7 +68,48 @@ func (s *Server) mountAdminKeys(r *httprouter.Router) {
 	r.POST("/admin/keys", s.admin(s.handleCreateKey))
 	r.PATCH("/admin/keys/:name", s.admin(s.handlePatchKey))
 	r.DELETE("/admin/keys/:name", s.admin(s.handleDeleteKey))
-	r.GET("/admin/usage", s.admin(s.handleUsage))
+	r.GET("/admin/usage", s.admin(usageQueryChecked(s.handleUsage)))
+}
+
+// usageQueryChecked refuses a GET /admin/usage whose query string
+// handleUsage would read otherwise than its caller meant: a parameter
+// given twice (handleUsage reads the first: ?key=u1&key=u2 would answer
+// for u1 alone), one it does not take (a misspelt ?form= would answer for
+// today), or a query string that does not parse (url.ParseQuery drops the
+// pair it cannot read). Each is a 400 invalid_value naming the parameter,
+// as a repeated member of an admin body is refused.
+func usageQueryChecked(h httprouter.Handle) httprouter.Handle {
+	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+		q, err := url.ParseQuery(r.URL.RawQuery)
+		if err != nil {
+			apierr.Invalid("", apierr.CodeInvalidValue, "the query string cannot be parsed: %s", label(err.Error())).Write(w)
+			return
+		}
+		names := slices.Sorted(maps.Keys(q)) // the answer names the same one whichever order they came in
+		for _, name := range names {
+			if !usageParam(name) {
+				apierr.Invalid(label(name), apierr.CodeInvalidValue, "unknown query parameter %q: /admin/usage takes key, from, to and anonymous", label(name)).Write(w)
+				return
+			}
+		}
+		for _, name := range names {
+			if n := len(q[name]); n > 1 {
+				apierr.Invalid(name, apierr.CodeInvalidValue, "%s is given %d times: give it once", name, n).Write(w)
+				return
+			}
+		}
+		h(w, r, ps)
+	}
+}
+
+// usageParam reports whether name is a query parameter of GET /admin/usage
+// (handleUsage; README "Usage").
+func usageParam(name string) bool {
+	switch name {
+	case "key", "from", "to", "anonymous":
+		return true
+	}
+	return false
 }
 
 func (s *Server) handleListKeys(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
@@ -376,7 +422,7 @@ func (s *Server) handleDeleteKey(w http.ResponseWriter, r *http.Request, ps http
 	}
 	name := ps.ByName("name")
 	if e := s.acct.keys.get(name); e != nil && e.fromConfig {
-		keyConflict(w, name, "is defined in the config; remove it there")
+		s.deleteHiddenKey(w, r, st, name)
 		return
 	}
 	if err := st.DeleteKey(r.Context(), name); err != nil {
@@ -386,6 +432,27 @@ func (s *Server) handleDeleteKey(w http.ResponseWriter, r *http.Request, ps http
 	_ = s.acct.keys.reload(context.WithoutCancel(r.Context()))
 	s.log.Info("key deleted", "key", name)
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// deleteHiddenKey serves DELETE /admin/keys/{name} for a name the config
+// has. A stored key under that name is ignored while the config has it
+// (README "Keys at run time"), but would be served again, its old secret
+// with it, once the config entry is removed: it is deleted here, and the
+// answer says so and that the config's key, which only the config
+// changes, still applies. With no stored key of the name, the config's key
+// is all there is: 409, as for a PATCH.
+func (s *Server) deleteHiddenKey(w http.ResponseWriter, r *http.Request, st store.KeyStore, name string) {
+	if err := st.DeleteKey(r.Context(), name); err != nil {
+		if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrInvalid) {
+			keyConflict(w, name, "is defined in the config; remove it there")
+			return
+		}
+		s.storeFailed(w, err)
+		return
+	}
+	s.log.Info("a stored key hidden by the config's key of its name was deleted", "key", name)
+	writeJSON(w, http.StatusOK, map[string]any{"name": name, "deleted": true, "source": "store",
+		"message": fmt.Sprintf("the stored key %q, ignored while the config has a key of that name, was deleted; the config's key %q still applies, unchanged", name, name)})
 }
 
 func keyConflict(w http.ResponseWriter, name, why string) {
@@ -402,11 +469,15 @@ func (s *Server) keyLookupFailed(w http.ResponseWriter, name string, err error) 
 	s.storeFailed(w, err)
 }
 
-// storeFailed answers a key store failure. The store's error (its address,
-// the dial error) stays in the log (SECURITY.md).
+// storeFailed answers a key store failure: the gateway's own store, so
+// store_unavailable, as streaming input answers for it, with the
+// Retry-After the key gate's 503 gives in the same outage
+// (apierr.StoreUnavailable's rule, README "Scale-out with Redis"). The
+// store's error (its address, the dial error) stays in the log
+// (SECURITY.md).
 func (s *Server) storeFailed(w http.ResponseWriter, err error) {
 	s.log.Error("the key store failed", "error", err)
-	apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the key store could not be reached; see the gateway log").Write(w)
+	apierr.StoreUnavailable(apierr.CodeStoreUnavailable, store.ClientRetryAfter(err), "the key store could not be reached (see the gateway log)").Write(w)
 }
 
 // newKeyID is a new key's id (store.KeyRecord.ID): random, so that a key

@@ -387,12 +387,23 @@ func (l *LocalLimiter) Admit(ctx context.Context, key string, lim store.KeyLimit
 		next := time.Date(utc.Year(), utc.Month()+1, 1, 0, 0, 0, 0, time.UTC)
 		return nil, refuse(CodeInsufficientQuota, next.Sub(utc), "the key %q used its budget of %d tokens for this month (UTC)", name, lim.TokensPerMonth)
 	}
-	// Spent only with what is in flight: the budget may have room again as
+	// The request's own estimate must fit too, as tpm's does: what is left
+	// of a budget after the tokens used is for the rest of the period (no
+	// retry of this request fits before it ends).
+	if lim.TokensPerDay > 0 && k.dayUsed+budgetNeed(estimate, lim.TokensPerDay) > lim.TokensPerDay {
+		midnight := time.Date(utc.Year(), utc.Month(), utc.Day()+1, 0, 0, 0, 0, time.UTC)
+		return nil, refuse(CodeInsufficientQuota, midnight.Sub(utc), budgetLeftMessage, name, lim.TokensPerDay, "today", lim.TokensPerDay-k.dayUsed, estimate)
+	}
+	if lim.TokensPerMonth > 0 && k.monthUsed+budgetNeed(estimate, lim.TokensPerMonth) > lim.TokensPerMonth {
+		next := time.Date(utc.Year(), utc.Month()+1, 1, 0, 0, 0, 0, time.UTC)
+		return nil, refuse(CodeInsufficientQuota, next.Sub(utc), budgetLeftMessage, name, lim.TokensPerMonth, "this month", lim.TokensPerMonth-k.monthUsed, estimate)
+	}
+	// Full only with what is in flight: the budget may have room again as
 	// soon as those requests end (with less than their estimates).
-	if lim.TokensPerDay > 0 && k.dayUsed+k.reserved >= lim.TokensPerDay {
+	if lim.TokensPerDay > 0 && k.dayUsed+k.reserved+budgetNeed(estimate, lim.TokensPerDay) > lim.TokensPerDay {
 		return nil, refuse(CodeInsufficientQuota, time.Second, budgetInFlightMessage, name, lim.TokensPerDay, "today")
 	}
-	if lim.TokensPerMonth > 0 && k.monthUsed+k.reserved >= lim.TokensPerMonth {
+	if lim.TokensPerMonth > 0 && k.monthUsed+k.reserved+budgetNeed(estimate, lim.TokensPerMonth) > lim.TokensPerMonth {
 		return nil, refuse(CodeInsufficientQuota, time.Second, budgetInFlightMessage, name, lim.TokensPerMonth, "this month")
 	}
 	if lim.Concurrent > 0 && k.inFlight >= lim.Concurrent {
@@ -453,6 +464,22 @@ func (l *LocalLimiter) register(key string, lim store.KeyLimits, estimate int64)
 
 // tpmMessage is the refusal of the tpm limit: key, limit.
 const tpmMessage = "the key %q reached its limit of %d tokens per minute"
+
+// budgetNeed is what a request of estimate tokens needs left of a budget
+// to be admitted (README "Limits"): its estimate, at least one token (every
+// request answered uses some, so a budget that is full refuses), and at
+// most the whole budget, as tpm takes at most its capacity: a request
+// larger than the budget is admitted while nothing of it is used or in
+// flight, rather than refused forever. The Redis admission script
+// (limits_redis.go) applies the same rule.
+func budgetNeed(estimate, budget int64) int64 {
+	return min(max(estimate, 1), budget)
+}
+
+// budgetLeftMessage is the refusal of a request whose estimate does not
+// fit in what the tokens used leave of a budget: key, budget, period,
+// tokens left, estimate.
+const budgetLeftMessage = "the key %q has too little left of its budget of %d tokens for %s (UTC): %d tokens left, and this request is estimated at %d"
 
 // budgetInFlightMessage is the refusal of a budget that only the requests
 // in flight fill: key, budget, period.

@@ -153,7 +153,9 @@ func (l *RedisLimiter) degraded(what, key string, err error) {
 // ms, day used, month used (-1: not read)}; code 0 admitted, 1 day budget,
 // 2 month budget, 3 concurrent, 4 rpm, 5 tpm, 6 a budget's counter needs
 // its seed (nothing was taken), 7 day budget and 8 month budget reached
-// only with the requests in flight.
+// only with the requests in flight, 9 day budget and 10 month budget with
+// too little left for the estimate (budgetNeed: the same rule as
+// LocalLimiter's).
 var admitScript = store.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -206,14 +208,17 @@ if tpmo > 0 then
   if monthUsed == nil then unseeded = true elseif monthUsed >= tpmo then return reply(2, monthEnd - now) end
 end
 if unseeded then return reply(6, 0) end
+local function need(limit) return math.min(math.max(est, 1), limit) end
+if tpd > 0 and dayUsed + need(tpd) > tpd then return reply(9, dayEnd - now) end
+if tpmo > 0 and monthUsed + need(tpmo) > tpmo then return reply(10, monthEnd - now) end
 if tpd > 0 or tpmo > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now)
   local reserved = 0
   for _, m in ipairs(redis.call('ZRANGE', KEYS[6], 0, -1)) do
     reserved = reserved + (tonumber(string.match(m, ':(%d+)$')) or 0)
   end
-  if tpd > 0 and dayUsed + reserved >= tpd then return reply(7, 1000) end
-  if tpmo > 0 and monthUsed + reserved >= tpmo then return reply(8, 1000) end
+  if tpd > 0 and dayUsed + reserved + need(tpd) > tpd then return reply(7, 1000) end
+  if tpmo > 0 and monthUsed + reserved + need(tpmo) > tpmo then return reply(8, 1000) end
 end
 
 if conc > 0 then
@@ -433,6 +438,10 @@ func (l *RedisLimiter) Admit(ctx context.Context, key string, lim store.KeyLimit
 		return nil, refuse(CodeInsufficientQuota, budgetInFlightMessage, name, lim.TokensPerDay, "today")
 	case 8:
 		return nil, refuse(CodeInsufficientQuota, budgetInFlightMessage, name, lim.TokensPerMonth, "this month")
+	case 9:
+		return nil, refuse(CodeInsufficientQuota, budgetLeftMessage, name, lim.TokensPerDay, "today", lim.TokensPerDay-n(6), estimate)
+	case 10:
+		return nil, refuse(CodeInsufficientQuota, budgetLeftMessage, name, lim.TokensPerMonth, "this month", lim.TokensPerMonth-n(7), estimate)
 	}
 	l.degraded("admit", key, fmt.Errorf("rate-limit script: unexpected code %d", n(0)))
 	return l.fallback(ctx, key, lim, estimate)

@@ -123,6 +123,23 @@ var budgetInFlightCases = []struct {
 		{done: 1, used: 0},
 		{admit: 99},
 	}},
+	{"a request's own estimate must fit in what is left", store.KeyLimits{TokensPerDay: 30}, []limiterStep{
+		{admit: 14}, {done: 1, used: 14},
+		{admit: 14}, {done: 2, used: 14}, // 28 used
+		{admit: 14, wantCode: gateway.CodeInsufficientQuota}, // 2 left: until the day ends
+		{admit: 2}, // fits exactly
+	}},
+	{"a request's own estimate must fit beside the requests in flight", store.KeyLimits{TokensPerMonth: 30}, []limiterStep{
+		{admit: 14}, {admit: 14}, // 28 reserved
+		{admit: 14, wantCode: gateway.CodeInsufficientQuota, inFlight: true},
+		{admit: 2}, // 30 reserved
+		{admit: 1, wantCode: gateway.CodeInsufficientQuota, inFlight: true},
+	}},
+	{"an estimate larger than the budget counts as the budget", store.KeyLimits{TokensPerDay: 100, TokensPerMonth: 100}, []limiterStep{
+		{admit: 500}, {done: 1, used: 1},
+		{admit: 500, wantCode: gateway.CodeInsufficientQuota}, // 99 left: until the period ends
+		{admit: 99},
+	}},
 	{"a budget spent outright is refused until its period ends", store.KeyLimits{TokensPerDay: 105, TokensPerMonth: 100}, []limiterStep{
 		{admit: 10}, {admit: 10},
 		{done: 1, used: 100},

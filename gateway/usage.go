@@ -876,7 +876,7 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request, _ httproute
 		// The store's error (its address, the dial error) stays in the log
 		// (SECURITY.md).
 		s.log.Error("reading usage totals failed", "error", err)
-		apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the usage totals could not be read; see the gateway log").Write(w)
+		apierr.StoreUnavailable(apierr.CodeStoreUnavailable, store.ClientRetryAfter(err), "the usage totals could not be read (see the gateway log)").Write(w)
 		return
 	}
 	if anonymous {

@@ -145,9 +145,18 @@ func (e *Error) Write(w http.ResponseWriter) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", fmt.Sprint(len(body)))
 	e.SetRetryHeaders(w.Header())
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", challenge)
+	}
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }
+
+// challenge is the WWW-Authenticate value Write sends with every 401 the
+// gateway answers itself (an invalid Sluice key, a missing admin token):
+// RFC 9110 §15.5.2 requires one on a 401, and both credentials are bearer
+// tokens (RFC 6750), sent as Authorization: Bearer.
+const challenge = `Bearer realm="sluice"`
 
 // Invalid is a 400 invalid_request_error naming the offending parameter.
 func Invalid(param, code, format string, args ...any) *Error {
