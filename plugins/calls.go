@@ -289,14 +289,26 @@ func (c *completedInputs) note(h, n int) {
 // client's headers, ABI.md §3.3), and a guest may refuse one it cannot hold by
 // trapping (ABI.md §2), so one client's oversized requests must not trip
 // the policy for every client (ABI.md §7). Until h has completed a call,
-// every fault is the version's: one that never works still trips.
+// a fault on an input over freshInputBytes is the input's too (a version
+// just loaded, by a restart or a deploy, must not be tripped or rolled back
+// by the first oversized requests), and one on a smaller input is the
+// version's: a version that never works still trips on ordinary inputs.
 func (c *completedInputs) inputsFault(h, n int) string {
 	largest := c[h].Load() - 1
-	if largest < 0 || int64(n) <= largest {
+	switch {
+	case largest < 0 && n > freshInputBytes:
+		return fmt.Sprintf("its input of %d bytes is over %d bytes and this version's %s has completed no call yet", n, freshInputBytes, hookNames[h])
+	case largest < 0 || int64(n) <= largest:
 		return ""
 	}
 	return fmt.Sprintf("its input of %d bytes is larger than any this version's %s completed (%d bytes)", n, hookNames[h], largest)
 }
+
+// freshInputBytes is the input size over which a fault of a hook that has
+// completed no call is not counted toward the trip (inputsFault): the 64 KiB
+// a guest's fixed input buffer commonly holds (the ABI.md §11 example's),
+// well over what an ordinary request's rewrite input needs.
+const freshInputBytes = 64 << 10
 
 func firstLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
