@@ -114,12 +114,19 @@ func (s *Server) refuseFailedSessionTurn(out responder, req *clientRequest) bool
 // session's memory holds its turn: selfContainedChain), or after a
 // continuation, it goes in full from the session's memory, with the calls
 // as the client has them, as over HTTP. A follow-up whose turn the memory
-// does not hold is pinned to its owner and stays incremental.
+// does not hold (made on another client socket, before a reconnect) is
+// pinned to its owner: it stays incremental on the connection that served
+// it (the same session scope's socket, still open), and on any other
+// connection, which cannot hold it, it is judged as over HTTP
+// (sessionChainBody): in full from a stored chain, else it fails closed
+// before the upstream is called, rather than meeting
+// previous_response_not_found on every retry (README "Privacy").
 func (s *Server) sessionChainBodyOverSocket(ctx context.Context, req *clientRequest, u *upstream.Upstream, connServed bool) ([]byte, error) {
-	if !keepsSessionTurn(req) || req.previousResponseID == "" || !req.memory.holds(req.previousResponseID) {
+	if !keepsSessionTurn(req) || req.previousResponseID == "" {
 		return req.body, nil
 	}
-	if connServed && req.memory.heldBy(req.previousResponseID) == u.Name() && !req.memory.wasContinued(req.previousResponseID) {
+	if connServed && (!req.memory.holds(req.previousResponseID) ||
+		req.memory.heldBy(req.previousResponseID) == u.Name() && !req.memory.wasContinued(req.previousResponseID)) {
 		return req.body, nil
 	}
 	return s.sessionChainBody(ctx, req, req.body)

@@ -517,7 +517,7 @@ func (w *wsUpstreams) send(upCtx context.Context, firstByte func() (context.Cont
 	sendCtx, stopFirstByte := firstByte()
 	defer stopFirstByte()
 	src := &wsSource{w: w, sock: sock, req: req, u: u, header: header, frame: frame, ctx: sendCtx, idle: idle, max: w.s.opts.MaxEventBytes,
-		incremental: selfContainedChain(req) && gjson.GetBytes(frame, "previous_response_id").Str != ""}
+		incremental: keepsSessionTurn(req) && gjson.GetBytes(frame, "previous_response_id").Str != ""}
 	ans, err := src.open(sendCtx)
 	if err != nil || ans != nil {
 		w.release(sock, false)
@@ -791,9 +791,9 @@ type wsSource struct {
 	last    servedResponse // the response conn served last
 	retried bool           // the turn went to a new connection once already
 	started bool           // an event went to the reader
-	// incremental: frame names a previous response the session's memory
-	// holds, which of the upstream's connections only the one that served
-	// it holds too (frameForConn).
+	// incremental: frame is a store:false follow-up naming its previous
+	// response, which of the upstream's connections only the one that
+	// served it holds (frameForConn).
 	incremental bool
 
 	opened     bool            // a response lifecycle event of this turn was read
@@ -848,7 +848,8 @@ func (src *wsSource) open(ctx context.Context) (*upstreamAnswer, error) {
 // responses. The upstream keeps a store:false response on the connection
 // that made it only, so it would answer previous_response_not_found, and
 // so would every retry of the client's. A chain the memory does not hold
-// stays as sent (sessionChainBodyOverSocket).
+// cannot be rebuilt: it fails closed here, before the upstream is called
+// (sessionChainBodyOverSocket).
 func (src *wsSource) frameForConn(ctx context.Context) error {
 	if !src.incremental || src.reused && src.sock.served(src.req.previousResponseID) {
 		return nil

@@ -106,12 +106,15 @@ type session struct {
 	// (writes are conditional on it); local is set once this replica runs
 	// the upstream request; keepStored closes the session here without
 	// deleting it from the store (another replica may still serve it).
-	stored     time.Time
-	local      bool
-	keepStored bool
-	following  bool // a copy of the answer another replica runs is being fed from the store
-	waiters    int  // result readers waiting for the answer to start (waitResult)
-	polling    bool // pollShared runs for them
+	// storedUntil is the expiry of the record as this replica last wrote
+	// it: past it with the answer running here, a record gone from the
+	// store expired because the refreshes failed (goneLocked).
+	stored, storedUntil time.Time
+	local               bool
+	keepStored          bool
+	following           bool // a copy of the answer another replica runs is being fed from the store
+	waiters             int  // result readers waiting for the answer to start (waitResult)
+	polling             bool // pollShared runs for them
 
 	// reqBase and reqChunks bound the assembled request's size
 	// (reqsize.go): the template's share, and the chunks' (payloads

@@ -255,17 +255,24 @@ func (s *session) resyncLocked(ctx context.Context, try int) *apierr.Error {
 // store lost it (a Redis restart without persistence, a FLUSHALL, an
 // eviction). Its answer fails, as a gateway fault, with the same error on
 // every replica: the runner (which stops the upstream request) and every
-// follower conclude it alike. After that expiry, with the answer running
-// on another replica, that replica stopped keeping it alive: it died.
-// Otherwise (no answer running) the record was deleted or expired.
+// follower conclude it alike. The runner past the expiry of the record as
+// it last wrote it could not refresh it (a store outage): the record
+// expired, and the answer fails saying so. After that expiry, with the
+// answer running on another replica, that replica stopped keeping it
+// alive: it died. Otherwise (no answer running) the record was deleted or
+// expired.
 func (s *session) goneLocked(err error) {
 	s.keepStored = true
 	if e, reason, ok := closedElsewhere(err); ok {
 		s.closeLocked(e, reason)
 		return
 	}
-	before := s.m.now().Before(s.expiresAt)
+	now := s.m.now()
+	before := now.Before(s.expiresAt)
 	switch {
+	case s.runsHereLocked() && !s.storedUntil.IsZero() && !now.Before(s.storedUntil):
+		s.m.log.Warn("streaming-input session expired from the shared store while its answer ran, its refreshes having failed; failing the answer", "session", store.RedactID(s.id))
+		s.closeLocked(errRecordExpiredInOutage(), reasonLost)
 	case s.runsHereLocked() || (before && s.runsElsewhereLocked()):
 		s.m.log.Warn("streaming-input session lost from the shared store while its answer ran; failing the answer", "session", store.RedactID(s.id))
 		s.closeLocked(errRecordLost(), reasonLost)
@@ -282,6 +289,14 @@ func (s *session) goneLocked(err error) {
 // store lost while it ran (goneLocked).
 func errRecordLost() *apierr.Error {
 	return apierr.StreamIncomplete("the gateway lost this streaming-input session from its store while the answer was running")
+}
+
+// errRecordExpiredInOutage ends the readers of an answer whose session
+// record expired from the shared store while it ran because the runner
+// could not refresh it (goneLocked): the store was unavailable, nobody
+// lost or deleted it.
+func errRecordExpiredInOutage() *apierr.Error {
+	return apierr.StreamIncomplete("the gateway could not keep this streaming-input session in its store during an outage, and the store let it expire while the answer was running")
 }
 
 // recordMissingLocked handles a write of the session's record that found
@@ -450,7 +465,7 @@ func (s *session) putChunkLocked(ctx context.Context, seq uint64, c store.Chunk)
 		err = s.m.opts.Store.PutChunk(ctx, s.id, seq, c, rec)
 	}
 	if err == nil {
-		s.stored = rec.LastActivity
+		s.stored, s.storedUntil = rec.LastActivity, rec.ExpiresAt
 	}
 	return err
 }
@@ -465,7 +480,7 @@ func (s *session) updateLocked(ctx context.Context) error {
 		err = s.m.opts.Store.UpdateInputSession(ctx, rec)
 	}
 	if err == nil {
-		s.stored = rec.LastActivity
+		s.stored, s.storedUntil = rec.LastActivity, rec.ExpiresAt
 	}
 	return err
 }
@@ -505,6 +520,12 @@ func (s *session) idleSharedLocked() {
 	}
 	s.keepStored = true
 	if s.runsElsewhereLocked() {
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			// The record could not be read: the store, not the replica
+			// running the answer, is what failed.
+			s.closeLocked(errStoreUnreadable(), "idle")
+			return
+		}
 		// The answer was running on another replica, which would have kept
 		// the record alive while it ran (onIdle): that replica died. Readers
 		// here end as a follower's do (README "Several replicas"), not as
@@ -519,6 +540,15 @@ func (s *session) idleSharedLocked() {
 // sending it (it died): the answer is not re-sent by another replica.
 func errRunnerGone() *apierr.Error {
 	return apierr.StreamIncomplete("the replica running this session's answer stopped sending it")
+}
+
+// errStoreUnreadable ends the readers of an answer another replica runs
+// when, for the session's idle timeout, neither the answer nor the
+// session's record could be read from the shared store (an outage): the
+// store failed, not the replica running the answer, which may still be
+// sending it.
+func errStoreUnreadable() *apierr.Error {
+	return apierr.StreamIncomplete("the gateway could not read this streaming-input session's answer from its store for the session's idle timeout")
 }
 
 // resultHead is the first part of an answer in the store: what a reader on
@@ -831,7 +861,7 @@ func (s *session) awaitFollowedHead(ctx context.Context) {
 // answer ran here tells that the runner died, one gone earlier that the
 // store lost it (goneLocked), and either ends the copy with
 // stream_incomplete. So does IdleTimeout with neither a part nor a record
-// read (the store unreachable). After a close recorded in the store, the copy still
+// read (the store unreachable), saying so (errStoreUnreadable). After a close recorded in the store, the copy still
 // follows the runner to the end it writes: the readers here get the same
 // events, and the same terminal event, as the runner's. The runner hears
 // of the close at its next append, or when it checks after mirrorWatch of
@@ -874,7 +904,9 @@ func (s *session) follow(res *result) {
 			if closed {
 				res.finish(closeErr)
 			} else {
-				res.finish(errRunnerGone())
+				// A runner that died is told by its record expiring
+				// (goneLocked); here not even the record could be read.
+				res.finish(errStoreUnreadable())
 			}
 			return
 		}
