@@ -9,7 +9,6 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/sluice-gw/sluice/gateway"
-	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
 // TestDeleteOfAContinuedResponseItsFirstTargetOwns: a stream cut on P and
@@ -22,33 +21,12 @@ import (
 // gateway's own error naming the client's id, the response kept for a
 // retry.
 func TestDeleteOfAContinuedResponseItsFirstTargetOwns(t *testing.T) {
-	for _, ending := range []struct {
-		name    string
-		backup  upstreamtest.Script
-		prefill bool
-	}{
-		{"continuation target fails after adding text", upstreamtest.Answer(fullAnswer, 6).FailAfterDeltas(2, "server_error"), true},
-		{"restart diverges", upstreamtest.Answer("The quick red fox", 2), false},
-	} {
+	for _, ending := range unfinishedContinuationEndings() {
 		for _, pAnswers := range []int32{http.StatusNotFound, http.StatusInternalServerError} {
 			t.Run(ending.name+", P answers "+http.StatusText(int(pAnswers)), func(t *testing.T) {
 				var pRefuses atomic.Int32
 				p, b := deletingUpstream(t, "P", &pRefuses), deletingUpstream(t, "B", nil)
-				h := contHarness(t, gateway.ContinuationAuto, harnessConfig{servers: map[string]*upstreamtest.Server{"P": p, "B": b},
-					prefill: map[string]bool{"B": ending.prefill},
-					opts:    gateway.Options{Store: openStore(t, t.TempDir()), Resume: gateway.ResumeOptions{Window: -1}}})
-				p.Enqueue(upstreamtest.Answer(fullAnswer, 9).CutAfterDeltas(3))
-				b.Enqueue(ending.backup)
-				_, evs := h.responsesStream(`{"model":"m","input":"hi","stream":true}`)
-				last := assertOneTerminal(t, evs)
-				id := gjson.GetBytes(last.data, "response.id").Str
-				if last.typ != "response.failed" || len(b.Requests()) != 1 {
-					t.Fatalf("terminal %s, B asked %d times: not a continuation B failed to finish", last.typ, len(b.Requests()))
-				}
-				bID := b.Requests()[0].ResponseID
-				if bID == "" || bID == id {
-					t.Fatalf("B answered under %q (client's id %s)", bID, id)
-				}
+				h, id, bID := streamUnfinishedContinuation(t, p, b, ending, gateway.ResumeOptions{Window: -1}, `{"model":"m","input":"hi","stream":true}`)
 
 				pRefuses.Store(pAnswers)
 				status, body := deleteAs(t, h, "sk-client-secret", id)

@@ -14,6 +14,48 @@ import (
 	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
+// unfinishedEnding is a way a continuation target B fails to finish a
+// stream cut on P while keeping a copy of it; prefill is whether B is
+// configured for prefill continuations.
+type unfinishedEnding struct {
+	name    string
+	backup  upstreamtest.Script
+	prefill bool
+}
+
+// unfinishedContinuationEndings: B fails after adding text, or its restart
+// contradicts what the client has.
+func unfinishedContinuationEndings() []unfinishedEnding {
+	return []unfinishedEnding{
+		{"continuation target fails after adding text", upstreamtest.Answer(fullAnswer, 6).FailAfterDeltas(2, "server_error"), true},
+		{"restart diverges", upstreamtest.Answer("The quick red fox", 2), false},
+	}
+}
+
+// streamUnfinishedContinuation streams body through a gateway (with a store
+// and resume) that continues on b a stream p cuts after content, b ending
+// it as ending says, and returns the gateway, the client's id and the id b
+// answered under.
+func streamUnfinishedContinuation(t *testing.T, p, b *upstreamtest.Server, ending unfinishedEnding, resume gateway.ResumeOptions, body string) (h *harness, id, bID string) {
+	t.Helper()
+	h = contHarness(t, gateway.ContinuationAuto, harnessConfig{servers: map[string]*upstreamtest.Server{"P": p, "B": b},
+		prefill: map[string]bool{"B": ending.prefill},
+		opts:    gateway.Options{Store: openStore(t, t.TempDir()), Resume: resume}})
+	p.Enqueue(upstreamtest.Answer(fullAnswer, 9).CutAfterDeltas(3))
+	b.Enqueue(ending.backup)
+	_, evs := h.responsesStream(body)
+	last := assertOneTerminal(t, evs)
+	id = gjson.GetBytes(last.data, "response.id").Str
+	if last.typ != "response.failed" || len(b.Requests()) != 1 {
+		t.Fatalf("terminal %s, B asked %d times: not a continuation B failed to finish", last.typ, len(b.Requests()))
+	}
+	bID = b.Requests()[0].ResponseID
+	if bID == "" || bID == id {
+		t.Fatalf("B answered under %q (client's id %s)", bID, id)
+	}
+	return h, id, bID
+}
+
 // TestDeleteOfAContinuedResponseNobodyFinished: a stream cut after content
 // on P and continued on B that B does not finish — B fails after adding
 // text, or its restart contradicts what the client has — still leaves a
@@ -22,14 +64,7 @@ import (
 // P's, whether the gateway still holds the response's log or the DELETE
 // goes to the owner (logs off).
 func TestDeleteOfAContinuedResponseNobodyFinished(t *testing.T) {
-	for _, ending := range []struct {
-		name    string
-		backup  upstreamtest.Script
-		prefill bool
-	}{
-		{"continuation target fails after adding text", upstreamtest.Answer(fullAnswer, 6).FailAfterDeltas(2, "server_error"), true},
-		{"restart diverges", upstreamtest.Answer("The quick red fox", 2), false},
-	} {
+	for _, ending := range unfinishedContinuationEndings() {
 		for _, logs := range []struct {
 			name   string
 			resume gateway.ResumeOptions
@@ -39,21 +74,7 @@ func TestDeleteOfAContinuedResponseNobodyFinished(t *testing.T) {
 		} {
 			t.Run(ending.name+", "+logs.name, func(t *testing.T) {
 				p, b := deletingUpstream(t, "P", nil), deletingUpstream(t, "B", nil)
-				h := contHarness(t, gateway.ContinuationAuto, harnessConfig{servers: map[string]*upstreamtest.Server{"P": p, "B": b},
-					prefill: map[string]bool{"B": ending.prefill},
-					opts:    gateway.Options{Store: openStore(t, t.TempDir()), Resume: logs.resume}})
-				p.Enqueue(upstreamtest.Answer(fullAnswer, 9).CutAfterDeltas(3))
-				b.Enqueue(ending.backup)
-				_, evs := h.responsesStream(`{"model":"m","input":"TOPSECRET-78","stream":true}`)
-				last := assertOneTerminal(t, evs)
-				id := gjson.GetBytes(last.data, "response.id").Str
-				if last.typ != "response.failed" || len(b.Requests()) != 1 {
-					t.Fatalf("terminal %s, B asked %d times: not a continuation B failed to finish", last.typ, len(b.Requests()))
-				}
-				bID := b.Requests()[0].ResponseID
-				if bID == "" || bID == id {
-					t.Fatalf("B answered under %q (client's id %s)", bID, id)
-				}
+				h, id, bID := streamUnfinishedContinuation(t, p, b, ending, logs.resume, `{"model":"m","input":"TOPSECRET-78","stream":true}`)
 
 				status, body := deleteAs(t, h, "sk-client-secret", id)
 				wantDeleted(t, id, status, body)

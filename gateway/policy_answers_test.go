@@ -89,14 +89,7 @@ func TestRecoverFailClosedMessageFitsTheRequest(t *testing.T) {
 			resp := h.post("/v1/responses", `{"model":"m","input":"x","stream":`+tc.stream+tc.previous+`}`)
 			raw, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			errObj := gjson.GetBytes(raw, "error")
-			if tc.stream == "true" {
-				i := strings.Index(string(raw), `{"type":"response.failed"`)
-				if i < 0 {
-					t.Fatalf("no response.failed in %s", raw)
-				}
-				errObj = gjson.Get(strings.SplitN(string(raw[i:]), "\n", 2)[0], "response.error")
-			}
+			errObj := answeredError(t, raw, tc.stream == "true")
 			// A Responses stream's response.failed carries the code in the
 			// message ("upstream_unavailable: …").
 			msg := errObj.Get("code").Str + ": " + errObj.Get("message").Str

@@ -22,6 +22,21 @@ func (recoverAllPolicy) Recover(context.Context, hostabi.RecoverInput) hostabi.R
 	return hostabi.RecoverOutput{Verdict: hostabi.RecoverRecover}
 }
 
+// answeredError is the error a client got for a /v1/responses request:
+// the JSON body's error, or for a stream (SSE) its response.failed's
+// response.error.
+func answeredError(t *testing.T, raw []byte, stream bool) gjson.Result {
+	t.Helper()
+	if !stream {
+		return gjson.GetBytes(raw, "error")
+	}
+	i := strings.Index(string(raw), `{"type":"response.failed"`)
+	if i < 0 {
+		t.Fatalf("no response.failed in %s", raw)
+	}
+	return gjson.Get(strings.SplitN(string(raw[i:]), "\n", 2)[0], "response.error")
+}
+
 // TestRecoverVerdictMessageFitsTheError: a recover verdict without a
 // message answers the retryable stream_incomplete error (ABI.md §3.1) whose
 // message speaks of a lost previous response only when that is what the
@@ -41,14 +56,7 @@ func TestRecoverVerdictMessageFitsTheError(t *testing.T) {
 			resp := h.post("/v1/responses", `{"model":"m","input":"x","stream":`+tc.stream+`}`)
 			raw, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			errObj := gjson.GetBytes(raw, "error")
-			if tc.stream == "true" {
-				i := strings.Index(string(raw), `{"type":"response.failed"`)
-				if i < 0 {
-					t.Fatalf("no response.failed in %s", raw)
-				}
-				errObj = gjson.Get(strings.SplitN(string(raw[i:]), "\n", 2)[0], "response.error")
-			}
+			errObj := answeredError(t, raw, tc.stream == "true")
 			// A Responses stream's response.failed carries the code in the
 			// message ("stream_incomplete: …").
 			if msg := errObj.Get("code").Str + ": " + errObj.Get("message").Str; !strings.Contains(msg, "stream_incomplete: ") || !strings.HasSuffix(msg, tc.want) {

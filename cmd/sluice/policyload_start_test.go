@@ -1,15 +1,9 @@
 package main
 
 import (
-	"fmt"
-	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
 // TestStartWithAPolicyFileThatCannotLoad: a configured policy whose file
@@ -20,42 +14,15 @@ import (
 // requests and readiness with 503 (README "Policies"). Only a policy that
 // refuses its config stops the start (TestPolicyConfigProblemsAtStart).
 func TestStartWithAPolicyFileThatCannotLoad(t *testing.T) {
-	up := upstreamtest.NewServer(upstreamtest.Options{Name: "A"})
-	t.Cleanup(up.Close)
-	dir := t.TempDir()
-	policyDir := filepath.Join(dir, "policies.d")
-	if err := os.MkdirAll(policyDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	badABI, err := os.ReadFile(filepath.Join("..", "..", "plugins", "testdata", "badabi.wasm"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, data := range map[string][]byte{
+	badABI := readPolicyFixture(t, "badabi.wasm")
+	base, _ := serveWithPolicyDir(t, map[string][]byte{
 		"20-x.wasm":    badABI,
 		"20-fc.wasm":   []byte("#!/bin/sh\necho not wasm\n"),
 		"rewrite.wasm": badABI,
-	} {
-		if err := os.WriteFile(filepath.Join(policyDir, name), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cfg := filepath.Join(dir, "sluice.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`listen: 127.0.0.1:0
-data_dir: %q
-log: {level: warn}
-policy_dir: %q
-policies:
-  20-x: {a: 1}
+	}, `  20-x: {a: 1}
   20-fc: {sluice_fail_closed: true}
   rewrite: {model_aliases: {fast: m}}
-upstreams:
-  - {name: A, base_url: %q}
-`, filepath.Join(dir, "data"), policyDir, up.URL)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	base, stop := startWithEnv(t, []string{"HOME=" + dir}, "serve", "--config", cfg)
-	t.Cleanup(func() { _, _ = stop() })
+`)
 
 	var got struct {
 		Policies []struct {
@@ -81,13 +48,5 @@ upstreams:
 	if code, body := getBody(t, base+"/readyz"); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz with a fail-closed policy that cannot load: %d %s", code, body)
 	}
-	resp, err := http.Post(base+"/v1/responses", "application/json", strings.NewReader(`{"model":"fast","input":"x"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(raw), `"code":"policy_unavailable"`) {
-		t.Fatalf("client got %d %s; want 503 policy_unavailable", resp.StatusCode, raw)
-	}
+	wantPolicyUnavailable(t, base, `{"model":"fast","input":"x"}`)
 }

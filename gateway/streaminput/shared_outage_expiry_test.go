@@ -58,6 +58,19 @@ func startedReader(t *testing.T, ctx context.Context, e *env, id string) *sse.Re
 	return rd
 }
 
+// readHangingAnswer has runner start a session's answer that hangs after
+// its first event, and returns the session's id and a reader of the answer
+// on reader, past its response.created.
+func readHangingAnswer(t *testing.T, runner, reader *env) (id string, rd *sse.Reader) {
+	t.Helper()
+	runner.up.SetDefault(upstreamHangScript())
+	id = runner.create(sessionBody(streaminput.EndpointResponses, "on_first_chunk", respTemplate))
+	runner.mustChunk(id, textChunk(0, "run", true))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return id, startedReader(t, ctx, reader, id)
+}
+
 // failedWith reads rd to its end and returns the message of its terminal
 // response.failed, failing unless it is stream_incomplete.
 func failedWith(t *testing.T, name string, rd *sse.Reader) string {
@@ -89,12 +102,7 @@ func TestSharedFollowerCannotReadTheStore(t *testing.T) {
 	otherOpts.Store = blind
 	other := newEnv(t, envConfig{noStore: true, opts: otherOpts})
 
-	runner.up.SetDefault(upstreamHangScript())
-	id := runner.create(sessionBody(streaminput.EndpointResponses, "on_first_chunk", respTemplate))
-	runner.mustChunk(id, textChunk(0, "run", true))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	rd := startedReader(t, ctx, other, id)
+	_, rd := readHangingAnswer(t, runner, other)
 	blind.blind.Store(true)
 	msg := failedWith(t, "other replica", rd)
 	if !strings.Contains(msg, "could not read") || strings.Contains(msg, "stopped sending") {
@@ -114,12 +122,7 @@ func TestSharedRecordExpiredDuringOutage(t *testing.T) {
 	rs := openRedisStore(t, srv)
 	st := &outageStore{RedisStore: rs}
 	runner := newEnv(t, envConfig{noStore: true, opts: streaminput.Options{Store: st, IdleTimeout: 3 * time.Second}})
-	runner.up.SetDefault(upstreamHangScript())
-	id := runner.create(sessionBody(streaminput.EndpointResponses, "on_first_chunk", respTemplate))
-	runner.mustChunk(id, textChunk(0, "run", true))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	rd := startedReader(t, ctx, runner, id)
+	id, rd := readHangingAnswer(t, runner, runner)
 
 	st.refuseUpdates.Store(1 << 40)
 	eventually(t, 20*time.Second, "the record expires in Redis", func() bool {
