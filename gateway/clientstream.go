@@ -91,6 +91,8 @@ type clientStream struct {
 	chatHead  chatHead   // what the first chunk naming the completion showed of it
 	chatText  []byte     // content, unescaped
 	chatTools []chatTool // tool calls by index
+	// chatAnnotations counts the delta.annotations sent: a restart redoes them (spliceChatAnnotationsLocked).
+	chatAnnotations int
 
 	chatRefused bool // a delta.refusal was sent
 

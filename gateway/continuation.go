@@ -1056,6 +1056,13 @@ type splicer struct {
 	// Chat.
 	chatWant  reproducer // restart: the content the client has
 	chatTools []toolSnap
+	// chatAnnotations counts the attempt's delta.annotations for choice 0
+	// (the one a continuation follows: notContinuable); the first
+	// chatReannotated of them, on a restart, redo those the client has.
+	chatAnnotations, chatReannotated int
+	// chatOffset is where the attempt's text begins in the client's
+	// message, in characters: a prefill goes on after the client's text.
+	chatOffset int64
 }
 
 // itemSnap is a client item as a restart must reproduce it.
@@ -1238,11 +1245,15 @@ func (cs *clientStream) beginSplice(kind string, prevUsage []byte) {
 	sp := &splicer{kind: kind, prevUsage: prevUsage, items: map[int64]*splicedItem{}, n: len(cs.sent.Items), next: next}
 	cs.sent.Usage = append(cs.sent.Usage[:0], prevUsage...) // what a failure now reports
 	if cs.chat {
-		if kind == kindRestart {
+		switch kind {
+		case kindRestart:
+			sp.chatReannotated = cs.chatAnnotations
 			sp.chatWant = reproducer{want: string(cs.chatText)}
 			for _, t := range cs.chatTools {
 				sp.chatTools = append(sp.chatTools, toolSnap{name: reproducer{want: string(t.name)}, args: reproducer{want: string(t.args)}})
 			}
+		case kindPrefill:
+			sp.chatOffset = int64(utf8.RuneCount(cs.chatText))
 		}
 		cs.splice = sp
 		return
@@ -1504,8 +1515,7 @@ func (cs *clientStream) spliceAnnotationLocked(name string, data []byte, f *even
 	if p == nil || p.opening != nil {
 		return nil
 	}
-	p.annotations++
-	if p.annotations <= p.reannotated {
+	if redoneAnnotation(&p.annotations, p.reannotated) {
 		return nil
 	}
 	var cp *sent.Part
@@ -1518,14 +1528,36 @@ func (cs *clientStream) spliceAnnotationLocked(name string, data []byte, f *even
 		return nil // not a part the client has: nothing to annotate
 	}
 	at = append(at, intField("content_index", p.index), intField("annotation_index", int64(cp.AnnotationCount())))
-	if p.offset > 0 {
-		for _, k := range [...]string{"start_index", "end_index"} {
-			if v := f.Annotation.Get(k); v.Type == gjson.Number {
-				at = append(at, intField("annotation."+k, v.Int()+p.offset))
-			}
+	at = movedAnnotationIndexes(at, "annotation.", f.Annotation, p.offset)
+	return cs.rewriteLocked(name, data, at...)
+}
+
+// redoneAnnotation counts one more annotation of an attempt's part (or Chat
+// choice) in *seen and reports whether it is one of the first redo, which
+// on a restart redo those the client has: they are not sent again (README
+// "Continuation"). Shared by Responses and Chat clients.
+func redoneAnnotation(seen *int, redo int) bool {
+	*seen++
+	return *seen <= redo
+}
+
+// movedAnnotationIndexes appends to fields those that move the indexes
+// (start_index, end_index) of holder, the object at path (a prefix ending
+// in "." or ""), by offset: the characters of the client's text before the
+// attempt's, which a prefill's indexes, counted from its own first
+// character, do not include. The indexes are characters, as OpenAI's are
+// and as the gateway passes an upstream's on (internal/translate); README
+// "Continuation". Shared by Responses and Chat clients.
+func movedAnnotationIndexes(fields []field, path string, holder gjson.Result, offset int64) []field {
+	if offset == 0 {
+		return fields
+	}
+	for _, k := range [...]string{"start_index", "end_index"} {
+		if v := holder.Get(k); v.Type == gjson.Number {
+			fields = append(fields, intField(path+k, v.Int()+offset))
 		}
 	}
-	return cs.rewriteLocked(name, data, at...)
+	return fields
 }
 
 // A restart's text or arguments may come whole in their done forms only
@@ -2115,6 +2147,12 @@ func (cs *clientStream) spliceChatLocked(data []byte, finish bool, usage gjson.R
 					add(k, []byte(v.Raw))
 				}
 				cs.chatText = append(cs.chatText, s...)
+			case "annotations":
+				list, ch := cs.spliceChatAnnotationsLocked(v)
+				changed = changed || ch
+				if list != nil {
+					add(k, list)
+				}
 			case "tool_calls":
 				calls, ch, err := cs.spliceToolCallsLocked(v)
 				if err != nil {
@@ -2184,6 +2222,50 @@ func (cs *clientStream) spliceChatLocked(data []byte, finish bool, usage gjson.R
 		cs.sawFinish = true
 	}
 	return nil
+}
+
+// spliceChatAnnotationsLocked rewrites a continuation chunk's
+// delta.annotations as the Responses path does a part's
+// (spliceAnnotationLocked): a restart's first annotations, which redo those
+// the client has, are dropped; a prefill's indexes are moved past the
+// client's text. An annotation nests its indexes in url_citation, as
+// OpenAI's Chat does, or has them at its top, as internal/translate also
+// reads. list is nil when none is left for the client.
+func (cs *clientStream) spliceChatAnnotationsLocked(v gjson.Result) (list []byte, changed bool) {
+	sp := cs.splice
+	if !v.IsArray() {
+		if v.Type == gjson.Null {
+			return nil, false // dropped, as any null member of a delta is
+		}
+		return []byte(v.Raw), false
+	}
+	out := []byte{'['}
+	v.ForEach(func(_, a gjson.Result) bool {
+		if redoneAnnotation(&sp.chatAnnotations, sp.chatReannotated) {
+			changed = true
+			return true
+		}
+		raw := []byte(a.Raw)
+		path, holder := "", a
+		if c := a.Get("url_citation"); c.IsObject() {
+			path, holder = "url_citation.", c
+		}
+		for _, f := range movedAnnotationIndexes(nil, path, holder, sp.chatOffset) {
+			if b, err := sjson.SetRawBytes(raw, f.path, f.raw); err == nil {
+				raw, changed = b, true
+			}
+		}
+		cs.chatAnnotations++
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		out = append(out, raw...)
+		return true
+	})
+	if len(out) == 1 {
+		return nil, true
+	}
+	return append(out, ']'), changed
 }
 
 // spliceToolCallsLocked rewrites a continuation chunk's tool_calls: a
@@ -2307,6 +2389,9 @@ func (cs *clientStream) trackChatLocked(data []byte) {
 	}
 	if delta.Get("refusal").Str != "" {
 		cs.chatRefused = true
+	}
+	if a := delta.Get("annotations"); a.IsArray() {
+		cs.chatAnnotations += len(a.Array())
 	}
 	delta.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
 		fn := tc.Get("function")
