@@ -378,19 +378,19 @@ func responseKind(stream bool) string {
 
 // CheckRewrittenBody reports why the gateway would discard a rewrite
 // policy's edited body as invalid (ABI.md §3.3), nil when it would send
-// it: body is the edited request to endpoint ("/v1/responses" or
-// "/v1/chat/completions") whose client sent stream clientStream (true on a
+// it: body is the edited request to path ("/v1/responses",
+// "/v1/chat/completions", or one of the passthrough endpoints
+// relay_endpoints.go serves) whose client sent stream clientStream (true on a
 // WebSocket); maxBodyBytes is limits.max_body_bytes (0: its default). It
 // is the gateway's own check, for `sluice policy test`.
-func CheckRewrittenBody(ctx context.Context, endpoint string, body []byte, clientStream bool, maxBodyBytes int64) error {
+func CheckRewrittenBody(ctx context.Context, path string, body []byte, clientStream bool, maxBodyBytes int64) error {
 	req := &clientRequest{stream: clientStream}
-	switch endpoint {
-	case "/v1" + responsesEndpoint.path:
-		req.ep = responsesEndpoint
-	case "/v1" + chatEndpoint.path:
-		req.ep = chatEndpoint
-	default:
-		return fmt.Errorf("unknown endpoint %q (want /v1%s or /v1%s)", endpoint, responsesEndpoint.path, chatEndpoint.path)
+	known := []endpoint{responsesEndpoint, chatEndpoint, responsesCompactEndpoint, responsesInputTokensEndpoint}
+	if i := slices.IndexFunc(known, func(ep endpoint) bool { return "/v1"+ep.path == path }); i >= 0 {
+		req.ep = known[i]
+	} else {
+		return fmt.Errorf("unknown endpoint %q (want /v1%s, /v1%s, /v1%s or /v1%s)", path, responsesEndpoint.path, chatEndpoint.path,
+			responsesCompactEndpoint.path, responsesInputTokensEndpoint.path)
 	}
 	if maxBodyBytes <= 0 {
 		maxBodyBytes = config.Defaults().Limits.MaxBodyBytes

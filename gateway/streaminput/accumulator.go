@@ -129,7 +129,10 @@ func (a *Accumulator) AddContext(ctx context.Context, frame []byte) error {
 			return nil
 		}
 		a.count("rejected", 0)
-		return errConflict(CodeSequenceConflict, "sequence_id", "sequence_id %d was already received with a different payload", c.seq)
+		// Name what differs, as the REST path does: a resend with only
+		// end_of_input or new_part changed keeps its payload.
+		prev := chunkInfo{d: old.digest(), meta: old.meta}
+		return errConflict(CodeSequenceConflict, "sequence_id", "sequence_id %d was already received with %s", c.seq, conflictDetail(prev, c))
 	}
 	if err := a.check(c); err != nil {
 		a.count("rejected", 0)

@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -28,6 +29,7 @@ import (
 
 	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/sluice-gw/sluice/internal/apierr"
+	"github.com/sluice-gw/sluice/internal/jsonx"
 	"github.com/sluice-gw/sluice/plugins"
 )
 
@@ -204,7 +206,11 @@ event, and stderr says why each failed one did). A rewrite is
 "changed" when the request the gateway sends changes: its body, a header
 set or removed, or the upstream chosen ("body", "set_headers",
 "remove_headers" and "upstream" show the edits). Blank lines and lines
-starting with # are skipped.
+starting with # are skipped. A line that is no such event (not JSON, an
+unknown hook, an input that does not decode, a rewrite "body" that is not
+a JSON object, a "surface" or "endpoint" the gateway does not have) is not
+run: its result's "error" says which field is wrong, stderr says so with
+its line number, and the command exits 1.
 
 Every input gets FILE's own answer: unlike the gateway, the test never
 rolls FILE back or trips it after faults in a row. An input FILE faults or
@@ -1072,6 +1078,9 @@ type result struct {
 	Error     string               `json:"error,omitempty"`
 	Expect    string               `json:"expect,omitempty"`
 	Pass      *bool                `json:"pass,omitempty"`
+	// badEvent: the line is not an event the gateway could ask about
+	// (Error says which field is wrong), so FILE was not run on it.
+	badEvent bool
 }
 
 func runTest(ctx context.Context, opts Options, args []string, stdout, stderr io.Writer) error {
@@ -1146,7 +1155,16 @@ func runTest(ctx context.Context, opts Options, args []string, stdout, stderr io
 			continue
 		}
 		res := runEvent(ctx, rt, &check, line, text)
-		if res.Expect != "" {
+		if res.badEvent {
+			// The events file's fault, not FILE's: said as such, whatever
+			// the line expected.
+			failed++
+			if res.Expect != "" {
+				pass := false
+				res.Pass = &pass
+			}
+			fmt.Fprintf(stderr, "line %d: %s\n", line, res.Error)
+		} else if res.Expect != "" {
 			ok := res.Expect == res.Verdict && (res.Error == "" || expectedFailClosed(res.Expect, res.Verdict))
 			res.Pass = &ok
 			if !ok {
@@ -1248,16 +1266,14 @@ func runEvent(ctx context.Context, rt *plugins.Runtime, check *gatewayChecks, li
 	res := result{Line: line}
 	var ev event
 	if err := json.Unmarshal(text, &ev); err != nil {
-		res.Error = "bad event: " + err.Error()
-		return res
+		return badEvent(res, "%v", err)
 	}
 	res.Hook, res.Expect = ev.Hook, ev.Expect
 	switch ev.Hook {
 	case "recover":
 		var in hostabi.RecoverInput
 		if err := json.Unmarshal(ev.Input, &in); err != nil {
-			res.Error = "bad recover input: " + err.Error()
-			return res
+			return badEvent(res, `"input": %v`, err)
 		}
 		out, tr := rt.RecoverTrace(ctx, in)
 		res.Verdict, res.Output, res.DecidedBy, res.Outcome = out.Verdict.String(), out, decidedBy(tr), tr.Outcome
@@ -1265,20 +1281,18 @@ func runEvent(ctx context.Context, rt *plugins.Runtime, check *gatewayChecks, li
 	case "replay":
 		var in hostabi.ReplayInput
 		if err := json.Unmarshal(ev.Input, &in); err != nil {
-			res.Error = "bad replay input: " + err.Error()
-			return res
+			return badEvent(res, `"input": %v`, err)
 		}
 		out, tr := rt.ReplayTrace(ctx, in)
 		res.Verdict, res.Output, res.DecidedBy, res.Outcome = out.Verdict.String(), out, decidedBy(tr), tr.Outcome
 		res.Error = traceError(tr)
 	case "rewrite", "rewrite_request":
-		if len(ev.Body) == 0 {
-			res.Error = "rewrite event without body"
-			return res
+		if why := badRewriteEvent(ev); why != "" {
+			return badEvent(res, "%s", why)
 		}
 		in := hostabi.RewriteInput{Surface: ev.Surface, Endpoint: ev.Endpoint, Body: ev.Body, Headers: ev.Headers}
 		if in.Endpoint == "" {
-			in.Endpoint = "/v1/responses"
+			in.Endpoint = defaultEndpoint
 		}
 		if in.Surface == "" {
 			in.Surface = hostabi.SurfaceResponsesStream
@@ -1338,21 +1352,56 @@ func runEvent(ctx context.Context, rt *plugins.Runtime, check *gatewayChecks, li
 		// and an absent index from 0, as the gateway does.
 		in, err := hostabi.DecodeStreamEventInput(ev.Input)
 		if err != nil {
-			res.Error = "bad stream_event input: " + err.Error()
-			return res
+			return badEvent(res, `"input": %v`, err)
 		}
 		if !in.HasDelta && !in.HasText {
-			res.Error = `stream_event input without "delta" or "text": the gateway asks only about events with one`
-			return res
+			return badEvent(res, `"input" without "delta" or "text": the gateway asks only about events with one`)
 		}
 		out, tr := rt.StreamEventTrace(ctx, in)
 		res.Verdict, res.DecidedBy, res.Outcome = out.Verdict.String(), decidedBy(tr), tr.Outcome
 		res.Output = json.RawMessage(hostabi.AppendStreamEventOutput(nil, out))
 		res.Error = traceError(tr)
 	default:
-		res.Error = fmt.Sprintf("unknown hook %q (want recover, replay, rewrite or stream_event)", ev.Hook)
+		return badEvent(res, `unknown "hook" %q (want recover, replay, rewrite or stream_event)`, ev.Hook)
 	}
 	return res
+}
+
+// badEvent is res for an events file line that is not an event the
+// gateway could ask about: FILE is not run on it, and its error (what is
+// wrong with the line, from the tool, not FILE) fails the run.
+func badEvent(res result, format string, args ...any) result {
+	res.badEvent = true
+	res.Error = "bad event: " + fmt.Sprintf(format, args...)
+	return res
+}
+
+// The surfaces and endpoints a rewrite event may name: those the gateway
+// asks rewrite_request about (hostabi's Surface constants; ABI.md §3.3),
+// the defaults first.
+const (
+	rewriteSurfaces  = hostabi.SurfaceResponsesStream + ", " + hostabi.SurfaceResponsesJSON + ", " + hostabi.SurfaceChatStream + ", " + hostabi.SurfaceChatJSON + ", " + hostabi.SurfaceWebSocket
+	defaultEndpoint  = "/v1/responses"
+	rewriteEndpoints = defaultEndpoint + ", /v1/chat/completions, /v1/responses/compact, /v1/responses/input_tokens"
+)
+
+// badRewriteEvent says which field of a rewrite event makes it an input the
+// gateway never gives a rewrite hook, "" when none does: a body that is not
+// a JSON object (the gateway refuses such a request before any policy sees
+// it), or a surface or endpoint it does not have. Run, such an event would
+// blame FILE for the events file's mistake.
+func badRewriteEvent(ev event) string {
+	switch {
+	case len(ev.Body) == 0:
+		return `no "body" (the client's request, a JSON object)`
+	case !gjson.ParseBytes(ev.Body).IsObject():
+		return fmt.Sprintf(`"body" is %s, not a JSON object (the client's request)`, jsonx.Kind(ev.Body))
+	case ev.Surface != "" && !slices.Contains(strings.Split(rewriteSurfaces, ", "), ev.Surface):
+		return fmt.Sprintf(`"surface" %q is not one of %s`, ev.Surface, rewriteSurfaces)
+	case ev.Endpoint != "" && !slices.Contains(strings.Split(rewriteEndpoints, ", "), ev.Endpoint):
+		return fmt.Sprintf(`"endpoint" %q is not one of %s`, ev.Endpoint, rewriteEndpoints)
+	}
+	return ""
 }
 
 // traceError reports a fault or error of the module under test: the
