@@ -24,21 +24,11 @@ import (
 // README "Continuation".
 func TestContinuedStreamKeepsAnnotations(t *testing.T) {
 	const (
-		first = "Sée example." // 12 characters, 13 bytes
-		more  = " More at two."
-		chatA = `{"type":"url_citation","url_citation":{"url":"https://example.com","title":"Ex","start_index":4,"end_index":11}}`
-		wantA = `{"type":"url_citation","url":"https://example.com","title":"Ex","start_index":4,"end_index":11}`
-		// "two" in more (9–12); in the whole text, 21–24.
-		chatTwoOwn   = `{"type":"url_citation","url_citation":{"url":"https://two.example","title":"Two","start_index":9,"end_index":12}}`
-		chatTwoWhole = `{"type":"url_citation","url_citation":{"url":"https://two.example","title":"Two","start_index":21,"end_index":24}}`
-		wantTwo      = `{"type":"url_citation","url":"https://two.example","title":"Two","start_index":21,"end_index":24}`
+		wantA   = `{"type":"url_citation","url":"https://example.com","title":"Ex","start_index":4,"end_index":11}`
+		wantTwo = `{"type":"url_citation","url":"https://two.example","title":"Two","start_index":21,"end_index":24}`
 	)
-	chunk := func(delta string) upstreamtest.Frame {
-		return chatChunk(`[{"index":0,"delta":` + delta + `,"finish_reason":null}]`)
-	}
-	text := func(s string) upstreamtest.Frame { return chunk(`{"content":"` + s + `"}`) }
-	annotations := func(a string) upstreamtest.Frame { return chunk(`{"annotations":[` + a + `]}`) }
-	finish := chatChunk(`[{"index":0,"delta":{},"finish_reason":"stop"}]`)
+	first, more, chatA, chatTwoOwn, chatTwoWhole := citedFirst, citedMore, citedA, citedTwoOwn, citedTwoWhole
+	chunk, text, annotations, finish := citedChunk, citedText, citedAnnotations, citedFinish()
 
 	cases := []struct {
 		name, mode string
@@ -58,11 +48,7 @@ func TestContinuedStreamKeepsAnnotations(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			want := "[" + strings.Join(c.want, ",") + "]"
-			h := contHarness(t, c.mode, harnessConfig{protocol: map[string]string{"P": "chat", "B": "chat"}, opts: resumeOpts()})
-			h.ups["P"].Enqueue(upstreamtest.Script{ChatFrames: []upstreamtest.Frame{
-				chunk(`{"role":"assistant","content":"` + first + `"}`), annotations(chatA),
-			}, End: upstreamtest.EndCut})
-			h.ups["B"].Enqueue(upstreamtest.Script{ChatFrames: c.backup})
+			h := citedCutHarness(t, c.mode, c.backup)
 
 			resp, evs := h.responsesStream(`{"model":"m","input":"search","stream":true}`)
 			if resp.StatusCode != http.StatusOK {
@@ -116,4 +102,44 @@ func TestContinuedStreamKeepsAnnotations(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The Chat answer the annotation continuation tests cut: citedFirst with the
+// citation citedA; a continuation's own citation of "two" in citedMore is
+// citedTwoOwn in its own text (9–12) and citedTwoWhole in the client's
+// whole message (21–24).
+const (
+	citedFirst    = "Sée example." // 12 characters, 13 bytes
+	citedMore     = " More at two."
+	citedA        = `{"type":"url_citation","url_citation":{"url":"https://example.com","title":"Ex","start_index":4,"end_index":11}}`
+	citedTwoOwn   = `{"type":"url_citation","url_citation":{"url":"https://two.example","title":"Two","start_index":9,"end_index":12}}`
+	citedTwoWhole = `{"type":"url_citation","url_citation":{"url":"https://two.example","title":"Two","start_index":21,"end_index":24}}`
+)
+
+// citedChunk is a Chat chunk of choice 0 with delta.
+func citedChunk(delta string) upstreamtest.Frame {
+	return chatChunk(`[{"index":0,"delta":` + delta + `,"finish_reason":null}]`)
+}
+
+// citedText is a chunk of text s; citedAnnotations one of the annotations a.
+func citedText(s string) upstreamtest.Frame { return citedChunk(`{"content":"` + s + `"}`) }
+
+func citedAnnotations(a string) upstreamtest.Frame { return citedChunk(`{"annotations":[` + a + `]}`) }
+
+// citedFinish is choice 0's finish chunk.
+func citedFinish() upstreamtest.Frame {
+	return chatChunk(`[{"index":0,"delta":{},"finish_reason":"stop"}]`)
+}
+
+// citedCutHarness is a continuation harness (mode) of two Chat targets: P
+// answers citedFirst with citedA and is cut; B, the continuation, answers
+// backup.
+func citedCutHarness(t *testing.T, mode string, backup []upstreamtest.Frame) *harness {
+	t.Helper()
+	h := contHarness(t, mode, harnessConfig{protocol: map[string]string{"P": "chat", "B": "chat"}, opts: resumeOpts()})
+	h.ups["P"].Enqueue(upstreamtest.Script{ChatFrames: []upstreamtest.Frame{
+		citedChunk(`{"role":"assistant","content":"` + citedFirst + `"}`), citedAnnotations(citedA),
+	}, End: upstreamtest.EndCut})
+	h.ups["B"].Enqueue(upstreamtest.Script{ChatFrames: backup})
+	return h
 }

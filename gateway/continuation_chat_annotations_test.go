@@ -22,20 +22,8 @@ import (
 // characters (the client's text has a two-byte "é": a byte count would be
 // one more). README "Continuation".
 func TestContinuedChatStreamAnnotations(t *testing.T) {
-	const (
-		first = "Sée example." // 12 characters, 13 bytes
-		more  = " More at two."
-		citeA = `{"type":"url_citation","url_citation":{"url":"https://example.com","title":"Ex","start_index":4,"end_index":11}}`
-		// "two" in more (9–12); in the whole text, 21–24.
-		citeTwoOwn   = `{"type":"url_citation","url_citation":{"url":"https://two.example","title":"Two","start_index":9,"end_index":12}}`
-		citeTwoWhole = `{"type":"url_citation","url_citation":{"url":"https://two.example","title":"Two","start_index":21,"end_index":24}}`
-	)
-	chunk := func(delta string) upstreamtest.Frame {
-		return chatChunk(`[{"index":0,"delta":` + delta + `,"finish_reason":null}]`)
-	}
-	text := func(s string) upstreamtest.Frame { return chunk(`{"content":"` + s + `"}`) }
-	annotations := func(a string) upstreamtest.Frame { return chunk(`{"annotations":[` + a + `]}`) }
-	finish := chatChunk(`[{"index":0,"delta":{},"finish_reason":"stop"}]`)
+	first, more, citeA, citeTwoOwn, citeTwoWhole := citedFirst, citedMore, citedA, citedTwoOwn, citedTwoWhole
+	chunk, text, annotations, finish := citedChunk, citedText, citedAnnotations, citedFinish()
 
 	cases := []struct {
 		name, mode string
@@ -60,11 +48,7 @@ func TestContinuedChatStreamAnnotations(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			want := "[" + strings.Join(c.want, ",") + "]"
-			h := contHarness(t, c.mode, harnessConfig{protocol: map[string]string{"P": "chat", "B": "chat"}, opts: resumeOpts()})
-			h.ups["P"].Enqueue(upstreamtest.Script{ChatFrames: []upstreamtest.Frame{
-				chunk(`{"role":"assistant","content":"` + first + `"}`), annotations(citeA),
-			}, End: upstreamtest.EndCut})
-			h.ups["B"].Enqueue(upstreamtest.Script{ChatFrames: c.backup})
+			h := citedCutHarness(t, c.mode, c.backup)
 
 			resp, evs := h.streamEvents("/v1/chat/completions",
 				`{"model":"m","stream":true,"messages":[{"role":"user","content":"search"}]}`)
