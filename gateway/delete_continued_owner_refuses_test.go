@@ -3,14 +3,12 @@ package gateway_test
 import (
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tidwall/gjson"
 
-	"github.com/sluice-gw/sluice/gateway"
 	"github.com/sluice-gw/sluice/internal/upstreamtest"
 )
 
@@ -29,28 +27,9 @@ func TestDeleteOfAContinuedResponseTheOwnerRefuses(t *testing.T) {
 	}{{"log expired", time.Minute}, {"logs off", -1}} {
 		for _, refusal := range []int32{http.StatusNotFound, http.StatusInternalServerError} {
 			t.Run(logs.name+", owner answers "+http.StatusText(int(refusal)), func(t *testing.T) {
-				var mu sync.Mutex
-				now := time.Now()
-				clock := func() time.Time {
-					mu.Lock()
-					defer mu.Unlock()
-					return now
-				}
 				var bRefuses atomic.Int32
 				p, b := deletingUpstream(t, "P", nil), deletingUpstream(t, "B", &bRefuses)
-				h := contHarness(t, gateway.ContinuationAuto, harnessConfig{servers: map[string]*upstreamtest.Server{"P": p, "B": b},
-					opts: gateway.Options{Store: openStore(t, t.TempDir()), Now: clock, Resume: gateway.ResumeOptions{Window: logs.window}}})
-				p.Enqueue(upstreamtest.Answer(fullAnswer, 9).CutAfterDeltas(3))
-				b.Enqueue(upstreamtest.Answer(fullAnswer, 3))
-				_, evs := h.responsesStream(`{"model":"m","input":"hi","stream":true}`)
-				id := gjson.GetBytes(assertOneTerminal(t, evs).data, "response.id").Str
-				mu.Lock()
-				now = now.Add(time.Minute + time.Second) // the log expired
-				mu.Unlock()
-				bID := b.Requests()[0].ResponseID
-				if id == "" || bID == "" || bID == id {
-					t.Fatalf("ids %q (client) and %q (B): not a continued response", id, bID)
-				}
+				h, id, bID := continuedPastItsLog(t, p, b, logs.window, upstreamtest.Answer(fullAnswer, 3))
 
 				bRefuses.Store(refusal)
 				status, body := deleteAs(t, h, "sk-client-secret", id)

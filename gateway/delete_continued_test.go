@@ -5,8 +5,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tidwall/gjson"
 
@@ -191,4 +193,33 @@ func TestDeleteOfAContinuedResponseWhenACopyStays(t *testing.T) {
 			}
 		})
 	}
+}
+
+// continuedPastItsLog streams a response P cuts and B continues with
+// backup, through a harness whose resume log lasts window (-1: no logs),
+// then moves the gateway's clock past that log: calls about the response
+// then go to its upstreams. It returns the harness, the client's id and B's.
+func continuedPastItsLog(t *testing.T, p, b *upstreamtest.Server, window time.Duration, backup upstreamtest.Script) (h *harness, id, bID string) {
+	t.Helper()
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return now
+	}
+	h = contHarness(t, gateway.ContinuationAuto, harnessConfig{servers: map[string]*upstreamtest.Server{"P": p, "B": b},
+		opts: gateway.Options{Store: openStore(t, t.TempDir()), Now: clock, Resume: gateway.ResumeOptions{Window: window}}})
+	p.Enqueue(upstreamtest.Answer(fullAnswer, 9).CutAfterDeltas(3))
+	b.Enqueue(backup)
+	_, evs := h.responsesStream(`{"model":"m","input":"hi","stream":true}`)
+	id = gjson.GetBytes(assertOneTerminal(t, evs).data, "response.id").Str
+	mu.Lock()
+	now = now.Add(time.Minute + time.Second) // the log expired
+	mu.Unlock()
+	bID = b.Requests()[0].ResponseID
+	if id == "" || bID == "" || bID == id {
+		t.Fatalf("ids %q (client) and %q (B): not a continued response", id, bID)
+	}
+	return h, id, bID
 }

@@ -4,7 +4,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -172,27 +171,8 @@ func TestReadingAContinuedResponseWithoutItsLog(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.ending.name+", "+tc.logs.name, func(t *testing.T) {
-			var mu sync.Mutex
-			now := time.Now()
-			clock := func() time.Time {
-				mu.Lock()
-				defer mu.Unlock()
-				return now
-			}
 			p, b := deletingUpstream(t, "P", nil), deletingUpstream(t, "B", nil)
-			h := contHarness(t, gateway.ContinuationAuto, harnessConfig{servers: map[string]*upstreamtest.Server{"P": p, "B": b},
-				opts: gateway.Options{Store: openStore(t, t.TempDir()), Now: clock, Resume: gateway.ResumeOptions{Window: tc.window}}})
-			p.Enqueue(upstreamtest.Answer(fullAnswer, 9).CutAfterDeltas(3))
-			b.Enqueue(tc.backup)
-			_, evs := h.responsesStream(`{"model":"m","input":"hi","stream":true}`)
-			id := gjson.GetBytes(assertOneTerminal(t, evs).data, "response.id").Str
-			mu.Lock()
-			now = now.Add(time.Minute + time.Second) // the log expired
-			mu.Unlock()
-			bID := b.Requests()[0].ResponseID
-			if id == "" || bID == "" || bID == id {
-				t.Fatalf("ids %q (client) and %q (B): not a continued response", id, bID)
-			}
+			h, id, bID := continuedPastItsLog(t, p, b, tc.window, tc.backup)
 			asked := len(p.Requests()) + len(b.Requests())
 			for _, path := range []string{"/v1/responses/" + id, "/v1/responses/" + id + "?stream=true", "/v1/responses/" + id + "?stream=true&starting_after=3",
 				"/v1/responses/" + id + "/input_items"} {
