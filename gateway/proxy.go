@@ -1737,7 +1737,8 @@ func (s *Server) statusFailure(ctx context.Context, out responder, req *clientRe
 // openAIShapedBody is an upstream's error body as the client gets it
 // (README "Endpoints": errors are OpenAI-shaped everywhere), with the status
 // it came with. One in OpenAI's shape (message and type strings, code and
-// param each a string or null) is relayed unchanged, byte for byte, unless
+// param each a string or null) is relayed unchanged, byte for byte (but for
+// bytes that are not UTF-8: U+FFFD, validText), unless
 // apierr.FromUpstream says otherwise of its code or type. An error in
 // another shape is re-rendered in OpenAI's, as an in-stream error chunk is
 // (pump.chatError): llama.cpp's integer code without a param, vLLM's bare
@@ -1757,7 +1758,7 @@ func openAIShapedBody(status int, body []byte, cut string) []byte {
 		e = relayedError(status, nil)
 		e.Code, e.Message = apierr.CodeUpstreamError, errorBodyExcerpt(status, body, cut)
 	case relayableError(status, body):
-		return body
+		return validText(body) // JSON is UTF-8 (RFC 8259), as every relayed answer
 	case inner.IsObject() && isOpenAIError(inner):
 		e = relayedError(status, body)
 	case inner.Type == gjson.String && strings.TrimSpace(inner.Str) != "":
@@ -1971,6 +1972,11 @@ func (s *Server) relayJSON(ctx, upCtx context.Context, out responder, req *clien
 	if why := s.answerProblem(ans); why != "" {
 		return s.unusableAnswer(ctx, req, u, ans.status, why)
 	}
+	// JSON is UTF-8 (RFC 8259): bytes that are not, inside the answer's
+	// strings, become U+FFFD as they do in a stream's events (validText),
+	// before the answer is anchored, kept, logged for GET or relayed, so
+	// every copy of it is the one the client got.
+	ans.body = validText(ans.body)
 	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), "ok").Inc()
 	tryOf(req).answered = true
 	if req.ep.passthrough {

@@ -580,7 +580,12 @@ func writeResponse(w http.ResponseWriter, id string, resp []byte, background boo
 	writeRaw(w, http.StatusOK, withBackground(resp, background))
 }
 
+// writeRaw writes a JSON answer: an owner's (relayOwner), a Response a log
+// holds, an input item list.
+// Bytes that are not UTF-8 inside its strings become U+FFFD (validText):
+// JSON is UTF-8 (RFC 8259), as the POST path relays it (relayJSON).
 func writeRaw(w http.ResponseWriter, status int, body []byte) {
+	body = validText(body)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
