@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -1056,6 +1057,11 @@ type splicer struct {
 	// Chat.
 	chatWant  reproducer // restart: the content the client has
 	chatTools []toolSnap
+	// chatCalls numbers a restart's tool calls as the client numbers its
+	// own (0, 1, 2…), whatever indexes the target gives them: the k-th
+	// call reproduces the client's k-th, or, past those, is sent as
+	// call k.
+	chatCalls restartCalls
 	// chatAnnotations counts the attempt's delta.annotations for choice 0
 	// (the one a continuation follows: notContinuable); the first
 	// chatReannotated of them, on a restart, redo those the client has.
@@ -1216,6 +1222,103 @@ func (r *reproducer) unstreamed(full string) string {
 		return ""
 	}
 	return full[r.fed:]
+}
+
+// unsentLogprobs is list, the logprobs entries ({token, logprob, bytes,
+// top_logprobs}, as OpenAI's Chat choices[].logprobs.content and Responses
+// output_text.delta logprobs hold them) of a delta whose first cut bytes
+// the client already has and which goes out as surplus, the rest: entries
+// wholly within those bytes are dropped, since the client has the text and
+// its logprobs; the entry straddling the boundary is kept with its token
+// (and bytes) trimmed to the part the client lacks, so the tokens still
+// join to the text sent, its logprob and top_logprobs being the model's for
+// the whole token (README "Continuation"). An entry covers its bytes, or
+// its token's when it has no bytes array.
+func unsentLogprobs(list gjson.Result, cut int, surplus string) []byte {
+	out := []byte{'['}
+	pos := 0
+	list.ForEach(func(_, e gjson.Result) bool {
+		n := len(e.Get("token").Str)
+		if b := e.Get("bytes"); b.IsArray() {
+			n = len(b.Array())
+		}
+		start := pos
+		pos += n
+		if pos <= cut {
+			return true
+		}
+		raw := []byte(e.Raw)
+		if start < cut {
+			kept := surplus[:min(pos-cut, len(surplus))]
+			raw, _ = sjson.SetRawBytes(raw, "token", jsonx.AppendQuote(nil, kept))
+			if e.Get("bytes").IsArray() {
+				bs := []byte{'['}
+				for i := 0; i < len(kept); i++ {
+					if i > 0 {
+						bs = append(bs, ',')
+					}
+					bs = strconv.AppendInt(bs, int64(kept[i]), 10)
+				}
+				raw, _ = sjson.SetRawBytes(raw, "bytes", append(bs, ']'))
+			}
+		}
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		out = append(out, raw...)
+		return true
+	})
+	return append(out, ']')
+}
+
+// restartCalls maps a restart's Chat tool call deltas to the client's call
+// numbering, as the relay tells calls apart (README "What it promises"): a
+// delta under an index the attempt already used starts a call of its own
+// when it carries a new id and a name (Ollama and some vLLM tool parsers
+// send every parallel call as index 0); a delta with the id of a call
+// already seen continues that call, which takes its index back.
+type restartCalls struct {
+	n       int              // calls the attempt started
+	atIndex map[int64]callAt // the target's index → the call last under it
+	byID    map[string]int   // a call's id from the target → its number
+}
+
+type callAt struct {
+	call int
+	id   string
+}
+
+// number is the client's index for the call a delta (the target's index,
+// id and name) belongs to.
+func (rc *restartCalls) number(index int64, id, name string) int {
+	if rc.atIndex == nil {
+		rc.atIndex, rc.byID = map[int64]callAt{}, map[string]int{}
+	}
+	if k, ok := rc.byID[id]; ok && id != "" {
+		rc.atIndex[index] = callAt{call: k, id: id}
+		return k
+	}
+	at, used := rc.atIndex[index]
+	if used && (id == "" || name == "" || at.id == "") {
+		return at.call
+	}
+	k := rc.n
+	rc.n++
+	rc.atIndex[index] = callAt{call: k, id: id}
+	if id != "" {
+		rc.byID[id] = k
+	}
+	return k
+}
+
+// quotedExcerpt quotes upstream text s in a message of the gateway's own,
+// at most errorExcerptBytes of it (bodyExcerpt): a tool's name is whatever
+// the upstream sent.
+func quotedExcerpt(s string) string {
+	if e, more := bodyExcerpt([]byte(s)); more {
+		return strconv.Quote(e) + " …"
+	}
+	return strconv.Quote(s)
 }
 
 // toolSnap is a Chat tool call the client has.
@@ -1410,6 +1513,11 @@ func (cs *clientStream) spliceLocked(name string, data []byte, f *eventFields) e
 			}
 			if surplus != d {
 				at = append(at, strField("delta", surplus))
+				// The logprobs go with the text they come with, as on Chat
+				// (spliceChatLocked).
+				if lp := gjson.GetBytes(data, "logprobs"); lp.IsArray() {
+					at = append(at, field{"logprobs", unsentLogprobs(lp, len(d)-len(surplus), surplus)})
+				}
 			}
 		}
 		if h := p.opening; h != nil {
@@ -2113,6 +2221,8 @@ func (cs *clientStream) spliceChatLocked(data []byte, finish bool, usage gjson.R
 	var out []byte
 	changed := false
 	keep := false
+	var logprobsCut int // bytes of the content the client has (restart)
+	var surplus string
 	if delta.IsObject() {
 		nd := []byte{'{'}
 		add := func(k gjson.Result, raw []byte) {
@@ -2129,12 +2239,12 @@ func (cs *clientStream) spliceChatLocked(data []byte, finish bool, usage gjson.R
 			case "content":
 				s := v.Str
 				if v.Type == gjson.String && sp.kind == kindRestart {
-					surplus, ok := sp.chatWant.feed(s)
+					more, ok := sp.chatWant.feed(s)
 					if !ok {
 						derr = cs.divergeLocked("wrote text that contradicts what was already sent")
 						return false
 					}
-					s = surplus
+					s, surplus, logprobsCut = more, more, len(s)-len(more)
 				}
 				if v.Type != gjson.String || s == "" {
 					changed = true
@@ -2177,6 +2287,14 @@ func (cs *clientStream) spliceChatLocked(data []byte, finish bool, usage gjson.R
 		if changed {
 			out, _ = sjson.SetRawBytes(data, "choices.0.delta", append(nd, '}'))
 		}
+	}
+	// The logprobs go with the content they come with: those of text the
+	// client has are not sent again.
+	if lp := choice.Get("logprobs.content"); logprobsCut > 0 && lp.IsArray() {
+		if out == nil {
+			out = data
+		}
+		out, _ = sjson.SetRawBytes(out, "choices.0.logprobs.content", unsentLogprobs(lp, logprobsCut, surplus))
 	}
 	if finish {
 		if sp.kind == kindRestart {
@@ -2279,15 +2397,24 @@ func (cs *clientStream) spliceToolCallsLocked(v gjson.Result) (calls []byte, cha
 		fn := tc.Get("function")
 		name, args := fn.Get("name").Str, fn.Get("arguments").Str
 		raw := []byte(tc.Raw)
+		if sp.kind == kindRestart {
+			k := sp.chatCalls.number(tc.Get("index").Int(), tc.Get("id").Str, name)
+			if k != i {
+				raw, _ = sjson.SetRawBytes(raw, "index", strconv.AppendInt(nil, int64(k), 10))
+				i, changed = k, true
+			}
+		}
 		if sp.kind == kindRestart && i < len(sp.chatTools) {
 			t := &sp.chatTools[i]
 			// A name may come in pieces, as arguments do (appended, as the
 			// client joins them): the restart's pieces must spell the name
 			// the client has, which is whole once the client had arguments;
 			// arguments end the name.
+			called := t.name.want[:t.name.pos] + name
 			moreName, ok := t.name.feed(name)
 			if !ok || (moreName != "" && t.args.want != "") || (args != "" && !t.name.complete()) {
-				err = cs.divergeLocked("called another tool than the one already sent")
+				err = cs.divergeLocked(fmt.Sprintf("called %s as tool call %d, where the call already sent calls %s",
+					quotedExcerpt(called), i, quotedExcerpt(t.name.want)))
 				return false
 			}
 			surplus, ok := t.args.feed(args)
