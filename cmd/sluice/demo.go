@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 
 	"github.com/sluice-gw/sluice/gateway/config"
 	"github.com/sluice-gw/sluice/internal/upstreamtest"
@@ -37,7 +38,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg.Listen, cfg.DataDir, cfg.Log.Level = *listen, dir, *logLevel
 	cfg.Upstreams = []config.Upstream{{Name: "demo", BaseURL: fake.URL, Protocol: *protocol}}
 	if err := cfg.Validate(); err != nil { // a flag value refused: a config error, as for serve (README "Running it")
-		fmt.Fprintf(stderr, "sluice demo: %v\n", err)
+		fmt.Fprintf(stderr, "sluice demo: %s\n", demoFlagProblems(err))
 		return 1
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -76,4 +77,24 @@ func upstreamRequestsHandler(fake *upstreamtest.Server) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{"requests": out})
 	})
+}
+
+// demoFlags are the config keys the demo's flags set: the demo has no
+// config file, so a problem names the flag its user wrote.
+var demoFlags = map[string]string{
+	"listen":                "--listen",
+	"log.level":             "--log-level",
+	"upstreams[0].protocol": "--upstream-protocol",
+}
+
+// demoFlagProblems is Validate's err with each problem's key ("key: …",
+// one a line) replaced by the demo flag that set it.
+func demoFlagProblems(err error) string {
+	lines := strings.Split(err.Error(), "\n")
+	for i, line := range lines {
+		if key, msg, ok := strings.Cut(line, ": "); ok && demoFlags[key] != "" {
+			lines[i] = demoFlags[key] + ": " + msg
+		}
+	}
+	return strings.Join(lines, "\n")
 }

@@ -328,8 +328,11 @@ func TestBadFlagValuesExitLikeConfigErrors(t *testing.T) {
 		{[]string{"serve", "--upstream", "ftp://x/v1"}, 1, "ftp"},
 		{[]string{"serve", "--upstream", up, "--log-level", "bogus"}, 1, "log.level"},
 		{[]string{"serve", "--upstream", up, "--data-dir", filepath.Join(notADir, "sub")}, 1, "data_dir"},
-		{[]string{"demo", "--upstream-protocol", "grpc", "--listen", "127.0.0.1:0"}, 1, "grpc"},
-		{[]string{"demo", "--log-level", "bogus", "--listen", "127.0.0.1:0"}, 1, "log.level"},
+		// The demo has no config file: its problems name its flags.
+		{[]string{"demo", "--upstream-protocol", "grpc", "--listen", "127.0.0.1:0"}, 1, "sluice demo: --upstream-protocol: \"grpc\" is not responses or chat\n"},
+		{[]string{"demo", "--log-level", "bogus", "--listen", "127.0.0.1:0"}, 1, "sluice demo: --log-level: \"bogus\" is not one of"},
+		{[]string{"demo", "--listen", "127.0.0.1:99999"}, 1, "sluice demo: --listen: \"127.0.0.1:99999\": the port is not a number"},
+		{[]string{"serve", "--upstream", up, "--listen", "127.0.0.1:99999"}, 1, "listen: \"127.0.0.1:99999\": the port is not a number"},
 		{[]string{"serve", "--pprof=maybe"}, 2, "invalid boolean value"},
 		{[]string{"serve", "--upstream"}, 2, "flag needs an argument"},
 	} {

@@ -24,6 +24,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-gw/sluice/gateway/upstream"
+	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/sluice-gw/sluice/internal/httpx"
 )
 
@@ -415,9 +416,9 @@ func Parse(raw []byte, lookup func(string) (string, bool)) (Config, error) {
 	// Every problem is reported in one run: what cannot be expanded or read
 	// is left out (the default stays) and Validate judges the rest, skipping
 	// the checks whose input was left out (README "Running it").
-	exp := &expansion{failed: map[*yaml.Node]bool{}}
+	exp := &expansion{failed: map[*yaml.Node]bool{}, fromEnv: map[*yaml.Node][]string{}}
 	expandNode(&root, "", lookup, exp)
-	chk := checkTree(&root, exp.failed)
+	chk := checkTree(&root, exp)
 	problems := append(exp.problems, chk.problems...)
 	if chk.unread.refused[""] { // not a mapping at the top: nothing to decode
 		return logOnly(cfg, &root), chk.render(problems)
@@ -582,6 +583,10 @@ var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
 type expansion struct {
 	problems []problem
 	failed   map[*yaml.Node]bool
+	// fromEnv holds the values that took text from the environment, with
+	// the variables that gave it: a problem with one must not quote it
+	// (it may be a secret in the wrong variable), and names them instead.
+	fromEnv map[*yaml.Node][]string
 }
 
 // expandNode replaces ${VAR} references in scalar values, tracking the key
@@ -605,6 +610,7 @@ func expandNode(n *yaml.Node, path string, lookup func(string) (string, bool), e
 			return
 		}
 		var missing, notUTF8, nested string
+		var used []string // the variables whose values went in
 		n.Value = envRef.ReplaceAllStringFunc(n.Value, func(ref string) string {
 			m := envRef.FindStringSubmatch(ref)
 			if strings.Contains(m[3], "${") && nested == "" {
@@ -615,6 +621,9 @@ func expandNode(n *yaml.Node, path string, lookup func(string) (string, bool), e
 			if v, ok := lookup(m[1]); ok && v != "" {
 				if !utf8.ValidString(v) && notUTF8 == "" {
 					notUTF8 = m[1]
+				}
+				if !slices.Contains(used, m[1]) {
+					used = append(used, m[1])
 				}
 				return v
 			}
@@ -640,6 +649,9 @@ func expandNode(n *yaml.Node, path string, lookup func(string) (string, bool), e
 		case notUTF8 != "": // YAML text is UTF-8: the expanded tree could not be re-encoded
 			failed("environment variable %s is not valid UTF-8 text", notUTF8)
 			return
+		}
+		if len(used) > 0 {
+			exp.fromEnv[n] = used
 		}
 		// An expanded value is data, never YAML structure or a tag.
 		n.Tag = "!!str"
@@ -677,8 +689,14 @@ func (c *Config) validate(unread *unreadable) []problem {
 			bad(key, "%s", durationBound())
 		}
 	}
-	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+	if _, port, err := net.SplitHostPort(c.Listen); err != nil {
 		bad("listen", "%q is not host:port", c.Listen)
+	} else if !isDecimal(port) || len(port) > 5 || atoiPort(port) > 65535 {
+		// Numbers only, as README writes it: a service name would depend
+		// on the machine's /etc/services, and a bad port must be found
+		// here, with the file's other problems, not when the listener
+		// opens after the store.
+		bad("listen", "%q: the port is not a number from 0 to 65535 (0 picks a free port)", c.Listen)
 	}
 	switch c.Streams.MalformedEvents {
 	case "skip", "fail":
@@ -795,6 +813,11 @@ func (c *Config) validate(unread *unreadable) []problem {
 			bad(key+".base_url", "%q must not have a fragment (#…)", httpx.RedactURL(u.BaseURL))
 		} else if base, _, _ := strings.Cut(u.BaseURL, "?"); strings.HasSuffix(base, "/") {
 			bad(key+".base_url", "%q must not end with a slash (the probe is GET {base_url}/models)", httpx.RedactURL(u.BaseURL))
+		} else if p, err := url.Parse(u.BaseURL); err == nil && p.User != nil {
+			// Go's HTTP client would send the userinfo as Basic auth, not
+			// as the key: only --upstream reads a key from its URL
+			// (UpstreamFromURL), and never leaves it there.
+			bad(key+".base_url", "%q has credentials before the host (user@…); in a config file the upstream's key goes in api_key:", httpx.RedactURL(u.BaseURL))
 		}
 		switch u.Protocol {
 		case "", "responses", "chat":
@@ -802,10 +825,19 @@ func (c *Config) validate(unread *unreadable) []problem {
 			bad(key+".protocol", "%q is not responses or chat", u.Protocol)
 		}
 		switch u.Transport {
-		case "", "http", "websocket", "auto":
+		case "", "http", "auto":
+			// auto on a chat upstream chooses HTTP (gateway/proxy.go):
+			// Chat Completions has no WebSocket mode.
+		case "websocket":
+			if u.Protocol == upstream.ProtocolChat {
+				// The gateway reaches a chat upstream over HTTP whatever
+				// this says (gateway/proxy.go).
+				bad(key+".transport", "%q does not apply to protocol: chat (Chat Completions has no WebSocket mode; it is always HTTP): remove it or write http or auto", u.Transport)
+			}
 		default:
 			bad(key+".transport", "%q is not http, websocket or auto", u.Transport)
 		}
+		validateForwardHeaders(key, u.ForwardHeaders, bad)
 		if u.Weight < 0 {
 			bad(key+".weight", "must not be negative")
 		} else if u.Weight == 0 && u.weightWritten {
@@ -814,7 +846,7 @@ func (c *Config) validate(unread *unreadable) []problem {
 			bad(key+".weight", "must be at most %d", maxWeight)
 		}
 	}
-	c.validateStore(bad)
+	c.validateStore(unread.written["store"]["redis"], bad)
 	if c.Retry.MaxWait.D() > maxRetryWait {
 		bad("retry.max_wait", "must be at most %s", maxRetryWait)
 	}
@@ -966,4 +998,33 @@ func UpstreamFromURL(raw string, index int) (Upstream, error) {
 	}
 	return Upstream{Name: fmt.Sprintf("%s-%d", u.Hostname(), index+1), BaseURL: strings.TrimRight(u.String(), "/"), APIKey: key,
 		Protocol: protocol}, nil
+}
+
+// validateForwardHeaders refuses the forward_headers entries of upstream
+// key that ask for what the gateway never does, and repeats: the list
+// governs only the client credential headers a keyed upstream is otherwise
+// denied (README, after upstreams:; gateway/headers.go upstreamHeaders), so
+// Authorization, Cookie or a hop-by-hop header there is a wish the gateway
+// would drop without a word. Any other name is accepted: it asks for what
+// happens anyway (the header reaches the upstream).
+func validateForwardHeaders(key string, names []string, bad func(key, format string, args ...any)) {
+	seen := map[string]int{}
+	for i, name := range names {
+		ek := fmt.Sprintf("%s.forward_headers[%d]", key, i)
+		lower := strings.ToLower(strings.TrimSpace(name))
+		switch {
+		case !hostabi.ValidFieldName(lower):
+			bad(ek, "%q is not a header name", name)
+			continue
+		case lower == "authorization":
+			bad(ek, "%q is never forwarded from a client to an upstream with api_key (it gets its own key there); forward_headers governs only X-Api-Key, Api-Key, OpenAI-Organization and OpenAI-Project", name)
+		case lower == "cookie" || lower == "proxy-authorization" || hostabi.ProtectedHeader(lower) && !hostabi.CredentialHeader(lower):
+			bad(ek, "%q is never sent to an upstream, whatever forward_headers says", name)
+		}
+		if j, dup := seen[lower]; dup {
+			bad(ek, "%q repeats forward_headers[%d]", name, j)
+		} else {
+			seen[lower] = i
+		}
+	}
 }

@@ -30,13 +30,13 @@ upstreams:
   - name: primary
     base_url: http://127.0.0.1:9001/v1
     api_key: ${KEY}
-    protocol: chat
+    protocol: responses
     transport: auto
 timeouts:
   idle: 45s
 `, check: func(t *testing.T, c Config) {
 			u := c.Upstreams[0]
-			if u.APIKey != "sk-123" || u.Protocol != "chat" || u.Transport != "auto" || c.Timeouts.Idle.D() != 45*time.Second {
+			if u.APIKey != "sk-123" || u.Protocol != "responses" || u.Transport != "auto" || c.Timeouts.Idle.D() != 45*time.Second {
 				t.Fatalf("got %+v idle=%v", u, c.Timeouts.Idle.D())
 			}
 		}},

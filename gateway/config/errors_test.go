@@ -141,7 +141,7 @@ upstreams:
 		t.Fatalf("wait_timeout 0 without wait_replicas: %v", err)
 	}
 	if _, err := Parse([]byte("limits:\n  max_body_bytes: ${BIG}\n"), env(map[string]string{"BIG": "lots"})); err == nil ||
-		withoutLines(err) != `limits.max_body_bytes: "lots" is not a number` {
+		withoutLines(err) != `limits.max_body_bytes: the value of ${BIG} is not a number` {
 		t.Fatalf("expanded non-number: %v", err)
 	}
 }
@@ -202,6 +202,36 @@ func TestUpstreamFromURLProtocolScheme(t *testing.T) {
 		}
 		if err != nil && strings.Contains(err.Error(), "secret") {
 			t.Errorf("%q: the key is in the error: %v", raw, err)
+		}
+	}
+}
+
+// TestEnvValueNeverQuoted: a value that took text from the environment and
+// does not parse, or parses but is wrong, is not quoted in the problem (a
+// secret read from the wrong variable would reach the log): the problem
+// names the variables instead. A default written in the file is the file's
+// own text and is quoted as usual.
+func TestEnvValueNeverQuoted(t *testing.T) {
+	const secret = "sk-abcdefghijkl1234"
+	vars := map[string]string{"K": secret, "A": "sk-abcdef", "B": "ghijkl1234", "L": "127.0.0.1:" + secret}
+	for _, tt := range []struct{ yaml, want string }{
+		{"upstreams:\n  - {name: a, base_url: \"http://h:1/v1\", weight: \"${K}\"}\n",
+			"line 2: upstreams[0].weight: the value of ${K} is not a number"},
+		{"listen: ${L}\n", `line 1: listen: the value of ${L}: the port is not a number from 0 to 65535 (0 picks a free port)`},
+		{"timeouts:\n  idle: ${K}\n", "line 2: timeouts.idle: the value of ${K} is not a duration (like 30s or 5m)"},
+		{"log: {json: \"${K}\"}\n", "line 1: log.json: the value of ${K} is not true or false"},
+		{"log: {level: \"${K}\"}\n", "line 1: log.level: the value of ${K} is not one of trace, debug, info, warn, error"},
+		{"limits: {max_body_bytes: \"1${A}${B}\"}\n", "line 1: limits.max_body_bytes: the value expanded from ${A} and ${B} is not a number"},
+		{"timeouts: {idle: &i \"${K}\", header: *i}\n", "line 1: timeouts.idle: the value of ${K} is not a duration (like 30s or 5m)\n" +
+			"line 1: timeouts.header: the value of ${K} is not a duration (like 30s or 5m)"},
+		{"limits: {max_body_bytes: \"${UNSET:-lots}\"}\n", `line 1: limits.max_body_bytes: "lots" is not a number`},
+	} {
+		_, err := Parse([]byte(tt.yaml), env(vars))
+		if err == nil || err.Error() != tt.want {
+			t.Errorf("%q: error %v\nwant %s", tt.yaml, err, tt.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "abcdef") {
+			t.Errorf("%q: the error shows the value: %v", tt.yaml, err)
 		}
 	}
 }

@@ -17,13 +17,16 @@ import (
 // that ${VAR} expansion made strings when the key wants a number or a bool,
 // so "max_body_bytes: ${MAX}" works. unexpanded holds the values whose ${VAR}
 // could not be expanded (already reported): they are refused silently.
+// exp.fromEnv says which values came from the environment (envValues).
 //
 // What it refuses is pruned from the tree afterwards (prune), so that the rest
 // decodes and Validate can judge it in the same run; the returned checker
 // says what could not be read, for Validate to skip.
-func checkTree(root *yaml.Node, unexpanded map[*yaml.Node]bool) *checker {
+func checkTree(root *yaml.Node, exp *expansion) *checker {
 	c := &checker{
-		unexpanded: unexpanded,
+		unexpanded: exp.failed,
+		fromEnv:    exp.fromEnv,
+		envValues:  map[string]envValue{},
 		lines:      map[string]int{},
 		drop:       map[*yaml.Node]bool{},
 		stand:      map[*yaml.Node]*yaml.Node{},
@@ -194,6 +197,42 @@ type checker struct {
 	// it would take its index, which the problems name.
 	stand  map[*yaml.Node]*yaml.Node
 	unread unreadable
+	// fromEnv is expansion.fromEnv, and envValues the key paths whose
+	// values came from the environment (an alias's path too), for render
+	// to keep those values out of the problems.
+	fromEnv   map[*yaml.Node][]string
+	envValues map[string]envValue
+}
+
+// envValue is a value that took text from the environment variables vars.
+type envValue struct {
+	value string
+	vars  []string
+}
+
+// hideEnvValues rewrites the problems that quote a value from the
+// environment to name its variables instead: a secret read from the wrong
+// variable (weight: ${OPENAI_API_KEY}) must not reach the log.
+func hideEnvValues(problems []problem, values map[string]envValue) []problem {
+	if len(values) == 0 {
+		return problems
+	}
+	out := make([]problem, len(problems))
+	for i, p := range problems {
+		if v, ok := values[p.key]; ok {
+			refs := make([]string, len(v.vars))
+			for j, name := range v.vars {
+				refs[j] = "${" + name + "}"
+			}
+			from := "the value of " + strings.Join(refs, " and ")
+			if len(refs) > 1 {
+				from = "the value expanded from " + strings.Join(refs, " and ")
+			}
+			p.msg = strings.ReplaceAll(p.msg, strconv.Quote(v.value), from)
+		}
+		out[i] = p
+	}
+	return out
 }
 
 // bad reports a problem with path; its line is found from the path.
@@ -253,7 +292,9 @@ func parentPath(path string) string {
 
 // render joins problems, each as "line N: key: problem" when its line is
 // known; nil when there are none.
-func (c *checker) render(problems []problem) error { return renderProblems(c.lines, problems) }
+func (c *checker) render(problems []problem) error {
+	return renderProblems(c.lines, hideEnvValues(problems, c.envValues))
+}
 
 // renderProblems is render with the lines of a file's keys (lines).
 func renderProblems(lines map[string]int, problems []problem) error {
@@ -388,6 +429,9 @@ func (c *checker) check(n *yaml.Node, t reflect.Type, path string) bool {
 	if c.unexpanded[n] { // reported by expandNode
 		c.unread.refused[path] = true
 		return false
+	}
+	if vars, ok := c.fromEnv[n]; ok { // before scalar retags it
+		c.envValues[path] = envValue{value: n.Value, vars: vars}
 	}
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return true // an empty value: the default, then Validate has its say (a list item that is one is refused below)

@@ -46,7 +46,7 @@ func TestGaps3NumberOutOfRangeBelow(t *testing.T) {
 	}
 	for _, tt := range []struct{ yaml, want string }{
 		{"limits: {max_body_bytes: \"-99999999999999999999\"}\n", `line 1: limits.max_body_bytes: "-99999999999999999999" is too large`},
-		{"limits:\n  upstream_sockets: ${HUGE_NEGATIVE}\n", `line 2: limits.upstream_sockets: "-99999999999999999999" is too large`},
+		{"limits:\n  upstream_sockets: ${HUGE_NEGATIVE}\n", `line 2: limits.upstream_sockets: the value of ${HUGE_NEGATIVE} is too large`},
 		{"keys: [{name: k, key: 0123456789abcdef, limits: {rpm: \"-99999999999999999999\"}}]\n",
 			`line 1: keys[0].limits.rpm: "-99999999999999999999" is too large`},
 	} {

@@ -18,6 +18,10 @@ func TestRedisURLQueryOptions(t *testing.T) {
 		{"redis://h:1/0?dial_timeout=abc", `line 3: store.redis.url: "redis://h:1/0?…": invalid dial_timeout duration: time: invalid duration "abc"`},
 		{"rediss://h:1/0?skip_verify=yes", `line 3: store.redis.url: "rediss://h:1/0?…": invalid skip_verify boolean`},
 		{"redis://h:1/0?pool_size=many", `line 3: store.redis.url: "redis://h:1/0?…": invalid pool_size number`},
+		// Every bad option in one run, in the order written.
+		{"redis://h:1/0?pool_sise=10&dial_timeout=abc&pool_size=4&max_retries=x", `line 3: store.redis.url: "redis://h:1/0?…": unexpected option: pool_sise` + "\n" +
+			`line 3: store.redis.url: "redis://h:1/0?…": invalid dial_timeout duration: time: invalid duration "abc"` + "\n" +
+			`line 3: store.redis.url: "redis://h:1/0?…": invalid max_retries number`},
 	} {
 		yaml := "store:\n  backend: redis\n  redis: {url: \"" + tt.url + "\"}\n" +
 			"keys:\n  - {name: a, key: short}\n"

@@ -64,10 +64,17 @@ func defaultStore() Store {
 	return Store{Backend: "pebble", Redis: RedisStore{KeyPrefix: "sluice:", Timeout: Duration(time.Second), WaitTimeout: Duration(time.Second)}}
 }
 
-// validateStore checks store:.
-func (c *Config) validateStore(bad func(key, format string, args ...any)) {
+// validateStore checks store:. redisWritten says the file wrote a
+// store.redis block (a Config built in code has one when it differs from
+// the default).
+func (c *Config) validateStore(redisWritten bool, bad func(key, format string, args ...any)) {
 	switch c.Store.Backend {
 	case "pebble":
+		if redisWritten || c.Store.Redis != defaultStore().Redis {
+			// Pebble would serve and the block do nothing: replicas
+			// meant to share a Redis would each keep their own state.
+			bad("store.redis", "is used only with store.backend: redis, and the backend is pebble (the default): set store.backend: redis to use it, or remove the block")
+		}
 	case "redis":
 		r := c.Store.Redis
 		if r.URL == "" {
@@ -85,8 +92,10 @@ func (c *Config) validateStore(bad func(key, format string, args ...any)) {
 			// store's own call (store/redis.go redisClientOptions): checked
 			// here with it, so that a bad one is reported with the file's
 			// other problems. The error never shows the URL's password.
-			msg := strings.ReplaceAll(err.Error(), r.URL, httpx.RedactURL(r.URL))
-			bad("store.redis.url", "%q: %s", httpx.RedactURL(r.URL), strings.TrimPrefix(msg, "redis: "))
+			for _, err := range redisURLProblems(u, err) {
+				msg := strings.ReplaceAll(err.Error(), r.URL, httpx.RedactURL(r.URL))
+				bad("store.redis.url", "%q: %s", httpx.RedactURL(r.URL), strings.TrimPrefix(msg, "redis: "))
+			}
 		}
 		validateRedisTLS(r, bad)
 		if r.KeyPrefix == "" {
@@ -156,4 +165,27 @@ func atoiPort(p string) int {
 		n = n*10 + int(c-'0')
 	}
 	return n
+}
+
+// redisURLProblems is every problem of u's query options, err being what
+// redis.ParseURL said of the whole URL: it stops at the first bad option,
+// so each option is given to it alone, in the order written, and every one
+// it refuses is reported in the same run. When no option alone is refused
+// (an option written twice, say), err is the problem.
+func redisURLProblems(u *url.URL, err error) []error {
+	var problems []error
+	for _, option := range strings.Split(u.RawQuery, "&") {
+		if option == "" {
+			continue
+		}
+		alone := *u
+		alone.RawQuery = option
+		if _, optErr := redis.ParseURL(alone.String()); optErr != nil {
+			problems = append(problems, optErr)
+		}
+	}
+	if len(problems) == 0 {
+		return []error{err}
+	}
+	return problems
 }
