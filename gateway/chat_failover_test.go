@@ -27,8 +27,9 @@ func routedPairHarness(t *testing.T, protocol map[string]string, opts gateway.Op
 const faultEventBytes = 4096
 
 // beforeFirstEvent are transport faults of a stream before its first
-// event: a close right after the headers, events that cannot be read, and
-// a first event larger than faultEventBytes.
+// event: a close right after the headers, events that cannot be read, a
+// first event larger than faultEventBytes, and a [DONE] with nothing
+// before it (an answer that ended empty).
 func beforeFirstEvent() map[string]upstreamtest.Script {
 	garbage := upstreamtest.RawFrame([]byte("data: not json{{\n\n"))
 	garbled := []upstreamtest.Frame{garbage, garbage, garbage}
@@ -37,6 +38,7 @@ func beforeFirstEvent() map[string]upstreamtest.Script {
 		"cut":      upstreamtest.CutAfter(0),
 		"garbage":  {Frames: garbled, ChatFrames: garbled},
 		"oversize": {Frames: big, ChatFrames: big},
+		"done":     upstreamtest.DoneOnly(),
 	}
 }
 

@@ -797,17 +797,7 @@ func (cs *clientStream) withoutFinishedChoicesLocked(data []byte, choices []chat
 	if kept == 0 && !usage.IsObject() {
 		return nil, false, true
 	}
-	list := []byte{'['}
-	for _, c := range choices {
-		if cs.chatChoices.finished(c.index) {
-			continue
-		}
-		if len(list) > 1 {
-			list = append(list, ',')
-		}
-		list = append(list, c.raw...)
-	}
-	out, err := sjson.SetRawBytes(data, "choices", append(list, ']'))
+	out, err := withChoicesOnly(data, choices, func(c chatChoice) bool { return !cs.chatChoices.finished(c.index) })
 	if err != nil { // not expected: data parsed as an object
 		return nil, false, true
 	}
@@ -815,8 +805,8 @@ func (cs *clientStream) withoutFinishedChoicesLocked(data []byte, choices []chat
 }
 
 // maxChatChoices bounds the choices whose finish is tracked, as OpenAI
-// bounds n. A choice with another index is relayed untracked: its finish
-// neither ends the answer nor is awaited.
+// bounds n. A choice the request did not ask for never gets here: the pump
+// skips it (requestedChoice).
 const maxChatChoices = 128
 
 // chatChoice is what handleChat read of one choice of a Chat chunk.

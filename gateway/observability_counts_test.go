@@ -44,7 +44,7 @@ func TestFaultBeforeFirstEventCountsOneAttempt(t *testing.T) {
 	faults := beforeFirstEvent()
 	faults["cut after the lifecycle events"] = upstreamtest.CutAfter(2) // response.created, response.in_progress, then the close
 	outcome := map[string]string{"cut": "cut_before_first_event", "cut after the lifecycle events": "cut_before_first_event",
-		"garbage": "unparseable_event", "oversize": "oversize_event"}
+		"garbage": "unparseable_event", "oversize": "oversize_event", "done": "cut_before_first_event"}
 	for name, fault := range faults {
 		t.Run(name, func(t *testing.T) {
 			h := routedPairHarness(t, nil, gateway.Options{MaxEventBytes: faultEventBytes})

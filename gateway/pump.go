@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-gw/sluice/gateway/upstream"
 	"github.com/sluice-gw/sluice/hostabi"
 	"github.com/sluice-gw/sluice/internal/apierr"
+	"github.com/sluice-gw/sluice/internal/jsonx"
 )
 
 // eventSink is where a pump writes client-facing events: SSE here, WebSocket
@@ -417,6 +418,9 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 		return ended(p.upstreamError(ev.Error, "error"))
 	}
 	if ev.Done {
+		if p.unseen() {
+			return p.doneBeforeEvent()
+		}
 		e := apierr.StreamIncomplete("the upstream ended the stream without a terminal event")
 		if p.rescuable() {
 			return pumpEnd{after: &afterFailure{class: hostabi.FailureCut, reason: reasonCut, cause: e, ev: ev.Clone()}}, true
@@ -428,6 +432,18 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 		return p.malformedEvent("an unparseable event")
 	} else if !object {
 		return p.malformedEvent("an event that is not a JSON object")
+	}
+	untyped := f.Type.Type != gjson.String || f.Type.Str == ""
+	if untyped && !f.errObj.IsObject() && !bareErrorObject(f.object, f.message) {
+		// Not an error without a type (OpenAI's own, handled as "error"
+		// below): the event's SSE name is its type, or it has none.
+		typed, ok := withTypeFromName(ev)
+		if !ok {
+			return p.malformedEvent("an event without a type")
+		}
+		ev.Data = typed
+		f = eventFields{}
+		f.scan(ev.Data, p.s.opts.MaxJSONDepth)
 	}
 	skippedBefore := p.malformed // an event the client stream refuses (errNoSuchOutput) is one more in a row
 	p.malformed = 0
@@ -496,11 +512,9 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 	}
 	// The client gets the data's type as the event name whatever name the
 	// upstream gave it: a client that dispatches on the SSE event name
-	// (EventSource listeners) must see what the gateway acted on.
+	// (EventSource listeners) must see what the gateway acted on; every
+	// event here has one (withTypeFromName).
 	name := typ
-	if name == "" {
-		name = ev.Name
-	}
 	var err error
 	switch typ {
 	case "response.created", "response.in_progress", "response.queued":
@@ -535,6 +549,39 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 		return ended(reasonIncomplete)
 	}
 	return pumpEnd{}, false
+}
+
+// withTypeFromName is the data of an upstream Responses event that has no
+// type, or no string one, with the event's SSE name written in as its type
+// (ok false when it has no name either). The SSE spec lets the name carry
+// what the event is, and the pump acts on it; but the SDKs and every
+// WebSocket client dispatch on the data's type (README: every relayed
+// event's SSE name is its data's type), so relayed without one the event,
+// and the text it carries, would be lost to them while the gateway tracks
+// it as sent. Written into the data here, it reaches every surface alike
+// (SSE, WebSocket frames, the resume log).
+func withTypeFromName(ev sse.Event) ([]byte, bool) {
+	if ev.Name == "" {
+		return nil, false
+	}
+	typed, err := sjson.SetRawBytes(ev.Data, "type", jsonx.AppendQuote(nil, ev.Name))
+	if err != nil { // not expected: the data was scanned as an object
+		return nil, false
+	}
+	return typed, true
+}
+
+// doneBeforeEvent handles an upstream's [DONE] that comes before the client
+// saw anything (as the stream's first event, or after the held lifecycle
+// events): an answer that ended with nothing in it is a transport fault like
+// a cut before the first event (README "Failover and replay"). It goes back
+// to the attempt (unseen) as a read that ended, to be replayed on another
+// target, or with none left answered as any failure before the first event
+// is (a Chat client the HTTP status and JSON error, not a 200 and an error
+// chunk).
+func (p *pump) doneBeforeEvent() (pumpEnd, bool) {
+	p.s.log.Debug("an upstream ended the stream with [DONE] before any event the client saw", "surface", p.surface, "upstream", p.u.Name())
+	return pumpEnd{unseen: true, err: io.EOF}, true
 }
 
 // isForeignTerminal reports whether a terminal event's Response names
@@ -717,6 +764,9 @@ func (p *pump) handleChat(ev sse.Event) (pumpEnd, bool) {
 	}
 	if ev.Done {
 		if !p.cs.choicesClosed() {
+			if p.unseen() {
+				return p.doneBeforeEvent()
+			}
 			e := apierr.StreamIncomplete("the upstream ended the stream before the finish chunk of every choice")
 			if p.rescuable() {
 				return pumpEnd{after: &afterFailure{class: hostabi.FailureCut, reason: reasonCut, cause: e, ev: ev.Clone()}}, true
@@ -772,10 +822,11 @@ func (p *pump) handleChat(ev sse.Event) (pumpEnd, bool) {
 		p.req.meta.noteServedModel(strings.Clone(gjson.GetBytes(ev.Data, "model").Str))
 	}
 	// One pass over each choice's members reads all that is needed.
-	finish, content := false, false
+	finish, content, unrequested := false, false, false
 	list := p.chatChoices[:0]
 	choices.ForEach(func(_, ch gjson.Result) bool {
 		c := chatChoice{raw: ch.Raw}
+		var delta gjson.Result
 		ch.ForEach(func(k, v gjson.Result) bool {
 			switch k.Str {
 			case "index":
@@ -783,17 +834,38 @@ func (p *pump) handleChat(ev sse.Event) (pumpEnd, bool) {
 			case "finish_reason":
 				c.finish = v.Type == gjson.String && v.Str != ""
 			case "delta":
-				if !content && (p.firstToken != nil || !p.sentContent) {
-					content = chatContent(v)
-				}
+				delta = v
 			}
 			return true
 		})
+		if !p.requestedChoice(c.index) {
+			unrequested = true
+			return true
+		}
+		if !content && (p.firstToken != nil || !p.sentContent) {
+			content = chatContent(delta)
+		}
 		finish = finish || c.finish
 		list = append(list, c)
 		return true
 	})
 	p.chatChoices = list
+	if unrequested {
+		// A choice the request did not ask for (its index at or past n):
+		// skipped and counted, never relayed. Relayed, it would be an
+		// answer the client did not ask for, and a choice whose finish the
+		// stream then waits for, failing an answer that was whole (README:
+		// a Chat stream whose finish chunk went out for every choice the
+		// request asked for ends with [DONE]).
+		p.s.metrics.skippedEvents.WithLabelValues(p.surface, "unrequested_choice").Inc()
+		p.s.log.Debug("skipped a Chat choice the request did not ask for", "surface", p.surface, "upstream", p.u.Name())
+		if len(list) == 0 && !usage.IsObject() {
+			return pumpEnd{}, false
+		}
+		if kept, err := withChoicesOnly(ev.Data, list, nil); err == nil { // not expected: the chunk parsed as an object
+			ev.Data = kept
+		}
+	}
 	if finish || content {
 		p.gotContent()
 	}
@@ -811,6 +883,30 @@ func (p *pump) handleChat(ev sse.Event) (pumpEnd, bool) {
 	}
 	p.sentContent = p.sentContent || finish || content
 	return pumpEnd{}, false
+}
+
+// requestedChoice reports whether a Chat choice index is one of the n the
+// request asked for (clientStream.chatChoices.want, set once when the
+// stream was made).
+func (p *pump) requestedChoice(i int64) bool {
+	return i >= 0 && i < int64(max(p.cs.chatChoices.want, 1))
+}
+
+// withChoicesOnly is a Chat chunk whose choices member holds only those of
+// choices that keep accepts (all when keep is nil); their raw JSON aliases
+// chunk, which is not changed.
+func withChoicesOnly(chunk []byte, choices []chatChoice, keep func(chatChoice) bool) ([]byte, error) {
+	list := []byte{'['}
+	for _, c := range choices {
+		if keep != nil && !keep(c) {
+			continue
+		}
+		if len(list) > 1 {
+			list = append(list, ',')
+		}
+		list = append(list, c.raw...)
+	}
+	return sjson.SetRawBytes(chunk, "choices", append(list, ']'))
 }
 
 // chatChunkMembers are the top-level members of a Chat chunk handleChat

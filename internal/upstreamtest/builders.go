@@ -83,6 +83,16 @@ func SSEEvent(data []byte) Frame {
 	return Frame{Raw: append(b, '\n'), WS: data}
 }
 
+// SSENamedEvent returns the SSE frame "event: <name>\ndata: <data>\n\n",
+// the event name given whatever data's "type" says (or when it has none,
+// as an upstream that names its events only in the SSE event field). Its
+// WebSocket form is data itself.
+func SSENamedEvent(name string, data []byte) Frame {
+	b := append([]byte("event: "), name...)
+	b = appendDataLines(append(b, '\n'), data)
+	return Frame{Raw: append(b, '\n'), WS: data}
+}
+
 // SSEData returns the SSE frame "data: <data>\n\n" (the Chat Completions
 // form). Its WebSocket form is data, except for "[DONE]", which is not sent on
 // a WebSocket.

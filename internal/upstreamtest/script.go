@@ -173,6 +173,14 @@ func CutAfter(n int) Script {
 	return Script{Frames: head(cannedRespFrames(), n), ChatFrames: head(cannedChatFrames(), n), End: EndCut}
 }
 
+// DoneOnly answers a stream (on either endpoint) with a 200 whose only
+// event is "data: [DONE]": an answer that ends with nothing in it. On a
+// WebSocket nothing is sent (a [DONE] frame is not).
+func DoneOnly() Script {
+	done := []Frame{SSEData([]byte("[DONE]"))}
+	return Script{Frames: done, ChatFrames: done}
+}
+
 // HangAfter writes the first n frames of the canned stream and then stops
 // writing, holding the connection until the client leaves or the Server is
 // closed. HangAfter(0) sends the stream headers and nothing else.
