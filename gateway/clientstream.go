@@ -548,6 +548,18 @@ func (cs *clientStream) sendFrom(upstream, name string, data []byte, f *eventFie
 	if !cs.sent.Refers(&f.Fields) {
 		return errNoSuchOutput
 	}
+	if implied := cs.sent.ImpliedPartEvent(&f.Fields); implied != nil {
+		// A lax upstream's text delta into a part it never announced: the
+		// client is sent the part first, as the Response the gateway
+		// renders from what it sent (Track) has it; an SDK's stream
+		// accumulator looks the delta's part up and fails without it.
+		if pf, ok := scanEvent(implied); ok {
+			if err := cs.writeLocked(pf.Type.Str, implied, &pf); err != nil {
+				return err
+			}
+			cs.sent.Refers(&f.Fields) // the delta's part is now that one
+		}
+	}
 	if typ := f.Type.Str; typ == "response.failed" || typ == "response.incomplete" ||
 		isTerminalType(typ) && (!f.Response.IsObject() || !cs.agreesWithSentLocked(f.Response)) {
 		data, f = cs.withSentOutputLocked(data, f)

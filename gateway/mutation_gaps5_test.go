@@ -77,7 +77,8 @@ func TestContinuationServerErrorIsNoPrefillRefusal(t *testing.T) {
 
 // TestDeltaForAPartNeverAddedIsPassedOn: an upstream that streams text
 // into a message without announcing the content part first (no
-// content_part.added) still has its whole stream relayed to the client.
+// content_part.added) still has its whole stream relayed to the client,
+// the part announced ahead of its first delta (README, "What it promises").
 func TestDeltaForAPartNeverAddedIsPassedOn(t *testing.T) {
 	h := newHarness(t, harnessConfig{})
 	h.ups["A"].Enqueue(upstreamtest.Script{Frames: g5Frames(g5Created, g5MsgAdded,
@@ -85,11 +86,14 @@ func TestDeltaForAPartNeverAddedIsPassedOn(t *testing.T) {
 		g5MsgDone, g5Completed)})
 	_, evs := h.responsesStream(`{"model":"gpt-fake-1","input":"hi","stream":true}`)
 	last := assertOneTerminal(t, evs)
-	if last.typ != "response.completed" || len(evs) != 6 {
+	if last.typ != "response.completed" || len(evs) != 7 {
 		t.Fatalf("%d events ending %s: %s", len(evs), last.typ, last.data)
 	}
-	if d := gjson.GetBytes(evs[2].data, "delta").Str; evs[2].typ != "response.output_text.delta" || d != "Hi" {
+	if evs[2].typ != "response.content_part.added" || gjson.GetBytes(evs[2].data, "part.type").Str != "output_text" {
 		t.Fatalf("event 2: %s", evs[2].data)
+	}
+	if d := gjson.GetBytes(evs[3].data, "delta").Str; evs[3].typ != "response.output_text.delta" || d != "Hi" {
+		t.Fatalf("event 3: %s", evs[3].data)
 	}
 }
 

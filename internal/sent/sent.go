@@ -94,7 +94,10 @@ type Item struct {
 	Parts    []*Part
 	Summary  []*Part // reasoning summary parts
 	Args     []byte  // function_call arguments / custom tool input so far, JSON-escaped without quotes
-	Edited   bool    // the gateway's stream hook dropped or replaced an event about it
+	// ArgsDone: the readers got the done event of its arguments or input
+	// (response.function_call_arguments.done, custom_tool_call_input.done).
+	ArgsDone bool
+	Edited   bool // the gateway's stream hook dropped or replaced an event about it
 }
 
 // Part is one content (or summary) part as the readers saw it.
@@ -141,20 +144,28 @@ func (p *Part) AnnotationCount() int {
 // they got its text's done event or its part's. No more text may go into it.
 func (p *Part) Complete() bool { return p.Done != nil || p.TextDone }
 
-// Refers reports whether an event names only output the readers were sent:
-// its output_index, content_index and summary_index, where it has them,
-// are not negative, and its item (by item_id, else output_index) and part
-// (for an event about a part's content) are ones the readers got added. An
-// event that names another is not about this response's output: relayed,
-// a reader's text would contradict the terminal Response (and a reader
-// indexing its output by output_index fails). Lifecycle and terminal
-// events, output_item.added and the part added events name new output and
-// always refer. What it looks up is kept in f for Track, so an event's
-// item is looked up once (docs/ARCHITECTURE.md §11).
+// Refers reports whether an event names only output the readers were sent
+// and can still grow: its output_index, content_index and summary_index,
+// where it has them, are not negative, and its item (by item_id, else
+// output_index) and part (for an event about a part's content) are ones
+// the readers got added; an event adding to an item, part or arguments the
+// readers were told is done (Item.Done, Part.Complete, Item.ArgsDone), and
+// an output_item.added or part added event re-using an item id or part
+// index the readers got, do not refer. An event that names other output is
+// not about this response's output: relayed, a reader's text would
+// contradict the terminal Response (and a reader indexing its output by
+// output_index fails). Lifecycle and terminal events always refer. What it
+// looks up is kept in f for Track, so an event's item is looked up once
+// (docs/ARCHITECTURE.md §11).
 func (o *Output) Refers(f *Fields) bool {
 	typ := f.Type.Str
 	if RefersAlways(typ) {
 		return true
+	}
+	if typ == "response.output_item.added" {
+		// New output, unless its id is one the readers already have: its
+		// events would be filed under (and its text shown in) the first.
+		return o.itemNamed(f) == nil
 	}
 	for _, idx := range [...]gjson.Result{f.OutputIndex, f.ContentIndex, f.SummaryIndex} {
 		if idx.Exists() && (idx.Type != gjson.Number || idx.Num < 0) {
@@ -168,32 +179,65 @@ func (o *Output) Refers(f *Fields) bool {
 	if f.item = o.ItemOf(f); f.item == nil {
 		return false
 	}
+	if f.item.Done != nil && grows(typ) {
+		return false // the readers have the item's final form
+	}
 	// The part, looked up as Track looks it up. An event without the
 	// index, or about an item that was shown no part at all (a lax
-	// upstream that never announces its parts), keeps being relayed as
-	// it was: an index outside the parts an item was shown is the
-	// contradiction.
+	// upstream that never announces its parts: Track records the part
+	// its text goes into, impliedPart), keeps being relayed as it was: an
+	// index outside the parts an item was shown is the contradiction.
 	switch typ {
-	case "response.content_part.added", "response.reasoning_summary_part.added":
-		return true // a new part
+	case "response.content_part.added":
+		return o.PartOf(true, f) == nil // a new part, not one the readers got
+	case "response.reasoning_summary_part.added":
+		return o.PartOf(false, f) == nil
+	case "response.function_call_arguments.delta", "response.custom_tool_call_input.delta":
+		return !f.item.ArgsDone
 	case "response.reasoning_summary_part.done", "response.reasoning_summary_text.delta", "response.reasoning_summary_text.done":
 		f.part = o.PartOf(false, f)
-		return f.part != nil || !f.SummaryIndex.Exists() || len(f.item.Summary) == 0
+		if f.part != nil {
+			return !grows(typ) || !f.part.Complete()
+		}
+		return !f.SummaryIndex.Exists() || len(f.item.Summary) == 0
 	}
 	if f.ContentIndex.Exists() || tracksContentPart(typ) {
 		f.part = o.PartOf(true, f)
-		return f.part != nil || !f.ContentIndex.Exists() || len(f.item.Parts) == 0
+		if f.part != nil {
+			switch {
+			case typ == "response.output_text.annotation.added":
+				return f.part.Done == nil // a done part is rendered as its done event showed it
+			case grows(typ):
+				return !f.part.Complete()
+			}
+			return true
+		}
+		return !f.ContentIndex.Exists() || len(f.item.Parts) == 0
 	}
 	return true
 }
 
+// grows reports whether an event of type typ adds output to its item:
+// text, arguments, an annotation or a part. Relayed once the readers were
+// told the item (or part) is done, it would give them output the terminal
+// Response, built from the done forms, does not have.
+func grows(typ string) bool {
+	switch typ {
+	case "response.output_text.delta", "response.refusal.delta", "response.reasoning_text.delta",
+		"response.reasoning_summary_text.delta", "response.function_call_arguments.delta",
+		"response.custom_tool_call_input.delta", "response.output_text.annotation.added",
+		"response.content_part.added", "response.reasoning_summary_part.added":
+		return true
+	}
+	return false
+}
+
 // RefersAlways reports whether every event of type typ refers (Refers):
-// lifecycle and terminal events, and output_item.added, which names new
-// output.
+// lifecycle and terminal events.
 func RefersAlways(typ string) bool {
 	switch typ {
 	case "response.created", "response.in_progress", "response.queued", "response.completed", "response.incomplete",
-		"response.failed", "response.output_item.added", "error":
+		"response.failed", "error":
 		return true
 	}
 	return false
@@ -272,6 +316,8 @@ func (o *Output) Track(f *Fields) (lifecycle bool) {
 	case "response.output_text.delta", "response.refusal.delta", "response.reasoning_text.delta":
 		if p := o.partOf(true, f); p != nil && f.Delta.Type == gjson.String {
 			p.Text = append(p.Text, f.Delta.Raw[1:len(f.Delta.Raw)-1]...)
+		} else if p := o.impliedPart(true, f); p != nil {
+			p.Text = append(p.Text, f.Delta.Raw[1:len(f.Delta.Raw)-1]...)
 		}
 	case "response.output_text.annotation.added":
 		if p := o.partOf(true, f); p != nil && f.Annotation.IsObject() {
@@ -283,10 +329,16 @@ func (o *Output) Track(f *Fields) (lifecycle bool) {
 	case "response.reasoning_summary_text.delta":
 		if p := o.partOf(false, f); p != nil && f.Delta.Type == gjson.String {
 			p.Text = append(p.Text, f.Delta.Raw[1:len(f.Delta.Raw)-1]...)
+		} else if p := o.impliedPart(false, f); p != nil {
+			p.Text = append(p.Text, f.Delta.Raw[1:len(f.Delta.Raw)-1]...)
 		}
 	case "response.function_call_arguments.delta", "response.custom_tool_call_input.delta":
 		if it := o.itemOf(f); it != nil && f.Delta.Type == gjson.String {
 			it.Args = append(it.Args, f.Delta.Raw[1:len(f.Delta.Raw)-1]...)
+		}
+	case "response.function_call_arguments.done", "response.custom_tool_call_input.done":
+		if it := o.itemOf(f); it != nil {
+			it.ArgsDone = true
 		}
 	case "response.completed", "response.incomplete", "response.failed":
 		if u := f.Response.Get("usage"); u.IsObject() {
@@ -294,6 +346,107 @@ func (o *Output) Track(f *Fields) (lifecycle bool) {
 		}
 	}
 	return false
+}
+
+// impliedPart records, for a text delta (content, else summary) about an
+// open item the readers were shown no part of (content, else summary) at
+// all, the part its text goes into (impliedPartOf). A lax upstream that
+// never announces its parts has such deltas relayed (Refers), so the
+// Response the gateway renders from what it sent (a response.failed, a
+// rebuilt terminal, a continuation's prefill) must hold their text. Nil
+// when the delta is not such a one.
+func (o *Output) impliedPart(content bool, f *Fields) *Part {
+	it := o.itemOf(f)
+	typ, idx, ok := impliedPartOf(it, content, f)
+	if !ok {
+		return nil
+	}
+	p := &Part{Index: idx, Added: impliedPartAdded(typ)}
+	if content {
+		it.Parts = append(it.Parts, p)
+	} else {
+		it.Summary = append(it.Summary, p)
+	}
+	return p
+}
+
+// impliedPartOf is the part a text delta f (content, else summary) about
+// item it goes into when its upstream never announced one: for an open
+// item shown no part of that kind at all, an output_text, refusal,
+// reasoning_text or summary_text part (as the delta's type says) at the
+// delta's index (0 without one). ok false when the delta needs none.
+func impliedPartOf(it *Item, content bool, f *Fields) (typ string, idx int64, ok bool) {
+	if it == nil || it.Done != nil || f.Delta.Type != gjson.String {
+		return "", 0, false
+	}
+	parts, at := it.Parts, f.ContentIndex
+	typ = "output_text"
+	switch f.Type.Str {
+	case "response.output_text.delta":
+	case "response.refusal.delta":
+		typ = "refusal"
+	case "response.reasoning_text.delta":
+		typ = "reasoning_text"
+	case "response.reasoning_summary_text.delta":
+		parts, at, typ = it.Summary, f.SummaryIndex, "summary_text"
+	default:
+		return "", 0, false
+	}
+	if content != (typ != "summary_text") || len(parts) > 0 || at.Exists() && (at.Type != gjson.Number || at.Num < 0) {
+		return "", 0, false
+	}
+	return typ, at.Int(), true
+}
+
+// impliedPartAdded is the added form of a part of type typ its upstream
+// never announced (impliedPart): empty, with the members the spec requires
+// of its type (CompletePart).
+func impliedPartAdded(typ string) []byte {
+	return CompletePart(append(jsonx.AppendQuote([]byte(`{"type":`), typ), '}'))
+}
+
+// ImpliedPartEvent is, for a text delta f that Refers accepted and that
+// goes into a part its upstream never announced (impliedPartOf), the data
+// of the part added event (response.content_part.added,
+// response.reasoning_summary_part.added) that announces the part, without
+// a sequence_number; nil for any other event. A writer relays it ahead of
+// the delta: a reader that accumulates the stream (the OpenAI SDKs' stream
+// helpers) looks the delta's part up and fails without it, and once
+// relayed it is the part Track records, as the Response the writer renders
+// shows it. Any other event costs a switch on its type.
+func (o *Output) ImpliedPartEvent(f *Fields) []byte {
+	var content bool
+	switch f.Type.Str {
+	case "response.output_text.delta", "response.refusal.delta", "response.reasoning_text.delta":
+		content = true
+	case "response.reasoning_summary_text.delta":
+	default:
+		return nil
+	}
+	it := f.item // Refers looked it up
+	if it == nil {
+		it = o.ItemOf(f)
+	}
+	typ, idx, ok := impliedPartOf(it, content, f)
+	if !ok {
+		return nil
+	}
+	b := []byte(`{"type":"response.content_part.added","item_id":`)
+	if !content {
+		b = []byte(`{"type":"response.reasoning_summary_part.added","item_id":`)
+	}
+	b = jsonx.AppendQuote(b, it.ID)
+	b = append(b, `,"output_index":`...)
+	b = strconv.AppendInt(b, it.Index, 10)
+	if content {
+		b = append(b, `,"content_index":`...)
+	} else {
+		b = append(b, `,"summary_index":`...)
+	}
+	b = strconv.AppendInt(b, idx, 10)
+	b = append(b, `,"part":`...)
+	b = append(b, impliedPartAdded(typ)...)
+	return append(b, '}')
 }
 
 // ItemOf is the item an event is about: the one its item_id (or, for
