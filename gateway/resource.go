@@ -121,13 +121,18 @@ var eventNames = func() map[string]string {
 }()
 
 // snapshot renders the Response as the client has it so far: while it
-// runs, the items still being written are in_progress.
+// runs, the items still being written are in_progress, and the Response
+// keeps the status its stream gave it, queued until the upstream starts it
+// (the status the create answered, as OpenAI's retrieve does).
 func (cs *clientStream) snapshot() []byte {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	status := "in_progress"
-	if cs.ended {
+	switch {
+	case cs.ended:
 		status = "completed"
+	case cs.rlog != nil && cs.rlog.isQueued():
+		status = "queued"
 	}
 	return cs.appendResponse(nil, status, nil)
 }
@@ -438,8 +443,8 @@ func (s *Server) handleGetResponse(w http.ResponseWriter, r *http.Request, ps ht
 	after := int64(-1)
 	if v := q.Get("starting_after"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < -1 {
-			apierr.Invalid("starting_after", apierr.CodeInvalidValue, "starting_after must be a sequence number, got %q", v).Write(w)
+		if err != nil || !validStartingAfter(n) {
+			badStartingAfter(v).Write(w)
 			return
 		}
 		after = n
@@ -488,8 +493,11 @@ func (s *Server) getStored(w http.ResponseWriter, r *http.Request, rec store.Str
 		return
 	}
 	resp := rec.Response
-	if s.logs.abandoned(rec, time.Time{}, s.opts.IdleTimeout) {
+	switch {
+	case s.logs.abandoned(rec, time.Time{}, s.opts.IdleTimeout):
 		resp = s.logs.abandonedStoredResponse(r.Context(), rec)
+	case !rec.Ended:
+		resp = s.logs.runningStoredResponse(r.Context(), rec)
 	}
 	writeResponse(w, rec.ResponseID, resp, rec.Background)
 }
@@ -1519,7 +1527,7 @@ func (s *Server) followOwner(clientCtx, upCtx context.Context, u *upstream.Upstr
 		return out.Flush()
 	}
 
-	next := after + 1 // the number of the owner's next event
+	next := nextAfter(after) // the number of the owner's next event
 	for {
 		ev, err := src.Next()
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -175,9 +176,13 @@ type streamLog struct {
 	// keep it), kept out of events so that no resumer sees it before then.
 	sealing bool
 	sealed  *store.StreamEvent
-	// snapshot renders the Response so far (status in_progress); nil once
-	// ended. It locks the client stream: never call it under mu.
+	// snapshot renders the Response so far (status queued or in_progress,
+	// as queued says); nil once ended. It locks the client stream: never
+	// call it under mu.
 	snapshot func() []byte
+	// queued: the last event logged is a lifecycle event whose Response is
+	// queued (the upstream has not started the response yet).
+	queued bool
 	// cancel stops the work feeding the log (a background response's).
 	cancel context.CancelCauseFunc
 	// detachTimer ends a detached stream's grace.
@@ -440,8 +445,10 @@ func (h *streamLogs) get(id, owner string) *streamLog {
 // (docs/ARCHITECTURE.md §7): a log another replica deleted is stopped and
 // forgotten here, and so is an ended one the store no longer has (expired,
 // or lost); nil then. A live log the store lost is still served (its next
-// write puts the record back). When the store does not answer about an
-// ended log, nil too: the call goes on as on any replica.
+// write puts the record back). When the store does not answer, the log is
+// served from memory, ended or not: this process holds it whole, and the
+// replica that ran a response reads it as it stood, as other replicas do
+// once the store is back (README "Scale-out with Redis").
 func (h *streamLogs) current(ctx context.Context, id, owner string) *streamLog {
 	l := h.get(id, owner)
 	if l == nil || l.memoryOnly || h.shared() == nil {
@@ -466,8 +473,8 @@ func (h *streamLogs) current(ctx context.Context, id, owner string) *streamLog {
 		h.forget(l)
 		return nil
 	}
-	h.log.Warn("reading a stream log failed", "response_id", LogID(id), "error", err)
-	return nil
+	h.log.Warn("reading a stream log failed; the response is served from this process's log", "response_id", LogID(id), "error", err)
+	return l
 }
 
 // remove forgets the log of id (memory and store).
@@ -542,7 +549,9 @@ func (l *streamLog) append(seq int64, name string, data []byte, terminal bool) {
 			final = ""
 		}
 	}
+	queued := isLifecycleEvent(name) && gjson.GetBytes(data, "response.status").Str == "queued"
 	l.mu.Lock()
+	l.queued = queued
 	if l.ended || l.sealing {
 		l.mu.Unlock()
 		l.hub.bytes.Add(-int64(len(final)))
@@ -1101,36 +1110,15 @@ type resumeSink interface {
 // *apierr.Error when nothing was written yet, for the caller to answer
 // with, and ends what was written with an error event otherwise.
 func (l *streamLog) follow(ctx context.Context, after int64, out resumeSink, every time.Duration) error {
-	l.mu.Lock()
-	l.followers++
-	l.mu.Unlock()
-	defer func() {
-		l.mu.Lock()
-		l.followers--
-		l.mu.Unlock()
-	}()
-	next := after + 1
+	l.addFollowers(1)
+	defer l.addFollowers(-1)
+	next := nextAfter(after)
 	sent := false // anything written: the answer's status is committed
 	ka := time.NewTicker(every)
 	defer ka.Stop()
 	for {
-		l.mu.Lock()
-		var batch []store.StreamEvent
-		if next < int64(len(l.events)) {
-			batch = l.events[next:]
-		}
-		ended, wake := l.ended, l.wake
-		var nothing *apierr.Error // the log ended with nothing after next-1 to send, ever
-		if ended && len(batch) == 0 {
-			nothing = l.unstreamableLocked(next - 1)
-		}
-		// lost: the next event is one the log gave up (it outgrew
-		// MaxBytes). A resumer at or past the end of a dropped log is not:
-		// it gets what any resumer there gets (nothing, or the 400), since
-		// it misses no event.
-		lost := nothing == nil && l.dropped && next < l.droppedEnd
-		l.waiting = true
-		l.mu.Unlock()
+		p := l.pendingFrom(next)
+		batch, ended, wake, nothing, lost := p.batch, p.ended, p.wake, p.nothing, p.lost
 		for _, ev := range batch {
 			if err := out.Event(ev.Name, ev.Data); err != nil {
 				return err
@@ -1172,6 +1160,96 @@ func (l *streamLog) follow(ctx context.Context, after int64, out resumeSink, eve
 			sent = true
 		}
 	}
+}
+
+// isQueued reports whether the response has not been started yet: its
+// Response so far is queued.
+func (l *streamLog) isQueued() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.queued
+}
+
+// isLifecycleEvent reports whether name is that of an event that only
+// says a response's status (no output).
+func isLifecycleEvent(name string) bool {
+	switch name {
+	case "response.created", "response.queued", "response.in_progress":
+		return true
+	}
+	return false
+}
+
+// addFollowers counts resumers following l (detachLocked keeps a followed
+// stream going). Each locked section a follower runs is a function of its
+// own that unlocks by defer, so that nothing it does, even a panic, leaves
+// mu held: that would stop the stream's writer and every other follower
+// and reader of the response for good.
+func (l *streamLog) addFollowers(n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.followers += n
+}
+
+// followState is what a follower at next reads of its log in one look.
+type followState struct {
+	batch []store.StreamEvent // the events from next on, logged so far
+	ended bool
+	wake  chan struct{} // closed at the next event or the end
+	// nothing: the log ended with nothing from next on to send, ever (the
+	// 400 a resume from next-1 gets), nil otherwise.
+	nothing *apierr.Error
+	// lost: the next event is one the log gave up (it outgrew MaxBytes). A
+	// resumer at or past the end of a dropped log is not: it gets what any
+	// resumer there gets (nothing, or the 400), since it misses no event.
+	lost bool
+}
+
+// pendingFrom reads, under mu, what follow has to send from next on, and
+// marks the log waited on.
+func (l *streamLog) pendingFrom(next int64) followState {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var p followState
+	if next >= 0 && next < int64(len(l.events)) {
+		p.batch = l.events[next:]
+	}
+	p.ended, p.wake = l.ended, l.wake
+	if p.ended && len(p.batch) == 0 {
+		p.nothing = l.unstreamableLocked(next - 1)
+	}
+	p.lost = p.nothing == nil && l.dropped && next < l.droppedEnd
+	l.waiting = true
+	return p
+}
+
+// maxStartingAfter is the largest starting_after a resume takes, over SSE
+// and WebSocket alike: the largest integer a JSON number holds exactly
+// (2^53-1, the most a JavaScript client can send), far past any stream's
+// last event. Bounding it keeps the number of the event after it, which a
+// follow counts from, a sequence number too (nextAfter).
+const maxStartingAfter = 1<<53 - 1
+
+// badStartingAfter is the 400 for a starting_after that is no sequence
+// number (raw as the client sent it); validStartingAfter tells.
+func badStartingAfter(raw string) *apierr.Error {
+	return apierr.Invalid("starting_after", apierr.CodeInvalidValue,
+		"starting_after must be a sequence number, an integer from -1 to %d, got %q", maxStartingAfter, raw)
+}
+
+// validStartingAfter reports whether n can be a resume's starting_after:
+// -1 (from the first event) or a sequence number up to maxStartingAfter.
+func validStartingAfter(n int64) bool {
+	return n >= -1 && n <= maxStartingAfter
+}
+
+// nextAfter is the sequence number of the event after `after`, saturating
+// rather than overflowing for an `after` no parser should have let in.
+func nextAfter(after int64) int64 {
+	if after == math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return max(after, -1) + 1
 }
 
 // resumeErrorEvent is the spec's error event ending a resumed stream that
@@ -1312,7 +1390,7 @@ func (s *Server) followStored(ctx context.Context, rec store.StreamLog, after in
 func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, after int64, out resumeSink, idle, every time.Duration) error {
 	st := h.opts.Store
 	sh := h.shared()
-	next := after + 1
+	next := nextAfter(after)
 	// When a new event came last. The events there already when the
 	// resume began are not (they may be old): until one comes, the
 	// record's SavedAt tells (a record that does not say counts from now).
@@ -1389,6 +1467,12 @@ func (h *streamLogs) followStored(ctx context.Context, rec store.StreamLog, afte
 			// last event), here for a log that ended while it was followed
 			// or a WebSocket resume, as an error event.
 			if aerr := h.storedUnstreamable(ctx, cur, next-1); aerr != nil {
+				if !sent {
+					// Nothing was written: the 400 (a WebSocket error
+					// frame) the replica running it answers, not an
+					// error event numbered as no event of the stream.
+					return aerr
+				}
 				return endWith(out, errorEventOf(next, aerr))
 			}
 			return endWith(out, resumeErrorEvent(next, "the stream's log ends without a terminal event"))
@@ -1515,6 +1599,21 @@ func (h *streamLogs) abandonedStoredResponse(ctx context.Context, rec store.Stre
 		resp = rebuilt
 	}
 	return abandonedResponse(resp)
+}
+
+// runningStoredResponse is the Response GET answers for a stored log that
+// still runs elsewhere: the record's Response, rewritten at most every
+// recordSaveEvery, or, when the stored events (written every
+// durableFlushEvery) go further, the Response they show, as a resume on
+// this replica delivers it; rebuilt by the rule abandonedStoredResponse
+// follows, so that the output a poller sees does not trail what a streamer
+// gets. A record with no output beyond it (a queued response) keeps its own
+// status.
+func (h *streamLogs) runningStoredResponse(ctx context.Context, rec store.StreamLog) []byte {
+	if rebuilt, ok := h.responseOfEvents(ctx, rec); ok && outputReach(rebuilt) > outputReach(rec.Response) {
+		return rebuilt
+	}
+	return rec.Response
 }
 
 // storedEventsPage is how many stored events one read takes when a

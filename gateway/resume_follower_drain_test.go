@@ -49,12 +49,14 @@ func readFrame(t *testing.T, c *wsClient) []byte {
 	return data
 }
 
-// TestResumeWhileTheStoreCannotBeRead: with Redis down, a resume is the
-// documented 503 upstream_unavailable with Retry-After: 2 — over a
-// WebSocket (an error frame with status 503 and headers.retry-after) as
-// over HTTP, with the same code and message — on the replica that ran the
-// response and on the other one; never a 404 saying the response is
-// unknown, which a client takes as final.
+// TestResumeWhileTheStoreCannotBeRead: with Redis down, a resume on a
+// replica that does not hold the response's log is the documented 503
+// upstream_unavailable with Retry-After: 2 — over a WebSocket (an error
+// frame with status 503 and headers.retry-after) as over HTTP, with the
+// same code and message —, never a 404 saying the response is unknown,
+// which a client takes as final; the replica that ran it resumes it from
+// its own log, over HTTP and over a WebSocket (README "Scale-out with
+// Redis").
 func TestResumeWhileTheStoreCannotBeRead(t *testing.T) {
 	p := newDurablePair(t, 5*time.Second)
 	p.up.Enqueue(upstreamtest.Answer("short answer", 3))
@@ -70,10 +72,36 @@ func TestResumeWhileTheStoreCannotBeRead(t *testing.T) {
 	})
 	p.redis.Stop()
 
+	t.Run("the replica that ran it", func(t *testing.T) {
+		req, _ := http.NewRequest(http.MethodGet, p.r1.url+"/v1/responses/"+id+"?stream=true&starting_after=0", nil)
+		req.Header.Set("Authorization", "Bearer "+clientKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"sequence_number":1,`) ||
+			!strings.Contains(string(body), "event: response.completed") {
+			t.Fatalf("HTTP resume: %d %s, want the events from 1 to response.completed", resp.StatusCode, body)
+		}
+
+		c := p.r1.dialWS(nil)
+		defer c.conn.CloseNow()
+		c.send(`{"type":"response.resume","response_id":"` + id + `","starting_after":0}`)
+		for {
+			got := gjson.ParseBytes(readFrame(t, c))
+			if typ := got.Get("type").Str; typ == "response.completed" {
+				break
+			} else if typ == "error" || typ == "response.failed" {
+				t.Fatalf("WebSocket resume: %s, want the events to response.completed", got.Raw)
+			}
+		}
+	})
 	for _, r := range []struct {
 		name string
 		h    *harness
-	}{{"the replica that ran it", p.r1}, {"the other replica", p.r2}} {
+	}{{"the other replica", p.r2}} {
 		t.Run(r.name, func(t *testing.T) {
 			req, _ := http.NewRequest(http.MethodGet, r.h.url+"/v1/responses/"+id+"?stream=true&starting_after=0", nil)
 			req.Header.Set("Authorization", "Bearer "+clientKey)

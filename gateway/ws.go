@@ -680,8 +680,8 @@ func (ws *wsSession) resume(ctx context.Context, out *wsResponder, data []byte) 
 	}
 	after := int64(-1)
 	if v := gjson.GetBytes(data, "starting_after"); v.Exists() && v.Type != gjson.Null {
-		if v.Type != gjson.Number || v.Num != float64(int64(v.Num)) || v.Num < -1 {
-			return apierr.Invalid("starting_after", apierr.CodeInvalidValue, "starting_after must be a sequence number")
+		if v.Type != gjson.Number || v.Num != float64(int64(v.Num)) || !validStartingAfter(int64(v.Num)) {
+			return badStartingAfter(v.Raw)
 		}
 		after = v.Int()
 	}
