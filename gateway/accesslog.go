@@ -72,7 +72,7 @@ func (s *Server) writeAccessLine(m *reqMeta, phase accessPhase) {
 	status := m.status
 	targets := make([]string, len(m.targets))
 	for i, t := range m.targets { // upstream/model: the model may be the client's
-		targets[i] = label(t)
+		targets[i] = label(t.String())
 	}
 	args := []any{
 		"request_id", m.requestID, // the x-request-id the gateway minted, never an upstream's (it may embed a raw response id)

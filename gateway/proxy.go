@@ -1569,6 +1569,18 @@ func (s *Server) notSentFailure(out responder, req *clientRequest, u *upstream.U
 	return attemptResult{next: nextDone}
 }
 
+// drained ends a request whose attempt on u the drain stopped before its
+// answer reached the client (no headers yet, or a JSON body still coming):
+// its access line says reason=drain and the attempt counts as drain, as for
+// a stream the drain cuts (pump.go), not as the gateway's own error (README
+// "Observability", "Access log").
+func (s *Server) drained(out responder, req *clientRequest, u *upstream.Upstream, e *apierr.Error, kind failKind) attemptResult {
+	s.metrics.upstreamAttempts.WithLabelValues(u.Name(), reasonDrain).Inc()
+	req.meta.setReason(reasonDrain)
+	out.fail(req, e, kind)
+	return attemptResult{next: nextDone}
+}
+
 // transportFailure handles an attempt that got no answer at all: a
 // connection that failed (refused, reset) before the headers (class
 // transport: by default retried once on the same target after a short
@@ -1581,8 +1593,7 @@ func (s *Server) transportFailure(ctx, upCtx context.Context, out responder, req
 		return attemptResult{next: nextDone}
 	}
 	if errors.Is(context.Cause(upCtx), errDraining) {
-		out.fail(req, apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the gateway is shutting down; retry the request"), failBeforeStream)
-		return attemptResult{next: nextDone}
+		return s.drained(out, req, u, apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the gateway is shutting down; retry the request"), failBeforeStream)
 	}
 	if errors.Is(err, errDraining) {
 		// Queued for its session's upstream WebSocket when the drain began,
@@ -1947,8 +1958,7 @@ func (s *Server) relayJSON(ctx, upCtx context.Context, out responder, req *clien
 	case err != nil && ctx.Err() != nil:
 		return attemptResult{next: nextDone}
 	case err != nil && errors.Is(context.Cause(upCtx), errDraining):
-		out.fail(req, apierr.StreamIncomplete("the gateway is shutting down; retry the request"), failAsTerminal)
-		return attemptResult{next: nextDone}
+		return s.drained(out, req, u, apierr.StreamIncomplete("the gateway is shutting down; retry the request"), failAsTerminal)
 	case err != nil && errors.Is(context.Cause(upCtx), errIdleTimeout):
 		// Nothing reached the client yet: a body that stalls after its
 		// headers is a silent target, as a stream that sends no event

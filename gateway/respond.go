@@ -75,7 +75,11 @@ func (h *httpResponder) fail(req *clientRequest, e *apierr.Error, kind failKind)
 		return
 	}
 	h.s.writeGatewayTerminal(req, h.commit(nil), e)
-	h.s.metrics.streamTerminal.WithLabelValues(req.surface(), "gateway_error").Inc()
+	reason := "gateway_error"
+	if req.meta.endReason() == reasonDrain { // stopped by the drain (Server.drained), counted as a stream it cuts is
+		reason = reasonDrain
+	}
+	h.s.metrics.streamTerminal.WithLabelValues(req.surface(), reason).Inc()
 }
 
 func (h *httpResponder) relay(_ *clientRequest, status int, header http.Header, body []byte) {

@@ -472,7 +472,7 @@ func (rt *reqTrace) end(req *clientRequest) {
 		if len(m.targets) > 0 {
 			targets := make([]string, len(m.targets))
 			for i, t := range m.targets { // upstream/model: the model may be the client's
-				targets[i] = label(t)
+				targets[i] = label(t.String())
 			}
 			attrs = append(attrs, attribute.String("sluice.target", targets[len(targets)-1]),
 				attribute.StringSlice("sluice.targets", targets))

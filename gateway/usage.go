@@ -789,7 +789,7 @@ func (m *reqMeta) attemptEnded(reported bool, summed []byte) {
 	sent := m.outputDeltas.Load()
 	deltas := sent - m.deltasAccounted
 	m.deltasAccounted = sent
-	if reported || deltas > 0 || m.producer.ref == "" {
+	if reported || deltas > 0 || !m.producer.made() {
 		// The first replaced attempt, and then each one that produced
 		// something, is the attempt a stream that gives up is charged to
 		// (chargedAttempt).
@@ -980,8 +980,7 @@ type reqMeta struct {
 	logged      bool        // the request logged its line itself
 	counted     bool        // a handler counted it in sluice_requests_total (gate counts the rest)
 	route       string
-	targets     []string
-	lastTried   upstream.Target // the last attempt's target (tried)
+	targets     []upstream.Target // each attempt's target (tried): kept whole, as an upstream's name and a model may contain "/"
 	model       string
 	servedModel string // the model this attempt's upstream named (noteServedModel, observe, relay); "" before it names one
 	status      int
@@ -1122,19 +1121,23 @@ func (m *reqMeta) keyID() string {
 }
 
 // attemptRef names one attempt of a request: its index (the span's
-// sluice.attempt), its entry in the access log's targets, the target it
+// sluice.attempt, its entry in the access log's targets), the target it
 // tried and the model its upstream named.
 type attemptRef struct {
 	index       int
-	ref         string // upstream/model, as in reqMeta.targets; "" for none
-	target      upstream.Target
+	target      upstream.Target // Upstream nil: no attempt
 	servedModel string
 }
 
+// made says whether the ref names an attempt.
+func (a attemptRef) made() bool { return a.target.Upstream != nil }
+
 // name is the attempt's upstream name: the usage's target label.
 func (a attemptRef) name() string {
-	name, _, _ := strings.Cut(a.ref, "/")
-	return name
+	if !a.made() {
+		return ""
+	}
+	return a.target.Upstream.Name()
 }
 
 // lastAttempt is the request's last attempt so far (m.mu held).
@@ -1142,7 +1145,7 @@ func (m *reqMeta) lastAttempt() attemptRef {
 	if len(m.targets) == 0 {
 		return attemptRef{index: -1}
 	}
-	return attemptRef{index: len(m.targets) - 1, ref: m.targets[len(m.targets)-1], target: m.lastTried, servedModel: m.servedModel}
+	return attemptRef{index: len(m.targets) - 1, target: m.targets[len(m.targets)-1], servedModel: m.servedModel}
 }
 
 // chargedAttempt is the attempt the request's usage is charged to, its
@@ -1154,7 +1157,7 @@ func (m *reqMeta) lastAttempt() attemptRef {
 // byte is not charged tokens it never produced (README "Keys, limits and
 // usage").
 func (m *reqMeta) chargedAttempt() attemptRef {
-	if m.attemptsEnded && m.producer.ref != "" {
+	if m.attemptsEnded && m.producer.made() {
 		return m.producer
 	}
 	return m.lastAttempt()
@@ -1167,8 +1170,7 @@ func (m *reqMeta) tried(t upstream.Target) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.targets = append(m.targets, t.String())
-	m.lastTried = t
+	m.targets = append(m.targets, t)
 	m.servedModel = "" // an earlier attempt's upstream did not serve this one
 }
 
@@ -1193,4 +1195,15 @@ func (m *reqMeta) setReason(reason string) {
 	m.mu.Lock()
 	m.reason = reason
 	m.mu.Unlock()
+}
+
+// endReason is how the request ended as setReason noted it ("": not
+// noted). Nil-safe.
+func (m *reqMeta) endReason() string {
+	if m == nil {
+		return ""
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.reason
 }

@@ -165,12 +165,13 @@ func (u untilRestart) Unwrap() error { return u.error }
 func (u untilRestart) Is(target error) bool { return target == ErrUnavailableUntilRestart }
 
 // Health implements HealthReporter: nil while the database works, else the
-// failure that closed it.
+// failure that closed it, or the data dir it was opened in gone
+// (checkDataDir).
 func (s *PebbleStore) Health() error {
 	if errp := s.failure.Load(); errp != nil {
 		return *errp
 	}
-	return nil
+	return s.checkDataDir()
 }
 
 // startRecovery starts the recovery loop unless the store is closing.

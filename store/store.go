@@ -250,6 +250,10 @@ type PebbleStore struct {
 	backgroundErrLog logtext.Every
 	// closed is set by Close.
 	closed atomic.Bool
+	// openedDir is the data dir the database was last opened in (openDB),
+	// and dirGone whether Health found it gone since (datadir.go).
+	openedDir atomic.Pointer[openedDir]
+	dirGone   atomic.Bool
 
 	// bgCtx ends the background goroutines (sweeper, recovery loop) when
 	// Close cancels it; bg counts recovery loops; bgMu orders starting one
@@ -383,6 +387,7 @@ func (s *PebbleStore) openDB() (_ *pebble.DB, err error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("store: open %q: %w", s.dir, err)
 	}
+	s.noteOpenedDir()
 	return db, nil
 }
 

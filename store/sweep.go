@@ -170,8 +170,9 @@ func (s *PebbleStore) sweepLoop(ctx context.Context, interval time.Duration) {
 		case errors.Is(err, ErrClosed) || ctx.Err() != nil:
 			return
 		case s.Health() != nil:
-			// The failure is logged once when it happens (failure.go);
-			// the sweep runs again once the database is reopened.
+			// The failure is logged once when it happens (failure.go,
+			// datadir.go); the sweep runs again once the database is
+			// reopened.
 		case err != nil:
 			s.log.Error("sweep failed", "removed", n, "error", err)
 		case n > 0:

@@ -65,11 +65,21 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return code
 	}
 	cfg := config.Defaults()
+	// A flag given overrides the file, whichever value it gives (README
+	// "Running it"); one not given leaves the file's value. --log-json has
+	// no "unset" value of its own, so whether it was given is asked of fs.
+	logJSONGiven := flagGiven(fs, "log-json")
+	jsonLogs := func() bool {
+		if logJSONGiven {
+			return *logJSON
+		}
+		return cfg.Log.JSON
+	}
 	// startErr reports why the gateway cannot start: as a JSON log line when
 	// logs are JSON (--log-json, or log.json once the config is read), so
 	// that a log pipeline sees it, else as text.
 	startErr := func(format string, args ...any) {
-		if msg := fmt.Sprintf(format, args...); *logJSON || cfg.Log.JSON {
+		if msg := fmt.Sprintf(format, args...); jsonLogs() {
 			newLogger(config.Log{Level: "error", JSON: true}, stderr).Error(msg)
 		} else {
 			fmt.Fprintf(stderr, "sluice: %s\n", msg)
@@ -108,9 +118,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	override(&cfg.PolicyDir, *policyDir)
 	override(&cfg.WasmCacheDir, *wasmCache)
 	override(&cfg.Log.Level, *logLevel)
-	if *logJSON {
-		cfg.Log.JSON = true
-	}
+	cfg.Log.JSON = jsonLogs()
 	if err := cfg.Validate(); err != nil {
 		startErr("config: %s", config.Indent(err))
 		if len(upstreams) > 0 && len(cfg.Routes) > 0 && strings.Contains(err.Error(), "is not a configured upstream") {
@@ -227,6 +235,13 @@ func onSignal(fn func(), sigs ...os.Signal) (stop func()) {
 		signal.Stop(ch)
 		close(done)
 	}
+}
+
+// flagGiven says whether the command line set the flag name, to any value.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
 }
 
 func override(dst *string, v string) {
