@@ -1,7 +1,9 @@
 package hostabi
 
 import (
-	"strconv"
+	"errors"
+	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/sluice-gw/sluice/internal/jsonx"
@@ -303,19 +305,78 @@ func EmbeddedReplay(in ReplayInput, config []byte) ReplayOutput {
 	return out
 }
 
-// penaltyMillis is config's penalty_ms when it is a non-negative integer,
-// else 0 (no penalty: the host's cooldown).
+// penaltyMillis is config's penalty_ms, else 0 (no penalty: the host's
+// cooldown). A config the policy's self-test refused never gets here
+// (CheckReplayConfig), so a bad value is also 0.
 func penaltyMillis(config []byte) int64 {
+	n, _ := replayPenalty(config)
+	return n
+}
+
+// replayPenalty reads penalty_ms from the replay policy's config: absent
+// is 0; anything but a whole number of milliseconds, 0 or more, is an
+// error naming the key. A number is read by its value (ABI.md §4), so
+// 30000.0 is 30000 and 1.5 is refused.
+func replayPenalty(config []byte) (int64, error) {
 	if len(config) == 0 {
-		return 0
+		return 0, nil
 	}
 	raw, err := jsonx.Lookup(config, "penalty_ms")
 	if err != nil {
-		return 0
+		if errors.Is(err, jsonx.ErrPathNotFound) {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("penalty_ms: %w", err)
 	}
-	n, err := strconv.ParseInt(string(raw), 10, 64)
+	if jsonx.Kind(raw) != "a number" {
+		return 0, fmt.Errorf("penalty_ms must be a whole number of milliseconds, not %s", jsonx.Kind(raw))
+	}
+	n, err := jsonx.ParseInt(raw)
 	if err != nil || n < 0 {
-		return 0
+		return 0, fmt.Errorf("penalty_ms must be a whole number of milliseconds, 0 or more, not %s", raw)
 	}
-	return n
+	return n, nil
+}
+
+// CheckReplayConfig is the embedded replay policy's check of its config
+// (policies/replay runs it in its self-test, so a bad config refuses the
+// start at its line, as the rewrite policy's does: README "Running it"):
+// none, or an object whose only key is penalty_ms, a whole number of
+// milliseconds, 0 or more. A misspelt key or a value of the wrong kind
+// would otherwise leave the host's default cooldown in force without a word.
+func CheckReplayConfig(config []byte) error {
+	if err := checkConfigKeys(config, "the only key is penalty_ms", "penalty_ms"); err != nil {
+		return err
+	}
+	_, err := replayPenalty(config)
+	return err
+}
+
+// CheckRecoverConfig is the embedded recover policy's check of its config
+// (policies/recover runs it in its self-test): it reads none, so anything
+// but an empty object is refused rather than ignored.
+func CheckRecoverConfig(config []byte) error {
+	return checkConfigKeys(config, "the recover policy takes no config")
+}
+
+// checkConfigKeys refuses a config that is not a JSON object or has a key
+// other than keys; hint says which keys there are.
+func checkConfigKeys(config []byte, hint string, keys ...string) error {
+	if len(config) == 0 {
+		return nil
+	}
+	unknown := ""
+	if !jsonx.ForEachMember(config, func(k string, _ []byte) bool {
+		if !slices.Contains(keys, k) {
+			unknown = k
+			return false
+		}
+		return true
+	}) && unknown == "" {
+		return errors.New("config is not a JSON object")
+	}
+	if unknown != "" {
+		return fmt.Errorf("unknown key %q: %s", unknown, hint)
+	}
+	return nil
 }

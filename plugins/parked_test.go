@@ -98,13 +98,15 @@ func TestStandInsDecideAsTheModules(t *testing.T) {
 		{Code: "insufficient_quota", Phase: hostabi.PhaseBeforeContent, FailureClass: hostabi.FailureQuota, HasNextTarget: true},
 		{Code: "rate_limit_exceeded", ResponseCreatedSeen: true}, {Code: "transport"},
 	}...)
-	for _, cfg := range []string{"", `{"penalty_ms": 1234}`, `{"penalty_ms": -5}`, `{"penalty_ms": "x"}`} {
+	// Configs the modules accept (a bad one refuses the load:
+	// hostabi.CheckReplayConfig); recover takes none.
+	for _, cfg := range []string{"", `{"penalty_ms": 1234}`, `{"penalty_ms": 0}`, `{"penalty_ms": 30000.0}`} {
 		t.Run("config="+cfg, func(t *testing.T) {
 			opts := Options{Embedded: policies.Defaults(), CallTimeout: 5 * time.Second}
 			var raw []byte
 			if cfg != "" {
 				raw = []byte(cfg)
-				opts.Config = map[string]json.RawMessage{"replay": raw, "recover": raw}
+				opts.Config = map[string]json.RawMessage{"replay": raw}
 			}
 			r := newRuntime(t, opts) // no stand-ins: the modules answer
 			for _, in := range recoverIns {
@@ -112,7 +114,7 @@ func TestStandInsDecideAsTheModules(t *testing.T) {
 				if tr.Policy != "recover" {
 					t.Fatalf("recover %+v: decided by %+v", in, tr)
 				}
-				if want := hostabi.EmbeddedRecover(in, raw); got != want {
+				if want := hostabi.EmbeddedRecover(in, nil); got != want {
 					t.Errorf("recover %+v: module %+v, stand-in %+v", in, got, want)
 				}
 			}

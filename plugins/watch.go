@@ -32,8 +32,59 @@ func (r *Runtime) watch() error {
 	r.watcher = w
 	r.stopWatch = make(chan struct{})
 	r.watchDone = make(chan struct{})
-	go r.watchLoop(w)
+	links := r.statLinks() // before the loop starts: a change from now on is seen
+	go r.watchLoop(w, links)
 	return nil
+}
+
+// linkTarget is what a symlinked policy file pointed at when last looked:
+// its target's file info, or nil when the link dangled.
+type linkTarget struct {
+	path string
+	fi   os.FileInfo
+}
+
+// changed reports whether the link now resolves to another file, or to
+// one whose size or modification time changed, or appears or disappears.
+func (l linkTarget) changed() bool {
+	fi, err := os.Stat(l.path)
+	if err != nil || l.fi == nil {
+		return (err == nil) != (l.fi != nil)
+	}
+	return !os.SameFile(fi, l.fi) || fi.Size() != l.fi.Size() || !fi.ModTime().Equal(l.fi.ModTime())
+}
+
+// statLinks records the targets of the policy files in PolicyDir that are
+// symlinks. The directory's watch sees changes to its own entries only: a
+// target elsewhere (outside PolicyDir) replaced, rewritten or deleted makes
+// no event there, so the loop re-stats these every dirPollInterval.
+func (r *Runtime) statLinks() []linkTarget {
+	des, err := os.ReadDir(r.opts.PolicyDir)
+	if err != nil {
+		return nil
+	}
+	var links []linkTarget
+	for _, de := range des {
+		if _, ok := PolicyName(de.Name()); !ok || de.Type()&os.ModeSymlink == 0 {
+			continue
+		}
+		l := linkTarget{path: filepath.Join(r.opts.PolicyDir, de.Name())}
+		if fi, err := os.Stat(l.path); err == nil {
+			l.fi = fi
+		}
+		links = append(links, l)
+	}
+	return links
+}
+
+// anyLinkChanged reports whether one of links now points at something else.
+func anyLinkChanged(links []linkTarget) bool {
+	for _, l := range links {
+		if l.changed() {
+			return true
+		}
+	}
+	return false
 }
 
 // watchLoop turns the watcher's events into debounced rescans until Close.
@@ -41,8 +92,10 @@ func (r *Runtime) watch() error {
 // away, and a directory created again at the same path is a new one: the
 // loop then polls every dirPollInterval until the path is a directory again,
 // watches it and rescans (files copied in before the watch was back are
-// found by that rescan).
-func (r *Runtime) watchLoop(w *fsnotify.Watcher) {
+// found by that rescan). While the directory holds symlinked policy files,
+// their targets are re-stated every dirPollInterval (statLinks), and a
+// change schedules a rescan like an event.
+func (r *Runtime) watchLoop(w *fsnotify.Watcher, links []linkTarget) {
 	defer close(r.watchDone)
 	defer w.Close()
 	dir := filepath.Clean(r.opts.PolicyDir)
@@ -51,6 +104,17 @@ func (r *Runtime) watchLoop(w *fsnotify.Watcher) {
 	poll := time.NewTicker(dirPollInterval)
 	poll.Stop()
 	defer poll.Stop()
+	linkPoll := time.NewTicker(dirPollInterval)
+	defer linkPoll.Stop()
+	pollLinks := func(l []linkTarget) {
+		links = l
+		if len(links) == 0 {
+			linkPoll.Stop()
+		} else {
+			linkPoll.Reset(dirPollInterval)
+		}
+	}
+	pollLinks(links)
 	watching := true
 	lost := func(why string) {
 		watching = false
@@ -99,7 +163,16 @@ func (r *Runtime) watchLoop(w *fsnotify.Watcher) {
 			r.log.Info("policy dir is back: watching it again", "dir", dir)
 			rescan.Reset(r.opts.Debounce)
 			r.precompileSoon()
+		case <-linkPoll.C:
+			if anyLinkChanged(links) {
+				pollLinks(nil) // the rescan records the targets again
+				rescan.Reset(r.opts.Debounce)
+				r.precompileSoon()
+			}
 		case <-rescan.C:
+			// Recorded before the reload reads the files: a target that
+			// changes while it runs is seen at the next tick.
+			pollLinks(r.statLinks())
 			// In the background: a file whose load runs until its limit
 			// must not keep the loop from seeing, and loading, the files
 			// renamed into place meanwhile (Reload).

@@ -6,7 +6,8 @@
 // not found") is recovered; every other error passes through; and (ABI 3)
 // a portable conversation whose owner was removed or has been down longer
 // than continuity.rehydrate_after is rehydrated, any other owner_unavailable
-// question fails closed.
+// question fails closed. It takes no config: a non-empty one is refused at
+// load (CheckRecoverConfig).
 package main
 
 import (
@@ -24,9 +25,13 @@ func recoverHook(in sdk.RecoverInput) (sdk.RecoverOutput, error) {
 	return hostabi.EmbeddedRecover(in, nil), nil
 }
 
-// selfTest checks the predicate on known inputs after a round trip through
-// the wire encoding.
+// selfTest refuses any config (the policy reads none: a key meant for it
+// would otherwise be ignored without a word), then checks the predicate on
+// known inputs after a round trip through the wire encoding.
 func selfTest() error {
+	if err := hostabi.CheckRecoverConfig([]byte(sdk.Config())); err != nil {
+		return err
+	}
 	cases := []struct {
 		in   sdk.RecoverInput
 		want sdk.RecoverVerdict

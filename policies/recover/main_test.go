@@ -3,6 +3,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/sluice-gw/sluice/sdk"
@@ -31,5 +32,19 @@ func TestRecover(t *testing.T) {
 	}
 	if _, deferred, _ := h.Replay(sdk.ReplayInput{}); !deferred {
 		t.Fatal("recover policy answers replay")
+	}
+}
+
+// TestRecoverRefusesConfig: the policy reads no config, so its self-test
+// (what the gateway runs at load) refuses any key instead of ignoring it.
+func TestRecoverRefusesConfig(t *testing.T) {
+	h := &sdk.Harness{Config: `{"whatever": [1, 2]}`}
+	if err := h.SelfTest(); err == nil || !strings.Contains(err.Error(), `unknown key "whatever"`) {
+		t.Fatalf("self-test: %v", err)
+	}
+	for _, config := range []string{``, `{}`} {
+		if err := (&sdk.Harness{Config: config}).SelfTest(); err != nil {
+			t.Errorf("config %q refused: %v", config, err)
+		}
 	}
 }

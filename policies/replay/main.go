@@ -8,7 +8,8 @@
 // function while this module is parked, so there is one definition; this
 // policy is where an operator's copy starts.
 //
-// Config (optional): {"penalty_ms": 30000}
+// Config (optional): {"penalty_ms": 30000}, a whole number of milliseconds, 0
+// or more; any other key or value is refused at load (CheckReplayConfig).
 package main
 
 import (
@@ -26,7 +27,13 @@ func replayHook(in sdk.ReplayInput) (sdk.ReplayOutput, error) {
 	return hostabi.EmbeddedReplay(in, []byte(sdk.Config())), nil
 }
 
+// selfTest refuses a config the policy would not read as written (the
+// gateway then refuses to start at its line, as for the rewrite policy),
+// then checks the decisions on known inputs.
 func selfTest() error {
+	if err := hostabi.CheckReplayConfig([]byte(sdk.Config())); err != nil {
+		return err
+	}
 	out, _ := replayHook(sdk.ReplayInput{Code: "rate_limit_exceeded", RetryAfterMillis: 1500})
 	if out.Verdict != sdk.ReplayOtherUpstream || out.PenaltyMillis != 1500 {
 		return errors.New("capacity code not replayed with the upstream's hint as its penalty")

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/sluice-gw/sluice/hostabi"
@@ -81,5 +82,27 @@ func TestReplayTable(t *testing.T) {
 	out, _, _ = h.Replay(sdk.ReplayInput{Phase: sdk.PhaseBeforeContent, FailureClass: sdk.FailureQuota, Code: "insufficient_quota", RetryAfterMillis: 2500})
 	if out.Verdict != sdk.ReplayOtherUpstream || out.PenaltyMillis != 2500 {
 		t.Fatalf("quota event before content: %+v", out)
+	}
+}
+
+// TestReplayRefusesBadConfig: the self-test (what the gateway runs at load)
+// refuses a misspelt key and a penalty_ms that is not a whole number of
+// milliseconds, 0 or more, naming the key, as the rewrite policy does.
+func TestReplayRefusesBadConfig(t *testing.T) {
+	for config, want := range map[string]string{
+		`{"penalty_msec": 30000}`: `unknown key "penalty_msec"`,
+		`{"penalty_ms": "30s"}`:   "penalty_ms must be a whole number of milliseconds, not a string",
+		`{"penalty_ms": -1}`:      "penalty_ms must be",
+		`{"penalty_ms": 2.5}`:     "penalty_ms must be",
+	} {
+		h := &sdk.Harness{Config: config}
+		if err := h.SelfTest(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("config %s: self-test %v, want an error with %q", config, err, want)
+		}
+	}
+	for _, config := range []string{``, `{}`, `{"penalty_ms": 30000}`} {
+		if err := (&sdk.Harness{Config: config}).SelfTest(); err != nil {
+			t.Errorf("config %q refused: %v", config, err)
+		}
 	}
 }
