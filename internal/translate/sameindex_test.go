@@ -40,6 +40,12 @@ func TestStreamToolCallsSharingAnIndex(t *testing.T) {
 			open + `{"tool_calls":[{"index":0,"id":"call_3","function":{"name":"g","arguments":"{}"}}]}}]}`,
 			finish,
 		}, []string{`function_call completed: call_1 f {"a":1}`, `function_call completed: call_2 f {"a":2}`, `function_call completed: call_3 g {}`}},
+		{"the same function twice, the second's arguments after an empty first delta", []string{
+			open + `{"tool_calls":[{"index":0,"id":"call_1","function":{"name":"f","arguments":"{\"a\":1}"}}]}}]}`,
+			open + `{"tool_calls":[{"index":0,"id":"call_2","function":{"name":"f","arguments":""}}]}}]}`,
+			open + `{"tool_calls":[{"index":0,"function":{"arguments":"{\"a\":2}"}}]}}]}`,
+			finish,
+		}, []string{`function_call completed: call_1 f {"a":1}`, `function_call completed: call_2 f {"a":2}`}},
 		{"a new call after text that closed the first", []string{
 			open + `{"tool_calls":[{"index":0,"id":"call_1","function":{"name":"f1","arguments":"{}"}}]}}]}`,
 			open + `{"content":"and"}}]}`,

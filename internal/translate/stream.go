@@ -991,7 +991,9 @@ func (s *Stream) revisitsCall(index, id gjson.Result) bool {
 // of call, without the id of a call already seen (those go to their call),
 // starts another call: it names a function once call's arguments are
 // complete (namedAfterArgs, as namesNextCall judges), or it carries a new id
-// and a name other than call's, call having an id from the upstream. OpenAI
+// and a name, call having an id from the upstream, and the name is another
+// than call's or call's arguments are complete (the same function called
+// again, its arguments to follow: Ollama and vLLM parsers). OpenAI
 // sends a call's id only with its first delta; a delta with the same id, or
 // none, continues the call. Some servers send a call's later deltas under an
 // id of their own: without a name, or with the call's name while its
@@ -1000,7 +1002,7 @@ func (s *Stream) revisitsCall(index, id gjson.Result) bool {
 // without an id while the arguments are unfinished is a piece of call's name.
 func (s *Stream) replacesCall(call *outItem, id, name, args gjson.Result) bool {
 	return namedAfterArgs(call, name, args) ||
-		nonEmptyString(id) && nonEmptyString(name) && name.Str != call.name && s.callsByID[call.callID] == call
+		nonEmptyString(id) && nonEmptyString(name) && (name.Str != call.name || argsEnded(call)) && s.callsByID[call.callID] == call
 }
 
 // namesNextCall reports whether a tool call delta with neither index nor id
