@@ -837,7 +837,7 @@ func (c *Config) validate(unread *unreadable) []problem {
 		default:
 			bad(key+".transport", "%q is not http, websocket or auto", u.Transport)
 		}
-		validateForwardHeaders(key, u.ForwardHeaders, bad)
+		validateForwardHeaders(key, u.ForwardHeaders, u.APIKey != "", bad)
 		if u.Weight < 0 {
 			bad(key+".weight", "must not be negative")
 		} else if u.Weight == 0 && u.weightWritten {
@@ -1005,9 +1005,10 @@ func UpstreamFromURL(raw string, index int) (Upstream, error) {
 // governs only the client credential headers a keyed upstream is otherwise
 // denied (README, after upstreams:; gateway/headers.go upstreamHeaders), so
 // Authorization, Cookie or a hop-by-hop header there is a wish the gateway
-// would drop without a word. Any other name is accepted: it asks for what
-// happens anyway (the header reaches the upstream).
-func validateForwardHeaders(key string, names []string, bad func(key, format string, args ...any)) {
+// would drop without a word (Authorization only on an upstream with
+// api_key: one without gets the client's). Any other name is accepted: it
+// asks for what happens anyway (the header reaches the upstream).
+func validateForwardHeaders(key string, names []string, keyed bool, bad func(key, format string, args ...any)) {
 	seen := map[string]int{}
 	for i, name := range names {
 		ek := fmt.Sprintf("%s.forward_headers[%d]", key, i)
@@ -1016,7 +1017,7 @@ func validateForwardHeaders(key string, names []string, bad func(key, format str
 		case !hostabi.ValidFieldName(lower):
 			bad(ek, "%q is not a header name", name)
 			continue
-		case lower == "authorization":
+		case lower == "authorization" && keyed: // an upstream without api_key gets the client's anyway
 			bad(ek, "%q is never forwarded from a client to an upstream with api_key (it gets its own key there); forward_headers governs only X-Api-Key, Api-Key, OpenAI-Organization and OpenAI-Project", name)
 		case lower == "cookie" || lower == "proxy-authorization" || hostabi.ProtectedHeader(lower) && !hostabi.CredentialHeader(lower):
 			bad(ek, "%q is never sent to an upstream, whatever forward_headers says", name)
