@@ -136,6 +136,12 @@ var errClientGone = errors.New("the client is gone")
 // unparseable event.
 var errNoSuchOutput = errors.New("the event names an output item or part the client was not sent")
 
+// errAfterDone is sendFrom's refusal of an event that adds to output the
+// client was told is done, or adds again an item or part it has
+// (sent.Fields.Late): the pump skips and counts it (after_done), as a Chat
+// stream's text after its finish, without taking it for a broken stream.
+var errAfterDone = errors.New("the event adds to output the client was told is done")
+
 // defaultLifecycleHold is how long response.created and response.in_progress
 // wait for the first content event (Options.LifecycleHold).
 const defaultLifecycleHold = 250 * time.Millisecond
@@ -546,6 +552,9 @@ func (cs *clientStream) sendFrom(upstream, name string, data []byte, f *eventFie
 		return cs.spliceLocked(name, data, f)
 	}
 	if !cs.sent.Refers(&f.Fields) {
+		if f.Late {
+			return errAfterDone
+		}
 		return errNoSuchOutput
 	}
 	if implied := cs.sent.ImpliedPartEvent(&f.Fields); implied != nil {

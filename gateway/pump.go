@@ -525,9 +525,17 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 			p.gotContent()
 		}
 		err = p.cs.sendFrom(p.u.Name(), name, ev.Data, &f)
-		if errors.Is(err, errNoSuchOutput) {
+		switch {
+		case errors.Is(err, errNoSuchOutput):
 			p.malformed = skippedBefore
 			return p.malformedEvent("an event naming output the client was not sent")
+		case errors.Is(err, errAfterDone):
+			// Late output, not a broken stream: skipped and counted, and
+			// the run of unparseable events is as it was before it.
+			p.malformed = skippedBefore
+			p.s.metrics.skippedEvents.WithLabelValues(p.surface, "after_done").Inc()
+			p.s.log.Debug("skipped an upstream event adding to output already done", "surface", p.surface, "upstream", p.u.Name(), "type", typ)
+			return pumpEnd{}, false
 		}
 		p.sentContent = p.sentContent || content
 	}

@@ -10,8 +10,10 @@ import (
 
 // TestRefersAfterDone: an event adding to output its readers were told is
 // done (the item, the part or its text, the arguments), or re-adding an
-// item id or part index they have, does not refer; the done and added
-// events that do not add to done output still refer.
+// item id or part index they have, does not refer, and is late; the done
+// and added events that do not add to done output still refer. A lax
+// upstream's text into a part it never announced refers only for the
+// item's first part.
 func TestRefersAfterDone(t *testing.T) {
 	const (
 		added     = `{"type":"response.output_item.added","output_index":0,"item":{"id":"msg_1","type":"message","content":[]}}`
@@ -25,28 +27,31 @@ func TestRefersAfterDone(t *testing.T) {
 		argsDelta = `{"type":"response.function_call_arguments.delta","item_id":"fc_1","output_index":0,"delta":"{}"}`
 		argsDone  = `{"type":"response.function_call_arguments.done","item_id":"fc_1","output_index":0,"arguments":"{}"}`
 	)
+	const laxDelta1 = `{"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":1,"delta":"x"}`
 	cases := []struct {
 		name  string
 		track []string
 		event string
 		want  bool
+		late  bool // a refusal for lateness (Fields.Late), not for naming output never added
 	}{
-		{"delta into an open part", []string{added, partAdded}, delta, true},
-		{"delta after its text done", []string{added, partAdded, textDone}, delta, false},
-		{"annotation after its text done", []string{added, partAdded, textDone}, annot, true},
-		{"text done after its text done", []string{added, partAdded, textDone}, textDone, true},
-		{"delta after its part done", []string{added, partAdded, partDone}, delta, false},
-		{"annotation after its part done", []string{added, partAdded, partDone}, annot, false},
-		{"part done after its part done", []string{added, partAdded, partDone}, partDone, true},
-		{"delta after its item done", []string{added, partAdded, itemDone}, delta, false},
-		{"part added after its item done", []string{added, itemDone}, partAdded, false},
-		{"part added again", []string{added, partAdded}, partAdded, false},
-		{"item added again", []string{added}, added, false},
-		{"item added again after done", []string{added, itemDone}, added, false},
-		{"item done again", []string{added, itemDone}, itemDone, true},
-		{"delta into a part never announced", []string{added}, delta, true},
-		{"arguments into open arguments", []string{fcAdded}, argsDelta, true},
-		{"arguments after their done", []string{fcAdded, argsDone}, argsDelta, false},
+		{"delta into an open part", []string{added, partAdded}, delta, true, false},
+		{"delta after its text done", []string{added, partAdded, textDone}, delta, false, true},
+		{"annotation after its text done", []string{added, partAdded, textDone}, annot, false, true},
+		{"text done after its text done", []string{added, partAdded, textDone}, textDone, true, false},
+		{"delta after its part done", []string{added, partAdded, partDone}, delta, false, true},
+		{"annotation after its part done", []string{added, partAdded, partDone}, annot, false, true},
+		{"part done after its part done", []string{added, partAdded, partDone}, partDone, true, false},
+		{"delta after its item done", []string{added, partAdded, itemDone}, delta, false, true},
+		{"part added after its item done", []string{added, itemDone}, partAdded, false, true},
+		{"part added again", []string{added, partAdded}, partAdded, false, true},
+		{"item added again", []string{added}, added, false, true},
+		{"item added again after done", []string{added, itemDone}, added, false, true},
+		{"item done again", []string{added, itemDone}, itemDone, true, false},
+		{"delta into a part never announced", []string{added}, delta, true, false},
+		{"delta into a second part never announced, the first not either", []string{added}, laxDelta1, false, false},
+		{"arguments into open arguments", []string{fcAdded}, argsDelta, true, false},
+		{"arguments after their done", []string{fcAdded, argsDone}, argsDelta, false, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -58,8 +63,9 @@ func TestRefersAfterDone(t *testing.T) {
 				}
 				o.Track(f)
 			}
-			if got := o.Refers(fields(c.event)); got != c.want {
-				t.Fatalf("Refers = %v, want %v", got, c.want)
+			f := fields(c.event)
+			if got := o.Refers(f); got != c.want || f.Late != c.late {
+				t.Fatalf("Refers = %v (late %v), want %v (late %v)", got, f.Late, c.want, c.late)
 			}
 		})
 	}

@@ -38,6 +38,10 @@ type Fields struct {
 	located bool
 	item    *Item
 	part    *Part
+	// Late: Refers refused the event because it adds to output the
+	// readers were told is done, or adds again an item or part they have
+	// (not because it names output they never got).
+	Late bool
 }
 
 // Read fills f from the top-level members of ev, a parsed JSON object (for
@@ -158,63 +162,65 @@ func (p *Part) Complete() bool { return p.Done != nil || p.TextDone }
 // looks up is kept in f for Track, so an event's item is looked up once
 // (docs/ARCHITECTURE.md §11).
 func (o *Output) Refers(f *Fields) bool {
+	ok, late := o.refers(f)
+	f.Late = !ok && late
+	return ok
+}
+
+// refers is Refers, and whether a refusal is for lateness (Fields.Late).
+func (o *Output) refers(f *Fields) (ok, late bool) {
 	typ := f.Type.Str
 	if RefersAlways(typ) {
-		return true
+		return true, false
 	}
 	if typ == "response.output_item.added" {
 		// New output, unless its id is one the readers already have: its
 		// events would be filed under (and its text shown in) the first.
-		return o.itemNamed(f) == nil
+		return o.itemNamed(f) == nil, true
 	}
 	for _, idx := range [...]gjson.Result{f.OutputIndex, f.ContentIndex, f.SummaryIndex} {
 		if idx.Exists() && (idx.Type != gjson.Number || idx.Num < 0) {
-			return false
+			return false, false
 		}
 	}
 	if !f.OutputIndex.Exists() && !f.ItemID.Exists() && !f.Item.IsObject() {
-		return true // about no item
+		return true, false // about no item
 	}
 	f.located = true
 	if f.item = o.ItemOf(f); f.item == nil {
-		return false
+		return false, false
 	}
 	if f.item.Done != nil && grows(typ) {
-		return false // the readers have the item's final form
+		return false, true // the readers have the item's final form
 	}
 	// The part, looked up as Track looks it up. An event without the
-	// index, or about an item that was shown no part at all (a lax
-	// upstream that never announces its parts: Track records the part
-	// its text goes into, impliedPart), keeps being relayed as it was: an
-	// index outside the parts an item was shown is the contradiction.
+	// index, or about the first part of an item that was shown no part at
+	// all (a lax upstream that never announces its parts: Track records
+	// the part its text goes into, impliedPart), keeps being relayed as it
+	// was: an index outside the parts an item was shown is the
+	// contradiction.
 	switch typ {
 	case "response.content_part.added":
-		return o.PartOf(true, f) == nil // a new part, not one the readers got
+		return o.PartOf(true, f) == nil, true // a new part, not one the readers got
 	case "response.reasoning_summary_part.added":
-		return o.PartOf(false, f) == nil
+		return o.PartOf(false, f) == nil, true
 	case "response.function_call_arguments.delta", "response.custom_tool_call_input.delta":
-		return !f.item.ArgsDone
+		return !f.item.ArgsDone, true
 	case "response.reasoning_summary_part.done", "response.reasoning_summary_text.delta", "response.reasoning_summary_text.done":
 		f.part = o.PartOf(false, f)
 		if f.part != nil {
-			return !grows(typ) || !f.part.Complete()
+			return !grows(typ) || !f.part.Complete(), true
 		}
-		return !f.SummaryIndex.Exists() || len(f.item.Summary) == 0
+		return !f.SummaryIndex.Exists() || len(f.item.Summary) == 0 && f.SummaryIndex.Int() == 0, false
 	}
 	if f.ContentIndex.Exists() || tracksContentPart(typ) {
 		f.part = o.PartOf(true, f)
 		if f.part != nil {
-			switch {
-			case typ == "response.output_text.annotation.added":
-				return f.part.Done == nil // a done part is rendered as its done event showed it
-			case grows(typ):
-				return !f.part.Complete()
-			}
-			return true
+			return !grows(typ) || !f.part.Complete(), true
 		}
-		return !f.ContentIndex.Exists() || len(f.item.Parts) == 0
+		return !f.ContentIndex.Exists() || len(f.item.Parts) == 0 && f.ContentIndex.Int() == 0, false
 	}
-	return true
+	return true, false
 }
 
 // grows reports whether an event of type typ adds output to its item:
