@@ -453,8 +453,8 @@ func (ws *wsSession) handleFrame(ctx context.Context, data []byte) {
 		}
 		data = merged
 	}
-	if typ := gjson.GetBytes(data, "type").String(); typ != "response.create" {
-		fail(apierr.Invalid("type", apierr.CodeUnsupportedFrame, "unsupported frame type %q; send response.create", typ))
+	if typ := gjson.GetBytes(data, "type"); typ.Str != "response.create" {
+		fail(unsupportedFrame(data, typ))
 		return
 	}
 	// The frame is checked whole, "type" included, so that a repeated
@@ -763,4 +763,19 @@ func hasMiscasedKey(doc []byte, name string) bool {
 		return !found
 	})
 	return found
+}
+
+// unsupportedFrame is the 400 for a client frame that is none the socket
+// takes (README "Endpoints": response.create, response.resume, and the
+// streaming-input input_chunk), saying which it was: not an object, without
+// a type, or of another type.
+func unsupportedFrame(data []byte, typ gjson.Result) *apierr.Error {
+	const takes = "a frame is response.create, response.resume or input_chunk"
+	switch {
+	case !gjson.ParseBytes(data).IsObject():
+		return apierr.Invalid("", apierr.CodeUnsupportedFrame, "the frame must be a JSON object; %s", takes)
+	case !typ.Exists():
+		return apierr.Invalid("type", apierr.CodeUnsupportedFrame, "the frame has no type; %s", takes)
+	}
+	return apierr.Invalid("type", apierr.CodeUnsupportedFrame, "unsupported frame type %s; %s", quotedExcerpt(typ.String()), takes)
 }
