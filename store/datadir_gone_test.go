@@ -3,20 +3,14 @@ package store_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/sluice-gw/sluice/gateway"
-	"github.com/sluice-gw/sluice/gateway/upstream"
-	"github.com/sluice-gw/sluice/internal/upstreamtest"
 	"github.com/sluice-gw/sluice/store"
 )
 
@@ -62,34 +56,8 @@ func TestReadyzReportsADataDirGoneWhileServing(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			up := upstreamtest.NewServer(upstreamtest.Options{Name: "A"})
-			t.Cleanup(up.Close)
-			pool, err := upstream.NewPool([]upstream.Config{{Name: "A", BaseURL: up.URL}}, upstream.Options{Logger: logger})
-			if err != nil {
-				t.Fatal(err)
-			}
-			pool.ProbeAll(context.Background())
 			// Wired as sluice serve wires the store (cmd/sluice: openedStore.health).
-			gw, err := gateway.New(gateway.Options{Pool: pool, Logger: logger, Store: st, StoreHealth: st.Health})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			served := make(chan error, 1)
-			go func() { served <- gw.Serve(ln) }()
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				_ = gw.Shutdown(ctx)
-				<-served
-				if err := st.Close(); err != nil && !errors.Is(err, store.ErrClosed) {
-					t.Errorf("closing the store: %v", err)
-				}
-			})
-			base := "http://" + ln.Addr().String()
+			base := serveGatewayOn(t, st, logger, st.Health)
 
 			if code, s := readyStore(t, base); code != http.StatusOK || s != "ok" {
 				t.Fatalf("before: /readyz %d store %q, want 200 ok", code, s)

@@ -88,33 +88,7 @@ func TestFullDiskStreamsEndWithTheirTerminalEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := upstreamtest.NewServer(upstreamtest.Options{Name: "A"})
-	t.Cleanup(up.Close)
-	pool, err := upstream.NewPool([]upstream.Config{{Name: "A", BaseURL: up.URL}}, upstream.Options{Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool.ProbeAll(context.Background())
-	gw, err := gateway.New(gateway.Options{Pool: pool, Logger: logger, Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- gw.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = gw.Shutdown(ctx)
-		<-served
-		if err := st.Close(); err != nil && !errors.Is(err, store.ErrClosed) {
-			t.Errorf("closing the store: %v", err)
-		}
-	})
-	base := "http://" + ln.Addr().String()
+	base := serveGatewayOn(t, st, logger, nil)
 
 	full.Store(true)
 	var ids []string
@@ -150,4 +124,39 @@ func TestFullDiskStreamsEndWithTheirTerminalEvent(t *testing.T) {
 	if events[len(events)-1] != "response.completed" {
 		t.Fatalf("the follow-up after the reopen ends with %v", events)
 	}
+}
+
+// serveGatewayOn serves a gateway on st with one fake upstream, "A", on
+// loopback, and returns its base URL; health, when given, is the gateway's
+// StoreHealth (as cmd/sluice wires the store's). The gateway is shut down
+// and st closed when the test ends.
+func serveGatewayOn(t *testing.T, st store.Store, logger hclog.Logger, health func() error) string {
+	t.Helper()
+	up := upstreamtest.NewServer(upstreamtest.Options{Name: "A"})
+	t.Cleanup(up.Close)
+	pool, err := upstream.NewPool([]upstream.Config{{Name: "A", BaseURL: up.URL}}, upstream.Options{Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool.ProbeAll(context.Background())
+	gw, err := gateway.New(gateway.Options{Pool: pool, Logger: logger, Store: st, StoreHealth: health})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- gw.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = gw.Shutdown(ctx)
+		<-served
+		if err := st.Close(); err != nil && !errors.Is(err, store.ErrClosed) {
+			t.Errorf("closing the store: %v", err)
+		}
+	})
+	return "http://" + ln.Addr().String()
 }
