@@ -1,10 +1,6 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -27,14 +23,7 @@ func TestEmbeddedReplayRecoverRefuseBadConfig(t *testing.T) {
 		{"  replay: {penalty_ms: 1.5}\n", `not 1.5`},
 		{"  recover: {whatever: [1, 2]}\n", `line 6: policies.recover: the policy refused its config: `},
 	} {
-		path := filepath.Join(t.TempDir(), "sluice.yaml")
-		yaml := fmt.Sprintf("listen: 127.0.0.1:0\nupstreams:\n  - name: A\n    base_url: %s\npolicies:\n%s", up.URL, c.policies)
-		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		var stdout, stderr strings.Builder
-		code := run(context.Background(), []string{"serve", "--config", path, "--data-dir", t.TempDir()}, &stdout, &stderr)
-		if out := stderr.String(); code != 1 || !strings.Contains(out, c.want) {
+		if _, code, out := serveWithPolicies(t, up.URL, c.policies); code != 1 || !strings.Contains(out, c.want) {
 			t.Errorf("%s: exit %d, want %q in:\n%s", strings.TrimSpace(c.policies), code, c.want, out)
 		}
 	}
