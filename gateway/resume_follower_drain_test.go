@@ -73,17 +73,10 @@ func TestResumeWhileTheStoreCannotBeRead(t *testing.T) {
 	p.redis.Stop()
 
 	t.Run("the replica that ran it", func(t *testing.T) {
-		req, _ := http.NewRequest(http.MethodGet, p.r1.url+"/v1/responses/"+id+"?stream=true&starting_after=0", nil)
-		req.Header.Set("Authorization", "Bearer "+clientKey)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"sequence_number":1,`) ||
+		status, body := p.r1.call(http.MethodGet, "/v1/responses/"+id+"?stream=true&starting_after=0", clientKey)
+		if status != http.StatusOK || !strings.Contains(string(body), `"sequence_number":1,`) ||
 			!strings.Contains(string(body), "event: response.completed") {
-			t.Fatalf("HTTP resume: %d %s, want the events from 1 to response.completed", resp.StatusCode, body)
+			t.Fatalf("HTTP resume: %d %s, want the events from 1 to response.completed", status, body)
 		}
 
 		c := p.r1.dialWS(nil)
