@@ -417,7 +417,13 @@ func (s *Server) sendChat(upCtx context.Context, idle *idleTimer, req *clientReq
 	// The upstream's own model name, when its chunks carry one, wins over
 	// model in what the client sees (translate.StreamOptions.Model).
 	opts := translate.StreamOptions{ResponseID: "resp_" + strings.ReplaceAll(uuid.NewString(), "-", ""), Model: model,
-		CreatedAt: time.Now().Unix(), Request: conv.info.Echo, Background: req.background}
+		CreatedAt: time.Now().Unix(), Request: conv.info.Echo, Background: req.background,
+		UnknownFinish: func(reason string) {
+			// Completed as it came (README "Chat-only upstreams"), but the
+			// operator learns of a reason that may have meant a cut.
+			s.log.Warn("a Chat upstream ended an answer with a finish_reason the gateway does not know; the response is completed",
+				"upstream", u.Name(), "finish_reason", s.scrub.String(reason))
+		}}
 	if gjson.GetBytes(req.body, "generate").Type == gjson.False {
 		return s.warmUp(upCtx, req, opts), nil
 	}

@@ -78,8 +78,12 @@
 //     values or an upstream code clients act on (ResponseErrorCode); any
 //     other code becomes server_error and leads the message.
 //     stop and tool_calls complete the response; length and content_filter
-//     make it incomplete; an error chunk fails it (Stream.ErrorBeforeOutput
-//     keeps the upstream's own error when nothing was output yet).
+//     make it incomplete; abort and error fail it as a cut (finishOutcome);
+//     an error chunk fails it (Stream.ErrorBeforeOutput keeps the
+//     upstream's own error when nothing was output yet). A tool call
+//     without arguments has "{}".
+//     The response echoes the request's fields (RequestEcho) and has
+//     completed_at once completed; metadata past OpenAI's limits is a 400.
 //     A chat.completion answering a streaming request becomes the same
 //     events (Stream.Completion).
 package translate

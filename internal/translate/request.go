@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/sluice-gw/sluice/internal/apierr"
@@ -94,6 +95,16 @@ type RequestEcho struct {
 	// Truncation is the request's truncation strategy ("auto" or
 	// "disabled"); any other value is left out.
 	Truncation json.RawMessage
+	// User, SafetyIdentifier and PromptCacheKey are the request's
+	// identifiers (a string each; user is left out when absent, as the
+	// spec does not let it be null).
+	User, SafetyIdentifier, PromptCacheKey json.RawMessage
+	// ServiceTier is the request's service_tier; the Response reports the
+	// tier used (echoServiceTier).
+	ServiceTier json.RawMessage
+	// MaxToolCalls and TopLogprobs are the request's max_tool_calls and
+	// top_logprobs.
+	MaxToolCalls, TopLogprobs json.RawMessage
 }
 
 // EchoOf reads the fields a Response object echoes from a Responses request
@@ -136,6 +147,18 @@ func EchoOf(body []byte) RequestEcho {
 			if v.Str == "auto" || v.Str == "disabled" {
 				r.Truncation = raw(v)
 			}
+		case "user":
+			r.User = raw(v)
+		case "safety_identifier":
+			r.SafetyIdentifier = raw(v)
+		case "prompt_cache_key":
+			r.PromptCacheKey = raw(v)
+		case "service_tier":
+			r.ServiceTier = raw(v)
+		case "max_tool_calls":
+			r.MaxToolCalls = raw(v)
+		case "top_logprobs":
+			r.TopLogprobs = raw(v)
 		}
 		return true
 	})
@@ -147,7 +170,7 @@ type reqFields struct {
 	model, input, instructions, tools, toolChoice, parallelToolCalls gjson.Result
 	maxOutputTokens, temperature, topP, reasoning, text, stream      gjson.Result
 	user, promptCacheKey, safetyIdentifier, serviceTier              gjson.Result
-	previousResponseID, store, metadata, truncation                  gjson.Result
+	previousResponseID, store, metadata, truncation, maxToolCalls    gjson.Result
 	background, conversation, prompt                                 gjson.Result
 	include, topLogprobs                                             gjson.Result
 	// passthrough holds the members named in passthroughFields, in request
@@ -255,6 +278,9 @@ func (f *reqFields) set(key string, v gjson.Result) bool {
 		return false
 	case "truncation": // echoed; a Chat upstream has no such choice
 		f.truncation = v
+		return false
+	case "max_tool_calls": // echoed; it bounds built-in tool calls, which a Chat upstream never makes
+		f.maxToolCalls = v
 		return false
 	// Rejected when set.
 	case "background":
@@ -376,8 +402,8 @@ func ToChat(body []byte, history []json.RawMessage, opts RequestOptions) (chat [
 		b := f.store.Type == gjson.True
 		info.Store = &b
 	}
-	if present(f.metadata) && !f.metadata.IsObject() {
-		return nil, info, typeErr("metadata", "an object")
+	if aerr := checkMetadata(f.metadata); aerr != nil {
+		return nil, info, aerr
 	}
 	for _, chk := range []struct {
 		name string
@@ -559,6 +585,12 @@ func ToChat(body []byte, history []json.RawMessage, opts RequestOptions) (chat [
 		Text:               rawMsg(f.text),
 		Metadata:           rawMsg(f.metadata),
 		Store:              rawMsg(f.store),
+		User:               rawMsg(f.user),
+		SafetyIdentifier:   rawMsg(f.safetyIdentifier),
+		PromptCacheKey:     rawMsg(f.promptCacheKey),
+		ServiceTier:        rawMsg(f.serviceTier),
+		MaxToolCalls:       rawMsg(f.maxToolCalls),
+		TopLogprobs:        rawMsg(f.topLogprobs),
 	}
 	if f.truncation.Str == "auto" || f.truncation.Str == "disabled" {
 		info.Echo.Truncation = rawMsg(f.truncation)
@@ -1271,7 +1303,13 @@ func (c *converter) functionCall(i int, f itemFields) *apierr.Error {
 	m.toolCalls = append(m.toolCalls, `,"type":"function","function":{"name":`...)
 	m.toolCalls = append(m.toolCalls, f.name.Raw...)
 	m.toolCalls = append(m.toolCalls, `,"arguments":`...)
-	m.toolCalls = append(m.toolCalls, f.arguments.Raw...)
+	if isSpace(gjson.Parse(f.arguments.Raw).Str) {
+		// A call made without arguments: Chat servers parse the history's
+		// arguments as JSON (emptyArguments).
+		m.toolCalls = jsonx.AppendQuote(m.toolCalls, emptyArguments)
+	} else {
+		m.toolCalls = append(m.toolCalls, f.arguments.Raw...)
+	}
 	m.toolCalls = append(m.toolCalls, "}}"...)
 	return nil
 }
@@ -1482,4 +1520,44 @@ func includedLogprobs(include gjson.Result) int {
 		}
 	}
 	return at
+}
+
+// OpenAI's limits on metadata (the spec's Metadata): at most 16 pairs, keys
+// up to 64 characters, string values up to 512. A Responses upstream
+// refuses a request past them, so a Chat one's translation does too: the
+// answer does not depend on which target of a route serves it.
+const (
+	maxMetadataPairs    = 16
+	maxMetadataKeyLen   = 64
+	maxMetadataValueLen = 512
+)
+
+// checkMetadata applies OpenAI's metadata rules, answering its 400s.
+func checkMetadata(v gjson.Result) *apierr.Error {
+	if !present(v) {
+		return nil
+	}
+	if !v.IsObject() {
+		return typeErr("metadata", "an object")
+	}
+	var aerr *apierr.Error
+	n := 0
+	v.ForEach(func(k, val gjson.Result) bool {
+		n++
+		switch {
+		case n > maxMetadataPairs:
+			aerr = apierr.Invalid("metadata", apierr.CodeInvalidValue,
+				"Invalid 'metadata': too many properties. Expected an object with at most %d properties.", maxMetadataPairs)
+		case utf8.RuneCountInString(k.Str) > maxMetadataKeyLen:
+			aerr = apierr.Invalid("metadata", apierr.CodeInvalidValue,
+				"Invalid 'metadata': key %q is too long. Expected a key with at most %d characters.", k.Str, maxMetadataKeyLen)
+		case val.Type != gjson.String:
+			aerr = typeErr("metadata."+k.Str, "a string")
+		case utf8.RuneCountInString(val.Str) > maxMetadataValueLen:
+			aerr = apierr.Invalid("metadata."+k.Str, apierr.CodeInvalidValue,
+				"Invalid 'metadata.%s': string too long. Expected a string with maximum length %d.", k.Str, maxMetadataValueLen)
+		}
+		return aerr == nil
+	})
+	return aerr
 }

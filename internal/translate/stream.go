@@ -46,6 +46,12 @@ type StreamOptions struct {
 	// object the Stream writes reports: a Chat upstream knows nothing of
 	// it, the gateway runs a background response itself.
 	Background bool
+	// Now is the clock for completed_at; nil means time.Now.
+	Now func() time.Time
+	// UnknownFinish, when set, is called with a finish_reason the Stream
+	// does not know as it completes the response with it (a caller logs
+	// it: see finishOutcome).
+	UnknownFinish func(reason string)
 }
 
 type itemKind uint8
@@ -120,7 +126,11 @@ type Stream struct {
 	createdAt  int64
 	background bool // StreamOptions.Background
 	newID      func(string) string
+	now        func() time.Time
 	echo       []byte // the request-derived tail of the response object
+	// unknownFinish is StreamOptions.UnknownFinish.
+	unknownFinish func(reason string)
+	completedAt   int64 // Unix seconds, set with a completed terminal
 
 	seq     int64
 	started bool
@@ -171,12 +181,17 @@ func NewStream(opts StreamOptions) *Stream {
 		createdAt:  opts.CreatedAt,
 		background: opts.Background,
 		newID:      opts.NewID,
+		now:        opts.Now,
 		calls:      make(map[int64]*outItem),
 		status:     statusInProgress,
 	}
 	if s.newID == nil {
 		s.newID = randomID
 	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	s.unknownFinish = opts.UnknownFinish
 	if s.createdAt == 0 {
 		s.createdAt = time.Now().Unix()
 	}
@@ -445,6 +460,9 @@ func (s *Stream) failNameless() {
 	s.failed(s.upstreamErr)
 }
 
+// emptyArguments are the arguments of a tool call the upstream sent none for.
+const emptyArguments = "{}"
+
 // namelessCallMessage is the error message of an answer with a tool call
 // that never got a function name.
 const namelessCallMessage = "the upstream sent a tool call without a function name"
@@ -529,17 +547,65 @@ func ErrorStatus(e apierr.Error) int {
 // calls for.
 func (s *Stream) complete() {
 	typ, status, itemStatus := "response.completed", statusCompleted, statusCompleted
-	switch s.finish {
-	case "length":
-		typ, status, itemStatus, s.incomplete = "response.incomplete", statusIncomplete, statusIncomplete, "max_output_tokens"
-	case "content_filter":
-		typ, status, itemStatus, s.incomplete = "response.incomplete", statusIncomplete, statusIncomplete, "content_filter"
+	incomplete, cut, known := finishOutcome(s.finish)
+	switch {
+	case cut:
+		// Failed as a cut stream is (Fail): what is open stays open, so a
+		// continuation carries on from the very text the client has.
+		s.upstreamErr = cutShortError(s.finish)
+		s.failed(s.upstreamErr)
+		return
+	case incomplete != "":
+		typ, status, itemStatus, s.incomplete = "response.incomplete", statusIncomplete, statusIncomplete, incomplete
+	case !known && s.unknownFinish != nil:
+		s.unknownFinish(s.finish)
 	}
 	s.closeAll(itemStatus)
 	if s.failNameless(); s.done {
 		return
 	}
+	if status == statusCompleted {
+		s.completedAt = s.now().Unix()
+	}
 	s.terminal(typ, status)
+}
+
+// finishOutcome is what a Chat finish_reason makes of the response:
+//   - stop, tool_calls, the legacy function_call, and TGI's eos_token and
+//     stop_sequence complete it;
+//   - length (incomplete reason max_output_tokens) and content_filter make
+//     it incomplete — the spec's incomplete_details.reason has only these
+//     two;
+//   - abort and error (vLLM's and SGLang's for a request the engine
+//     aborted or failed mid-answer) say the answer was cut short: cut, the
+//     response fails as a stream cut does (cutShortError), so a client never
+//     takes a truncated answer for a whole one, and a route may continue it
+//     on its next target (README "Chat-only upstreams");
+//   - any other reason completes it, known false: the text came whole as
+//     far as the stream shows, and failing every answer of a server with
+//     a reason of its own would make it unusable; the caller logs it.
+//
+// An empty reason (none came: [DONE] after a Finish) completes it.
+func finishOutcome(reason string) (incomplete string, cut, known bool) {
+	switch reason {
+	case "", "stop", "tool_calls", "function_call", "eos_token", "stop_sequence":
+		return "", false, true
+	case "length":
+		return "max_output_tokens", false, true
+	case "content_filter":
+		return "content_filter", false, true
+	case "abort", "error":
+		return "", true, true
+	}
+	return "", false, false
+}
+
+// cutShortError is the error of an answer the upstream ended with a finish
+// reason that says it was cut short (finishOutcome): a server error, as a
+// stream cut is (stream_incomplete), so it is replayed before output and
+// continued after it like one.
+func cutShortError(reason string) *apierr.Error {
+	return apierr.StreamIncomplete("the Chat upstream ended the answer with finish_reason %q: it was cut short", reason)
 }
 
 func (s *Stream) terminal(typ, status string) {
@@ -554,8 +620,12 @@ func (s *Stream) terminal(typ, status string) {
 // setFinish records the finish reason and closes what is open.
 func (s *Stream) setFinish(reason string) {
 	s.finish = reason
+	incomplete, cut, _ := finishOutcome(reason)
+	if cut {
+		return // complete fails the stream with the items as they stand
+	}
 	st := statusCompleted
-	if reason == "length" || reason == "content_filter" {
+	if incomplete != "" {
 		st = statusIncomplete
 	}
 	s.closeAll(st)
@@ -1225,6 +1295,13 @@ func (s *Stream) closeItem(it *outItem, status string) {
 		if !it.added {
 			s.addCall(it)
 		}
+		if isSpace(string(it.args)) {
+			// A call sent without arguments (absent, null or ""): OpenAI
+			// always sends a JSON object, which clients parse and send back
+			// in the next turn's history, where Chat servers parse it too.
+			it.args = it.args[:0]
+			s.callArgs(it, emptyArguments, "")
+		}
 		const typ = "response.function_call_arguments.done"
 		b := s.begin(typ, 160+len(it.args))
 		b = s.appendRef(b, it, -1)
@@ -1347,6 +1424,12 @@ func (s *Stream) appendResponse(b []byte, status string, final bool) []byte {
 	b = jsonx.AppendQuote(b, s.respID)
 	b = append(b, `,"object":"response","created_at":`...)
 	b = appendInt(b, s.createdAt)
+	b = append(b, `,"completed_at":`...)
+	if final && s.completedAt != 0 { // the spec: present when the status is completed
+		b = appendInt(b, s.completedAt)
+	} else {
+		b = append(b, "null"...)
+	}
 	b = append(b, `,"status":"`...)
 	b = append(b, status...)
 	b = append(b, `","background":`...)
@@ -1556,17 +1639,59 @@ func appendEcho(b []byte, r RequestEcho) []byte {
 		{"tools", r.Tools, "[]"},
 		{"top_p", r.TopP, "1"},
 		{"truncation", r.Truncation, `"disabled"`},
+		{"user", stringOnly(r.User), ""},
+		{"safety_identifier", stringOnly(r.SafetyIdentifier), "null"},
+		{"prompt_cache_key", stringOnly(r.PromptCacheKey), "null"},
+		{"service_tier", echoServiceTier(r.ServiceTier), `"default"`},
+		{"max_tool_calls", numberOnly(r.MaxToolCalls), "null"},
+		{"top_logprobs", numberOnly(r.TopLogprobs), "null"},
 	} {
+		valid := len(f.raw) > 0 && string(f.raw) != "null" && json.Valid(f.raw)
+		if !valid && f.def == "" {
+			continue // no default: left out
+		}
 		b = append(b, `,"`...)
 		b = append(b, f.key...)
 		b = append(b, `":`...)
-		if len(f.raw) > 0 && string(f.raw) != "null" && json.Valid(f.raw) {
+		if valid {
 			b = append(b, f.raw...)
 		} else {
 			b = append(b, f.def...)
 		}
 	}
 	return b
+}
+
+// stringOnly is raw when it is a JSON string, else nil (the default).
+func stringOnly(raw json.RawMessage) json.RawMessage {
+	if gjson.ParseBytes(raw).Type != gjson.String {
+		return nil
+	}
+	return raw
+}
+
+// numberOnly is raw when it is a JSON number, else nil (the default).
+func numberOnly(raw json.RawMessage) json.RawMessage {
+	if gjson.ParseBytes(raw).Type != gjson.Number {
+		return nil
+	}
+	return raw
+}
+
+// echoServiceTier is the service_tier a Response reports for the request's:
+// the tier used, which the spec says may differ from the one asked for —
+// auto is the project's default tier ("default"), and fast is reported as
+// priority; any other string is the tier asked for, none (nil) "default".
+func echoServiceTier(raw json.RawMessage) json.RawMessage {
+	switch gjson.ParseBytes(raw).Str {
+	case "":
+		return nil
+	case "auto":
+		return json.RawMessage(`"default"`)
+	case "fast":
+		return json.RawMessage(`"priority"`)
+	}
+	return stringOnly(raw)
 }
 
 // FromChatResponse converts a non-streamed chat.completion body into a full
@@ -1579,6 +1704,12 @@ func FromChatResponse(body []byte, opts StreamOptions) (response []byte, output 
 	s := NewStream(opts)
 	if aerr, up := s.completion(body); aerr != nil {
 		return nil, nil, aerr, up
+	}
+	if e := s.UpstreamError(); e != nil {
+		// Cut short (finishOutcome): nothing reached the client yet, so
+		// the answer is the upstream's error, judged as a 5xx (the next
+		// target of a route may serve the request).
+		return nil, nil, e, true
 	}
 	return s.appendResponse(nil, s.status, true), s.OutputItems(), nil, false
 }

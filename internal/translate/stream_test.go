@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-gw/sluice/internal/apierr"
 	"github.com/tidwall/gjson"
@@ -23,8 +24,12 @@ func counterIDs() func(string) string {
 	}
 }
 
+// testCompletedAt is the clock testStreamOptions gives a Stream.
+const testCompletedAt = 1750000042
+
 func testStreamOptions() StreamOptions {
-	return StreamOptions{ResponseID: "resp_test", CreatedAt: 1750000000, NewID: counterIDs()}
+	return StreamOptions{ResponseID: "resp_test", CreatedAt: 1750000000, NewID: counterIDs(),
+		Now: func() time.Time { return time.Unix(testCompletedAt, 0) }}
 }
 
 // readSSE returns the data payloads of an SSE file, in order, and whether
@@ -245,6 +250,77 @@ func TestStreams(t *testing.T) {
 			incomplete: "max_output_tokens",
 		},
 		{
+			// An answer the upstream says it cut short fails as a cut
+			// does, never completed: its item is left open, incomplete.
+			file: "finish_abort.txt",
+			events: []string{
+				"response.created",
+				"response.in_progress",
+				"response.output_item.added msg_1 o0",
+				"response.content_part.added msg_1 o0 c0",
+				"response.output_text.delta msg_1 o0 c0",
+				"response.failed",
+			},
+			status:  "failed",
+			output:  []string{"message incomplete: Once upon"},
+			usage:   `{"input_tokens":5,"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":0},"output_tokens":2,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":7}`,
+			errCode: "server_error",
+		},
+		{
+			// An answer the upstream says it cut short fails as a cut
+			// does, never completed: its item is left open, incomplete.
+			file: "finish_error.txt",
+			events: []string{
+				"response.created",
+				"response.in_progress",
+				"response.output_item.added msg_1 o0",
+				"response.content_part.added msg_1 o0 c0",
+				"response.output_text.delta msg_1 o0 c0",
+				"response.failed",
+			},
+			status:  "failed",
+			output:  []string{"message incomplete: Once upon"},
+			usage:   `{"input_tokens":5,"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":0},"output_tokens":2,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":7}`,
+			errCode: "server_error",
+		},
+		{
+			// A reason the gateway does not know completes the answer.
+			file: "finish_unknown.txt",
+			events: []string{
+				"response.created",
+				"response.in_progress",
+				"response.output_item.added msg_1 o0",
+				"response.content_part.added msg_1 o0 c0",
+				"response.output_text.delta msg_1 o0 c0",
+				"response.output_text.done msg_1 o0 c0",
+				"response.content_part.done msg_1 o0 c0",
+				"response.output_item.done msg_1 o0",
+				"response.completed",
+			},
+			status: "completed",
+			output: []string{"message completed: Done."},
+		},
+		{
+			// Arguments absent or null are an empty JSON object, with the
+			// delta that carries it.
+			file: "tool_no_args.txt",
+			events: []string{
+				"response.created",
+				"response.in_progress",
+				"response.output_item.added fc_1 o0",
+				"response.function_call_arguments.delta fc_1 o0",
+				"response.function_call_arguments.done fc_1 o0",
+				"response.output_item.done fc_1 o0",
+				"response.output_item.added fc_2 o1",
+				"response.function_call_arguments.delta fc_2 o1",
+				"response.function_call_arguments.done fc_2 o1",
+				"response.output_item.done fc_2 o1",
+				"response.completed",
+			},
+			status: "completed",
+			output: []string{"function_call completed: call_E g {}", "function_call completed: call_N h {}"},
+		},
+		{
 			file: "error_mid.txt",
 			events: []string{
 				"response.created",
@@ -429,6 +505,10 @@ func TestStreams(t *testing.T) {
 			}
 			if resp.Get("status").Str != tc.status {
 				t.Errorf("status %s, want %s", resp.Get("status").Str, tc.status)
+			}
+			// completed_at: the spec's "present when the status is completed".
+			if c := resp.Get("completed_at"); tc.status == "completed" && c.Int() != testCompletedAt || tc.status != "completed" && c.Type != gjson.Null {
+				t.Errorf("completed_at %s with status %s", c.Raw, tc.status)
 			}
 			var outs []string
 			resp.Get("output").ForEach(func(_, it gjson.Result) bool {
