@@ -144,7 +144,7 @@ func notContinuable(req *clientRequest) string {
 	case r.Continuation == ContinuationOff:
 		return "continuation: off"
 	case req.pinned != nil:
-		return "pinned to its owner by previous_response_id"
+		return "pinned to its owner by " + req.pinParam()
 	}
 	if req.ep.chat { // one choice only: the splice follows choice 0
 		if n := gjson.GetBytes(req.body, "n"); n.Exists() && n.Int() > 1 {

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -18,9 +19,12 @@ import (
 
 // Fail-closed reasons, as counted in continuity_fail_closed_total.
 const (
-	failPreviousNotFound  = "previous_response_not_found"
-	failOwnerUnavailable  = "owner_unavailable"
-	failOwnerLookupFailed = "owner_lookup_failed"
+	failPreviousNotFound = "previous_response_not_found"
+	// failConversationNotFound: a conversation anchored for another
+	// Sluice key (refuseUnknownConversation).
+	failConversationNotFound = "conversation_not_found"
+	failOwnerUnavailable     = "owner_unavailable"
+	failOwnerLookupFailed    = "owner_lookup_failed"
 )
 
 // anchorWriteTimeout bounds a background anchor write; a store slower than
@@ -205,11 +209,25 @@ func (res resolution) unknownTo(sluiceKey bool, keyHash string) bool {
 }
 
 func (c *continuity) resolve(ctx context.Context, surface, responseID string, rs requestScope) resolution {
+	return c.resolveSeen(ctx, surface, responseID, rs.sees)
+}
+
+// resolveConversation resolves the owner of a conversation from its anchor
+// (conversationAnchor), in whichever scope it was recorded: a conversation
+// outlives the session and turn state that first used it. The caller checks
+// the client key (Server.pinConversation).
+func (c *continuity) resolveConversation(ctx context.Context, surface, conversationID string) resolution {
+	return c.resolveSeen(ctx, surface, conversationID, func(store.Anchor) bool { return true })
+}
+
+// resolveSeen resolves the owner of id from its anchor, when sees says the
+// request may use it.
+func (c *continuity) resolveSeen(ctx context.Context, surface, responseID string, sees func(store.Anchor) bool) resolution {
 	if a, ok := c.memo().get(responseID); ok && c.now().Before(a.ExpiresAt) {
-		return c.decide(surface, "memory", responseID, a, rs)
+		return c.decide(surface, "memory", responseID, a, sees)
 	}
 	if a, ok := c.waiting(responseID); ok {
-		return c.decide(surface, "memory", responseID, a, rs)
+		return c.decide(surface, "memory", responseID, a, sees)
 	}
 	a, err := c.store.GetAnchor(ctx, responseID)
 	switch {
@@ -225,11 +243,11 @@ func (c *continuity) resolve(ctx context.Context, surface, responseID string, rs
 		return resolution{source: "store", err: err}
 	}
 	c.memo().put(a)
-	return c.decide(surface, "store", responseID, a, rs)
+	return c.decide(surface, "store", responseID, a, sees)
 }
 
-func (c *continuity) decide(surface, source, responseID string, a store.Anchor, rs requestScope) resolution {
-	if !rs.sees(a) {
+func (c *continuity) decide(surface, source, responseID string, a store.Anchor, sees func(store.Anchor) bool) resolution {
+	if !sees(a) {
 		c.m.ownerResolution.WithLabelValues(surface, source, "miss").Inc()
 		c.log.Debug("owner resolution", "surface", surface, "source", source, "outcome", "miss", "why", "out of scope", "response_id", LogID(responseID))
 		return resolution{source: source, keyHash: a.ClientKeyHash}
@@ -276,6 +294,54 @@ func ownerRemoved(what, owner string) *apierr.Error {
 func (s *Server) refuseUnknownPrevious(out responder, req *clientRequest) {
 	s.metrics.failClosed.WithLabelValues(req.surface(), failPreviousNotFound).Inc()
 	out.fail(req, notFound(req.previousResponseID), failInvalid)
+}
+
+// refuseUnknownConversation answers a request whose conversation Sluice
+// anchored for another Sluice key without calling any upstream: the 404
+// OpenAI's API gives a conversation it does not hold, so that ids cannot be
+// probed (SECURITY.md, "Stream logs, resume and background").
+func (s *Server) refuseUnknownConversation(out responder, req *clientRequest) {
+	s.metrics.failClosed.WithLabelValues(req.surface(), failConversationNotFound).Inc()
+	out.fail(req, conversationNotFound(req.conversationID), failInvalid)
+}
+
+// conversationNotFound is OpenAI's answer to a conversation it does not
+// hold: a 404 with no code.
+func conversationNotFound(id string) *apierr.Error {
+	return &apierr.Error{Status: http.StatusNotFound, Type: apierr.TypeInvalidRequest, Param: "conversation",
+		Message: fmt.Sprintf("Conversation with id '%s' not found.", id)}
+}
+
+// recordServed records the anchor of responseID, served by upstreamName for
+// req, and, when req named a conversation, the conversation's anchor
+// (conversationAnchor): the upstream that took a response in it holds it.
+// The pending write is both's.
+func (c *continuity) recordServed(req *clientRequest, responseID, upstreamName string) *pendingAnchor {
+	p := c.recordAsync(c.anchorFor(req, responseID, upstreamName))
+	if req.conversationID == "" || req.previousResponseID != "" {
+		// With previous_response_id too the owner refuses the pair; it did
+		// not serve the conversation.
+		return p
+	}
+	conv := c.recordAsync(c.conversationAnchor(req, upstreamName))
+	both := &pendingAnchor{done: make(chan struct{})}
+	go func() {
+		defer close(both.done)
+		<-p.done
+		<-conv.done
+		both.err = errors.Join(p.err, conv.err)
+	}()
+	return both
+}
+
+// conversationAnchor is the anchor of the conversation req names, held by
+// upstreamName: an anchor keyed by the conversation id (OpenAI's conv_…
+// and resp_… ids do not meet), recorded for the client key and resolved in
+// every scope (resolveConversation). Each response served in it renews it.
+func (c *continuity) conversationAnchor(req *clientRequest, upstreamName string) store.Anchor {
+	a := c.anchorFor(req, req.conversationID, upstreamName)
+	a.ScopeKind, a.ScopeID = store.ScopeClientKey, firstNonEmpty(req.clientKeyHash, "anonymous")
+	return a
 }
 
 // anchorFor builds the anchor of a response served by upstream for req.

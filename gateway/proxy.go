@@ -401,10 +401,11 @@ func CheckRewrittenBody(ctx context.Context, path string, body []byte, clientStr
 	return nil
 }
 
-// pin resolves the owner of previous_response_id. It returns false when the
-// request was failed closed: the owner is known but unusable, or the lookup
-// failed. A pinned request never silently goes to another upstream. A
-// store:false follow-up whose turn its WebSocket session holds needs no
+// pin resolves the owner of previous_response_id, or else of the
+// conversation the request names (pinConversation). It returns false when
+// the request was failed closed: the owner is known but unusable, or the
+// lookup failed. A pinned request never silently goes to another upstream.
+// A store:false follow-up whose turn its WebSocket session holds needs no
 // owner (selfContainedChain) and is not pinned.
 func (s *Server) pin(ctx context.Context, out responder, req *clientRequest) bool {
 	s.startPortable(req) // portable.go: nothing unless continuity.portable
@@ -413,9 +414,14 @@ func (s *Server) pin(ctx context.Context, out responder, req *clientRequest) boo
 	if s.refuseFailedSessionTurn(out, req) {
 		return false
 	}
-	if s.cont == nil || req.previousResponseID == "" || req.ep.chat {
+	if s.cont == nil || req.ep.chat {
 		return true
 	}
+	if req.previousResponseID == "" {
+		return s.pinConversation(ctx, out, req)
+	}
+	// With a conversation too, the request is pinned once, by its previous
+	// response: the owner answers the pair as OpenAI's API does (a 400).
 	if selfContainedChain(req) { // wsmemory.go: any target can be sent it in full
 		return true
 	}
@@ -431,12 +437,54 @@ func (s *Server) pin(ctx context.Context, out responder, req *clientRequest) boo
 	if res.owner == "" {
 		return true
 	}
-	u := s.pool.Get(res.owner)
+	if !s.pinTo(ctx, out, req, res.owner, true) {
+		return false
+	}
+	if req.pinned != nil { // not rehydrated elsewhere (portable.go)
+		s.aliasPrevious(req, res.upstreamID)
+	}
+	return true
+}
+
+// pinConversation pins a request naming a conversation to the upstream that
+// holds it: a conversation lives on one upstream, as a response does, and
+// another upstream would answer that it does not exist. Its owner is the
+// one that served a response in it (continuity.recordServed); a
+// conversation Sluice has not seen served (created at the upstream
+// directly, or anchored longer than anchor_ttl ago) is routed as any
+// request. With Sluice keys, a conversation anchored for another key is
+// refused as unknown (refuseUnknownConversation); the session scope does
+// not narrow it, as a conversation outlives its sessions.
+func (s *Server) pinConversation(ctx context.Context, out responder, req *clientRequest) bool {
+	if req.conversationID == "" {
+		return true
+	}
+	res := s.cont.resolveConversation(ctx, req.surface(), req.conversationID)
+	switch {
+	case res.err != nil:
+		s.failClosedWith(out, req, failOwnerLookupFailed, ownerLookupFailed("conversation", res.err))
+		return false
+	case res.owner == "":
+		return true
+	case req.key != nil && res.keyHash != req.clientKeyHash:
+		s.refuseUnknownConversation(out, req)
+		return false
+	}
+	return s.pinTo(ctx, out, req, res.owner, false)
+}
+
+// pinTo pins req to owner, the upstream that holds what req names
+// (req.pinParam), or fails it closed when owner is gone or out; with
+// rehydrate, a portable conversation may be sent elsewhere instead
+// (portable.go), and req is left unpinned.
+func (s *Server) pinTo(ctx context.Context, out responder, req *clientRequest, owner string, rehydrate bool) bool {
+	what := req.pinParam()
+	u := s.pool.Get(owner)
 	if u == nil {
-		if s.rehydrate(ctx, req, res.owner, nil, "no longer configured") { // portable.go
+		if rehydrate && s.rehydrate(ctx, req, owner, nil, "no longer configured") { // portable.go
 			return true
 		}
-		s.failClosedWith(out, req, failOwnerUnavailable, ownerRemoved("previous_response_id", res.owner))
+		s.failClosedWith(out, req, failOwnerUnavailable, ownerRemoved(what, owner))
 		return false
 	}
 	ok, why := u.Usable(time.Now())
@@ -444,15 +492,14 @@ func (s *Server) pin(ctx context.Context, out responder, req *clientRequest) boo
 		ok, why = u.Usable(time.Now())
 	}
 	if !ok {
-		if s.rehydrate(ctx, req, res.owner, u, why) { // portable.go
+		if rehydrate && s.rehydrate(ctx, req, owner, u, why) { // portable.go
 			return true
 		}
 		un, _ := s.pool.TargetUnavailable(upstream.Target{Upstream: u, Model: req.model}) // the upstream's own wait comes first
-		s.failOwnerOut(out, req, fmt.Sprintf("upstream %q that owns previous_response_id is unavailable (%s)", res.owner, why), un.RetryIn)
+		s.failOwnerOut(out, req, fmt.Sprintf("upstream %q that owns %s is unavailable (%s)", owner, what, why), un.RetryIn)
 		return false
 	}
 	req.pinned = u
-	s.aliasPrevious(req, res.upstreamID)
 	return true
 }
 
@@ -502,7 +549,8 @@ func (s *Server) failClosedWith(out responder, req *clientRequest, reason string
 // failClosedAs is failClosedWith answering as kind.
 func (s *Server) failClosedAs(out responder, req *clientRequest, reason string, e *apierr.Error, kind failKind) {
 	s.metrics.failClosed.WithLabelValues(req.surface(), reason).Inc()
-	s.log.Warn("continuity fail closed", "surface", req.surface(), "reason", reason, "previous_response_id", LogID(req.previousResponseID))
+	s.log.Warn("continuity fail closed", "surface", req.surface(), "reason", reason, "previous_response_id", LogID(req.previousResponseID),
+		"conversation", LogID(req.conversationID))
 	out.fail(req, e, kind)
 }
 
@@ -721,7 +769,7 @@ attempts:
 		}
 		if noRetry {
 			// No wait to tell: the owner said no retry changes its answer.
-			e := apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the upstream that owns previous_response_id failed (%s)", why)
+			e := apierr.UpstreamUnavailable(http.StatusServiceUnavailable, "the upstream that owns %s failed (%s)", req.pinParam(), why)
 			e.NoRetry = true
 			s.failClosedAs(out, req, failOwnerUnavailable, e, failBeforeStream)
 			return
@@ -733,10 +781,10 @@ attempts:
 		if len(failures) == 0 {
 			// Its target was skipped (cooling down, circuit open), never
 			// called: the client was sent nothing (failOwnerOut).
-			s.failOwnerOut(out, req, fmt.Sprintf("upstream %q that owns previous_response_id was skipped, not called (%s)", req.pinned.Name(), why), wait)
+			s.failOwnerOut(out, req, fmt.Sprintf("upstream %q that owns %s was skipped, not called (%s)", req.pinned.Name(), req.pinParam(), why), wait)
 			return
 		}
-		s.failOwnerOutAs(out, req, fmt.Sprintf("the upstream that owns previous_response_id failed (%s)", why), wait, failBeforeStream)
+		s.failOwnerOutAs(out, req, fmt.Sprintf("the upstream that owns %s failed (%s)", req.pinParam(), why), wait, failBeforeStream)
 		return
 	}
 	withPassedOver := func(skipped string) string { // the targets skipped for their state, then those passed over
@@ -1486,7 +1534,7 @@ func (s *Server) replay(ctx context.Context, out responder, req *clientRequest, 
 		}
 		if req.pinned != nil {
 			s.failClosed(out, req, failOwnerUnavailable, http.StatusServiceUnavailable,
-				fmt.Sprintf("the upstream that owns previous_response_id failed (%s) and a pinned request is not replayed elsewhere; retry later", code))
+				fmt.Sprintf("the upstream that owns %s failed (%s) and a pinned request is not replayed elsewhere; retry later", req.pinParam(), code))
 			return attemptResult{next: nextDone}, true
 		}
 		if !counted {
@@ -1922,12 +1970,13 @@ func (s *Server) recoveredError(req *clientRequest, in hostabi.RecoverInput, v h
 
 // failedClosedMessage is the client's message for a recover policy's
 // fail_closed without one of its own: only a request that names a previous
-// response has a conversation whose owner it speaks of; any other is told
+// response or a conversation has a conversation whose owner it speaks of;
+// any other is told
 // that the policy refused it after the upstream's error, with its code (or
 // status).
 func failedClosedMessage(req *clientRequest, in hostabi.RecoverInput) string {
 	switch {
-	case req.previousResponseID != "":
+	case req.previousResponseID != "" || req.conversationID != "":
 		return "the upstream that owns this conversation is unavailable"
 	case in.Code != "":
 		return fmt.Sprintf("the recover policy failed the request closed after the upstream's error (code %s); retry later", in.Code)
@@ -1998,7 +2047,7 @@ func (s *Server) relayJSON(ctx, upCtx context.Context, out responder, req *clien
 	if s.cont != nil && !req.ep.chat && req.recordable() {
 		// The client must not see a response whose anchor could be lost.
 		if id := gjson.GetBytes(ans.body, "id"); id.Type == gjson.String && id.Str != "" {
-			if err := s.cont.record(ctx, s.cont.anchorFor(req, id.Str, u.Name())); err != nil {
+			if err := s.cont.recordServed(req, id.Str, u.Name()).wait(ctx); err != nil {
 				s.cont.logNotDurable("response served without a durable anchor", id.Str, err)
 			}
 		}

@@ -476,7 +476,7 @@ func (p *pump) handleResponses(ev sse.Event) (pumpEnd, bool) {
 		p.responseID = strings.Clone(f.Response.Get("id").Str)
 		p.req.meta.noteServedModel(strings.Clone(f.Response.Get("model").Str))
 		if c := p.s.cont; c != nil && p.responseID != "" && p.req.recordable() {
-			p.anchor = c.recordAsync(c.anchorFor(p.req, p.responseID, p.u.Name()))
+			p.anchor = c.recordServed(p.req, p.responseID, p.u.Name()) // continuity.go: and its conversation
 		}
 		p.anchorContinuationCopy()
 	case "response.completed", "response.incomplete":
@@ -692,7 +692,7 @@ func (p *pump) confirmAnchor(resp gjson.Result) {
 			return
 		}
 		p.responseID = id
-		p.anchor = c.recordAsync(c.anchorFor(p.req, id, p.u.Name()))
+		p.anchor = c.recordServed(p.req, id, p.u.Name())
 	}
 	if err := p.anchor.wait(p.ctx); err != nil {
 		c.logNotDurable("response completed without a durable anchor", p.responseID, err)

@@ -50,6 +50,7 @@ type clientRequest struct {
 	model              string
 	stream             bool
 	previousResponseID string
+	conversationID     string      // the conversation a Responses request names (an id or {"id": …}), pinned as previous_response_id is; "" when none
 	noInput            bool        // a Responses request without input (readFields)
 	header             http.Header // the client's headers
 	fwd                forwarding  // the client's hop, for X-Forwarded-* (set where the request arrived)
@@ -58,7 +59,7 @@ type clientRequest struct {
 	upstreamName       string // chosen by a rewrite policy
 	clientKeyHash      string // sha256 of the client's credential, for scoping
 	scope              requestScope
-	pinned             *upstream.Upstream // the owner of previous_response_id, when known
+	pinned             *upstream.Upstream // the owner of previous_response_id (or of the conversation), when known
 	viaWebSocket       bool               // a response.create on a client WebSocket
 	storeFalse         bool               // the client sent store:false
 	memory             *sessionMemory     // the WebSocket session's store:false turns
@@ -80,6 +81,15 @@ type clientRequest struct {
 // WebSocket it can, from the socket's own state.
 func (r *clientRequest) recordable() bool {
 	return !r.storeFalse || r.viaWebSocket
+}
+
+// pinParam names what pins the request to its owner (req.pinned), for its
+// answers: previous_response_id, else the conversation (Server.pin).
+func (r *clientRequest) pinParam() string {
+	if r.previousResponseID == "" && r.conversationID != "" {
+		return "conversation"
+	}
+	return "previous_response_id"
 }
 
 // surface is the surface the request is counted and logged under: the
@@ -135,18 +145,19 @@ func parseRequest(ctx context.Context, ep endpoint, body []byte, maxDepth int) (
 	return req, nil
 }
 
-// readFields (re)reads model, stream and previous_response_id, and checks
+// readFields (re)reads model, stream, previous_response_id and
+// conversation, and checks
 // the endpoint's input field: Chat messages are required, a Responses input
 // is optional but typed.
 func (r *clientRequest) readFields(root gjson.Result) *apierr.Error {
 	// One pass over the top-level keys: the body may be megabytes of history.
-	var model, stream, prev, input, messages, storeField, background gjson.Result
+	var model, stream, prev, conversation, input, messages, storeField, background gjson.Result
 	// The fields the gateway acts on, spelled as it reads them.
 	read := [...]struct {
 		name string
 		v    *gjson.Result
 	}{
-		{"model", &model}, {"stream", &stream}, {"previous_response_id", &prev}, {"input", &input},
+		{"model", &model}, {"stream", &stream}, {"previous_response_id", &prev}, {"conversation", &conversation}, {"input", &input},
 		{"messages", &messages}, {"store", &storeField}, {"background", &background},
 	}
 	var seen keySet
@@ -230,6 +241,9 @@ func (r *clientRequest) readFields(root gjson.Result) *apierr.Error {
 		}
 		r.previousResponseID = strings.Clone(prev.Str)
 	}
+	if aerr := r.readConversation(conversation); aerr != nil {
+		return aerr
+	}
 	if r.ep.chat {
 		switch {
 		case !messages.Exists() || messages.Type == gjson.Null:
@@ -249,6 +263,30 @@ func (r *clientRequest) readFields(root gjson.Result) *apierr.Error {
 	if input.Exists() && input.Type != gjson.String && !input.IsArray() {
 		return apierr.Invalid("input", apierr.CodeInvalidType, "input must be a string or an array of items, got %s", jsonKind(input))
 	}
+	return nil
+}
+
+// readConversation reads the conversation a Responses request names, as
+// OpenAI's CreateResponse has it: an id, or an object with one. Any other
+// shape names none the gateway can pin: the upstream (or the Chat bridge,
+// which refuses conversation) answers it as sent.
+func (r *clientRequest) readConversation(v gjson.Result) *apierr.Error {
+	r.conversationID = ""
+	if r.ep.chat {
+		return nil
+	}
+	id := v
+	if v.IsObject() {
+		id = v.Get("id")
+	}
+	if id.Type != gjson.String || id.Str == "" {
+		return nil
+	}
+	// The id keys an anchor (store.MaxIDLen), as previous_response_id does.
+	if e := overlongID("conversation", id.Str); e != nil {
+		return e
+	}
+	r.conversationID = strings.Clone(id.Str)
 	return nil
 }
 

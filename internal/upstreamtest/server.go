@@ -54,6 +54,13 @@ type Options struct {
 	// upstreams that cannot continue a message do. Such a request does not
 	// consume a script.
 	RefusePrefill bool
+	// Conversations, when not empty, are the conversation ids this server
+	// holds: an HTTP Responses request naming another one in
+	// "conversation" (an id, or {"id": …}) gets OpenAI's 404 "Conversation
+	// with id '…' not found." (param conversation, code null), as an
+	// upstream that does not hold the conversation answers. Such a request
+	// does not consume a script. Empty: every conversation is taken.
+	Conversations []string
 }
 
 // Request is one recorded model request: a POST to /v1/responses or
@@ -427,10 +434,11 @@ func (s *Server) hang(ctx context.Context) {
 
 // fields are the parts of a request body the server looks at.
 type fields struct {
-	Type               string `json:"type"`
-	Model              string `json:"model"`
-	Stream             bool   `json:"stream"`
-	PreviousResponseID string `json:"previous_response_id"`
+	Type               string          `json:"type"`
+	Model              string          `json:"model"`
+	Stream             bool            `json:"stream"`
+	PreviousResponseID string          `json:"previous_response_id"`
+	Conversation       json.RawMessage `json:"conversation"`
 	StreamOptions      struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
@@ -583,6 +591,10 @@ func (s *Server) serveModel(w http.ResponseWriter, r *http.Request, ep endpoint)
 		s.playHTTP(w, r, p, t)
 		return
 	}
+	if id, ok := s.unknownConversation(ep, &f); ok {
+		writeError(w, http.StatusNotFound, ErrorBody("Conversation with id '"+id+"' not found.", "invalid_request_error", "", "conversation"))
+		return
+	}
 	if s.refusesPrefill(body, ep) {
 		refusePrefillHTTP(w, ep)
 		return
@@ -594,6 +606,27 @@ func (s *Server) serveModel(w http.ResponseWriter, r *http.Request, ep endpoint)
 	}
 	s.setResponseID(handle, t.id)
 	s.playHTTP(w, r, p, t)
+}
+
+// unknownConversation is the id of the conversation a Responses request
+// names when Options.Conversations does not hold it (ok true).
+func (s *Server) unknownConversation(ep endpoint, f *fields) (id string, ok bool) {
+	if ep != epResponses || len(s.opts.Conversations) == 0 || len(f.Conversation) == 0 {
+		return "", false
+	}
+	var byID struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(f.Conversation, &id) != nil {
+		if json.Unmarshal(f.Conversation, &byID) != nil {
+			return "", false
+		}
+		id = byID.ID
+	}
+	if id == "" {
+		return "", false // null or no id: nothing named
+	}
+	return id, !slices.Contains(s.opts.Conversations, id)
 }
 
 func (s *Server) checkModel(model string) (string, bool) {

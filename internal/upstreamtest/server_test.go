@@ -514,3 +514,34 @@ func TestCloseRejectsLateRequests(t *testing.T) {
 		t.Errorf("code %d", rec.Code)
 	}
 }
+
+// With Conversations, a Responses request naming a conversation the server
+// does not hold (as an id or {"id": …}) gets OpenAI's 404 without taking a
+// script; one it holds, or none named, is served.
+func TestConversations(t *testing.T) {
+	s := NewServer(Options{Name: "C", Conversations: []string{"conv_1"}})
+	defer s.Close()
+	s.Enqueue(Status5xx(http.StatusInternalServerError))
+	for _, tc := range []struct {
+		body   string
+		status int
+	}{
+		{`{"input":"hi","conversation":"conv_2"}`, http.StatusNotFound},
+		{`{"input":"hi","conversation":{"id":"conv_2"}}`, http.StatusNotFound},
+		{`{"input":"hi","conversation":"conv_1"}`, http.StatusInternalServerError}, // the queued script, untouched until now
+		{`{"input":"hi","conversation":{"id":"conv_1"}}`, http.StatusOK},
+		{`{"input":"hi","conversation":null}`, http.StatusOK},
+		{`{"input":"hi"}`, http.StatusOK},
+	} {
+		resp, body, err := newClient(t).post(s.URL+"/responses", tc.body)
+		if err != nil || resp.StatusCode != tc.status {
+			t.Fatalf("%s: %v %v %s, want %d", tc.body, err, resp, body, tc.status)
+		}
+		if tc.status == http.StatusNotFound {
+			m := mustJSON(t, body)
+			if path(m, "error", "param") != "conversation" || path(m, "error", "message") != "Conversation with id 'conv_2' not found." {
+				t.Fatalf("%s: %s", tc.body, body)
+			}
+		}
+	}
+}
