@@ -43,6 +43,12 @@ type chatConversion struct {
 type conversations struct {
 	durable  store.ConversationStore // nil: only session memory
 	portable bool                    // continuity.portable: keep every response's items
+	// scrub is the server's: a Chat upstream's output items come from the
+	// translator, which reads its events before the scrubber does
+	// (scrubbedSource wraps the converted stream), so they are scrubbed
+	// here before they are kept (SECURITY.md: a key is never written to
+	// data_dir, nor sent to another upstream in a rehydrated history).
+	scrub *scrubber
 	log      interface {
 		Error(string, ...any)
 	}
@@ -282,6 +288,13 @@ func notFound(id string) *apierr.Error {
 // remember records a turn: durably, or in session memory for store:false.
 func (c *conversations) remember(ctx context.Context, req *clientRequest, responseID string, output []json.RawMessage) {
 	conv := req.chat
+	if c.scrub != nil {
+		scrubbed := make([]json.RawMessage, len(output))
+		for i, item := range output {
+			scrubbed[i] = c.scrub.Bytes(item)
+		}
+		output = scrubbed
+	}
 	t := store.Turn{ResponseID: responseID, ParentID: req.previousResponseID, Input: conv.info.InputItems, Output: output}
 	if pt := req.portable; pt != nil && pt.parent != "" {
 		// Rehydrated: the converted input holds the whole history; the turn

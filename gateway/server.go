@@ -308,7 +308,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s.targetM = newTargetMetrics(opts.Registry, opts.Pool, s.rtable)
 	s.wsUp = newWSUpstreams(s, opts.UpstreamSockets, opts.UpstreamSocketIdle)
-	s.convs = &conversations{durable: opts.Conversations, log: opts.Logger.Named("conversations"), portable: opts.Portable}
+	s.convs = &conversations{durable: opts.Conversations, log: opts.Logger.Named("conversations"), portable: opts.Portable, scrub: s.scrub}
 	now := opts.Now
 	if now == nil {
 		now = time.Now
