@@ -435,7 +435,7 @@ func (s *Server) sendChat(upCtx context.Context, idle *idleTimer, req *clientReq
 			// Completed as it came (README "Chat-only upstreams"), but the
 			// operator learns of a reason that may have meant a cut.
 			s.log.Warn("a Chat upstream ended an answer with a finish_reason the gateway does not know; the response is completed",
-				"upstream", u.Name(), "finish_reason", s.scrub.String(reason))
+				"upstream", u.Name(), "finish_reason", s.scrub.spanText(reason, labelLen)) // bounded as the access log bounds a label
 		}}
 	if gjson.GetBytes(req.body, "generate").Type == gjson.False {
 		return s.warmUp(upCtx, req, opts), nil
