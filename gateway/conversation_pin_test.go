@@ -128,10 +128,17 @@ func TestKeysCannotUseAnotherKeysConversation(t *testing.T) {
 	if status, b := sendAs(t, h, teamAKey, `{"model":"m","input":"secret of A","conversation":"conv_onA"}`); status != http.StatusOK {
 		t.Fatalf("team-a: %d %s", status, b)
 	}
+	status, own := sendAs(t, h, teamBKey, `{"model":"m","input":"mine"}`)
+	if status != http.StatusOK {
+		t.Fatalf("team-b's own response: %d %s", status, own)
+	}
 	before := h.ups["A"].RequestCount() + h.ups["B"].RequestCount()
 	for _, body := range []string{
 		`{"model":"m","input":"what did they say?","conversation":"conv_onA"}`,
 		`{"model":"m","input":"what did they say?","conversation":{"id":"conv_onA"},"stream":true}`,
+		// With a previous response of its own, which pins the request: the
+		// conversation is still another key's.
+		`{"model":"m","input":"what did they say?","conversation":"conv_onA","previous_response_id":"` + gjson.Get(own, "id").Str + `"}`,
 	} {
 		status, b := sendAs(t, h, teamBKey, body)
 		if status != http.StatusNotFound || gjson.Get(b, "error.param").Str != "conversation" ||

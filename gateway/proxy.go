@@ -422,6 +422,12 @@ func (s *Server) pin(ctx context.Context, out responder, req *clientRequest) boo
 	}
 	// With a conversation too, the request is pinned once, by its previous
 	// response: the owner answers the pair as OpenAI's API does (a 400).
+	// Another key's conversation is still refused first.
+	if req.conversationID != "" && req.key != nil {
+		if _, ok := s.conversationOwner(ctx, out, req); !ok {
+			return false
+		}
+	}
 	if selfContainedChain(req) { // wsmemory.go: any target can be sent it in full
 		return true
 	}
@@ -456,21 +462,32 @@ func (s *Server) pin(ctx context.Context, out responder, req *clientRequest) boo
 // refused as unknown (refuseUnknownConversation); the session scope does
 // not narrow it, as a conversation outlives its sessions.
 func (s *Server) pinConversation(ctx context.Context, out responder, req *clientRequest) bool {
+	owner, ok := s.conversationOwner(ctx, out, req)
+	if !ok || owner == "" {
+		return ok
+	}
+	return s.pinTo(ctx, out, req, owner, false)
+}
+
+// conversationOwner is the upstream that holds the conversation req names
+// ("" when none is named, or Sluice has not seen it served), or false when
+// req was failed: the lookup failed, or, with Sluice keys, the conversation
+// is another key's, refused as unknown before any upstream is called
+// (SECURITY.md), whether or not req also names a previous response.
+func (s *Server) conversationOwner(ctx context.Context, out responder, req *clientRequest) (string, bool) {
 	if req.conversationID == "" {
-		return true
+		return "", true
 	}
 	res := s.cont.resolveConversation(ctx, req.surface(), req.conversationID)
 	switch {
 	case res.err != nil:
 		s.failClosedWith(out, req, failOwnerLookupFailed, ownerLookupFailed("conversation", res.err))
-		return false
-	case res.owner == "":
-		return true
-	case req.key != nil && res.keyHash != req.clientKeyHash:
+		return "", false
+	case res.owner != "" && req.key != nil && res.keyHash != req.clientKeyHash:
 		s.refuseUnknownConversation(out, req)
-		return false
+		return "", false
 	}
-	return s.pinTo(ctx, out, req, res.owner, false)
+	return res.owner, true
 }
 
 // pinTo pins req to owner, the upstream that holds what req names
