@@ -94,6 +94,7 @@ func TestResponseEchoesRequestFields(t *testing.T) {
 			map[string]string{"user": ``, "safety_identifier": `null`, "prompt_cache_key": `null`, "service_tier": `"default"`, "max_tool_calls": `null`, "top_logprobs": `null`}},
 		{"auto tier is the default one", `{"model":"m","input":"x","service_tier":"auto"}`, map[string]string{"service_tier": `"default"`}},
 		{"fast tier is reported as priority", `{"model":"m","input":"x","service_tier":"fast"}`, map[string]string{"service_tier": `"priority"`}},
+		{"a tier the spec does not have is the default one", `{"model":"m","input":"x","service_tier":"bogus"}`, map[string]string{"service_tier": `"default"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, info, aerr := ToChat([]byte(tc.request), nil, RequestOptions{})

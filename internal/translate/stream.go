@@ -1681,17 +1681,19 @@ func numberOnly(raw json.RawMessage) json.RawMessage {
 // echoServiceTier is the service_tier a Response reports for the request's:
 // the tier used, which the spec says may differ from the one asked for —
 // auto is the project's default tier ("default"), and fast is reported as
-// priority; any other string is the tier asked for, none (nil) "default".
+// priority; flex, scale and priority are the tier asked for; none (nil), or
+// a value the spec's enum does not have (the upstream never said which tier
+// it used), "default".
 func echoServiceTier(raw json.RawMessage) json.RawMessage {
 	switch gjson.ParseBytes(raw).Str {
-	case "":
-		return nil
-	case "auto":
-		return json.RawMessage(`"default"`)
+	case "flex", "scale", "priority", "default":
+		return stringOnly(raw)
 	case "fast":
 		return json.RawMessage(`"priority"`)
+	case "auto":
+		return json.RawMessage(`"default"`)
 	}
-	return stringOnly(raw)
+	return nil
 }
 
 // FromChatResponse converts a non-streamed chat.completion body into a full
