@@ -49,7 +49,7 @@ type conversations struct {
 	// here before they are kept (SECURITY.md: a key is never written to
 	// data_dir, nor sent to another upstream in a rehydrated history).
 	scrub *scrubber
-	log      interface {
+	log   interface {
 		Error(string, ...any)
 	}
 }
