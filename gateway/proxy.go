@@ -1448,7 +1448,13 @@ func (s *Server) attempt(ctx context.Context, out responder, req *clientRequest,
 			// stream the status and JSON body, as from OpenAI's API, so that
 			// the SDKs' retries see it (failsWithStatus), a Responses stream
 			// the gateway's complete response.failed, a WebSocket the error
-			// frame with the wait.
+			// frame with the wait. Without a hint of the upstream's, or when
+			// a circuit opened, the wait is the one the client faces
+			// (capacityWait), as for a 429 status: a stream's client reads
+			// it from the message (waitInMessage).
+			if c := tryOf(req).cands; capacityErr.RetryAfter <= 0 || c != nil && c.opened {
+				capacityErr = s.capacityWaitNow(req, capacityErr)
+			}
 			cs.fail(req, capacityErr, failBeforeStream)
 			return attemptResult{next: nextDone}
 		}
