@@ -34,18 +34,10 @@ func TestFinishReasonOutcomes(t *testing.T) {
 			opts := testStreamOptions()
 			opts.UnknownFinish = func(r string) { told = append(told, r) }
 			s := NewStream(opts)
-			events := s.Start()
-			for _, chunk := range []string{
+			events := feedChunks(t, s, []string{
 				`{"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}]}`,
 				`{"choices":[{"index":0,"delta":{},"finish_reason":"` + tc.reason + `"}]}`,
-			} {
-				ev, err := s.Chunk([]byte(chunk))
-				if err != nil {
-					t.Fatal(err)
-				}
-				events = append(events, ev...)
-			}
-			events = append(events, s.Finish()...)
+			})
 			if err := validateEvents(events); err != nil {
 				t.Fatalf("%v\n%s", err, dumpEvents(events))
 			}
