@@ -12,9 +12,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/sluice-gw/sluice/gateway"
-	"github.com/sluice-gw/sluice/internal/redistest"
 	"github.com/sluice-gw/sluice/internal/upstreamtest"
-	"github.com/sluice-gw/sluice/store"
 )
 
 // TestStoredFollowKeepsAliveEveryKeepAlivePeriod: a client that resumes on
@@ -174,17 +172,6 @@ func sseLines(t *testing.T, ctx context.Context, method, url, body string) *sseS
 // resume store are that Redis.
 func redisReplicas(t *testing.T, opts gateway.Options) (*upstreamtest.Server, func() *harness) {
 	t.Helper()
-	rd := redistest.Start(t)
-	up := upstreamtest.NewServer(upstreamtest.Options{Name: "A"})
-	t.Cleanup(up.Close)
-	return up, func() *harness {
-		rs, err := store.OpenRedis(context.Background(), store.RedisOptions{URL: rd.URL})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = rs.Close() })
-		o := opts
-		o.Store, o.Resume.Store = rs, rs
-		return newHarness(t, harnessConfig{servers: map[string]*upstreamtest.Server{"A": up}, opts: o})
-	}
+	_, up, replica := redisReplicasWithServer(t, opts)
+	return up, replica
 }
