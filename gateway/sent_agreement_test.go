@@ -26,17 +26,6 @@ func laxMessage(deltas ...string) []string {
 	return evs
 }
 
-// clientDeltaText is the output_text deltas the client got, joined.
-func clientDeltaText(evs []eventLike) string {
-	var b strings.Builder
-	for _, ev := range evs {
-		if ev.typ == "response.output_text.delta" {
-			b.WriteString(gjson.GetBytes(ev.data, "delta").Str)
-		}
-	}
-	return b.String()
-}
-
 // TestUnannouncedPartTextInFailedResponse: an upstream streams text into a
 // part it never announced, then cuts the stream. The client, over SSE and
 // WebSocket, is shown the part (a content_part.added ahead of the first
@@ -70,7 +59,7 @@ func TestUnannouncedPartTextInFailedResponse(t *testing.T) {
 				added.Get("part").Raw != `{"type":"output_text","text":"","annotations":[],"logprobs":[]}` {
 				t.Fatalf("part added %s", evs[2].data)
 			}
-			if got := clientDeltaText(evs); got != "a b " {
+			if got := deltaText(evs); got != "a b " {
 				t.Fatalf("client deltas %q", got)
 			}
 			part := gjson.GetBytes(last.data, "response.output.0.content.0")
@@ -97,8 +86,8 @@ func TestUnannouncedPartTextInPrefill(t *testing.T) {
 		t.Fatalf("prefill %q: %s", prefill, h.ups["B"].Requests()[0].Body)
 	}
 	final := gjson.GetBytes(last.data, "response.output.0.content.0.text").Str
-	if !strings.HasPrefix(final, "The quick brown") || final != clientDeltaText(evs) {
-		t.Fatalf("completed text %q, client deltas %q", final, clientDeltaText(evs))
+	if !strings.HasPrefix(final, "The quick brown") || final != deltaText(evs) {
+		t.Fatalf("completed text %q, client deltas %q", final, deltaText(evs))
 	}
 }
 
@@ -151,7 +140,7 @@ func TestEventsAfterDoneAreSkipped(t *testing.T) {
 					t.Fatalf("relayed %s", ev.data)
 				}
 			}
-			if got, final := clientDeltaText(evs), gjson.GetBytes(last.data, "response.output.0.content.0.text").Str; got != "a b " || final != got ||
+			if got, final := deltaText(evs), gjson.GetBytes(last.data, "response.output.0.content.0.text").Str; got != "a b " || final != got ||
 				gjson.GetBytes(last.data, "response.output.#").Int() != 1 {
 				t.Fatalf("client deltas %q, completed %s", got, gjson.GetBytes(last.data, "response.output").Raw)
 			}
