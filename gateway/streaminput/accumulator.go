@@ -163,7 +163,7 @@ func (a *Accumulator) check(c chunk) error {
 	case c.meta.end && a.end:
 		return errConflict(CodeSessionFinished, "end_of_input", "end_of_input was already set by sequence_id %d", a.endSeq)
 	case c.meta.end && len(a.chunks) > 0 && a.maxSeq > c.seq:
-		return errConflict(CodeSessionFinished, "end_of_input", "sequence_id %d cannot end the input: sequence_id %d was already received", c.seq, a.maxSeq)
+		return errConflict(CodeSequenceConflict, "end_of_input", "sequence_id %d cannot end the input: sequence_id %d was already received", c.seq, a.maxSeq)
 	case c.seq >= a.next+uint64(a.opts.ReorderWindow):
 		return errConflict(CodeOutOfWindow, "sequence_id", "sequence_id %d is too far ahead: the next expected is %d", c.seq, a.next)
 	case a.bytes+int64(len(c.payload)) > a.opts.MaxBytes:

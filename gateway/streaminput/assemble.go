@@ -38,13 +38,12 @@ func groupChunks(chunks []chunk) []group {
 	return gs
 }
 
-func textOnly(gs []group) bool {
-	for _, g := range gs {
-		if g.modality != ModalityText {
-			return false
-		}
-	}
-	return true
+// oneText reports whether the chunks are one run of text, which extends a
+// string content as a string: text split by new_part (several groups)
+// makes the content parts, one a group, as a string cannot keep them
+// apart (gateway/streaminput/README.md, new_part).
+func oneText(gs []group) bool {
+	return len(gs) == 1 && gs[0].modality == ModalityText
 }
 
 // assemble merges chunks (in sequence order) into a request template.
@@ -79,7 +78,7 @@ func assemble(ctx context.Context, chat bool, template []byte, chunks []chunk, m
 	case !chat && cur.Type == gjson.String, !cur.Exists(), cur.Type == gjson.Null:
 		content := d.mergeContent(cur, gs)
 		path, raw = field, content
-		if chat || !textOnly(gs) {
+		if chat || !oneText(gs) {
 			raw = append(append([]byte{'['}, d.userMessage(content)...), ']')
 		}
 	case cur.IsArray():
@@ -140,7 +139,7 @@ func (d dialect) mergeContent(existing gjson.Result, gs []group) []byte {
 			parts = append(parts, []byte(p.Raw))
 		}
 	}
-	if textOnly(gs) && !existing.IsArray() {
+	if oneText(gs) && !existing.IsArray() {
 		var text []byte
 		text = append(text, prefix...)
 		for _, g := range gs {

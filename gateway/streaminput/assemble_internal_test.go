@@ -46,6 +46,12 @@ func TestAssemble(t *testing.T) {
 		{"new_part splits text", false, `{"model":"m"}`,
 			[]chunk{{meta: chunkMeta{modality: ModalityText}, payload: []byte("a")}, {meta: chunkMeta{modality: ModalityText, newPart: true}, payload: []byte("b")}, img},
 			`{"model":"m","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"a"},{"type":"input_text","text":"b"},{"type":"input_image","detail":"auto","image_url":"data:image/png;base64,AQID"}]}]}`},
+		{"new_part splits text into parts, a string input too", false, `{"model":"m","input":"Say: "}`,
+			[]chunk{{meta: chunkMeta{modality: ModalityText}, payload: []byte("A")}, {meta: chunkMeta{modality: ModalityText, newPart: true}, payload: []byte("B")}},
+			`{"model":"m","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"Say: A"},{"type":"input_text","text":"B"}]}]}`},
+		{"chat: new_part splits a string content", true, `{"model":"m","messages":[{"role":"user","content":"Say: "}]}`,
+			[]chunk{{meta: chunkMeta{modality: ModalityText}, payload: []byte("A")}, {meta: chunkMeta{modality: ModalityText, newPart: true}, payload: []byte("B")}},
+			`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"Say: A"},{"type":"text","text":"B"}]}]}`},
 		{"no chunks", false, `{"model":"m","input":"x"}`, nil, `{"model":"m","input":"x"}`},
 	}
 	for _, c := range cases {

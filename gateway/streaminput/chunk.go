@@ -25,7 +25,8 @@ const (
 
 // Error codes this package emits besides apierr's.
 const (
-	// CodeSequenceConflict (409): a sequence id came again with another payload.
+	// CodeSequenceConflict (409): a sequence id came again with another
+	// payload, or an end_of_input below a sequence id already received.
 	CodeSequenceConflict = "sequence_conflict"
 	// CodeOutOfWindow (409): a sequence id beyond the reorder window.
 	CodeOutOfWindow = "sequence_out_of_window"

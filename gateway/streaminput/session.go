@@ -362,7 +362,7 @@ func (s *session) checkLocked(c chunk) *apierr.Error {
 	case c.meta.end && s.hasEnd:
 		return errConflict(CodeSessionFinished, "end_of_input", "end_of_input was already set by sequence_id %d", s.endSeq)
 	case c.meta.end && len(s.infos) > 0 && s.maxSeq > c.seq:
-		return errConflict(CodeSessionFinished, "end_of_input", "sequence_id %d cannot end the input: sequence_id %d was already received", c.seq, s.maxSeq)
+		return errConflict(CodeSequenceConflict, "end_of_input", "sequence_id %d cannot end the input: sequence_id %d was already received", c.seq, s.maxSeq)
 	case c.seq >= s.next+uint64(s.m.opts.ReorderWindow):
 		return errConflict(CodeOutOfWindow, "sequence_id", "sequence_id %d is too far ahead: the next expected is %d and at most %d chunks are buffered out of order",
 			c.seq, s.next, s.m.opts.ReorderWindow)
