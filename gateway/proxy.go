@@ -284,6 +284,9 @@ func (s *Server) failedClosed(policy, why string) *apierr.Error {
 // removed or never loaded, and the request would go on without its edits.
 func (s *Server) failClosedRewritesServe() *apierr.Error {
 	if name := s.unservedFailClosedRewrite(); name != "" {
+		if p, ok := s.policy.(interface{ RewriteRefusedUnserved() }); ok {
+			p.RewriteRefusedUnserved() // counted as a chain stopped at it is
+		}
 		return s.failedClosed(name, "no version of it that rewrites requests is loaded")
 	}
 	return nil

@@ -7,10 +7,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tidwall/gjson"
 
 	"github.com/sluice-gw/sluice/gateway"
@@ -44,7 +46,9 @@ func newFailClosedPolicy(t *testing.T, first []byte, faultsInARow int) *failClos
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rt.Close(context.Background()) })
-	p.h = newHarness(t, harnessConfig{opts: gateway.Options{Policy: rt, Ready: rt.Ready, FailClosedRewrites: []string{name}}})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(rt.Collectors()...) // served on /metrics, as sluice serve registers them
+	p.h = newHarness(t, harnessConfig{opts: gateway.Options{Policy: rt, Ready: rt.Ready, FailClosedRewrites: []string{name}, Registry: reg}})
 	return p
 }
 
@@ -118,6 +122,11 @@ func TestReadyzFailsWhileAFailClosedRewriteHasNoVersion(t *testing.T) {
 		t.Fatalf("a fail-closed rewrite whose file did not load: /readyz %d %q; want 503 \"policies not loaded\"", code, status)
 	}
 	p.wantRefused("while /readyz says not loaded")
+	// Counted as a rewrite chain stopped at a fail-closed policy is (README
+	// "Observability": sluice_policy_fallbacks_total).
+	if m := p.h.metrics(); !strings.Contains(m, `sluice_policy_fallbacks_total{hook="rewrite_request",reason="failed_closed"} 1`) {
+		t.Fatalf("the refused request is not counted:\n%s", grep(m, "policy_fallbacks"))
+	}
 
 	p.write(good)
 	p.waitReadyz("the file replaced with a policy that loads", http.StatusOK, "ready")

@@ -647,6 +647,15 @@ func (r *Runtime) RewriteServes(name string) bool {
 	return r.active.Load().find(name, hRewrite) != nil
 }
 
+// RewriteRefusedUnserved counts a request the caller refused because a
+// rewrite policy it holds to its edits has no version serving
+// (RewriteServes false): a decision the built-in default did not take, as
+// a chain stopped at such a policy is counted (fallback reason
+// failed_closed; README "Observability").
+func (r *Runtime) RewriteRefusedUnserved() {
+	r.fallback(hRewrite, rewriteFailedClosed)
+}
+
 // RewriteReady reports whether a version of the policy name that implements
 // the rewrite hook serves now and has not tripped: a tripped version with
 // nothing to roll back to answers every call with the built-in default,
