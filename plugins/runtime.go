@@ -480,6 +480,20 @@ func (r *Runtime) ensurePolicyDir() error {
 	return nil
 }
 
+// ReadPolicyFile reads the module file at path (a link followed), refusing
+// one that is not a regular file (a directory, a FIFO or a device, which
+// reading would block on or never end: notRegular) before it is opened.
+func ReadPolicyFile(path string) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, notRegular(fi.Mode())
+	}
+	return os.ReadFile(path)
+}
+
 // notRegular says what a policy-named path that is not a regular file is
 // instead: a directory, or the type bits of another kind.
 func notRegular(mode os.FileMode) error {
@@ -539,20 +553,10 @@ func (r *Runtime) scanDir(warn bool) (map[string][]byte, error) {
 			continue
 		}
 		p := filepath.Join(r.opts.PolicyDir, de.Name())
-		fi, err := os.Stat(p) // follows symlinks
-		if err == nil && !fi.Mode().IsRegular() {
-			err = notRegular(fi.Mode())
-		}
+		data, err := ReadPolicyFile(p) // follows symlinks
 		if err != nil {
 			if warn { // a name that looks like a policy but cannot be one
 				r.log.Warn("policy file skipped", "file", p, "error", err)
-			}
-			continue
-		}
-		data, err := os.ReadFile(p)
-		if err != nil {
-			if warn {
-				r.log.Warn("cannot read policy file", "file", p, "error", err)
 			}
 			continue
 		}

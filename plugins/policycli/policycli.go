@@ -923,7 +923,7 @@ func open(ctx context.Context, file string, spec loadSpec) (*plugins.Runtime, st
 }
 
 func openAs(ctx context.Context, file, label string, spec loadSpec) (*plugins.Runtime, string, error) {
-	data, err := os.ReadFile(file)
+	data, err := plugins.ReadPolicyFile(file) // a FIFO would block the command for good
 	if err != nil {
 		return nil, "", err
 	}
