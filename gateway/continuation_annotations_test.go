@@ -27,23 +27,16 @@ func TestContinuedStreamKeepsAnnotations(t *testing.T) {
 		wantA   = `{"type":"url_citation","url":"https://example.com","title":"Ex","start_index":4,"end_index":11}`
 		wantTwo = `{"type":"url_citation","url":"https://two.example","title":"Two","start_index":21,"end_index":24}`
 	)
-	first, more, chatA, chatTwoOwn, chatTwoWhole := citedFirst, citedMore, citedA, citedTwoOwn, citedTwoWhole
-	chunk, text, annotations, finish := citedChunk, citedText, citedAnnotations, citedFinish()
-
+	b := citedBackups()
 	cases := []struct {
 		name, mode string
 		backup     []upstreamtest.Frame
 		want       []string // the part's annotations, in order
 	}{
-		{"prefill", gateway.ContinuationAuto,
-			[]upstreamtest.Frame{chunk(`{"role":"assistant","content":"` + more + `"}`), finish, chatDone}, []string{wantA}},
-		{"prefill with its own citation", gateway.ContinuationAuto,
-			[]upstreamtest.Frame{chunk(`{"role":"assistant","content":"` + more + `"}`), annotations(chatTwoOwn), finish, chatDone}, []string{wantA, wantTwo}},
-		{"restart", gateway.ContinuationRestart,
-			[]upstreamtest.Frame{chunk(`{"role":"assistant","content":"` + first + `"}`), annotations(chatA), text(more), finish, chatDone}, []string{wantA}},
-		{"restart with its own citation", gateway.ContinuationRestart,
-			[]upstreamtest.Frame{chunk(`{"role":"assistant","content":"` + first + `"}`), annotations(chatA), text(more), annotations(chatTwoWhole), finish, chatDone},
-			[]string{wantA, wantTwo}},
+		{"prefill", gateway.ContinuationAuto, b.prefill, []string{wantA}},
+		{"prefill with its own citation", gateway.ContinuationAuto, b.prefillOwn, []string{wantA, wantTwo}},
+		{"restart", gateway.ContinuationRestart, b.restart, []string{wantA}},
+		{"restart with its own citation", gateway.ContinuationRestart, b.restartOwn, []string{wantA, wantTwo}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -84,8 +77,8 @@ func TestContinuedStreamKeepsAnnotations(t *testing.T) {
 					}
 				}
 			}
-			if got != first+more {
-				t.Errorf("client text %q, want %q", got, first+more)
+			if got != citedFirst+citedMore {
+				t.Errorf("client text %q, want %q", got, citedFirst+citedMore)
 			}
 			if a := "[" + strings.Join(added, ",") + "]"; a != want {
 				t.Errorf("annotation events carried %s, want %s", a, want)
@@ -127,6 +120,26 @@ func citedText(s string) upstreamtest.Frame { return citedChunk(`{"content":"` +
 func citedAnnotations(a string) upstreamtest.Frame { return citedChunk(`{"annotations":[` + a + `]}`) }
 
 // citedFinish is choice 0's finish chunk.
+// citedBackupFrames are the continuation target's answers the annotation
+// continuation tests give after citedCutHarness's cut, over Responses and
+// Chat alike: a prefill's rest, with or without a citation of its own, and
+// a restart's whole answer redoing the client's citation, with or without
+// one of its own.
+type citedBackupFrames struct {
+	prefill, prefillOwn, restart, restartOwn []upstreamtest.Frame
+}
+
+func citedBackups() citedBackupFrames {
+	chunk, text, annotations, finish := citedChunk, citedText, citedAnnotations, citedFinish()
+	return citedBackupFrames{
+		prefill:    []upstreamtest.Frame{chunk(`{"role":"assistant","content":"` + citedMore + `"}`), finish, chatDone},
+		prefillOwn: []upstreamtest.Frame{chunk(`{"role":"assistant","content":"` + citedMore + `"}`), annotations(citedTwoOwn), finish, chatDone},
+		restart:    []upstreamtest.Frame{chunk(`{"role":"assistant","content":"` + citedFirst + `"}`), annotations(citedA), text(citedMore), finish, chatDone},
+		restartOwn: []upstreamtest.Frame{chunk(`{"role":"assistant","content":"` + citedFirst + `"}`), annotations(citedA), text(citedMore),
+			annotations(citedTwoWhole), finish, chatDone},
+	}
+}
+
 func citedFinish() upstreamtest.Frame {
 	return chatChunk(`[{"index":0,"delta":{},"finish_reason":"stop"}]`)
 }

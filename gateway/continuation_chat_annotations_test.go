@@ -22,28 +22,20 @@ import (
 // characters (the client's text has a two-byte "é": a byte count would be
 // one more). README "Continuation".
 func TestContinuedChatStreamAnnotations(t *testing.T) {
-	first, more, citeA, citeTwoOwn, citeTwoWhole := citedFirst, citedMore, citedA, citedTwoOwn, citedTwoWhole
+	b := citedBackups()
 	chunk, text, annotations, finish := citedChunk, citedText, citedAnnotations, citedFinish()
-
 	cases := []struct {
 		name, mode string
 		backup     []upstreamtest.Frame
 		want       []string // the message's annotations, in order
 	}{
-		{"prefill", gateway.ContinuationAuto,
-			[]upstreamtest.Frame{chunk(`{"role":"assistant","content":"` + more + `"}`), finish, chatDone}, []string{citeA}},
-		{"prefill with its own citation", gateway.ContinuationAuto,
-			[]upstreamtest.Frame{chunk(`{"role":"assistant","content":"` + more + `"}`), annotations(citeTwoOwn), finish, chatDone},
-			[]string{citeA, citeTwoWhole}},
-		{"restart", gateway.ContinuationRestart,
-			[]upstreamtest.Frame{chunk(`{"role":"assistant","content":"` + first + `"}`), annotations(citeA), text(more), finish, chatDone},
-			[]string{citeA}},
-		{"restart with its own citation", gateway.ContinuationRestart,
-			[]upstreamtest.Frame{chunk(`{"role":"assistant","content":"` + first + `"}`), annotations(citeA), text(more), annotations(citeTwoWhole), finish, chatDone},
-			[]string{citeA, citeTwoWhole}},
+		{"prefill", gateway.ContinuationAuto, b.prefill, []string{citedA}},
+		{"prefill with its own citation", gateway.ContinuationAuto, b.prefillOwn, []string{citedA, citedTwoWhole}},
+		{"restart", gateway.ContinuationRestart, b.restart, []string{citedA}},
+		{"restart with its own citation", gateway.ContinuationRestart, b.restartOwn, []string{citedA, citedTwoWhole}},
 		{"restart with its redo and its own citation in one chunk", gateway.ContinuationRestart,
-			[]upstreamtest.Frame{chunk(`{"role":"assistant","content":"` + first + `"}`), text(more), annotations(citeA + "," + citeTwoWhole), finish, chatDone},
-			[]string{citeA, citeTwoWhole}},
+			[]upstreamtest.Frame{chunk(`{"role":"assistant","content":"` + citedFirst + `"}`), text(citedMore), annotations(citedA + "," + citedTwoWhole), finish, chatDone},
+			[]string{citedA, citedTwoWhole}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -78,8 +70,8 @@ func TestContinuedChatStreamAnnotations(t *testing.T) {
 			if !done || finishReason != "stop" {
 				t.Fatalf("stream ended with finish_reason %q, [DONE] %v", finishReason, done)
 			}
-			if got != first+more {
-				t.Errorf("client text %q, want %q", got, first+more)
+			if got != citedFirst+citedMore {
+				t.Errorf("client text %q, want %q", got, citedFirst+citedMore)
 			}
 			if a := "[" + strings.Join(cited, ",") + "]"; a != want {
 				t.Errorf("the client's delta.annotations carried %s, want %s", a, want)
